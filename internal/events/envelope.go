@@ -1,0 +1,135 @@
+package events
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nuid"
+)
+
+// Version is the envelope version this build writes and accepts. A reader
+// refuses any other version with ErrVersion rather than guessing.
+const Version = 1
+
+// Sentinel errors a caller can branch on with errors.Is.
+var (
+	// ErrMalformed: the bytes are not a JSON object of the expected shape.
+	ErrMalformed = errors.New("malformed envelope")
+	// ErrVersion: the envelope has a version this build does not speak.
+	ErrVersion = errors.New("unsupported envelope version")
+	// ErrType: the envelope is well formed but of another type than expected.
+	ErrType = errors.New("unexpected envelope type")
+	// ErrInvalid: the envelope decoded but a field breaks the contract.
+	ErrInvalid = errors.New("invalid envelope")
+)
+
+// Identity names who sent an envelope. Every envelope carries one, so the
+// audit trail says who did what, and so a policy can judge the caller.
+type Identity struct {
+	// ID is the principal: a stable name of the process or person, for
+	// example "registry@build-7" or "agent:gemini-cli".
+	ID string `json:"id"`
+	// Role is what the sender is acting as: agent, cli, registry, executor,
+	// provider, approver.
+	Role string `json:"role,omitempty"`
+	// Agent, Session and User narrow down a caller inside a fleet.
+	Agent   string `json:"agent,omitempty"`
+	Session string `json:"session,omitempty"`
+	User    string `json:"user,omitempty"`
+	// Host is the machine the sender runs on.
+	Host string `json:"host,omitempty"`
+}
+
+// Header is the part every envelope shares.
+type Header struct {
+	V      int       `json:"v"`
+	Type   string    `json:"type"`
+	ID     string    `json:"id"`
+	Time   time.Time `json:"time"`
+	Sender Identity  `json:"sender"`
+}
+
+func (h *Header) header() *Header { return h }
+
+// Envelope is implemented by every message type in this package.
+type Envelope interface {
+	// EnvelopeType is the value of the "type" field for this envelope.
+	EnvelopeType() string
+	// Validate reports a contract violation as an error wrapping ErrInvalid.
+	Validate() error
+	header() *Header
+}
+
+// Stamp fills in the header of e: version, type, a fresh id and the time,
+// keeping an id or time the caller already set. The sender is left to the
+// caller, since only it knows who it is.
+func Stamp(e Envelope) {
+	h := e.header()
+	h.V = Version
+	h.Type = e.EnvelopeType()
+	if h.ID == "" {
+		h.ID = nuid.Next()
+	}
+	if h.Time.IsZero() {
+		h.Time = time.Now().UTC()
+	}
+}
+
+// Encode stamps e, checks it against the contract and returns its JSON form.
+func Encode(e Envelope) ([]byte, error) {
+	Stamp(e)
+	if err := e.Validate(); err != nil {
+		return nil, err
+	}
+	return json.Marshal(e)
+}
+
+// Decode parses data as an envelope of type *T. It never panics on any
+// input; every failure wraps one of ErrMalformed, ErrVersion, ErrType or
+// ErrInvalid and says what was wrong.
+func Decode[T any, PT interface {
+	*T
+	Envelope
+}](data []byte) (PT, error) {
+	var probe struct {
+		V    *int    `json:"v"`
+		Type *string `json:"type"`
+	}
+	if err := json.Unmarshal(data, &probe); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	var want PT = new(T)
+	switch {
+	case probe.V == nil:
+		return nil, fmt.Errorf("%w: no \"v\" field", ErrMalformed)
+	case *probe.V != Version:
+		return nil, fmt.Errorf("%w: got v=%d, this build speaks v=%d", ErrVersion, *probe.V, Version)
+	case probe.Type == nil:
+		return nil, fmt.Errorf("%w: no \"type\" field", ErrMalformed)
+	case *probe.Type != want.EnvelopeType():
+		return nil, fmt.Errorf("%w: got %q, want %q", ErrType, *probe.Type, want.EnvelopeType())
+	}
+	if err := json.Unmarshal(data, want); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrMalformed, want.EnvelopeType(), err)
+	}
+	if err := want.Validate(); err != nil {
+		return nil, err
+	}
+	return want, nil
+}
+
+func (h *Header) validate() error {
+	if h.ID == "" {
+		return invalid(h.Type, "id is empty")
+	}
+	if h.Sender.ID == "" {
+		return invalid(h.Type, "sender.id is empty")
+	}
+	return nil
+}
+
+func invalid(typ, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %s", ErrInvalid, typ, fmt.Sprintf(format, args...))
+}

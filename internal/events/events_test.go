@@ -1,0 +1,318 @@
+package events
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/tools/txtar"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/envelopes.txtar from the examples")
+
+var (
+	when   = time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	agent  = Identity{ID: "agent:gemini-cli", Role: "agent", Agent: "gemini-cli", Session: "s-42", User: "ada", Host: "dev-1"}
+	schema = json.RawMessage(`{"type":"object","properties":{"file_path":{"type":"string"}},"required":["file_path"]}`)
+)
+
+func hdr(id string, who Identity) Header { return Header{ID: id, Time: when, Sender: who} }
+
+// examples holds one filled-in value of every envelope, keyed by the file
+// name it has in the golden archive.
+func examples() map[string]Envelope {
+	registry := Identity{ID: "registry@dev-1", Role: "registry", Host: "dev-1"}
+	return map[string]Envelope{
+		"register_request.json": &RegisterRequest{Header: hdr("req-1", Identity{ID: "executor@dev-1", Role: "provider", Host: "dev-1"}),
+			Provider: "executor@dev-1", Source: SourceMCP, Server: "github", Trust: true, Replace: true,
+			Batch: &Batch{ID: "b-1", Seq: 0, Last: true},
+			Tools: []ToolSpec{{Name: "create_issue", Description: "Create an issue.", Kind: KindEdit, Parameters: schema,
+				Annotations: json.RawMessage(`{"destructiveHint":false}`)}}},
+		"register_reply.json": &RegisterReply{Header: hdr("rep-1", registry), RequestID: "req-1",
+			Tools:   []ToolOutcome{{Requested: "create_issue", Name: "github__create_issue", Warning: `name "create_issue" is taken; registered as "github__create_issue"`}},
+			Removed: []string{"github__old"}},
+		"remove_request.json":  &RemoveRequest{Header: hdr("req-2", Identity{ID: "cli@dev-1", Role: "cli"}), Sources: []Source{SourceDiscovered, SourceMCP}},
+		"toggle_request.json":  &ToggleRequest{Header: hdr("req-3", Identity{ID: "cli@dev-1", Role: "cli"}), Enable: false, Kinds: []Kind{KindExecute}, Categories: []string{"web"}},
+		"change_reply.json":    &ChangeReply{Header: hdr("rep-3", registry), RequestID: "req-3", Changes: []Change{{Op: OpDeactivated, Name: "run_shell_command"}}, Unknown: []string{"nope"}},
+		"catalog_changed.json": &CatalogChanged{Header: hdr("ev-1", registry), Cause: "req-1", Changes: []Change{{Op: OpAdded, Name: "github__create_issue"}}},
+		"invocation.json":      &Invocation{Header: hdr("inv-1", agent), Tool: "read_file", Args: json.RawMessage(`{"file_path":"README.md"}`), TimeoutMillis: 120000},
+		"decision.json":        &Decision{Header: hdr("dec-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-1", Tool: "read_file", Verdict: Allow, Reason: "read kind is allowed", PolicyRevision: "sha256:0f3a"},
+		"confirm_request.json": &ConfirmRequest{Header: hdr("cr-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-2", Tool: "run_shell_command", Kind: KindExecute,
+			Caller: agent, Args: json.RawMessage(`{"command":"make test"}`), Reason: "execute kind asks the user", Command: "make test", DeadlineMillis: 300000},
+		"confirm_answer.json": &ConfirmAnswer{Header: hdr("ca-1", Identity{ID: "approver:ada", Role: "approver", User: "ada"}), InvocationID: "inv-2", Outcome: ModifyWithEditor, Args: json.RawMessage(`{"command":"make test-short"}`)},
+		"result.json": &Result{Header: hdr("res-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-2", Tool: "run_shell_command",
+			LLMContent: "Command denied.", ReturnDisplay: "Command denied.", Error: &ToolError{Type: ErrPolicyDenied, Message: "rm -rf / is a dangerous command"}},
+	}
+}
+
+func exampleTool() *Tool {
+	return &Tool{V: Version, Name: "github__create_issue", DisplayName: "create_issue (github MCP Server)", Description: "Create an issue.",
+		Kind: KindOther, Category: "mcp", Source: SourceMCP, Server: "github", ServerToolName: "create_issue", Trust: true,
+		Active: true, ExportName: "github__create_issue", Parameters: schema, Hosts: []string{"executor@dev-1"}, Seq: 7, UpdatedAt: when}
+}
+
+func TestGoldenEnvelopes(t *testing.T) {
+	const path = "testdata/envelopes.txtar"
+	ex := examples()
+	var files []txtar.File
+	for name, e := range ex {
+		data, err := Encode(e)
+		if err != nil {
+			t.Fatalf("%s: Encode: %v", name, err)
+		}
+		files = append(files, txtar.File{Name: name, Data: indent(t, data)})
+	}
+	data, err := json.Marshal(exampleTool())
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, txtar.File{Name: "catalog_tool.json", Data: indent(t, data)})
+	sortFiles(files)
+	if *update {
+		ar := &txtar.Archive{Comment: []byte("Golden wire forms of every toolbus envelope and of a catalogue entry.\nRegenerate with: go test ./internal/events -run TestGoldenEnvelopes -update\n"), Files: files}
+		if err := os.WriteFile(path, txtar.Format(ar), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ar, err := txtar.ParseFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ar.Files) != len(files) {
+		t.Fatalf("golden has %d files, examples give %d (run with -update)", len(ar.Files), len(files))
+	}
+	for i, f := range ar.Files {
+		if f.Name != files[i].Name || !bytes.Equal(f.Data, files[i].Data) {
+			t.Errorf("%s differs from golden:\ngot:\n%s\nwant:\n%s", files[i].Name, files[i].Data, f.Data)
+		}
+	}
+	// Every golden envelope decodes back to the value it came from.
+	for name, e := range ex {
+		golden := find(ar, name)
+		got, err := decodeAs(e, golden)
+		if err != nil {
+			t.Errorf("%s: decode golden: %v", name, err)
+			continue
+		}
+		if !reflect.DeepEqual(normalise(t, got), normalise(t, e)) {
+			t.Errorf("%s: round trip changed the value:\ngot  %+v\nwant %+v", name, got, e)
+		}
+	}
+	tool, err := DecodeTool(find(ar, "catalog_tool.json"))
+	if err != nil {
+		t.Fatalf("catalog_tool.json: %v", err)
+	}
+	if tool.Name != "github__create_issue" || tool.Server != "github" || !tool.Active {
+		t.Errorf("catalog_tool.json decoded to %+v", tool)
+	}
+}
+
+func TestDecodeErrors(t *testing.T) {
+	valid, err := Encode(&Invocation{Header: hdr("inv-9", agent), Tool: "read_file", Args: json.RawMessage(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		in   string
+		want error
+		says string
+	}{
+		{"not json", `{"v":1,`, ErrMalformed, "unexpected end"},
+		{"array", `[1,2]`, ErrMalformed, "cannot unmarshal array"},
+		{"no version", `{"type":"tool.invocation"}`, ErrMalformed, `no "v" field`},
+		{"future version", `{"v":2,"type":"tool.invocation"}`, ErrVersion, "got v=2"},
+		{"no type", `{"v":1}`, ErrMalformed, `no "type" field`},
+		{"other type", `{"v":1,"type":"tool.result"}`, ErrType, `got "tool.result", want "tool.invocation"`},
+		{"field of wrong type", `{"v":1,"type":"tool.invocation","id":"x","sender":{"id":"a"},"tool":7}`, ErrMalformed, "cannot unmarshal number"},
+		{"no sender", `{"v":1,"type":"tool.invocation","id":"x","tool":"t"}`, ErrInvalid, "sender.id is empty"},
+		{"no tool", `{"v":1,"type":"tool.invocation","id":"x","sender":{"id":"a"}}`, ErrInvalid, "tool is empty"},
+		{"args not object", `{"v":1,"type":"tool.invocation","id":"x","sender":{"id":"a"},"tool":"t","args":[1]}`, ErrInvalid, "args is not a JSON object"},
+		{"valid", string(valid), nil, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Decode[Invocation]([]byte(tt.in))
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("got error %v, want %v", err, tt.want)
+			}
+			if err != nil && !strings.Contains(err.Error(), tt.says) {
+				t.Errorf("error %q does not say %q", err, tt.says)
+			}
+		})
+	}
+}
+
+func TestRegisterRequestValidate(t *testing.T) {
+	base := func() *RegisterRequest {
+		return &RegisterRequest{Header: hdr("r", agent), Provider: "p", Source: SourceBuiltin}
+	}
+	tests := []struct {
+		name   string
+		mutate func(*RegisterRequest)
+		says   string
+	}{
+		{"ok", func(*RegisterRequest) {}, ""},
+		{"no provider", func(r *RegisterRequest) { r.Provider = "" }, "provider is empty"},
+		{"bad source", func(r *RegisterRequest) { r.Source = "plugin" }, `unknown source "plugin"`},
+		{"mcp without server", func(r *RegisterRequest) { r.Source = SourceMCP }, "needs a server name"},
+		{"server for builtin", func(r *RegisterRequest) { r.Server = "x" }, `server "x" given for source builtin`},
+		{"batch without id", func(r *RegisterRequest) { r.Batch = &Batch{} }, "batch needs an id"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := base()
+			tt.mutate(r)
+			_, err := Encode(r)
+			if tt.says == "" {
+				if err != nil {
+					t.Fatalf("got %v, want no error", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tt.says) {
+				t.Fatalf("got %v, want ErrInvalid saying %q", err, tt.says)
+			}
+		})
+	}
+}
+
+func TestCatalogKey(t *testing.T) {
+	for _, name := range []string{"read_file", "a.b", "weird name/with*stars", "ü", ""} {
+		k := CatalogKey(name)
+		for _, c := range k {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+				t.Errorf("CatalogKey(%q) = %q has %q, not allowed in a KV key", name, k, c)
+			}
+		}
+	}
+	if CatalogKey("a") == CatalogKey("b") {
+		t.Error("distinct names share a key")
+	}
+}
+
+// FuzzDecode feeds arbitrary bytes to every decoder of untrusted input: none
+// may panic, and whatever decodes must re-encode and decode to itself.
+func FuzzDecode(f *testing.F) {
+	for _, e := range examples() {
+		data, err := Encode(e)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	tool, _ := json.Marshal(exampleTool())
+	f.Add(tool)
+	f.Add([]byte(`{"v":1,"type":"tool.invocation","id":"x","sender":{"id":"a"},"tool":"t","args":{"a":[1,{"b":null}]}}`))
+	f.Add([]byte(`{"v":1e400}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		check := func(e Envelope, err error) {
+			if err != nil {
+				return
+			}
+			again, err := Encode(e)
+			if err != nil {
+				t.Fatalf("decoded %T does not re-encode: %v", e, err)
+			}
+			if _, err := decodeAs(e, again); err != nil {
+				t.Fatalf("re-encoded %T does not decode: %v\n%s", e, err, again)
+			}
+		}
+		check(Decode[RegisterRequest](data))
+		check(Decode[RegisterReply](data))
+		check(Decode[RemoveRequest](data))
+		check(Decode[ToggleRequest](data))
+		check(Decode[ChangeReply](data))
+		check(Decode[CatalogChanged](data))
+		check(Decode[Invocation](data))
+		check(Decode[Decision](data))
+		check(Decode[ConfirmRequest](data))
+		check(Decode[ConfirmAnswer](data))
+		check(Decode[Result](data))
+		if tool, err := DecodeTool(data); err == nil {
+			again, err := json.Marshal(tool)
+			if err != nil {
+				t.Fatalf("decoded tool does not re-encode: %v", err)
+			}
+			if _, err := DecodeTool(again); err != nil {
+				t.Fatalf("re-encoded tool does not decode: %v\n%s", err, again)
+			}
+		}
+	})
+}
+
+func decodeAs(e Envelope, data []byte) (Envelope, error) {
+	switch e.(type) {
+	case *RegisterRequest:
+		return Decode[RegisterRequest](data)
+	case *RegisterReply:
+		return Decode[RegisterReply](data)
+	case *RemoveRequest:
+		return Decode[RemoveRequest](data)
+	case *ToggleRequest:
+		return Decode[ToggleRequest](data)
+	case *ChangeReply:
+		return Decode[ChangeReply](data)
+	case *CatalogChanged:
+		return Decode[CatalogChanged](data)
+	case *Invocation:
+		return Decode[Invocation](data)
+	case *Decision:
+		return Decode[Decision](data)
+	case *ConfirmRequest:
+		return Decode[ConfirmRequest](data)
+	case *ConfirmAnswer:
+		return Decode[ConfirmAnswer](data)
+	case *Result:
+		return Decode[Result](data)
+	}
+	panic("decodeAs: unknown envelope")
+}
+
+func indent(t *testing.T, data []byte) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	if err := json.Indent(&b, data, "", "  "); err != nil {
+		t.Fatal(err)
+	}
+	b.WriteByte('\n')
+	return b.Bytes()
+}
+
+// normalise compares envelopes by their JSON form, where a RawMessage's
+// whitespace does not matter.
+func normalise(t *testing.T, e Envelope) any {
+	t.Helper()
+	data, err := json.Marshal(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v any
+	if err := json.Unmarshal(data, &v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func find(ar *txtar.Archive, name string) []byte {
+	for _, f := range ar.Files {
+		if f.Name == name {
+			return f.Data
+		}
+	}
+	return nil
+}
+
+func sortFiles(files []txtar.File) {
+	for i := 1; i < len(files); i++ {
+		for j := i; j > 0 && files[j].Name < files[j-1].Name; j-- {
+			files[j], files[j-1] = files[j-1], files[j]
+		}
+	}
+}

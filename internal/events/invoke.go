@@ -1,0 +1,224 @@
+package events
+
+import "encoding/json"
+
+// Invocation asks for one tool call. It is sent on SubjectInvoke; the
+// Header's Sender is the caller (agent, session, user) the policy judges.
+type Invocation struct {
+	Header
+	// Tool is the catalogue name or an alias.
+	Tool string `json:"tool"`
+	// Args are the arguments, a JSON object, passed on without re-encoding.
+	Args json.RawMessage `json:"args,omitempty"`
+	// TimeoutMillis overrides the executor's deadline for this call.
+	TimeoutMillis int64 `json:"timeoutMillis,omitempty"`
+}
+
+// EnvelopeType implements Envelope.
+func (*Invocation) EnvelopeType() string { return "tool.invocation" }
+
+// Validate implements Envelope.
+func (i *Invocation) Validate() error {
+	typ := i.EnvelopeType()
+	if err := i.header().validate(); err != nil {
+		return err
+	}
+	switch {
+	case i.Tool == "":
+		return invalid(typ, "tool is empty")
+	case len(i.Args) > 0 && !isJSONObject(i.Args):
+		return invalid(typ, "args is not a JSON object")
+	case i.TimeoutMillis < 0:
+		return invalid(typ, "timeoutMillis is negative")
+	}
+	return nil
+}
+
+// Verdict is a policy's answer (Gemini CLI PolicyDecision).
+type Verdict string
+
+// The three verdicts. Anything else is treated as DENY.
+const (
+	Allow   Verdict = "ALLOW"
+	Deny    Verdict = "DENY"
+	AskUser Verdict = "ASK_USER"
+)
+
+// Valid reports whether v is one of the three verdicts.
+func (v Verdict) Valid() bool { return v == Allow || v == Deny || v == AskUser }
+
+// Decision records what the policy said about an invocation, published on
+// SubjectDecision.
+type Decision struct {
+	Header
+	InvocationID string  `json:"invocationId"`
+	Tool         string  `json:"tool"`
+	Verdict      Verdict `json:"verdict"`
+	Reason       string  `json:"reason"`
+	// PolicyRevision identifies the policy set that decided.
+	PolicyRevision string `json:"policyRevision"`
+}
+
+// EnvelopeType implements Envelope.
+func (*Decision) EnvelopeType() string { return "tool.decision" }
+
+// Validate implements Envelope.
+func (d *Decision) Validate() error {
+	typ := d.EnvelopeType()
+	if err := d.header().validate(); err != nil {
+		return err
+	}
+	switch {
+	case d.InvocationID == "":
+		return invalid(typ, "invocationId is empty")
+	case !d.Verdict.Valid():
+		return invalid(typ, "unknown verdict %q", d.Verdict)
+	}
+	return nil
+}
+
+// ConfirmRequest asks an approver whether an invocation may run, sent on
+// SubjectConfirm when the policy said ASK_USER. It carries what a person
+// needs to decide.
+type ConfirmRequest struct {
+	Header
+	InvocationID string          `json:"invocationId"`
+	Tool         string          `json:"tool"`
+	Server       string          `json:"server,omitempty"`
+	Kind         Kind            `json:"kind"`
+	Caller       Identity        `json:"caller"`
+	Args         json.RawMessage `json:"args,omitempty"`
+	Reason       string          `json:"reason"`
+	// Diff is a unified diff of the change, for edits.
+	Diff string `json:"diff,omitempty"`
+	// Command is the shell line, for shell tools.
+	Command string `json:"command,omitempty"`
+	// DeadlineMillis is how long the executor waits for an answer.
+	DeadlineMillis int64 `json:"deadlineMillis"`
+}
+
+// EnvelopeType implements Envelope.
+func (*ConfirmRequest) EnvelopeType() string { return "tool.confirm.request" }
+
+// Validate implements Envelope.
+func (c *ConfirmRequest) Validate() error {
+	typ := c.EnvelopeType()
+	if err := c.header().validate(); err != nil {
+		return err
+	}
+	switch {
+	case c.InvocationID == "":
+		return invalid(typ, "invocationId is empty")
+	case c.Tool == "":
+		return invalid(typ, "tool is empty")
+	}
+	return nil
+}
+
+// Outcome is an approver's answer (seed 003 ToolConfirmationOutcome).
+type Outcome string
+
+// The outcomes of seed 003.
+const (
+	ProceedOnce         Outcome = "proceed_once"
+	ProceedAlways       Outcome = "proceed_always"
+	ProceedAlwaysServer Outcome = "proceed_always_server"
+	ProceedAlwaysTool   Outcome = "proceed_always_tool"
+	ModifyWithEditor    Outcome = "modify_with_editor"
+	Cancel              Outcome = "cancel"
+)
+
+// Valid reports whether o is one of the outcomes.
+func (o Outcome) Valid() bool {
+	switch o {
+	case ProceedOnce, ProceedAlways, ProceedAlwaysServer, ProceedAlwaysTool, ModifyWithEditor, Cancel:
+		return true
+	}
+	return false
+}
+
+// ConfirmAnswer answers a ConfirmRequest; its Sender is the approver.
+type ConfirmAnswer struct {
+	Header
+	InvocationID string  `json:"invocationId"`
+	Outcome      Outcome `json:"outcome"`
+	// Args are the edited arguments of a ModifyWithEditor answer.
+	Args json.RawMessage `json:"args,omitempty"`
+}
+
+// EnvelopeType implements Envelope.
+func (*ConfirmAnswer) EnvelopeType() string { return "tool.confirm.answer" }
+
+// Validate implements Envelope.
+func (c *ConfirmAnswer) Validate() error {
+	typ := c.EnvelopeType()
+	if err := c.header().validate(); err != nil {
+		return err
+	}
+	switch {
+	case c.InvocationID == "":
+		return invalid(typ, "invocationId is empty")
+	case !c.Outcome.Valid():
+		return invalid(typ, "unknown outcome %q", c.Outcome)
+	case c.Outcome == ModifyWithEditor && !isJSONObject(c.Args):
+		return invalid(typ, "modify_with_editor needs args, a JSON object")
+	}
+	return nil
+}
+
+// ErrorType classifies a failed invocation (Gemini CLI ToolErrorType).
+type ErrorType string
+
+// Error types of a Result.
+const (
+	ErrToolNotFound        ErrorType = "TOOL_NOT_FOUND"
+	ErrInvalidParams       ErrorType = "INVALID_TOOL_PARAMS"
+	ErrPolicyDenied        ErrorType = "POLICY_DENIED"
+	ErrUserCancelled       ErrorType = "USER_CANCELLED"
+	ErrConfirmationTimeout ErrorType = "CONFIRMATION_TIMEOUT"
+	ErrExecutionFailed     ErrorType = "EXECUTION_FAILED"
+	ErrTimeout             ErrorType = "TIMEOUT"
+	ErrCancelled           ErrorType = "CANCELLED"
+	ErrExecutorLost        ErrorType = "EXECUTOR_LOST"
+)
+
+// ToolError is the error part of a failed Result.
+type ToolError struct {
+	Type    ErrorType `json:"type"`
+	Message string    `json:"message"`
+}
+
+// Result is the one terminal answer to an Invocation (seed 003 ToolResult).
+type Result struct {
+	Header
+	InvocationID string `json:"invocationId"`
+	Tool         string `json:"tool"`
+	// LLMContent is what goes back to the model; ReturnDisplay is what a
+	// person is shown.
+	LLMContent    string `json:"llmContent"`
+	ReturnDisplay string `json:"returnDisplay"`
+	// Error is set on failure.
+	Error *ToolError `json:"error,omitempty"`
+	// Truncated is set when LLMContent was capped; OutputRef then names the
+	// object-store entry with the whole output.
+	Truncated bool   `json:"truncated,omitempty"`
+	OutputRef string `json:"outputRef,omitempty"`
+}
+
+// EnvelopeType implements Envelope.
+func (*Result) EnvelopeType() string { return "tool.result" }
+
+// Validate implements Envelope.
+func (r *Result) Validate() error {
+	typ := r.EnvelopeType()
+	if err := r.header().validate(); err != nil {
+		return err
+	}
+	switch {
+	case r.InvocationID == "":
+		return invalid(typ, "invocationId is empty")
+	case r.Error != nil && r.Error.Type == "":
+		return invalid(typ, "error without a type")
+	}
+	return nil
+}

@@ -1,0 +1,226 @@
+package events
+
+// Batch ties together the chunks of one registration that was too large for
+// a single message. Chunks are numbered from 0; the last has Last set.
+type Batch struct {
+	ID   string `json:"id"`
+	Seq  int    `json:"seq"`
+	Last bool   `json:"last"`
+}
+
+// RegisterRequest is sent on SubjectRegister by a provider: a process that
+// hosts tools (the built-in set of an executor, command discovery, an MCP
+// client for one server).
+type RegisterRequest struct {
+	Header
+	// Provider is the id of the process that serves these tools; it becomes
+	// one of the tools' Hosts.
+	Provider string `json:"provider"`
+	Source   Source `json:"source"`
+	// Server names the MCP server; required when Source is "mcp".
+	Server string `json:"server,omitempty"`
+	// Trust is the MCP server's trust setting.
+	Trust bool `json:"trust,omitempty"`
+	// Replace makes the request the provider's whole set for (Source,
+	// Server): once the last chunk is in, the provider's tools of that
+	// scope that the request did not name are removed. This is how a
+	// rediscovery replaces what an earlier discovery found.
+	Replace bool `json:"replace,omitempty"`
+	// Batch is set when the request was split into chunks.
+	Batch *Batch     `json:"batch,omitempty"`
+	Tools []ToolSpec `json:"tools"`
+}
+
+// EnvelopeType implements Envelope.
+func (*RegisterRequest) EnvelopeType() string { return "tool.register.request" }
+
+// Validate implements Envelope. Problems with single tools are not errors of
+// the request: the registry rejects those tools one by one and says why.
+func (r *RegisterRequest) Validate() error {
+	typ := r.EnvelopeType()
+	if err := r.header().validate(); err != nil {
+		return err
+	}
+	switch {
+	case r.Provider == "":
+		return invalid(typ, "provider is empty")
+	case !r.Source.Valid():
+		return invalid(typ, "unknown source %q (want builtin, discovered or mcp)", r.Source)
+	case r.Source == SourceMCP && r.Server == "":
+		return invalid(typ, "source mcp needs a server name")
+	case r.Source != SourceMCP && r.Server != "":
+		return invalid(typ, "server %q given for source %s", r.Server, r.Source)
+	case r.Batch != nil && (r.Batch.ID == "" || r.Batch.Seq < 0):
+		return invalid(typ, "batch needs an id and a sequence number >= 0")
+	}
+	return nil
+}
+
+// ToolOutcome is what the registry did with one ToolSpec of a request.
+type ToolOutcome struct {
+	// Requested is the name the provider gave.
+	Requested string `json:"requested"`
+	// Name is the catalogue name the tool got; empty if rejected.
+	Name string `json:"name,omitempty"`
+	// Warning explains a rename or an overwrite.
+	Warning string `json:"warning,omitempty"`
+	// Error says why the tool was rejected.
+	Error string `json:"error,omitempty"`
+}
+
+// RegisterReply answers a RegisterRequest.
+type RegisterReply struct {
+	Header
+	RequestID string        `json:"requestId"`
+	Tools     []ToolOutcome `json:"tools,omitempty"`
+	// Removed lists tools a Replace request dropped.
+	Removed []string `json:"removed,omitempty"`
+	// Error is set when the whole request was refused.
+	Error string `json:"error,omitempty"`
+}
+
+// EnvelopeType implements Envelope.
+func (*RegisterReply) EnvelopeType() string { return "tool.register.reply" }
+
+// Validate implements Envelope.
+func (r *RegisterReply) Validate() error {
+	if err := r.header().validate(); err != nil {
+		return err
+	}
+	if r.RequestID == "" {
+		return invalid(r.EnvelopeType(), "requestId is empty")
+	}
+	return nil
+}
+
+// RemoveRequest removes tools from the catalogue: the named ones, or all of
+// a source (removeDiscoveredTools removes discovered and MCP tools), or all
+// of one MCP server (removeMcpToolsByServer), or all a provider hosts.
+type RemoveRequest struct {
+	Header
+	Names    []string `json:"names,omitempty"`
+	Sources  []Source `json:"sources,omitempty"`
+	Server   string   `json:"server,omitempty"`
+	Provider string   `json:"provider,omitempty"`
+}
+
+// EnvelopeType implements Envelope.
+func (*RemoveRequest) EnvelopeType() string { return "tool.registry.remove" }
+
+// Validate implements Envelope.
+func (r *RemoveRequest) Validate() error {
+	typ := r.EnvelopeType()
+	if err := r.header().validate(); err != nil {
+		return err
+	}
+	if len(r.Names) == 0 && len(r.Sources) == 0 && r.Server == "" && r.Provider == "" {
+		return invalid(typ, "nothing selected: give names, sources, a server or a provider")
+	}
+	for _, s := range r.Sources {
+		if !s.Valid() {
+			return invalid(typ, "unknown source %q", s)
+		}
+	}
+	return nil
+}
+
+// ToggleRequest enables or disables tools at run time: single tools (by name
+// or alias), whole kinds or whole categories. Enabling a tool that the
+// configuration excludes makes it active (seed 002). Toggling a kind or a
+// category clears the per-tool toggles inside it, so it acts on the whole
+// group. Reset drops every runtime toggle, leaving the configuration alone.
+type ToggleRequest struct {
+	Header
+	Enable     bool     `json:"enable"`
+	Names      []string `json:"names,omitempty"`
+	Kinds      []Kind   `json:"kinds,omitempty"`
+	Categories []string `json:"categories,omitempty"`
+	Reset      bool     `json:"reset,omitempty"`
+}
+
+// EnvelopeType implements Envelope.
+func (*ToggleRequest) EnvelopeType() string { return "tool.registry.toggle" }
+
+// Validate implements Envelope.
+func (r *ToggleRequest) Validate() error {
+	typ := r.EnvelopeType()
+	if err := r.header().validate(); err != nil {
+		return err
+	}
+	if !r.Reset && len(r.Names) == 0 && len(r.Kinds) == 0 && len(r.Categories) == 0 {
+		return invalid(typ, "nothing selected: give names, kinds or categories")
+	}
+	for _, k := range r.Kinds {
+		if !k.Valid() {
+			return invalid(typ, "unknown kind %q", k)
+		}
+	}
+	return nil
+}
+
+// ChangeOp names one kind of catalogue change.
+type ChangeOp string
+
+// Catalogue change operations.
+const (
+	OpAdded       ChangeOp = "added"
+	OpUpdated     ChangeOp = "updated"
+	OpOverwritten ChangeOp = "overwritten"
+	OpRemoved     ChangeOp = "removed"
+	OpActivated   ChangeOp = "activated"
+	OpDeactivated ChangeOp = "deactivated"
+)
+
+// Change is one change to one catalogue entry.
+type Change struct {
+	Op      ChangeOp `json:"op"`
+	Name    string   `json:"name"`
+	Warning string   `json:"warning,omitempty"`
+}
+
+// ChangeReply answers a RemoveRequest or a ToggleRequest.
+type ChangeReply struct {
+	Header
+	RequestID string   `json:"requestId"`
+	Changes   []Change `json:"changes,omitempty"`
+	// Unknown lists names the request gave that match no tool.
+	Unknown []string `json:"unknown,omitempty"`
+	Error   string   `json:"error,omitempty"`
+}
+
+// EnvelopeType implements Envelope.
+func (*ChangeReply) EnvelopeType() string { return "tool.registry.reply" }
+
+// Validate implements Envelope.
+func (r *ChangeReply) Validate() error {
+	if err := r.header().validate(); err != nil {
+		return err
+	}
+	if r.RequestID == "" {
+		return invalid(r.EnvelopeType(), "requestId is empty")
+	}
+	return nil
+}
+
+// CatalogChanged is published on SubjectCatalogChanged after every request
+// that changed the catalogue, naming the request that caused it.
+type CatalogChanged struct {
+	Header
+	// Cause is the id of the request that made the change.
+	Cause   string   `json:"cause"`
+	Changes []Change `json:"changes"`
+}
+
+// EnvelopeType implements Envelope.
+func (*CatalogChanged) EnvelopeType() string { return "tool.catalog.changed" }
+
+// Validate implements Envelope.
+func (c *CatalogChanged) Validate() error {
+	if err := c.header().validate(); err != nil {
+		return err
+	}
+	if len(c.Changes) == 0 {
+		return invalid(c.EnvelopeType(), "no changes")
+	}
+	return nil
+}

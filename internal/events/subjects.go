@@ -1,0 +1,51 @@
+// Package events is the wire contract every toolbus part shares: the NATS
+// subjects, the versioned JSON envelopes sent on them, and the catalogue
+// entries kept in the bus. Nothing outside this package defines a subject or
+// an envelope shape.
+package events
+
+// Subjects. Every subject under "tool.>" is captured by the audit stream, so a
+// replay of the stream is a replay of everything that happened.
+const (
+	// SubjectAll matches every toolbus subject; the audit stream captures it.
+	SubjectAll = "tool.>"
+
+	// SubjectRegister carries RegisterRequest (request/reply, answered with a
+	// RegisterReply by the registry service).
+	SubjectRegister = "tool.register"
+	// SubjectRegistryRemove carries RemoveRequest (request/reply, ChangeReply).
+	SubjectRegistryRemove = "tool.registry.remove"
+	// SubjectRegistryToggle carries ToggleRequest (request/reply, ChangeReply).
+	SubjectRegistryToggle = "tool.registry.toggle"
+	// SubjectCatalogChanged carries CatalogChanged events, one per accepted
+	// request that changed the catalogue.
+	SubjectCatalogChanged = "tool.catalog.changed"
+
+	// SubjectInvoke carries Invocation requests (answered with a Result).
+	SubjectInvoke = "tool.invoke"
+	// SubjectDecision carries Decision events: what the policy said about an
+	// invocation.
+	SubjectDecision = "tool.decision"
+	// SubjectConfirm carries ConfirmRequest (request/reply, ConfirmAnswer).
+	SubjectConfirm = "tool.confirm"
+	// SubjectResult carries the terminal Result of every invocation as an
+	// event, whether or not the caller is still waiting for it.
+	SubjectResult = "tool.result"
+)
+
+// Names of the JetStream assets that hold the shared state.
+const (
+	// AuditStream is the stream that captures SubjectAll.
+	AuditStream = "TOOLBUS_EVENTS"
+	// CatalogBucket is the KV bucket holding one Tool entry per registered
+	// tool, keyed by CatalogKey(name).
+	CatalogBucket = "TOOLBUS_CATALOG"
+	// RegistryStateBucket is the KV bucket where the registry keeps its own
+	// state (sequence counter, runtime enable/disable overrides).
+	RegistryStateBucket = "TOOLBUS_REGISTRY"
+)
+
+// RegistryService is the NATS micro service name of the registry; its
+// presence is checked with "$SRV.PING.toolbus-registry", which no stream
+// captures, so an absent registry is noticed at once.
+const RegistryService = "toolbus-registry"

@@ -1,0 +1,184 @@
+package events
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Kind is what a tool does, as Gemini CLI classifies tools (seed 003). The
+// default policy judges tools by kind.
+type Kind string
+
+// The kinds of seed 003.
+const (
+	KindRead    Kind = "read"
+	KindEdit    Kind = "edit"
+	KindDelete  Kind = "delete"
+	KindMove    Kind = "move"
+	KindSearch  Kind = "search"
+	KindExecute Kind = "execute"
+	KindThink   Kind = "think"
+	KindFetch   Kind = "fetch"
+	KindOther   Kind = "other"
+)
+
+// Kinds lists every valid kind.
+var Kinds = []Kind{KindRead, KindEdit, KindDelete, KindMove, KindSearch, KindExecute, KindThink, KindFetch, KindOther}
+
+// Valid reports whether k is one of Kinds.
+func (k Kind) Valid() bool {
+	for _, v := range Kinds {
+		if k == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Mutator reports whether tools of this kind change the world (seed 003
+// MUTATOR_KINDS).
+func (k Kind) Mutator() bool {
+	return k == KindEdit || k == KindDelete || k == KindMove || k == KindExecute
+}
+
+// Source is where a tool came from. It orders the catalogue (built-in, then
+// discovered, then MCP) and decides the naming rules.
+type Source string
+
+// The three sources of seed 000.
+const (
+	SourceBuiltin    Source = "builtin"
+	SourceDiscovered Source = "discovered"
+	SourceMCP        Source = "mcp"
+)
+
+// Valid reports whether s is a known source.
+func (s Source) Valid() bool {
+	return s == SourceBuiltin || s == SourceDiscovered || s == SourceMCP
+}
+
+// ToolSpec is a tool as its provider declares it on tool.register. The
+// registry turns it into a catalogue Tool, applying the naming rules.
+type ToolSpec struct {
+	// Name is the tool's own name. For an MCP tool this is the name the
+	// server uses; the registry derives the catalogue name from it.
+	Name        string `json:"name"`
+	DisplayName string `json:"displayName,omitempty"`
+	Description string `json:"description"`
+	// Kind defaults to "other".
+	Kind Kind `json:"kind,omitempty"`
+	// Category groups tools for enabling and disabling as a whole (seed
+	// 004: filesystem, search, execution, web...). Defaults to the source.
+	Category string `json:"category,omitempty"`
+	// Parameters is the JSON Schema of the arguments, an object, kept as the
+	// provider sent it. Missing means no parameters.
+	Parameters json.RawMessage `json:"parameters,omitempty"`
+	// ReadOnly and ConcurrencySafe describe side effects; a read-only tool
+	// may run in parallel with others.
+	ReadOnly        bool `json:"readOnly,omitempty"`
+	ConcurrencySafe bool `json:"concurrencySafe,omitempty"`
+	// Aliases are other names the tool answers to (seed 004).
+	Aliases []string `json:"aliases,omitempty"`
+	// Annotations are MCP tool annotations, kept as sent.
+	Annotations     json.RawMessage `json:"annotations,omitempty"`
+	OutputMarkdown  bool            `json:"outputMarkdown,omitempty"`
+	CanUpdateOutput bool            `json:"canUpdateOutput,omitempty"`
+}
+
+// Tool is one catalogue entry: the value kept under CatalogKey(Name) in the
+// CatalogBucket and the element of every --json listing. Any process reads
+// the catalogue from the bucket without asking the registry.
+type Tool struct {
+	V int `json:"v"`
+	// Name is the unique catalogue name a model calls the tool by.
+	Name        string `json:"name"`
+	DisplayName string `json:"displayName"`
+	Description string `json:"description"`
+	Kind        Kind   `json:"kind"`
+	Category    string `json:"category"`
+	Source      Source `json:"source"`
+	// Server and ServerToolName are set for MCP tools: the server's name
+	// and the tool's name on that server.
+	Server         string `json:"server,omitempty"`
+	ServerToolName string `json:"serverToolName,omitempty"`
+	// Trust is the MCP server's trust setting.
+	Trust           bool `json:"trust,omitempty"`
+	ReadOnly        bool `json:"readOnly"`
+	ConcurrencySafe bool `json:"concurrencySafe"`
+	OutputMarkdown  bool `json:"outputMarkdown,omitempty"`
+	CanUpdateOutput bool `json:"canUpdateOutput,omitempty"`
+	// Active is false for a tool that is registered but excluded or
+	// disabled; InactiveReason says why.
+	Active         bool   `json:"active"`
+	InactiveReason string `json:"inactiveReason,omitempty"`
+	// Aliases are the other names that resolve to this tool.
+	Aliases []string `json:"aliases,omitempty"`
+	// ExportName is the name used in the openai and anthropic formats, which
+	// allow no dots and at most 64 characters; unique in the catalogue, so
+	// it maps back to Name.
+	ExportName string `json:"exportName"`
+	// Parameters is the original JSON Schema, used to validate arguments.
+	Parameters json.RawMessage `json:"parameters"`
+	// GeminiParameters is Parameters sanitised for the Gemini API, present
+	// only where sanitising changed something.
+	GeminiParameters json.RawMessage `json:"geminiParameters,omitempty"`
+	Annotations      json.RawMessage `json:"annotations,omitempty"`
+	// Hosts are the ids of the providers (executors, MCP managers) that
+	// serve the tool.
+	Hosts []string `json:"hosts,omitempty"`
+	// Seq is the registration order; an overwrite keeps the old Seq, as a
+	// JavaScript Map keeps a key's position.
+	Seq       uint64    `json:"seq"`
+	UpdatedAt time.Time `json:"updatedAt"`
+}
+
+// Validate checks the entry against the contract.
+func (t *Tool) Validate() error {
+	switch {
+	case t.V != Version:
+		return fmt.Errorf("%w: tool %q: got v=%d, this build speaks v=%d", ErrVersion, t.Name, t.V, Version)
+	case t.Name == "":
+		return invalid("tool", "name is empty")
+	case !t.Source.Valid():
+		return invalid("tool", "%q: unknown source %q", t.Name, t.Source)
+	case !t.Kind.Valid():
+		return invalid("tool", "%q: unknown kind %q", t.Name, t.Kind)
+	case t.Source == SourceMCP && t.Server == "":
+		return invalid("tool", "%q: MCP tool without a server", t.Name)
+	case t.ExportName == "":
+		return invalid("tool", "%q: exportName is empty", t.Name)
+	case !isJSONObject(t.Parameters):
+		return invalid("tool", "%q: parameters is not a JSON object", t.Name)
+	}
+	return nil
+}
+
+// DecodeTool parses a catalogue entry. It never panics on any input.
+func DecodeTool(data []byte) (*Tool, error) {
+	t := new(Tool)
+	if err := json.Unmarshal(data, t); err != nil {
+		return nil, fmt.Errorf("%w: tool: %v", ErrMalformed, err)
+	}
+	if err := t.Validate(); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// CatalogKey is the KV key of the catalogue entry named name. Tool names may
+// hold characters a KV key may not (a discovered tool keeps the name its
+// command gave), so the key is the name in unpadded base64url.
+func CatalogKey(name string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(name))
+}
+
+// isJSONObject reports whether raw, already known to be valid JSON (it came
+// out of a decoder or json.Marshal), is an object. Not rescanning the whole
+// schema keeps catalogue reads cheap.
+func isJSONObject(raw json.RawMessage) bool {
+	raw = bytes.TrimLeft(raw, " \t\r\n")
+	return len(raw) > 0 && raw[0] == '{'
+}
