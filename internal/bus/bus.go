@@ -1,0 +1,235 @@
+// Package bus gives every toolbus part its NATS connection: it starts an
+// embedded nats-server with JetStream, or connects to an existing NATS
+// deployment, and makes sure the audit stream exists. cmd/bus, `toolbus up`
+// and the tests all go through Open.
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/events"
+)
+
+// DefaultListen is where an embedded bus listens unless told otherwise: the
+// standard NATS port, on loopback only.
+const DefaultListen = "127.0.0.1:4222"
+
+// DefaultURL is where parts look for a bus when given no --nats flag.
+const DefaultURL = "nats://" + DefaultListen
+
+// Config says which bus to use. With URL empty, Open embeds a server.
+type Config struct {
+	// URL of an existing NATS deployment (comma-separated for a cluster).
+	// Empty means: run an embedded server.
+	URL string
+	// Listen is host:port for the embedded server; port 0 picks a free one.
+	// Defaults to DefaultListen.
+	Listen string
+	// DataDir holds the embedded server's JetStream files. Required when
+	// embedding; created if missing.
+	DataDir string
+	// Name is the connection name other NATS tools show for this part.
+	Name string
+	// Logger receives the embedded server's log and connection events.
+	// Defaults to slog.Default().
+	Logger *slog.Logger
+	// AuditMaxAge bounds how long the audit stream keeps events; 0 keeps
+	// them until AuditMaxBytes is reached.
+	AuditMaxAge time.Duration
+	// AuditMaxBytes bounds the audit stream's size; 0 means 1 GiB.
+	AuditMaxBytes int64
+}
+
+// Bus is an open connection to the toolbus NATS, and the embedded server
+// when it runs one. Close it to stop both.
+type Bus struct {
+	srv *server.Server // nil when connected to an existing deployment
+	nc  *nats.Conn
+	js  jetstream.JetStream
+	url string
+	log *slog.Logger
+}
+
+// Open starts or connects to the bus described by cfg and ensures the audit
+// stream. The returned Bus owns its connection (and server); Close it.
+func Open(ctx context.Context, cfg Config) (*Bus, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	b := &Bus{url: cfg.URL, log: log}
+	opts := []nats.Option{
+		nats.Name(cfg.Name),
+		nats.MaxReconnects(-1),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("bus disconnected", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("bus reconnected", "url", nc.ConnectedUrl()) }),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			subject := ""
+			if sub != nil {
+				subject = sub.Subject
+			}
+			log.Error("bus error", "subject", subject, "err", err)
+		}),
+	}
+	if cfg.URL == "" {
+		srv, err := startServer(cfg, log)
+		if err != nil {
+			return nil, err
+		}
+		b.srv = srv
+		b.url = srv.ClientURL()
+		// The embedding process talks to its own server without TCP.
+		opts = append(opts, nats.InProcessServer(srv))
+	}
+	nc, err := nats.Connect(b.url, opts...)
+	if err != nil {
+		b.shutdownServer()
+		return nil, fmt.Errorf("connect to bus %s: %w", b.url, err)
+	}
+	b.nc = nc
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Close(ctx)
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	b.js = js
+	if err := ensureAudit(ctx, js, cfg); err != nil {
+		b.Close(ctx)
+		return nil, err
+	}
+	return b, nil
+}
+
+func startServer(cfg Config, log *slog.Logger) (*server.Server, error) {
+	if cfg.DataDir == "" {
+		return nil, errors.New("embedded bus: no data directory given")
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("embedded bus: %w", err)
+	}
+	listen := cfg.Listen
+	if listen == "" {
+		listen = DefaultListen
+	}
+	host, portText, err := net.SplitHostPort(listen)
+	if err != nil {
+		return nil, fmt.Errorf("embedded bus: listen address %q: %w", listen, err)
+	}
+	port, err := strconv.Atoi(portText)
+	if err != nil || port < 0 || port > 65535 {
+		return nil, fmt.Errorf("embedded bus: listen address %q: bad port", listen)
+	}
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	opts := &server.Options{
+		ServerName: "toolbus",
+		Host:       host,
+		Port:       port,
+		JetStream:  true,
+		StoreDir:   cfg.DataDir,
+		NoSigs:     true, // the owning process handles signals
+	}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("embedded bus: %w", err)
+	}
+	srv.SetLoggerV2(serverLog{log.With("part", "nats-server")}, false, false, false)
+	go srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+		return nil, fmt.Errorf("embedded bus: not ready to accept connections on %s (is the port taken?)", listen)
+	}
+	return srv, nil
+}
+
+// ensureAudit creates or updates the stream that keeps every event. It does
+// not ack what it stores: requests on captured subjects must get only the
+// responder's answer.
+func ensureAudit(ctx context.Context, js jetstream.JetStream, cfg Config) error {
+	maxBytes := cfg.AuditMaxBytes
+	if maxBytes == 0 {
+		maxBytes = 1 << 30
+	}
+	_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        events.AuditStream,
+		Description: "toolbus audit trail: every event under tool.>",
+		Subjects:    []string{events.SubjectAll},
+		Storage:     jetstream.FileStorage,
+		NoAck:       true,
+		MaxAge:      cfg.AuditMaxAge,
+		MaxBytes:    maxBytes,
+		Discard:     jetstream.DiscardOld,
+	})
+	if err != nil {
+		return fmt.Errorf("audit stream %s: %w", events.AuditStream, err)
+	}
+	return nil
+}
+
+// Conn is the bus connection. It stays owned by the Bus.
+func (b *Bus) Conn() *nats.Conn { return b.nc }
+
+// JetStream is the JetStream context of Conn.
+func (b *Bus) JetStream() jetstream.JetStream { return b.js }
+
+// URL is where other processes reach this bus.
+func (b *Bus) URL() string { return b.url }
+
+// Embedded reports whether this Bus runs its own server.
+func (b *Bus) Embedded() bool { return b.srv != nil }
+
+// Close drains the connection, so handlers finish what they were given, and
+// then stops the embedded server. It is safe to call more than once.
+func (b *Bus) Close(ctx context.Context) error {
+	var errs []error
+	if b.nc != nil && !b.nc.IsClosed() {
+		closed := make(chan struct{})
+		b.nc.SetClosedHandler(func(*nats.Conn) { close(closed) })
+		if err := b.nc.Drain(); err != nil {
+			b.nc.Close()
+		} else {
+			select {
+			case <-closed:
+			case <-ctx.Done():
+				b.nc.Close()
+				errs = append(errs, fmt.Errorf("bus drain: %w", ctx.Err()))
+			}
+		}
+	}
+	b.shutdownServer()
+	return errors.Join(errs...)
+}
+
+func (b *Bus) shutdownServer() {
+	if b.srv != nil {
+		b.srv.Shutdown()
+		b.srv.WaitForShutdown()
+	}
+}
+
+// serverLog sends nats-server's log to slog.
+type serverLog struct{ log *slog.Logger }
+
+func (l serverLog) Noticef(f string, v ...any) { l.log.Debug(fmt.Sprintf(f, v...)) }
+func (l serverLog) Warnf(f string, v ...any)   { l.log.Warn(fmt.Sprintf(f, v...)) }
+func (l serverLog) Fatalf(f string, v ...any)  { l.log.Error(fmt.Sprintf(f, v...)) }
+func (l serverLog) Errorf(f string, v ...any)  { l.log.Error(fmt.Sprintf(f, v...)) }
+func (l serverLog) Debugf(f string, v ...any)  { l.log.Debug(fmt.Sprintf(f, v...)) }
+func (l serverLog) Tracef(f string, v ...any)  {}

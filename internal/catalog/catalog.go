@@ -1,0 +1,261 @@
+// Package catalog answers questions about the tool catalogue: look a tool up
+// by name or alias, list tools in the orders Gemini CLI uses, and produce
+// declarations for model APIs. A Catalog is an immutable snapshot; the
+// registry builds one from its own state, and any other process builds one
+// from the catalogue bucket on the bus (see Load and Follow).
+package catalog
+
+import (
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/toolbus/toolbus/internal/events"
+)
+
+// Entry is one catalogue tool together with its declarations, each built
+// the first time it is asked for. An Entry never changes after NewEntry, so
+// snapshots share entries and a declaration is built once per tool version.
+type Entry struct {
+	tool *events.Tool
+	decl [numFormats]atomic.Pointer[[]byte]
+}
+
+// NewEntry wraps t, which the caller must not change afterwards.
+func NewEntry(t *events.Tool) *Entry { return &Entry{tool: t} }
+
+// Tool is the entry's catalogue record. Callers must not change it.
+func (e *Entry) Tool() *events.Tool { return e.tool }
+
+// Declaration is the entry's declaration in format f, as JSON.
+func (e *Entry) Declaration(f Format) []byte {
+	if p := e.decl[f].Load(); p != nil {
+		return *p
+	}
+	d := appendDeclaration(nil, e.tool, f)
+	e.decl[f].Store(&d)
+	return d
+}
+
+// Catalog is an immutable, indexed snapshot of the catalogue. It is safe for
+// concurrent use; declaration arrays are built once per snapshot and format.
+type Catalog struct {
+	byName   map[string]*Entry
+	byAlias  map[string]*Entry
+	byExport map[string]*Entry
+	// sorted is the sortTools order: built-in, then discovered, then MCP
+	// by server name; registration order within each.
+	sorted []*Entry
+
+	declOnce [numFormats]sync.Once
+	decls    [numFormats][]byte
+}
+
+// New builds a snapshot of entries (in any order).
+func New(entries []*Entry) *Catalog {
+	c := &Catalog{
+		byName:   make(map[string]*Entry, len(entries)),
+		byAlias:  make(map[string]*Entry),
+		byExport: make(map[string]*Entry, len(entries)),
+		sorted:   slices.Clone(entries),
+	}
+	slices.SortStableFunc(c.sorted, compareSortOrder)
+	for _, e := range c.sorted {
+		c.byName[e.tool.Name] = e
+		c.byExport[e.tool.ExportName] = e
+	}
+	// Aliases never shadow a real name; between two tools claiming one
+	// alias, the earlier in sort order keeps it.
+	for _, e := range c.sorted {
+		for _, a := range e.tool.Aliases {
+			if _, real := c.byName[a]; real {
+				continue
+			}
+			if _, taken := c.byAlias[a]; !taken {
+				c.byAlias[a] = e
+			}
+		}
+	}
+	return c
+}
+
+func priority(s events.Source) int {
+	switch s {
+	case events.SourceBuiltin:
+		return 0
+	case events.SourceDiscovered:
+		return 1
+	}
+	return 2
+}
+
+func compareSortOrder(a, b *Entry) int {
+	ta, tb := a.tool, b.tool
+	if pa, pb := priority(ta.Source), priority(tb.Source); pa != pb {
+		return pa - pb
+	}
+	if ta.Source == events.SourceMCP {
+		if c := localeCompare(ta.Server, tb.Server); c != 0 {
+			return c
+		}
+	}
+	switch {
+	case ta.Seq < tb.Seq:
+		return -1
+	case ta.Seq > tb.Seq:
+		return 1
+	}
+	return strings.Compare(ta.Name, tb.Name)
+}
+
+// localeCompare orders strings roughly as JavaScript's localeCompare does
+// for tool and server names: case-insensitively first, then by case.
+func localeCompare(a, b string) int {
+	if c := strings.Compare(strings.ToLower(a), strings.ToLower(b)); c != 0 {
+		return c
+	}
+	return strings.Compare(a, b)
+}
+
+// Len is the number of tools, active or not.
+func (c *Catalog) Len() int { return len(c.sorted) }
+
+// Lookup finds a tool by catalogue name or alias, active or not.
+func (c *Catalog) Lookup(name string) (*events.Tool, bool) {
+	e := c.entry(name)
+	if e == nil {
+		return nil, false
+	}
+	return e.tool, true
+}
+
+func (c *Catalog) entry(name string) *Entry {
+	if e, ok := c.byName[name]; ok {
+		return e
+	}
+	return c.byAlias[name]
+}
+
+// GetTool finds an active tool by name or alias (seed 002: a tool that
+// exists but is excluded is not returned).
+func (c *Catalog) GetTool(name string) (*events.Tool, bool) {
+	e := c.entry(name)
+	if e == nil || !e.tool.Active {
+		return nil, false
+	}
+	return e.tool, true
+}
+
+// Resolve maps a name as a model returned it in format f back to the
+// catalogue name.
+func (c *Catalog) Resolve(f Format, exported string) (string, bool) {
+	if f == OpenAI || f == Anthropic {
+		if e, ok := c.byExport[exported]; ok {
+			return e.tool.Name, true
+		}
+		return "", false
+	}
+	if e := c.entry(exported); e != nil {
+		return e.tool.Name, true
+	}
+	return "", false
+}
+
+// All is every tool, active or not, in sortTools order.
+func (c *Catalog) All() []*events.Tool {
+	out := make([]*events.Tool, len(c.sorted))
+	for i, e := range c.sorted {
+		out[i] = e.tool
+	}
+	return out
+}
+
+// AllTools is every active tool sorted by display name (getAllTools).
+func (c *Catalog) AllTools() []*events.Tool {
+	out := c.active()
+	slices.SortStableFunc(out, func(a, b *events.Tool) int { return localeCompare(a.DisplayName, b.DisplayName) })
+	return out
+}
+
+// AllToolNames is the names of the active tools in sortTools order
+// (getAllToolNames).
+func (c *Catalog) AllToolNames() []string {
+	out := make([]string, 0, len(c.sorted))
+	for _, e := range c.sorted {
+		if e.tool.Active {
+			out = append(out, e.tool.Name)
+		}
+	}
+	return out
+}
+
+// ToolsByServer is the active tools of one MCP server sorted by name
+// (getToolsByServer).
+func (c *Catalog) ToolsByServer(server string) []*events.Tool {
+	var out []*events.Tool
+	for _, e := range c.sorted {
+		if e.tool.Active && e.tool.Source == events.SourceMCP && e.tool.Server == server {
+			out = append(out, e.tool)
+		}
+	}
+	slices.SortFunc(out, func(a, b *events.Tool) int { return localeCompare(a.Name, b.Name) })
+	return out
+}
+
+func (c *Catalog) active() []*events.Tool {
+	out := make([]*events.Tool, 0, len(c.sorted))
+	for _, e := range c.sorted {
+		if e.tool.Active {
+			out = append(out, e.tool)
+		}
+	}
+	return out
+}
+
+// Declarations is a JSON array of the declarations of every active tool in
+// format f, in sortTools order (getFunctionDeclarations). The result is
+// shared: callers must not change it.
+func (c *Catalog) Declarations(f Format) []byte {
+	c.declOnce[f].Do(func() {
+		size := 2
+		for _, e := range c.sorted {
+			if e.tool.Active {
+				size += len(e.Declaration(f)) + 1
+			}
+		}
+		b := make([]byte, 0, size)
+		b = append(b, '[')
+		for _, e := range c.sorted {
+			if e.tool.Active {
+				if len(b) > 1 {
+					b = append(b, ',')
+				}
+				b = append(b, e.Declaration(f)...)
+			}
+		}
+		c.decls[f] = append(b, ']')
+	})
+	return c.decls[f]
+}
+
+// DeclarationsFor is the declarations of the named active tools, in the
+// order given (getFunctionDeclarationsFiltered). Names may be aliases;
+// unknown and inactive names are skipped, and a tool named twice appears
+// once.
+func (c *Catalog) DeclarationsFor(f Format, names []string) []byte {
+	b := []byte{'['}
+	seen := make(map[*Entry]bool, len(names))
+	for _, n := range names {
+		e := c.entry(n)
+		if e == nil || !e.tool.Active || seen[e] {
+			continue
+		}
+		seen[e] = true
+		if len(b) > 1 {
+			b = append(b, ',')
+		}
+		b = append(b, e.Declaration(f)...)
+	}
+	return append(b, ']')
+}

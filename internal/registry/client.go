@@ -1,0 +1,170 @@
+package registry
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/nats-io/nuid"
+
+	"github.com/toolbus/toolbus/internal/events"
+)
+
+// ErrNoRegistry means no registry service answers on the bus.
+var ErrNoRegistry = errors.New("no registry is running on this bus")
+
+// DefaultTimeout bounds a request to the registry when ctx has no deadline.
+const DefaultTimeout = 30 * time.Second
+
+// Client sends requests to the registry service. It is safe for concurrent
+// use and holds no resources of its own.
+type Client struct {
+	nc *nats.Conn
+	id events.Identity
+}
+
+// NewClient returns a client sending as id over nc.
+func NewClient(nc *nats.Conn, id events.Identity) *Client { return &Client{nc: nc, id: id} }
+
+// Register sends req, split into chunks when it is larger than the bus
+// allows in one message, and returns the registry's combined reply. A
+// refusal by the registry is returned as an error, with the reply.
+func (c *Client) Register(ctx context.Context, req *events.RegisterRequest) (*events.RegisterReply, error) {
+	req.Sender = c.id
+	chunks, err := c.split(req)
+	if err != nil {
+		return nil, err
+	}
+	total := &events.RegisterReply{}
+	for _, chunk := range chunks {
+		reply, err := request[events.RegisterReply](ctx, c, events.SubjectRegister, chunk)
+		if err != nil {
+			return nil, err
+		}
+		total.Header, total.RequestID = reply.Header, reply.RequestID
+		total.Tools = append(total.Tools, reply.Tools...)
+		total.Removed = append(total.Removed, reply.Removed...)
+		if reply.Error != "" {
+			total.Error = reply.Error
+			return total, fmt.Errorf("registry refused: %s", reply.Error)
+		}
+	}
+	return total, nil
+}
+
+// split cuts req into requests that each fit the bus's max payload.
+func (c *Client) split(req *events.RegisterRequest) ([]*events.RegisterRequest, error) {
+	data, err := events.Encode(req)
+	if err != nil {
+		return nil, err
+	}
+	limit := int(c.nc.MaxPayload()) - 4096 // room for the header and the batch marker
+	if len(data) <= limit {
+		return []*events.RegisterRequest{req}, nil
+	}
+	batchID := nuid.Next()
+	var chunks []*events.RegisterRequest
+	newChunk := func() *events.RegisterRequest {
+		c := *req
+		c.Header.ID = ""
+		c.Tools = nil
+		c.Batch = &events.Batch{ID: batchID, Seq: len(chunks)}
+		chunks = append(chunks, &c)
+		return &c
+	}
+	cur, size := newChunk(), 0
+	for _, spec := range req.Tools {
+		b, err := json.Marshal(spec)
+		if err != nil {
+			return nil, err
+		}
+		if len(b) > limit {
+			return nil, fmt.Errorf("tool %q: its declaration (%d bytes) is larger than the bus allows in one message (%d)", spec.Name, len(b), limit)
+		}
+		if size+len(b)+1 > limit && len(cur.Tools) > 0 {
+			cur, size = newChunk(), 0
+		}
+		cur.Tools = append(cur.Tools, spec)
+		size += len(b) + 1
+	}
+	cur.Batch.Last = true
+	return chunks, nil
+}
+
+// Remove sends a RemoveRequest.
+func (c *Client) Remove(ctx context.Context, req *events.RemoveRequest) (*events.ChangeReply, error) {
+	req.Sender = c.id
+	return c.change(ctx, events.SubjectRegistryRemove, req)
+}
+
+// Toggle sends a ToggleRequest.
+func (c *Client) Toggle(ctx context.Context, req *events.ToggleRequest) (*events.ChangeReply, error) {
+	req.Sender = c.id
+	return c.change(ctx, events.SubjectRegistryToggle, req)
+}
+
+func (c *Client) change(ctx context.Context, subject string, req events.Envelope) (*events.ChangeReply, error) {
+	reply, err := request[events.ChangeReply](ctx, c, subject, req)
+	if err != nil {
+		return nil, err
+	}
+	if reply.Error != "" {
+		return reply, fmt.Errorf("registry: %s", reply.Error)
+	}
+	return reply, nil
+}
+
+// request sends one envelope and decodes the reply. The audit stream
+// captures the request subjects, so a request with no registry never gets
+// "no responders"; the registry's presence is checked first on a subject
+// no stream captures, so its absence is reported at once.
+func request[T any, PT interface {
+	*T
+	events.Envelope
+}](ctx context.Context, c *Client, subject string, req events.Envelope) (PT, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout)
+		defer cancel()
+	}
+	if err := c.Ping(ctx); err != nil {
+		return nil, err
+	}
+	data, err := events.Encode(req)
+	if err != nil {
+		return nil, err
+	}
+	msg, err := c.nc.RequestWithContext(ctx, subject, data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", subject, err)
+	}
+	if desc := msg.Header.Get(micro.ErrorHeader); desc != "" {
+		return nil, fmt.Errorf("registry refused the request: %s", desc)
+	}
+	reply, err := events.Decode[T, PT](msg.Data)
+	if err != nil {
+		return nil, fmt.Errorf("registry reply: %w", err)
+	}
+	return reply, nil
+}
+
+// Ping checks that a registry is running, failing at once with
+// ErrNoRegistry when none is.
+func (c *Client) Ping(ctx context.Context) error {
+	subject, err := micro.ControlSubject(micro.PingVerb, events.RegistryService, "")
+	if err != nil {
+		return err
+	}
+	_, err = c.nc.RequestWithContext(ctx, subject, nil)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return ErrNoRegistry
+	}
+	if err != nil {
+		return fmt.Errorf("ping registry: %w", err)
+	}
+	return nil
+}

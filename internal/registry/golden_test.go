@@ -1,0 +1,64 @@
+package registry
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"testing"
+
+	"golang.org/x/tools/txtar"
+
+	"github.com/toolbus/toolbus/internal/catalog"
+	"github.com/toolbus/toolbus/internal/events"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+// TestGoldenDeclarations pins the declarations each provider format gets,
+// for a built-in tool and for an MCP tool whose name and schema need the
+// registry's rules (a dotted server, a taken name, anyOf with a default, a
+// numeric enum with null).
+func TestGoldenDeclarations(t *testing.T) {
+	const path = "testdata/declarations.txtar"
+	r := newRegistry(t, Settings{})
+	mustRegister(t, r, builtinReq("exec", events.ToolSpec{Name: "read_file", DisplayName: "ReadFile", Description: "Reads a file.", Kind: events.KindRead,
+		Parameters: json.RawMessage(`{"type":"object","properties":{"file_path":{"type":"string"}},"required":["file_path"]}`)}))
+	mustRegister(t, r, mcpReq("docs.internal", events.ToolSpec{Name: "read_file", Description: "Reads a page.",
+		Parameters: json.RawMessage(`{
+			"type": "object",
+			"properties": {
+				"page": {"anyOf": [{"type": "string"}, {"type": "integer"}], "default": "index"},
+				"level": {"type": "integer", "enum": [1, 2, null]}
+			}
+		}`),
+		Annotations: json.RawMessage(`{"readOnlyHint":true}`)}))
+	c := r.Catalog()
+	var files []txtar.File
+	for f := catalog.Gemini; f <= catalog.MCP; f++ {
+		var b bytes.Buffer
+		if err := json.Indent(&b, c.Declarations(f), "", "  "); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		b.WriteByte('\n')
+		files = append(files, txtar.File{Name: f.String() + ".json", Data: b.Bytes()})
+	}
+	if *update {
+		ar := &txtar.Archive{Comment: []byte("Declarations per provider format.\nRegenerate with: go test ./internal/registry -run TestGoldenDeclarations -update\n"), Files: files}
+		if err := os.WriteFile(path, txtar.Format(ar), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ar, err := txtar.ParseFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ar.Files) != len(files) {
+		t.Fatalf("golden has %d files, want %d (run with -update)", len(ar.Files), len(files))
+	}
+	for i, f := range ar.Files {
+		if f.Name != files[i].Name || !bytes.Equal(f.Data, files[i].Data) {
+			t.Errorf("%s differs from golden:\ngot:\n%s\nwant:\n%s", files[i].Name, files[i].Data, f.Data)
+		}
+	}
+}

@@ -1,0 +1,602 @@
+// Package registry is the ToolRegistry of the seeds: it turns providers'
+// declarations into catalogue entries (naming rules, conflicts, schema
+// sanitising, aliases, kinds and categories, active and excluded tools) and
+// keeps the catalogue in a KV bucket on the bus, publishing every change.
+//
+// Registry holds the rules and the state in memory; Service puts it on the
+// bus; Client is what providers and the CLI use to talk to the Service.
+package registry
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/toolbus/toolbus/internal/catalog"
+	"github.com/toolbus/toolbus/internal/events"
+)
+
+// emptyParameters is the schema of a tool that declares none.
+var emptyParameters = json.RawMessage(`{"type":"object","properties":{}}`)
+
+// State is what the registry persists besides the entries: the sequence
+// counter and the run-time enable/disable toggles.
+type State struct {
+	Seq        uint64               `json:"seq"`
+	Tools      map[string]bool      `json:"tools,omitempty"`
+	Kinds      map[events.Kind]bool `json:"kinds,omitempty"`
+	Categories map[string]bool      `json:"categories,omitempty"`
+}
+
+// Registry applies the catalogue rules. Its methods are safe for concurrent
+// use; Catalog snapshots are cheap to take and never change.
+type Registry struct {
+	settings Settings
+	exclude  map[string]bool
+	core     map[string]bool
+	log      *slog.Logger
+	now      func() time.Time
+
+	mu         sync.Mutex
+	tools      map[string]*catalog.Entry // by catalogue name
+	byIdentity map[string]string         // identity key -> catalogue name
+	byExport   map[string]string         // export name -> catalogue name
+	state      State
+	batches    map[string]*batch
+	dirty      map[string]bool // names whose bucket entry is stale
+	stateDirty bool
+
+	snap atomic.Pointer[catalog.Catalog] // nil after a change
+}
+
+// batch remembers the tools named so far by a chunked Replace request.
+type batch struct {
+	next    int
+	seen    map[string]bool
+	started time.Time
+}
+
+// New returns an empty registry applying settings.
+func New(settings Settings, log *slog.Logger) *Registry {
+	if log == nil {
+		log = slog.Default()
+	}
+	r := &Registry{
+		settings:   settings,
+		exclude:    make(map[string]bool),
+		core:       make(map[string]bool),
+		log:        log,
+		now:        func() time.Time { return time.Now().UTC() },
+		tools:      make(map[string]*catalog.Entry),
+		byIdentity: make(map[string]string),
+		byExport:   make(map[string]string),
+		batches:    make(map[string]*batch),
+		dirty:      make(map[string]bool),
+	}
+	for _, e := range settings.Exclude {
+		r.exclude[strings.TrimSpace(e)] = true
+	}
+	for _, c := range settings.Core {
+		r.core[toolNameOf(c)] = true
+	}
+	return r
+}
+
+// Catalog is a snapshot of the catalogue as it is now.
+func (r *Registry) Catalog() *catalog.Catalog {
+	if c := r.snap.Load(); c != nil {
+		return c
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c := r.snap.Load(); c != nil {
+		return c
+	}
+	list := make([]*catalog.Entry, 0, len(r.tools))
+	for _, e := range r.tools {
+		list = append(list, e)
+	}
+	c := catalog.New(list)
+	r.snap.Store(c)
+	return c
+}
+
+// Restore loads a persisted catalogue and state, then applies the current
+// settings to it, which may activate or deactivate tools.
+func (r *Registry) Restore(tools []*events.Tool, st State) []events.Change {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.state = st
+	for _, t := range tools {
+		r.put(t)
+		if t.Seq > r.state.Seq {
+			r.state.Seq = t.Seq
+		}
+	}
+	clear(r.dirty)
+	return r.reactivate()
+}
+
+// RegisterResult is what Register did.
+type RegisterResult struct {
+	Outcomes []events.ToolOutcome
+	Removed  []string
+	Changes  []events.Change
+	// Err refuses the whole request (a chunk out of order).
+	Err error
+}
+
+// Register applies a RegisterRequest: each ToolSpec is added, updated,
+// renamed or overwrites an older tool as seed 000 registerTool does, or is
+// rejected with a reason; the rest of the request still goes through.
+func (r *Registry) Register(req *events.RegisterRequest) RegisterResult {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var res RegisterResult
+	seen, last, err := r.batchFor(req)
+	if err != nil {
+		res.Err = err
+		return res
+	}
+	for i := range req.Tools {
+		out, id := r.registerOne(req, &req.Tools[i], &res.Changes)
+		res.Outcomes = append(res.Outcomes, out)
+		if seen != nil && id != "" {
+			seen[id] = true
+		}
+	}
+	if req.Replace && last {
+		res.Removed = r.dropUnseen(req, seen, &res.Changes)
+	}
+	return res
+}
+
+// batchFor returns the set of identities a Replace request has named so
+// far, and whether this request completes it.
+func (r *Registry) batchFor(req *events.RegisterRequest) (seen map[string]bool, last bool, err error) {
+	for id, b := range r.batches {
+		if time.Since(b.started) > 10*time.Minute {
+			delete(r.batches, id)
+		}
+	}
+	if req.Batch == nil {
+		if req.Replace {
+			return make(map[string]bool), true, nil
+		}
+		return nil, true, nil
+	}
+	b := r.batches[req.Batch.ID]
+	switch {
+	case req.Batch.Seq == 0:
+		b = &batch{seen: make(map[string]bool), started: time.Now()}
+		r.batches[req.Batch.ID] = b
+	case b == nil || b.next != req.Batch.Seq:
+		delete(r.batches, req.Batch.ID)
+		return nil, false, fmt.Errorf("batch %s: chunk %d arrived out of order (the registry restarted or a chunk was lost); send the whole batch again", req.Batch.ID, req.Batch.Seq)
+	}
+	b.next++
+	if req.Batch.Last {
+		delete(r.batches, req.Batch.ID)
+	}
+	if !req.Replace {
+		return nil, req.Batch.Last, nil
+	}
+	return b.seen, req.Batch.Last, nil
+}
+
+func identityKey(source events.Source, server, ownName string) string {
+	return string(source) + "\x00" + server + "\x00" + ownName
+}
+
+func identityOf(t *events.Tool) string {
+	if t.Source == events.SourceMCP {
+		return identityKey(t.Source, t.Server, t.ServerToolName)
+	}
+	return identityKey(t.Source, "", t.Name)
+}
+
+func describe(t *events.Tool) string {
+	if t.Source == events.SourceMCP {
+		return fmt.Sprintf("an MCP tool of server %q", t.Server)
+	}
+	return "a " + string(t.Source) + " tool"
+}
+
+func (r *Registry) registerOne(req *events.RegisterRequest, spec *events.ToolSpec, changes *[]events.Change) (events.ToolOutcome, string) {
+	out := events.ToolOutcome{Requested: spec.Name}
+	reject := func(format string, args ...any) (events.ToolOutcome, string) {
+		out.Error = fmt.Sprintf(format, args...)
+		r.log.Warn("tool rejected", "tool", spec.Name, "provider", req.Provider, "reason", out.Error)
+		return out, ""
+	}
+	if strings.TrimSpace(spec.Name) == "" {
+		return reject("tool has no name")
+	}
+	kind := spec.Kind
+	if kind == "" {
+		kind = events.KindOther
+	}
+	if !kind.Valid() {
+		return reject("unknown kind %q", spec.Kind)
+	}
+	params, err := compactSchema(spec.Parameters)
+	if err != nil {
+		return reject("%v", err)
+	}
+	gemini, changed, err := SanitizeForGemini(params)
+	if err != nil {
+		return reject("%v", err)
+	}
+	if !changed {
+		gemini = nil
+	}
+
+	name := spec.Name
+	if req.Source == events.SourceMCP {
+		name = GenerateValidName(spec.Name)
+	}
+	id := identityKey(req.Source, req.Server, spec.Name)
+	op := events.OpAdded
+	var prev *events.Tool
+	if n, ok := r.byIdentity[id]; ok {
+		// The same tool again, from the same or another host: update it
+		// under the name it already has.
+		name, prev, op = n, r.tools[n].Tool(), events.OpUpdated
+	} else if taken, ok := r.tools[name]; ok {
+		if req.Source == events.SourceMCP {
+			q := QualifiedName(req.Server, spec.Name)
+			out.Warning = fmt.Sprintf("name %q is taken by %s; registered as %q", name, describe(taken.Tool()), q)
+			name = q
+			if taken, ok := r.tools[name]; ok {
+				out.Warning += fmt.Sprintf(", overwriting %s of that name", describe(taken.Tool()))
+				prev, op = taken.Tool(), events.OpOverwritten
+			}
+		} else {
+			out.Warning = fmt.Sprintf("tool %q already registered as %s; overwriting", name, describe(taken.Tool()))
+			prev, op = taken.Tool(), events.OpOverwritten
+		}
+	}
+
+	t := &events.Tool{
+		V:                events.Version,
+		Name:             name,
+		DisplayName:      spec.DisplayName,
+		Description:      spec.Description,
+		Kind:             kind,
+		Category:         spec.Category,
+		Source:           req.Source,
+		Server:           req.Server,
+		Trust:            req.Trust,
+		ReadOnly:         spec.ReadOnly || readOnlyHint(spec.Annotations),
+		OutputMarkdown:   spec.OutputMarkdown,
+		CanUpdateOutput:  spec.CanUpdateOutput,
+		Parameters:       params,
+		GeminiParameters: gemini,
+		Annotations:      spec.Annotations,
+		UpdatedAt:        r.now(),
+	}
+	t.ConcurrencySafe = spec.ConcurrencySafe || t.ReadOnly
+	if req.Source == events.SourceMCP {
+		t.ServerToolName = spec.Name
+		if t.DisplayName == "" {
+			t.DisplayName = fmt.Sprintf("%s (%s MCP Server)", spec.Name, req.Server)
+		}
+	}
+	if t.DisplayName == "" {
+		t.DisplayName = name
+	}
+	if t.Category == "" {
+		t.Category = string(req.Source)
+	}
+	t.Aliases = r.aliasesFor(name, spec)
+	if op == events.OpUpdated {
+		t.Hosts = addHost(prev.Hosts, req.Provider)
+	} else {
+		t.Hosts = []string{req.Provider}
+	}
+	if prev != nil {
+		t.Seq = prev.Seq // an overwrite keeps the position, as Map.set does
+		r.drop(prev)
+	} else {
+		r.state.Seq++
+		r.stateDirty = true
+		t.Seq = r.state.Seq
+	}
+	t.ExportName = r.exportNameFor(name)
+	t.Active, t.InactiveReason = r.activity(t)
+	r.put(t)
+	if out.Warning != "" {
+		r.log.Warn("tool name conflict", "tool", spec.Name, "provider", req.Provider, "warning", out.Warning)
+	}
+	out.Name = name
+	*changes = append(*changes, events.Change{Op: op, Name: name, Warning: out.Warning})
+	return out, id
+}
+
+// compactSchema checks that raw is a JSON object and removes insignificant
+// whitespace, so declarations copy the fewest bytes. No schema means none.
+func compactSchema(raw json.RawMessage) (json.RawMessage, error) {
+	trimmed := bytes.TrimSpace(raw)
+	if len(trimmed) == 0 || bytes.Equal(trimmed, []byte("null")) {
+		return emptyParameters, nil
+	}
+	if trimmed[0] != '{' {
+		return nil, fmt.Errorf("parameters must be a JSON Schema object, got %.20s", trimmed)
+	}
+	var b bytes.Buffer
+	if err := json.Compact(&b, trimmed); err != nil {
+		return nil, fmt.Errorf("parameters: %v", err)
+	}
+	return b.Bytes(), nil
+}
+
+// readOnlyHint reads the MCP annotation readOnlyHint.
+func readOnlyHint(annotations json.RawMessage) bool {
+	if len(annotations) == 0 {
+		return false
+	}
+	var a struct {
+		ReadOnlyHint bool `json:"readOnlyHint"`
+	}
+	return json.Unmarshal(annotations, &a) == nil && a.ReadOnlyHint
+}
+
+func (r *Registry) aliasesFor(name string, spec *events.ToolSpec) []string {
+	set := make(map[string]bool)
+	for _, a := range spec.Aliases {
+		if a != "" && a != name {
+			set[a] = true
+		}
+	}
+	for a, target := range r.settings.Aliases {
+		if (target == name || target == spec.Name) && a != name {
+			set[a] = true
+		}
+	}
+	if len(set) == 0 {
+		return nil
+	}
+	out := make([]string, 0, len(set))
+	for a := range set {
+		out = append(out, a)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func addHost(hosts []string, host string) []string {
+	if slices.Contains(hosts, host) {
+		return slices.Clone(hosts)
+	}
+	out := append(slices.Clone(hosts), host)
+	sort.Strings(out)
+	return out
+}
+
+// exportNameFor finds name's OpenAI/Anthropic name, unique in the catalogue.
+func (r *Registry) exportNameFor(name string) string {
+	for salt := 0; ; salt++ {
+		e := ExportName(name, salt)
+		if owner, taken := r.byExport[e]; !taken || owner == name {
+			return e
+		}
+	}
+}
+
+// put stores t and indexes it. The caller holds mu.
+func (r *Registry) put(t *events.Tool) {
+	r.tools[t.Name] = catalog.NewEntry(t)
+	r.byIdentity[identityOf(t)] = t.Name
+	r.byExport[t.ExportName] = t.Name
+	r.dirty[t.Name] = true
+	r.snap.Store(nil)
+}
+
+// drop removes t and its indexes. The caller holds mu.
+func (r *Registry) drop(t *events.Tool) {
+	delete(r.tools, t.Name)
+	if r.byIdentity[identityOf(t)] == t.Name {
+		delete(r.byIdentity, identityOf(t))
+	}
+	if r.byExport[t.ExportName] == t.Name {
+		delete(r.byExport, t.ExportName)
+	}
+	r.dirty[t.Name] = true
+	r.snap.Store(nil)
+}
+
+// dropUnseen ends a Replace request: the provider stops hosting the tools of
+// the request's scope it did not name; a tool no one hosts is removed.
+func (r *Registry) dropUnseen(req *events.RegisterRequest, seen map[string]bool, changes *[]events.Change) []string {
+	var removed []string
+	for _, name := range r.sortedNames() {
+		t := r.tools[name].Tool()
+		if t.Source != req.Source || t.Server != req.Server || !slices.Contains(t.Hosts, req.Provider) || seen[identityOf(t)] {
+			continue
+		}
+		if r.unhost(t, req.Provider, changes) {
+			removed = append(removed, name)
+		}
+	}
+	return removed
+}
+
+// unhost takes host off t, removing t when no host is left; it reports
+// whether t was removed.
+func (r *Registry) unhost(t *events.Tool, host string, changes *[]events.Change) bool {
+	hosts := slices.DeleteFunc(slices.Clone(t.Hosts), func(h string) bool { return h == host })
+	if len(hosts) == 0 {
+		r.drop(t)
+		*changes = append(*changes, events.Change{Op: events.OpRemoved, Name: t.Name})
+		return true
+	}
+	c := *t
+	c.Hosts = hosts
+	c.UpdatedAt = r.now()
+	r.put(&c)
+	*changes = append(*changes, events.Change{Op: events.OpUpdated, Name: t.Name, Warning: "no longer hosted by " + host})
+	return false
+}
+
+func (r *Registry) sortedNames() []string {
+	names := make([]string, 0, len(r.tools))
+	for n := range r.tools {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// resolve maps a name or alias to a catalogue name. The caller holds mu.
+func (r *Registry) resolve(name string) (string, bool) {
+	if _, ok := r.tools[name]; ok {
+		return name, true
+	}
+	for _, n := range r.sortedNames() {
+		if slices.Contains(r.tools[n].Tool().Aliases, name) {
+			return n, true
+		}
+	}
+	if target, ok := r.settings.Aliases[name]; ok {
+		if _, ok := r.tools[target]; ok {
+			return target, true
+		}
+	}
+	return "", false
+}
+
+// Remove applies a RemoveRequest: every selector given narrows the set.
+// With a provider, that provider stops hosting the tools, and only tools
+// left with no host go; without one, the tools go.
+func (r *Registry) Remove(req *events.RemoveRequest) (changes []events.Change, unknown []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var names map[string]bool
+	if len(req.Names) > 0 {
+		names = make(map[string]bool)
+		for _, n := range req.Names {
+			if resolved, ok := r.resolve(n); ok {
+				names[resolved] = true
+			} else {
+				unknown = append(unknown, n)
+			}
+		}
+	}
+	for _, name := range r.sortedNames() {
+		t := r.tools[name].Tool()
+		switch {
+		case names != nil && !names[name]:
+		case len(req.Sources) > 0 && !slices.Contains(req.Sources, t.Source):
+		case req.Server != "" && (t.Source != events.SourceMCP || t.Server != req.Server):
+		case req.Provider != "" && !slices.Contains(t.Hosts, req.Provider):
+		case req.Provider != "":
+			r.unhost(t, req.Provider, &changes)
+		default:
+			r.drop(t)
+			changes = append(changes, events.Change{Op: events.OpRemoved, Name: name})
+		}
+	}
+	return changes, unknown
+}
+
+// Toggle applies a ToggleRequest and returns the tools whose activity
+// changed.
+func (r *Registry) Toggle(req *events.ToggleRequest) (changes []events.Change, unknown []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := &r.state
+	if req.Reset {
+		st.Tools, st.Kinds, st.Categories = nil, nil, nil
+	}
+	if st.Tools == nil {
+		st.Tools = make(map[string]bool)
+	}
+	if st.Kinds == nil {
+		st.Kinds = make(map[events.Kind]bool)
+	}
+	if st.Categories == nil {
+		st.Categories = make(map[string]bool)
+	}
+	for _, k := range req.Kinds {
+		st.Kinds[k] = req.Enable
+	}
+	for _, c := range req.Categories {
+		st.Categories[c] = req.Enable
+	}
+	if len(req.Kinds) > 0 || len(req.Categories) > 0 {
+		// A group toggle acts on the whole group.
+		for name, e := range r.tools {
+			t := e.Tool()
+			if slices.Contains(req.Kinds, t.Kind) || slices.Contains(req.Categories, t.Category) {
+				delete(st.Tools, name)
+			}
+		}
+	}
+	for _, n := range req.Names {
+		resolved, ok := r.resolve(n)
+		if !ok {
+			unknown = append(unknown, n)
+			continue
+		}
+		st.Tools[resolved] = req.Enable
+	}
+	r.stateDirty = true
+	return r.reactivate(), unknown
+}
+
+// reactivate recomputes every tool's activity. The caller holds mu.
+func (r *Registry) reactivate() []events.Change {
+	var changes []events.Change
+	for _, name := range r.sortedNames() {
+		t := r.tools[name].Tool()
+		active, reason := r.activity(t)
+		if active == t.Active && reason == t.InactiveReason {
+			continue
+		}
+		c := *t
+		c.Active, c.InactiveReason, c.UpdatedAt = active, reason, r.now()
+		r.put(&c)
+		if active != t.Active {
+			op := events.OpDeactivated
+			if active {
+				op = events.OpActivated
+			}
+			changes = append(changes, events.Change{Op: op, Name: name, Warning: reason})
+		}
+	}
+	return changes
+}
+
+// activity decides whether t is active, and why not. Run-time toggles of
+// the tool come first, then of its kind or category, then the settings.
+func (r *Registry) activity(t *events.Tool) (bool, string) {
+	st := &r.state
+	if on, ok := st.Tools[t.Name]; ok {
+		if on {
+			return true, ""
+		}
+		return false, "disabled at run time"
+	}
+	kindOn, kindSet := st.Kinds[t.Kind]
+	catOn, catSet := st.Categories[t.Category]
+	switch {
+	case kindSet && !kindOn:
+		return false, fmt.Sprintf("kind %q disabled at run time", t.Kind)
+	case catSet && !catOn:
+		return false, fmt.Sprintf("category %q disabled at run time", t.Category)
+	case kindSet || catSet:
+		return true, ""
+	case r.exclude[t.Name]:
+		return false, "excluded by tools.exclude"
+	case len(r.core) > 0 && t.Source == events.SourceBuiltin && !r.core[t.Name]:
+		return false, "not listed in tools.core"
+	}
+	return true, ""
+}

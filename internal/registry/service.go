@@ -1,0 +1,194 @@
+package registry
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/toolbus/toolbus/internal/events"
+)
+
+// ServiceVersion is reported by the registry's micro service.
+const ServiceVersion = "0.1.0"
+
+// saveTimeout bounds how long one request may wait for the bucket.
+const saveTimeout = 30 * time.Second
+
+// Config configures a registry Service.
+type Config struct {
+	Settings Settings
+	// Identity is the sender of the registry's replies and events.
+	Identity events.Identity
+	Logger   *slog.Logger
+}
+
+// Service is the registry on the bus: a NATS micro service answering
+// tool.register, tool.registry.remove and tool.registry.toggle, one request
+// at a time, keeping the catalogue bucket in step and publishing a
+// CatalogChanged event for every request that changed something.
+type Service struct {
+	reg   *Registry
+	nc    *nats.Conn
+	store *store
+	svc   micro.Service
+	id    events.Identity
+	log   *slog.Logger
+}
+
+// Start loads the catalogue an earlier registry left on the bus, applies the
+// settings to it and starts answering requests. Stop it with Stop.
+func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if cfg.Identity.ID == "" {
+		return nil, fmt.Errorf("registry: no identity given")
+	}
+	if err := cfg.Settings.Validate(); err != nil {
+		return nil, fmt.Errorf("registry: %w", err)
+	}
+	st, err := openStore(ctx, js)
+	if err != nil {
+		return nil, fmt.Errorf("registry: %w", err)
+	}
+	tools, state, err := st.load(ctx, log)
+	if err != nil {
+		return nil, fmt.Errorf("registry: %w", err)
+	}
+	s := &Service{reg: New(cfg.Settings, log), nc: nc, store: st, id: cfg.Identity, log: log}
+	changes := s.reg.Restore(tools, state)
+	if err := s.reg.flush(ctx, st); err != nil {
+		return nil, fmt.Errorf("registry: save restored catalogue: %w", err)
+	}
+	s.publishChanges("restore", changes)
+	log.Info("registry loaded catalogue", "tools", len(tools), "changed_by_settings", len(changes))
+
+	svc, err := micro.AddService(nc, micro.Config{
+		Name:        events.RegistryService,
+		Version:     ServiceVersion,
+		Description: "toolbus tool registry",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("registry: %w", err)
+	}
+	s.svc = svc
+	endpoints := []struct {
+		name, subject string
+		handle        micro.HandlerFunc
+	}{
+		{"register", events.SubjectRegister, s.handleRegister},
+		{"remove", events.SubjectRegistryRemove, s.handleRemove},
+		{"toggle", events.SubjectRegistryToggle, s.handleToggle},
+	}
+	for _, e := range endpoints {
+		if err := svc.AddEndpoint(e.name, e.handle, micro.WithEndpointSubject(e.subject)); err != nil {
+			svc.Stop()
+			return nil, fmt.Errorf("registry: endpoint %s: %w", e.subject, err)
+		}
+	}
+	return s, nil
+}
+
+// Registry is the service's registry, for in-process readers.
+func (s *Service) Registry() *Registry { return s.reg }
+
+// Stop stops answering requests. Requests being handled finish first.
+func (s *Service) Stop() error { return s.svc.Stop() }
+
+func (s *Service) handleRegister(req micro.Request) {
+	in, err := events.Decode[events.RegisterRequest](req.Data())
+	if err != nil {
+		s.refuse(req, err)
+		return
+	}
+	res := s.reg.Register(in)
+	reply := &events.RegisterReply{Header: events.Header{Sender: s.id}, RequestID: in.ID,
+		Tools: res.Outcomes, Removed: res.Removed}
+	if res.Err != nil {
+		reply.Error = res.Err.Error()
+	} else if err := s.save(); err != nil {
+		reply.Error = err.Error()
+	}
+	s.publishChanges(in.ID, res.Changes)
+	s.respond(req, reply)
+}
+
+func (s *Service) handleRemove(req micro.Request) {
+	in, err := events.Decode[events.RemoveRequest](req.Data())
+	if err != nil {
+		s.refuse(req, err)
+		return
+	}
+	changes, unknown := s.reg.Remove(in)
+	s.finishChange(req, in.ID, changes, unknown)
+}
+
+func (s *Service) handleToggle(req micro.Request) {
+	in, err := events.Decode[events.ToggleRequest](req.Data())
+	if err != nil {
+		s.refuse(req, err)
+		return
+	}
+	changes, unknown := s.reg.Toggle(in)
+	s.finishChange(req, in.ID, changes, unknown)
+}
+
+func (s *Service) finishChange(req micro.Request, requestID string, changes []events.Change, unknown []string) {
+	reply := &events.ChangeReply{Header: events.Header{Sender: s.id}, RequestID: requestID, Changes: changes, Unknown: unknown}
+	if err := s.save(); err != nil {
+		reply.Error = err.Error()
+	}
+	s.publishChanges(requestID, changes)
+	s.respond(req, reply)
+}
+
+// save writes the changes to the bucket. On failure the catalogue in memory
+// stays ahead of the bucket and the next request tries again; the reply
+// says so.
+func (s *Service) save() error {
+	ctx, cancel := context.WithTimeout(context.Background(), saveTimeout)
+	defer cancel()
+	if err := s.reg.flush(ctx, s.store); err != nil {
+		s.log.Error("catalogue not saved to the bus; will retry with the next request", "err", err)
+		return fmt.Errorf("accepted, but not yet saved to the catalogue bucket: %v", err)
+	}
+	return nil
+}
+
+func (s *Service) publishChanges(cause string, changes []events.Change) {
+	if len(changes) == 0 {
+		return
+	}
+	data, err := events.Encode(&events.CatalogChanged{Header: events.Header{Sender: s.id}, Cause: cause, Changes: changes})
+	if err == nil {
+		err = s.nc.Publish(events.SubjectCatalogChanged, data)
+	}
+	if err != nil {
+		s.log.Error("catalogue change event not published", "cause", cause, "err", err)
+	}
+}
+
+func (s *Service) respond(req micro.Request, reply events.Envelope) {
+	data, err := events.Encode(reply)
+	if err != nil {
+		s.log.Error("reply does not encode", "err", err)
+		_ = req.Error("500", "registry could not encode its reply: "+err.Error(), nil)
+		return
+	}
+	if err := req.Respond(data); err != nil {
+		s.log.Warn("reply not sent", "err", err)
+	}
+}
+
+// refuse answers a request that does not decode with a service error, which
+// the client sees as an error naming what was wrong.
+func (s *Service) refuse(req micro.Request, err error) {
+	s.log.Warn("refused a malformed request", "subject", req.Subject(), "err", err)
+	_ = req.Error("400", err.Error(), nil)
+}

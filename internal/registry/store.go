@@ -1,0 +1,156 @@
+package registry
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/catalog"
+	"github.com/toolbus/toolbus/internal/events"
+)
+
+const stateKey = "state"
+
+// store keeps the catalogue and the registry state in KV buckets on the bus.
+type store struct {
+	js      jetstream.JetStream
+	catalog jetstream.KeyValue
+	state   jetstream.KeyValue
+}
+
+func openStore(ctx context.Context, js jetstream.JetStream) (*store, error) {
+	cat, err := catalog.EnsureBucket(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	st, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      events.RegistryStateBucket,
+		Description: "toolbus registry state: sequence counter and run-time toggles",
+		History:     5,
+		Storage:     jetstream.FileStorage,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("registry state bucket: %w", err)
+	}
+	return &store{js: js, catalog: cat, state: st}, nil
+}
+
+// load reads what an earlier registry left on the bus.
+func (s *store) load(ctx context.Context, log *slog.Logger) ([]*events.Tool, State, error) {
+	var st State
+	cat, err := catalog.Load(ctx, s.js, log)
+	if err != nil {
+		return nil, st, err
+	}
+	e, err := s.state.Get(ctx, stateKey)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+	case err != nil:
+		return nil, st, fmt.Errorf("registry state: %w", err)
+	default:
+		if err := json.Unmarshal(e.Value(), &st); err != nil {
+			// Refuse to start rather than forget the toggles silently.
+			return nil, st, fmt.Errorf("registry state in %s/%s does not decode: %w", events.RegistryStateBucket, stateKey, err)
+		}
+	}
+	return cat.All(), st, nil
+}
+
+// window bounds the publishes in flight while saving.
+const window = 1024
+
+// save writes changed entries with pipelined publishes, deletes removed
+// ones, and writes the state.
+func (s *store) save(ctx context.Context, puts []*events.Tool, deletes []string, st *State) error {
+	prefix := "$KV." + events.CatalogBucket + "."
+	var futures []jetstream.PubAckFuture
+	wait := func() error {
+		var errs []error
+		for _, f := range futures {
+			select {
+			case <-f.Ok():
+			case err := <-f.Err():
+				errs = append(errs, fmt.Errorf("%s: %w", f.Msg().Subject, err))
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		futures = futures[:0]
+		return errors.Join(errs...)
+	}
+	publish := func(m *nats.Msg) error {
+		f, err := s.js.PublishMsgAsync(m)
+		if err != nil {
+			return err
+		}
+		futures = append(futures, f)
+		if len(futures) >= window {
+			return wait()
+		}
+		return nil
+	}
+	for _, t := range puts {
+		data, err := json.Marshal(t)
+		if err != nil {
+			return fmt.Errorf("encode %q: %w", t.Name, err)
+		}
+		if err := publish(&nats.Msg{Subject: prefix + events.CatalogKey(t.Name), Data: data}); err != nil {
+			return err
+		}
+	}
+	for _, name := range deletes {
+		m := nats.NewMsg(prefix + events.CatalogKey(name))
+		m.Header.Set("KV-Operation", "DEL") // the KV protocol's delete marker
+		if err := publish(m); err != nil {
+			return err
+		}
+	}
+	if err := wait(); err != nil {
+		return err
+	}
+	if st != nil {
+		data, err := json.Marshal(st)
+		if err != nil {
+			return err
+		}
+		if _, err := s.state.Put(ctx, stateKey, data); err != nil {
+			return fmt.Errorf("registry state: %w", err)
+		}
+	}
+	return nil
+}
+
+// flush writes every change not yet saved. A failure leaves the changes
+// marked, so the next flush tries them again.
+func (r *Registry) flush(ctx context.Context, s *store) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.dirty) == 0 && !r.stateDirty {
+		return nil
+	}
+	var puts []*events.Tool
+	var deletes []string
+	for name := range r.dirty {
+		if e, ok := r.tools[name]; ok {
+			puts = append(puts, e.Tool())
+		} else {
+			deletes = append(deletes, name)
+		}
+	}
+	var st *State
+	if r.stateDirty {
+		c := r.state
+		st = &c
+	}
+	if err := s.save(ctx, puts, deletes, st); err != nil {
+		return err
+	}
+	clear(r.dirty)
+	r.stateDirty = false
+	return nil
+}
