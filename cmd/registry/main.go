@@ -1,0 +1,50 @@
+// Command registry runs the toolbus registry against a bus given by --nats:
+// it answers tool.register and keeps the catalogue bucket.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/toolbus/toolbus/internal/cli"
+	"github.com/toolbus/toolbus/internal/registry"
+)
+
+func main() {
+	fs := flag.NewFlagSet("registry", flag.ExitOnError)
+	natsURL := cli.NATSFlag(fs)
+	settingsPath := fs.String("settings", "", "Gemini CLI settings.json with tools.core / tools.exclude")
+	logLevel := cli.LogFlag(fs)
+	fs.Parse(os.Args[1:])
+	if err := run(*natsURL, *settingsPath, *logLevel); err != nil {
+		fmt.Fprintln(os.Stderr, "registry:", err)
+		os.Exit(1)
+	}
+}
+
+func run(natsURL, settingsPath, logLevel string) error {
+	log, err := cli.Logger(logLevel)
+	if err != nil {
+		return err
+	}
+	settings, err := registry.LoadSettings(settingsPath)
+	if err != nil {
+		return err
+	}
+	ctx, stop := cli.SignalContext()
+	defer stop()
+	b, err := cli.Connect(ctx, natsURL, "toolbus-registry", log)
+	if err != nil {
+		return err
+	}
+	defer cli.Close(b)
+	svc, err := registry.Start(ctx, b.Conn(), b.JetStream(), registry.Config{
+		Settings: settings, Identity: cli.Identity("registry"), Logger: log})
+	if err != nil {
+		return err
+	}
+	log.Info("registry running", "bus", natsURL)
+	<-ctx.Done()
+	return svc.Stop()
+}

@@ -1,0 +1,94 @@
+// Command toolbus is the user's one command: `toolbus up` runs the whole
+// system on loopback, the other sub-commands talk to a running bus.
+//
+// The invoke path starts in up.go: the bus, then the registry, then the
+// providers that register tools.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+)
+
+const usage = `toolbus — one tool registry, one policy and one audit trail for a fleet of AI agents
+
+Usage:
+  toolbus up [--data DIR] [--listen HOST:PORT] [--settings FILE]
+      run the bus, the registry and the built-in tools in one process
+  toolbus tools list [--json] [--active] [--server NAME] [--format gemini|openai|anthropic|mcp]
+  toolbus tools get NAME [--json] [--format gemini|openai|anthropic|mcp]
+  toolbus tools enable|disable [NAME...] [--kind KIND] [--category CATEGORY]
+  toolbus version
+
+Every command that talks to a bus takes --nats URL (default $TOOLBUS_NATS,
+else nats://127.0.0.1:4222, where 'toolbus up' listens).
+`
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "toolbus:", err)
+		}
+		os.Exit(exitCode(err))
+	}
+}
+
+func run(args []string) error {
+	if len(args) == 0 {
+		fmt.Fprint(os.Stderr, usage)
+		return flag.ErrHelp
+	}
+	switch args[0] {
+	case "up":
+		return runUp(args[1:])
+	case "tools":
+		return runTools(args[1:])
+	case "version":
+		fmt.Println("toolbus", version)
+		return nil
+	case "help", "-h", "--help":
+		fmt.Print(usage)
+		return nil
+	}
+	fmt.Fprint(os.Stderr, usage)
+	return usageError{fmt.Errorf("unknown command %q", args[0])}
+}
+
+// usageError marks a mistake in the command line (exit code 2).
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+
+func exitCode(err error) int {
+	var u usageError
+	if errors.As(err, &u) || errors.Is(err, flag.ErrHelp) {
+		return 2
+	}
+	return 1
+}
+
+// parse parses a sub-command's flags, letting flags and positional
+// arguments mix ("tools get NAME --json").
+func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	fs.SetOutput(os.Stderr)
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, usageError{err}
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return positional, nil
+		}
+		positional = append(positional, args[0])
+		args = args[1:]
+	}
+}

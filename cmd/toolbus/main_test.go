@@ -1,0 +1,316 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/toolbus/toolbus/internal/builtin"
+	"github.com/toolbus/toolbus/internal/bus"
+	"github.com/toolbus/toolbus/internal/bus/bustest"
+	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/registry"
+)
+
+var binDir string
+
+// TestMain builds the commands once; the tests run them as a user would.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "toolbus-bin")
+	if err != nil {
+		panic(err)
+	}
+	binDir = dir
+	for _, pkg := range []string{".", "../bus", "../registry"} {
+		name := filepath.Base(pkg)
+		if pkg == "." {
+			name = "toolbus"
+		}
+		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, name), pkg)
+		cmd.Stderr = os.Stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "build", pkg, err)
+			os.Exit(1)
+		}
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func bin(name string) string { return filepath.Join(binDir, name) }
+
+// daemon is a long-running command; its output is collected until it ends.
+type daemon struct {
+	cmd    *exec.Cmd
+	lines  chan string
+	output bytes.Buffer
+	done   chan error
+}
+
+func startDaemon(t *testing.T, name string, args ...string) *daemon {
+	t.Helper()
+	d := &daemon{cmd: exec.Command(bin(name), args...), lines: make(chan string, 100), done: make(chan error, 1)}
+	d.cmd.Env = append(os.Environ(), "TOOLBUS_NATS=")
+	out, err := d.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.cmd.Stderr = &d.output
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			d.lines <- sc.Text()
+		}
+		close(d.lines)
+		d.done <- d.cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		if d.cmd.ProcessState == nil {
+			d.cmd.Process.Kill()
+			<-d.done
+		}
+	})
+	return d
+}
+
+// waitLine returns the first output line containing s.
+func (d *daemon) waitLine(t *testing.T, s string) string {
+	t.Helper()
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case line, ok := <-d.lines:
+			if !ok {
+				t.Fatalf("%s ended before printing %q; stderr:\n%s", d.cmd.Path, s, d.output.String())
+			}
+			if strings.Contains(line, s) {
+				return line
+			}
+		case <-timeout:
+			t.Fatalf("%s did not print %q", d.cmd.Path, s)
+		}
+	}
+}
+
+// stop sends SIGINT and waits for a clean exit.
+func (d *daemon) stop(t *testing.T) {
+	t.Helper()
+	if err := d.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	for range d.lines {
+	}
+	select {
+	case err := <-d.done:
+		if err != nil {
+			t.Fatalf("%s exited with %v; stderr:\n%s", d.cmd.Path, err, d.output.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s did not stop on SIGINT", d.cmd.Path)
+	}
+}
+
+// toolbus runs one short command and returns stdout, stderr and exit code.
+func toolbus(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(bin("toolbus"), args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return stdout.String(), stderr.String(), code
+}
+
+func busURL(t *testing.T, line string) string {
+	t.Helper()
+	i := strings.Index(line, "nats://")
+	if i < 0 {
+		t.Fatalf("no URL in %q", line)
+	}
+	return strings.TrimSpace(line[i:])
+}
+
+func listJSON(t *testing.T, url string, extra ...string) []map[string]any {
+	t.Helper()
+	out, errOut, code := toolbus(t, append([]string{"tools", "list", "--json", "--nats", url}, extra...)...)
+	if code != 0 {
+		t.Fatalf("tools list exited %d: %s", code, errOut)
+	}
+	var tools []map[string]any
+	if err := json.Unmarshal([]byte(out), &tools); err != nil {
+		t.Fatalf("tools list --json printed no JSON array: %v\n%s", err, out)
+	}
+	return tools
+}
+
+func TestUpThenToolsList(t *testing.T) {
+	data := t.TempDir()
+	up := startDaemon(t, "toolbus", "up", "--listen", "127.0.0.1:0", "--data", data)
+	url := busURL(t, up.waitLine(t, "bus:"))
+	up.waitLine(t, "Press Ctrl-C to stop.")
+
+	tools := listJSON(t, url)
+	if len(tools) != len(builtin.Specs()) {
+		t.Fatalf("listed %d tools, want the %d built-ins", len(tools), len(builtin.Specs()))
+	}
+	for _, tool := range tools {
+		for _, field := range []string{"name", "displayName", "description", "kind", "source", "active", "parameters"} {
+			if _, ok := tool[field]; !ok {
+				t.Errorf("tool %v has no %q", tool["name"], field)
+			}
+		}
+	}
+	if tools[0]["name"] != "list_directory" || tools[0]["source"] != "builtin" {
+		t.Errorf("first tool: %v", tools[0])
+	}
+
+	out, _, code := toolbus(t, "tools", "get", "str_replace", "--json", "--nats", url)
+	var tool events.Tool
+	if code != 0 || json.Unmarshal([]byte(out), &tool) != nil || tool.Name != "replace" {
+		t.Errorf("tools get str_replace: exit %d, %s", code, out)
+	}
+	out, _, code = toolbus(t, "tools", "list", "--format", "anthropic", "--nats", url)
+	var decls []struct {
+		Name        string          `json:"name"`
+		InputSchema json.RawMessage `json:"input_schema"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &decls) != nil || len(decls) != len(builtin.Specs()) || len(decls[0].InputSchema) == 0 {
+		t.Errorf("tools list --format anthropic: exit %d, %s", code, out)
+	}
+	if out, errOut, code := toolbus(t, "tools", "disable", "--category", "execution", "--nats", url); code != 0 || !strings.Contains(out, "deactivated run_shell_command") {
+		t.Errorf("tools disable: exit %d, %s %s", code, out, errOut)
+	}
+	if n := len(listJSON(t, url, "--active")); n != len(builtin.Specs())-1 {
+		t.Errorf("%d active after disabling the execution category, want %d", n, len(builtin.Specs())-1)
+	}
+	if _, errOut, code := toolbus(t, "tools", "get", "nope", "--nats", url); code != 1 || !strings.Contains(errOut, `no tool named "nope"`) {
+		t.Errorf("tools get nope: exit %d, stderr %q", code, errOut)
+	}
+	up.stop(t)
+
+	// A second run finds the catalogue and the toggle where it left them.
+	up = startDaemon(t, "toolbus", "up", "--listen", "127.0.0.1:0", "--data", data)
+	url = busURL(t, up.waitLine(t, "bus:"))
+	up.waitLine(t, "Press Ctrl-C to stop.")
+	if n := len(listJSON(t, url, "--active")); n != len(builtin.Specs())-1 {
+		t.Errorf("after restart %d active, want %d", n, len(builtin.Specs())-1)
+	}
+	up.stop(t)
+}
+
+func TestCommandLineMistakes(t *testing.T) {
+	closed := freeAddr(t)
+	tests := []struct {
+		args []string
+		code int
+		says string
+	}{
+		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
+		{[]string{"tools", "list", "--format", "cobol", "--nats", "nats://" + closed}, 2, `unknown declaration format "cobol"`},
+		{[]string{"tools", "list", "--nats", "nats://" + closed}, 1, "cannot reach the bus at nats://" + closed},
+		{[]string{"tools", "get", "--nats", "nats://" + closed}, 2, "tools get takes one tool name"},
+		{[]string{"up", "--settings", filepath.Join(t.TempDir(), "missing.json")}, 1, "settings:"},
+	}
+	for _, tt := range tests {
+		_, errOut, code := toolbus(t, tt.args...)
+		if code != tt.code || !strings.Contains(errOut, tt.says) {
+			t.Errorf("toolbus %v: exit %d, stderr %q; want exit %d saying %q", tt.args, code, errOut, tt.code, tt.says)
+		}
+	}
+}
+
+// TestFleetDaemons runs the bus and the registry as separate processes, a
+// provider registering from this process, and the CLI reading.
+func TestFleetDaemons(t *testing.T) {
+	addr := freeAddr(t)
+	busd := startDaemon(t, "bus", "--listen", addr, "--data", t.TempDir())
+	url := "nats://" + addr
+	waitTCP(t, addr)
+	settings := filepath.Join(t.TempDir(), "settings.json")
+	os.WriteFile(settings, []byte(`{
+		// Gemini CLI settings, comments and all
+		"tools": {"exclude": ["run_shell_command"]},
+		"theme": "Default"
+	}`), 0o644)
+	regd := startDaemon(t, "registry", "--nats", url, "--settings", settings)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	provider, err := bus.Open(ctx, bus.Config{URL: url, Name: "provider", Logger: bustest.Quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer provider.Close(ctx)
+	c := registry.NewClient(provider.Conn(), events.Identity{ID: "exec@test", Role: "provider"})
+	for {
+		if err := c.Ping(ctx); err == nil {
+			break
+		} else if ctx.Err() != nil {
+			t.Fatalf("registry never came up: %v\n%s", err, regd.output.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := c.Register(ctx, &events.RegisterRequest{Provider: "exec@test", Source: events.SourceBuiltin, Tools: builtin.Specs()}); err != nil {
+		t.Fatal(err)
+	}
+	tools := listJSON(t, url)
+	inactive := 0
+	for _, tool := range tools {
+		if tool["active"] == false {
+			inactive++
+			if tool["name"] != "run_shell_command" || tool["inactiveReason"] != "excluded by tools.exclude" {
+				t.Errorf("inactive: %v (%v)", tool["name"], tool["inactiveReason"])
+			}
+		}
+	}
+	if len(tools) != len(builtin.Specs()) || inactive != 1 {
+		t.Errorf("listed %d tools with %d inactive", len(tools), inactive)
+	}
+	regd.stop(t)
+	busd.stop(t)
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func waitTCP(t *testing.T, addr string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nothing listens on %s", addr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

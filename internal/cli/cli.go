@@ -1,0 +1,96 @@
+// Package cli holds what every toolbus command shares: the --nats flag, the
+// logger, the process identity and the signal-bound context.
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/toolbus/toolbus/internal/bus"
+	"github.com/toolbus/toolbus/internal/events"
+)
+
+// NATSFlag registers --nats on fs: the URL of the bus, defaulting to
+// $TOOLBUS_NATS or the local `toolbus up`.
+func NATSFlag(fs *flag.FlagSet) *string {
+	def := os.Getenv("TOOLBUS_NATS")
+	if def == "" {
+		def = bus.DefaultURL
+	}
+	return fs.String("nats", def, "NATS URL of the bus (env TOOLBUS_NATS)")
+}
+
+// LogFlag registers --log-level on fs.
+func LogFlag(fs *flag.FlagSet) *string {
+	return fs.String("log-level", "info", "log level: debug, info, warn or error")
+}
+
+// Logger is a text logger on stderr at the named level.
+func Logger(level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+}
+
+// Identity is this process's identity in the given role: role@host.
+func Identity(role string) events.Identity {
+	host, _ := os.Hostname()
+	user := os.Getenv("USER")
+	return events.Identity{ID: role + "@" + host, Role: role, Host: host, User: user}
+}
+
+// SignalContext is cancelled on SIGINT or SIGTERM.
+func SignalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
+// Connect opens the bus at url for a short-lived command, with an error
+// that says what to do when nothing is there.
+func Connect(ctx context.Context, url, name string, log *slog.Logger) (*bus.Bus, error) {
+	b, err := bus.Open(ctx, bus.Config{URL: url, Name: name, Logger: log})
+	if err != nil {
+		hint := ""
+		if url == bus.DefaultURL {
+			hint = " (is `toolbus up` running?)"
+		}
+		return nil, fmt.Errorf("cannot reach the bus at %s%s: %w", url, hint, unwrapConnect(err))
+	}
+	return b, nil
+}
+
+func unwrapConnect(err error) error {
+	msg := err.Error()
+	if i := strings.LastIndex(msg, ": "); i >= 0 && strings.HasPrefix(msg, "connect to bus") {
+		return fmt.Errorf("%s", msg[i+2:])
+	}
+	return err
+}
+
+// Close closes b, giving it ten seconds to drain.
+func Close(b *bus.Bus) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return b.Close(ctx)
+}
+
+// DefaultDataDir is where `toolbus up` keeps its data unless told otherwise:
+// $XDG_STATE_HOME/toolbus, else ~/.local/state/toolbus.
+func DefaultDataDir() string {
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "toolbus")
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".local", "state", "toolbus")
+	}
+	return ".toolbus"
+}
