@@ -149,12 +149,26 @@ func startServer(cfg Config, log *slog.Logger) (*server.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedded bus: %w", err)
 	}
-	srv.SetLoggerV2(serverLog{log.With("part", "nats-server")}, false, false, false)
+	logger := serverLog{log: log.With("part", "nats-server"), fatal: make(chan string, 1)}
+	srv.SetLoggerV2(logger, false, false, false)
 	go srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		srv.Shutdown()
-		srv.WaitForShutdown()
-		return nil, fmt.Errorf("embedded bus: not ready to accept connections on %s (is the port taken?)", listen)
+	// Poll readiness in short steps so that a fatal start error, such as a
+	// taken port, is reported at once instead of after the timeout.
+	deadline := time.Now().Add(10 * time.Second)
+	for !srv.ReadyForConnections(20 * time.Millisecond) {
+		fail := ""
+		select {
+		case fail = <-logger.fatal:
+		default:
+			if time.Now().After(deadline) {
+				fail = "not ready to accept connections after 10s"
+			}
+		}
+		if fail != "" {
+			srv.Shutdown()
+			srv.WaitForShutdown()
+			return nil, fmt.Errorf("embedded bus on %s: %s", listen, fail)
+		}
 	}
 	return srv, nil
 }
@@ -224,12 +238,23 @@ func (b *Bus) shutdownServer() {
 	}
 }
 
-// serverLog sends nats-server's log to slog.
-type serverLog struct{ log *slog.Logger }
+// serverLog sends nats-server's log to slog, and its fatal errors to the
+// goroutine waiting for the server to start.
+type serverLog struct {
+	log   *slog.Logger
+	fatal chan string
+}
 
 func (l serverLog) Noticef(f string, v ...any) { l.log.Debug(fmt.Sprintf(f, v...)) }
 func (l serverLog) Warnf(f string, v ...any)   { l.log.Warn(fmt.Sprintf(f, v...)) }
-func (l serverLog) Fatalf(f string, v ...any)  { l.log.Error(fmt.Sprintf(f, v...)) }
+func (l serverLog) Fatalf(f string, v ...any) {
+	msg := fmt.Sprintf(f, v...)
+	select {
+	case l.fatal <- msg:
+	default:
+		l.log.Error(msg)
+	}
+}
 func (l serverLog) Errorf(f string, v ...any)  { l.log.Error(fmt.Sprintf(f, v...)) }
 func (l serverLog) Debugf(f string, v ...any)  { l.log.Debug(fmt.Sprintf(f, v...)) }
 func (l serverLog) Tracef(f string, v ...any)  {}

@@ -1,0 +1,101 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.uber.org/goleak"
+
+	"github.com/toolbus/toolbus/internal/bus"
+	"github.com/toolbus/toolbus/internal/bus/bustest"
+	"github.com/toolbus/toolbus/internal/events"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestEmbeddedBusKeepsEventsAndAnswersRequests(t *testing.T) {
+	b := bustest.Start(t, "")
+	if !b.Embedded() || !strings.HasPrefix(b.URL(), "nats://127.0.0.1:") {
+		t.Fatalf("embedded=%v url=%s", b.Embedded(), b.URL())
+	}
+	client := bustest.Connect(t, b)
+	if client.Embedded() {
+		t.Error("a client connection claims to embed a server")
+	}
+
+	// A responder on a captured subject: the requester gets the
+	// responder's answer, not the stream's PubAck.
+	sub, err := b.Conn().Subscribe("tool.echo", func(m *nats.Msg) { m.Respond(append([]byte("echo:"), m.Data...)) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	b.Conn().Flush()
+	reply, err := client.Conn().Request("tool.echo", []byte("hi"), 5*time.Second)
+	if err != nil || string(reply.Data) != "echo:hi" {
+		t.Fatalf("request on a captured subject: %v, %v", reply, err)
+	}
+
+	// Everything under tool.> is kept.
+	stream, err := client.JetStream().Stream(context.Background(), events.AuditStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := stream.GetLastMsgForSubject(context.Background(), "tool.echo")
+	if err != nil || string(msg.Data) != "hi" {
+		t.Fatalf("audit stream: %v, %v", msg, err)
+	}
+	if cfg := stream.CachedInfo().Config; !cfg.NoAck || cfg.Subjects[0] != events.SubjectAll {
+		t.Errorf("audit stream config: no_ack=%v subjects=%v", cfg.NoAck, cfg.Subjects)
+	}
+}
+
+func TestOpenErrors(t *testing.T) {
+	b := bustest.Start(t, "")
+	taken := strings.TrimPrefix(b.URL(), "nats://")
+	ctx := context.Background()
+	tests := []struct {
+		name string
+		cfg  bus.Config
+		says string
+	}{
+		{"no data dir", bus.Config{Listen: "127.0.0.1:0"}, "no data directory"},
+		{"bad listen address", bus.Config{Listen: "localhost", DataDir: t.TempDir()}, `listen address "localhost"`},
+		{"bad port", bus.Config{Listen: "127.0.0.1:99999", DataDir: t.TempDir()}, "bad port"},
+		{"port taken", bus.Config{Listen: taken, DataDir: t.TempDir(), Logger: bustest.Quiet()}, "address already in use"},
+		{"nothing at URL", bus.Config{URL: "nats://127.0.0.1:1", Logger: bustest.Quiet()}, "connect to bus nats://127.0.0.1:1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := bus.Open(ctx, tt.cfg)
+			if err == nil {
+				got.Close(ctx)
+				t.Fatal("opened")
+			}
+			if !strings.Contains(err.Error(), tt.says) {
+				t.Errorf("error %q does not say %q", err, tt.says)
+			}
+		})
+	}
+}
+
+func TestCloseTwice(t *testing.T) {
+	b := bustest.Start(t, "")
+	if err := b.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !b.Conn().IsClosed() {
+		t.Error("connection still open")
+	}
+	_, err := bus.Open(context.Background(), bus.Config{URL: b.URL(), Logger: bustest.Quiet()})
+	if err == nil || !errors.Is(err, nats.ErrNoServers) {
+		t.Errorf("server still answers after Close: %v", err)
+	}
+}
