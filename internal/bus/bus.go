@@ -255,6 +255,6 @@ func (l serverLog) Fatalf(f string, v ...any) {
 		l.log.Error(msg)
 	}
 }
-func (l serverLog) Errorf(f string, v ...any)  { l.log.Error(fmt.Sprintf(f, v...)) }
-func (l serverLog) Debugf(f string, v ...any)  { l.log.Debug(fmt.Sprintf(f, v...)) }
-func (l serverLog) Tracef(f string, v ...any)  {}
+func (l serverLog) Errorf(f string, v ...any) { l.log.Error(fmt.Sprintf(f, v...)) }
+func (l serverLog) Debugf(f string, v ...any) { l.log.Debug(fmt.Sprintf(f, v...)) }
+func (l serverLog) Tracef(f string, v ...any) {}

@@ -20,10 +20,20 @@ import (
 type Entry struct {
 	tool *events.Tool
 	decl [numFormats]atomic.Pointer[[]byte]
+	// The sortTools key, computed once: source priority, then the MCP
+	// server name folded to lower case, then the registration order.
+	prio      int
+	serverKey string
 }
 
 // NewEntry wraps t, which the caller must not change afterwards.
-func NewEntry(t *events.Tool) *Entry { return &Entry{tool: t} }
+func NewEntry(t *events.Tool) *Entry {
+	e := &Entry{tool: t, prio: priority(t.Source)}
+	if t.Source == events.SourceMCP {
+		e.serverKey = strings.ToLower(t.Server)
+	}
+	return e
+}
 
 // Tool is the entry's catalogue record. Callers must not change it.
 func (e *Entry) Tool() *events.Tool { return e.tool }
@@ -60,7 +70,7 @@ func New(entries []*Entry) *Catalog {
 		byExport: make(map[string]*Entry, len(entries)),
 		sorted:   slices.Clone(entries),
 	}
-	slices.SortStableFunc(c.sorted, compareSortOrder)
+	slices.SortFunc(c.sorted, compareSortOrder)
 	for _, e := range c.sorted {
 		c.byName[e.tool.Name] = e
 		c.byExport[e.tool.ExportName] = e
@@ -90,15 +100,18 @@ func priority(s events.Source) int {
 	return 2
 }
 
+// compareSortOrder is a total order (names are unique), so an unstable
+// sort gives the same result every time.
 func compareSortOrder(a, b *Entry) int {
-	ta, tb := a.tool, b.tool
-	if pa, pb := priority(ta.Source), priority(tb.Source); pa != pb {
-		return pa - pb
+	if a.prio != b.prio {
+		return a.prio - b.prio
 	}
-	if ta.Source == events.SourceMCP {
-		if c := localeCompare(ta.Server, tb.Server); c != 0 {
-			return c
-		}
+	if a.serverKey != b.serverKey {
+		return strings.Compare(a.serverKey, b.serverKey)
+	}
+	ta, tb := a.tool, b.tool
+	if ta.Server != tb.Server {
+		return strings.Compare(ta.Server, tb.Server)
 	}
 	switch {
 	case ta.Seq < tb.Seq:

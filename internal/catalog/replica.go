@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -61,21 +63,10 @@ func Load(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (*Catal
 		return nil, fmt.Errorf("read catalogue: %w", err)
 	}
 	defer w.Stop()
-	entries, err := readInitial(ctx, w, log)
-	if err != nil {
-		return nil, err
-	}
-	list := make([]*Entry, 0, len(entries))
-	for _, e := range entries {
-		list = append(list, e)
-	}
-	return New(list), nil
-}
-
-// readInitial collects the entries a new watcher delivers before its nil
-// marker, keyed by KV key.
-func readInitial(ctx context.Context, w jetstream.KeyWatcher, log *slog.Logger) (map[string]*Entry, error) {
-	entries := make(map[string]*Entry)
+	// Without deletes, the watcher delivers each live key once. Entries
+	// are collected first and decoded afterwards: decoding in the receive
+	// loop would hold up the watcher's flow control and stall the transfer.
+	var raw []jetstream.KeyValueEntry
 	for {
 		select {
 		case <-ctx.Done():
@@ -85,9 +76,60 @@ func readInitial(ctx context.Context, w jetstream.KeyWatcher, log *slog.Logger) 
 				return nil, errors.New("read catalogue: watcher closed")
 			}
 			if kve == nil {
+				return New(slices.DeleteFunc(decodeAll(raw, log), func(e *Entry) bool { return e == nil })), nil
+			}
+			raw = append(raw, kve)
+		}
+	}
+}
+
+// decodeAll decodes entries on every core. An entry that does not decode is
+// reported and left nil.
+func decodeAll(raw []jetstream.KeyValueEntry, log *slog.Logger) []*Entry {
+	out := make([]*Entry, len(raw))
+	workers := min(runtime.GOMAXPROCS(0), len(raw)/256+1)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < len(raw); i += workers {
+				out[i] = decodeEntry(raw[i], log)
+			}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// readInitial collects the entries a new watcher delivers before its nil
+// marker, keyed by KV key, and decodes them once all are in.
+func readInitial(ctx context.Context, w jetstream.KeyWatcher, log *slog.Logger) (map[string]*Entry, error) {
+	raw := make(map[string]jetstream.KeyValueEntry)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("read catalogue: %w", ctx.Err())
+		case kve, ok := <-w.Updates():
+			if !ok {
+				return nil, errors.New("read catalogue: watcher closed")
+			}
+			if kve == nil {
+				list := make([]jetstream.KeyValueEntry, 0, len(raw))
+				for _, e := range raw {
+					list = append(list, e)
+				}
+				entries := make(map[string]*Entry, len(list))
+				for i, e := range decodeAll(list, log) {
+					if e != nil {
+						entries[list[i].Key()] = e
+					}
+				}
 				return entries, nil
 			}
-			apply(entries, kve, log)
+			if kve.Operation() == jetstream.KeyValuePut {
+				raw[kve.Key()] = kve
+			} else {
+				delete(raw, kve.Key())
+			}
 		}
 	}
 }
@@ -97,14 +139,22 @@ func apply(entries map[string]*Entry, kve jetstream.KeyValueEntry, log *slog.Log
 		delete(entries, kve.Key())
 		return
 	}
+	if e := decodeEntry(kve, log); e != nil {
+		entries[kve.Key()] = e
+	} else {
+		delete(entries, kve.Key())
+	}
+}
+
+// decodeEntry decodes one bucket entry, or reports it and returns nil.
+func decodeEntry(kve jetstream.KeyValueEntry, log *slog.Logger) *Entry {
 	t, err := events.DecodeTool(kve.Value())
 	if err != nil {
 		name, _ := base64.RawURLEncoding.DecodeString(kve.Key())
 		log.Warn("skipping a catalogue entry that does not decode", "tool", string(name), "revision", kve.Revision(), "err", err)
-		delete(entries, kve.Key())
-		return
+		return nil
 	}
-	entries[kve.Key()] = NewEntry(t)
+	return NewEntry(t)
 }
 
 // Replica is a catalogue kept up to date from the bus: it reads the whole

@@ -21,8 +21,14 @@ import (
 // ("STRING"); this writes the JSON Schema spelling "string", since the
 // declaration carries a JSON Schema.
 //
-// It returns changed=false, and raw itself, when nothing needed changing.
+// raw must be a valid JSON object. It returns changed=false, and raw
+// itself, when nothing needed changing.
 func SanitizeForGemini(raw json.RawMessage) (out json.RawMessage, changed bool, err error) {
+	if t := bytes.TrimSpace(raw); len(t) > 0 && t[0] == '{' &&
+		!bytes.Contains(raw, []byte(`"anyOf"`)) && !bytes.Contains(raw, []byte(`"enum"`)) {
+		// Nothing to change; raw is already known to be valid JSON.
+		return raw, false, nil
+	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	var schema any

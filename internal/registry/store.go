@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"log/slog"
 
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -95,7 +98,9 @@ func (s *store) save(ctx context.Context, puts []*events.Tool, deletes []string,
 		return nil
 	}
 	for _, t := range puts {
-		data, err := json.Marshal(t)
+		// The faster encoder, as DecodeTool uses; invalid UTF-8 becomes
+		// U+FFFD as encoding/json would make it, rather than an error.
+		data, err := jsonv2.Marshal(t, jsontext.AllowInvalidUTF8(true))
 		if err != nil {
 			return fmt.Errorf("encode %q: %w", t.Name, err)
 		}
