@@ -24,11 +24,13 @@ type Entry struct {
 	// server name folded to lower case, then the registration order.
 	prio      int
 	serverKey string
+	// displayKey is the display name folded to lower case, for getAllTools.
+	displayKey string
 }
 
 // NewEntry wraps t, which the caller must not change afterwards.
 func NewEntry(t *events.Tool) *Entry {
-	e := &Entry{tool: t, prio: priority(t.Source)}
+	e := &Entry{tool: t, prio: priority(t.Source), displayKey: strings.ToLower(t.DisplayName)}
 	if t.Source == events.SourceMCP {
 		e.serverKey = strings.ToLower(t.Server)
 	}
@@ -43,7 +45,11 @@ func (e *Entry) Declaration(f Format) []byte {
 	if p := e.decl[f].Load(); p != nil {
 		return *p
 	}
-	d := appendDeclaration(nil, e.tool, f)
+	t := e.tool
+	// Sized once: escaping rarely adds more than the slack.
+	size := 96 + len(t.Name) + len(t.ExportName) + len(t.DisplayName) + len(t.Description) +
+		max(len(t.Parameters), len(t.GeminiParameters)) + len(t.Annotations)
+	d := appendDeclaration(make([]byte, 0, size), t, f)
 	e.decl[f].Store(&d)
 	return d
 }
@@ -186,8 +192,22 @@ func (c *Catalog) All() []*events.Tool {
 
 // AllTools is every active tool sorted by display name (getAllTools).
 func (c *Catalog) AllTools() []*events.Tool {
-	out := c.active()
-	slices.SortStableFunc(out, func(a, b *events.Tool) int { return localeCompare(a.DisplayName, b.DisplayName) })
+	entries := make([]*Entry, 0, len(c.sorted))
+	for _, e := range c.sorted {
+		if e.tool.Active {
+			entries = append(entries, e)
+		}
+	}
+	slices.SortStableFunc(entries, func(a, b *Entry) int {
+		if c := strings.Compare(a.displayKey, b.displayKey); c != 0 {
+			return c
+		}
+		return strings.Compare(a.tool.DisplayName, b.tool.DisplayName)
+	})
+	out := make([]*events.Tool, len(entries))
+	for i, e := range entries {
+		out[i] = e.tool
+	}
 	return out
 }
 
@@ -213,16 +233,6 @@ func (c *Catalog) ToolsByServer(server string) []*events.Tool {
 		}
 	}
 	slices.SortFunc(out, func(a, b *events.Tool) int { return localeCompare(a.Name, b.Name) })
-	return out
-}
-
-func (c *Catalog) active() []*events.Tool {
-	out := make([]*events.Tool, 0, len(c.sorted))
-	for _, e := range c.sorted {
-		if e.tool.Active {
-			out = append(out, e.tool)
-		}
-	}
 	return out
 }
 
