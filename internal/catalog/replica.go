@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
-	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -58,41 +57,104 @@ func Load(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (*Catal
 	if err != nil {
 		return nil, err
 	}
-	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	entries, w, err := start(ctx, js, kv, log, false)
 	if err != nil {
-		return nil, fmt.Errorf("read catalogue: %w", err)
+		return nil, err
 	}
-	defer w.Stop()
-	// Without deletes, the watcher delivers each live key once. Entries
-	// are collected first and decoded afterwards: decoding in the receive
-	// loop would hold up the watcher's flow control and stall the transfer.
-	var raw []jetstream.KeyValueEntry
+	w.Stop()
+	return New(values(entries)), nil
+}
+
+// start reads the whole catalogue: from the latest snapshot when there is a
+// usable one, then from the bucket from the snapshot's revision on, or the
+// whole bucket when there is none. It returns the entries, keyed by bucket
+// key, and the watcher, which goes on delivering changes after them. A
+// watcher that is to follow changes outlives ctx, which then bounds only
+// the initial read.
+func start(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, log *slog.Logger, follow bool) (map[string]*Entry, jetstream.KeyWatcher, error) {
+	entries, rev, err := readSnapshot(ctx, js, kv, log)
+	if err != nil {
+		if !errors.Is(err, jetstream.ErrStreamNotFound) && !errors.Is(err, jetstream.ErrBucketNotFound) && !errors.Is(err, jetstream.ErrObjectNotFound) {
+			log.Warn("catalogue snapshot not used; reading the whole bucket", "err", err)
+		}
+		entries, rev = make(map[string]*Entry), 0
+	}
+	var opts []jetstream.WatchOpt
+	switch {
+	case rev > 0:
+		opts = append(opts, jetstream.ResumeFromRevision(rev+1))
+	case !follow:
+		opts = append(opts, jetstream.IgnoreDeletes())
+	}
+	wctx := ctx
+	if follow {
+		wctx = context.Background()
+	}
+	w, err := kv.WatchAll(wctx, opts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read catalogue: %w", err)
+	}
+	// Entries are collected first and decoded once all are in: decoding in
+	// the receive loop would hold up the watcher's flow control.
+	pending := make(map[string]jetstream.KeyValueEntry)
 	for {
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("read catalogue: %w", ctx.Err())
+			w.Stop()
+			return nil, nil, fmt.Errorf("read catalogue: %w", ctx.Err())
 		case kve, ok := <-w.Updates():
 			if !ok {
-				return nil, errors.New("read catalogue: watcher closed")
+				return nil, nil, errors.New("read catalogue: watcher closed")
 			}
 			if kve == nil {
-				return New(slices.DeleteFunc(decodeAll(raw, log), func(e *Entry) bool { return e == nil })), nil
+				keys := make([]string, 0, len(pending))
+				raw := make([][]byte, 0, len(pending))
+				for k, e := range pending {
+					keys = append(keys, k)
+					raw = append(raw, e.Value())
+				}
+				for i, e := range decodeAll(raw, func(i int) string { return toolNameOf(keys[i]) }, log) {
+					if e != nil {
+						entries[keys[i]] = e
+					} else {
+						delete(entries, keys[i])
+					}
+				}
+				return entries, w, nil
 			}
-			raw = append(raw, kve)
+			if kve.Operation() == jetstream.KeyValuePut {
+				pending[kve.Key()] = kve
+			} else {
+				delete(pending, kve.Key())
+				delete(entries, kve.Key())
+			}
 		}
 	}
 }
 
+func values(entries map[string]*Entry) []*Entry {
+	list := make([]*Entry, 0, len(entries))
+	for _, e := range entries {
+		list = append(list, e)
+	}
+	return list
+}
+
 // decodeAll decodes entries on every core. An entry that does not decode is
-// reported and left nil.
-func decodeAll(raw []jetstream.KeyValueEntry, log *slog.Logger) []*Entry {
+// reported, under the name what gives it, and left nil.
+func decodeAll(raw [][]byte, what func(int) string, log *slog.Logger) []*Entry {
 	out := make([]*Entry, len(raw))
 	workers := min(runtime.GOMAXPROCS(0), len(raw)/256+1)
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
 			for i := w; i < len(raw); i += workers {
-				out[i] = decodeEntry(raw[i], log)
+				t, err := events.DecodeTool(raw[i])
+				if err != nil {
+					log.Warn("skipping a catalogue entry that does not decode", "entry", what(i), "err", err)
+					continue
+				}
+				out[i] = NewEntry(t)
 			}
 		})
 	}
@@ -100,38 +162,12 @@ func decodeAll(raw []jetstream.KeyValueEntry, log *slog.Logger) []*Entry {
 	return out
 }
 
-// readInitial collects the entries a new watcher delivers before its nil
-// marker, keyed by KV key, and decodes them once all are in.
-func readInitial(ctx context.Context, w jetstream.KeyWatcher, log *slog.Logger) (map[string]*Entry, error) {
-	raw := make(map[string]jetstream.KeyValueEntry)
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("read catalogue: %w", ctx.Err())
-		case kve, ok := <-w.Updates():
-			if !ok {
-				return nil, errors.New("read catalogue: watcher closed")
-			}
-			if kve == nil {
-				list := make([]jetstream.KeyValueEntry, 0, len(raw))
-				for _, e := range raw {
-					list = append(list, e)
-				}
-				entries := make(map[string]*Entry, len(list))
-				for i, e := range decodeAll(list, log) {
-					if e != nil {
-						entries[list[i].Key()] = e
-					}
-				}
-				return entries, nil
-			}
-			if kve.Operation() == jetstream.KeyValuePut {
-				raw[kve.Key()] = kve
-			} else {
-				delete(raw, kve.Key())
-			}
-		}
+func toolNameOf(key string) string {
+	name, err := base64.RawURLEncoding.DecodeString(key)
+	if err != nil {
+		return key
 	}
+	return string(name)
 }
 
 func apply(entries map[string]*Entry, kve jetstream.KeyValueEntry, log *slog.Logger) {
@@ -139,22 +175,13 @@ func apply(entries map[string]*Entry, kve jetstream.KeyValueEntry, log *slog.Log
 		delete(entries, kve.Key())
 		return
 	}
-	if e := decodeEntry(kve, log); e != nil {
-		entries[kve.Key()] = e
-	} else {
-		delete(entries, kve.Key())
-	}
-}
-
-// decodeEntry decodes one bucket entry, or reports it and returns nil.
-func decodeEntry(kve jetstream.KeyValueEntry, log *slog.Logger) *Entry {
 	t, err := events.DecodeTool(kve.Value())
 	if err != nil {
-		name, _ := base64.RawURLEncoding.DecodeString(kve.Key())
-		log.Warn("skipping a catalogue entry that does not decode", "tool", string(name), "revision", kve.Revision(), "err", err)
-		return nil
+		log.Warn("skipping a catalogue entry that does not decode", "entry", toolNameOf(kve.Key()), "revision", kve.Revision(), "err", err)
+		delete(entries, kve.Key())
+		return
 	}
-	return NewEntry(t)
+	entries[kve.Key()] = NewEntry(t)
 }
 
 // Replica is a catalogue kept up to date from the bus: it reads the whole
@@ -177,14 +204,8 @@ func Follow(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (*Rep
 	if err != nil {
 		return nil, err
 	}
-	// The watcher outlives ctx, which only bounds the initial read.
-	w, err := kv.WatchAll(context.Background())
+	entries, w, err := start(ctx, js, kv, log, true)
 	if err != nil {
-		return nil, fmt.Errorf("follow catalogue: %w", err)
-	}
-	entries, err := readInitial(ctx, w, log)
-	if err != nil {
-		w.Stop()
 		return nil, err
 	}
 	r := &Replica{log: log, watcher: w, done: make(chan struct{}), entries: entries, changed: make(chan struct{})}
@@ -217,11 +238,7 @@ func (r *Replica) Catalog() *Catalog {
 	if c := r.snap.Load(); c != nil {
 		return c
 	}
-	list := make([]*Entry, 0, len(r.entries))
-	for _, e := range r.entries {
-		list = append(list, e)
-	}
-	c := New(list)
+	c := New(values(r.entries))
 	r.snap.Store(c)
 	return c
 }

@@ -40,6 +40,10 @@ const (
 	// CatalogBucket is the KV bucket holding one Tool entry per registered
 	// tool, keyed by CatalogKey(name).
 	CatalogBucket = "TOOLBUS_CATALOG"
+	// CatalogSnapshotBucket is the object store where the registry keeps a
+	// recent copy of the whole catalogue in one object, so a reader fetches
+	// it in a few large messages and catches up from the bucket's revision.
+	CatalogSnapshotBucket = "TOOLBUS_CATALOG_SNAPSHOT"
 	// RegistryStateBucket is the KV bucket where the registry keeps its own
 	// state (sequence counter, runtime enable/disable overrides).
 	RegistryStateBucket = "TOOLBUS_REGISTRY"

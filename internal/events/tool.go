@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 	"time"
 )
 
@@ -173,6 +174,12 @@ func DecodeTool(data []byte) (*Tool, error) {
 		return nil, err
 	}
 	return t, nil
+}
+
+// EncodeTool is the JSON form of a catalogue entry, as the bucket holds it.
+// Invalid UTF-8 becomes U+FFFD, as encoding/json would make it.
+func EncodeTool(t *Tool) ([]byte, error) {
+	return jsonv2.Marshal(t, jsontext.AllowInvalidUTF8(true))
 }
 
 // CatalogKey is the KV key of the catalogue entry named name. Tool names may

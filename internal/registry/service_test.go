@@ -1,10 +1,12 @@
 package registry
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -311,5 +313,98 @@ func TestRegistrationLargerThanOneMessageIsChunked(t *testing.T) {
 	}
 	if n := load(t, b).Len(); n != 1500 {
 		t.Errorf("bucket holds %d tools, want 1500", n)
+	}
+}
+
+// waitSnapshot waits until the registry's snapshot covers everything saved.
+func waitSnapshot(t testing.TB, svc *Service) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, rev, ok := svc.reg.saved(svc.store)
+		obs, err := svc.js.ObjectStore(context.Background(), events.CatalogSnapshotBucket)
+		if err == nil && ok {
+			if data, err := obs.GetBytes(context.Background(), "catalog"); err == nil {
+				var h snapshotHeaderForTest
+				line, _, _ := strings.Cut(string(data), "\n")
+				if json.Unmarshal([]byte(line), &h) == nil && h.Revision == rev {
+					return
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the registry wrote no current snapshot")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+type snapshotHeaderForTest struct {
+	Revision uint64 `json:"revision"`
+}
+
+func sameCatalogue(t *testing.T, got, want *catalog.Catalog) {
+	t.Helper()
+	g, w := got.All(), want.All()
+	if len(g) != len(w) {
+		t.Fatalf("reader sees %d tools, registry has %d", len(g), len(w))
+	}
+	for i := range w {
+		a, _ := json.Marshal(g[i])
+		b, _ := json.Marshal(w[i])
+		if string(a) != string(b) {
+			t.Fatalf("reader sees\n%s\nregistry has\n%s", a, b)
+		}
+	}
+}
+
+func TestReadersStartFromTheSnapshotAndCatchUp(t *testing.T) {
+	b := bustest.Start(t, "")
+	svc := startService(t, b, Settings{})
+	c := client(b)
+	req := discoveredReq()
+	for i := range 200 {
+		req.Tools = append(req.Tools, spec(fmt.Sprintf("tool_%03d", i)))
+	}
+	registerAll(t, c, req)
+	waitSnapshot(t, svc)
+
+	// Changes after the snapshot: a reader must see them all the same.
+	registerAll(t, c, mcpReq("gh", spec("issue"), spec("tool_001")))
+	if _, err := c.Remove(ctxT(t), &events.RemoveRequest{Names: []string{"tool_002", "tool_003"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Toggle(ctxT(t), &events.ToggleRequest{Enable: false, Names: []string{"tool_004"}}); err != nil {
+		t.Fatal(err)
+	}
+	reader := bustest.Connect(t, b)
+	var logged bytes.Buffer
+	fromSnapshot, err := catalog.Load(ctxT(t), reader.JetStream(), slog.New(slog.NewTextHandler(&logged, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if logged.Len() > 0 {
+		t.Errorf("the snapshot was not used: %s", logged.String())
+	}
+	sameCatalogue(t, fromSnapshot, svc.Registry().Catalog())
+	rep, err := catalog.Follow(ctxT(t), reader.JetStream(), bustest.Quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rep.Close()
+	sameCatalogue(t, rep.Catalog(), svc.Registry().Catalog())
+
+	// A snapshot that is damaged, or that claims a revision the bucket
+	// never reached, is not used; the reader reads the whole bucket.
+	obs, err := b.JetStream().ObjectStore(ctxT(t), events.CatalogSnapshotBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"garbage", `{"v":1,"revision":999999,"count":0}` + "\n", `{"v":1,"revision":1,"count":5}` + "\n{}\n",
+		`{"v":1,"revision":1,"count":1}` + "\n" + `{"v":1,"name":"broken"}` + "\n"} {
+		if _, err := obs.PutBytes(ctxT(t), "catalog", []byte(bad)); err != nil {
+			t.Fatal(err)
+		}
+		sameCatalogue(t, load(t, reader), svc.Registry().Catalog())
 	}
 }

@@ -7,9 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 
-	jsonv2 "github.com/go-json-experiment/json"
-	"github.com/go-json-experiment/json/jsontext"
-
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -24,6 +21,10 @@ type store struct {
 	js      jetstream.JetStream
 	catalog jetstream.KeyValue
 	state   jetstream.KeyValue
+	// lastSeq is the catalogue bucket's revision after the last save.
+	// The registry is the bucket's only writer, so the bucket then holds
+	// exactly the registry's catalogue.
+	lastSeq uint64
 }
 
 func openStore(ctx context.Context, js jetstream.JetStream) (*store, error) {
@@ -61,6 +62,11 @@ func (s *store) load(ctx context.Context, log *slog.Logger) ([]*events.Tool, Sta
 			return nil, st, fmt.Errorf("registry state in %s/%s does not decode: %w", events.RegistryStateBucket, stateKey, err)
 		}
 	}
+	status, err := s.catalog.Status(ctx)
+	if err != nil {
+		return nil, st, fmt.Errorf("catalogue bucket: %w", err)
+	}
+	s.lastSeq = status.(*jetstream.KeyValueBucketStatus).StreamInfo().State.LastSeq
 	return cat.All(), st, nil
 }
 
@@ -76,7 +82,8 @@ func (s *store) save(ctx context.Context, puts []*events.Tool, deletes []string,
 		var errs []error
 		for _, f := range futures {
 			select {
-			case <-f.Ok():
+			case ack := <-f.Ok():
+				s.lastSeq = max(s.lastSeq, ack.Sequence)
 			case err := <-f.Err():
 				errs = append(errs, fmt.Errorf("%s: %w", f.Msg().Subject, err))
 			case <-ctx.Done():
@@ -98,9 +105,7 @@ func (s *store) save(ctx context.Context, puts []*events.Tool, deletes []string,
 		return nil
 	}
 	for _, t := range puts {
-		// The faster encoder, as DecodeTool uses; invalid UTF-8 becomes
-		// U+FFFD as encoding/json would make it, rather than an error.
-		data, err := jsonv2.Marshal(t, jsontext.AllowInvalidUTF8(true))
+		data, err := events.EncodeTool(t)
 		if err != nil {
 			return fmt.Errorf("encode %q: %w", t.Name, err)
 		}
@@ -158,4 +163,19 @@ func (r *Registry) flush(ctx context.Context, s *store) error {
 	clear(r.dirty)
 	r.stateDirty = false
 	return nil
+}
+
+// saved returns the catalogue as the bucket holds it at revision rev, or
+// ok=false while changes are not yet saved.
+func (r *Registry) saved(s *store) (tools []*events.Tool, rev uint64, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.dirty) > 0 {
+		return nil, 0, false
+	}
+	tools = make([]*events.Tool, 0, len(r.tools))
+	for _, e := range r.tools {
+		tools = append(tools, e.Tool())
+	}
+	return tools, s.lastSeq, true
 }
