@@ -1,0 +1,223 @@
+// Package policy decides whether a tool call may run: an OPA (Rego v1)
+// policy, compiled once into a prepared query and evaluated for every
+// invocation, answers ALLOW, DENY or ASK_USER with a reason. A policy set is
+// a set of .rego files; one whose Rego tests fail is refused.
+package policy
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/tester"
+	"github.com/open-policy-agent/opa/v1/topdown"
+
+	"github.com/toolbus/toolbus/internal/events"
+)
+
+// Query is the rule every policy set must define.
+const Query = "data.toolbus.decision"
+
+// Files is a policy set: file name → Rego source. Files whose names end in
+// _test.rego hold the set's unit tests.
+type Files map[string]string
+
+// LoadDir reads the .rego files of dir (not its sub-directories).
+func LoadDir(dir string) (Files, error) {
+	paths, err := filepath.Glob(filepath.Join(dir, "*.rego"))
+	if err != nil {
+		return nil, err
+	}
+	if len(paths) == 0 {
+		return nil, fmt.Errorf("policy: no .rego files in %s", dir)
+	}
+	files := make(Files, len(paths))
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return nil, fmt.Errorf("policy: %w", err)
+		}
+		files[filepath.Base(p)] = string(data)
+	}
+	return files, nil
+}
+
+// Revision identifies a policy set by its content: the same files give the
+// same revision on every host.
+func (f Files) Revision() string {
+	names := make([]string, 0, len(f))
+	for n := range f {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	h := sha256.New()
+	for _, n := range names {
+		fmt.Fprintf(h, "%s\x00%d\x00%s", n, len(f[n]), f[n])
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// Policy is a compiled policy set. It is immutable and safe for concurrent
+// use: one prepared query serves every goroutine.
+type Policy struct {
+	revision string
+	files    Files
+	query    rego.PreparedEvalQuery
+}
+
+// Revision is the policy set's revision.
+func (p *Policy) Revision() string { return p.revision }
+
+// Files is the policy set's source.
+func (p *Policy) Files() Files { return p.files }
+
+// Compile parses and compiles files, runs their Rego tests and prepares the
+// decision query. Any error, including a failing test, refuses the set.
+func Compile(ctx context.Context, files Files) (*Policy, error) {
+	if len(files) == 0 {
+		return nil, errors.New("policy: empty policy set")
+	}
+	modules, err := parse(files)
+	if err != nil {
+		return nil, err
+	}
+	if failures, err := failedTests(ctx, modules); err != nil {
+		return nil, err
+	} else if len(failures) > 0 {
+		return nil, fmt.Errorf("policy: Rego tests fail: %s", strings.Join(failures, "; "))
+	}
+	opts := []func(*rego.Rego){rego.Query(Query), rego.SetRegoVersion(ast.RegoV1), rego.StrictBuiltinErrors(true)}
+	for name, src := range files {
+		if !isTest(name) {
+			opts = append(opts, rego.Module(name, src))
+		}
+	}
+	q, err := rego.New(opts...).PrepareForEval(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	return &Policy{revision: files.Revision(), files: files, query: q}, nil
+}
+
+func isTest(name string) bool { return strings.HasSuffix(name, "_test.rego") }
+
+// Test runs the Rego tests of files, as `opa test` would, sorted by name.
+func Test(ctx context.Context, files Files) ([]TestResult, error) {
+	modules, err := parse(files)
+	if err != nil {
+		return nil, err
+	}
+	return testModules(ctx, modules)
+}
+
+func parse(files Files) (map[string]*ast.Module, error) {
+	modules := make(map[string]*ast.Module, len(files))
+	for name, src := range files {
+		m, err := ast.ParseModuleWithOpts(name, src, ast.ParserOptions{RegoVersion: ast.RegoV1})
+		if err != nil {
+			return nil, fmt.Errorf("policy: %w", err)
+		}
+		modules[name] = m
+	}
+	return modules, nil
+}
+
+// TestResult is the outcome of one Rego test.
+type TestResult struct {
+	Name  string
+	File  string
+	Pass  bool
+	Skip  bool
+	Error string
+}
+
+func failedTests(ctx context.Context, modules map[string]*ast.Module) ([]string, error) {
+	hasTests := false
+	for name := range modules {
+		hasTests = hasTests || isTest(name)
+	}
+	if !hasTests {
+		return nil, nil
+	}
+	results, err := testModules(ctx, modules)
+	if err != nil {
+		return nil, err
+	}
+	var failures []string
+	for _, r := range results {
+		if !r.Pass && !r.Skip {
+			msg := r.Name + " failed"
+			if r.Error != "" {
+				msg = r.Name + ": " + r.Error
+			}
+			failures = append(failures, msg)
+		}
+	}
+	return failures, nil
+}
+
+func testModules(ctx context.Context, modules map[string]*ast.Module) ([]TestResult, error) {
+	ch, err := tester.NewRunner().SetModules(modules).SetDefaultRegoVersion(ast.RegoV1).RaiseBuiltinErrors(true).RunTests(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("policy: run Rego tests: %w", err)
+	}
+	var results []TestResult
+	for r := range ch {
+		tr := TestResult{Name: r.Package + "." + r.Name, File: r.Location.File, Pass: r.Pass(), Skip: r.Skip}
+		if r.Error != nil {
+			tr.Error = r.Error.Error()
+		}
+		results = append(results, tr)
+	}
+	slices.SortFunc(results, func(a, b TestResult) int { return strings.Compare(a.Name, b.Name) })
+	return results, nil
+}
+
+// Decision is the policy's answer for one invocation.
+type Decision struct {
+	Verdict events.Verdict
+	Reason  string
+	// Remember says whether an "always" answer to this call may be kept.
+	Remember bool
+	// Revision is the policy revision that decided.
+	Revision string
+}
+
+// Decide evaluates the policy for input. It never fails open: an error, an
+// undefined decision or a malformed one is a DENY that says why.
+func (p *Policy) Decide(ctx context.Context, input *Input) Decision {
+	deny := func(format string, args ...any) Decision {
+		return Decision{Verdict: events.Deny, Reason: "policy error: " + fmt.Sprintf(format, args...), Revision: p.revision}
+	}
+	rs, err := p.query.Eval(ctx, rego.EvalInput(input.value()))
+	if err != nil {
+		var halt *topdown.Error
+		if errors.As(err, &halt) {
+			return deny("%s", halt.Message)
+		}
+		return deny("%v", err)
+	}
+	if len(rs) != 1 || len(rs[0].Expressions) != 1 {
+		return deny("%s is undefined", Query)
+	}
+	out, ok := rs[0].Expressions[0].Value.(map[string]any)
+	if !ok {
+		return deny("%s is not an object", Query)
+	}
+	verdict, _ := out["verdict"].(string)
+	reason, _ := out["reason"].(string)
+	remember, _ := out["remember"].(bool)
+	if !events.Verdict(verdict).Valid() {
+		return deny("%s.verdict is %q, not ALLOW, DENY or ASK_USER", Query, verdict)
+	}
+	return Decision{Verdict: events.Verdict(verdict), Reason: reason, Remember: remember, Revision: p.revision}
+}

@@ -1,0 +1,218 @@
+package policy
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/toolbus/toolbus/internal/events"
+)
+
+func defaultPolicy(t testing.TB) *Policy {
+	t.Helper()
+	files, err := LoadDir("../../policy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Compile(context.Background(), files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestRegoUnitTests runs policy/*_test.rego with OPA's tester, as
+// `toolbus policy test` and `opa test policy/` do.
+func TestRegoUnitTests(t *testing.T) {
+	files, err := LoadDir("../../policy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	results, err := Test(context.Background(), files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(results) < 20 {
+		t.Errorf("only %d Rego tests ran", len(results))
+	}
+	for _, r := range results {
+		if !r.Pass {
+			t.Errorf("%s: failed %s", r.Name, r.Error)
+		}
+	}
+}
+
+func shellInput(line string) *Input {
+	sh := AnalyzeShell(line)
+	return &Input{
+		Tool:   ToolInput{Name: "run_shell_command", Kind: events.KindExecute, Source: events.SourceBuiltin},
+		Args:   map[string]any{"command": line},
+		Caller: events.Identity{ID: "agent:test"},
+		Shell:  &sh, Paths: sh.Paths("/w", "/home/ada"), Home: "/home/ada", Workspace: "/w",
+	}
+}
+
+// TestChainedShellCannotHide runs real shell lines through the real parser
+// and the default policy: a dangerous command is found wherever it hides.
+func TestChainedShellCannotHide(t *testing.T) {
+	p := defaultPolicy(t)
+	tests := []struct {
+		line string
+		want events.Verdict
+		says string
+	}{
+		{"ls -la", events.AskUser, "execute tools ask the user"},
+		{"rm -rf /", events.Deny, "recursive removal of /"},
+		{"ls && rm -rf /", events.Deny, "recursive removal"},
+		{"cd x; rm -rf /", events.Deny, "recursive removal"},
+		{"$(rm -rf /)", events.Deny, "recursive removal"},
+		{"echo `rm -rf /`", events.Deny, "recursive removal"},
+		{"echo \"$(rm -rf /)\"", events.Deny, "recursive removal"},
+		{"true || (rm -rf /)", events.Deny, "recursive removal"},
+		{"ls | xargs rm -rf /", events.Deny, "recursive removal"},
+		{"sudo rm -rf /", events.Deny, "recursive removal"},
+		{"sudo -u root /bin/rm -r -f /*", events.Deny, "recursive removal"},
+		{"env FOO=1 nice -n 5 rm -fr ~", events.Deny, "recursive removal"},
+		{"bash -c 'rm -rf /'", events.Deny, "recursive removal"},
+		{"sh -lc \"ls; rm -rf /\"", events.Deny, "recursive removal"},
+		{"eval 'rm -rf /'", events.Deny, "recursive removal"},
+		{"f() { rm -rf /; }; f", events.Deny, "recursive removal"},
+		{":(){ :|:& };:", events.Deny, "fork bomb"},
+		{"dd if=/dev/zero of=/dev/sda bs=1M", events.Deny, "dd writes onto the disk /dev/sda"},
+		{"echo boom > /dev/sda", events.Deny, "writes onto the disk /dev/sda"},
+		{"cat ~/.ssh/id_rsa", events.Deny, "sensitive path /home/ada/.ssh/id_rsa"},
+		{"cat /etc/shadow | head", events.Deny, "sensitive path /etc/shadow"},
+		{"grep KEY .env", events.Deny, "sensitive path /w/.env"},
+		{"cp .env.example .env.local", events.Deny, "sensitive path /w/.env.local"},
+		{"echo 'unclosed", events.Deny, "cannot be parsed"},
+		{"rm -rf build && make", events.AskUser, ""},
+		{"echo 'rm -rf /'", events.AskUser, ""}, // a string, not a command
+	}
+	for _, tt := range tests {
+		t.Run(tt.line, func(t *testing.T) {
+			d := p.Decide(context.Background(), shellInput(tt.line))
+			if d.Verdict != tt.want || !strings.Contains(d.Reason, tt.says) {
+				t.Errorf("got %s (%s), want %s saying %q", d.Verdict, d.Reason, tt.want, tt.says)
+			}
+			if d.Revision != p.Revision() {
+				t.Errorf("decision revision %q, policy %q", d.Revision, p.Revision())
+			}
+		})
+	}
+}
+
+func TestAnalyzeShell(t *testing.T) {
+	s := AnalyzeShell(`FOO=1 sudo -u bob /usr/bin/git -C "$DIR" status 2>/dev/null; bash -c 'echo hi' > out.txt`)
+	if len(s.Commands) != 3 {
+		t.Fatalf("commands: %+v", s.Commands)
+	}
+	git, bash, echo := s.Commands[0], s.Commands[1], s.Commands[2]
+	if git.Name != "git" || git.Literal || git.Args[1] != `"$DIR"` {
+		t.Errorf("git: %+v", git)
+	}
+	if bash.Name != "bash" || len(bash.Redirects) != 1 || bash.Redirects[0] != (Redirect{Op: ">", Target: "out.txt"}) {
+		t.Errorf("bash: %+v", bash)
+	}
+	if echo.Name != "echo" || echo.Text != "echo hi" {
+		t.Errorf("nested echo: %+v", echo)
+	}
+	if got := s.Paths("/w", "/h"); !slices.Equal(got, []string{"/dev/null", "/w/out.txt"}) {
+		t.Errorf("paths: %v", got)
+	}
+}
+
+// TestPolicyFailsClosed: whatever goes wrong in the policy, the answer is
+// DENY with a reason, never ALLOW.
+func TestPolicyFailsClosed(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		name string
+		rego string
+		says string
+	}{
+		{"undefined decision", "package toolbus\nother := 1\n", "data.toolbus.decision is undefined"},
+		{"not an object", "package toolbus\ndecision := \"ALLOW\"\n", "is not an object"},
+		{"unknown verdict", "package toolbus\ndecision := {\"verdict\": \"YES\"}\n", `verdict is "YES"`},
+		{"runtime error", "package toolbus\ndecision := {\"verdict\": \"ALLOW\", \"reason\": sprintf(\"%d\", [1/input.zero])}\n", "policy error"},
+		{"conflict", "package toolbus\ndecision := {\"verdict\": \"ALLOW\"} if true\ndecision := {\"verdict\": \"DENY\"} if true\n", "policy error"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := Compile(ctx, Files{"p.rego": tt.rego})
+			if err != nil {
+				t.Fatalf("compile: %v", err)
+			}
+			d := p.Decide(ctx, &Input{Tool: ToolInput{Name: "read_file", Kind: events.KindRead}})
+			if d.Verdict != events.Deny || !strings.Contains(d.Reason, tt.says) {
+				t.Errorf("got %s (%s), want DENY saying %q", d.Verdict, d.Reason, tt.says)
+			}
+		})
+	}
+}
+
+func TestCompileRefusesBrokenSets(t *testing.T) {
+	ctx := context.Background()
+	good, _ := LoadDir("../../policy")
+	tests := []struct {
+		name  string
+		files Files
+		says  string
+	}{
+		{"empty", Files{}, "empty policy set"},
+		{"syntax error", Files{"p.rego": "package toolbus\ndecision := {"}, "rego_parse_error"},
+		{"not Rego v1", Files{"p.rego": "package toolbus\ndeny[x] { x := 1 }\n"}, "rego_parse_error"},
+		{"failing Rego test", merge(good, Files{"extra_test.rego": "package extra_test\nimport data.toolbus\ntest_wrong if toolbus.decision.verdict == \"ALLOW\" with input as {\"tool\": {\"kind\": \"execute\"}}\n"}), "Rego tests fail: data.extra_test.test_wrong"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Compile(ctx, tt.files)
+			if err == nil || !strings.Contains(err.Error(), tt.says) {
+				t.Errorf("got %v, want an error saying %q", err, tt.says)
+			}
+		})
+	}
+}
+
+func merge(a, b Files) Files {
+	out := Files{}
+	for k, v := range a {
+		out[k] = v
+	}
+	for k, v := range b {
+		out[k] = v
+	}
+	return out
+}
+
+func TestRevisionDependsOnContentOnly(t *testing.T) {
+	a := Files{"a.rego": "x", "b.rego": "y"}
+	b := Files{"b.rego": "y", "a.rego": "x"}
+	c := Files{"a.rego": "x", "b.rego": "z"}
+	if a.Revision() != b.Revision() || a.Revision() == c.Revision() || !strings.HasPrefix(a.Revision(), "sha256:") {
+		t.Errorf("revisions %s %s %s", a.Revision(), b.Revision(), c.Revision())
+	}
+}
+
+// BenchmarkDecide is the policy decision alone, for a read_file call and
+// for a shell line (parsing included).
+func BenchmarkDecide(b *testing.B) {
+	p := defaultPolicy(b)
+	ctx := context.Background()
+	read := &Input{Tool: ToolInput{Name: "read_file", Kind: events.KindRead, Source: events.SourceBuiltin},
+		Args: map[string]any{"file_path": "README.md"}, Caller: events.Identity{ID: "agent"}, Paths: []string{"/w/README.md"}, Home: "/h", Workspace: "/w"}
+	b.Run("read_file", func(b *testing.B) {
+		for range b.N {
+			if d := p.Decide(ctx, read); d.Verdict != events.Allow {
+				b.Fatal(d.Reason)
+			}
+		}
+	})
+	b.Run("shell", func(b *testing.B) {
+		for range b.N {
+			if d := p.Decide(ctx, shellInput("git status && go test ./...")); d.Verdict != events.AskUser {
+				b.Fatal(d.Reason)
+			}
+		}
+	})
+}
