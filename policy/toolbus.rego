@@ -173,26 +173,28 @@ sensitive(p) if p in {"/etc/shadow", "/etc/gshadow", "/etc/sudoers", "/etc/passw
 
 sensitive(p) if startswith(p, "/etc/sudoers.d/")
 
-# SSH keys and configuration, wherever the home directory is.
-sensitive(p) if regex.match(`(^|/)\.ssh(/|$)`, p)
+# SSH keys and configuration, GnuPG and Azure, wherever the home is.
+sensitive(p) if {
+	some dir in split(p, "/")
+	dir in {".ssh", ".gnupg", ".azure"}
+}
 
 # Cloud and tool credentials.
-sensitive(p) if regex.match(`(^|/)\.aws/(credentials|config)$`, p)
-
-sensitive(p) if regex.match(`(^|/)\.config/gcloud(/|$)`, p)
-
-sensitive(p) if regex.match(`(^|/)\.azure(/|$)`, p)
-
-sensitive(p) if regex.match(`(^|/)\.kube/config$`, p)
-
-sensitive(p) if regex.match(`(^|/)\.docker/config\.json$`, p)
-
-sensitive(p) if regex.match(`(^|/)\.gnupg(/|$)`, p)
-
-sensitive(p) if regex.match(`(^|/)\.(netrc|git-credentials|pgpass)$`, p)
-
-# .env files hold secrets; their templates do not.
 sensitive(p) if {
-	regex.match(`(^|/)\.env(\.[A-Za-z0-9_-]+)?$`, p)
-	not regex.match(`\.env\.(example|sample|template|dist)$`, p)
+	some suffix in {"/.aws/credentials", "/.aws/config", "/.kube/config", "/.docker/config.json", "/.netrc", "/.git-credentials", "/.pgpass"}
+	endswith(p, suffix)
+}
+
+sensitive(p) if contains(concat("", [p, "/"]), "/.config/gcloud/")
+
+# .env files hold secrets; their templates do not. (String tests, not
+# regular expressions: this runs for every path of every call.)
+sensitive(p) if endswith(p, "/.env")
+
+sensitive(p) if {
+	contains(p, "/.env.")
+	parts := split(p, "/")
+	base := parts[count(parts) - 1]
+	startswith(base, ".env.")
+	not substring(base, 5, -1) in {"example", "sample", "template", "dist"}
 }

@@ -1,6 +1,10 @@
 package policy
 
 import (
+	"fmt"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+
 	"github.com/toolbus/toolbus/internal/events"
 )
 
@@ -43,76 +47,90 @@ type AllowEntry struct {
 	Path   string `json:"path,omitempty"`
 }
 
-// value builds the input document as plain maps, which OPA takes without
-// a JSON round trip.
-func (in *Input) value() map[string]any {
-	allow := make([]any, len(in.Allowlist))
+// value builds the input document directly as OPA terms: converting Go
+// maps with ast.InterfaceToValue costs more than the evaluation itself.
+func (in *Input) value() (ast.Value, error) {
+	allow := make([]*ast.Term, len(in.Allowlist))
 	for i, e := range in.Allowlist {
-		allow[i] = map[string]any{"scope": e.Scope, "tool": e.Tool, "server": e.Server, "prefix": e.Prefix, "path": e.Path}
+		allow[i] = obj("scope", str(e.Scope), "tool", str(e.Tool), "server", str(e.Server), "prefix", str(e.Prefix), "path", str(e.Path))
 	}
-	paths := make([]any, len(in.Paths))
-	for i, p := range in.Paths {
-		paths[i] = p
-	}
-	args := in.Args
-	if args == nil {
-		args = map[string]any{}
-	}
-	annotations := in.Tool.Annotations
-	if annotations == nil {
-		annotations = map[string]any{}
-	}
-	v := map[string]any{
-		"tool": map[string]any{
-			"name": in.Tool.Name, "kind": string(in.Tool.Kind), "source": string(in.Tool.Source),
-			"server": in.Tool.Server, "trust": in.Tool.Trust, "readOnly": in.Tool.ReadOnly, "annotations": annotations,
-		},
-		"args": args,
-		"caller": map[string]any{
-			"id": in.Caller.ID, "role": in.Caller.Role, "agent": in.Caller.Agent,
-			"session": in.Caller.Session, "user": in.Caller.User, "host": in.Caller.Host,
-		},
-		"allowlist": allow,
-		"paths":     paths,
-		"env":       map[string]any{"home": in.Home, "workspace": in.Workspace},
-	}
-	if in.Shell != nil {
-		v["shell"] = in.Shell.value()
-	}
-	return v
-}
-
-func (s *Shell) value() map[string]any {
-	cmds := make([]any, len(s.Commands))
-	for i, c := range s.Commands {
-		cmds[i] = map[string]any{
-			"name": c.Name, "args": anySlice(c.Args), "argv": anySlice(c.Argv), "text": c.Text,
-			"literal": c.Literal, "redirects": redirectValues(c.Redirects),
+	args := ast.NewObject()
+	if len(in.Args) > 0 {
+		v, err := ast.InterfaceToValue(in.Args)
+		if err != nil {
+			return nil, fmt.Errorf("args: %w", err)
+		}
+		if o, ok := v.(ast.Object); ok {
+			args = o
 		}
 	}
-	fns := make([]any, len(s.Functions))
+	annotations := ast.NewObject()
+	if len(in.Tool.Annotations) > 0 {
+		v, err := ast.InterfaceToValue(in.Tool.Annotations)
+		if err != nil {
+			return nil, fmt.Errorf("annotations: %w", err)
+		}
+		if o, ok := v.(ast.Object); ok {
+			annotations = o
+		}
+	}
+	c := in.Caller
+	root := obj(
+		"tool", obj("name", str(in.Tool.Name), "kind", str(string(in.Tool.Kind)), "source", str(string(in.Tool.Source)),
+			"server", str(in.Tool.Server), "trust", ast.BooleanTerm(in.Tool.Trust), "readOnly", ast.BooleanTerm(in.Tool.ReadOnly),
+			"annotations", ast.NewTerm(annotations)),
+		"args", ast.NewTerm(args),
+		"caller", obj("id", str(c.ID), "role", str(c.Role), "agent", str(c.Agent), "session", str(c.Session), "user", str(c.User), "host", str(c.Host)),
+		"allowlist", ast.ArrayTerm(allow...),
+		"paths", strs(in.Paths),
+		"env", obj("home", str(in.Home), "workspace", str(in.Workspace)),
+	)
+	if in.Shell != nil {
+		root.Value.(ast.Object).Insert(str("shell"), in.Shell.term())
+	}
+	return root.Value, nil
+}
+
+func (s *Shell) term() *ast.Term {
+	cmds := make([]*ast.Term, len(s.Commands))
+	for i, c := range s.Commands {
+		cmds[i] = obj("name", str(c.Name), "args", strs(c.Args), "argv", strs(c.Argv), "text", str(c.Text),
+			"literal", ast.BooleanTerm(c.Literal), "redirects", redirectTerms(c.Redirects))
+	}
+	fns := make([]*ast.Term, len(s.Functions))
 	for i, f := range s.Functions {
-		fns[i] = map[string]any{"name": f.Name, "recursive": f.Recursive}
+		fns[i] = obj("name", str(f.Name), "recursive", ast.BooleanTerm(f.Recursive))
 	}
-	v := map[string]any{"commands": cmds, "redirects": redirectValues(s.Redirects), "functions": fns}
+	t := obj("commands", ast.ArrayTerm(cmds...), "redirects", redirectTerms(s.Redirects), "functions", ast.ArrayTerm(fns...))
 	if s.ParseError != "" {
-		v["parseError"] = s.ParseError
+		t.Value.(ast.Object).Insert(str("parseError"), str(s.ParseError))
 	}
-	return v
+	return t
 }
 
-func anySlice(ss []string) []any {
-	out := make([]any, len(ss))
-	for i, s := range ss {
-		out[i] = s
-	}
-	return out
-}
-
-func redirectValues(rs []Redirect) []any {
-	out := make([]any, len(rs))
+func redirectTerms(rs []Redirect) *ast.Term {
+	out := make([]*ast.Term, len(rs))
 	for i, r := range rs {
-		out[i] = map[string]any{"op": r.Op, "target": r.Target}
+		out[i] = obj("op", str(r.Op), "target", str(r.Target))
 	}
-	return out
+	return ast.ArrayTerm(out...)
+}
+
+// obj builds an object term from alternating keys and values.
+func obj(kv ...any) *ast.Term {
+	pairs := make([][2]*ast.Term, 0, len(kv)/2)
+	for i := 0; i < len(kv); i += 2 {
+		pairs = append(pairs, [2]*ast.Term{str(kv[i].(string)), kv[i+1].(*ast.Term)})
+	}
+	return ast.ObjectTerm(pairs...)
+}
+
+func str(s string) *ast.Term { return ast.StringTerm(s) }
+
+func strs(ss []string) *ast.Term {
+	out := make([]*ast.Term, len(ss))
+	for i, s := range ss {
+		out[i] = ast.StringTerm(s)
+	}
+	return ast.ArrayTerm(out...)
 }

@@ -198,7 +198,11 @@ func (p *Policy) Decide(ctx context.Context, input *Input) Decision {
 	deny := func(format string, args ...any) Decision {
 		return Decision{Verdict: events.Deny, Reason: "policy error: " + fmt.Sprintf(format, args...), Revision: p.revision}
 	}
-	rs, err := p.query.Eval(ctx, rego.EvalInput(input.value()))
+	value, err := input.value()
+	if err != nil {
+		return deny("input: %v", err)
+	}
+	rs, err := p.query.Eval(ctx, rego.EvalParsedInput(value))
 	if err != nil {
 		var halt *topdown.Error
 		if errors.As(err, &halt) {
