@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/tool"
 )
 
 // Categories of the built-in tools (seed 004).
@@ -96,7 +97,59 @@ func Specs() []events.ToolSpec {
 				"run_in_background":{"type":"boolean","description":"Run the command in the background."}},
 				"required":["command"]}`),
 		},
+		{
+			Name: "shell_output", DisplayName: "ShellOutput", Kind: events.KindRead, Category: CategoryExecution, ReadOnly: true,
+			Aliases:     []string{"BashOutput"},
+			Description: "Returns the output a background shell command produced since the last call, and whether it is still running.",
+			Parameters: schema(`{"type":"object","properties":{
+				"shell_id":{"type":"string","description":"The shell_id run_shell_command returned."}},
+				"required":["shell_id"]}`),
+		},
+		{
+			Name: "kill_shell", DisplayName: "KillShell", Kind: events.KindExecute, Category: CategoryExecution,
+			Aliases:     []string{"KillShell"},
+			Description: "Stops a background shell command and every process it started.",
+			Parameters: schema(`{"type":"object","properties":{
+				"shell_id":{"type":"string","description":"The shell_id run_shell_command returned."}},
+				"required":["shell_id"]}`),
+		},
 	}
+}
+
+// Tools are the built-in tools, confined to ws, their shell commands run
+// by shells.
+func Tools(ws *Workspace, shells *Shells) []tool.Tool {
+	var out []tool.Tool
+	for _, spec := range Specs() {
+		f := fileTool{spec: spec, ws: ws}
+		var t tool.Tool
+		switch spec.Name {
+		case "list_directory":
+			t = &listDirectory{f}
+		case "read_file":
+			t = &readFile{f}
+		case "search_file_content":
+			t = &searchFileContent{f}
+		case "glob":
+			t = &glob{f}
+		case "replace":
+			t = &replace{f}
+		case "write_file":
+			t = &writeFile{f}
+		case "read_many_files":
+			t = &readManyFiles{f}
+		case "run_shell_command":
+			t = &runShell{spec: spec, shells: shells}
+		case "shell_output":
+			t = &shellOutputTool{spec: spec, shells: shells}
+		case "kill_shell":
+			t = &killShellTool{spec: spec, shells: shells}
+		default:
+			panic("builtin: no implementation for " + spec.Name)
+		}
+		out = append(out, t)
+	}
+	return out
 }
 
 func schema(s string) json.RawMessage { return json.RawMessage(s) }

@@ -45,9 +45,17 @@ func TestEmbeddedBusKeepsEventsAndAnswersRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg, err := stream.GetLastMsgForSubject(context.Background(), "tool.echo")
-	if err != nil || string(msg.Data) != "hi" {
-		t.Fatalf("audit stream: %v, %v", msg, err)
+	// The stream stores without acknowledging, so poll for the message.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		msg, err := stream.GetLastMsgForSubject(context.Background(), "tool.echo")
+		if err == nil && string(msg.Data) == "hi" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("audit stream: %v, %v", msg, err)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 	if cfg := stream.CachedInfo().Config; !cfg.NoAck || cfg.Subjects[0] != events.SubjectAll {
 		t.Errorf("audit stream config: no_ack=%v subjects=%v", cfg.NoAck, cfg.Subjects)

@@ -180,6 +180,13 @@ const (
 	ErrTimeout             ErrorType = "TIMEOUT"
 	ErrCancelled           ErrorType = "CANCELLED"
 	ErrExecutorLost        ErrorType = "EXECUTOR_LOST"
+
+	// Failures of the built-in tools (Gemini CLI's names).
+	ErrFileNotFound           ErrorType = "FILE_NOT_FOUND"
+	ErrPathNotInWorkspace     ErrorType = "PATH_NOT_IN_WORKSPACE"
+	ErrEditNoOccurrence       ErrorType = "EDIT_NO_OCCURRENCE_FOUND"
+	ErrEditOccurrenceMismatch ErrorType = "EDIT_EXPECTED_OCCURRENCE_MISMATCH"
+	ErrShellFailed            ErrorType = "SHELL_EXECUTE_ERROR"
 )
 
 // ToolError is the error part of a failed Result.

@@ -1,0 +1,349 @@
+package builtin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/tool"
+)
+
+// defaultReadLimit is how many lines read_file returns unless told
+// otherwise, as in Gemini CLI.
+const defaultReadLimit = 2000
+
+// fileTool is the part every file tool shares: its declaration and the
+// workspace it is confined to.
+type fileTool struct {
+	spec events.ToolSpec
+	ws   *Workspace
+}
+
+func (t *fileTool) Spec() events.ToolSpec { return t.spec }
+
+// pathArgs names the arguments that hold paths, for the policy.
+var pathArgs = []string{"file_path", "path", "directory"}
+
+// Paths implements tool.PathNamer: every path argument, absolute.
+func (t *fileTool) Paths(args json.RawMessage) []string {
+	var m map[string]any
+	if json.Unmarshal(args, &m) != nil {
+		return nil
+	}
+	var out []string
+	for _, k := range pathArgs {
+		if s, ok := m[k].(string); ok && s != "" {
+			out = append(out, t.ws.Abs(s))
+		}
+	}
+	if list, ok := m["paths"].([]any); ok {
+		for _, v := range list {
+			if s, ok := v.(string); ok && s != "" && !hasMeta(s) {
+				out = append(out, t.ws.Abs(s))
+			}
+		}
+	}
+	return out
+}
+
+// resolve confines p to the workspace, as a tool-level failure.
+func (t *fileTool) resolve(p string) (string, *tool.Output) {
+	real, err := t.ws.Resolve(p)
+	if errors.Is(err, ErrOutsideWorkspace) {
+		return "", tool.Failed(events.ErrPathNotInWorkspace, err.Error())
+	}
+	if err != nil {
+		return "", tool.Failed(events.ErrInvalidParams, err.Error())
+	}
+	return real, nil
+}
+
+func decode[T any](args json.RawMessage) (T, error) {
+	var v T
+	err := json.Unmarshal(args, &v)
+	return v, err
+}
+
+// --- read_file ---------------------------------------------------------------
+
+type readFile struct{ fileTool }
+
+type readFileArgs struct {
+	FilePath string `json:"file_path"`
+	Offset   int    `json:"offset"`
+	Limit    int    `json:"limit"`
+}
+
+func (t *readFile) Run(_ context.Context, call *tool.Call) (*tool.Output, error) {
+	a, err := decode[readFileArgs](call.Args)
+	if err != nil {
+		return nil, err
+	}
+	p, fail := t.resolve(a.FilePath)
+	if fail != nil {
+		return fail, nil
+	}
+	data, err := os.ReadFile(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return tool.Failed(events.ErrFileNotFound, "File not found: "+a.FilePath), nil
+	}
+	if err != nil {
+		return tool.Failed(events.ErrExecutionFailed, err.Error()), nil
+	}
+	limit := a.Limit
+	if limit <= 0 {
+		limit = defaultReadLimit
+	}
+	lines := strings.SplitAfter(string(data), "\n")
+	if len(lines) > 0 && lines[len(lines)-1] == "" {
+		lines = lines[:len(lines)-1]
+	}
+	if a.Offset == 0 && len(lines) <= limit {
+		return &tool.Output{LLMContent: string(data), ReturnDisplay: fmt.Sprintf("Read %d lines from %s", len(lines), t.ws.Rel(p))}, nil
+	}
+	start := min(a.Offset, len(lines))
+	end := min(start+limit, len(lines))
+	body := strings.Join(lines[start:end], "")
+	note := fmt.Sprintf("[File content truncated: showing lines %d-%d of %d total lines. Use offset/limit to read more.]\n", start+1, end, len(lines))
+	return &tool.Output{LLMContent: note + body, ReturnDisplay: fmt.Sprintf("Read lines %d-%d of %d from %s", start+1, end, len(lines), t.ws.Rel(p))}, nil
+}
+
+// --- write_file --------------------------------------------------------------
+
+type writeFile struct{ fileTool }
+
+type writeFileArgs struct {
+	FilePath string `json:"file_path"`
+	Content  string `json:"content"`
+}
+
+func (t *writeFile) Run(_ context.Context, call *tool.Call) (*tool.Output, error) {
+	a, err := decode[writeFileArgs](call.Args)
+	if err != nil {
+		return nil, err
+	}
+	p, fail := t.resolve(a.FilePath)
+	if fail != nil {
+		return fail, nil
+	}
+	_, statErr := os.Stat(p)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return tool.Failed(events.ErrExecutionFailed, err.Error()), nil
+	}
+	if err := os.WriteFile(p, []byte(a.Content), 0o644); err != nil {
+		return tool.Failed(events.ErrExecutionFailed, err.Error()), nil
+	}
+	verb := "Overwrote"
+	if errors.Is(statErr, fs.ErrNotExist) {
+		verb = "Created"
+	}
+	msg := fmt.Sprintf("%s %s (%d bytes).", verb, t.ws.Rel(p), len(a.Content))
+	return tool.Text(msg), nil
+}
+
+// --- replace -----------------------------------------------------------------
+
+type replace struct{ fileTool }
+
+type replaceArgs struct {
+	FilePath             string `json:"file_path"`
+	OldString            string `json:"old_string"`
+	NewString            string `json:"new_string"`
+	ExpectedReplacements int    `json:"expected_replacements"`
+}
+
+// ValidateArgs implements tool.Validator.
+func (t *replace) ValidateArgs(args json.RawMessage) error {
+	a, err := decode[replaceArgs](args)
+	if err != nil {
+		return err
+	}
+	if a.OldString == a.NewString {
+		return errors.New("old_string and new_string are the same: nothing to change")
+	}
+	return nil
+}
+
+func (t *replace) Run(_ context.Context, call *tool.Call) (*tool.Output, error) {
+	a, err := decode[replaceArgs](call.Args)
+	if err != nil {
+		return nil, err
+	}
+	p, fail := t.resolve(a.FilePath)
+	if fail != nil {
+		return fail, nil
+	}
+	data, err := os.ReadFile(p)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) && a.OldString == "":
+		// An empty old_string creates the file, as Gemini CLI's edit does.
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return tool.Failed(events.ErrExecutionFailed, err.Error()), nil
+		}
+		if err := os.WriteFile(p, []byte(a.NewString), 0o644); err != nil {
+			return tool.Failed(events.ErrExecutionFailed, err.Error()), nil
+		}
+		return tool.Text("Created " + t.ws.Rel(p) + "."), nil
+	case errors.Is(err, fs.ErrNotExist):
+		return tool.Failed(events.ErrFileNotFound, "File not found: "+a.FilePath), nil
+	case err != nil:
+		return tool.Failed(events.ErrExecutionFailed, err.Error()), nil
+	case a.OldString == "":
+		return tool.Failed(events.ErrInvalidParams, "old_string is empty but "+a.FilePath+" exists: give the text to replace"), nil
+	}
+	expected := max(a.ExpectedReplacements, 1)
+	found := strings.Count(string(data), a.OldString)
+	switch {
+	case found == 0:
+		return tool.Failed(events.ErrEditNoOccurrence, fmt.Sprintf("Failed to edit: could not find old_string in %s. Read the file again and match it exactly, whitespace included.", a.FilePath)), nil
+	case found != expected:
+		return tool.Failed(events.ErrEditOccurrenceMismatch, fmt.Sprintf("Failed to edit: expected %d occurrence(s) of old_string in %s, found %d.", expected, a.FilePath, found)), nil
+	}
+	updated := strings.ReplaceAll(string(data), a.OldString, a.NewString)
+	if err := os.WriteFile(p, []byte(updated), 0o644); err != nil {
+		return tool.Failed(events.ErrExecutionFailed, err.Error()), nil
+	}
+	return tool.Text(fmt.Sprintf("Replaced %d occurrence(s) in %s.", found, t.ws.Rel(p))), nil
+}
+
+// --- list_directory ----------------------------------------------------------
+
+type listDirectory struct{ fileTool }
+
+type listDirectoryArgs struct {
+	Path   string   `json:"path"`
+	Ignore []string `json:"ignore"`
+}
+
+func (t *listDirectory) Run(_ context.Context, call *tool.Call) (*tool.Output, error) {
+	a, err := decode[listDirectoryArgs](call.Args)
+	if err != nil {
+		return nil, err
+	}
+	p, fail := t.resolve(a.Path)
+	if fail != nil {
+		return fail, nil
+	}
+	entries, err := os.ReadDir(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return tool.Failed(events.ErrFileNotFound, "Directory not found: "+a.Path), nil
+	}
+	if err != nil {
+		return tool.Failed(events.ErrExecutionFailed, err.Error()), nil
+	}
+	var dirs, files []string
+	for _, e := range entries {
+		if ignored(e.Name(), a.Ignore) {
+			continue
+		}
+		if e.IsDir() {
+			dirs = append(dirs, "[DIR] "+e.Name())
+		} else {
+			files = append(files, e.Name())
+		}
+	}
+	sort.Strings(dirs)
+	sort.Strings(files)
+	list := append(dirs, files...)
+	head := fmt.Sprintf("Directory listing for %s:\n", t.ws.Rel(p))
+	return &tool.Output{LLMContent: head + strings.Join(list, "\n"), ReturnDisplay: fmt.Sprintf("Listed %d item(s).", len(list))}, nil
+}
+
+func ignored(name string, patterns []string) bool {
+	for _, pat := range patterns {
+		if ok, _ := filepath.Match(pat, name); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// --- read_many_files ---------------------------------------------------------
+
+type readManyFiles struct{ fileTool }
+
+type readManyFilesArgs struct {
+	Paths   []string `json:"paths"`
+	Include []string `json:"include"`
+	Exclude []string `json:"exclude"`
+}
+
+// maxManyFiles bounds how many files one call reads.
+const maxManyFiles = 500
+
+func (t *readManyFiles) Run(ctx context.Context, call *tool.Call) (*tool.Output, error) {
+	a, err := decode[readManyFilesArgs](call.Args)
+	if err != nil {
+		return nil, err
+	}
+	var files []string
+	seen := map[string]bool{}
+	for _, pat := range append(append([]string{}, a.Paths...), a.Include...) {
+		matches, fail := t.expand(ctx, pat)
+		if fail != nil {
+			return fail, nil
+		}
+		for _, m := range matches {
+			rel := t.ws.Rel(m)
+			if !seen[m] && !excluded(rel, a.Exclude) {
+				seen[m] = true
+				files = append(files, m)
+			}
+		}
+	}
+	sort.Strings(files)
+	if len(files) > maxManyFiles {
+		files = files[:maxManyFiles]
+	}
+	var b strings.Builder
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		fmt.Fprintf(&b, "--- %s ---\n%s\n", t.ws.Rel(f), data)
+	}
+	if len(files) == 0 {
+		return tool.Text("No files matched."), nil
+	}
+	return &tool.Output{LLMContent: b.String(), ReturnDisplay: fmt.Sprintf("Read %d file(s).", len(files))}, nil
+}
+
+// expand turns a path or glob pattern into the files it names.
+func (t *readManyFiles) expand(ctx context.Context, pat string) ([]string, *tool.Output) {
+	if !hasMeta(pat) {
+		p, fail := t.resolve(pat)
+		if fail != nil {
+			return nil, fail
+		}
+		info, err := os.Stat(p)
+		if err != nil {
+			return nil, nil
+		}
+		if !info.IsDir() {
+			return []string{p}, nil
+		}
+		pat = filepath.Join(pat, "**")
+	}
+	matches, err := globFiles(ctx, t.ws, t.ws.Root(), pat)
+	if err != nil {
+		return nil, tool.Failed(events.ErrInvalidParams, err.Error())
+	}
+	return matches, nil
+}
+
+func excluded(rel string, patterns []string) bool {
+	for _, pat := range patterns {
+		if matchGlob(pat, rel) {
+			return true
+		}
+	}
+	return false
+}

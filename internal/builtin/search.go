@@ -1,0 +1,249 @@
+package builtin
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/tool"
+)
+
+// Limits that keep one search from flooding the model.
+const (
+	maxGlobResults   = 5000
+	maxSearchMatches = 2000
+	maxSearchLine    = 500
+)
+
+// skipDirs are never searched.
+var skipDirs = map[string]bool{".git": true, "node_modules": true}
+
+func hasMeta(p string) bool { return strings.ContainsAny(p, "*?[{") }
+
+// matchGlob matches a slash-separated relative path against a pattern in
+// which "**" stands for any number of directories and {a,b} for either.
+func matchGlob(pattern, rel string) bool {
+	if i := strings.IndexByte(pattern, '{'); i >= 0 {
+		if j := strings.IndexByte(pattern[i:], '}'); j > 0 {
+			for _, alt := range strings.Split(pattern[i+1:i+j], ",") {
+				if matchGlob(pattern[:i]+alt+pattern[i+j+1:], rel) {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	return matchParts(strings.Split(pattern, "/"), strings.Split(filepath.ToSlash(rel), "/"))
+}
+
+func matchParts(pat, parts []string) bool {
+	for len(pat) > 0 {
+		if pat[0] == "**" {
+			for i := 0; i <= len(parts); i++ {
+				if matchParts(pat[1:], parts[i:]) {
+					return true
+				}
+			}
+			return false
+		}
+		if len(parts) == 0 {
+			return false
+		}
+		if ok, _ := path.Match(pat[0], parts[0]); !ok {
+			return false
+		}
+		pat, parts = pat[1:], parts[1:]
+	}
+	return len(parts) == 0
+}
+
+// globFiles lists the regular files under base whose path relative to base
+// matches pattern, staying inside the workspace.
+func globFiles(ctx context.Context, ws *Workspace, base, pattern string) ([]string, error) {
+	pattern = filepath.ToSlash(pattern)
+	if strings.HasPrefix(pattern, "/") {
+		return nil, fmt.Errorf("pattern %q must be relative to %s", pattern, ws.Rel(base))
+	}
+	var out []string
+	err := filepath.WalkDir(base, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil // unreadable entries are skipped, not fatal
+		}
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return ctxErr
+		}
+		if d.IsDir() {
+			if skipDirs[d.Name()] && p != base {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		rel, _ := filepath.Rel(base, p)
+		if !matchGlob(pattern, rel) {
+			return nil
+		}
+		if d.Type()&fs.ModeSymlink != 0 {
+			real, err := ws.Resolve(p)
+			if err != nil {
+				return nil // a link out of the workspace is not followed
+			}
+			if info, err := os.Stat(real); err != nil || !info.Mode().IsRegular() {
+				return nil
+			}
+		} else if !d.Type().IsRegular() {
+			return nil
+		}
+		out = append(out, p)
+		if len(out) >= maxGlobResults {
+			return fs.SkipAll
+		}
+		return nil
+	})
+	return out, err
+}
+
+// --- glob --------------------------------------------------------------------
+
+type glob struct{ fileTool }
+
+type globArgs struct {
+	Pattern string `json:"pattern"`
+	Path    string `json:"path"`
+}
+
+func (t *glob) Run(ctx context.Context, call *tool.Call) (*tool.Output, error) {
+	a, err := decode[globArgs](call.Args)
+	if err != nil {
+		return nil, err
+	}
+	base, fail := t.resolve(cmpOr(a.Path, "."))
+	if fail != nil {
+		return fail, nil
+	}
+	files, err := globFiles(ctx, t.ws, base, a.Pattern)
+	if err != nil {
+		return tool.Failed(events.ErrInvalidParams, err.Error()), nil
+	}
+	if len(files) == 0 {
+		return tool.Text(fmt.Sprintf("No files found matching %q in %s.", a.Pattern, t.ws.Rel(base))), nil
+	}
+	// Newest first, as Gemini CLI's glob sorts.
+	mtime := make(map[string]int64, len(files))
+	for _, f := range files {
+		if info, err := os.Stat(f); err == nil {
+			mtime[f] = info.ModTime().UnixNano()
+		}
+	}
+	sort.SliceStable(files, func(i, j int) bool {
+		if mtime[files[i]] != mtime[files[j]] {
+			return mtime[files[i]] > mtime[files[j]]
+		}
+		return files[i] < files[j]
+	})
+	head := fmt.Sprintf("Found %d file(s) matching %q in %s, newest first:\n", len(files), a.Pattern, t.ws.Rel(base))
+	return &tool.Output{LLMContent: head + strings.Join(files, "\n"), ReturnDisplay: fmt.Sprintf("Found %d matching file(s).", len(files))}, nil
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// --- search_file_content -----------------------------------------------------
+
+type searchFileContent struct{ fileTool }
+
+type searchArgs struct {
+	Pattern string `json:"pattern"`
+	Path    string `json:"path"`
+	Include string `json:"include"`
+}
+
+func (t *searchFileContent) Run(ctx context.Context, call *tool.Call) (*tool.Output, error) {
+	a, err := decode[searchArgs](call.Args)
+	if err != nil {
+		return nil, err
+	}
+	re, err := regexp.Compile(a.Pattern)
+	if err != nil {
+		return tool.Failed(events.ErrInvalidParams, fmt.Sprintf("pattern %q is not a valid regular expression: %v", a.Pattern, err)), nil
+	}
+	base, fail := t.resolve(cmpOr(a.Path, "."))
+	if fail != nil {
+		return fail, nil
+	}
+	include := "**"
+	if a.Include != "" {
+		include = a.Include
+		if !strings.Contains(include, "/") {
+			include = "**/" + include
+		}
+	}
+	files, err := globFiles(ctx, t.ws, base, include)
+	if err != nil {
+		return tool.Failed(events.ErrInvalidParams, err.Error()), nil
+	}
+	sort.Strings(files)
+	var b strings.Builder
+	matches, inFiles := 0, 0
+	for _, f := range files {
+		if matches >= maxSearchMatches {
+			break
+		}
+		n := searchFile(f, re, t.ws.Rel(f), &b, maxSearchMatches-matches)
+		if n > 0 {
+			inFiles++
+			matches += n
+		}
+	}
+	if matches == 0 {
+		return tool.Text(fmt.Sprintf("No matches found for pattern %q in %s.", a.Pattern, t.ws.Rel(base))), nil
+	}
+	head := fmt.Sprintf("Found %d match(es) for pattern %q in %s:\n---\n", matches, a.Pattern, t.ws.Rel(base))
+	return &tool.Output{LLMContent: head + b.String(), ReturnDisplay: fmt.Sprintf("Found %d match(es) in %d file(s).", matches, inFiles)}, nil
+}
+
+// searchFile appends the matching lines of one text file.
+func searchFile(p string, re *regexp.Regexp, rel string, b *strings.Builder, limit int) int {
+	f, err := os.Open(p)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64*1024), 4*1024*1024)
+	n, line := 0, 0
+	for sc.Scan() && n < limit {
+		line++
+		text := sc.Bytes()
+		if line == 1 && bytes.IndexByte(text, 0) >= 0 {
+			return 0 // binary
+		}
+		if !re.Match(text) {
+			continue
+		}
+		if n == 0 {
+			fmt.Fprintf(b, "File: %s\n", rel)
+		}
+		if len(text) > maxSearchLine {
+			text = append(text[:maxSearchLine:maxSearchLine], "…"...)
+		}
+		fmt.Fprintf(b, "L%d: %s\n", line, text)
+		n++
+	}
+	if n > 0 {
+		b.WriteString("---\n")
+	}
+	return n
+}

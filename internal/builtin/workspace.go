@@ -1,0 +1,105 @@
+package builtin
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// ErrOutsideWorkspace is returned for a path that leaves the workspace:
+// through "..", as an absolute path elsewhere, or through a symbolic link.
+var ErrOutsideWorkspace = errors.New("path is outside the workspace")
+
+// Workspace is the directory the built-in tools are confined to.
+type Workspace struct {
+	root string // absolute, symbolic links resolved
+}
+
+// NewWorkspace confines tools to dir, which must exist.
+func NewWorkspace(dir string) (*Workspace, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	real, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		return nil, fmt.Errorf("workspace: %w", err)
+	}
+	info, err := os.Stat(real)
+	if err != nil {
+		return nil, fmt.Errorf("workspace: %w", err)
+	}
+	if !info.IsDir() {
+		return nil, fmt.Errorf("workspace: %s is not a directory", dir)
+	}
+	return &Workspace{root: real}, nil
+}
+
+// Root is the workspace's absolute path.
+func (w *Workspace) Root() string { return w.root }
+
+// Abs turns p (relative to the root, or absolute) into a clean absolute
+// path without checking confinement: what the policy is shown.
+func (w *Workspace) Abs(p string) string {
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(w.root, p)
+	}
+	return filepath.Clean(p)
+}
+
+// Resolve returns the real path p names, refusing one outside the root.
+// Symbolic links are followed for the part of the path that exists, so a
+// link pointing out of the workspace is refused too; a path that does not
+// exist yet (a file to create) is checked through its nearest existing
+// ancestor.
+func (w *Workspace) Resolve(p string) (string, error) {
+	if p == "" {
+		return "", errors.New("empty path")
+	}
+	if strings.ContainsRune(p, 0) {
+		return "", errors.New("path contains a NUL byte")
+	}
+	abs := w.Abs(p)
+	if !w.contains(abs) {
+		return "", fmt.Errorf("%w: %s is not under %s", ErrOutsideWorkspace, p, w.root)
+	}
+	// Find the deepest existing ancestor and resolve its links.
+	existing, rest := abs, ""
+	for {
+		if _, err := os.Lstat(existing); err == nil {
+			break
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return "", err
+		}
+		parent := filepath.Dir(existing)
+		rest = filepath.Join(filepath.Base(existing), rest)
+		if parent == existing {
+			break
+		}
+		existing = parent
+	}
+	real, err := filepath.EvalSymlinks(existing)
+	if err != nil {
+		return "", err
+	}
+	real = filepath.Join(real, rest)
+	if !w.contains(real) {
+		return "", fmt.Errorf("%w: %s leads to %s through a symbolic link", ErrOutsideWorkspace, p, real)
+	}
+	return real, nil
+}
+
+func (w *Workspace) contains(p string) bool {
+	return p == w.root || strings.HasPrefix(p, w.root+string(filepath.Separator))
+}
+
+// Rel is p relative to the root, for display.
+func (w *Workspace) Rel(p string) string {
+	if r, err := filepath.Rel(w.root, p); err == nil {
+		return r
+	}
+	return p
+}

@@ -1,0 +1,66 @@
+// Package tool is the contract between the executor and whatever hosts a
+// tool: the built-in set, command discovery, an MCP server. The executor
+// validates the arguments against the tool's schema and asks the policy
+// before it calls Run.
+package tool
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/toolbus/toolbus/internal/events"
+)
+
+// Tool is a runnable tool.
+type Tool interface {
+	// Spec is the tool's declaration, as registered.
+	Spec() events.ToolSpec
+	// Run executes a call whose arguments already passed validation. A
+	// failure of the tool's own making (file not found, command failed) is
+	// an Output with Err set; an error return means the tool could not be
+	// run at all.
+	Run(ctx context.Context, call *Call) (*Output, error)
+}
+
+// Call is one invocation, as a tool sees it.
+type Call struct {
+	// ID is the invocation id.
+	ID string
+	// Args are the validated arguments, a JSON object.
+	Args json.RawMessage
+	// Progress, when not nil, receives output as the tool produces it.
+	Progress func(chunk string)
+}
+
+// Output is what a tool returns (seed 003 ToolResult).
+type Output struct {
+	LLMContent    string
+	ReturnDisplay string
+	Err           *events.ToolError
+}
+
+// Failed is an Output for a tool-level failure.
+func Failed(t events.ErrorType, msg string) *Output {
+	return &Output{LLMContent: msg, ReturnDisplay: msg, Err: &events.ToolError{Type: t, Message: msg}}
+}
+
+// Text is an Output whose model and display content are the same.
+func Text(s string) *Output { return &Output{LLMContent: s, ReturnDisplay: s} }
+
+// Validator is implemented by tools with checks beyond their schema (seed
+// 002 validateToolParamValues): the error says what is wrong.
+type Validator interface {
+	ValidateArgs(args json.RawMessage) error
+}
+
+// PathNamer is implemented by tools that touch files: the absolute paths a
+// call names, for the policy.
+type PathNamer interface {
+	Paths(args json.RawMessage) []string
+}
+
+// Commander is implemented by shell tools: the command line a call runs
+// and the directory it runs in, for the policy and for approvers.
+type Commander interface {
+	Command(args json.RawMessage) (line, dir string)
+}
