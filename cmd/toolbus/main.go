@@ -15,11 +15,13 @@ import (
 const usage = `toolbus — one tool registry, one policy and one audit trail for a fleet of AI agents
 
 Usage:
-  toolbus up [--data DIR] [--listen HOST:PORT] [--settings FILE]
-      run the bus, the registry and the built-in tools in one process
+  toolbus up [--data DIR] [--listen HOST:PORT] [--settings FILE] [--workspace DIR] [--policy DIR]
+      run the bus, the registry and an executor with the built-in tools in one process
   toolbus tools list [--json] [--active] [--server NAME] [--format gemini|openai|anthropic|mcp]
   toolbus tools get NAME [--json] [--format gemini|openai|anthropic|mcp]
   toolbus tools enable|disable [NAME...] [--kind KIND] [--category CATEGORY]
+  toolbus call NAME --args JSON [--json] [--timeout D] [--stream]
+      run a tool; exit 0 on success, 1 with the error type on stderr on failure
   toolbus version
 
 Every command that talks to a bus takes --nats URL (default $TOOLBUS_NATS,
@@ -48,6 +50,8 @@ func run(args []string) error {
 		return runUp(args[1:])
 	case "tools":
 		return runTools(args[1:])
+	case "call":
+		return runCall(args[1:])
 	case "version":
 		fmt.Println("toolbus", version)
 		return nil

@@ -2,16 +2,20 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"time"
+
+	defaultpolicy "github.com/toolbus/toolbus/policy"
 
 	"github.com/toolbus/toolbus/internal/builtin"
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/cli"
-	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/executor"
+	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/registry"
 )
 
@@ -24,6 +28,8 @@ func runUp(args []string) error {
 	dataDir := fs.String("data", cli.DefaultDataDir(), "directory for the bus's data (created if missing)")
 	listen := fs.String("listen", bus.DefaultListen, "address the bus listens on")
 	settingsPath := fs.String("settings", "", "Gemini CLI settings.json with tools.core / tools.exclude (default: "+projectSettings+" if present)")
+	workspace := fs.String("workspace", ".", "directory the built-in tools are confined to")
+	policyDir := fs.String("policy", "", "directory of .rego files (default: the built-in default policy)")
 	logLevel := cli.LogFlag(fs)
 	if rest, err := parse(fs, args); err != nil {
 		return err
@@ -60,14 +66,17 @@ func runUp(args []string) error {
 	}
 	defer reg.Stop()
 
-	if err := registerBuiltins(ctx, b); err != nil {
+	exec, err := startExecutor(ctx, b, *workspace, *policyDir, log)
+	if err != nil {
 		return err
 	}
+	defer exec.stop()
 
-	fmt.Printf("toolbus is up\n  bus:      %s\n  data:     %s\n  tools:    %d registered, %d active\n",
-		b.URL(), *dataDir, reg.Registry().Catalog().Len(), len(reg.Registry().Catalog().AllToolNames()))
+	fmt.Printf("toolbus is up\n  bus:       %s\n  data:      %s\n  workspace: %s\n  policy:    %s\n  tools:     %d registered, %d active\n",
+		b.URL(), *dataDir, exec.workspace.Root(), exec.executor.Policy().Revision(),
+		reg.Registry().Catalog().Len(), len(reg.Registry().Catalog().AllToolNames()))
 	if *settingsPath != "" {
-		fmt.Printf("  settings: %s\n", *settingsPath)
+		fmt.Printf("  settings:  %s\n", *settingsPath)
 	}
 	fmt.Println("Press Ctrl-C to stop.")
 	<-ctx.Done()
@@ -75,20 +84,46 @@ func runUp(args []string) error {
 	return nil
 }
 
-// registerBuiltins declares the built-in tools this process hosts,
-// replacing whatever an earlier run of it declared.
-func registerBuiltins(ctx context.Context, b *bus.Bus) error {
-	id := cli.Identity("executor")
-	reply, err := registry.NewClient(b.Conn(), id).Register(ctx, &events.RegisterRequest{
-		Provider: id.ID, Source: events.SourceBuiltin, Replace: true, Tools: builtin.Specs()})
+// runningExecutor is an executor with the built-in tools and what it owns.
+type runningExecutor struct {
+	executor  *executor.Executor
+	workspace *builtin.Workspace
+	shells    *builtin.Shells
+}
+
+// startExecutor runs an executor hosting the built-in tools over workspace,
+// enforcing the policy of policyDir, or the default policy.
+func startExecutor(ctx context.Context, b *bus.Bus, workspace, policyDir string, log *slog.Logger) (*runningExecutor, error) {
+	ws, err := builtin.NewWorkspace(workspace)
 	if err != nil {
-		return fmt.Errorf("register built-in tools: %w", err)
+		return nil, err
 	}
-	var errs []error
-	for _, o := range reply.Tools {
-		if o.Error != "" {
-			errs = append(errs, fmt.Errorf("built-in tool %s: %s", o.Requested, o.Error))
+	files := policy.Files(defaultpolicy.Default())
+	if policyDir != "" {
+		if files, err = policy.LoadDir(policyDir); err != nil {
+			return nil, err
 		}
 	}
-	return errors.Join(errs...)
+	pol, err := policy.Compile(ctx, files)
+	if err != nil {
+		return nil, err
+	}
+	shells := builtin.NewShells(ws)
+	ex, err := executor.Start(ctx, b.Conn(), b.JetStream(), executor.Config{
+		Identity: cli.Identity("executor"), Tools: builtin.Tools(ws, shells), Policy: pol,
+		Workspace: ws.Root(), Logger: log})
+	if err != nil {
+		shells.Close()
+		return nil, err
+	}
+	return &runningExecutor{executor: ex, workspace: ws, shells: shells}, nil
+}
+
+// stop lets running calls finish for a few seconds, then cancels them and
+// kills the background shells.
+func (r *runningExecutor) stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r.executor.Stop(ctx)
+	r.shells.Close()
 }

@@ -229,3 +229,48 @@ func (r *Result) Validate() error {
 	}
 	return nil
 }
+
+// Step records an invocation passing a stage of the pipeline: resolved,
+// validated, confirmed, started, finished.
+type Step struct {
+	Header
+	InvocationID string `json:"invocationId"`
+	Tool         string `json:"tool"`
+	Step         string `json:"step"`
+	Detail       string `json:"detail,omitempty"`
+}
+
+// EnvelopeType implements Envelope.
+func (*Step) EnvelopeType() string { return "tool.step" }
+
+// Validate implements Envelope.
+func (s *Step) Validate() error {
+	if err := s.header().validate(); err != nil {
+		return err
+	}
+	if s.InvocationID == "" || s.Step == "" {
+		return invalid(s.EnvelopeType(), "invocationId and step are required")
+	}
+	return nil
+}
+
+// CancelRequest asks for an invocation to be cancelled.
+type CancelRequest struct {
+	Header
+	InvocationID string `json:"invocationId"`
+	Reason       string `json:"reason,omitempty"`
+}
+
+// EnvelopeType implements Envelope.
+func (*CancelRequest) EnvelopeType() string { return "tool.cancel" }
+
+// Validate implements Envelope.
+func (c *CancelRequest) Validate() error {
+	if err := c.header().validate(); err != nil {
+		return err
+	}
+	if c.InvocationID == "" {
+		return invalid(c.EnvelopeType(), "invocationId is empty")
+	}
+	return nil
+}

@@ -31,6 +31,30 @@ const (
 	// SubjectResult carries the terminal Result of every invocation as an
 	// event, whether or not the caller is still waiting for it.
 	SubjectResult = "tool.result"
+	// SubjectStep carries Step events: an invocation passing a stage.
+	SubjectStep = "tool.step"
+	// SubjectConfirmAnswered carries the ConfirmAnswer an executor acted on.
+	SubjectConfirmAnswered = "tool.confirm.answered"
+	// SubjectCancel carries CancelRequest: every executor hears it, the one
+	// running the invocation cancels it.
+	SubjectCancel = "tool.cancel"
+	// SubjectProgressPrefix + invocation id carries a call's output as the
+	// tool produces it.
+	SubjectProgressPrefix = "tool.progress."
+)
+
+// ExecSubjectPrefix + an encoded executor id is where an executor takes
+// invocations forwarded to it by another. It is outside tool.>, so the
+// audit stream does not store invocations twice and a request to an
+// executor that is gone fails at once with "no responders".
+const ExecSubjectPrefix = "toolbus.exec."
+
+// Header names of the invoke protocol. Messages an executor sends to an
+// invocation's reply subject are a Result unless KindHeader says otherwise.
+const (
+	KindHeader    = "Toolbus-Kind"
+	KindHeartbeat = "heartbeat"
+	KindProgress  = "progress"
 )
 
 // Names of the JetStream assets that hold the shared state.
@@ -44,6 +68,13 @@ const (
 	// recent copy of the whole catalogue in one object, so a reader fetches
 	// it in a few large messages and catches up from the bucket's revision.
 	CatalogSnapshotBucket = "TOOLBUS_CATALOG_SNAPSHOT"
+	// OutputBucket is the object store holding whole outputs that were too
+	// long for a result, named by invocation id.
+	OutputBucket = "TOOLBUS_OUTPUTS"
+	// AllowlistBucket is the KV bucket of remembered approvals.
+	AllowlistBucket = "TOOLBUS_ALLOWLIST"
+	// PolicyBucket is the KV bucket holding the pushed policy set.
+	PolicyBucket = "TOOLBUS_POLICY"
 	// RegistryStateBucket is the KV bucket where the registry keeps its own
 	// state (sequence counter, runtime enable/disable overrides).
 	RegistryStateBucket = "TOOLBUS_REGISTRY"
@@ -53,3 +84,10 @@ const (
 // presence is checked with "$SRV.PING.toolbus-registry", which no stream
 // captures, so an absent registry is noticed at once.
 const RegistryService = "toolbus-registry"
+
+// ExecutorService and ApproverService are the micro service names whose
+// presence executors and clients check before they wait on a request.
+const (
+	ExecutorService = "toolbus-executor"
+	ApproverService = "toolbus-approver"
+)

@@ -1,0 +1,169 @@
+package executor
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/policy"
+)
+
+// AllowRecord is one remembered approval as the allowlist bucket holds it.
+type AllowRecord struct {
+	policy.AllowEntry
+	// By is the approver who answered "always"; For the invocation.
+	By      string    `json:"by"`
+	For     string    `json:"for"`
+	AddedAt time.Time `json:"addedAt"`
+}
+
+// Key is the record's key in the bucket: a hash of what it allows, so the
+// same approval given twice is one record.
+func (r AllowRecord) Key() string {
+	h := sha256.Sum256([]byte(r.Scope + "\x00" + r.Tool + "\x00" + r.Server + "\x00" + r.Prefix + "\x00" + r.Path))
+	return hex.EncodeToString(h[:12])
+}
+
+// OpenAllowlistBucket creates the allowlist bucket if it is missing.
+func OpenAllowlistBucket(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
+	return js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      events.AllowlistBucket,
+		Description: "toolbus allowlist: approvals remembered fleet-wide",
+		History:     5,
+		Storage:     jetstream.FileStorage,
+	})
+}
+
+// allowlist follows the bucket, so every executor of the fleet sees an
+// approval as soon as one remembers it, and after any restart.
+type allowlist struct {
+	kv  jetstream.KeyValue
+	w   jetstream.KeyWatcher
+	log *slog.Logger
+
+	mu      sync.RWMutex
+	records map[string]AllowRecord
+	done    chan struct{}
+}
+
+func openAllowlist(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (*allowlist, error) {
+	kv, err := OpenAllowlistBucket(ctx, js)
+	if err != nil {
+		return nil, fmt.Errorf("allowlist: %w", err)
+	}
+	w, err := kv.WatchAll(context.Background())
+	if err != nil {
+		return nil, fmt.Errorf("allowlist: %w", err)
+	}
+	a := &allowlist{kv: kv, w: w, log: log, records: make(map[string]AllowRecord), done: make(chan struct{})}
+	// Read what is there before taking calls.
+	for {
+		select {
+		case <-ctx.Done():
+			w.Stop()
+			return nil, ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, fmt.Errorf("allowlist: watcher closed")
+			}
+			if e == nil {
+				go a.follow()
+				return a, nil
+			}
+			a.apply(e)
+		}
+	}
+}
+
+func (a *allowlist) follow() {
+	defer close(a.done)
+	for e := range a.w.Updates() {
+		if e != nil {
+			a.apply(e)
+		}
+	}
+}
+
+func (a *allowlist) apply(e jetstream.KeyValueEntry) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if e.Operation() != jetstream.KeyValuePut {
+		delete(a.records, e.Key())
+		return
+	}
+	var r AllowRecord
+	if err := json.Unmarshal(e.Value(), &r); err != nil {
+		a.log.Warn("ignoring an allowlist record that does not decode", "key", e.Key(), "err", err)
+		delete(a.records, e.Key())
+		return
+	}
+	a.records[e.Key()] = r
+}
+
+func (a *allowlist) close() {
+	a.w.Stop()
+	<-a.done
+}
+
+// entriesFor returns the records that may apply to a call of t: those of
+// the tool, and those of its MCP server.
+func (a *allowlist) entriesFor(t *events.Tool) []policy.AllowEntry {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	var out []policy.AllowEntry
+	for _, r := range a.records {
+		if r.Tool == t.Name || (r.Scope == "server" && t.Source == events.SourceMCP && r.Server == t.Server) {
+			out = append(out, r.AllowEntry)
+		}
+	}
+	slices.SortFunc(out, func(x, y policy.AllowEntry) int { return compareEntries(x, y) })
+	return out
+}
+
+func compareEntries(x, y policy.AllowEntry) int {
+	for _, p := range [][2]string{{x.Scope, y.Scope}, {x.Tool, y.Tool}, {x.Server, y.Server}, {x.Prefix, y.Prefix}, {x.Path, y.Path}} {
+		if p[0] != p[1] {
+			if p[0] < p[1] {
+				return -1
+			}
+			return 1
+		}
+	}
+	return 0
+}
+
+// add remembers records; the bucket keeps them across restarts.
+func (a *allowlist) add(ctx context.Context, records []AllowRecord) error {
+	for _, r := range records {
+		data, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		if _, err := a.kv.Put(ctx, r.Key(), data); err != nil {
+			return fmt.Errorf("allowlist: %w", err)
+		}
+		a.apply(putEntry{key: r.Key(), value: data})
+	}
+	return nil
+}
+
+// putEntry lets add apply its own write at once, before the watcher
+// delivers it, so the next call already sees it.
+type putEntry struct {
+	jetstream.KeyValueEntry
+	key   string
+	value []byte
+}
+
+func (p putEntry) Key() string                     { return p.key }
+func (p putEntry) Value() []byte                   { return p.value }
+func (p putEntry) Operation() jetstream.KeyValueOp { return jetstream.KeyValuePut }

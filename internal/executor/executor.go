@@ -1,0 +1,328 @@
+// Package executor runs tool calls. It takes invocations from tool.invoke,
+// resolves the tool, validates the arguments against the tool's schema,
+// asks the policy, asks an approver when the policy says ASK_USER, runs the
+// tool under a deadline and sends exactly one result. Every step is an
+// event on the bus.
+package executor
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/toolbus/toolbus/internal/catalog"
+	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/policy"
+	"github.com/toolbus/toolbus/internal/registry"
+	"github.com/toolbus/toolbus/internal/tool"
+)
+
+// Defaults, from seed 004 and the confirmation protocol.
+const (
+	DefaultTimeout        = 120 * time.Second
+	DefaultConfirmTimeout = 5 * time.Minute
+	DefaultMaxContent     = 40000
+	// HeartbeatEvery is how often a running call tells its caller it is
+	// alive; a caller that hears nothing for LostAfter gives EXECUTOR_LOST.
+	HeartbeatEvery = time.Second
+	LostAfter      = 4 * HeartbeatEvery
+)
+
+// queueGroup is the queue all executors share on tool.invoke.
+const queueGroup = "executors"
+
+// Config configures an Executor.
+type Config struct {
+	Identity events.Identity
+	// Tools are the tools this executor hosts.
+	Tools []tool.Tool
+	// Policy is the policy in force at start.
+	Policy *policy.Policy
+	// Workspace is the root the tools are confined to, shown to the policy.
+	Workspace string
+	// Timeout is the deadline of a call (default 120 s); ToolTimeouts and
+	// ServerTimeouts override it per tool and per MCP server; a call's own
+	// timeoutMillis overrides all.
+	Timeout        time.Duration
+	ToolTimeouts   map[string]time.Duration
+	ServerTimeouts map[string]time.Duration
+	// ConfirmTimeout is how long an approver may take (default 5 min).
+	ConfirmTimeout time.Duration
+	// MaxContent caps llmContent in characters (default 40,000); the whole
+	// output goes to the object store.
+	MaxContent int
+	// Hooks run around every execution.
+	Hooks  Hooks
+	Logger *slog.Logger
+}
+
+// Hooks are called around execution (seed 004 tool:pre, tool:post,
+// tool:error). A Pre hook that returns an error stops the call with
+// EXECUTION_FAILED; the others only observe.
+type Hooks struct {
+	Pre   []func(ctx context.Context, inv *events.Invocation, t *events.Tool) error
+	Post  []func(ctx context.Context, inv *events.Invocation, res *events.Result)
+	Error []func(ctx context.Context, inv *events.Invocation, res *events.Result)
+}
+
+// Executor runs the invocations of the tools it hosts. Stop it with Stop.
+type Executor struct {
+	cfg     Config
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	id      events.Identity
+	log     *slog.Logger
+	tools   map[string]tool.Tool
+	home    string
+	schemas *schemas
+
+	catalog   *catalog.Replica
+	policy    atomic.Pointer[policy.Policy]
+	allowlist *allowlist
+	outputs   jetstream.ObjectStore
+
+	subs []*nats.Subscription
+	svc  micro.Service
+
+	mu       sync.Mutex
+	running  map[string]*call
+	wg       sync.WaitGroup // every call and background goroutine
+	stopping chan struct{}
+}
+
+// Start loads the catalogue and the allowlist, registers the hosted tools
+// and starts taking invocations.
+func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Executor, error) {
+	if cfg.Identity.ID == "" {
+		return nil, errors.New("executor: no identity given")
+	}
+	if cfg.Policy == nil {
+		return nil, errors.New("executor: no policy given")
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.ConfirmTimeout <= 0 {
+		cfg.ConfirmTimeout = DefaultConfirmTimeout
+	}
+	if cfg.MaxContent <= 0 {
+		cfg.MaxContent = DefaultMaxContent
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	home, _ := os.UserHomeDir()
+	e := &Executor{cfg: cfg, nc: nc, js: js, id: cfg.Identity, log: log, tools: make(map[string]tool.Tool),
+		home: home, schemas: newSchemas(), running: make(map[string]*call), stopping: make(chan struct{})}
+	for _, t := range cfg.Tools {
+		e.tools[t.Spec().Name] = t
+	}
+	e.policy.Store(cfg.Policy)
+
+	var err error
+	if e.outputs, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		Bucket:      events.OutputBucket,
+		Description: "toolbus: whole outputs of calls whose result was capped",
+		Storage:     jetstream.FileStorage,
+		TTL:         7 * 24 * time.Hour,
+	}); err != nil {
+		return nil, fmt.Errorf("executor: output store: %w", err)
+	}
+	if e.allowlist, err = openAllowlist(ctx, js, log); err != nil {
+		return nil, fmt.Errorf("executor: %w", err)
+	}
+	if e.catalog, err = catalog.Follow(ctx, js, log); err != nil {
+		e.allowlist.close()
+		return nil, fmt.Errorf("executor: %w", err)
+	}
+	if err := e.register(ctx); err != nil {
+		e.closeFollowers()
+		return nil, err
+	}
+	if err := e.subscribe(); err != nil {
+		e.Stop(context.Background())
+		return nil, err
+	}
+	return e, nil
+}
+
+// ExecSubject is where executor id takes forwarded invocations.
+func ExecSubject(id string) string {
+	return events.ExecSubjectPrefix + base64.RawURLEncoding.EncodeToString([]byte(id))
+}
+
+func (e *Executor) subscribe() error {
+	handlers := []struct {
+		subject, queue string
+		handle         nats.MsgHandler
+	}{
+		{events.SubjectInvoke, queueGroup, func(m *nats.Msg) { e.accept(m, false) }},
+		{ExecSubject(e.id.ID), "", func(m *nats.Msg) { e.accept(m, true) }},
+		{events.SubjectCancel, "", e.handleCancel},
+	}
+	for _, h := range handlers {
+		sub, err := e.nc.QueueSubscribe(h.subject, h.queue, h.handle)
+		if err != nil {
+			return fmt.Errorf("executor: subscribe %s: %w", h.subject, err)
+		}
+		// Calls run on their own goroutines; the subscription only hands
+		// them out, so its pending limits can stay generous.
+		_ = sub.SetPendingLimits(1<<20, 1<<30)
+		e.subs = append(e.subs, sub)
+	}
+	svc, err := micro.AddService(e.nc, micro.Config{Name: events.ExecutorService, Version: registry.ServiceVersion,
+		Description: "toolbus executor", Metadata: map[string]string{"id": e.id.ID}})
+	if err != nil {
+		return fmt.Errorf("executor: %w", err)
+	}
+	e.svc = svc
+	return nil
+}
+
+// register declares the hosted tools, replacing what this executor
+// declared before. With no registry up yet it keeps trying in the
+// background: the tools are runnable once the registry lists them.
+func (e *Executor) register(ctx context.Context) error {
+	if len(e.tools) == 0 {
+		return nil
+	}
+	req := &events.RegisterRequest{Provider: e.id.ID, Source: events.SourceBuiltin, Replace: true}
+	for _, t := range e.cfg.Tools {
+		req.Tools = append(req.Tools, t.Spec())
+	}
+	client := registry.NewClient(e.nc, e.id)
+	_, err := client.Register(ctx, req)
+	if !errors.Is(err, registry.ErrNoRegistry) {
+		if err != nil {
+			return fmt.Errorf("executor: register tools: %w", err)
+		}
+		return nil
+	}
+	e.log.Warn("no registry yet; will register the tools when one comes up")
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		for {
+			select {
+			case <-e.stopping:
+				return
+			case <-time.After(2 * time.Second):
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), registry.DefaultTimeout)
+			_, err := client.Register(ctx, req)
+			cancel()
+			if err == nil {
+				e.log.Info("tools registered")
+				return
+			}
+			if !errors.Is(err, registry.ErrNoRegistry) {
+				e.log.Warn("registering tools failed; retrying", "err", err)
+			}
+		}
+	}()
+	return nil
+}
+
+// SetPolicy puts p in force for every call that reaches the policy step
+// from now on.
+func (e *Executor) SetPolicy(p *policy.Policy) { e.policy.Store(p) }
+
+// Policy is the policy in force.
+func (e *Executor) Policy() *policy.Policy { return e.policy.Load() }
+
+// Catalog is the executor's view of the catalogue.
+func (e *Executor) Catalog() *catalog.Catalog { return e.catalog.Catalog() }
+
+// Stop stops taking invocations, gives running calls until ctx ends to
+// finish, then cancels them (their callers get CANCELLED), and releases
+// everything the executor started.
+func (e *Executor) Stop(ctx context.Context) error {
+	select {
+	case <-e.stopping:
+		return nil
+	default:
+		close(e.stopping)
+	}
+	var errs []error
+	for _, s := range e.subs {
+		if err := s.Drain(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if e.svc != nil {
+		errs = append(errs, e.svc.Stop())
+	}
+	done := make(chan struct{})
+	go func() { e.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		e.mu.Lock()
+		for _, c := range e.running {
+			c.cancel(errShutdown)
+		}
+		e.mu.Unlock()
+		<-done
+	}
+	e.closeFollowers()
+	return errors.Join(errs...)
+}
+
+func (e *Executor) closeFollowers() {
+	if e.catalog != nil {
+		e.catalog.Close()
+	}
+	if e.allowlist != nil {
+		e.allowlist.close()
+	}
+}
+
+var errShutdown = errors.New("the executor is shutting down")
+
+func (e *Executor) handleCancel(m *nats.Msg) {
+	req, err := events.Decode[events.CancelRequest](m.Data)
+	if err != nil {
+		e.log.Warn("ignoring a malformed cancel request", "err", err)
+		return
+	}
+	e.mu.Lock()
+	c := e.running[req.InvocationID]
+	e.mu.Unlock()
+	if c != nil {
+		reason := req.Reason
+		if reason == "" {
+			reason = "cancelled by " + req.Sender.ID
+		}
+		c.cancel(errors.New(reason))
+	}
+	if m.Reply != "" {
+		found := "unknown"
+		if c != nil {
+			found = "cancelled"
+		}
+		_ = m.Respond([]byte(found))
+	}
+}
+
+// publish sends an event, logging rather than failing the call when the
+// bus refuses it.
+func (e *Executor) publish(subject string, ev events.Envelope) {
+	data, err := events.Encode(ev)
+	if err == nil {
+		err = e.nc.Publish(subject, data)
+	}
+	if err != nil {
+		e.log.Error("event not published", "subject", subject, "err", err)
+	}
+}

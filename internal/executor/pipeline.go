@@ -1,0 +1,402 @@
+package executor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/policy"
+	"github.com/toolbus/toolbus/internal/tool"
+)
+
+// call is one invocation on its way through the pipeline.
+type call struct {
+	e     *Executor
+	inv   *events.Invocation
+	reply string
+	tool  *events.Tool
+	impl  tool.Tool
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	once      sync.Once
+	heartbeat *time.Timer
+	mu        sync.Mutex // guards done
+	done      bool
+}
+
+// accept takes one invocation message. It runs the call on a goroutine of
+// its own, so the subscription keeps handing out work.
+func (e *Executor) accept(m *nats.Msg, forwarded bool) {
+	inv, err := events.Decode[events.Invocation](m.Data)
+	if err != nil {
+		e.respondRaw(m.Reply, &events.Result{Header: events.Header{Sender: e.id}, InvocationID: "unknown",
+			Error: &events.ToolError{Type: events.ErrInvalidParams, Message: "malformed invocation: " + err.Error()}})
+		return
+	}
+	t, ok := e.catalog.Catalog().GetTool(inv.Tool)
+	impl := e.tools[nameOf(t)]
+	if ok && impl == nil && !forwarded {
+		e.forward(m, inv, t)
+		return
+	}
+	c := &call{e: e, inv: inv, reply: m.Reply, tool: t, impl: impl}
+	c.ctx, c.cancel = context.WithCancelCause(context.Background())
+	e.mu.Lock()
+	select {
+	case <-e.stopping:
+		e.mu.Unlock()
+		c.fail(events.ErrCancelled, errShutdown.Error())
+		return
+	default:
+	}
+	e.running[inv.ID] = c
+	e.wg.Add(1)
+	e.mu.Unlock()
+	go func() {
+		defer e.wg.Done()
+		defer func() {
+			e.mu.Lock()
+			delete(e.running, inv.ID)
+			e.mu.Unlock()
+			c.cancel(nil)
+		}()
+		c.heartbeat = time.AfterFunc(HeartbeatEvery, c.beat)
+		c.run(ok)
+	}()
+}
+
+func nameOf(t *events.Tool) string {
+	if t == nil {
+		return ""
+	}
+	return t.Name
+}
+
+// forward sends an invocation for a tool this executor does not host to
+// one that does; that executor answers the caller directly.
+func (e *Executor) forward(m *nats.Msg, inv *events.Invocation, t *events.Tool) {
+	var hosts []string
+	for _, h := range t.Hosts {
+		if h != e.id.ID {
+			hosts = append(hosts, h)
+		}
+	}
+	if len(hosts) == 0 {
+		e.respondRaw(m.Reply, e.result(inv, t.Name, events.ErrExecutorLost, fmt.Sprintf("no executor hosts %s", t.Name)))
+		return
+	}
+	host := hosts[rand.IntN(len(hosts))]
+	if err := e.nc.PublishMsg(&nats.Msg{Subject: ExecSubject(host), Reply: m.Reply, Data: m.Data}); err != nil {
+		e.respondRaw(m.Reply, e.result(inv, t.Name, events.ErrExecutorLost, "forward to "+host+": "+err.Error()))
+	}
+}
+
+// beat tells the caller the call is alive, every HeartbeatEvery, until the
+// result is sent. Calls that finish within a beat never send one.
+func (c *call) beat() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done || c.reply == "" {
+		return
+	}
+	m := nats.NewMsg(c.reply)
+	m.Header.Set(events.KindHeader, events.KindHeartbeat)
+	_ = c.e.nc.PublishMsg(m)
+	c.heartbeat.Reset(HeartbeatEvery)
+}
+
+// run is the pipeline: resolve, validate, policy, confirmation, hooks,
+// execution, result.
+func (c *call) run(found bool) {
+	e, inv := c.e, c.inv
+	if !found {
+		c.fail(events.ErrToolNotFound, notFound(e.catalog.Catalog(), inv.Tool))
+		return
+	}
+	if c.impl == nil {
+		c.fail(events.ErrToolNotFound, fmt.Sprintf("Tool %q is not hosted by executor %s.", c.tool.Name, e.id.ID))
+		return
+	}
+	c.step("resolved", c.tool.Name)
+
+	args, failure := c.validate(inv.Args)
+	if failure != "" {
+		c.fail(events.ErrInvalidParams, failure)
+		return
+	}
+	for round := 0; ; round++ {
+		d := c.decide(args)
+		switch d.Verdict {
+		case events.Allow:
+		case events.AskUser:
+			answer, errType, msg := c.confirm(d, args)
+			if errType != "" {
+				c.fail(errType, msg)
+				return
+			}
+			if answer.Outcome == events.ModifyWithEditor {
+				if round >= 3 {
+					c.fail(events.ErrInvalidParams, "the arguments were modified too many times")
+					return
+				}
+				// New arguments: validated and judged again.
+				if args, failure = c.validate(answer.Args); failure != "" {
+					c.fail(events.ErrInvalidParams, "modified arguments: "+failure)
+					return
+				}
+				c.inv.Args = answer.Args
+				continue
+			}
+		default:
+			c.fail(events.ErrPolicyDenied, d.Reason)
+			return
+		}
+		break
+	}
+	c.execute()
+}
+
+// validate checks the arguments against the schema, then the tool's own
+// checks. It returns the decoded arguments, or why they are invalid.
+func (c *call) validate(raw json.RawMessage) (map[string]any, string) {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		raw = json.RawMessage(`{}`)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var args map[string]any
+	if err := dec.Decode(&args); err != nil || args == nil {
+		return nil, "args must be a JSON object"
+	}
+	if err := c.e.schemas.validate(c.tool, args); err != nil {
+		return nil, fmt.Sprintf("Invalid parameters for %s: %v", c.tool.Name, err)
+	}
+	if v, ok := c.impl.(tool.Validator); ok {
+		if err := v.ValidateArgs(raw); err != nil {
+			return nil, fmt.Sprintf("Invalid parameters for %s: %v", c.tool.Name, err)
+		}
+	}
+	c.inv.Args = raw
+	c.step("validated", "")
+	return args, ""
+}
+
+// decide asks the policy in force and records its decision.
+func (c *call) decide(args map[string]any) policy.Decision {
+	e, t := c.e, c.tool
+	in := &policy.Input{
+		Tool: policy.ToolInput{Name: t.Name, Kind: t.Kind, Source: t.Source, Server: t.Server, Trust: t.Trust, ReadOnly: t.ReadOnly},
+		Args: args, Caller: c.inv.Sender, Home: e.home, Workspace: e.cfg.Workspace,
+	}
+	if len(t.Annotations) > 0 {
+		_ = json.Unmarshal(t.Annotations, &in.Tool.Annotations)
+	}
+	if pn, ok := c.impl.(tool.PathNamer); ok {
+		in.Paths = pn.Paths(c.inv.Args)
+	}
+	if cm, ok := c.impl.(tool.Commander); ok {
+		line, dir := cm.Command(c.inv.Args)
+		sh := policy.AnalyzeShell(line)
+		in.Shell = &sh
+		for _, p := range sh.Paths(dir, e.home) {
+			in.Paths = append(in.Paths, p)
+		}
+	}
+	in.Allowlist = e.allowlist.entriesFor(t)
+	d := e.policy.Load().Decide(c.ctx, in)
+	e.publish(events.SubjectDecision, &events.Decision{Header: events.Header{Sender: e.id}, InvocationID: c.inv.ID,
+		Tool: t.Name, Verdict: d.Verdict, Reason: d.Reason, PolicyRevision: d.Revision})
+	return d
+}
+
+// execute runs the tool under its deadline, between the hooks.
+func (c *call) execute() {
+	e, inv := c.e, c.inv
+	for _, h := range e.cfg.Hooks.Pre {
+		if err := h(c.ctx, inv, c.tool); err != nil {
+			c.fail(events.ErrExecutionFailed, "pre-execution hook: "+err.Error())
+			return
+		}
+	}
+	timeout := c.timeout()
+	ctx, cancel := context.WithTimeoutCause(c.ctx, timeout, errDeadline)
+	defer cancel()
+	c.step("started", fmt.Sprintf("deadline %s", timeout))
+	tc := &tool.Call{ID: inv.ID, Args: inv.Args, Progress: c.progress}
+	out, err := runSafely(ctx, c.impl, tc)
+	switch {
+	case err != nil && errors.Is(context.Cause(ctx), errDeadline):
+		c.fail(events.ErrTimeout, fmt.Sprintf("%s did not finish within %s and was stopped", c.tool.Name, timeout))
+	case err != nil && ctx.Err() != nil:
+		c.fail(events.ErrCancelled, fmt.Sprintf("%s was cancelled: %v", c.tool.Name, context.Cause(c.ctx)))
+	case err != nil:
+		c.fail(events.ErrExecutionFailed, err.Error())
+	default:
+		c.finish(out)
+	}
+}
+
+var errDeadline = errors.New("deadline")
+
+// runSafely runs a tool, turning a panic into an error: a broken tool
+// fails its call, not the executor.
+func runSafely(ctx context.Context, t tool.Tool, tc *tool.Call) (out *tool.Output, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("the tool crashed: %v", r)
+		}
+	}()
+	out, err = t.Run(ctx, tc)
+	if err == nil && out == nil {
+		err = errors.New("the tool returned no output")
+	}
+	return out, err
+}
+
+func (c *call) timeout() time.Duration {
+	cfg := c.e.cfg
+	if c.inv.TimeoutMillis > 0 {
+		return time.Duration(c.inv.TimeoutMillis) * time.Millisecond
+	}
+	if d, ok := cfg.ToolTimeouts[c.tool.Name]; ok {
+		return d
+	}
+	if d, ok := cfg.ServerTimeouts[c.tool.Server]; ok && c.tool.Server != "" {
+		return d
+	}
+	return cfg.Timeout
+}
+
+// progress forwards output as the tool produces it: to the caller, and on
+// the invocation's progress subject for anyone watching.
+func (c *call) progress(chunk string) {
+	_ = c.e.nc.Publish(events.SubjectProgressPrefix+c.inv.ID, []byte(chunk))
+	if c.reply != "" {
+		m := nats.NewMsg(c.reply)
+		m.Header.Set(events.KindHeader, events.KindProgress)
+		m.Data = []byte(chunk)
+		_ = c.e.nc.PublishMsg(m)
+	}
+}
+
+func (c *call) step(name, detail string) {
+	c.e.publish(events.SubjectStep, &events.Step{Header: events.Header{Sender: c.e.id}, InvocationID: c.inv.ID,
+		Tool: nameOf(c.tool), Step: name, Detail: detail})
+}
+
+// fail ends the call with an error of type t.
+func (c *call) fail(t events.ErrorType, msg string) {
+	c.finish(tool.Failed(t, msg))
+}
+
+// finish sends the one terminal result of the call.
+func (c *call) finish(out *tool.Output) {
+	c.once.Do(func() {
+		c.mu.Lock()
+		c.done = true
+		if c.heartbeat != nil {
+			c.heartbeat.Stop()
+		}
+		c.mu.Unlock()
+		e := c.e
+		res := &events.Result{Header: events.Header{Sender: e.id}, InvocationID: c.inv.ID, Tool: nameOf(c.tool),
+			LLMContent: out.LLMContent, ReturnDisplay: out.ReturnDisplay, Error: out.Err}
+		if res.Tool == "" {
+			res.Tool = c.inv.Tool
+		}
+		e.capOutput(c.ctx, res)
+		hooks := e.cfg.Hooks.Post
+		if res.Error != nil {
+			hooks = e.cfg.Hooks.Error
+		}
+		for _, h := range hooks {
+			h(c.ctx, c.inv, res)
+		}
+		e.respondRaw(c.reply, res)
+		e.publish(events.SubjectResult, res)
+	})
+}
+
+func (e *Executor) result(inv *events.Invocation, toolName string, t events.ErrorType, msg string) *events.Result {
+	return &events.Result{Header: events.Header{Sender: e.id}, InvocationID: inv.ID, Tool: toolName,
+		LLMContent: msg, ReturnDisplay: msg, Error: &events.ToolError{Type: t, Message: msg}}
+}
+
+// respondRaw sends a result to a reply subject.
+func (e *Executor) respondRaw(reply string, res *events.Result) {
+	if reply == "" {
+		return
+	}
+	data, err := events.Encode(res)
+	if err != nil {
+		e.log.Error("result does not encode", "invocation", res.InvocationID, "err", err)
+		return
+	}
+	if err := e.nc.Publish(reply, data); err != nil {
+		e.log.Error("result not sent", "invocation", res.InvocationID, "err", err)
+	}
+}
+
+// capOutput keeps llmContent and returnDisplay within MaxContent characters;
+// the whole output goes to the object store under the invocation id, so no
+// result exceeds what the bus carries.
+func (e *Executor) capOutput(ctx context.Context, res *events.Result) {
+	limit := e.cfg.MaxContent
+	if len(res.LLMContent) <= limit && len(res.ReturnDisplay) <= limit {
+		return // fewer bytes than the limit means fewer characters too
+	}
+	if utf8.RuneCountInString(res.LLMContent) <= limit && utf8.RuneCountInString(res.ReturnDisplay) <= limit {
+		return
+	}
+	whole := res.LLMContent
+	ref := events.OutputBucket + "/" + res.InvocationID
+	putCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	_, err := e.outputs.PutString(putCtx, res.InvocationID, whole)
+	cancel()
+	total := utf8.RuneCountInString(whole)
+	note := fmt.Sprintf("\n\n[Output truncated: showing %d of %d characters. The whole output is in the object store at %s.]", limit, total, ref)
+	if err != nil {
+		e.log.Error("whole output not stored", "invocation", res.InvocationID, "err", err)
+		note = fmt.Sprintf("\n\n[Output truncated: showing %d of %d characters; storing the whole output failed: %v]", limit, total, err)
+	} else {
+		res.OutputRef = ref
+	}
+	res.Truncated = true
+	res.LLMContent = truncate(res.LLMContent, limit) + note
+	res.ReturnDisplay = truncate(res.ReturnDisplay, limit)
+}
+
+// truncate cuts s to at most n characters.
+func truncate(s string, n int) string {
+	i := 0
+	for range n {
+		if i >= len(s) {
+			return s
+		}
+		_, size := utf8.DecodeRuneInString(s[i:])
+		i += size
+	}
+	return s[:i]
+}
+
+// notFound names the three closest tool names (seed 004 error guidance).
+func notFound(c interface{ AllToolNames() []string }, name string) string {
+	closest := closestNames(name, c.AllToolNames(), 3)
+	msg := fmt.Sprintf("Tool %q not found in the registry.", name)
+	if len(closest) > 0 {
+		msg += " Did you mean: " + strings.Join(closest, ", ") + "?"
+	}
+	return msg
+}
