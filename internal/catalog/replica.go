@@ -57,7 +57,11 @@ func Load(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (*Catal
 	if err != nil {
 		return nil, err
 	}
-	entries, w, err := start(ctx, js, kv, log, false)
+	// The watcher's context must end with the read: nats.go keeps a
+	// goroutine waiting on it.
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	entries, w, err := start(ctx, wctx, js, kv, log, false)
 	if err != nil {
 		return nil, err
 	}
@@ -68,10 +72,9 @@ func Load(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (*Catal
 // start reads the whole catalogue: from the latest snapshot when there is a
 // usable one, then from the bucket from the snapshot's revision on, or the
 // whole bucket when there is none. It returns the entries, keyed by bucket
-// key, and the watcher, which goes on delivering changes after them. A
-// watcher that is to follow changes outlives ctx, which then bounds only
-// the initial read.
-func start(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, log *slog.Logger, follow bool) (map[string]*Entry, jetstream.KeyWatcher, error) {
+// key, and the watcher, which goes on delivering changes after them until
+// wctx ends; ctx bounds only the initial read.
+func start(ctx, wctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, log *slog.Logger, follow bool) (map[string]*Entry, jetstream.KeyWatcher, error) {
 	entries, rev, err := readSnapshot(ctx, js, kv, log)
 	if err != nil {
 		if !errors.Is(err, jetstream.ErrStreamNotFound) && !errors.Is(err, jetstream.ErrBucketNotFound) && !errors.Is(err, jetstream.ErrObjectNotFound) {
@@ -85,10 +88,6 @@ func start(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, l
 		opts = append(opts, jetstream.ResumeFromRevision(rev+1))
 	case !follow:
 		opts = append(opts, jetstream.IgnoreDeletes())
-	}
-	wctx := ctx
-	if follow {
-		wctx = context.Background()
 	}
 	w, err := kv.WatchAll(wctx, opts...)
 	if err != nil {
@@ -189,6 +188,7 @@ func apply(entries map[string]*Entry, kve jetstream.KeyValueEntry, log *slog.Log
 type Replica struct {
 	log     *slog.Logger
 	watcher jetstream.KeyWatcher
+	stop    context.CancelFunc
 	done    chan struct{}
 
 	mu      sync.Mutex
@@ -204,11 +204,13 @@ func Follow(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (*Rep
 	if err != nil {
 		return nil, err
 	}
-	entries, w, err := start(ctx, js, kv, log, true)
+	wctx, stop := context.WithCancel(context.Background())
+	entries, w, err := start(ctx, wctx, js, kv, log, true)
 	if err != nil {
+		stop()
 		return nil, err
 	}
-	r := &Replica{log: log, watcher: w, done: make(chan struct{}), entries: entries, changed: make(chan struct{})}
+	r := &Replica{log: log, watcher: w, stop: stop, done: make(chan struct{}), entries: entries, changed: make(chan struct{})}
 	go r.follow()
 	return r, nil
 }
@@ -253,6 +255,7 @@ func (r *Replica) Changed() <-chan struct{} {
 // Close stops following and waits for the follower goroutine to end.
 func (r *Replica) Close() error {
 	err := r.watcher.Stop()
+	r.stop()
 	<-r.done
 	return err
 }

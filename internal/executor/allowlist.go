@@ -46,9 +46,10 @@ func OpenAllowlistBucket(ctx context.Context, js jetstream.JetStream) (jetstream
 // allowlist follows the bucket, so every executor of the fleet sees an
 // approval as soon as one remembers it, and after any restart.
 type allowlist struct {
-	kv  jetstream.KeyValue
-	w   jetstream.KeyWatcher
-	log *slog.Logger
+	kv   jetstream.KeyValue
+	w    jetstream.KeyWatcher
+	stop context.CancelFunc
+	log  *slog.Logger
 
 	mu      sync.RWMutex
 	records map[string]AllowRecord
@@ -60,19 +61,23 @@ func openAllowlist(ctx context.Context, js jetstream.JetStream, log *slog.Logger
 	if err != nil {
 		return nil, fmt.Errorf("allowlist: %w", err)
 	}
-	w, err := kv.WatchAll(context.Background())
+	wctx, stop := context.WithCancel(context.Background())
+	w, err := kv.WatchAll(wctx)
 	if err != nil {
+		stop()
 		return nil, fmt.Errorf("allowlist: %w", err)
 	}
-	a := &allowlist{kv: kv, w: w, log: log, records: make(map[string]AllowRecord), done: make(chan struct{})}
+	a := &allowlist{kv: kv, w: w, stop: stop, log: log, records: make(map[string]AllowRecord), done: make(chan struct{})}
 	// Read what is there before taking calls.
 	for {
 		select {
 		case <-ctx.Done():
 			w.Stop()
+			stop()
 			return nil, ctx.Err()
 		case e, ok := <-w.Updates():
 			if !ok {
+				stop()
 				return nil, fmt.Errorf("allowlist: watcher closed")
 			}
 			if e == nil {
@@ -111,6 +116,7 @@ func (a *allowlist) apply(e jetstream.KeyValueEntry) {
 
 func (a *allowlist) close() {
 	a.w.Stop()
+	a.stop()
 	<-a.done
 }
 

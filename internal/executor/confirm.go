@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -96,12 +95,14 @@ func (c *call) remember(a *events.ConfirmAnswer) []AllowRecord {
 	if cm, ok := c.impl.(tool.Commander); ok {
 		line, _ := cm.Command(c.inv.Args)
 		var out []AllowRecord
+		// The root of each command, as Gemini CLI remembers "always allow
+		// git": the policy still judges every command of every line.
+		seen := map[string]bool{}
 		for _, cmd := range policy.AnalyzeShell(line).Commands {
-			prefix := cmd.Name
-			if len(cmd.Args) > 0 && !strings.HasPrefix(cmd.Args[0], "-") {
-				prefix += " " + cmd.Args[0]
+			if cmd.Name != "" && !seen[cmd.Name] {
+				seen[cmd.Name] = true
+				out = append(out, rec(policy.AllowEntry{Scope: "command", Tool: t.Name, Prefix: cmd.Name}))
 			}
-			out = append(out, rec(policy.AllowEntry{Scope: "command", Tool: t.Name, Prefix: prefix}))
 		}
 		return out
 	}

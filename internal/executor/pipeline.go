@@ -41,8 +41,7 @@ type call struct {
 func (e *Executor) accept(m *nats.Msg, forwarded bool) {
 	inv, err := events.Decode[events.Invocation](m.Data)
 	if err != nil {
-		e.respondRaw(m.Reply, &events.Result{Header: events.Header{Sender: e.id}, InvocationID: "unknown",
-			Error: &events.ToolError{Type: events.ErrInvalidParams, Message: "malformed invocation: " + err.Error()}})
+		e.respondRaw(m.Reply, e.result(&events.Invocation{Header: events.Header{ID: "unknown"}}, "", events.ErrInvalidParams, "malformed invocation: "+err.Error()))
 		return
 	}
 	t, ok := e.catalog.Catalog().GetTool(inv.Tool)

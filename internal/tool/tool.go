@@ -64,3 +64,16 @@ type PathNamer interface {
 type Commander interface {
 	Command(args json.RawMessage) (line, dir string)
 }
+
+// Func makes a Tool of a declaration and a function.
+func Func(spec events.ToolSpec, run func(ctx context.Context, call *Call) (*Output, error)) Tool {
+	return funcTool{spec, run}
+}
+
+type funcTool struct {
+	spec events.ToolSpec
+	run  func(ctx context.Context, call *Call) (*Output, error)
+}
+
+func (f funcTool) Spec() events.ToolSpec                                { return f.spec }
+func (f funcTool) Run(ctx context.Context, call *Call) (*Output, error) { return f.run(ctx, call) }

@@ -1,0 +1,523 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+	"go.uber.org/goleak"
+
+	"github.com/toolbus/toolbus/internal/builtin"
+	"github.com/toolbus/toolbus/internal/bus"
+	"github.com/toolbus/toolbus/internal/bus/bustest"
+	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/policy"
+	"github.com/toolbus/toolbus/internal/registry"
+	"github.com/toolbus/toolbus/internal/tool"
+	defaultpolicy "github.com/toolbus/toolbus/policy"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// env is a bus with a registry and one executor hosting the built-ins.
+type env struct {
+	bus    *bus.Bus
+	ws     *builtin.Workspace
+	exec   *Executor
+	client *Client
+}
+
+type option func(*Config)
+
+func defaultPol(t testing.TB) *policy.Policy {
+	t.Helper()
+	p, err := policy.Compile(context.Background(), policy.Files(defaultpolicy.Default()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func newEnv(t *testing.T, opts ...option) *env {
+	t.Helper()
+	b := bustest.Start(t, "")
+	reg, err := registry.Start(context.Background(), b.Conn(), b.JetStream(), registry.Config{
+		Identity: events.Identity{ID: "registry@test"}, Logger: bustest.Quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Stop() })
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "README.md"), []byte("# hello\n"), 0o644)
+	ws, err := builtin.NewWorkspace(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{bus: b, ws: ws}
+	e.exec = e.startExecutor(t, b, opts...)
+	e.client = NewClient(bustest.Connect(t, b).Conn(), events.Identity{ID: "agent:test", Role: "agent", Session: "s1"})
+	t.Cleanup(func() { e.client.Close() })
+	return e
+}
+
+func (e *env) startExecutor(t *testing.T, b *bus.Bus, opts ...option) *Executor {
+	t.Helper()
+	shells := builtin.NewShells(e.ws)
+	cfg := Config{Identity: events.Identity{ID: "executor@test", Role: "executor"}, Tools: builtin.Tools(e.ws, shells),
+		Policy: defaultPol(t), Workspace: e.ws.Root(), Logger: bustest.Quiet()}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	ex, err := Start(context.Background(), b.Conn(), b.JetStream(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		ex.Stop(ctx)
+		shells.Close()
+	})
+	return ex
+}
+
+func (e *env) call(t *testing.T, name, args string) *events.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := e.client.Invoke(ctx, &events.Invocation{Tool: name, Args: json.RawMessage(args)}, nil)
+	if err != nil {
+		t.Fatalf("invoke %s: %v", name, err)
+	}
+	return res
+}
+
+func errType(r *events.Result) events.ErrorType {
+	if r.Error == nil {
+		return ""
+	}
+	return r.Error.Type
+}
+
+// approver answers confirmation requests on the bus, as a confirmation UI
+// would, and says so to presence checks.
+type approver struct {
+	svc      micro.Service
+	sub      *nats.Subscription
+	requests chan *events.ConfirmRequest
+}
+
+func startApprover(t *testing.T, b *bus.Bus, answer func(*events.ConfirmRequest) *events.ConfirmAnswer) *approver {
+	t.Helper()
+	nc := bustest.Connect(t, b).Conn()
+	a := &approver{requests: make(chan *events.ConfirmRequest, 10)}
+	var err error
+	if a.svc, err = micro.AddService(nc, micro.Config{Name: events.ApproverService, Version: "0.0.1"}); err != nil {
+		t.Fatal(err)
+	}
+	a.sub, err = nc.Subscribe(events.SubjectConfirm, func(m *nats.Msg) {
+		req, err := events.Decode[events.ConfirmRequest](m.Data)
+		if err != nil {
+			t.Errorf("approver got a malformed request: %v", err)
+			return
+		}
+		a.requests <- req
+		if ans := answer(req); ans != nil {
+			ans.Sender = events.Identity{ID: "approver:ada", Role: "approver"}
+			ans.InvocationID = req.InvocationID
+			data, err := events.Encode(ans)
+			if err != nil {
+				t.Errorf("answer: %v", err)
+				return
+			}
+			m.Respond(data)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.Flush()
+	t.Cleanup(func() { a.stop() })
+	return a
+}
+
+func (a *approver) stop() {
+	a.sub.Unsubscribe()
+	a.svc.Stop()
+}
+
+func answer(o events.Outcome) func(*events.ConfirmRequest) *events.ConfirmAnswer {
+	return func(*events.ConfirmRequest) *events.ConfirmAnswer { return &events.ConfirmAnswer{Outcome: o} }
+}
+
+func TestDecisionPaths(t *testing.T) {
+	e := newEnv(t)
+	tests := []struct {
+		name, tool, args string
+		want             events.ErrorType
+		says             string
+	}{
+		{"allowed read", "read_file", `{"file_path":"README.md"}`, "", "# hello"},
+		{"alias", "Read", `{"file_path":"README.md"}`, "", "# hello"},
+		{"denied shell", "run_shell_command", `{"command":"ls && rm -rf /"}`, events.ErrPolicyDenied, "recursive removal of /"},
+		{"denied sensitive path", "read_file", `{"file_path":"/etc/shadow"}`, events.ErrPolicyDenied, "sensitive path /etc/shadow"},
+		{"ask with no approver", "write_file", `{"file_path":"a.txt","content":"x"}`, events.ErrPolicyDenied, "no approver is connected"},
+		{"unknown tool", "read_fiel", `{}`, events.ErrToolNotFound, "Did you mean: read_file"},
+		{"schema: wrong type", "read_file", `{"file_path":7}`, events.ErrInvalidParams, "at /file_path: got number, want string"},
+		{"schema: missing", "read_file", `{}`, events.ErrInvalidParams, "missing property 'file_path'"},
+		{"schema: extra check", "replace", `{"file_path":"a","old_string":"x","new_string":"x"}`, events.ErrInvalidParams, "nothing to change"},
+		{"outside workspace", "read_file", `{"file_path":"../../x"}`, events.ErrPathNotInWorkspace, "outside the workspace"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res := e.call(t, tt.tool, tt.args)
+			if errType(res) != tt.want || !strings.Contains(res.LLMContent, tt.says) {
+				t.Errorf("got %s %q, want %q saying %q", errType(res), res.LLMContent, tt.want, tt.says)
+			}
+		})
+	}
+	if _, err := os.Stat(filepath.Join(e.ws.Root(), "a.txt")); err == nil {
+		t.Error("a denied write happened")
+	}
+	if _, err := e.client.Invoke(context.Background(), &events.Invocation{Tool: "read_file", Args: json.RawMessage(`[1]`)}, nil); err == nil || !strings.Contains(err.Error(), "args is not a JSON object") {
+		t.Errorf("args not an object: %v", err)
+	}
+}
+
+func TestConfirmationOutcomes(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.ConfirmTimeout = 300 * time.Millisecond })
+	write := `{"file_path":"notes.md","content":"v1"}`
+
+	a := startApprover(t, e.bus, answer(events.Cancel))
+	if res := e.call(t, "write_file", write); errType(res) != events.ErrUserCancelled {
+		t.Errorf("cancel: %s %s", errType(res), res.LLMContent)
+	}
+	req := <-a.requests
+	if req.Tool != "write_file" || req.Kind != events.KindEdit || req.Caller.ID != "agent:test" || !strings.Contains(req.Reason, "edit tools ask") {
+		t.Errorf("confirmation request lacks what an approver needs: %+v", req)
+	}
+	a.stop()
+
+	// An approver that never answers: CONFIRMATION_TIMEOUT, nothing runs.
+	silent := startApprover(t, e.bus, func(*events.ConfirmRequest) *events.ConfirmAnswer { return nil })
+	if res := e.call(t, "write_file", write); errType(res) != events.ErrConfirmationTimeout {
+		t.Errorf("silence: %s %s", errType(res), res.LLMContent)
+	}
+	silent.stop()
+
+	once := startApprover(t, e.bus, answer(events.ProceedOnce))
+	if res := e.call(t, "write_file", write); res.Error != nil {
+		t.Errorf("proceed once: %s", res.LLMContent)
+	}
+	if data, _ := os.ReadFile(filepath.Join(e.ws.Root(), "notes.md")); string(data) != "v1" {
+		t.Errorf("file holds %q", data)
+	}
+	// Once is once: the next call asks again.
+	e.call(t, "write_file", write)
+	if n := len(once.requests); n != 2 {
+		t.Errorf("%d confirmation requests, want 2", n)
+	}
+	once.stop()
+}
+
+func TestModifyWithEditorIsJudgedAgain(t *testing.T) {
+	e := newEnv(t)
+	tests := []struct {
+		modified string
+		want     events.ErrorType
+		says     string
+	}{
+		{`{"command":"echo edited"}`, "", "Stdout: edited"},
+		{`{"command":"echo x; rm -rf /"}`, events.ErrPolicyDenied, "recursive removal"},
+		{`{"command":7}`, events.ErrInvalidParams, "modified arguments"},
+	}
+	for _, tt := range tests {
+		a := startApprover(t, e.bus, func(r *events.ConfirmRequest) *events.ConfirmAnswer {
+			if r.Command == "echo original" {
+				return &events.ConfirmAnswer{Outcome: events.ModifyWithEditor, Args: json.RawMessage(tt.modified)}
+			}
+			return &events.ConfirmAnswer{Outcome: events.ProceedOnce}
+		})
+		res := e.call(t, "run_shell_command", `{"command":"echo original"}`)
+		if errType(res) != tt.want || !strings.Contains(res.LLMContent, tt.says) {
+			t.Errorf("modified to %s: got %s %q", tt.modified, errType(res), res.LLMContent)
+		}
+		a.stop()
+	}
+}
+
+func TestProceedAlwaysIsRememberedAcrossRestarts(t *testing.T) {
+	e := newEnv(t)
+	a := startApprover(t, e.bus, answer(events.ProceedAlways))
+	if res := e.call(t, "run_shell_command", `{"command":"echo one && git --version"}`); res.Error != nil {
+		t.Fatalf("first call: %s", res.LLMContent)
+	}
+	a.stop()
+	// No approver now: the remembered commands run, others are denied.
+	if res := e.call(t, "run_shell_command", `{"command":"echo two"}`); res.Error != nil {
+		t.Errorf("remembered command: %s %s", errType(res), res.LLMContent)
+	}
+	if res := e.call(t, "run_shell_command", `{"command":"echo two; ls"}`); errType(res) != events.ErrPolicyDenied {
+		t.Errorf("a command not remembered ran: %s", res.LLMContent)
+	}
+	// A remembered command never covers a dangerous one.
+	if res := e.call(t, "run_shell_command", `{"command":"echo x && rm -rf /"}`); errType(res) != events.ErrPolicyDenied || !strings.Contains(res.LLMContent, "recursive removal") {
+		t.Errorf("allowlist overrode a deny: %s", res.LLMContent)
+	}
+	// A new executor on the same bus knows the approval.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	e.exec.Stop(ctx)
+	cancel()
+	e.startExecutor(t, e.bus)
+	if res := e.call(t, "run_shell_command", `{"command":"echo three"}`); res.Error != nil {
+		t.Errorf("after restart: %s %s", errType(res), res.LLMContent)
+	}
+}
+
+func TestDeadlineKillsTheProcessTree(t *testing.T) {
+	e := newEnv(t, func(c *Config) {
+		c.ToolTimeouts = map[string]time.Duration{"run_shell_command": 300 * time.Millisecond}
+	})
+	startApprover(t, e.bus, answer(events.ProceedOnce))
+	res := e.call(t, "run_shell_command", `{"command":"sleep 300 & echo $! > child.pid; sleep 300"}`)
+	if errType(res) != events.ErrTimeout {
+		t.Fatalf("got %s %s", errType(res), res.LLMContent)
+	}
+	waitGone(t, readPID(t, filepath.Join(e.ws.Root(), "child.pid")))
+}
+
+func TestCancelByID(t *testing.T) {
+	e := newEnv(t)
+	startApprover(t, e.bus, answer(events.ProceedOnce))
+	inv := &events.Invocation{Tool: "run_shell_command", Args: json.RawMessage(`{"command":"sleep 300 & echo $! > c.pid; sleep 300"}`)}
+	inv.ID = "cancel-me"
+	done := make(chan *events.Result, 1)
+	go func() {
+		res, err := e.client.Invoke(context.Background(), inv, nil)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	pid := readPID(t, filepath.Join(e.ws.Root(), "c.pid"))
+	other := NewClient(bustest.Connect(t, e.bus).Conn(), events.Identity{ID: "cli@test"})
+	if err := other.Cancel(context.Background(), "cancel-me", "test"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case res := <-done:
+		if errType(res) != events.ErrCancelled || !strings.Contains(res.LLMContent, "test") {
+			t.Errorf("got %s %s", errType(res), res.LLMContent)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("cancelled call did not end")
+	}
+	waitGone(t, pid)
+}
+
+func TestLargeOutputIsCappedAndKept(t *testing.T) {
+	e := newEnv(t)
+	big := strings.Repeat("0123456789abcdef", 5<<20/16) // 5 MiB
+	os.WriteFile(filepath.Join(e.ws.Root(), "big.txt"), []byte(big), 0o644)
+	res := e.call(t, "read_file", `{"file_path":"big.txt"}`)
+	if res.Error != nil {
+		t.Fatalf("%s", res.LLMContent)
+	}
+	if !res.Truncated || res.OutputRef != events.OutputBucket+"/"+res.InvocationID || !strings.Contains(res.LLMContent, "Output truncated: showing 40000 of 5242880 characters") {
+		t.Errorf("result not capped as it should be: truncated=%v ref=%q tail=%q", res.Truncated, res.OutputRef, res.LLMContent[max(0, len(res.LLMContent)-200):])
+	}
+	obs, err := e.bus.JetStream().ObjectStore(context.Background(), events.OutputBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole, err := obs.GetString(context.Background(), res.InvocationID)
+	if err != nil || whole != big {
+		t.Errorf("object store holds %d bytes (%v), want the whole %d", len(whole), err, len(big))
+	}
+}
+
+func TestExecutorLostMidCall(t *testing.T) {
+	e := newEnv(t)
+	// A second executor on its own connection hosts a tool that blocks.
+	conn := bustest.Connect(t, e.bus)
+	blocked := make(chan struct{})
+	hang := tool.Func(events.ToolSpec{Name: "hang", Kind: events.KindRead, Description: "blocks"}, func(ctx context.Context, c *tool.Call) (*tool.Output, error) {
+		close(blocked)
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	lost, err := Start(context.Background(), conn.Conn(), conn.JetStream(), Config{Identity: events.Identity{ID: "executor@doomed"},
+		Tools: []tool.Tool{hang}, Policy: defaultPol(t), Logger: bustest.Quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitTool(t, e.exec, "hang")
+	done := make(chan *events.Result, 1)
+	go func() { done <- e.call(t, "hang", `{}`) }()
+	<-blocked
+	conn.Conn().Close() // the executor's host dies: no result, no heartbeat
+	select {
+	case res := <-done:
+		if errType(res) != events.ErrExecutorLost {
+			t.Errorf("got %s %s", errType(res), res.LLMContent)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the caller hung")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	lost.Stop(ctx)
+}
+
+func TestForwardingToTheExecutorThatHostsTheTool(t *testing.T) {
+	e := newEnv(t)
+	conn := bustest.Connect(t, e.bus)
+	echo := tool.Func(events.ToolSpec{Name: "echo_host", Kind: events.KindRead, Description: "says who runs it"}, func(ctx context.Context, c *tool.Call) (*tool.Output, error) {
+		return tool.Text("ran on b"), nil
+	})
+	b, err := Start(context.Background(), conn.Conn(), conn.JetStream(), Config{Identity: events.Identity{ID: "executor@b"},
+		Tools: []tool.Tool{echo}, Policy: defaultPol(t), Logger: bustest.Quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		b.Stop(ctx)
+	}()
+	waitTool(t, e.exec, "echo_host")
+	// Whichever executor takes each call, it runs where the tool lives.
+	for i := range 20 {
+		if res := e.call(t, "echo_host", `{}`); res.Error != nil || res.LLMContent != "ran on b" {
+			t.Fatalf("call %d: %s %s", i, errType(res), res.LLMContent)
+		}
+		if res := e.call(t, "read_file", `{"file_path":"README.md"}`); res.Error != nil {
+			t.Fatalf("call %d of a tool of the first executor: %s", i, res.LLMContent)
+		}
+	}
+}
+
+func TestEveryStepIsAnEvent(t *testing.T) {
+	e := newEnv(t)
+	nc := bustest.Connect(t, e.bus).Conn()
+	msgs := make(chan *nats.Msg, 100)
+	sub, _ := nc.ChanSubscribe("tool.>", msgs)
+	defer sub.Unsubscribe()
+	nc.Flush()
+	res := e.call(t, "read_file", `{"file_path":"README.md"}`)
+	var seen []string
+	deadline := time.After(10 * time.Second)
+	for !strings.Contains(strings.Join(seen, " "), events.SubjectResult) {
+		select {
+		case m := <-msgs:
+			if m.Subject == events.SubjectStep {
+				st, _ := events.Decode[events.Step](m.Data)
+				seen = append(seen, "step:"+st.Step)
+				continue
+			}
+			if m.Subject == events.SubjectDecision {
+				d, err := events.Decode[events.Decision](m.Data)
+				if err != nil || d.Verdict != events.Allow || d.PolicyRevision != e.exec.Policy().Revision() || d.InvocationID != res.InvocationID {
+					t.Errorf("decision event %+v (%v)", d, err)
+				}
+			}
+			seen = append(seen, m.Subject)
+		case <-deadline:
+			t.Fatalf("saw only %v", seen)
+		}
+	}
+	want := []string{events.SubjectInvoke, "step:resolved", "step:validated", events.SubjectDecision, "step:started", events.SubjectResult}
+	if strings.Join(seen, " ") != strings.Join(want, " ") {
+		t.Errorf("events %v, want %v", seen, want)
+	}
+}
+
+func TestMalformedInvocationGetsAnError(t *testing.T) {
+	e := newEnv(t)
+	nc := bustest.Connect(t, e.bus).Conn()
+	for _, body := range []string{`garbage`, `{"v":1,"type":"tool.invocation"}`, `{"v":3}`} {
+		m, err := nc.Request(events.SubjectInvoke, []byte(body), 10*time.Second)
+		if err != nil {
+			t.Fatalf("%s: %v", body, err)
+		}
+		res, err := events.Decode[events.Result](m.Data)
+		if err != nil || errType(res) != events.ErrInvalidParams || !strings.Contains(res.LLMContent, "malformed invocation") {
+			t.Errorf("%s: %+v %v", body, res, err)
+		}
+	}
+	if res := e.call(t, "read_file", `{"file_path":"README.md"}`); res.Error != nil {
+		t.Errorf("executor broken after malformed input: %s", res.LLMContent)
+	}
+}
+
+func TestNoExecutorIsReportedAtOnce(t *testing.T) {
+	b := bustest.Start(t, "")
+	c := NewClient(b.Conn(), events.Identity{ID: "cli@test"})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	if err := c.Ping(ctx); !errors.Is(err, ErrNoExecutor) {
+		t.Errorf("got %v", err)
+	}
+}
+
+func waitTool(t *testing.T, ex *Executor, name string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, ok := ex.Catalog().GetTool(name); ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never reached the catalogue", name)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func readPID(t *testing.T, file string) int {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if data, err := os.ReadFile(file); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil {
+				return pid
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no pid written")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func waitGone(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for syscall.Kill(pid, 0) == nil && !zombie(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d outlived its call", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func zombie(pid int) bool {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(data)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	return len(f) > 0 && f[0] == "Z"
+}
