@@ -46,6 +46,8 @@ func examples() map[string]Envelope {
 		"confirm_request.json": &ConfirmRequest{Header: hdr("cr-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-2", Tool: "run_shell_command", Kind: KindExecute,
 			Caller: agent, Args: json.RawMessage(`{"command":"make test"}`), Reason: "execute kind asks the user", Command: "make test", DeadlineMillis: 300000},
 		"confirm_answer.json": &ConfirmAnswer{Header: hdr("ca-1", Identity{ID: "approver:ada", Role: "approver", User: "ada"}), InvocationID: "inv-2", Outcome: ModifyWithEditor, Args: json.RawMessage(`{"command":"make test-short"}`)},
+		"step.json":           &Step{Header: hdr("st-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-1", Tool: "read_file", Step: "validated"},
+		"cancel.json":         &CancelRequest{Header: hdr("cx-1", Identity{ID: "cli@dev-1", Role: "cli"}), InvocationID: "inv-2", Reason: "taking too long"},
 		"result.json": &Result{Header: hdr("res-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-2", Tool: "run_shell_command",
 			LLMContent: "Command denied.", ReturnDisplay: "Command denied.", Error: &ToolError{Type: ErrPolicyDenied, Message: "rm -rf / is a dangerous command"}},
 	}
@@ -235,6 +237,8 @@ func FuzzDecode(f *testing.F) {
 		check(Decode[ConfirmRequest](data))
 		check(Decode[ConfirmAnswer](data))
 		check(Decode[Result](data))
+		check(Decode[Step](data))
+		check(Decode[CancelRequest](data))
 		if tool, err := DecodeTool(data); err == nil {
 			again, err := json.Marshal(tool)
 			if err != nil {
@@ -271,6 +275,10 @@ func decodeAs(e Envelope, data []byte) (Envelope, error) {
 		return Decode[ConfirmAnswer](data)
 	case *Result:
 		return Decode[Result](data)
+	case *Step:
+		return Decode[Step](data)
+	case *CancelRequest:
+		return Decode[CancelRequest](data)
 	}
 	panic("decodeAs: unknown envelope")
 }
