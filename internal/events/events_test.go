@@ -238,6 +238,7 @@ func FuzzDecode(f *testing.F) {
 		check(Decode[ConfirmAnswer](data))
 		check(Decode[Result](data))
 		check(Decode[Step](data))
+		check(Decode[PolicyEvent](data))
 		check(Decode[CancelRequest](data))
 		if tool, err := DecodeTool(data); err == nil {
 			again, err := json.Marshal(tool)
@@ -277,6 +278,8 @@ func decodeAs(e Envelope, data []byte) (Envelope, error) {
 		return Decode[Result](data)
 	case *Step:
 		return Decode[Step](data)
+	case *PolicyEvent:
+		return Decode[PolicyEvent](data)
 	case *CancelRequest:
 		return Decode[CancelRequest](data)
 	}

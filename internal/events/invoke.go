@@ -274,3 +274,30 @@ func (c *CancelRequest) Validate() error {
 	}
 	return nil
 }
+
+// PolicyEvent reports a policy set moving through the fleet: pushed to the
+// bus, applied by an executor, or rejected by one (the old set stays).
+type PolicyEvent struct {
+	Header
+	Status   string `json:"status"` // pushed, applied, rejected
+	Revision string `json:"revision"`
+	// Source is where the set came from: "bucket" or a directory.
+	Source string `json:"source"`
+	Error  string `json:"error,omitempty"`
+}
+
+// EnvelopeType implements Envelope.
+func (*PolicyEvent) EnvelopeType() string { return "tool.policy" }
+
+// Validate implements Envelope.
+func (p *PolicyEvent) Validate() error {
+	if err := p.header().validate(); err != nil {
+		return err
+	}
+	switch p.Status {
+	case "pushed", "applied", "rejected":
+	default:
+		return invalid(p.EnvelopeType(), "unknown status %q", p.Status)
+	}
+	return nil
+}

@@ -38,6 +38,9 @@ const (
 	// SubjectCancel carries CancelRequest: every executor hears it, the one
 	// running the invocation cancels it.
 	SubjectCancel = "tool.cancel"
+	// SubjectPolicyPrefix + status (pushed, applied, rejected) carries
+	// PolicyEvent.
+	SubjectPolicyPrefix = "tool.policy."
 	// SubjectProgressPrefix + invocation id carries a call's output as the
 	// tool produces it.
 	SubjectProgressPrefix = "tool.progress."

@@ -46,8 +46,12 @@ type Config struct {
 	Identity events.Identity
 	// Tools are the tools this executor hosts.
 	Tools []tool.Tool
-	// Policy is the policy in force at start.
+	// Policy is the policy in force at start. A set pushed to the policy
+	// bucket replaces it before the first call, and so does every later
+	// push or change of PolicyDir.
 	Policy *policy.Policy
+	// PolicyDir is a policy directory to follow; empty for none.
+	PolicyDir string
 	// Workspace is the root the tools are confined to, shown to the policy.
 	Workspace string
 	// Timeout is the deadline of a call (default 120 s); ToolTimeouts and
@@ -88,6 +92,7 @@ type Executor struct {
 
 	catalog   *catalog.Replica
 	policy    atomic.Pointer[policy.Policy]
+	watcher   *policy.Watcher
 	allowlist *allowlist
 	outputs   jetstream.ObjectStore
 
@@ -144,6 +149,11 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 	}
 	if e.catalog, err = catalog.Follow(ctx, js, log); err != nil {
 		e.allowlist.close()
+		return nil, fmt.Errorf("executor: %w", err)
+	}
+	if e.watcher, err = policy.Watch(ctx, js, policy.WatchConfig{Dir: cfg.PolicyDir, Current: cfg.Policy.Revision(),
+		Apply: e.SetPolicy, Report: e.reportPolicy, Logger: log}); err != nil {
+		e.closeFollowers()
 		return nil, fmt.Errorf("executor: %w", err)
 	}
 	if err := e.register(ctx); err != nil {
@@ -280,6 +290,9 @@ func (e *Executor) Stop(ctx context.Context) error {
 }
 
 func (e *Executor) closeFollowers() {
+	if e.watcher != nil {
+		e.watcher.Stop()
+	}
 	if e.catalog != nil {
 		e.catalog.Close()
 	}
@@ -289,6 +302,15 @@ func (e *Executor) closeFollowers() {
 }
 
 var errShutdown = errors.New("the executor is shutting down")
+
+// reportPolicy publishes what became of a policy set here.
+func (e *Executor) reportPolicy(status, revision, source string, err error) {
+	ev := &events.PolicyEvent{Header: events.Header{Sender: e.id}, Status: status, Revision: revision, Source: source}
+	if err != nil {
+		ev.Error = err.Error()
+	}
+	e.publish(events.SubjectPolicyPrefix+status, ev)
+}
 
 func (e *Executor) handleCancel(m *nats.Msg) {
 	req, err := events.Decode[events.CancelRequest](m.Data)

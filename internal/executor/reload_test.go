@@ -1,0 +1,152 @@
+package executor
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/internal/bus/bustest"
+	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/policy"
+	defaultpolicy "github.com/toolbus/toolbus/policy"
+)
+
+// denyReads is a complete policy set that denies read_file, with a test.
+var denyReads = policy.Files{
+	"p.rego": `package toolbus
+
+default decision := {"verdict": "ALLOW", "reason": "everything else is allowed", "remember": false}
+
+decision := {"verdict": "DENY", "reason": "reads are off today", "remember": false} if input.tool.name == "read_file"
+`,
+	"p_test.rego": `package toolbus_test
+
+import data.toolbus
+
+test_reads_denied if toolbus.decision.verdict == "DENY" with input as {"tool": {"name": "read_file"}}
+`,
+}
+
+func waitVerdict(t *testing.T, e *env, want events.ErrorType) *events.Result {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		res := e.call(t, "read_file", `{"file_path":"README.md"}`)
+		if errType(res) == want {
+			return res
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("read_file still gives %s %q", errType(res), res.LLMContent)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestPolicyPushReachesEveryExecutorAndBrokenSetsAreRefused(t *testing.T) {
+	e := newEnv(t)
+	second := e.startExecutor(t, bustest.Connect(t, e.bus)) // a second executor of the fleet
+	nc := bustest.Connect(t, e.bus).Conn()
+	reports := make(chan *nats.Msg, 20)
+	sub, _ := nc.ChanSubscribe(events.SubjectPolicyPrefix+"*", reports)
+	defer sub.Unsubscribe()
+	nc.Flush()
+
+	ctx := context.Background()
+	pushed, err := policy.Push(ctx, e.bus.JetStream(), denyReads, "policy-team")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := waitVerdict(t, e, events.ErrPolicyDenied)
+	if !strings.Contains(res.LLMContent, "reads are off today") {
+		t.Errorf("denied for %q", res.LLMContent)
+	}
+	for _, ex := range []*Executor{e.exec, second} {
+		deadline := time.Now().Add(5 * time.Second)
+		for ex.Policy().Revision() != pushed.Revision {
+			if time.Now().After(deadline) {
+				t.Fatalf("an executor still enforces %s", ex.Policy().Revision())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+
+	// A set that does not compile, or whose tests fail, is refused at the
+	// pusher, and nothing changes.
+	broken := policy.Files{"p.rego": "package toolbus\ndecision := {"}
+	if _, err := policy.Push(ctx, e.bus.JetStream(), broken, "policy-team"); err == nil {
+		t.Fatal("a broken policy was pushed")
+	}
+	failing := policy.Files{"p.rego": denyReads["p.rego"], "p_test.rego": strings.Replace(denyReads["p_test.rego"], `"DENY"`, `"ALLOW"`, 1)}
+	if _, err := policy.Push(ctx, e.bus.JetStream(), failing, "policy-team"); err == nil || !strings.Contains(err.Error(), "Rego tests fail") {
+		t.Fatalf("a set with failing tests: %v", err)
+	}
+	// One that reaches the bucket anyway is rejected by every executor:
+	// the old policy stays, and the rejection is an event.
+	kv, _ := policy.Bucket(ctx, e.bus.JetStream())
+	kv.Put(ctx, "active", []byte(`{"revision":"x","files":{"p.rego":"package toolbus\ndecision := {"}}`))
+	rejected := 0
+	deadline := time.After(10 * time.Second)
+	for rejected < 2 {
+		select {
+		case m := <-reports:
+			ev, err := events.Decode[events.PolicyEvent](m.Data)
+			if err == nil && ev.Status == "rejected" && strings.Contains(ev.Error, "rego_parse_error") {
+				rejected++
+			}
+		case <-deadline:
+			t.Fatalf("%d rejections reported, want 2", rejected)
+		}
+	}
+	if e.exec.Policy().Revision() != pushed.Revision {
+		t.Errorf("a rejected set replaced the policy in force")
+	}
+	waitVerdict(t, e, events.ErrPolicyDenied)
+
+	// A new executor starts with the pushed set.
+	third := e.startExecutor(t, bustest.Connect(t, e.bus))
+	if third.Policy().Revision() != pushed.Revision {
+		t.Errorf("a new executor enforces %s, want the pushed %s", third.Policy().Revision(), pushed.Revision)
+	}
+}
+
+func TestPolicyDirectoryIsFollowed(t *testing.T) {
+	dir := t.TempDir()
+	for name, src := range defaultpolicy.Default() {
+		os.WriteFile(filepath.Join(dir, name), []byte(src), 0o644)
+	}
+	e := newEnv(t, func(c *Config) { c.PolicyDir = dir })
+	nc := bustest.Connect(t, e.bus).Conn()
+	rejected := make(chan *nats.Msg, 10)
+	sub, _ := nc.ChanSubscribe(events.SubjectPolicyPrefix+"rejected", rejected)
+	defer sub.Unsubscribe()
+	nc.Flush()
+	waitVerdict(t, e, "")
+	// Replace the default set with one that denies reads.
+	for name := range defaultpolicy.Default() {
+		os.Remove(filepath.Join(dir, name))
+	}
+	for name, src := range denyReads {
+		os.WriteFile(filepath.Join(dir, name), []byte(src), 0o644)
+	}
+	waitVerdict(t, e, events.ErrPolicyDenied)
+	// A broken edit is rejected; the last good set stays in force.
+	before := e.exec.Policy().Revision()
+	os.WriteFile(filepath.Join(dir, "p.rego"), []byte("package toolbus\ndecision := {"), 0o644)
+	select {
+	case m := <-rejected:
+		if ev, _ := events.Decode[events.PolicyEvent](m.Data); ev == nil || ev.Source != dir {
+			t.Errorf("rejection event %s", m.Data)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the broken edit was not reported")
+	}
+	if e.exec.Policy().Revision() != before {
+		t.Error("a broken policy file replaced the policy in force")
+	}
+	waitVerdict(t, e, events.ErrPolicyDenied)
+}

@@ -1,0 +1,308 @@
+package policy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/events"
+)
+
+// activeKey is the policy bucket's one key: the pushed policy set.
+const activeKey = "active"
+
+// Pushed is a policy set as the bucket holds it.
+type Pushed struct {
+	Revision string    `json:"revision"`
+	Files    Files     `json:"files"`
+	By       string    `json:"by"`
+	At       time.Time `json:"at"`
+}
+
+// Bucket creates the policy bucket if it is missing.
+func Bucket(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      events.PolicyBucket,
+		Description: "toolbus policy: the set pushed to the fleet, with its history",
+		History:     16,
+		Storage:     jetstream.FileStorage,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("policy bucket: %w", err)
+	}
+	return kv, nil
+}
+
+// Push compiles files and runs their Rego tests, and only if both pass
+// publishes them to every executor of the fleet. The error of a refused
+// set goes back to the caller; nothing is published.
+func Push(ctx context.Context, js jetstream.JetStream, files Files, by string) (*Pushed, error) {
+	p, err := Compile(ctx, files)
+	if err != nil {
+		return nil, err
+	}
+	kv, err := Bucket(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	pushed := &Pushed{Revision: p.Revision(), Files: files, By: by, At: time.Now().UTC()}
+	data, err := json.Marshal(pushed)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := kv.Put(ctx, activeKey, data); err != nil {
+		return nil, fmt.Errorf("push policy: %w", err)
+	}
+	return pushed, nil
+}
+
+// Active returns the pushed policy set, or nil when none was pushed.
+func Active(ctx context.Context, js jetstream.JetStream) (*Pushed, error) {
+	kv, err := js.KeyValue(ctx, events.PolicyBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	e, err := kv.Get(ctx, activeKey)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var p Pushed
+	if err := json.Unmarshal(e.Value(), &p); err != nil {
+		return nil, fmt.Errorf("the pushed policy does not decode: %w", err)
+	}
+	return &p, nil
+}
+
+// Watcher keeps an executor's policy current: it follows the policy bucket
+// and, when given one, a policy directory, compiling each new set once.
+// The latest change wins. A set that fails to compile or whose tests fail
+// is rejected: the policy in force stays, and the rejection is reported.
+type Watcher struct {
+	apply  func(*Policy)
+	report func(status, revision, source string, err error)
+	log    *slog.Logger
+	dir    string
+
+	mu      sync.Mutex
+	current string // revision in force
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+	w    jetstream.KeyWatcher
+	end  context.CancelFunc
+}
+
+// WatchConfig configures a Watcher.
+type WatchConfig struct {
+	// Dir is a policy directory to follow; empty for none.
+	Dir string
+	// Current is the revision in force when watching starts.
+	Current string
+	// Apply puts a compiled policy in force.
+	Apply func(*Policy)
+	// Report is told of every applied or rejected set.
+	Report func(status, revision, source string, err error)
+	Logger *slog.Logger
+	// PollEvery is how often Dir is checked; default 250 ms.
+	PollEvery time.Duration
+}
+
+// Watch starts following. A set already pushed to the bucket is applied
+// before Watch returns. Stop the Watcher with Stop.
+func Watch(ctx context.Context, js jetstream.JetStream, cfg WatchConfig) (*Watcher, error) {
+	if cfg.PollEvery <= 0 {
+		cfg.PollEvery = 250 * time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	w := &Watcher{apply: cfg.Apply, report: cfg.Report, log: cfg.Logger, dir: cfg.Dir, current: cfg.Current, stop: make(chan struct{})}
+	kv, err := Bucket(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	wctx, end := context.WithCancel(context.Background())
+	watcher, err := kv.Watch(wctx, activeKey)
+	if err != nil {
+		end()
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	w.w, w.end = watcher, end
+	// The pushed set, if any, comes first, then the nil marker.
+	pushed := false
+	for initial := true; initial; {
+		select {
+		case <-ctx.Done():
+			w.Stop()
+			return nil, ctx.Err()
+		case e := <-watcher.Updates():
+			if e == nil {
+				initial = false
+				break
+			}
+			pushed = true
+			w.fromBucket(ctx, e)
+		}
+	}
+	if pushed && w.Current() == cfg.Current {
+		// The newest pushed set was refused here; the rest of the fleet
+		// runs the newest good one, so this executor joins it.
+		w.fromHistory(ctx, kv)
+	}
+	w.wg.Add(1)
+	go w.followBucket()
+	if cfg.Dir != "" {
+		w.wg.Add(1)
+		go w.followDir(cfg.PollEvery)
+	}
+	return w, nil
+}
+
+// Stop ends the watching.
+func (w *Watcher) Stop() {
+	select {
+	case <-w.stop:
+		return
+	default:
+		close(w.stop)
+	}
+	w.w.Stop()
+	w.end()
+	w.wg.Wait()
+}
+
+// Current is the revision in force.
+func (w *Watcher) Current() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.current
+}
+
+func (w *Watcher) followBucket() {
+	defer w.wg.Done()
+	for e := range w.w.Updates() {
+		if e != nil {
+			w.fromBucket(context.Background(), e)
+		}
+	}
+}
+
+func (w *Watcher) fromBucket(ctx context.Context, e jetstream.KeyValueEntry) {
+	if e.Operation() != jetstream.KeyValuePut {
+		return
+	}
+	var p Pushed
+	if err := json.Unmarshal(e.Value(), &p); err != nil {
+		w.reject("", "bucket", fmt.Errorf("the pushed policy does not decode: %w", err))
+		return
+	}
+	w.try(ctx, p.Files, "bucket")
+}
+
+// fromHistory applies the newest pushed set that compiles.
+func (w *Watcher) fromHistory(ctx context.Context, kv jetstream.KeyValue) {
+	history, err := kv.History(ctx, activeKey)
+	if err != nil {
+		return
+	}
+	for i := len(history) - 1; i >= 0; i-- {
+		var p Pushed
+		if history[i].Operation() != jetstream.KeyValuePut || json.Unmarshal(history[i].Value(), &p) != nil {
+			continue
+		}
+		if compiled, err := Compile(ctx, p.Files); err == nil {
+			w.mu.Lock()
+			w.current = compiled.Revision()
+			w.mu.Unlock()
+			w.apply(compiled)
+			w.log.Info("policy applied from the bucket's history", "revision", compiled.Revision())
+			if w.report != nil {
+				w.report("applied", compiled.Revision(), "bucket", nil)
+			}
+			return
+		}
+	}
+}
+
+func (w *Watcher) followDir(every time.Duration) {
+	defer w.wg.Done()
+	seen := ""
+	if files, err := LoadDir(w.dir); err == nil {
+		seen = files.Revision() // what is there at start is already known
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.stop:
+			return
+		case <-t.C:
+		}
+		files, err := LoadDir(w.dir)
+		if err != nil {
+			continue // a directory in the middle of an edit
+		}
+		if rev := files.Revision(); rev != seen {
+			seen = rev
+			w.try(context.Background(), files, w.dir)
+		}
+	}
+}
+
+// try compiles files and applies them, or rejects them and keeps the
+// policy in force.
+func (w *Watcher) try(ctx context.Context, files Files, source string) {
+	rev := files.Revision()
+	w.mu.Lock()
+	same := rev == w.current
+	w.mu.Unlock()
+	if same {
+		return
+	}
+	p, err := Compile(ctx, files)
+	if err != nil {
+		w.reject(rev, source, err)
+		return
+	}
+	w.mu.Lock()
+	w.current = rev
+	w.mu.Unlock()
+	w.apply(p)
+	w.log.Info("policy applied", "revision", rev, "source", source)
+	if w.report != nil {
+		w.report("applied", rev, source, nil)
+	}
+}
+
+func (w *Watcher) reject(rev, source string, err error) {
+	w.log.Error("policy rejected; the policy in force stays", "revision", rev, "source", source, "err", err)
+	if w.report != nil {
+		w.report("rejected", rev, source, err)
+	}
+}
+
+// DirFiles reads dir when it is set, else returns def: how a command picks
+// its starting policy.
+func DirFiles(dir string, def Files) (Files, error) {
+	if dir == "" {
+		return def, nil
+	}
+	if _, err := os.Stat(filepath.Clean(dir)); err != nil {
+		return nil, fmt.Errorf("policy directory: %w", err)
+	}
+	return LoadDir(dir)
+}
