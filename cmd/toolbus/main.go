@@ -22,6 +22,11 @@ Usage:
   toolbus tools enable|disable [NAME...] [--kind KIND] [--category CATEGORY]
   toolbus call NAME --args JSON [--json] [--timeout D] [--stream]
       run a tool; exit 0 on success, 1 with the error type on stderr on failure
+  toolbus cancel INVOCATION_ID
+  toolbus policy test [DIR] [-v]      run a policy set's Rego tests (default: the built-in policy)
+  toolbus policy push DIR             test, then enforce DIR's policy on every executor
+  toolbus policy show [--json]        the pushed policy's revision
+  toolbus allowlist list [--json] | revoke KEY...
   toolbus version
 
 Every command that talks to a bus takes --nats URL (default $TOOLBUS_NATS,
@@ -52,6 +57,12 @@ func run(args []string) error {
 		return runTools(args[1:])
 	case "call":
 		return runCall(args[1:])
+	case "cancel":
+		return runCancel(args[1:])
+	case "policy":
+		return runPolicy(args[1:])
+	case "allowlist":
+		return runAllowlist(args[1:])
 	case "version":
 		fmt.Println("toolbus", version)
 		return nil

@@ -98,11 +98,9 @@ func startExecutor(ctx context.Context, b *bus.Bus, workspace, policyDir string,
 	if err != nil {
 		return nil, err
 	}
-	files := policy.Files(defaultpolicy.Default())
-	if policyDir != "" {
-		if files, err = policy.LoadDir(policyDir); err != nil {
-			return nil, err
-		}
+	files, err := policy.DirFiles(policyDir, policy.Files(defaultpolicy.Default()))
+	if err != nil {
+		return nil, err
 	}
 	pol, err := policy.Compile(ctx, files)
 	if err != nil {
@@ -110,7 +108,7 @@ func startExecutor(ctx context.Context, b *bus.Bus, workspace, policyDir string,
 	}
 	shells := builtin.NewShells(ws)
 	ex, err := executor.Start(ctx, b.Conn(), b.JetStream(), executor.Config{
-		Identity: cli.Identity("executor"), Tools: builtin.Tools(ws, shells), Policy: pol,
+		Identity: cli.Identity("executor"), Tools: builtin.Tools(ws, shells), Policy: pol, PolicyDir: policyDir,
 		Workspace: ws.Root(), Logger: log})
 	if err != nil {
 		shells.Close()

@@ -1,0 +1,77 @@
+// Command executor runs a toolbus executor against a bus given by --nats:
+// it hosts the built-in tools over a workspace, takes invocations from
+// tool.invoke and enforces the policy pushed to the fleet.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/toolbus/toolbus/internal/builtin"
+	"github.com/toolbus/toolbus/internal/cli"
+	"github.com/toolbus/toolbus/internal/executor"
+	"github.com/toolbus/toolbus/internal/policy"
+	defaultpolicy "github.com/toolbus/toolbus/policy"
+)
+
+func main() {
+	fs := flag.NewFlagSet("executor", flag.ExitOnError)
+	natsURL := cli.NATSFlag(fs)
+	workspace := fs.String("workspace", ".", "directory the built-in tools are confined to")
+	policyDir := fs.String("policy", "", "directory of .rego files to enforce and follow (default: the built-in policy)")
+	timeout := fs.Duration("timeout", executor.DefaultTimeout, "deadline of a call")
+	confirmTimeout := fs.Duration("confirm-timeout", executor.DefaultConfirmTimeout, "how long an approver may take")
+	id := fs.String("id", "", "executor id (default executor@HOST)")
+	logLevel := cli.LogFlag(fs)
+	fs.Parse(os.Args[1:])
+	if err := run(*natsURL, *workspace, *policyDir, *id, *timeout, *confirmTimeout, *logLevel); err != nil {
+		fmt.Fprintln(os.Stderr, "executor:", err)
+		os.Exit(1)
+	}
+}
+
+func run(natsURL, workspace, policyDir, id string, timeout, confirmTimeout time.Duration, logLevel string) error {
+	log, err := cli.Logger(logLevel)
+	if err != nil {
+		return err
+	}
+	ws, err := builtin.NewWorkspace(workspace)
+	if err != nil {
+		return err
+	}
+	files, err := policy.DirFiles(policyDir, policy.Files(defaultpolicy.Default()))
+	if err != nil {
+		return err
+	}
+	ctx, stop := cli.SignalContext()
+	defer stop()
+	pol, err := policy.Compile(ctx, files)
+	if err != nil {
+		return err
+	}
+	b, err := cli.Connect(ctx, natsURL, "toolbus-executor", log)
+	if err != nil {
+		return err
+	}
+	defer cli.Close(b)
+	identity := cli.Identity("executor")
+	if id != "" {
+		identity.ID = id
+	}
+	shells := builtin.NewShells(ws)
+	defer shells.Close()
+	ex, err := executor.Start(ctx, b.Conn(), b.JetStream(), executor.Config{
+		Identity: identity, Tools: builtin.Tools(ws, shells), Policy: pol, PolicyDir: policyDir,
+		Workspace: ws.Root(), Timeout: timeout, ConfirmTimeout: confirmTimeout, Logger: log})
+	if err != nil {
+		return err
+	}
+	log.Info("executor running", "id", identity.ID, "bus", natsURL, "workspace", ws.Root(), "policy", pol.Revision())
+	<-ctx.Done()
+	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return ex.Stop(stopCtx)
+}
