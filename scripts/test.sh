@@ -28,6 +28,10 @@ if [ "$(go env CGO_ENABLED)" = 1 ] && command -v "$(go env CC)" >/dev/null 2>&1;
 fi
 go test "${race[@]}" -count=1 ./...
 
+echo "== Rego tests: toolbus policy test, and the stock opa test"
+go run ./cmd/toolbus policy test policy/
+go run github.com/open-policy-agent/opa test policy/
+
 echo "== benchmarks compile and run once"
 go test -run '^$' -bench . -benchtime 1x ./... > /dev/null
 

@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binDir = dir
-	for _, pkg := range []string{".", "../bus", "../registry"} {
+	for _, pkg := range []string{".", "../bus", "../registry", "../executor"} {
 		name := filepath.Base(pkg)
 		if pkg == "." {
 			name = "toolbus"
@@ -164,7 +164,7 @@ func listJSON(t *testing.T, url string, extra ...string) []map[string]any {
 
 func TestUpThenToolsList(t *testing.T) {
 	data := t.TempDir()
-	up := startDaemon(t, "toolbus", "up", "--listen", "127.0.0.1:0", "--data", data)
+	up := startDaemon(t, "toolbus", "up", "--listen", "127.0.0.1:0", "--data", data, "--workspace", t.TempDir())
 	url := busURL(t, up.waitLine(t, "bus:"))
 	up.waitLine(t, "Press Ctrl-C to stop.")
 
@@ -208,7 +208,7 @@ func TestUpThenToolsList(t *testing.T) {
 	up.stop(t)
 
 	// A second run finds the catalogue and the toggle where it left them.
-	up = startDaemon(t, "toolbus", "up", "--listen", "127.0.0.1:0", "--data", data)
+	up = startDaemon(t, "toolbus", "up", "--listen", "127.0.0.1:0", "--data", data, "--workspace", t.TempDir())
 	url = busURL(t, up.waitLine(t, "bus:"))
 	up.waitLine(t, "Press Ctrl-C to stop.")
 	if n := len(listJSON(t, url, "--active")); n != len(builtin.Specs())-executionTools() {
@@ -225,6 +225,54 @@ func executionTools() int {
 		}
 	}
 	return n
+}
+
+// TestCallThroughUp is the invoke path from the command line: read,
+// a chained dangerous command, and an edit with no approver connected.
+func TestCallThroughUp(t *testing.T) {
+	ws := t.TempDir()
+	os.WriteFile(filepath.Join(ws, "README.md"), []byte("# readme of the workspace\n"), 0o644)
+	up := startDaemon(t, "toolbus", "up", "--listen", "127.0.0.1:0", "--data", t.TempDir(), "--workspace", ws)
+	url := busURL(t, up.waitLine(t, "bus:"))
+	up.waitLine(t, "Press Ctrl-C to stop.")
+
+	out, errOut, code := toolbus(t, "call", "read_file", "--args", `{"file_path":"README.md"}`, "--nats", url)
+	if code != 0 || out != "# readme of the workspace\n" {
+		t.Errorf("read_file: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	_, errOut, code = toolbus(t, "call", "run_shell_command", "--args", `{"command":"ls && rm -rf /"}`, "--nats", url)
+	if code == 0 || !strings.Contains(errOut, "POLICY_DENIED") || !strings.Contains(errOut, "rm -rf /") {
+		t.Errorf("chained rm: exit %d, stderr %q", code, errOut)
+	}
+	_, errOut, code = toolbus(t, "call", "write_file", "--args", `{"file_path":"x.txt","content":"hi"}`, "--nats", url)
+	if code == 0 || !strings.Contains(errOut, "POLICY_DENIED") || !strings.Contains(errOut, "no approver is connected") {
+		t.Errorf("write_file: exit %d, stderr %q", code, errOut)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "x.txt")); err == nil {
+		t.Error("the denied write happened")
+	}
+	out, _, code = toolbus(t, "call", "read_fiel", "--json", "--args", `{}`, "--nats", url)
+	var res events.Result
+	if code == 0 || json.Unmarshal([]byte(out), &res) != nil || res.Error == nil || res.Error.Type != events.ErrToolNotFound || res.InvocationID == "" {
+		t.Errorf("unknown tool --json: exit %d, %s", code, out)
+	}
+
+	// Policy from the command line: a broken set is refused, nothing is pushed.
+	broken := t.TempDir()
+	os.WriteFile(filepath.Join(broken, "p.rego"), []byte("package toolbus\ndecision := {"), 0o644)
+	if _, errOut, code := toolbus(t, "policy", "push", broken, "--nats", url); code == 0 || !strings.Contains(errOut, "nothing pushed") {
+		t.Errorf("broken push: exit %d, %s", code, errOut)
+	}
+	if out, _, code := toolbus(t, "policy", "show", "--nats", url); code != 0 || !strings.Contains(out, "no policy pushed") {
+		t.Errorf("policy show: exit %d, %s", code, out)
+	}
+	if out, errOut, code := toolbus(t, "policy", "push", "../../policy", "--nats", url); code != 0 || !strings.Contains(out, "pushed sha256:") {
+		t.Errorf("push of the default policy: exit %d, %s %s", code, out, errOut)
+	}
+	if out, _, code := toolbus(t, "allowlist", "list", "--json", "--nats", url); code != 0 || strings.TrimSpace(out) != "[]" {
+		t.Errorf("allowlist list: exit %d, %s", code, out)
+	}
+	up.stop(t)
 }
 
 func TestCommandLineMistakes(t *testing.T) {
@@ -295,6 +343,22 @@ func TestFleetDaemons(t *testing.T) {
 	if len(tools) != len(builtin.Specs()) || inactive != 1 {
 		t.Errorf("listed %d tools with %d inactive", len(tools), inactive)
 	}
+	// An executor daemon joins; a call from the command line reaches it.
+	ws := t.TempDir()
+	os.WriteFile(filepath.Join(ws, "hello.txt"), []byte("hello from the fleet\n"), 0o644)
+	execd := startDaemon(t, "executor", "--nats", url, "--workspace", ws, "--id", "executor@fleet-test")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, errOut, code := toolbus(t, "call", "read_file", "--args", `{"file_path":"hello.txt"}`, "--nats", url)
+		if code == 0 && out == "hello from the fleet\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("call through the executor daemon: exit %d, %q %q\n%s", code, out, errOut, execd.output.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	execd.stop(t)
 	regd.stop(t)
 	busd.stop(t)
 }
