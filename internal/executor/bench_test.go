@@ -1,0 +1,171 @@
+package executor
+
+// The invoke benchmark: go test ./internal/executor -run '^$' -bench Invoke -benchtime 1x
+// It measures, in one run, a raw NATS request-reply (the baseline), a
+// tool.invoke of a trivial built-in call the default policy allows, the
+// throughput of each with 1 and 64 concurrent callers, and the policy
+// decision alone, and prints them as a table with ratios.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/internal/builtin"
+	"github.com/toolbus/toolbus/internal/bus/bustest"
+	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/policy"
+	"github.com/toolbus/toolbus/internal/registry"
+)
+
+const (
+	latencySamples = 20000
+	throughputOps  = 40000
+)
+
+// percentiles returns p50 and p99 of samples.
+func percentiles(samples []time.Duration) (time.Duration, time.Duration) {
+	slices.Sort(samples)
+	return samples[len(samples)/2], samples[len(samples)*99/100]
+}
+
+func latency(n int, op func()) (time.Duration, time.Duration) {
+	for range n / 10 { // warm up
+		op()
+	}
+	samples := make([]time.Duration, n)
+	for i := range samples {
+		start := time.Now()
+		op()
+		samples[i] = time.Since(start)
+	}
+	return percentiles(samples)
+}
+
+// throughput runs total ops spread over callers goroutines, in ops/s.
+func throughput(callers, total int, op func()) float64 {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range callers {
+		wg.Go(func() {
+			for next.Add(1) <= int64(total) {
+				op()
+			}
+		})
+	}
+	wg.Wait()
+	return float64(total) / time.Since(start).Seconds()
+}
+
+func BenchmarkInvoke(b *testing.B) {
+	bb := bustest.Start(b, "")
+	reg, err := registry.Start(context.Background(), bb.Conn(), bb.JetStream(), registry.Config{Identity: events.Identity{ID: "registry@bench"}, Logger: bustest.Quiet()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer reg.Stop()
+	dir := b.TempDir()
+	os.WriteFile(filepath.Join(dir, "small.txt"), []byte("a small file\n"), 0o644)
+	ws, _ := builtin.NewWorkspace(dir)
+	shells := builtin.NewShells(ws)
+	defer shells.Close()
+	pol, err := policy.Compile(context.Background(), policy.Files(defaultPolicyFiles()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The executor on its own connection, as a separate process would be.
+	execConn := bustest.Connect(b, bb)
+	ex, err := Start(context.Background(), execConn.Conn(), execConn.JetStream(), Config{Identity: events.Identity{ID: "executor@bench"},
+		Tools: builtin.Tools(ws, shells), Policy: pol, Workspace: ws.Root(), Logger: bustest.Quiet()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ex.Stop(context.Background())
+	waitToolB(b, ex, "read_file")
+
+	callerConn := bustest.Connect(b, bb).Conn()
+	client := NewClient(callerConn, events.Identity{ID: "agent:bench"})
+	defer client.Close()
+	args := json.RawMessage(`{"file_path":"small.txt"}`)
+	ctx := context.Background()
+	invoke := func() {
+		res, err := client.Invoke(ctx, &events.Invocation{Tool: "read_file", Args: args}, nil)
+		if err != nil || res.Error != nil {
+			b.Fatalf("invoke: %v %+v", err, res)
+		}
+	}
+
+	// Baseline: a raw request-reply between the same two connections, of
+	// an invocation-sized request and a result-sized reply.
+	reply := make([]byte, 420)
+	rawSub, err := execConn.Conn().Subscribe("bench.raw", func(m *nats.Msg) { m.Respond(reply) })
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rawSub.Unsubscribe()
+	rawSub.SetPendingLimits(1<<20, 1<<30)
+	execConn.Conn().Flush()
+	request := make([]byte, 260)
+	raw := func() {
+		if _, err := callerConn.Request("bench.raw", request, 10*time.Second); err != nil {
+			b.Fatal(err)
+		}
+	}
+
+	read := &policy.Input{Tool: policy.ToolInput{Name: "read_file", Kind: events.KindRead, Source: events.SourceBuiltin},
+		Args: map[string]any{"file_path": "small.txt"}, Caller: events.Identity{ID: "agent:bench"}, Paths: []string{ws.Root() + "/small.txt"}}
+	decide := func() { pol.Decide(ctx, read) }
+
+	b.ResetTimer()
+	for range b.N {
+		rawP50, rawP99 := latency(latencySamples, raw)
+		invP50, invP99 := latency(latencySamples, invoke)
+		polP50, polP99 := latency(latencySamples, decide)
+		raw1 := throughput(1, throughputOps/4, raw)
+		inv1 := throughput(1, throughputOps/4, invoke)
+		raw64 := throughput(64, throughputOps, raw)
+		inv64 := throughput(64, throughputOps, invoke)
+
+		b.ReportMetric(float64(invP50)/float64(rawP50), "p50-x-raw")
+		b.ReportMetric(inv64, "invokes/s@64")
+		b.ReportMetric(float64(polP50.Nanoseconds()), "policy-p50-ns")
+		fmt.Printf("\n%-38s %12s %12s %12s\n", "invoke benchmark (2 cores, loopback)", "p50", "p99", "vs raw p50")
+		fmt.Printf("%-38s %12s %12s %12s\n", "raw NATS request-reply", rawP50, rawP99, "1.00×")
+		fmt.Printf("%-38s %12s %12s %11.2f×   goal ≤ 1.5×\n", "tool.invoke read_file (allowed)", invP50, invP99, float64(invP50)/float64(rawP50))
+		fmt.Printf("%-38s %12s %12s %12s   goal p50 ≤ 30µs\n", "policy decision alone", polP50, polP99, "")
+		fmt.Printf("%-38s %12s %12s\n", "throughput, ops/s", "raw", "tool.invoke")
+		fmt.Printf("%-38s %12.0f %12.0f\n", "  1 caller", raw1, inv1)
+		fmt.Printf("%-38s %12.0f %12.0f   goal ≥ 20,000/s\n", "  64 callers", raw64, inv64)
+	}
+}
+
+func defaultPolicyFiles() map[string]string {
+	files, err := policy.LoadDir("../../policy")
+	if err != nil {
+		panic(err)
+	}
+	return files
+}
+
+func waitToolB(b *testing.B, ex *Executor, name string) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, ok := ex.Catalog().GetTool(name); ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%s never reached the catalogue", name)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
