@@ -238,6 +238,8 @@ func FuzzDecode(f *testing.F) {
 		check(Decode[ConfirmAnswer](data))
 		check(Decode[Result](data))
 		check(Decode[Step](data))
+		check(Decode[BatchInvocation](data))
+		check(Decode[BatchResult](data))
 		check(Decode[PolicyEvent](data))
 		check(Decode[CancelRequest](data))
 		if tool, err := DecodeTool(data); err == nil {
@@ -278,6 +280,10 @@ func decodeAs(e Envelope, data []byte) (Envelope, error) {
 		return Decode[Result](data)
 	case *Step:
 		return Decode[Step](data)
+	case *BatchInvocation:
+		return Decode[BatchInvocation](data)
+	case *BatchResult:
+		return Decode[BatchResult](data)
 	case *PolicyEvent:
 		return Decode[PolicyEvent](data)
 	case *CancelRequest:

@@ -301,3 +301,66 @@ func (p *PolicyEvent) Validate() error {
 	}
 	return nil
 }
+
+// BatchCall is one call of a BatchInvocation. A string argument whose
+// whole value is "$previous" or "$stepN" (N counting from 0) is replaced by
+// that earlier call's llmContent before the call runs (seed 004).
+type BatchCall struct {
+	Tool          string          `json:"tool"`
+	Args          json.RawMessage `json:"args,omitempty"`
+	TimeoutMillis int64           `json:"timeoutMillis,omitempty"`
+}
+
+// BatchInvocation carries several calls in one request, on
+// SubjectInvokeBatch (seed 004 executeParallel / executeSequence): calls
+// of concurrency-safe tools next to each other run in parallel, the rest
+// in order. With AbortOnError, a failed call stops the calls after it.
+type BatchInvocation struct {
+	Header
+	Calls        []BatchCall `json:"calls"`
+	AbortOnError bool        `json:"abortOnError,omitempty"`
+}
+
+// EnvelopeType implements Envelope.
+func (*BatchInvocation) EnvelopeType() string { return "tool.invocation.batch" }
+
+// Validate implements Envelope.
+func (b *BatchInvocation) Validate() error {
+	typ := b.EnvelopeType()
+	if err := b.header().validate(); err != nil {
+		return err
+	}
+	if len(b.Calls) == 0 {
+		return invalid(typ, "no calls")
+	}
+	for i, c := range b.Calls {
+		if c.Tool == "" {
+			return invalid(typ, "call %d has no tool", i)
+		}
+		if len(c.Args) > 0 && !isJSONObject(c.Args) {
+			return invalid(typ, "call %d: args is not a JSON object", i)
+		}
+	}
+	return nil
+}
+
+// BatchResult answers a BatchInvocation: one Result per call, in order.
+type BatchResult struct {
+	Header
+	BatchID string   `json:"batchId"`
+	Results []Result `json:"results"`
+}
+
+// EnvelopeType implements Envelope.
+func (*BatchResult) EnvelopeType() string { return "tool.result.batch" }
+
+// Validate implements Envelope.
+func (b *BatchResult) Validate() error {
+	if err := b.header().validate(); err != nil {
+		return err
+	}
+	if b.BatchID == "" {
+		return invalid(b.EnvelopeType(), "batchId is empty")
+	}
+	return nil
+}

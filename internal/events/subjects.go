@@ -23,6 +23,9 @@ const (
 
 	// SubjectInvoke carries Invocation requests (answered with a Result).
 	SubjectInvoke = "tool.invoke"
+	// SubjectInvokeBatch carries BatchInvocation requests (answered with a
+	// BatchResult).
+	SubjectInvokeBatch = "tool.invoke.batch"
 	// SubjectDecision carries Decision events: what the policy said about an
 	// invocation.
 	SubjectDecision = "tool.decision"

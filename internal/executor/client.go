@@ -90,10 +90,12 @@ func (c *Client) start() error {
 // falls silent (no result and no heartbeat for LostAfter), the result is
 // EXECUTOR_LOST.
 func (c *Client) Invoke(ctx context.Context, inv *events.Invocation, progress func(string)) (*events.Result, error) {
-	if err := c.start(); err != nil {
-		return nil, err
-	}
 	inv.Sender = c.id
+	return c.invoke(ctx, inv, progress)
+}
+
+// invoke sends inv with the sender it has.
+func (c *Client) invoke(ctx context.Context, inv *events.Invocation, progress func(string)) (*events.Result, error) {
 	if inv.ID == "" {
 		inv.ID = nuid.Next()
 	}
@@ -101,42 +103,91 @@ func (c *Client) Invoke(ctx context.Context, inv *events.Invocation, progress fu
 	if err != nil {
 		return nil, err
 	}
+	m, fail, err := c.roundTrip(ctx, events.SubjectInvoke, inv.ID, data, progress)
+	if err != nil {
+		return nil, err
+	}
+	if fail != nil {
+		return c.synthesize(inv, fail.Type, fail.Message), nil
+	}
+	res, err := events.Decode[events.Result](m.Data)
+	if err != nil {
+		return nil, fmt.Errorf("the executor's result does not decode: %w", err)
+	}
+	return res, nil
+}
+
+// InvokeBatch runs several calls in one request (see BatchInvocation) and
+// returns one result per call, in order.
+func (c *Client) InvokeBatch(ctx context.Context, b *events.BatchInvocation) (*events.BatchResult, error) {
+	b.Sender = c.id
+	if b.ID == "" {
+		b.ID = nuid.Next()
+	}
+	data, err := events.Encode(b)
+	if err != nil {
+		return nil, err
+	}
+	m, fail, err := c.roundTrip(ctx, events.SubjectInvokeBatch, b.ID, data, nil)
+	if err != nil {
+		return nil, err
+	}
+	if fail != nil {
+		out := &events.BatchResult{Header: events.Header{Sender: c.id}, BatchID: b.ID}
+		for i, call := range b.Calls {
+			inv := &events.Invocation{Header: events.Header{ID: fmt.Sprintf("%s.%d", b.ID, i)}, Tool: call.Tool}
+			out.Results = append(out.Results, *c.synthesize(inv, fail.Type, fail.Message))
+		}
+		return out, nil
+	}
+	res, err := events.Decode[events.BatchResult](m.Data)
+	if err != nil {
+		return nil, fmt.Errorf("the batch result does not decode: %w", err)
+	}
+	return res, nil
+}
+
+// roundTrip sends a request whose answer comes to this client's inbox and
+// waits for it, hearing heartbeats and progress on the way. It returns the
+// answer, or the failure the caller should report instead.
+func (c *Client) roundTrip(ctx context.Context, subject, id string, data []byte, progress func(string)) (*nats.Msg, *events.ToolError, error) {
+	if err := c.start(); err != nil {
+		return nil, nil, err
+	}
 	p := &pending{result: make(chan *nats.Msg, 1), events: make(chan *nats.Msg, 64)}
+	// The reply token is ours, not the invocation id, which may hold dots.
+	token := nuid.Next()
 	c.mu.Lock()
-	c.calls[inv.ID] = p
+	c.calls[token] = p
 	c.mu.Unlock()
 	defer func() {
 		c.mu.Lock()
-		delete(c.calls, inv.ID)
+		delete(c.calls, token)
 		c.mu.Unlock()
 	}()
-	if err := c.nc.PublishMsg(&nats.Msg{Subject: events.SubjectInvoke, Reply: c.prefix + inv.ID, Data: data}); err != nil {
-		return nil, err
+	if err := c.nc.PublishMsg(&nats.Msg{Subject: subject, Reply: c.prefix + token, Data: data}); err != nil {
+		return nil, nil, err
 	}
 	lost := time.NewTimer(LostAfter)
 	defer lost.Stop()
 	for {
 		select {
 		case m := <-p.result:
-			res, err := events.Decode[events.Result](m.Data)
-			if err != nil {
-				return nil, fmt.Errorf("the executor's result does not decode: %w", err)
-			}
-			return res, nil
+			return m, nil, nil
 		case m := <-p.events:
 			if m.Header.Get(events.KindHeader) == events.KindProgress && progress != nil {
 				progress(string(m.Data))
 			}
 			lost.Reset(LostAfter)
 		case <-lost.C:
-			return c.synthesize(inv, events.ErrExecutorLost, fmt.Sprintf("No executor answered or reported progress for %s; the executor that took the call is gone or none is running.", LostAfter)), nil
+			return nil, &events.ToolError{Type: events.ErrExecutorLost, Message: fmt.Sprintf("No executor answered or reported progress for %s; the executor that took the call is gone or none is running.", LostAfter)}, nil
 		case <-ctx.Done():
-			c.Cancel(context.Background(), inv.ID, "the caller stopped waiting: "+ctx.Err().Error())
+			c.Cancel(context.Background(), id, "the caller stopped waiting: "+ctx.Err().Error())
 			t := events.ErrCancelled
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				t = events.ErrTimeout
 			}
-			return c.synthesize(inv, t, "The call did not finish before the caller's deadline; it was cancelled."), nil
+			return nil, &events.ToolError{Type: t, Message: "The call did not finish before the caller's deadline; it was cancelled."}, nil
 		}
 	}
 }

@@ -99,6 +99,9 @@ type Executor struct {
 	subs []*nats.Subscription
 	svc  micro.Service
 
+	invokerOnce sync.Once
+	invoker     *Client // runs the calls of batches
+
 	mu       sync.Mutex
 	running  map[string]*call
 	wg       sync.WaitGroup // every call and background goroutine
@@ -178,6 +181,7 @@ func (e *Executor) subscribe() error {
 		handle         nats.MsgHandler
 	}{
 		{events.SubjectInvoke, queueGroup, func(m *nats.Msg) { e.accept(m, false) }},
+		{events.SubjectInvokeBatch, queueGroup, e.acceptBatch},
 		{ExecSubject(e.id.ID), "", func(m *nats.Msg) { e.accept(m, true) }},
 		{events.SubjectCancel, "", e.handleCancel},
 	}
@@ -284,6 +288,9 @@ func (e *Executor) Stop(ctx context.Context) error {
 		}
 		e.mu.Unlock()
 		<-done
+	}
+	if e.invoker != nil {
+		errs = append(errs, e.invoker.Close())
 	}
 	e.closeFollowers()
 	return errors.Join(errs...)

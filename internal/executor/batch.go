@@ -1,0 +1,181 @@
+package executor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/internal/events"
+)
+
+// acceptBatch coordinates a BatchInvocation. Each call goes over the bus
+// as an invocation of its own, so routing, validation, policy and
+// confirmation apply to it exactly as to a single call, with the batch's
+// sender as the caller.
+func (e *Executor) acceptBatch(m *nats.Msg) {
+	b, err := events.Decode[events.BatchInvocation](m.Data)
+	if err != nil {
+		bad := e.result(&events.Invocation{Header: events.Header{ID: "unknown"}}, "", events.ErrInvalidParams, "malformed batch: "+err.Error())
+		e.respondBatch(m.Reply, &events.BatchResult{Header: events.Header{Sender: e.id}, BatchID: "unknown", Results: []events.Result{*bad}})
+		return
+	}
+	e.mu.Lock()
+	select {
+	case <-e.stopping:
+		e.mu.Unlock()
+		return
+	default:
+	}
+	e.wg.Add(1)
+	e.mu.Unlock()
+	go func() {
+		defer e.wg.Done()
+		stop := e.beatUntilDone(m.Reply)
+		res := e.runBatch(b)
+		stop()
+		e.respondBatch(m.Reply, res)
+	}()
+}
+
+// beatUntilDone sends heartbeats to reply until the returned func is called.
+func (e *Executor) beatUntilDone(reply string) func() {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(HeartbeatEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				m := nats.NewMsg(reply)
+				m.Header.Set(events.KindHeader, events.KindHeartbeat)
+				_ = e.nc.PublishMsg(m)
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+func (e *Executor) runBatch(b *events.BatchInvocation) *events.BatchResult {
+	n := len(b.Calls)
+	results := make([]events.Result, n)
+	invoker := e.batchClient()
+	run := func(i int, args json.RawMessage) {
+		inv := &events.Invocation{Header: events.Header{ID: fmt.Sprintf("%s.%d", b.ID, i), Sender: b.Sender},
+			Tool: b.Calls[i].Tool, Args: args, TimeoutMillis: b.Calls[i].TimeoutMillis}
+		res, err := invoker.invoke(context.Background(), inv, nil)
+		if err != nil {
+			res = e.result(inv, inv.Tool, events.ErrExecutionFailed, err.Error())
+		}
+		results[i] = *res
+	}
+	failed := func(from, to int) bool {
+		for k := from; k < to; k++ {
+			if results[k].Error != nil {
+				return true
+			}
+		}
+		return false
+	}
+	for i := 0; i < n; {
+		// Concurrency-safe calls that refer to no earlier result run
+		// together; any other call runs alone, in order.
+		j := i
+		for j < n && e.parallelizable(b.Calls[j]) {
+			j++
+		}
+		if j > i+1 {
+			var wg sync.WaitGroup
+			for k := i; k < j; k++ {
+				wg.Go(func() { run(k, b.Calls[k].Args) })
+			}
+			wg.Wait()
+		} else {
+			j = i + 1
+			args, err := substitute(b.Calls[i].Args, results, i)
+			if err != nil {
+				inv := &events.Invocation{Header: events.Header{ID: fmt.Sprintf("%s.%d", b.ID, i)}}
+				results[i] = *e.result(inv, b.Calls[i].Tool, events.ErrInvalidParams, err.Error())
+			} else {
+				run(i, args)
+			}
+		}
+		if b.AbortOnError && failed(i, j) {
+			for k := j; k < n; k++ {
+				inv := &events.Invocation{Header: events.Header{ID: fmt.Sprintf("%s.%d", b.ID, k)}}
+				results[k] = *e.result(inv, b.Calls[k].Tool, events.ErrCancelled, "Not run: an earlier call of the batch failed and abortOnError is set.")
+			}
+			break
+		}
+		i = j
+	}
+	return &events.BatchResult{Header: events.Header{Sender: e.id}, BatchID: b.ID, Results: results}
+}
+
+// parallelizable reports whether a call may run beside its neighbours.
+func (e *Executor) parallelizable(c events.BatchCall) bool {
+	if bytes.Contains(c.Args, []byte(`"$previous"`)) || bytes.Contains(c.Args, []byte(`"$step`)) {
+		return false
+	}
+	t, ok := e.catalog.Catalog().GetTool(c.Tool)
+	return ok && t.ConcurrencySafe
+}
+
+// substitute replaces argument values "$previous" and "$stepN" with the
+// llmContent of those earlier calls.
+func substitute(raw json.RawMessage, results []events.Result, i int) (json.RawMessage, error) {
+	if !bytes.Contains(raw, []byte(`"$`)) {
+		return raw, nil
+	}
+	var args map[string]any
+	if err := json.Unmarshal(raw, &args); err != nil {
+		return raw, nil // the pipeline reports bad arguments
+	}
+	for k, v := range args {
+		s, ok := v.(string)
+		if !ok {
+			continue
+		}
+		switch {
+		case s == "$previous":
+			if i == 0 {
+				return nil, fmt.Errorf("argument %q refers to $previous, but this is the first call", k)
+			}
+			args[k] = results[i-1].LLMContent
+		case strings.HasPrefix(s, "$step"):
+			n, err := strconv.Atoi(s[len("$step"):])
+			if err != nil || n < 0 || n >= i {
+				return nil, fmt.Errorf("argument %q refers to %s, which is not an earlier call of the batch", k, s)
+			}
+			args[k] = results[n].LLMContent
+		}
+	}
+	return json.Marshal(args)
+}
+
+func (e *Executor) respondBatch(reply string, res *events.BatchResult) {
+	if reply == "" {
+		return
+	}
+	data, err := events.Encode(res)
+	if err == nil {
+		err = e.nc.Publish(reply, data)
+	}
+	if err != nil {
+		e.log.Error("batch result not sent", "batch", res.BatchID, "err", err)
+	}
+}
+
+// batchClient is the executor's own client for the calls of batches.
+func (e *Executor) batchClient() *Client {
+	e.invokerOnce.Do(func() { e.invoker = NewClient(e.nc, e.id) })
+	return e.invoker
+}

@@ -1,0 +1,110 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/toolbus/toolbus/internal/bus/bustest"
+	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/tool"
+)
+
+// batchTools are tools for batch tests: emit returns its text, upper
+// upper-cases it, and meet returns only once two calls of it run at the
+// same time, so it fails unless the batch runs them in parallel.
+func batchTools() []tool.Tool {
+	text := func(args json.RawMessage) string {
+		var a struct{ Text string }
+		json.Unmarshal(args, &a)
+		return a.Text
+	}
+	var mu sync.Mutex
+	arrived := 0
+	both := make(chan struct{})
+	schema := json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}}}`)
+	return []tool.Tool{
+		tool.Func(events.ToolSpec{Name: "emit", Kind: events.KindRead, ReadOnly: true, Parameters: schema}, func(_ context.Context, c *tool.Call) (*tool.Output, error) {
+			return tool.Text(text(c.Args)), nil
+		}),
+		tool.Func(events.ToolSpec{Name: "upper", Kind: events.KindRead, Parameters: schema}, func(_ context.Context, c *tool.Call) (*tool.Output, error) {
+			return tool.Text(strings.ToUpper(text(c.Args))), nil
+		}),
+		tool.Func(events.ToolSpec{Name: "meet", Kind: events.KindRead, ReadOnly: true}, func(ctx context.Context, c *tool.Call) (*tool.Output, error) {
+			mu.Lock()
+			arrived++
+			if arrived == 2 {
+				close(both)
+			}
+			mu.Unlock()
+			select {
+			case <-both:
+				return tool.Text("met"), nil
+			case <-time.After(10 * time.Second):
+				return tool.Failed(events.ErrExecutionFailed, "ran alone: the batch did not run safe calls in parallel"), nil
+			}
+		}),
+	}
+}
+
+func TestBatches(t *testing.T) {
+	e := newEnv(t)
+	conn := bustest.Connect(t, e.bus)
+	ex, err := Start(context.Background(), conn.Conn(), conn.JetStream(), Config{Identity: events.Identity{ID: "executor@batch"},
+		Tools: batchTools(), Policy: defaultPol(t), Logger: bustest.Quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		ex.Stop(ctx)
+	}()
+	for _, n := range []string{"emit", "upper", "meet"} {
+		waitTool(t, e.exec, n)
+	}
+	call := func(tool, args string) events.BatchCall { return events.BatchCall{Tool: tool, Args: json.RawMessage(args)} }
+	tests := []struct {
+		name  string
+		batch events.BatchInvocation
+		want  []string // llmContent, or the error type
+	}{
+		{"parallel safe calls", events.BatchInvocation{Calls: []events.BatchCall{call("meet", `{}`), call("meet", `{}`)}}, []string{"met", "met"}},
+		{"$previous and $stepN", events.BatchInvocation{Calls: []events.BatchCall{
+			call("emit", `{"text":"readme"}`), call("upper", `{"text":"$previous"}`), call("emit", `{"text":"$step0"}`), call("read_file", `{"file_path":"README.md"}`)}},
+			[]string{"readme", "README", "readme", "# hello\n"}},
+		{"errors do not stop the batch", events.BatchInvocation{Calls: []events.BatchCall{call("nope", `{}`), call("emit", `{"text":"still"}`)}},
+			[]string{string(events.ErrToolNotFound), "still"}},
+		{"abort on error", events.BatchInvocation{AbortOnError: true, Calls: []events.BatchCall{
+			call("emit", `{"text":"first"}`), call("run_shell_command", `{"command":"rm -rf /"}`), call("emit", `{"text":"never"}`)}},
+			[]string{"first", string(events.ErrPolicyDenied), string(events.ErrCancelled)}},
+		{"a reference to a later step", events.BatchInvocation{Calls: []events.BatchCall{call("emit", `{"text":"$step3"}`)}},
+			[]string{string(events.ErrInvalidParams)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			res, err := e.client.InvokeBatch(ctx, &tt.batch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Results) != len(tt.want) {
+				t.Fatalf("%d results, want %d", len(res.Results), len(tt.want))
+			}
+			for i, want := range tt.want {
+				r := res.Results[i]
+				got := r.LLMContent
+				if r.Error != nil {
+					got = string(r.Error.Type)
+				}
+				if got != want {
+					t.Errorf("call %d: got %q (%s), want %q", i, got, r.LLMContent, want)
+				}
+			}
+		})
+	}
+}
