@@ -275,3 +275,29 @@ func isZombie(pid int) bool {
 	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
 	return len(fields) > 0 && fields[0] == "Z"
 }
+
+func TestEditDiffs(t *testing.T) {
+	ws, tools := newWorkspace(t)
+	os.WriteFile(filepath.Join(ws.Root(), "f.txt"), []byte("1\n2\n3\n4\n5\n6\n7\n8\n9\n"), 0o644)
+	tests := []struct {
+		tool string
+		args string
+		want string
+	}{
+		{"replace", `{"file_path":"f.txt","old_string":"5\n","new_string":"five\n"}`,
+			"--- a/f.txt\n+++ b/f.txt\n@@ -2,7 +2,7 @@\n 2\n 3\n 4\n-5\n+five\n 6\n 7\n 8\n"},
+		{"write_file", `{"file_path":"new.txt","content":"a\nb"}`,
+			"--- /dev/null\n+++ b/new.txt\n@@ -0,0 +1,2 @@\n+a\n+b\n\\ No newline at end of file\n"},
+		{"write_file", `{"file_path":"f.txt","content":"1\n2\n3\n4\n5\n6\n7\n8\n9\n10\n"}`,
+			"--- a/f.txt\n+++ b/f.txt\n@@ -7,3 +7,4 @@\n 7\n 8\n 9\n+10\n"},
+	}
+	for _, tt := range tests {
+		got, err := tools[tt.tool].(tool.Differ).Diff(json.RawMessage(tt.args))
+		if err != nil || got != tt.want {
+			t.Errorf("%s %s:\ngot  %q (%v)\nwant %q", tt.tool, tt.args, got, err, tt.want)
+		}
+	}
+	if _, err := tools["write_file"].(tool.Differ).Diff(json.RawMessage(`{"file_path":"../x","content":""}`)); err == nil {
+		t.Error("a diff outside the workspace was made")
+	}
+}

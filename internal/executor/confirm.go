@@ -14,12 +14,6 @@ import (
 	"github.com/toolbus/toolbus/internal/tool"
 )
 
-// Differ is implemented by edit tools: the unified diff a call would make,
-// shown to the approver.
-type Differ interface {
-	Diff(args []byte) (string, error)
-}
-
 // confirm asks an approver about a call the policy sent to ASK_USER. It
 // returns the answer to act on, or the error that ends the call. Nothing
 // here ever defaults to proceeding.
@@ -33,7 +27,7 @@ func (c *call) confirm(d policy.Decision, args map[string]any) (*events.ConfirmA
 	if cm, ok := c.impl.(tool.Commander); ok {
 		req.Command, _ = cm.Command(c.inv.Args)
 	}
-	if df, ok := c.impl.(Differ); ok {
+	if df, ok := c.impl.(tool.Differ); ok {
 		if diff, err := df.Diff(c.inv.Args); err == nil {
 			req.Diff = diff
 		}

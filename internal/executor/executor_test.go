@@ -206,6 +206,9 @@ func TestConfirmationOutcomes(t *testing.T) {
 	if req.Tool != "write_file" || req.Kind != events.KindEdit || req.Caller.ID != "agent:test" || !strings.Contains(req.Reason, "edit tools ask") {
 		t.Errorf("confirmation request lacks what an approver needs: %+v", req)
 	}
+	if !strings.Contains(req.Diff, "+++ b/notes.md") || !strings.Contains(req.Diff, "+v1") {
+		t.Errorf("confirmation request has no diff of the edit: %q", req.Diff)
+	}
 	a.stop()
 
 	// An approver that never answers: CONFIRMATION_TIMEOUT, nothing runs.

@@ -77,3 +77,9 @@ type funcTool struct {
 
 func (f funcTool) Spec() events.ToolSpec                                { return f.spec }
 func (f funcTool) Run(ctx context.Context, call *Call) (*Output, error) { return f.run(ctx, call) }
+
+// Differ is implemented by edit tools: the unified diff a call would make,
+// for the approver to see before it happens.
+type Differ interface {
+	Diff(args json.RawMessage) (string, error)
+}
