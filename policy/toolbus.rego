@@ -106,11 +106,18 @@ command_has_prefix(c, prefix) if {
 
 # --- deny: dangerous commands (seed 004) ------------------------------------
 
-deny contains sprintf("the shell command cannot be parsed, so it cannot be judged: %s", [input.shell.parseError]) if {
+# The shell rules are looked at only for shell tools: one test for every
+# other call, not one per rule.
+deny contains reason if {
+	input.shell
+	some reason in shell_deny
+}
+
+shell_deny contains sprintf("the shell command cannot be parsed, so it cannot be judged: %s", [input.shell.parseError]) if {
 	input.shell.parseError
 }
 
-deny contains sprintf("dangerous command %q: recursive removal of %s", [c.text, t]) if {
+shell_deny contains sprintf("dangerous command %q: recursive removal of %s", [c.text, t]) if {
 	some c in input.shell.commands
 	c.name == "rm"
 	recursive(c.args)
@@ -118,17 +125,17 @@ deny contains sprintf("dangerous command %q: recursive removal of %s", [c.text, 
 	regex.match(`^(/|/\*|/\.|~|~/|~/\*|\$HOME|\$HOME/|\$HOME/\*|\$\{HOME\}|\$\{HOME\}/|\$\{HOME\}/\*|/(bin|boot|dev|etc|home|lib|lib32|lib64|opt|proc|root|sbin|srv|sys|usr|var)/?\*?)$`, t)
 }
 
-deny contains sprintf("dangerous command %q: --no-preserve-root", [c.text]) if {
+shell_deny contains sprintf("dangerous command %q: --no-preserve-root", [c.text]) if {
 	some c in input.shell.commands
 	"--no-preserve-root" in c.args
 }
 
-deny contains sprintf("fork bomb: shell function %q calls itself", [f.name]) if {
+shell_deny contains sprintf("fork bomb: shell function %q calls itself", [f.name]) if {
 	some f in input.shell.functions
 	f.recursive
 }
 
-deny contains sprintf("dangerous command %q: dd writes onto the disk %s", [c.text, dev]) if {
+shell_deny contains sprintf("dangerous command %q: dd writes onto the disk %s", [c.text, dev]) if {
 	some c in input.shell.commands
 	c.name == "dd"
 	some a in c.args
@@ -137,14 +144,14 @@ deny contains sprintf("dangerous command %q: dd writes onto the disk %s", [c.tex
 	disk_device(dev)
 }
 
-deny contains sprintf("dangerous command %q: makes a file system on %s", [c.text, dev]) if {
+shell_deny contains sprintf("dangerous command %q: makes a file system on %s", [c.text, dev]) if {
 	some c in input.shell.commands
 	startswith(c.name, "mkfs")
 	some dev in c.args
 	disk_device(dev)
 }
 
-deny contains sprintf("dangerous redirection: writes onto the disk %s", [r.target]) if {
+shell_deny contains sprintf("dangerous redirection: writes onto the disk %s", [r.target]) if {
 	some r in input.shell.redirects
 	r.op in {">", ">>", ">|", "&>", "&>>", "<>"}
 	disk_device(r.target)
@@ -169,32 +176,35 @@ deny contains sprintf("sensitive path %s", [p]) if {
 	sensitive(p)
 }
 
-sensitive(p) if p in {"/etc/shadow", "/etc/gshadow", "/etc/sudoers", "/etc/passwd", "/etc/master.passwd"}
+sensitive_files := {"/etc/shadow", "/etc/gshadow", "/etc/sudoers", "/etc/passwd", "/etc/master.passwd"}
 
-sensitive(p) if startswith(p, "/etc/sudoers.d/")
+# Directories whose whole content is secret, wherever the home directory is.
+secret_dirs := {".ssh", ".gnupg", ".azure"}
 
-# SSH keys and configuration, GnuPG and Azure, wherever the home is.
+# Credential files, by the end of their path.
+secret_suffixes := ["/.aws/credentials", "/.aws/config", "/.kube/config", "/.docker/config.json", "/.netrc", "/.git-credentials", "/.pgpass", "/.env"]
+
+# .env files hold secrets; their templates do not.
+env_templates := {".env.example", ".env.sample", ".env.template", ".env.dist"}
+
+# One body for every check, so a path costs one rule evaluation. (String
+# tests, not regular expressions: this runs for every path of every call.)
 sensitive(p) if {
-	some dir in split(p, "/")
-	dir in {".ssh", ".gnupg", ".azure"}
-}
-
-# Cloud and tool credentials.
-sensitive(p) if {
-	some suffix in {"/.aws/credentials", "/.aws/config", "/.kube/config", "/.docker/config.json", "/.netrc", "/.git-credentials", "/.pgpass"}
-	endswith(p, suffix)
-}
-
-sensitive(p) if contains(concat("", [p, "/"]), "/.config/gcloud/")
-
-# .env files hold secrets; their templates do not. (String tests, not
-# regular expressions: this runs for every path of every call.)
-sensitive(p) if endswith(p, "/.env")
-
-sensitive(p) if {
-	contains(p, "/.env.")
 	parts := split(p, "/")
 	base := parts[count(parts) - 1]
-	startswith(base, ".env.")
-	not substring(base, 5, -1) in {"example", "sample", "template", "dist"}
+	true in [
+		p in sensitive_files,
+		startswith(p, "/etc/sudoers.d/"),
+		count(secret_dirs & {d | some d in parts}) > 0,
+		strings.any_suffix_match(p, secret_suffixes),
+		contains(concat("", [p, "/"]), "/.config/gcloud/"),
+		env_file(base),
+	]
 }
+
+env_file(base) if {
+	startswith(base, ".env.")
+	not base in env_templates
+}
+
+else := false

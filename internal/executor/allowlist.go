@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -53,6 +54,7 @@ type allowlist struct {
 
 	mu      sync.RWMutex
 	records map[string]AllowRecord
+	gen     atomic.Uint64 // changes with every record added or removed
 	done    chan struct{}
 }
 
@@ -101,6 +103,7 @@ func (a *allowlist) follow() {
 func (a *allowlist) apply(e jetstream.KeyValueEntry) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	defer a.gen.Add(1)
 	if e.Operation() != jetstream.KeyValuePut {
 		delete(a.records, e.Key())
 		return

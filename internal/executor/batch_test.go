@@ -66,7 +66,9 @@ func TestBatches(t *testing.T) {
 	for _, n := range []string{"emit", "upper", "meet"} {
 		waitTool(t, e.exec, n)
 	}
-	call := func(tool, args string) events.BatchCall { return events.BatchCall{Tool: tool, Args: json.RawMessage(args)} }
+	call := func(tool, args string) events.BatchCall {
+		return events.BatchCall{Tool: tool, Args: json.RawMessage(args)}
+	}
 	tests := []struct {
 		name  string
 		batch events.BatchInvocation

@@ -173,6 +173,11 @@ func (c *Client) roundTrip(ctx context.Context, subject, id string, data []byte,
 	for {
 		select {
 		case m := <-p.result:
+			if m.Header.Get("Status") == "503" {
+				// A forwarded call found no one at the executor that hosts
+				// the tool: it is gone.
+				return nil, &events.ToolError{Type: events.ErrExecutorLost, Message: "The executor that hosts the tool is gone."}, nil
+			}
 			return m, nil, nil
 		case m := <-p.events:
 			if m.Header.Get(events.KindHeader) == events.KindProgress && progress != nil {

@@ -81,14 +81,15 @@ type Hooks struct {
 
 // Executor runs the invocations of the tools it hosts. Stop it with Stop.
 type Executor struct {
-	cfg     Config
-	nc      *nats.Conn
-	js      jetstream.JetStream
-	id      events.Identity
-	log     *slog.Logger
-	tools   map[string]tool.Tool
-	home    string
-	schemas *schemas
+	cfg       Config
+	nc        *nats.Conn
+	js        jetstream.JetStream
+	id        events.Identity
+	log       *slog.Logger
+	tools     map[string]tool.Tool
+	home      string
+	schemas   *schemas
+	decisions decisions
 
 	catalog   *catalog.Replica
 	policy    atomic.Pointer[policy.Policy]
@@ -159,11 +160,13 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 		e.closeFollowers()
 		return nil, fmt.Errorf("executor: %w", err)
 	}
-	if err := e.register(ctx); err != nil {
-		e.closeFollowers()
+	// Listen before the tools are listed: a tool in the catalogue must be
+	// callable, also when another executor forwards a call to this one.
+	if err := e.subscribe(); err != nil {
+		e.Stop(context.Background())
 		return nil, err
 	}
-	if err := e.subscribe(); err != nil {
+	if err := e.register(ctx); err != nil {
 		e.Stop(context.Background())
 		return nil, err
 	}

@@ -195,6 +195,21 @@ func (c *call) validate(raw json.RawMessage) (map[string]any, string) {
 // decide asks the policy in force and records its decision.
 func (c *call) decide(args map[string]any) policy.Decision {
 	e, t := c.e, c.tool
+	pol, gen := e.policy.Load(), e.allowlist.gen.Load()
+	key := decisionKey(t, c.inv)
+	d, cached := e.decisions.get(pol, gen, key)
+	if !cached {
+		d = pol.Decide(c.ctx, c.input(args))
+		e.decisions.put(pol, gen, key, d)
+	}
+	e.publish(events.SubjectDecision, &events.Decision{Header: events.Header{Sender: e.id}, InvocationID: c.inv.ID,
+		Tool: t.Name, Verdict: d.Verdict, Reason: d.Reason, PolicyRevision: d.Revision})
+	return d
+}
+
+// input is what the policy is shown of the call.
+func (c *call) input(args map[string]any) *policy.Input {
+	e, t := c.e, c.tool
 	in := &policy.Input{
 		Tool: policy.ToolInput{Name: t.Name, Kind: t.Kind, Source: t.Source, Server: t.Server, Trust: t.Trust, ReadOnly: t.ReadOnly},
 		Args: args, Caller: c.inv.Sender, Home: e.home, Workspace: e.cfg.Workspace,
@@ -214,10 +229,7 @@ func (c *call) decide(args map[string]any) policy.Decision {
 		}
 	}
 	in.Allowlist = e.allowlist.entriesFor(t)
-	d := e.policy.Load().Decide(c.ctx, in)
-	e.publish(events.SubjectDecision, &events.Decision{Header: events.Header{Sender: e.id}, InvocationID: c.inv.ID,
-		Tool: t.Name, Verdict: d.Verdict, Reason: d.Reason, PolicyRevision: d.Revision})
-	return d
+	return in
 }
 
 // execute runs the tool under its deadline, between the hooks.

@@ -72,7 +72,14 @@ type Policy struct {
 	revision string
 	files    Files
 	query    rego.PreparedEvalQuery
+	// nondeterministic names a built-in (time, randomness, network) that
+	// makes the same input give different decisions; empty when none.
+	nondeterministic string
 }
+
+// Deterministic reports whether the policy's decision depends only on its
+// input, so that a decision may be reused for the same input.
+func (p *Policy) Deterministic() bool { return p.nondeterministic == "" }
 
 // Revision is the policy set's revision.
 func (p *Policy) Revision() string { return p.revision }
@@ -105,7 +112,38 @@ func Compile(ctx context.Context, files Files) (*Policy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
-	return &Policy{revision: files.Revision(), files: files, query: q}, nil
+	return &Policy{revision: files.Revision(), files: files, query: q, nondeterministic: nondeterministic(modules)}, nil
+}
+
+// nondeterministic returns the first built-in the modules call that OPA
+// marks nondeterministic (time.now_ns, rand.intn, http.send...).
+func nondeterministic(modules map[string]*ast.Module) string {
+	found := ""
+	for name, m := range modules {
+		if isTest(name) {
+			continue
+		}
+		check := func(op string) {
+			if b, ok := ast.BuiltinMap[op]; ok && b.Nondeterministic && found == "" {
+				found = b.Name
+			}
+		}
+		// Calls are expressions (x := f(y)) or terms nested anywhere.
+		ast.NewGenericVisitor(func(x any) bool {
+			switch x := x.(type) {
+			case *ast.Expr:
+				if x.IsCall() {
+					check(x.Operator().String())
+				}
+			case ast.Call:
+				if len(x) > 0 {
+					check(x[0].String())
+				}
+			}
+			return false
+		}).Walk(m)
+	}
+	return found
 }
 
 func isTest(name string) bool { return strings.HasSuffix(name, "_test.rego") }

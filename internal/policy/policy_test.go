@@ -216,3 +216,17 @@ func BenchmarkDecide(b *testing.B) {
 		}
 	})
 }
+
+func TestDeterminism(t *testing.T) {
+	ctx := context.Background()
+	if p := defaultPolicy(t); !p.Deterministic() {
+		t.Error("the default policy is not seen as deterministic")
+	}
+	timed, err := Compile(ctx, Files{"p.rego": "package toolbus\ndecision := {\"verdict\": \"ALLOW\", \"reason\": sprintf(\"%d\", [time.now_ns()])}\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if timed.Deterministic() {
+		t.Error("a policy calling time.now_ns is seen as deterministic")
+	}
+}
