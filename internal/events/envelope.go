@@ -1,11 +1,13 @@
 package events
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
+	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/nats-io/nuid"
 )
 
@@ -89,6 +91,10 @@ func Encode(e Envelope) ([]byte, error) {
 // Decode parses data as an envelope of type *T. It never panics on any
 // input; every failure wraps one of ErrMalformed, ErrVersion, ErrType or
 // ErrInvalid and says what was wrong.
+//
+// It uses the JSON v2 decoder, which is faster and stricter than
+// encoding/json: field names match exactly, and a duplicate field or
+// invalid UTF-8 is an error rather than something to guess about.
 func Decode[T any, PT interface {
 	*T
 	Envelope
@@ -97,7 +103,10 @@ func Decode[T any, PT interface {
 		V    *int    `json:"v"`
 		Type *string `json:"type"`
 	}
-	if err := json.Unmarshal(data, &probe); err != nil {
+	if t := bytes.TrimLeft(data, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+		return nil, fmt.Errorf("%w: not a JSON object", ErrMalformed)
+	}
+	if err := jsonv2.Unmarshal(data, &probe); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
 	var want PT = new(T)
@@ -111,7 +120,7 @@ func Decode[T any, PT interface {
 	case *probe.Type != want.EnvelopeType():
 		return nil, fmt.Errorf("%w: got %q, want %q", ErrType, *probe.Type, want.EnvelopeType())
 	}
-	if err := json.Unmarshal(data, want); err != nil {
+	if err := jsonv2.Unmarshal(data, want); err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrMalformed, want.EnvelopeType(), err)
 	}
 	if err := want.Validate(); err != nil {

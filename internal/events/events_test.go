@@ -126,13 +126,13 @@ func TestDecodeErrors(t *testing.T) {
 		want error
 		says string
 	}{
-		{"not json", `{"v":1,`, ErrMalformed, "unexpected end"},
-		{"array", `[1,2]`, ErrMalformed, "cannot unmarshal array"},
+		{"not json", `{"v":1,`, ErrMalformed, "unexpected EOF"},
+		{"array", `[1,2]`, ErrMalformed, "not a JSON object"},
 		{"no version", `{"type":"tool.invocation"}`, ErrMalformed, `no "v" field`},
 		{"future version", `{"v":2,"type":"tool.invocation"}`, ErrVersion, "got v=2"},
 		{"no type", `{"v":1}`, ErrMalformed, `no "type" field`},
 		{"other type", `{"v":1,"type":"tool.result"}`, ErrType, `got "tool.result", want "tool.invocation"`},
-		{"field of wrong type", `{"v":1,"type":"tool.invocation","id":"x","sender":{"id":"a"},"tool":7}`, ErrMalformed, "cannot unmarshal number"},
+		{"field of wrong type", `{"v":1,"type":"tool.invocation","id":"x","sender":{"id":"a"},"tool":7}`, ErrMalformed, `cannot unmarshal JSON number into Go string within "/tool"`},
 		{"no sender", `{"v":1,"type":"tool.invocation","id":"x","tool":"t"}`, ErrInvalid, "sender.id is empty"},
 		{"no tool", `{"v":1,"type":"tool.invocation","id":"x","sender":{"id":"a"}}`, ErrInvalid, "tool is empty"},
 		{"args not object", `{"v":1,"type":"tool.invocation","id":"x","sender":{"id":"a"},"tool":"t","args":[1]}`, ErrInvalid, "args is not a JSON object"},

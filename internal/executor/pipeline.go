@@ -117,7 +117,10 @@ func (c *call) beat() {
 }
 
 // run is the pipeline: resolve, validate, policy, confirmation, hooks,
-// execution, result.
+// execution, result. Its events: the decision (which says the tool was
+// found and its arguments were valid), the confirmation request and answer
+// when one is asked, a "started" step, progress, and the result, which says
+// why a call ended early.
 func (c *call) run(found bool) {
 	e, inv := c.e, c.inv
 	if !found {
@@ -128,8 +131,6 @@ func (c *call) run(found bool) {
 		c.fail(events.ErrToolNotFound, fmt.Sprintf("Tool %q is not hosted by executor %s.", c.tool.Name, e.id.ID))
 		return
 	}
-	c.step("resolved", c.tool.Name)
-
 	args, failure := c.validate(inv.Args)
 	if failure != "" {
 		c.fail(events.ErrInvalidParams, failure)
@@ -188,7 +189,6 @@ func (c *call) validate(raw json.RawMessage) (map[string]any, string) {
 		}
 	}
 	c.inv.Args = raw
-	c.step("validated", "")
 	return args, ""
 }
 
