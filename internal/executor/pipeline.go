@@ -136,11 +136,13 @@ func (c *call) run(found bool) {
 		c.fail(events.ErrInvalidParams, failure)
 		return
 	}
+	confirmed := false
 	for round := 0; ; round++ {
 		d := c.decide(args)
 		switch d.Verdict {
 		case events.Allow:
 		case events.AskUser:
+			confirmed = true
 			answer, errType, msg := c.confirm(d, args)
 			if errType != "" {
 				c.fail(errType, msg)
@@ -165,7 +167,7 @@ func (c *call) run(found bool) {
 		}
 		break
 	}
-	c.execute()
+	c.execute(confirmed)
 }
 
 // validate checks the arguments against the schema, then the tool's own
@@ -232,8 +234,10 @@ func (c *call) input(args map[string]any) *policy.Input {
 	return in
 }
 
-// execute runs the tool under its deadline, between the hooks.
-func (c *call) execute() {
+// execute runs the tool under its deadline, between the hooks. A call that
+// waited for an approver gets a "started" step; for any other call the
+// ALLOW decision marks the start.
+func (c *call) execute(confirmed bool) {
 	e, inv := c.e, c.inv
 	for _, h := range e.cfg.Hooks.Pre {
 		if err := h(c.ctx, inv, c.tool); err != nil {
@@ -244,7 +248,9 @@ func (c *call) execute() {
 	timeout := c.timeout()
 	ctx, cancel := context.WithTimeoutCause(c.ctx, timeout, errDeadline)
 	defer cancel()
-	c.step("started", fmt.Sprintf("deadline %s", timeout))
+	if confirmed {
+		c.step("started", fmt.Sprintf("deadline %s", timeout))
+	}
 	tc := &tool.Call{ID: inv.ID, Args: inv.Args, Progress: c.progress}
 	out, err := runSafely(ctx, c.impl, tc)
 	switch {
@@ -335,8 +341,20 @@ func (c *call) finish(out *tool.Output) {
 		for _, h := range hooks {
 			h(c.ctx, c.inv, res)
 		}
-		e.respondRaw(c.reply, res)
-		e.publish(events.SubjectResult, res)
+		// Encoded once: the same bytes go to the caller and to the trail.
+		data, err := events.Encode(res)
+		if err != nil {
+			e.log.Error("result does not encode", "invocation", res.InvocationID, "err", err)
+			return
+		}
+		if c.reply != "" {
+			if err := e.nc.Publish(c.reply, data); err != nil {
+				e.log.Error("result not sent", "invocation", res.InvocationID, "err", err)
+			}
+		}
+		if err := e.nc.Publish(events.SubjectResult, data); err != nil {
+			e.log.Error("result event not published", "invocation", res.InvocationID, "err", err)
+		}
 	})
 }
 
