@@ -29,7 +29,7 @@ decision := {"verdict": "DENY", "reason": concat("; ", sort(deny)), "remember": 
 
 ask_reason := concat("; ", sort(ask)) if {
 	count(ask) > 0
-} else := sprintf("%s tools ask the user", [input.tool.kind])
+} else := concat("", [input.tool.kind, " tools ask the user"])
 
 rememberable := false if {
 	input.tool.name in never_remember
@@ -42,7 +42,7 @@ untrusted_mcp if {
 
 # --- allow -----------------------------------------------------------------
 
-allow contains sprintf("%s tools are allowed", [input.tool.kind]) if {
+allow contains concat("", [input.tool.kind, " tools are allowed"]) if {
 	input.tool.kind in safe_kinds
 	not untrusted_mcp
 }
@@ -54,7 +54,7 @@ allow contains sprintf("MCP server %q is trusted", [input.tool.server]) if {
 
 # --- ask -------------------------------------------------------------------
 
-ask contains sprintf("%s tools ask the user", [input.tool.kind]) if input.tool.kind in asking_kinds
+ask contains concat("", [input.tool.kind, " tools ask the user"]) if input.tool.kind in asking_kinds
 
 ask contains sprintf("tools of MCP server %q ask the user: the server is not trusted", [input.tool.server]) if untrusted_mcp
 
@@ -178,33 +178,19 @@ deny contains sprintf("sensitive path %s", [p]) if {
 
 sensitive_files := {"/etc/shadow", "/etc/gshadow", "/etc/sudoers", "/etc/passwd", "/etc/master.passwd"}
 
-# Directories whose whole content is secret, wherever the home directory is.
-secret_dirs := {".ssh", ".gnupg", ".azure"}
-
-# Credential files, by the end of their path.
-secret_suffixes := ["/.aws/credentials", "/.aws/config", "/.kube/config", "/.docker/config.json", "/.netrc", "/.git-credentials", "/.pgpass", "/.env"]
-
 # .env files hold secrets; their templates do not.
 env_templates := {".env.example", ".env.sample", ".env.template", ".env.dist"}
 
-# One body for every check, so a path costs one rule evaluation. (String
-# tests, not regular expressions: this runs for every path of every call.)
+# Two bodies in all, a set lookup and one cached regular expression:
+# this runs for every path of every call, and each rule body costs.
+sensitive(p) if p in sensitive_files
+
 sensitive(p) if {
-	parts := split(p, "/")
-	base := parts[count(parts) - 1]
-	true in [
-		p in sensitive_files,
-		startswith(p, "/etc/sudoers.d/"),
-		count(secret_dirs & {d | some d in parts}) > 0,
-		strings.any_suffix_match(p, secret_suffixes),
-		contains(concat("", [p, "/"]), "/.config/gcloud/"),
-		env_file(base),
-	]
+	regex.match(`^/etc/sudoers\.d/|(^|/)\.(ssh|gnupg|azure)(/|$)|/\.aws/(credentials|config)$|/\.kube/config$|/\.docker/config\.json$|/\.(netrc|git-credentials|pgpass)$|/\.config/gcloud(/|$)|/\.env(\.[A-Za-z0-9_-]+)?$`, p)
+	not env_template(p)
 }
 
-env_file(base) if {
-	startswith(base, ".env.")
-	not base in env_templates
+env_template(p) if {
+	some t in env_templates
+	endswith(p, concat("", ["/", t]))
 }
-
-else := false

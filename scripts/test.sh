@@ -30,7 +30,7 @@ go test "${race[@]}" -count=1 ./...
 
 echo "== Rego tests: toolbus policy test, and the stock opa test"
 go run ./cmd/toolbus policy test policy/
-go run github.com/open-policy-agent/opa test policy/
+go tool opa test policy/
 
 echo "== benchmarks compile and run once"
 go test -run '^$' -bench . -benchtime 1x ./... > /dev/null
