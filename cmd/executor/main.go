@@ -42,6 +42,7 @@ func run(natsURL, workspace, policyDir, id string, timeout, confirmTimeout time.
 	if err != nil {
 		return err
 	}
+	defer ws.Close()
 	files, err := policy.DirFiles(policyDir, policy.Files(defaultpolicy.Default()))
 	if err != nil {
 		return err

@@ -94,15 +94,15 @@ type runningExecutor struct {
 // startExecutor runs an executor hosting the built-in tools over workspace,
 // enforcing the policy of policyDir, or the default policy.
 func startExecutor(ctx context.Context, b *bus.Bus, workspace, policyDir string, log *slog.Logger) (*runningExecutor, error) {
-	ws, err := builtin.NewWorkspace(workspace)
-	if err != nil {
-		return nil, err
-	}
 	files, err := policy.DirFiles(policyDir, policy.Files(defaultpolicy.Default()))
 	if err != nil {
 		return nil, err
 	}
 	pol, err := policy.Compile(ctx, files)
+	if err != nil {
+		return nil, err
+	}
+	ws, err := builtin.NewWorkspace(workspace)
 	if err != nil {
 		return nil, err
 	}
@@ -112,6 +112,7 @@ func startExecutor(ctx context.Context, b *bus.Bus, workspace, policyDir string,
 		Workspace: ws.Root(), Logger: log})
 	if err != nil {
 		shells.Close()
+		ws.Close()
 		return nil, err
 	}
 	return &runningExecutor{executor: ex, workspace: ws, shells: shells}, nil
@@ -124,4 +125,5 @@ func (r *runningExecutor) stop() {
 	defer cancel()
 	r.executor.Stop(ctx)
 	r.shells.Close()
+	r.workspace.Close()
 }

@@ -41,6 +41,7 @@ func newWorkspace(t *testing.T) (*Workspace, map[string]tool.Tool) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { ws.Close() })
 	shells := NewShells(ws)
 	t.Cleanup(shells.Close)
 	tools := map[string]tool.Tool{}
@@ -91,6 +92,41 @@ func TestWorkspaceConfinement(t *testing.T) {
 		if !tt.ok && tt.path != "" && !errors.Is(err, ErrOutsideWorkspace) {
 			t.Errorf("Resolve(%q): %v does not say it is outside the workspace", tt.path, err)
 		}
+	}
+}
+
+// TestFileToolsStayInside runs the file tools at links that lead out of
+// the workspace: os.Root refuses them when the file is opened.
+func TestFileToolsStayInside(t *testing.T) {
+	ws, tools := newWorkspace(t)
+	outside := t.TempDir()
+	os.WriteFile(filepath.Join(outside, "secret"), []byte("s"), 0o644)
+	os.Symlink(outside, filepath.Join(ws.Root(), "escape"))
+	os.Symlink(filepath.Join(outside, "secret"), filepath.Join(ws.Root(), "secret-link"))
+	tests := []struct{ tool, args string }{
+		{"read_file", `{"file_path":"escape/secret"}`},
+		{"read_file", `{"file_path":"secret-link"}`},
+		{"write_file", `{"file_path":"escape/planted","content":"x"}`},
+		{"write_file", `{"file_path":"escape/deep/planted","content":"x"}`},
+		{"replace", `{"file_path":"secret-link","old_string":"s","new_string":"t"}`},
+		{"list_directory", `{"path":"escape"}`},
+		{"read_many_files", `{"paths":["secret-link"]}`},
+	}
+	for _, tt := range tests {
+		out := run(t, tools[tt.tool], tt.args)
+		if out.Err == nil || out.Err.Type != events.ErrPathNotInWorkspace {
+			t.Errorf("%s %s: %+v", tt.tool, tt.args, out)
+		}
+	}
+	if entries, _ := os.ReadDir(outside); len(entries) != 1 {
+		t.Errorf("something was written outside the workspace: %v", entries)
+	}
+	if data, _ := os.ReadFile(filepath.Join(outside, "secret")); string(data) != "s" {
+		t.Errorf("the file outside was changed: %q", data)
+	}
+	// Searches do not follow links out either.
+	if out := run(t, tools["search_file_content"], `{"pattern":"s"}`); strings.Contains(out.LLMContent, "secret") {
+		t.Errorf("search read outside the workspace:\n%s", out.LLMContent)
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -56,13 +55,21 @@ func (t *fileTool) Paths(args json.RawMessage) []string {
 // resolve confines p to the workspace, as a tool-level failure.
 func (t *fileTool) resolve(p string) (string, *tool.Output) {
 	real, err := t.ws.Resolve(p)
-	if errors.Is(err, ErrOutsideWorkspace) {
-		return "", tool.Failed(events.ErrPathNotInWorkspace, err.Error())
-	}
 	if err != nil {
-		return "", tool.Failed(events.ErrInvalidParams, err.Error())
+		return "", t.failure(p, err)
 	}
 	return real, nil
+}
+
+// failure turns a file error into the tool-level failure it is.
+func (t *fileTool) failure(p string, err error) *tool.Output {
+	switch {
+	case errors.Is(err, ErrOutsideWorkspace):
+		return tool.Failed(events.ErrPathNotInWorkspace, err.Error())
+	case errors.Is(err, fs.ErrNotExist):
+		return tool.Failed(events.ErrFileNotFound, "File not found: "+p)
+	}
+	return tool.Failed(events.ErrExecutionFailed, err.Error())
 }
 
 func decode[T any](args json.RawMessage) (T, error) {
@@ -86,17 +93,11 @@ func (t *readFile) Run(_ context.Context, call *tool.Call) (*tool.Output, error)
 	if err != nil {
 		return nil, err
 	}
-	p, fail := t.resolve(a.FilePath)
-	if fail != nil {
-		return fail, nil
-	}
-	data, err := os.ReadFile(p)
-	if errors.Is(err, fs.ErrNotExist) {
-		return tool.Failed(events.ErrFileNotFound, "File not found: "+a.FilePath), nil
-	}
+	data, err := t.ws.ReadFile(a.FilePath)
 	if err != nil {
-		return tool.Failed(events.ErrExecutionFailed, err.Error()), nil
+		return t.failure(a.FilePath, err), nil
 	}
+	p := t.ws.Abs(a.FilePath)
 	limit := a.Limit
 	if limit <= 0 {
 		limit = defaultReadLimit
@@ -129,17 +130,11 @@ func (t *writeFile) Run(_ context.Context, call *tool.Call) (*tool.Output, error
 	if err != nil {
 		return nil, err
 	}
-	p, fail := t.resolve(a.FilePath)
-	if fail != nil {
-		return fail, nil
+	_, statErr := t.ws.Stat(a.FilePath)
+	if err := t.ws.WriteFile(a.FilePath, []byte(a.Content)); err != nil {
+		return t.failure(a.FilePath, err), nil
 	}
-	_, statErr := os.Stat(p)
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		return tool.Failed(events.ErrExecutionFailed, err.Error()), nil
-	}
-	if err := os.WriteFile(p, []byte(a.Content), 0o644); err != nil {
-		return tool.Failed(events.ErrExecutionFailed, err.Error()), nil
-	}
+	p := t.ws.Abs(a.FilePath)
 	verb := "Overwrote"
 	if errors.Is(statErr, fs.ErrNotExist) {
 		verb = "Created"
@@ -176,25 +171,17 @@ func (t *replace) Run(_ context.Context, call *tool.Call) (*tool.Output, error) 
 	if err != nil {
 		return nil, err
 	}
-	p, fail := t.resolve(a.FilePath)
-	if fail != nil {
-		return fail, nil
-	}
-	data, err := os.ReadFile(p)
+	p := t.ws.Abs(a.FilePath)
+	data, err := t.ws.ReadFile(a.FilePath)
 	switch {
 	case errors.Is(err, fs.ErrNotExist) && a.OldString == "":
 		// An empty old_string creates the file, as Gemini CLI's edit does.
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return tool.Failed(events.ErrExecutionFailed, err.Error()), nil
-		}
-		if err := os.WriteFile(p, []byte(a.NewString), 0o644); err != nil {
-			return tool.Failed(events.ErrExecutionFailed, err.Error()), nil
+		if err := t.ws.WriteFile(a.FilePath, []byte(a.NewString)); err != nil {
+			return t.failure(a.FilePath, err), nil
 		}
 		return tool.Text("Created " + t.ws.Rel(p) + "."), nil
-	case errors.Is(err, fs.ErrNotExist):
-		return tool.Failed(events.ErrFileNotFound, "File not found: "+a.FilePath), nil
 	case err != nil:
-		return tool.Failed(events.ErrExecutionFailed, err.Error()), nil
+		return t.failure(a.FilePath, err), nil
 	case a.OldString == "":
 		return tool.Failed(events.ErrInvalidParams, "old_string is empty but "+a.FilePath+" exists: give the text to replace"), nil
 	}
@@ -207,8 +194,8 @@ func (t *replace) Run(_ context.Context, call *tool.Call) (*tool.Output, error) 
 		return tool.Failed(events.ErrEditOccurrenceMismatch, fmt.Sprintf("Failed to edit: expected %d occurrence(s) of old_string in %s, found %d.", expected, a.FilePath, found)), nil
 	}
 	updated := strings.ReplaceAll(string(data), a.OldString, a.NewString)
-	if err := os.WriteFile(p, []byte(updated), 0o644); err != nil {
-		return tool.Failed(events.ErrExecutionFailed, err.Error()), nil
+	if err := t.ws.WriteFile(a.FilePath, []byte(updated)); err != nil {
+		return t.failure(a.FilePath, err), nil
 	}
 	return tool.Text(fmt.Sprintf("Replaced %d occurrence(s) in %s.", found, t.ws.Rel(p))), nil
 }
@@ -227,17 +214,14 @@ func (t *listDirectory) Run(_ context.Context, call *tool.Call) (*tool.Output, e
 	if err != nil {
 		return nil, err
 	}
-	p, fail := t.resolve(a.Path)
-	if fail != nil {
-		return fail, nil
-	}
-	entries, err := os.ReadDir(p)
+	entries, err := t.ws.ReadDir(a.Path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return tool.Failed(events.ErrFileNotFound, "Directory not found: "+a.Path), nil
 	}
 	if err != nil {
-		return tool.Failed(events.ErrExecutionFailed, err.Error()), nil
+		return t.failure(a.Path, err), nil
 	}
+	p := t.ws.Abs(a.Path)
 	var dirs, files []string
 	for _, e := range entries {
 		if ignored(e.Name(), a.Ignore) {
@@ -304,9 +288,9 @@ func (t *readManyFiles) Run(ctx context.Context, call *tool.Call) (*tool.Output,
 	}
 	var b strings.Builder
 	for _, f := range files {
-		data, err := os.ReadFile(f)
+		data, err := t.ws.ReadFile(f)
 		if err != nil {
-			continue
+			continue // a file gone or leading out since it was listed
 		}
 		fmt.Fprintf(&b, "--- %s ---\n%s\n", t.ws.Rel(f), data)
 	}
@@ -319,16 +303,15 @@ func (t *readManyFiles) Run(ctx context.Context, call *tool.Call) (*tool.Output,
 // expand turns a path or glob pattern into the files it names.
 func (t *readManyFiles) expand(ctx context.Context, pat string) ([]string, *tool.Output) {
 	if !hasMeta(pat) {
-		p, fail := t.resolve(pat)
-		if fail != nil {
-			return nil, fail
+		info, err := t.ws.Stat(pat)
+		if errors.Is(err, ErrOutsideWorkspace) {
+			return nil, t.failure(pat, err)
 		}
-		info, err := os.Stat(p)
 		if err != nil {
 			return nil, nil
 		}
 		if !info.IsDir() {
-			return []string{p}, nil
+			return []string{t.ws.Abs(pat)}, nil
 		}
 		pat = filepath.Join(pat, "**")
 	}

@@ -201,7 +201,7 @@ func (t *searchFileContent) Run(ctx context.Context, call *tool.Call) (*tool.Out
 		if matches >= maxSearchMatches {
 			break
 		}
-		n := searchFile(f, re, t.ws.Rel(f), &b, maxSearchMatches-matches)
+		n := searchFile(t.ws, f, re, &b, maxSearchMatches-matches)
 		if n > 0 {
 			inFiles++
 			matches += n
@@ -215,8 +215,9 @@ func (t *searchFileContent) Run(ctx context.Context, call *tool.Call) (*tool.Out
 }
 
 // searchFile appends the matching lines of one text file.
-func searchFile(p string, re *regexp.Regexp, rel string, b *strings.Builder, limit int) int {
-	f, err := os.Open(p)
+func searchFile(ws *Workspace, p string, re *regexp.Regexp, b *strings.Builder, limit int) int {
+	rel := ws.Rel(p)
+	f, err := ws.Open(p)
 	if err != nil {
 		return 0
 	}

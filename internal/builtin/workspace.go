@@ -13,9 +13,14 @@ import (
 // through "..", as an absolute path elsewhere, or through a symbolic link.
 var ErrOutsideWorkspace = errors.New("path is outside the workspace")
 
-// Workspace is the directory the built-in tools are confined to.
+// Workspace is the directory the built-in tools are confined to. File
+// operations go through an os.Root, which refuses at the moment of the
+// operation any path that leaves the directory, through ".." or through a
+// symbolic link, so a link swapped in after a check cannot lead out.
+// Close it when done.
 type Workspace struct {
 	root string // absolute, symbolic links resolved
+	fs   *os.Root
 }
 
 // NewWorkspace confines tools to dir, which must exist.
@@ -35,7 +40,97 @@ func NewWorkspace(dir string) (*Workspace, error) {
 	if !info.IsDir() {
 		return nil, fmt.Errorf("workspace: %s is not a directory", dir)
 	}
-	return &Workspace{root: real}, nil
+	fsRoot, err := os.OpenRoot(real)
+	if err != nil {
+		return nil, fmt.Errorf("workspace: %w", err)
+	}
+	return &Workspace{root: real, fs: fsRoot}, nil
+}
+
+// Close releases the workspace's directory handle.
+func (w *Workspace) Close() error { return w.fs.Close() }
+
+// rel turns p into a path relative to the root, refusing one that leaves
+// it on its face; os.Root refuses the rest when the path is used.
+func (w *Workspace) rel(p string) (string, error) {
+	if p == "" {
+		return "", errors.New("empty path")
+	}
+	abs := w.Abs(p)
+	if !w.contains(abs) {
+		return "", fmt.Errorf("%w: %s is not under %s", ErrOutsideWorkspace, p, w.root)
+	}
+	r, err := filepath.Rel(w.root, abs)
+	if err != nil {
+		return "", err
+	}
+	return r, nil
+}
+
+// confined names an os.Root refusal as leaving the workspace.
+func (w *Workspace) confined(p string, err error) error {
+	if err != nil && strings.Contains(err.Error(), "path escapes from parent") {
+		return fmt.Errorf("%w: %s leads out of %s", ErrOutsideWorkspace, p, w.root)
+	}
+	return err
+}
+
+// ReadFile reads the file p names, inside the workspace.
+func (w *Workspace) ReadFile(p string) ([]byte, error) {
+	r, err := w.rel(p)
+	if err != nil {
+		return nil, err
+	}
+	data, err := w.fs.ReadFile(r)
+	return data, w.confined(p, err)
+}
+
+// WriteFile writes the file p names, creating its directories.
+func (w *Workspace) WriteFile(p string, data []byte) error {
+	r, err := w.rel(p)
+	if err != nil {
+		return err
+	}
+	if dir := filepath.Dir(r); dir != "." {
+		if err := w.fs.MkdirAll(dir, 0o755); err != nil {
+			return w.confined(p, err)
+		}
+	}
+	return w.confined(p, w.fs.WriteFile(r, data, 0o644))
+}
+
+// Stat describes the file p names.
+func (w *Workspace) Stat(p string) (fs.FileInfo, error) {
+	r, err := w.rel(p)
+	if err != nil {
+		return nil, err
+	}
+	info, err := w.fs.Stat(r)
+	return info, w.confined(p, err)
+}
+
+// ReadDir lists the directory p names.
+func (w *Workspace) ReadDir(p string) ([]fs.DirEntry, error) {
+	r, err := w.rel(p)
+	if err != nil {
+		return nil, err
+	}
+	f, err := w.fs.Open(r)
+	if err != nil {
+		return nil, w.confined(p, err)
+	}
+	defer f.Close()
+	return f.ReadDir(-1)
+}
+
+// Open opens the file p names for reading.
+func (w *Workspace) Open(p string) (*os.File, error) {
+	r, err := w.rel(p)
+	if err != nil {
+		return nil, err
+	}
+	f, err := w.fs.Open(r)
+	return f, w.confined(p, err)
 }
 
 // Root is the workspace's absolute path.

@@ -77,6 +77,7 @@ func BenchmarkInvoke(b *testing.B) {
 	dir := b.TempDir()
 	os.WriteFile(filepath.Join(dir, "small.txt"), []byte("a small file\n"), 0o644)
 	ws, _ := builtin.NewWorkspace(dir)
+	defer ws.Close()
 	shells := builtin.NewShells(ws)
 	defer shells.Close()
 	pol, err := policy.Compile(context.Background(), policy.Files(defaultPolicyFiles()))

@@ -63,6 +63,7 @@ func newEnv(t *testing.T, opts ...option) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { ws.Close() })
 	e := &env{bus: b, ws: ws}
 	e.exec = e.startExecutor(t, b, opts...)
 	e.client = NewClient(bustest.Connect(t, b).Conn(), events.Identity{ID: "agent:test", Role: "agent", Session: "s1"})
