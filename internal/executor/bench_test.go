@@ -127,6 +127,9 @@ func BenchmarkInvoke(b *testing.B) {
 		Args: map[string]any{"file_path": "small.txt"}, Caller: events.Identity{ID: "agent:bench"}, Paths: []string{ws.Root() + "/small.txt"}}
 	decide := func() { pol.Decide(ctx, read) }
 
+	if os.Getenv("TOOLBUS_BENCH_NO_AUDIT") != "" {
+		bb.JetStream().DeleteStream(ctx, events.AuditStream) // to see what the audit trail costs
+	}
 	b.ResetTimer()
 	for range b.N {
 		rawP50, rawP99 := latency(latencySamples, raw)

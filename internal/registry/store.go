@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -70,59 +72,62 @@ func (s *store) load(ctx context.Context, log *slog.Logger) ([]*events.Tool, Sta
 	return cat.All(), st, nil
 }
 
-// window bounds the publishes in flight while saving.
-const window = 1024
+// inFlight bounds the publishes waiting for their acknowledgement while
+// saving. Synchronous publishes from a few goroutines pipeline as well as
+// PublishAsync does here, without its per-connection goroutine, which
+// nats.go can leave behind when a connection closes right after its first
+// asynchronous publish.
+const inFlight = 32
 
-// save writes changed entries with pipelined publishes, deletes removed
-// ones, and writes the state.
+// save writes changed entries, deletes removed ones, and writes the state.
 func (s *store) save(ctx context.Context, puts []*events.Tool, deletes []string, st *State) error {
 	prefix := "$KV." + events.CatalogBucket + "."
-	var futures []jetstream.PubAckFuture
-	wait := func() error {
-		var errs []error
-		for _, f := range futures {
-			select {
-			case ack := <-f.Ok():
-				s.lastSeq = max(s.lastSeq, ack.Sequence)
-			case err := <-f.Err():
-				errs = append(errs, fmt.Errorf("%s: %w", f.Msg().Subject, err))
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		futures = futures[:0]
-		return errors.Join(errs...)
-	}
-	publish := func(m *nats.Msg) error {
-		f, err := s.js.PublishMsgAsync(m)
-		if err != nil {
-			return err
-		}
-		futures = append(futures, f)
-		if len(futures) >= window {
-			return wait()
-		}
-		return nil
-	}
+	msgs := make([]*nats.Msg, 0, len(puts)+len(deletes))
 	for _, t := range puts {
 		data, err := events.EncodeTool(t)
 		if err != nil {
 			return fmt.Errorf("encode %q: %w", t.Name, err)
 		}
-		if err := publish(&nats.Msg{Subject: prefix + events.CatalogKey(t.Name), Data: data}); err != nil {
-			return err
-		}
+		msgs = append(msgs, &nats.Msg{Subject: prefix + events.CatalogKey(t.Name), Data: data})
 	}
 	for _, name := range deletes {
 		m := nats.NewMsg(prefix + events.CatalogKey(name))
 		m.Header.Set("KV-Operation", "DEL") // the KV protocol's delete marker
-		if err := publish(m); err != nil {
-			return err
-		}
+		msgs = append(msgs, m)
 	}
-	if err := wait(); err != nil {
+	var (
+		mu   sync.Mutex
+		errs []error
+		last uint64
+		next atomic.Int64
+		wg   sync.WaitGroup
+	)
+	for range min(inFlight, len(msgs)) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(msgs) || ctx.Err() != nil {
+					return
+				}
+				ack, err := s.js.PublishMsg(ctx, msgs[i])
+				mu.Lock()
+				if err != nil {
+					errs = append(errs, fmt.Errorf("%s: %w", msgs[i].Subject, err))
+				} else {
+					last = max(last, ack.Sequence)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
 		return err
 	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.lastSeq = max(s.lastSeq, last)
 	if st != nil {
 		data, err := json.Marshal(st)
 		if err != nil {
