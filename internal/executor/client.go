@@ -173,6 +173,18 @@ func (c *Client) roundTrip(ctx context.Context, subject, id string, data []byte,
 	for {
 		select {
 		case m := <-p.result:
+			// Progress sent before the result is already queued (one
+			// subscription delivers in order): hand it over first.
+			for drained := false; !drained; {
+				select {
+				case ev := <-p.events:
+					if ev.Header.Get(events.KindHeader) == events.KindProgress && progress != nil {
+						progress(string(ev.Data))
+					}
+				default:
+					drained = true
+				}
+			}
 			if m.Header.Get("Status") == "503" {
 				// A forwarded call found no one at the executor that hosts
 				// the tool: it is gone.

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -524,4 +525,48 @@ func zombie(pid int) bool {
 	s := string(data)
 	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
 	return len(f) > 0 && f[0] == "Z"
+}
+
+func TestHooksAndProgress(t *testing.T) {
+	var pre, post, failed []string
+	var mu sync.Mutex
+	e := newEnv(t, func(c *Config) {
+		c.Hooks.Pre = append(c.Hooks.Pre, func(_ context.Context, inv *events.Invocation, tl *events.Tool) error {
+			mu.Lock()
+			defer mu.Unlock()
+			pre = append(pre, tl.Name)
+			if strings.Contains(string(inv.Args), "forbidden-by-hook") {
+				return errors.New("the hook says no")
+			}
+			return nil
+		})
+		c.Hooks.Post = append(c.Hooks.Post, func(_ context.Context, _ *events.Invocation, r *events.Result) {
+			mu.Lock()
+			defer mu.Unlock()
+			post = append(post, r.Tool)
+		})
+		c.Hooks.Error = append(c.Hooks.Error, func(_ context.Context, _ *events.Invocation, r *events.Result) {
+			mu.Lock()
+			defer mu.Unlock()
+			failed = append(failed, string(r.Error.Type))
+		})
+	})
+	startApprover(t, e.bus, answer(events.ProceedOnce))
+	var chunks []string
+	res, err := e.client.Invoke(context.Background(), &events.Invocation{Tool: "run_shell_command",
+		Args: json.RawMessage(`{"command":"echo one; sleep 0.2; echo two"}`)}, func(s string) { chunks = append(chunks, s) })
+	if err != nil || res.Error != nil {
+		t.Fatalf("%v %+v", err, res)
+	}
+	if strings.Join(chunks, "") != "one\ntwo\n" {
+		t.Errorf("progress seen by the caller: %q", chunks)
+	}
+	if res := e.call(t, "read_file", `{"file_path":"forbidden-by-hook"}`); errType(res) != events.ErrExecutionFailed || !strings.Contains(res.LLMContent, "the hook says no") {
+		t.Errorf("pre hook refusal: %s %s", errType(res), res.LLMContent)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Join(pre, ",") != "run_shell_command,read_file" || strings.Join(post, ",") != "run_shell_command" || strings.Join(failed, ",") != "EXECUTION_FAILED" {
+		t.Errorf("hooks saw pre=%v post=%v error=%v", pre, post, failed)
+	}
 }
