@@ -22,7 +22,7 @@ func newWorkspace(t *testing.T) (*Workspace, map[string]tool.Tool) {
 	files := map[string]string{
 		"README.md":          "# demo\nline two\nline three\n",
 		"src/main.go":        "package main\n\nfunc main() { println(\"hello\") }\n",
-		"src/util/util.go":   "package util\n// TODO: more\n",
+		"src/util/util.go":   "package util\n// util holds helpers\n",
 		"docs/guide.txt":     "hello guide\n",
 		"node_modules/x.js":  "hello from deps\n",
 		".git/config":        "[core]\n",
