@@ -6,13 +6,12 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/tool"
 )
 
@@ -230,7 +229,7 @@ func TestShellCancelKillsTheWholeTree(t *testing.T) {
 		_, err := tools["run_shell_command"].Run(ctx, &tool.Call{Args: json.RawMessage(`{"command":"sleep 300 & echo $! > child.pid; sleep 300"}`)})
 		done <- err
 	}()
-	pid := waitPID(t, pidFile)
+	pid := testkit.WaitPID(t, pidFile)
 	cancel()
 	select {
 	case err := <-done:
@@ -240,14 +239,14 @@ func TestShellCancelKillsTheWholeTree(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the call did not end after cancel")
 	}
-	waitGone(t, pid)
+	testkit.WaitGone(t, pid)
 }
 
 func TestBackgroundShell(t *testing.T) {
 	ws, tools := newWorkspace(t)
 	out := run(t, tools["run_shell_command"], `{"command":"echo started; sleep 300 & echo $! > bg.pid; wait","run_in_background":true}`)
 	id := strings.Fields(strings.SplitAfter(out.LLMContent, "shell_id ")[1])[0]
-	pid := waitPID(t, filepath.Join(ws.Root(), "bg.pid"))
+	pid := testkit.WaitPID(t, filepath.Join(ws.Root(), "bg.pid"))
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		o := run(t, tools["shell_output"], `{"shell_id":"`+id+`"}`)
@@ -265,75 +264,8 @@ func TestBackgroundShell(t *testing.T) {
 	if o := run(t, tools["kill_shell"], `{"shell_id":"`+id+`"}`); !strings.Contains(o.LLMContent, "Killed shell") {
 		t.Errorf("kill_shell: %s", o.LLMContent)
 	}
-	waitGone(t, pid)
+	testkit.WaitGone(t, pid)
 	if o := run(t, tools["shell_output"], `{"shell_id":"`+id+`"}`); o.Err == nil {
 		t.Error("a killed shell is still known")
-	}
-}
-
-func waitPID(t *testing.T, file string) int {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if data, err := os.ReadFile(file); err == nil {
-			if pid, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil {
-				return pid
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the command never wrote its child's pid")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// waitGone waits until pid no longer exists (or is a zombie awaiting its
-// reaper, which holds no resources).
-func waitGone(t *testing.T, pid int) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if syscall.Kill(pid, 0) != nil || isZombie(pid) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("process %d outlived its call", pid)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-func isZombie(pid int) bool {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
-	return len(fields) > 0 && fields[0] == "Z"
-}
-
-func TestEditDiffs(t *testing.T) {
-	ws, tools := newWorkspace(t)
-	os.WriteFile(filepath.Join(ws.Root(), "f.txt"), []byte("1\n2\n3\n4\n5\n6\n7\n8\n9\n"), 0o644)
-	tests := []struct {
-		tool string
-		args string
-		want string
-	}{
-		{"replace", `{"file_path":"f.txt","old_string":"5\n","new_string":"five\n"}`,
-			"--- a/f.txt\n+++ b/f.txt\n@@ -2,7 +2,7 @@\n 2\n 3\n 4\n-5\n+five\n 6\n 7\n 8\n"},
-		{"write_file", `{"file_path":"new.txt","content":"a\nb"}`,
-			"--- /dev/null\n+++ b/new.txt\n@@ -0,0 +1,2 @@\n+a\n+b\n\\ No newline at end of file\n"},
-		{"write_file", `{"file_path":"f.txt","content":"1\n2\n3\n4\n5\n6\n7\n8\n9\n10\n"}`,
-			"--- a/f.txt\n+++ b/f.txt\n@@ -7,3 +7,4 @@\n 7\n 8\n 9\n+10\n"},
-	}
-	for _, tt := range tests {
-		got, err := tools[tt.tool].(tool.Differ).Diff(json.RawMessage(tt.args))
-		if err != nil || got != tt.want {
-			t.Errorf("%s %s:\ngot  %q (%v)\nwant %q", tt.tool, tt.args, got, err, tt.want)
-		}
-	}
-	if _, err := tools["write_file"].(tool.Differ).Diff(json.RawMessage(`{"file_path":"../x","content":""}`)); err == nil {
-		t.Error("a diff outside the workspace was made")
 	}
 }

@@ -5,13 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
-	"os"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/tools/txtar"
+
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/envelopes.txtar from the examples")
@@ -76,24 +77,7 @@ func TestGoldenEnvelopes(t *testing.T) {
 	}
 	files = append(files, txtar.File{Name: "catalog_tool.json", Data: indent(t, data)})
 	sortFiles(files)
-	if *update {
-		ar := &txtar.Archive{Comment: []byte("Golden wire forms of every toolbus envelope and of a catalogue entry.\nRegenerate with: go test ./internal/events -run TestGoldenEnvelopes -update\n"), Files: files}
-		if err := os.WriteFile(path, txtar.Format(ar), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ar, err := txtar.ParseFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(ar.Files) != len(files) {
-		t.Fatalf("golden has %d files, examples give %d (run with -update)", len(ar.Files), len(files))
-	}
-	for i, f := range ar.Files {
-		if f.Name != files[i].Name || !bytes.Equal(f.Data, files[i].Data) {
-			t.Errorf("%s differs from golden:\ngot:\n%s\nwant:\n%s", files[i].Name, files[i].Data, f.Data)
-		}
-	}
+	ar := testkit.Golden(t, path, "Golden wire forms of every toolbus envelope and of a catalogue entry.\nRegenerate with: go test ./internal/events -run TestGoldenEnvelopes -update\n", *update, files)
 	// Every golden envelope decodes back to the value it came from.
 	for name, e := range ex {
 		golden := find(ar, name)

@@ -4,13 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -24,6 +21,7 @@ import (
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/registry"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/tool"
 	defaultpolicy "github.com/toolbus/toolbus/policy"
 )
@@ -298,7 +296,7 @@ func TestDeadlineKillsTheProcessTree(t *testing.T) {
 	if errType(res) != events.ErrTimeout {
 		t.Fatalf("got %s %s", errType(res), res.LLMContent)
 	}
-	waitGone(t, readPID(t, filepath.Join(e.ws.Root(), "child.pid")))
+	testkit.WaitGone(t, testkit.WaitPID(t, filepath.Join(e.ws.Root(), "child.pid")))
 }
 
 func TestCancelByID(t *testing.T) {
@@ -314,7 +312,7 @@ func TestCancelByID(t *testing.T) {
 		}
 		done <- res
 	}()
-	pid := readPID(t, filepath.Join(e.ws.Root(), "c.pid"))
+	pid := testkit.WaitPID(t, filepath.Join(e.ws.Root(), "c.pid"))
 	other := NewClient(bustest.Connect(t, e.bus).Conn(), events.Identity{ID: "cli@test"})
 	if err := other.Cancel(context.Background(), "cancel-me", "test"); err != nil {
 		t.Fatal(err)
@@ -327,7 +325,7 @@ func TestCancelByID(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("cancelled call did not end")
 	}
-	waitGone(t, pid)
+	testkit.WaitGone(t, pid)
 }
 
 func TestLargeOutputIsCappedAndKept(t *testing.T) {
@@ -488,43 +486,6 @@ func waitTool(t *testing.T, ex *Executor, name string) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-}
-
-func readPID(t *testing.T, file string) int {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if data, err := os.ReadFile(file); err == nil {
-			if pid, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil {
-				return pid
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no pid written")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-func waitGone(t *testing.T, pid int) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for syscall.Kill(pid, 0) == nil && !zombie(pid) {
-		if time.Now().After(deadline) {
-			t.Fatalf("process %d outlived its call", pid)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-func zombie(pid int) bool {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	s := string(data)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	return len(f) > 0 && f[0] == "Z"
 }
 
 func TestHooksAndProgress(t *testing.T) {

@@ -4,13 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
-	"os"
 	"testing"
 
 	"golang.org/x/tools/txtar"
 
 	"github.com/toolbus/toolbus/internal/catalog"
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -43,22 +43,5 @@ func TestGoldenDeclarations(t *testing.T) {
 		b.WriteByte('\n')
 		files = append(files, txtar.File{Name: f.String() + ".json", Data: b.Bytes()})
 	}
-	if *update {
-		ar := &txtar.Archive{Comment: []byte("Declarations per provider format.\nRegenerate with: go test ./internal/registry -run TestGoldenDeclarations -update\n"), Files: files}
-		if err := os.WriteFile(path, txtar.Format(ar), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ar, err := txtar.ParseFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(ar.Files) != len(files) {
-		t.Fatalf("golden has %d files, want %d (run with -update)", len(ar.Files), len(files))
-	}
-	for i, f := range ar.Files {
-		if f.Name != files[i].Name || !bytes.Equal(f.Data, files[i].Data) {
-			t.Errorf("%s differs from golden:\ngot:\n%s\nwant:\n%s", files[i].Name, files[i].Data, f.Data)
-		}
-	}
+	testkit.Golden(t, path, "Declarations per provider format.\nRegenerate with: go test ./internal/registry -run TestGoldenDeclarations -update\n", *update, files)
 }

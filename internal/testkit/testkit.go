@@ -1,0 +1,80 @@
+// Package testkit holds what the tests of several packages share: golden
+// files and waiting on processes the code under test starts.
+package testkit
+
+import (
+	"bytes"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/tools/txtar"
+)
+
+// Golden compares files with the txtar archive at path, after rewriting
+// the archive from files when update is set. comment heads the archive.
+func Golden(t *testing.T, path, comment string, update bool, files []txtar.File) *txtar.Archive {
+	t.Helper()
+	if update {
+		ar := &txtar.Archive{Comment: []byte(comment), Files: files}
+		if err := os.WriteFile(path, txtar.Format(ar), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ar, err := txtar.ParseFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ar.Files) != len(files) {
+		t.Fatalf("golden %s has %d files, the code gives %d (run with -update)", path, len(ar.Files), len(files))
+	}
+	for i, f := range ar.Files {
+		if f.Name != files[i].Name || !bytes.Equal(f.Data, files[i].Data) {
+			t.Errorf("%s differs from golden:\ngot:\n%s\nwant:\n%s", files[i].Name, files[i].Data, f.Data)
+		}
+	}
+	return ar
+}
+
+// WaitPID waits for a command to write a process id to file.
+func WaitPID(t *testing.T, file string) int {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if data, err := os.ReadFile(file); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil {
+				return pid
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no process id was written to %s", file)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// WaitGone waits until pid no longer exists, or is a zombie waiting for a
+// reaper (it holds no resources), failing the test after ten seconds.
+func WaitGone(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for syscall.Kill(pid, 0) == nil && !zombie(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d outlived its call", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func zombie(pid int) bool {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(data)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	return len(f) > 0 && f[0] == "Z"
+}
