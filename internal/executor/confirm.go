@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -31,6 +32,10 @@ func (c *call) confirm(d policy.Decision, args map[string]any) (*events.ConfirmA
 		if diff, err := df.Diff(c.inv.Args); err == nil {
 			req.Diff = diff
 		}
+	}
+	// A request must fit in one message: a huge diff is cut, with a note.
+	if limit := e.cfg.MaxContent * 2; utf8.RuneCountInString(req.Diff) > limit {
+		req.Diff = truncate(req.Diff, limit) + fmt.Sprintf("\n[diff truncated at %d characters]\n", limit)
 	}
 	data, err := events.Encode(req)
 	if err != nil {

@@ -531,3 +531,25 @@ func TestHooksAndProgress(t *testing.T) {
 		t.Errorf("hooks saw pre=%v post=%v error=%v", pre, post, failed)
 	}
 }
+
+func TestHugeEditStillReachesTheApprover(t *testing.T) {
+	e := newEnv(t)
+	a := startApprover(t, e.bus, answer(events.ProceedOnce))
+	content := strings.Repeat("line of a large file\n", 300000) // 6 MiB, over the bus's message limit
+	args, _ := json.Marshal(map[string]string{"file_path": "big.txt", "content": content})
+	// The invocation itself is larger than a message: the client says so.
+	if _, err := e.client.Invoke(context.Background(), &events.Invocation{Tool: "write_file", Args: args}, nil); err == nil {
+		t.Fatal("a 6 MiB invocation was sent")
+	}
+	// An edit whose diff is large but whose arguments fit: the approver
+	// gets a cut diff and the edit goes through.
+	os.WriteFile(filepath.Join(e.ws.Root(), "big.txt"), []byte(content), 0o644)
+	res := e.call(t, "replace", `{"file_path":"big.txt","old_string":"line of a large file","new_string":"LINE","expected_replacements":300000}`)
+	if res.Error != nil {
+		t.Fatalf("%s %s", errType(res), res.LLMContent)
+	}
+	req := <-a.requests
+	if !strings.Contains(req.Diff, "[diff truncated at") {
+		t.Errorf("diff of %d bytes was not cut", len(req.Diff))
+	}
+}

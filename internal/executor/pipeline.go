@@ -383,6 +383,9 @@ func (e *Executor) respondRaw(reply string, res *events.Result) {
 // result exceeds what the bus carries.
 func (e *Executor) capOutput(ctx context.Context, res *events.Result) {
 	limit := e.cfg.MaxContent
+	if res.Error != nil && len(res.Error.Message) > limit {
+		res.Error.Message = truncate(res.Error.Message, limit) + " [message truncated]"
+	}
 	if len(res.LLMContent) <= limit && len(res.ReturnDisplay) <= limit {
 		return // fewer bytes than the limit means fewer characters too
 	}
