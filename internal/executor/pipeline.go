@@ -226,9 +226,7 @@ func (c *call) input(args map[string]any) *policy.Input {
 		line, dir := cm.Command(c.inv.Args)
 		sh := policy.AnalyzeShell(line)
 		in.Shell = &sh
-		for _, p := range sh.Paths(dir, e.home) {
-			in.Paths = append(in.Paths, p)
-		}
+		in.Paths = append(in.Paths, sh.Paths(dir, e.home)...)
 	}
 	in.Allowlist = e.allowlist.entriesFor(t)
 	return in
