@@ -50,7 +50,8 @@ func examples() map[string]Envelope {
 		"step.json":           &Step{Header: hdr("st-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-1", Tool: "read_file", Step: "validated"},
 		"cancel.json":         &CancelRequest{Header: hdr("cx-1", Identity{ID: "cli@dev-1", Role: "cli"}), InvocationID: "inv-2", Reason: "taking too long"},
 		"result.json": &Result{Header: hdr("res-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-2", Tool: "run_shell_command",
-			LLMContent: "Command denied.", ReturnDisplay: "Command denied.", Error: &ToolError{Type: ErrPolicyDenied, Message: "rm -rf / is a dangerous command"}},
+			LLMContent: "Command denied.", ReturnDisplay: "Command denied.", Error: &ToolError{Type: ErrPolicyDenied, Message: "rm -rf / is a dangerous command"},
+			Policy: &PolicyVerdict{Verdict: Deny, Reason: "rm -rf / is a dangerous command", Revision: "sha256:0f3a"}},
 	}
 }
 

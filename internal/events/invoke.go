@@ -48,7 +48,9 @@ const (
 func (v Verdict) Valid() bool { return v == Allow || v == Deny || v == AskUser }
 
 // Decision records what the policy said about an invocation, published on
-// SubjectDecision.
+// SubjectDecision when the verdict is ASK_USER: the call then waits for a
+// person, and the trail shows why before the result does. Every result
+// carries its decision too (Result.Policy).
 type Decision struct {
 	Header
 	InvocationID string  `json:"invocationId"`
@@ -210,6 +212,19 @@ type Result struct {
 	// object-store entry with the whole output.
 	Truncated bool   `json:"truncated,omitempty"`
 	OutputRef string `json:"outputRef,omitempty"`
+	// Policy is the last policy decision the call got, when it got that
+	// far: the audit trail has every decision in the result, and a separate
+	// Decision event only for ASK_USER, when a person is asked.
+	Policy *PolicyVerdict `json:"policy,omitempty"`
+}
+
+// PolicyVerdict is a policy decision as a Result records it.
+type PolicyVerdict struct {
+	Verdict  Verdict `json:"verdict"`
+	Reason   string  `json:"reason"`
+	Revision string  `json:"revision"`
+	// Cached is set when the decision was reused for an identical input.
+	Cached bool `json:"cached,omitempty"`
 }
 
 // EnvelopeType implements Envelope.

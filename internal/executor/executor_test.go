@@ -417,31 +417,45 @@ func TestEveryStepIsAnEvent(t *testing.T) {
 	sub, _ := nc.ChanSubscribe("tool.>", msgs)
 	defer sub.Unsubscribe()
 	nc.Flush()
-	res := e.call(t, "read_file", `{"file_path":"README.md"}`)
-	var seen []string
-	deadline := time.After(10 * time.Second)
-	for !strings.Contains(strings.Join(seen, " "), events.SubjectResult) {
-		select {
-		case m := <-msgs:
-			if m.Subject == events.SubjectStep {
-				st, _ := events.Decode[events.Step](m.Data)
-				seen = append(seen, "step:"+st.Step)
-				continue
-			}
-			if m.Subject == events.SubjectDecision {
-				d, err := events.Decode[events.Decision](m.Data)
-				if err != nil || d.Verdict != events.Allow || d.PolicyRevision != e.exec.Policy().Revision() || d.InvocationID != res.InvocationID {
-					t.Errorf("decision event %+v (%v)", d, err)
+	// trail collects the events of one call up to its result.
+	trail := func(res *events.Result, verdict events.Verdict) []string {
+		var seen []string
+		deadline := time.After(10 * time.Second)
+		for {
+			select {
+			case m := <-msgs:
+				switch m.Subject {
+				case events.SubjectStep:
+					st, _ := events.Decode[events.Step](m.Data)
+					seen = append(seen, "step:"+st.Step)
+					continue
+				case events.SubjectDecision:
+					d, err := events.Decode[events.Decision](m.Data)
+					if err != nil || d.InvocationID != res.InvocationID || d.PolicyRevision != e.exec.Policy().Revision() {
+						t.Errorf("decision event %+v (%v)", d, err)
+					}
+					seen = append(seen, m.Subject+":"+string(d.Verdict))
+					continue
+				case events.SubjectResult:
+					r, err := events.Decode[events.Result](m.Data)
+					if err != nil || r.Policy == nil || r.Policy.Verdict != verdict || r.Policy.Revision != e.exec.Policy().Revision() || r.InvocationID != res.InvocationID {
+						t.Errorf("result event does not record the decision: %+v (%v)", r, err)
+					}
+					return append(seen, m.Subject)
 				}
+				seen = append(seen, m.Subject)
+			case <-deadline:
+				t.Fatalf("saw only %v", seen)
 			}
-			seen = append(seen, m.Subject)
-		case <-deadline:
-			t.Fatalf("saw only %v", seen)
 		}
 	}
-	want := []string{events.SubjectInvoke, events.SubjectDecision, events.SubjectResult}
-	if strings.Join(seen, " ") != strings.Join(want, " ") {
-		t.Errorf("events %v, want %v", seen, want)
+	res := e.call(t, "read_file", `{"file_path":"README.md"}`)
+	if got := trail(res, events.Allow); strings.Join(got, " ") != "tool.invoke tool.result" {
+		t.Errorf("allowed call: events %v", got)
+	}
+	res = e.call(t, "write_file", `{"file_path":"x","content":"y"}`)
+	if got := trail(res, events.AskUser); strings.Join(got, " ") != "tool.invoke tool.decision:ASK_USER tool.result" {
+		t.Errorf("call that asks: events %v", got)
 	}
 }
 

@@ -30,6 +30,9 @@ type call struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
+	// policy is the last decision, recorded in the result.
+	policy *events.PolicyVerdict
+
 	once      sync.Once
 	heartbeat *time.Timer
 	mu        sync.Mutex // guards done
@@ -117,10 +120,10 @@ func (c *call) beat() {
 }
 
 // run is the pipeline: resolve, validate, policy, confirmation, hooks,
-// execution, result. Its events: the decision (which says the tool was
-// found and its arguments were valid), the confirmation request and answer
-// when one is asked, a "started" step, progress, and the result, which says
-// why a call ended early.
+// execution, result. Its events: the invocation itself (the audit stream
+// keeps the request); for ASK_USER the decision, the confirmation request,
+// the answer and a "started" step; progress; and the result, which carries
+// the policy decision and says why a call ended early.
 func (c *call) run(found bool) {
 	e, inv := c.e, c.inv
 	if !found {
@@ -204,8 +207,11 @@ func (c *call) decide(args map[string]any) policy.Decision {
 		d = pol.Decide(c.ctx, c.input(args))
 		e.decisions.put(pol, gen, key, d)
 	}
-	e.publish(events.SubjectDecision, &events.Decision{Header: events.Header{Sender: e.id}, InvocationID: c.inv.ID,
-		Tool: t.Name, Verdict: d.Verdict, Reason: d.Reason, PolicyRevision: d.Revision})
+	c.policy = &events.PolicyVerdict{Verdict: d.Verdict, Reason: d.Reason, Revision: d.Revision, Cached: cached}
+	if d.Verdict == events.AskUser {
+		e.publish(events.SubjectDecision, &events.Decision{Header: events.Header{Sender: e.id}, InvocationID: c.inv.ID,
+			Tool: t.Name, Verdict: d.Verdict, Reason: d.Reason, PolicyRevision: d.Revision})
+	}
 	return d
 }
 
@@ -327,7 +333,7 @@ func (c *call) finish(out *tool.Output) {
 		c.mu.Unlock()
 		e := c.e
 		res := &events.Result{Header: events.Header{Sender: e.id}, InvocationID: c.inv.ID, Tool: nameOf(c.tool),
-			LLMContent: out.LLMContent, ReturnDisplay: out.ReturnDisplay, Error: out.Err}
+			LLMContent: out.LLMContent, ReturnDisplay: out.ReturnDisplay, Error: out.Err, Policy: c.policy}
 		if res.Tool == "" {
 			res.Tool = c.inv.Tool
 		}
