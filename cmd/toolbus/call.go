@@ -41,8 +41,11 @@ func runCall(args []string) error {
 	ctx, stop := cli.SignalContext()
 	defer stop()
 	if *timeout > 0 {
+		// The executor enforces the deadline and reports TIMEOUT itself,
+		// having stopped the tool; the command waits a little longer for
+		// that result before giving up on its own.
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, *timeout)
+		ctx, cancel = context.WithTimeout(ctx, *timeout+3*time.Second)
 		defer cancel()
 	}
 	log, _ := cli.Logger("warn")

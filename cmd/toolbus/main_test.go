@@ -251,6 +251,20 @@ func TestCallThroughUp(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(ws, "x.txt")); err == nil {
 		t.Error("the denied write happened")
 	}
+	// A deadline from the command line: reading a named pipe that no one
+	// writes blocks, and the call ends with TIMEOUT all the same.
+	fifo := filepath.Join(ws, "pipe")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code = toolbus(t, "call", "read_file", "--timeout", "300ms", "--args", `{"file_path":"pipe"}`, "--nats", url)
+	if code == 0 || !strings.Contains(errOut, "TIMEOUT") {
+		t.Errorf("blocked read with --timeout: exit %d, stderr %q", code, errOut)
+	}
+	// Release the abandoned read.
+	if w, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+		w.Close()
+	}
 	out, _, code = toolbus(t, "call", "read_fiel", "--json", "--args", `{}`, "--nats", url)
 	var res events.Result
 	if code == 0 || json.Unmarshal([]byte(out), &res) != nil || res.Error == nil || res.Error.Type != events.ErrToolNotFound || res.InvocationID == "" {

@@ -103,6 +103,10 @@ type Executor struct {
 	invokerOnce sync.Once
 	invoker     *Client // runs the calls of batches
 
+	// toolRuns counts tool runs still going, including those whose call
+	// ended without them because they ignored their deadline.
+	toolRuns atomic.Int64
+
 	mu       sync.Mutex
 	running  map[string]*call
 	wg       sync.WaitGroup // every call and background goroutine

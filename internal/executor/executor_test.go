@@ -567,3 +567,34 @@ func TestHugeEditStillReachesTheApprover(t *testing.T) {
 		t.Errorf("diff of %d bytes was not cut", len(req.Diff))
 	}
 }
+
+// TestToolIgnoringItsDeadline: a tool that does not heed cancellation
+// cannot hold its caller past the deadline and the stop grace.
+func TestToolIgnoringItsDeadline(t *testing.T) {
+	e := newEnv(t)
+	release := make(chan struct{})
+	defer close(release)
+	conn := bustest.Connect(t, e.bus)
+	stubborn := tool.Func(events.ToolSpec{Name: "stubborn", Kind: events.KindRead}, func(ctx context.Context, c *tool.Call) (*tool.Output, error) {
+		<-release // ignores ctx
+		return tool.Text("too late"), nil
+	})
+	ex, err := Start(context.Background(), conn.Conn(), conn.JetStream(), Config{Identity: events.Identity{ID: "executor@stubborn"},
+		Tools: []tool.Tool{stubborn}, Policy: defaultPol(t), Logger: bustest.Quiet(),
+		ToolTimeouts: map[string]time.Duration{"stubborn": 100 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		ex.Stop(ctx)
+	}()
+	waitTool(t, e.exec, "stubborn")
+	if res := e.call(t, "stubborn", `{}`); errType(res) != events.ErrTimeout {
+		t.Errorf("got %s %s", errType(res), res.LLMContent)
+	}
+	if n := ex.toolRuns.Load(); n != 1 {
+		t.Errorf("%d tool runs counted, want the abandoned one", n)
+	}
+}

@@ -256,7 +256,7 @@ func (c *call) execute(confirmed bool) {
 		c.step("started", fmt.Sprintf("deadline %s", timeout))
 	}
 	tc := &tool.Call{ID: inv.ID, Args: inv.Args, Progress: c.progress}
-	out, err := runSafely(ctx, c.impl, tc)
+	out, err := c.runBounded(ctx, tc)
 	switch {
 	case err != nil && errors.Is(context.Cause(ctx), errDeadline):
 		c.fail(events.ErrTimeout, fmt.Sprintf("%s did not finish within %s and was stopped", c.tool.Name, timeout))
@@ -270,6 +270,40 @@ func (c *call) execute(confirmed bool) {
 }
 
 var errDeadline = errors.New("deadline")
+
+// stopGrace is how long a tool has, once its deadline passed or its call
+// was cancelled, to stop before the executor reports the end without it.
+const stopGrace = 2 * time.Second
+
+// runBounded runs the tool and returns when it does, or stopGrace after
+// ctx ends if the tool does not heed it (a read blocked on a pipe cannot be
+// interrupted): the caller gets its result on time, and the tool's
+// goroutine is left to finish on its own, counted in toolRuns.
+func (c *call) runBounded(ctx context.Context, tc *tool.Call) (*tool.Output, error) {
+	type outcome struct {
+		out *tool.Output
+		err error
+	}
+	done := make(chan outcome, 1)
+	c.e.toolRuns.Add(1)
+	go func() {
+		defer c.e.toolRuns.Add(-1)
+		out, err := runSafely(ctx, c.impl, tc)
+		done <- outcome{out, err}
+	}()
+	select {
+	case o := <-done:
+		return o.out, o.err
+	case <-ctx.Done():
+	}
+	select {
+	case o := <-done:
+		return o.out, o.err
+	case <-time.After(stopGrace):
+		c.e.log.Warn("a tool did not stop after its call ended; left to finish on its own", "tool", c.tool.Name, "invocation", c.inv.ID)
+		return nil, ctx.Err()
+	}
+}
 
 // runSafely runs a tool, turning a panic into an error: a broken tool
 // fails its call, not the executor.
