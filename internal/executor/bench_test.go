@@ -26,6 +26,7 @@ import (
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/registry"
+	"github.com/toolbus/toolbus/internal/tool"
 )
 
 const (
@@ -107,13 +108,17 @@ func BenchmarkInvoke(b *testing.B) {
 	}
 	// The executor on its own connection, as a separate process would be.
 	execConn := bustest.Connect(b, bb)
+	// noop splits the pipeline's cost from the file read's.
+	noop := tool.Func(events.ToolSpec{Name: "noop", Kind: events.KindThink, Description: "does nothing"},
+		func(context.Context, *tool.Call) (*tool.Output, error) { return tool.Text("ok"), nil })
 	ex, err := Start(context.Background(), execConn.Conn(), execConn.JetStream(), Config{Identity: events.Identity{ID: "executor@bench"},
-		Tools: builtin.Tools(ws, shells), Policy: pol, Workspace: ws.Root(), Logger: bustest.Quiet()})
+		Tools: append(builtin.Tools(ws, shells), noop), Policy: pol, Workspace: ws.Root(), Logger: bustest.Quiet()})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer ex.Stop(context.Background())
 	waitToolB(b, ex, "read_file")
+	waitToolB(b, ex, "noop")
 
 	callerConn := bustest.Connect(b, bb).Conn()
 	client := NewClient(callerConn, events.Identity{ID: "agent:bench"})
@@ -124,6 +129,12 @@ func BenchmarkInvoke(b *testing.B) {
 		res, err := client.Invoke(ctx, &events.Invocation{Tool: "read_file", Args: args}, nil)
 		if err != nil || res.Error != nil {
 			b.Fatalf("invoke: %v %+v", err, res)
+		}
+	}
+	invokeNoop := func() {
+		res, err := client.Invoke(ctx, &events.Invocation{Tool: "noop", Args: json.RawMessage(`{}`)}, nil)
+		if err != nil || res.Error != nil {
+			b.Fatalf("invoke noop: %v %+v", err, res)
 		}
 	}
 
@@ -154,6 +165,7 @@ func BenchmarkInvoke(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		rawP50, rawP99, invP50, invP99 := latencyPair(latencySamples, raw, invoke)
+		rawN50, _, noopP50, noopP99 := latencyPair(latencySamples, raw, invokeNoop)
 		polP50, polP99 := latency(latencySamples, decide)
 		raw1 := throughput(1, throughputOps/4, raw)
 		inv1 := throughput(1, throughputOps/4, invoke)
@@ -166,6 +178,7 @@ func BenchmarkInvoke(b *testing.B) {
 		fmt.Printf("\n%-38s %12s %12s %12s\n", "invoke benchmark (2 cores, loopback)", "p50", "p99", "vs raw p50")
 		fmt.Printf("%-38s %12s %12s %12s\n", "raw NATS request-reply", rawP50, rawP99, "1.00×")
 		fmt.Printf("%-38s %12s %12s %11.2f×   goal ≤ 1.5×\n", "tool.invoke read_file (allowed)", invP50, invP99, float64(invP50)/float64(rawP50))
+		fmt.Printf("%-38s %12s %12s %11.2f×\n", "tool.invoke of a no-op tool", noopP50, noopP99, float64(noopP50)/float64(rawN50))
 		fmt.Printf("%-38s %12s %12s %12s   goal p50 ≤ 30µs\n", "policy decision alone", polP50, polP99, "")
 		fmt.Printf("%-38s %12s %12s\n", "throughput, ops/s", "raw", "tool.invoke")
 		fmt.Printf("%-38s %12.0f %12.0f\n", "  1 caller", raw1, inv1)
