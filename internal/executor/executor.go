@@ -269,12 +269,17 @@ func (e *Executor) Catalog() *catalog.Catalog { return e.catalog.Catalog() }
 // finish, then cancels them (their callers get CANCELLED), and releases
 // everything the executor started.
 func (e *Executor) Stop(ctx context.Context) error {
+	// Under mu, so that no call is admitted (wg.Add) after this point:
+	// accept checks stopping under the same lock.
+	e.mu.Lock()
 	select {
 	case <-e.stopping:
+		e.mu.Unlock()
 		return nil
 	default:
 		close(e.stopping)
 	}
+	e.mu.Unlock()
 	var errs []error
 	for _, s := range e.subs {
 		if err := s.Drain(); err != nil {
