@@ -141,9 +141,9 @@ func Tools(ws *Workspace, shells *Shells) []tool.Tool {
 		case "run_shell_command":
 			t = &runShell{spec: spec, shells: shells}
 		case "shell_output":
-			t = &shellOutputTool{spec: spec, shells: shells}
+			t = &backgroundTool{spec: spec, shells: shells, act: readBackground}
 		case "kill_shell":
-			t = &killShellTool{spec: spec, shells: shells}
+			t = &backgroundTool{spec: spec, shells: shells, act: killBackground}
 		default:
 			panic("builtin: no implementation for " + spec.Name)
 		}

@@ -260,18 +260,28 @@ func (s *Shells) lookup(id string) (*background, *tool.Output) {
 	return b, nil
 }
 
+// forget drops a background command the model no longer needs to reach.
+func (s *Shells) forget(id string) {
+	s.mu.Lock()
+	delete(s.bg, id)
+	s.mu.Unlock()
+}
+
 type shellIDArgs struct {
 	ShellID string `json:"shell_id"`
 }
 
-type shellOutputTool struct {
+// backgroundTool is a tool acting on one background command, found by the
+// shell_id run_shell_command gave: shell_output and kill_shell.
+type backgroundTool struct {
 	spec   events.ToolSpec
 	shells *Shells
+	act    func(s *Shells, b *background) string
 }
 
-func (t *shellOutputTool) Spec() events.ToolSpec { return t.spec }
+func (t *backgroundTool) Spec() events.ToolSpec { return t.spec }
 
-func (t *shellOutputTool) Run(_ context.Context, call *tool.Call) (*tool.Output, error) {
+func (t *backgroundTool) Run(_ context.Context, call *tool.Call) (*tool.Output, error) {
 	a, err := decode[shellIDArgs](call.Args)
 	if err != nil {
 		return nil, err
@@ -280,39 +290,26 @@ func (t *shellOutputTool) Run(_ context.Context, call *tool.Call) (*tool.Output,
 	if fail != nil {
 		return fail, nil
 	}
+	return tool.Text(t.act(t.shells, b)), nil
+}
+
+// readBackground reports what a background command wrote since the last
+// call, and forgets it once it has exited and everything was read.
+func readBackground(s *Shells, b *background) string {
 	status := "running"
 	select {
 	case <-b.done:
 		status = "exited with code " + fmt.Sprint(b.cmd.ProcessState.ExitCode())
-		t.shells.mu.Lock()
-		delete(t.shells.bg, b.id)
-		t.shells.mu.Unlock()
+		s.forget(b.id)
 	default:
 	}
-	content := fmt.Sprintf("Shell %s (%s): %s\nStdout since last read: %s\nStderr since last read: %s", b.id, b.line, status, orEmpty(b.stdout.take()), orEmpty(b.stderr.take()))
-	return tool.Text(content), nil
+	return fmt.Sprintf("Shell %s (%s): %s\nStdout since last read: %s\nStderr since last read: %s", b.id, b.line, status, orEmpty(b.stdout.take()), orEmpty(b.stderr.take()))
 }
 
-type killShellTool struct {
-	spec   events.ToolSpec
-	shells *Shells
-}
-
-func (t *killShellTool) Spec() events.ToolSpec { return t.spec }
-
-func (t *killShellTool) Run(_ context.Context, call *tool.Call) (*tool.Output, error) {
-	a, err := decode[shellIDArgs](call.Args)
-	if err != nil {
-		return nil, err
-	}
-	b, fail := t.shells.lookup(a.ShellID)
-	if fail != nil {
-		return fail, nil
-	}
+// killBackground stops a background command and its whole process group.
+func killBackground(s *Shells, b *background) string {
 	b.kill()
 	<-b.done
-	t.shells.mu.Lock()
-	delete(t.shells.bg, b.id)
-	t.shells.mu.Unlock()
-	return tool.Text(fmt.Sprintf("Killed shell %s (%s).", b.id, b.line)), nil
+	s.forget(b.id)
+	return fmt.Sprintf("Killed shell %s (%s).", b.id, b.line)
 }
