@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/tool"
 )
@@ -52,20 +51,7 @@ func batchTools() []tool.Tool {
 
 func TestBatches(t *testing.T) {
 	e := newEnv(t)
-	conn := bustest.Connect(t, e.bus)
-	ex, err := Start(context.Background(), conn.Conn(), conn.JetStream(), Config{Identity: events.Identity{ID: "executor@batch"},
-		Tools: batchTools(), Policy: defaultPol(t), Logger: bustest.Quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		ex.Stop(ctx)
-	}()
-	for _, n := range []string{"emit", "upper", "meet"} {
-		waitTool(t, e.exec, n)
-	}
+	e.hostTools(t, "executor@batch", batchTools())
 	call := func(tool, args string) events.BatchCall {
 		return events.BatchCall{Tool: tool, Args: json.RawMessage(args)}
 	}

@@ -91,6 +91,31 @@ func (e *env) startExecutor(t *testing.T, b *bus.Bus, opts ...option) *Executor 
 	return ex
 }
 
+// hostTools starts another executor of the fleet, on a connection of its
+// own, hosting tools; it is stopped when the test ends. It returns once the
+// first executor's catalogue lists the tools.
+func (e *env) hostTools(t *testing.T, id string, tools []tool.Tool, opts ...option) (*Executor, *bus.Bus) {
+	t.Helper()
+	conn := bustest.Connect(t, e.bus)
+	cfg := Config{Identity: events.Identity{ID: id}, Tools: tools, Policy: defaultPol(t), Logger: bustest.Quiet()}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	ex, err := Start(context.Background(), conn.Conn(), conn.JetStream(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		ex.Stop(ctx)
+	})
+	for _, tl := range tools {
+		waitTool(t, e.exec, tl.Spec().Name)
+	}
+	return ex, conn
+}
+
 func (e *env) call(t *testing.T, name, args string) *events.Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -352,19 +377,13 @@ func TestLargeOutputIsCappedAndKept(t *testing.T) {
 func TestExecutorLostMidCall(t *testing.T) {
 	e := newEnv(t)
 	// A second executor on its own connection hosts a tool that blocks.
-	conn := bustest.Connect(t, e.bus)
 	blocked := make(chan struct{})
 	hang := tool.Func(events.ToolSpec{Name: "hang", Kind: events.KindRead, Description: "blocks"}, func(ctx context.Context, c *tool.Call) (*tool.Output, error) {
 		close(blocked)
 		<-ctx.Done()
 		return nil, ctx.Err()
 	})
-	lost, err := Start(context.Background(), conn.Conn(), conn.JetStream(), Config{Identity: events.Identity{ID: "executor@doomed"},
-		Tools: []tool.Tool{hang}, Policy: defaultPol(t), Logger: bustest.Quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitTool(t, e.exec, "hang")
+	_, conn := e.hostTools(t, "executor@doomed", []tool.Tool{hang})
 	done := make(chan *events.Result, 1)
 	go func() { done <- e.call(t, "hang", `{}`) }()
 	<-blocked
@@ -377,28 +396,14 @@ func TestExecutorLostMidCall(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the caller hung")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	lost.Stop(ctx)
 }
 
 func TestForwardingToTheExecutorThatHostsTheTool(t *testing.T) {
 	e := newEnv(t)
-	conn := bustest.Connect(t, e.bus)
 	echo := tool.Func(events.ToolSpec{Name: "echo_host", Kind: events.KindRead, Description: "says who runs it"}, func(ctx context.Context, c *tool.Call) (*tool.Output, error) {
 		return tool.Text("ran on b"), nil
 	})
-	b, err := Start(context.Background(), conn.Conn(), conn.JetStream(), Config{Identity: events.Identity{ID: "executor@b"},
-		Tools: []tool.Tool{echo}, Policy: defaultPol(t), Logger: bustest.Quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		b.Stop(ctx)
-	}()
-	waitTool(t, e.exec, "echo_host")
+	e.hostTools(t, "executor@b", []tool.Tool{echo})
 	// Whichever executor takes each call, it runs where the tool lives.
 	for i := range 20 {
 		if res := e.call(t, "echo_host", `{}`); res.Error != nil || res.LLMContent != "ran on b" {
@@ -574,23 +579,13 @@ func TestToolIgnoringItsDeadline(t *testing.T) {
 	e := newEnv(t)
 	release := make(chan struct{})
 	defer close(release)
-	conn := bustest.Connect(t, e.bus)
 	stubborn := tool.Func(events.ToolSpec{Name: "stubborn", Kind: events.KindRead}, func(ctx context.Context, c *tool.Call) (*tool.Output, error) {
 		<-release // ignores ctx
 		return tool.Text("too late"), nil
 	})
-	ex, err := Start(context.Background(), conn.Conn(), conn.JetStream(), Config{Identity: events.Identity{ID: "executor@stubborn"},
-		Tools: []tool.Tool{stubborn}, Policy: defaultPol(t), Logger: bustest.Quiet(),
-		ToolTimeouts: map[string]time.Duration{"stubborn": 100 * time.Millisecond}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		ex.Stop(ctx)
-	}()
-	waitTool(t, e.exec, "stubborn")
+	ex, _ := e.hostTools(t, "executor@stubborn", []tool.Tool{stubborn}, func(c *Config) {
+		c.ToolTimeouts = map[string]time.Duration{"stubborn": 100 * time.Millisecond}
+	})
 	if res := e.call(t, "stubborn", `{}`); errType(res) != events.ErrTimeout {
 		t.Errorf("got %s %s", errType(res), res.LLMContent)
 	}
