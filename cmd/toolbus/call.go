@@ -28,6 +28,7 @@ func runCall(args []string) error {
 	asJSON := fs.Bool("json", false, "print the whole result as JSON")
 	timeout := fs.Duration("timeout", 0, "give up (and cancel the call) after this long; default: the executor's deadline")
 	stream := fs.Bool("stream", false, "print output to stderr as the tool produces it")
+	id := fs.String("id", "", "the invocation id (default: a new unique one), for `toolbus cancel`")
 	rest, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -65,7 +66,7 @@ func runCall(args []string) error {
 	if *stream {
 		progress = func(s string) { fmt.Fprint(os.Stderr, s) }
 	}
-	inv := &events.Invocation{Tool: rest[0], Args: json.RawMessage(*argsJSON)}
+	inv := &events.Invocation{Header: events.Header{ID: *id}, Tool: rest[0], Args: json.RawMessage(*argsJSON)}
 	if *timeout > 0 {
 		inv.TimeoutMillis = timeout.Milliseconds()
 	}

@@ -20,7 +20,7 @@ Usage:
   toolbus tools list [--json] [--active] [--server NAME] [--format gemini|openai|anthropic|mcp]
   toolbus tools get NAME [--json] [--format gemini|openai|anthropic|mcp]
   toolbus tools enable|disable [NAME...] [--kind KIND] [--category CATEGORY]
-  toolbus call NAME --args JSON [--json] [--timeout D] [--stream]
+  toolbus call NAME --args JSON [--json] [--timeout D] [--stream] [--id ID]
       run a tool; exit 0 on success, 1 with the error type on stderr on failure
   toolbus cancel INVOCATION_ID
   toolbus policy test [DIR] [-v]      run a policy set's Rego tests (default: the built-in policy)

@@ -265,6 +265,30 @@ func TestCallThroughUp(t *testing.T) {
 	if w, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
 		w.Close()
 	}
+	// Cancel by id from another command: the blocked read ends CANCELLED.
+	blocked := exec.Command(bin("toolbus"), "call", "read_file", "--id", "cancel-me-1", "--args", `{"file_path":"pipe"}`, "--nats", url)
+	var blockedErr bytes.Buffer
+	blocked.Stderr = &blockedErr
+	if err := blocked.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, _, code := toolbus(t, "cancel", "cancel-me-1", "--nats", url)
+		if code == 0 && strings.Contains(out, "cancelled cancel-me-1") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("toolbus cancel never found the running call")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := blocked.Wait(); err == nil || !strings.Contains(blockedErr.String(), "CANCELLED") {
+		t.Errorf("cancelled call: %v, stderr %q", err, blockedErr.String())
+	}
+	if w, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+		w.Close()
+	}
 	out, _, code = toolbus(t, "call", "read_fiel", "--json", "--args", `{}`, "--nats", url)
 	var res events.Result
 	if code == 0 || json.Unmarshal([]byte(out), &res) != nil || res.Error == nil || res.Error.Type != events.ErrToolNotFound || res.InvocationID == "" {
@@ -285,6 +309,12 @@ func TestCallThroughUp(t *testing.T) {
 	}
 	if out, _, code := toolbus(t, "allowlist", "list", "--json", "--nats", url); code != 0 || strings.TrimSpace(out) != "[]" {
 		t.Errorf("allowlist list: exit %d, %s", code, out)
+	}
+	if _, errOut, code := toolbus(t, "allowlist", "revoke", "nope", "--nats", url); code != 1 || !strings.Contains(errOut, `no allowlist entry "nope"`) {
+		t.Errorf("allowlist revoke of nothing: exit %d, %s", code, errOut)
+	}
+	if _, errOut, code := toolbus(t, "cancel", "no-such-call", "--nats", url); code != 1 || !strings.Contains(errOut, "no executor is running invocation no-such-call") {
+		t.Errorf("cancel of nothing: exit %d, %s", code, errOut)
 	}
 	up.stop(t)
 }
