@@ -137,6 +137,37 @@ func localeCompare(a, b string) int {
 	return strings.Compare(a, b)
 }
 
+// Snapshots caches the Catalog of a map of entries that changes: the
+// snapshot is built on the first read after a change and shared until the
+// next. The owner of the map guards it with a mutex and calls Invalidate,
+// holding it, after every change.
+type Snapshots struct {
+	cur atomic.Pointer[Catalog]
+}
+
+// Get returns the current snapshot, building it from entries under mu when
+// a change made it stale. It must not be called with mu held.
+func (s *Snapshots) Get(mu sync.Locker, entries map[string]*Entry) *Catalog {
+	if c := s.cur.Load(); c != nil {
+		return c
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if c := s.cur.Load(); c != nil {
+		return c
+	}
+	list := make([]*Entry, 0, len(entries))
+	for _, e := range entries {
+		list = append(list, e)
+	}
+	c := New(list)
+	s.cur.Store(c)
+	return c
+}
+
+// Invalidate marks the snapshot stale.
+func (s *Snapshots) Invalidate() { s.cur.Store(nil) }
+
 // Len is the number of tools, active or not.
 func (c *Catalog) Len() int { return len(c.sorted) }
 

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"runtime"
 	"sync"
-	"sync/atomic"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -193,8 +192,8 @@ type Replica struct {
 
 	mu      sync.Mutex
 	entries map[string]*Entry
-	snap    atomic.Pointer[Catalog] // nil after a change, rebuilt on demand
-	changed chan struct{}           // closed and replaced on every change
+	snaps   Snapshots
+	changed chan struct{} // closed and replaced on every change
 }
 
 // Follow starts a Replica of the catalogue on the bus, creating the bucket
@@ -223,7 +222,7 @@ func (r *Replica) follow() {
 		}
 		r.mu.Lock()
 		apply(r.entries, kve, r.log)
-		r.snap.Store(nil)
+		r.snaps.Invalidate()
 		close(r.changed)
 		r.changed = make(chan struct{})
 		r.mu.Unlock()
@@ -231,19 +230,7 @@ func (r *Replica) follow() {
 }
 
 // Catalog is the current snapshot.
-func (r *Replica) Catalog() *Catalog {
-	if c := r.snap.Load(); c != nil {
-		return c
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if c := r.snap.Load(); c != nil {
-		return c
-	}
-	c := New(values(r.entries))
-	r.snap.Store(c)
-	return c
-}
+func (r *Replica) Catalog() *Catalog { return r.snaps.Get(&r.mu, r.entries) }
 
 // Changed returns a channel closed at the next change after the call.
 func (r *Replica) Changed() <-chan struct{} {

@@ -16,7 +16,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/toolbus/toolbus/internal/catalog"
@@ -53,7 +52,7 @@ type Registry struct {
 	dirty      map[string]bool // names whose bucket entry is stale
 	stateDirty bool
 
-	snap atomic.Pointer[catalog.Catalog] // nil after a change
+	snaps catalog.Snapshots
 }
 
 // batch remembers the tools named so far by a chunked Replace request.
@@ -90,23 +89,7 @@ func New(settings Settings, log *slog.Logger) *Registry {
 }
 
 // Catalog is a snapshot of the catalogue as it is now.
-func (r *Registry) Catalog() *catalog.Catalog {
-	if c := r.snap.Load(); c != nil {
-		return c
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if c := r.snap.Load(); c != nil {
-		return c
-	}
-	list := make([]*catalog.Entry, 0, len(r.tools))
-	for _, e := range r.tools {
-		list = append(list, e)
-	}
-	c := catalog.New(list)
-	r.snap.Store(c)
-	return c
-}
+func (r *Registry) Catalog() *catalog.Catalog { return r.snaps.Get(&r.mu, r.tools) }
 
 // Restore loads a persisted catalogue and state, then applies the current
 // settings to it, which may activate or deactivate tools.
@@ -396,7 +379,7 @@ func (r *Registry) put(t *events.Tool) {
 	r.byIdentity[identityOf(t)] = t.Name
 	r.byExport[t.ExportName] = t.Name
 	r.dirty[t.Name] = true
-	r.snap.Store(nil)
+	r.snaps.Invalidate()
 }
 
 // drop removes t and its indexes. The caller holds mu.
@@ -409,7 +392,7 @@ func (r *Registry) drop(t *events.Tool) {
 		delete(r.byExport, t.ExportName)
 	}
 	r.dirty[t.Name] = true
-	r.snap.Store(nil)
+	r.snaps.Invalidate()
 }
 
 // dropUnseen ends a Replace request: the provider stops hosting the tools of
