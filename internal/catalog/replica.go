@@ -209,7 +209,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (*Rep
 		stop()
 		return nil, err
 	}
-	r := &Replica{log: log, watcher: w, stop: stop, done: make(chan struct{}), entries: entries, changed: make(chan struct{})}
+	r := &Replica{log: log, watcher: w, stop: stop, done: make(chan struct{}), entries: entries}
 	go r.follow()
 	return r, nil
 }
@@ -223,21 +223,12 @@ func (r *Replica) follow() {
 		r.mu.Lock()
 		apply(r.entries, kve, r.log)
 		r.snaps.Invalidate()
-		close(r.changed)
-		r.changed = make(chan struct{})
 		r.mu.Unlock()
 	}
 }
 
 // Catalog is the current snapshot.
 func (r *Replica) Catalog() *Catalog { return r.snaps.Get(&r.mu, r.entries) }
-
-// Changed returns a channel closed at the next change after the call.
-func (r *Replica) Changed() <-chan struct{} {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.changed
-}
 
 // Close stops following and waits for the follower goroutine to end.
 func (r *Replica) Close() error {

@@ -104,29 +104,43 @@ func Decode[T any, PT interface {
 	*T
 	Envelope
 }](data []byte) (PT, error) {
-	var probe struct {
-		V    *int    `json:"v"`
-		Type *string `json:"type"`
-	}
 	if t := bytes.TrimLeft(data, " \t\r\n"); len(t) == 0 || t[0] != '{' {
 		return nil, fmt.Errorf("%w: not a JSON object", ErrMalformed)
 	}
-	if err := jsonv2.Unmarshal(data, &probe); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
-	}
+	// One parse on the way that matters: a well-formed envelope of the
+	// right type. Only when that fails is the header read on its own, to
+	// say whether the version or the type is what is wrong.
 	var want PT = new(T)
-	switch {
-	case probe.V == nil:
-		return nil, fmt.Errorf("%w: no \"v\" field", ErrMalformed)
-	case *probe.V != Version:
-		return nil, fmt.Errorf("%w: got v=%d, this build speaks v=%d", ErrVersion, *probe.V, Version)
-	case probe.Type == nil:
-		return nil, fmt.Errorf("%w: no \"type\" field", ErrMalformed)
-	case *probe.Type != want.EnvelopeType():
-		return nil, fmt.Errorf("%w: got %q, want %q", ErrType, *probe.Type, want.EnvelopeType())
+	decodeErr := jsonv2.Unmarshal(data, want)
+	if decodeErr != nil {
+		var probe struct {
+			V    *int    `json:"v"`
+			Type *string `json:"type"`
+		}
+		if err := jsonv2.Unmarshal(data, &probe); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+		}
+		h := want.header()
+		h.V, h.Type = 0, ""
+		if probe.V != nil {
+			h.V = *probe.V
+		}
+		if probe.Type != nil {
+			h.Type = *probe.Type
+		}
 	}
-	if err := jsonv2.Unmarshal(data, want); err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrMalformed, want.EnvelopeType(), err)
+	h := want.header()
+	switch {
+	case h.V == 0:
+		return nil, fmt.Errorf("%w: no \"v\" field (or v is 0)", ErrMalformed)
+	case h.V != Version:
+		return nil, fmt.Errorf("%w: got v=%d, this build speaks v=%d", ErrVersion, h.V, Version)
+	case h.Type == "":
+		return nil, fmt.Errorf("%w: no \"type\" field", ErrMalformed)
+	case h.Type != want.EnvelopeType():
+		return nil, fmt.Errorf("%w: got %q, want %q", ErrType, h.Type, want.EnvelopeType())
+	case decodeErr != nil:
+		return nil, fmt.Errorf("%w: %s: %v", ErrMalformed, want.EnvelopeType(), decodeErr)
 	}
 	if err := want.Validate(); err != nil {
 		return nil, err

@@ -21,17 +21,17 @@ type schemas struct {
 	cache map[schemaKey]*jsonschema.Schema
 }
 
-// schemaKey names one version of one tool's schema.
+// schemaKey names one version of one tool: the registry stamps every
+// change of an entry with a new UpdatedAt, so the key never needs the
+// schema's bytes (which would be copied and hashed on every call).
 type schemaKey struct {
 	name    string
-	version string
+	version int64
 }
 
 func newSchemas() *schemas { return &schemas{cache: make(map[schemaKey]*jsonschema.Schema)} }
 
-func keyOf(t *events.Tool) schemaKey {
-	return schemaKey{t.Name, t.UpdatedAt.String() + "\x00" + string(t.Parameters)}
-}
+func keyOf(t *events.Tool) schemaKey { return schemaKey{t.Name, t.UpdatedAt.UnixNano()} }
 
 // get returns the compiled schema of t, compiling it on first use.
 func (s *schemas) get(t *events.Tool) (*jsonschema.Schema, error) {
