@@ -38,6 +38,10 @@ const (
 	LostAfter      = 4 * HeartbeatEvery
 )
 
+// workerIdle is how long a worker goroutine waits for the next call
+// before it exits.
+const workerIdle = 30 * time.Second
+
 // queueGroup is the queue all executors share on tool.invoke.
 const queueGroup = "executors"
 
@@ -110,6 +114,7 @@ type Executor struct {
 	mu       sync.Mutex
 	running  map[string]*call
 	wg       sync.WaitGroup // every call and background goroutine
+	workers  *workers       // the goroutines calls and tool runs run on
 	stopping chan struct{}
 }
 
@@ -137,7 +142,8 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 	}
 	home, _ := os.UserHomeDir()
 	e := &Executor{cfg: cfg, nc: nc, js: js, id: cfg.Identity, log: log, tools: make(map[string]tool.Tool),
-		home: home, schemas: newSchemas(), running: make(map[string]*call), stopping: make(chan struct{})}
+		home: home, schemas: newSchemas(), running: make(map[string]*call), workers: newWorkers(workerIdle),
+		stopping: make(chan struct{})}
 	for _, t := range cfg.Tools {
 		e.tools[t.Spec().Name] = t
 	}
@@ -301,6 +307,9 @@ func (e *Executor) Stop(ctx context.Context) error {
 		e.mu.Unlock()
 		<-done
 	}
+	// Idle workers exit now; a worker still running a tool that ignored
+	// its deadline exits when the tool returns, and is not waited for.
+	e.workers.stop(e.toolRuns.Load() == 0)
 	if e.invoker != nil {
 		errs = append(errs, e.invoker.Close())
 	}

@@ -39,7 +39,7 @@ type call struct {
 	done      bool
 }
 
-// accept takes one invocation message. It runs the call on a goroutine of
+// accept takes one invocation message. It runs the call on a worker of
 // its own, so the subscription keeps handing out work.
 func (e *Executor) accept(m *nats.Msg, forwarded bool) {
 	inv, err := events.Decode[events.Invocation](m.Data)
@@ -66,7 +66,7 @@ func (e *Executor) accept(m *nats.Msg, forwarded bool) {
 	e.running[inv.ID] = c
 	e.wg.Add(1)
 	e.mu.Unlock()
-	go func() {
+	e.workers.run(func() {
 		defer e.wg.Done()
 		defer func() {
 			e.mu.Lock()
@@ -76,7 +76,7 @@ func (e *Executor) accept(m *nats.Msg, forwarded bool) {
 		}()
 		c.heartbeat = time.AfterFunc(HeartbeatEvery, c.beat)
 		c.run(ok)
-	}()
+	})
 }
 
 func nameOf(t *events.Tool) string {
@@ -286,11 +286,11 @@ func (c *call) runBounded(ctx context.Context, tc *tool.Call) (*tool.Output, err
 	}
 	done := make(chan outcome, 1)
 	c.e.toolRuns.Add(1)
-	go func() {
+	c.e.workers.run(func() {
 		defer c.e.toolRuns.Add(-1)
 		out, err := runSafely(ctx, c.impl, tc)
 		done <- outcome{out, err}
-	}()
+	})
 	select {
 	case o := <-done:
 		return o.out, o.err
