@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/toolbus/toolbus/internal/events"
@@ -102,18 +103,29 @@ func (t *readFile) Run(_ context.Context, call *tool.Call) (*tool.Output, error)
 	if limit <= 0 {
 		limit = defaultReadLimit
 	}
-	lines := strings.SplitAfter(string(data), "\n")
+	text := string(data)
+	if n := lineCount(text); a.Offset == 0 && n <= limit {
+		return &tool.Output{LLMContent: text, ReturnDisplay: "Read " + strconv.Itoa(n) + " lines from " + t.ws.Rel(p)}, nil
+	}
+	lines := strings.SplitAfter(text, "\n")
 	if len(lines) > 0 && lines[len(lines)-1] == "" {
 		lines = lines[:len(lines)-1]
-	}
-	if a.Offset == 0 && len(lines) <= limit {
-		return &tool.Output{LLMContent: string(data), ReturnDisplay: fmt.Sprintf("Read %d lines from %s", len(lines), t.ws.Rel(p))}, nil
 	}
 	start := min(a.Offset, len(lines))
 	end := min(start+limit, len(lines))
 	body := strings.Join(lines[start:end], "")
 	note := fmt.Sprintf("[File content truncated: showing lines %d-%d of %d total lines. Use offset/limit to read more.]\n", start+1, end, len(lines))
 	return &tool.Output{LLMContent: note + body, ReturnDisplay: fmt.Sprintf("Read lines %d-%d of %d from %s", start+1, end, len(lines), t.ws.Rel(p))}, nil
+}
+
+// lineCount is how many lines text has, the last one counted whether or
+// not a newline ends it.
+func lineCount(text string) int {
+	n := strings.Count(text, "\n")
+	if text != "" && !strings.HasSuffix(text, "\n") {
+		n++
+	}
+	return n
 }
 
 // --- write_file --------------------------------------------------------------

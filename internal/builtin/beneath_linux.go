@@ -1,0 +1,100 @@
+package builtin
+
+import (
+	"errors"
+	"io/fs"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+)
+
+// beneath reads files with openat2(2) and RESOLVE_BENEATH: the kernel
+// refuses, during the lookup itself, any path that leaves the directory
+// (through "..", an absolute path or a symbolic link), which is the same
+// confinement os.Root gives. It is here for speed: a read through os.Root
+// costs an *os.File, its poller registration and a fcntl, about twice the
+// syscalls of open, fstat, read and close (7 µs against 3.6 µs here). The
+// kernels and sandboxes without openat2 (before Linux 5.6, or filtered by
+// seccomp) fall back to os.Root.
+type beneath struct {
+	dirfd       int
+	unsupported atomic.Bool
+}
+
+func openBeneath(dir string) *beneath {
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil
+	}
+	return &beneath{dirfd: fd}
+}
+
+func (b *beneath) close() {
+	if b != nil {
+		unix.Close(b.dirfd)
+	}
+}
+
+var beneathHow = unix.OpenHow{
+	Flags:   unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NOCTTY,
+	Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS,
+}
+
+// readFile reads rel, a path relative to the directory. ok is false when
+// openat2 is not available and the caller must read another way.
+func (b *beneath) readFile(rel string) (data []byte, ok bool, err error) {
+	if b == nil || b.unsupported.Load() {
+		return nil, false, nil
+	}
+	var fd int
+	for attempt := 0; ; attempt++ {
+		fd, err = unix.Openat2(b.dirfd, rel, &beneathHow)
+		// EAGAIN: a rename raced with the lookup; EINTR: a signal.
+		if (err == unix.EAGAIN && attempt < 8) || err == unix.EINTR {
+			continue
+		}
+		break
+	}
+	switch {
+	case err == unix.ENOSYS:
+		b.unsupported.Store(true)
+		return nil, false, nil
+	case err == unix.EPERM: // a seccomp filter, or a real refusal: os.Root says which
+		return nil, false, nil
+	case err == unix.EXDEV:
+		return nil, true, errEscapes
+	case err != nil:
+		return nil, true, &fs.PathError{Op: "open", Path: rel, Err: err}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, true, &fs.PathError{Op: "stat", Path: rel, Err: err}
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		return nil, true, &fs.PathError{Op: "read", Path: rel, Err: unix.EISDIR}
+	}
+	// One byte more than the size, so a file read whole takes one read
+	// and the next returns 0; files that report no size (procfs) grow.
+	data = make([]byte, 0, max(st.Size+1, 64))
+	for {
+		if len(data) == cap(data) {
+			data = append(data, 0)[:len(data)]
+		}
+		n, err := unix.Read(fd, data[len(data):cap(data)])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, true, &fs.PathError{Op: "read", Path: rel, Err: err}
+		}
+		if n == 0 {
+			return data, true, nil
+		}
+		data = data[:len(data)+n]
+	}
+}
+
+// errEscapes is what the kernel's EXDEV means here; Workspace.confined
+// names it as leaving the workspace.
+var errEscapes = errors.New("path escapes from parent")

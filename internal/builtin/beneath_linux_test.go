@@ -1,0 +1,69 @@
+package builtin
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+)
+
+// TestBeneathAgreesWithRoot holds the openat2 fast path to what os.Root
+// does, path by path: the same bytes, and a refusal where os.Root refuses.
+func TestBeneathAgreesWithRoot(t *testing.T) {
+	dir := t.TempDir()
+	outside := t.TempDir()
+	os.WriteFile(filepath.Join(outside, "secret"), []byte("s"), 0o644)
+	os.MkdirAll(filepath.Join(dir, "a", "b"), 0o755)
+	os.WriteFile(filepath.Join(dir, "a", "b", "f.txt"), []byte("inside\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "empty"), nil, 0o644)
+	big := make([]byte, 300_000)
+	for i := range big {
+		big[i] = byte('a' + i%26)
+	}
+	os.WriteFile(filepath.Join(dir, "big"), big, 0o644)
+	os.Symlink("a/b/f.txt", filepath.Join(dir, "link-in"))
+	os.Symlink(filepath.Join(dir, "a/b/f.txt"), filepath.Join(dir, "abs-link-in"))
+	os.Symlink(outside, filepath.Join(dir, "escape"))
+	os.Symlink("../"+filepath.Base(outside)+"/secret", filepath.Join(dir, "rel-escape"))
+	os.Symlink("/proc/self/root/etc/hostname", filepath.Join(dir, "magic"))
+	syscall.Mkfifo(filepath.Join(dir, "fifo-unused"), 0o644)
+
+	b := openBeneath(dir)
+	if b == nil {
+		t.Fatal("openBeneath failed")
+	}
+	defer b.close()
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+
+	for _, p := range []string{"a/b/f.txt", "a/b/../b/f.txt", "empty", "big", "link-in", "abs-link-in",
+		"escape/secret", "rel-escape", "a/../../x", "magic", "a", "nope", "a/nope/x"} {
+		want, rootErr := root.ReadFile(p)
+		got, ok, err := b.readFile(p)
+		if !ok {
+			t.Fatalf("%s: openat2 not used; this kernel should have it", p)
+		}
+		if (err == nil) != (rootErr == nil) {
+			t.Errorf("%s: openat2 says %v, os.Root says %v", p, err, rootErr)
+			continue
+		}
+		if err == nil && string(got) != string(want) {
+			t.Errorf("%s: openat2 read %d bytes, os.Root %d", p, len(got), len(want))
+		}
+		if errors.Is(rootErr, fs.ErrNotExist) != errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s: not-found differs: openat2 %v, os.Root %v", p, err, rootErr)
+		}
+	}
+	// Every way out is named as leaving the workspace.
+	ws := &Workspace{root: dir, fs: root, beneath: b}
+	for _, p := range []string{"escape/secret", "rel-escape"} {
+		if _, err := ws.ReadFile(p); !errors.Is(err, ErrOutsideWorkspace) {
+			t.Errorf("%s: %v does not say it leaves the workspace", p, err)
+		}
+	}
+}
