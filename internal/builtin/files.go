@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 
+	jsonv2 "github.com/go-json-experiment/json"
+
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/tool"
 )
@@ -34,7 +36,7 @@ var pathArgs = []string{"file_path", "path", "directory"}
 // Paths implements tool.PathNamer: every path argument, absolute.
 func (t *fileTool) Paths(args json.RawMessage) []string {
 	var m map[string]any
-	if json.Unmarshal(args, &m) != nil {
+	if jsonv2.Unmarshal(args, &m) != nil {
 		return nil
 	}
 	var out []string
@@ -73,9 +75,13 @@ func (t *fileTool) failure(p string, err error) *tool.Output {
 	return tool.Failed(events.ErrExecutionFailed, err.Error())
 }
 
+// decode reads a tool's arguments the way the executor's validation and
+// the policy read them: names match exactly (encoding/json would also take
+// "FILE_PATH" for file_path, a value the policy never saw) and a name
+// given twice is an error. Unknown names are ignored.
 func decode[T any](args json.RawMessage) (T, error) {
 	var v T
-	err := json.Unmarshal(args, &v)
+	err := jsonv2.Unmarshal(args, &v)
 	return v, err
 }
 

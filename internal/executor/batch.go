@@ -135,8 +135,8 @@ func substitute(raw json.RawMessage, results []events.Result, i int) (json.RawMe
 	if !bytes.Contains(raw, []byte(`"$`)) {
 		return raw, nil
 	}
-	var args map[string]any
-	if err := json.Unmarshal(raw, &args); err != nil {
+	args, err := decodeArgs(raw)
+	if err != nil {
 		return raw, nil // the pipeline reports bad arguments
 	}
 	for k, v := range args {

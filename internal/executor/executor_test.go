@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -216,6 +217,45 @@ func TestDecisionPaths(t *testing.T) {
 	}
 	if _, err := e.client.Invoke(context.Background(), &events.Invocation{Tool: "read_file", Args: json.RawMessage(`[1]`)}, nil); err == nil || !strings.Contains(err.Error(), "args is not a JSON object") {
 		t.Errorf("args not an object: %v", err)
+	}
+}
+
+// TestArgumentsCannotBeSmuggled: the policy and the tool must read the
+// same arguments. A key that differs only in case, or a key given twice,
+// must not let the tool act on a value the policy never judged.
+func TestArgumentsCannotBeSmuggled(t *testing.T) {
+	e := newEnv(t)
+	os.WriteFile(filepath.Join(e.ws.Root(), ".env"), []byte("SECRET=1\n"), 0o600)
+	for _, args := range []string{
+		`{"file_path":"README.md","FILE_PATH":".env"}`,
+		`{"file_path":"README.md","File_Path":".env"}`,
+		`{"FILE_PATH":".env","file_path":"README.md"}`,
+	} {
+		res := e.call(t, "read_file", args)
+		if errType(res) != events.ErrInvalidParams || !strings.Contains(res.LLMContent, "only in case") {
+			t.Errorf("%s: got %s %q", args, errType(res), res.LLMContent)
+		}
+	}
+	// A name given twice: the client refuses to send it, so it goes raw.
+	for _, args := range []string{
+		`{"file_path":"README.md","file_path":".env"}`,
+		`{"file_path":".env","file_path":"README.md"}`,
+	} {
+		data := fmt.Sprintf(`{"v":1,"type":"tool.invocation","id":"dup-%d","time":"2026-01-01T00:00:00Z","sender":{"id":"agent:raw"},"tool":"read_file","args":%s}`, len(args), args)
+		m, err := e.client.nc.Request(events.SubjectInvoke, []byte(data), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := events.Decode[events.Result](m.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if errType(res) != events.ErrInvalidParams || strings.Contains(res.LLMContent, "SECRET") {
+			t.Errorf("%s: got %s %q", args, errType(res), res.LLMContent)
+		}
+	}
+	if res := e.call(t, "read_file", `{"file_path":".env"}`); errType(res) != events.ErrPolicyDenied {
+		t.Errorf(".env read plainly: %s %q", errType(res), res.LLMContent)
 	}
 }
 

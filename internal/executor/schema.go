@@ -67,11 +67,14 @@ func (s *schemas) get(t *events.Tool) (*jsonschema.Schema, error) {
 	return sch, nil
 }
 
-// validate checks args, decoded with json.Number, against t's schema and
+// validate checks args, decoded by decodeArgs, against t's schema and
 // says what is wrong in one line a model can act on.
-func (s *schemas) validate(t *events.Tool, args any) error {
+func (s *schemas) validate(t *events.Tool, args map[string]any) error {
 	sch, err := s.get(t)
 	if err != nil {
+		return err
+	}
+	if err := caseTwins(sch, args); err != nil {
 		return err
 	}
 	err = sch.Validate(args)
