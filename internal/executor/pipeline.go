@@ -33,10 +33,18 @@ type call struct {
 	// policy is the last decision, recorded in the result.
 	policy *events.PolicyVerdict
 
+	// admitted: the call is in e.running and counted in e.wg until its
+	// result is sent.
+	admitted bool
+
 	once      sync.Once
 	heartbeat *time.Timer
-	mu        sync.Mutex // guards done
+	mu        sync.Mutex // guards done, toolReturned and grace
 	done      bool
+	// toolReturned and grace belong to runBounded: grace is the timer
+	// that ends a call whose tool ignores the end of its context.
+	toolReturned bool
+	grace        *time.Timer
 }
 
 // accept takes one invocation message. It runs the call on a worker of
@@ -64,19 +72,30 @@ func (e *Executor) accept(m *nats.Msg, forwarded bool) {
 	default:
 	}
 	e.running[inv.ID] = c
+	c.admitted = true
 	e.wg.Add(1)
 	e.mu.Unlock()
 	e.workers.run(func() {
-		defer e.wg.Done()
-		defer func() {
-			e.mu.Lock()
-			delete(e.running, inv.ID)
-			e.mu.Unlock()
-			c.cancel(nil)
-		}()
+		c.mu.Lock()
 		c.heartbeat = time.AfterFunc(HeartbeatEvery, c.beat)
+		c.mu.Unlock()
 		c.run(ok)
 	})
+}
+
+// release ends the call's hold on the executor once its result is sent:
+// Stop waits for calls, not for the goroutine of a tool that ignored its
+// deadline.
+func (c *call) release() {
+	c.cancel(nil)
+	if !c.admitted {
+		return
+	}
+	e := c.e
+	e.mu.Lock()
+	delete(e.running, c.inv.ID)
+	e.mu.Unlock()
+	e.wg.Done()
 }
 
 func nameOf(t *events.Tool) string {
@@ -179,11 +198,9 @@ func (c *call) validate(raw json.RawMessage) (map[string]any, string) {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		raw = json.RawMessage(`{}`)
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var args map[string]any
-	if err := dec.Decode(&args); err != nil || args == nil {
-		return nil, "args must be a JSON object"
+	args, err := decodeArgs(raw)
+	if err != nil {
+		return nil, err.Error()
 	}
 	if err := c.e.schemas.validate(c.tool, args); err != nil {
 		return nil, fmt.Sprintf("Invalid parameters for %s: %v", c.tool.Name, err)
@@ -256,7 +273,13 @@ func (c *call) execute(confirmed bool) {
 		c.step("started", fmt.Sprintf("deadline %s", timeout))
 	}
 	tc := &tool.Call{ID: inv.ID, Args: inv.Args, Progress: c.progress}
-	out, err := c.runBounded(ctx, tc)
+	out, err := c.runBounded(ctx, tc, timeout)
+	c.ended(ctx, timeout, out, err)
+}
+
+// ended sends the result of a tool run that returned out and err under
+// ctx, whose deadline was timeout.
+func (c *call) ended(ctx context.Context, timeout time.Duration, out *tool.Output, err error) {
 	switch {
 	case err != nil && errors.Is(context.Cause(ctx), errDeadline):
 		c.fail(events.ErrTimeout, fmt.Sprintf("%s did not finish within %s and was stopped", c.tool.Name, timeout))
@@ -275,34 +298,35 @@ var errDeadline = errors.New("deadline")
 // was cancelled, to stop before the executor reports the end without it.
 const stopGrace = 2 * time.Second
 
-// runBounded runs the tool and returns when it does, or stopGrace after
-// ctx ends if the tool does not heed it (a read blocked on a pipe cannot be
-// interrupted): the caller gets its result on time, and the tool's
-// goroutine is left to finish on its own, counted in toolRuns.
-func (c *call) runBounded(ctx context.Context, tc *tool.Call) (*tool.Output, error) {
-	type outcome struct {
-		out *tool.Output
-		err error
-	}
-	done := make(chan outcome, 1)
-	c.e.toolRuns.Add(1)
-	c.e.workers.run(func() {
-		defer c.e.toolRuns.Add(-1)
-		out, err := runSafely(ctx, c.impl, tc)
-		done <- outcome{out, err}
+// runBounded runs the tool on the call's own goroutine. A tool that does
+// not heed the end of ctx (a read blocked on a pipe cannot be interrupted)
+// cannot hold its caller: stopGrace after ctx ends, a timer sends the
+// result without it and releases the call, and the goroutine is left to
+// finish the tool on its own, counted in toolRuns.
+func (c *call) runBounded(ctx context.Context, tc *tool.Call, timeout time.Duration) (*tool.Output, error) {
+	watch := context.AfterFunc(ctx, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.toolReturned {
+			return
+		}
+		c.grace = time.AfterFunc(stopGrace, func() {
+			c.e.log.Warn("a tool did not stop after its call ended; left to finish on its own", "tool", c.tool.Name, "invocation", c.inv.ID)
+			c.ended(ctx, timeout, nil, ctx.Err())
+		})
 	})
-	select {
-	case o := <-done:
-		return o.out, o.err
-	case <-ctx.Done():
+	c.e.toolRuns.Add(1)
+	out, err := runSafely(ctx, c.impl, tc)
+	c.e.toolRuns.Add(-1)
+	if !watch() { // ctx ended while the tool ran: stop the grace timer
+		c.mu.Lock()
+		c.toolReturned = true
+		if c.grace != nil {
+			c.grace.Stop()
+		}
+		c.mu.Unlock()
 	}
-	select {
-	case o := <-done:
-		return o.out, o.err
-	case <-time.After(stopGrace):
-		c.e.log.Warn("a tool did not stop after its call ended; left to finish on its own", "tool", c.tool.Name, "invocation", c.inv.ID)
-		return nil, ctx.Err()
-	}
+	return out, err
 }
 
 // runSafely runs a tool, turning a panic into an error: a broken tool
@@ -359,6 +383,7 @@ func (c *call) fail(t events.ErrorType, msg string) {
 // finish sends the one terminal result of the call.
 func (c *call) finish(out *tool.Output) {
 	c.once.Do(func() {
+		defer c.release()
 		c.mu.Lock()
 		c.done = true
 		if c.heartbeat != nil {
