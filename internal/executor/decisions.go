@@ -2,7 +2,6 @@ package executor
 
 import (
 	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/toolbus/toolbus/internal/events"
@@ -24,22 +23,25 @@ type decisions struct {
 	m         map[string]policy.Decision
 }
 
-// key is everything the policy input is made of that can vary between
-// calls of one executor.
-func decisionKey(t *events.Tool, inv *events.Invocation) string {
+// appendDecisionKey appends to b everything the policy input is made of
+// that can vary between calls of one executor. A lookup with it allocates
+// nothing; only a new entry copies it.
+func appendDecisionKey(b []byte, t *events.Tool, inv *events.Invocation) []byte {
 	c := inv.Sender
-	var b strings.Builder
-	b.Grow(len(t.Name) + len(inv.Args) + len(c.ID) + 64)
-	for _, s := range []string{t.Name, strconv.FormatUint(t.Seq, 10), strconv.FormatInt(t.UpdatedAt.UnixNano(), 10),
-		c.ID, c.Role, c.Agent, c.Session, c.User, c.Host} {
-		b.WriteString(s)
-		b.WriteByte(0)
+	b = append(b, t.Name...)
+	b = append(b, 0)
+	b = strconv.AppendUint(b, t.Seq, 10)
+	b = append(b, 0)
+	b = strconv.AppendInt(b, t.UpdatedAt.UnixNano(), 10)
+	for _, s := range [...]string{c.ID, c.Role, c.Agent, c.Session, c.User, c.Host} {
+		b = append(b, 0)
+		b = append(b, s...)
 	}
-	b.Write(inv.Args)
-	return b.String()
+	b = append(b, 0)
+	return append(b, inv.Args...)
 }
 
-func (d *decisions) get(p *policy.Policy, allowlist uint64, key string) (policy.Decision, bool) {
+func (d *decisions) get(p *policy.Policy, allowlist uint64, key []byte) (policy.Decision, bool) {
 	if !p.Deterministic() {
 		return policy.Decision{}, false
 	}
@@ -48,11 +50,11 @@ func (d *decisions) get(p *policy.Policy, allowlist uint64, key string) (policy.
 	if d.policy != p || d.allowlist != allowlist {
 		return policy.Decision{}, false
 	}
-	v, ok := d.m[key]
+	v, ok := d.m[string(key)]
 	return v, ok
 }
 
-func (d *decisions) put(p *policy.Policy, allowlist uint64, key string, v policy.Decision) {
+func (d *decisions) put(p *policy.Policy, allowlist uint64, key []byte, v policy.Decision) {
 	if !p.Deterministic() {
 		return
 	}
@@ -61,5 +63,5 @@ func (d *decisions) put(p *policy.Policy, allowlist uint64, key string, v policy
 	if d.policy != p || d.allowlist != allowlist || len(d.m) >= maxCachedDecisions {
 		d.policy, d.allowlist, d.m = p, allowlist, make(map[string]policy.Decision)
 	}
-	d.m[key] = v
+	d.m[string(key)] = v
 }

@@ -302,7 +302,7 @@ func (e *Executor) Stop(ctx context.Context) error {
 	case <-ctx.Done():
 		e.mu.Lock()
 		for _, c := range e.running {
-			c.cancel(errShutdown)
+			c.stop(errShutdown)
 		}
 		e.mu.Unlock()
 		<-done
@@ -354,7 +354,7 @@ func (e *Executor) handleCancel(m *nats.Msg) {
 		if reason == "" {
 			reason = "cancelled by " + req.Sender.ID
 		}
-		c.cancel(errors.New(reason))
+		c.stop(errors.New(reason))
 	}
 	if m.Reply != "" {
 		found := "unknown"

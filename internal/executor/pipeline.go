@@ -27,11 +27,15 @@ type call struct {
 	tool  *events.Tool
 	impl  tool.Tool
 
+	// ctx is the call's context, also the tool's: the deadline, a cancel
+	// by id and the executor's shutdown end it through stop, with a cause.
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
 	// policy is the last decision, recorded in the result.
-	policy *events.PolicyVerdict
+	policy  *events.PolicyVerdict
+	verdict events.PolicyVerdict // policy points here
+	tc      tool.Call
 
 	// admitted: the call is in e.running and counted in e.wg until its
 	// result is sent.
@@ -39,12 +43,15 @@ type call struct {
 
 	once      sync.Once
 	heartbeat *time.Timer
-	mu        sync.Mutex // guards done, toolReturned and grace
+	mu        sync.Mutex // guards done and the execution control below
 	done      bool
-	// toolReturned and grace belong to runBounded: grace is the timer
-	// that ends a call whose tool ignores the end of its context.
-	toolReturned bool
-	grace        *time.Timer
+	// Execution control: timer fires first at the deadline, then, once
+	// the call is stopping (deadline, cancel or shutdown) with the tool
+	// still running, stopGrace later to end the call without the tool.
+	timer       *time.Timer
+	timeout     time.Duration
+	toolRunning bool
+	stopping    bool
 }
 
 // accept takes one invocation message. It runs the call on a worker of
@@ -218,13 +225,15 @@ func (c *call) validate(raw json.RawMessage) (map[string]any, string) {
 func (c *call) decide(args map[string]any) policy.Decision {
 	e, t := c.e, c.tool
 	pol, gen := e.policy.Load(), e.allowlist.gen.Load()
-	key := decisionKey(t, c.inv)
+	var buf [512]byte
+	key := appendDecisionKey(buf[:0], t, c.inv)
 	d, cached := e.decisions.get(pol, gen, key)
 	if !cached {
 		d = pol.Decide(c.ctx, c.input(args))
 		e.decisions.put(pol, gen, key, d)
 	}
-	c.policy = &events.PolicyVerdict{Verdict: d.Verdict, Reason: d.Reason, Revision: d.Revision, Cached: cached}
+	c.verdict = events.PolicyVerdict{Verdict: d.Verdict, Reason: d.Reason, Revision: d.Revision, Cached: cached}
+	c.policy = &c.verdict
 	if d.Verdict == events.AskUser {
 		e.publish(events.SubjectDecision, &events.Decision{Header: events.Header{Sender: e.id}, InvocationID: c.inv.ID,
 			Tool: t.Name, Verdict: d.Verdict, Reason: d.Reason, PolicyRevision: d.Revision})
@@ -266,24 +275,21 @@ func (c *call) execute(confirmed bool) {
 			return
 		}
 	}
-	timeout := c.timeout()
-	ctx, cancel := context.WithTimeoutCause(c.ctx, timeout, errDeadline)
-	defer cancel()
+	c.timeout = c.timeoutOf()
 	if confirmed {
-		c.step("started", fmt.Sprintf("deadline %s", timeout))
+		c.step("started", fmt.Sprintf("deadline %s", c.timeout))
 	}
-	tc := &tool.Call{ID: inv.ID, Args: inv.Args, Progress: c.progress}
-	out, err := c.runBounded(ctx, tc, timeout)
-	c.ended(ctx, timeout, out, err)
+	c.tc = tool.Call{ID: inv.ID, Args: inv.Args, Progress: c.progress}
+	out, err := c.runBounded()
+	c.ended(out, err)
 }
 
-// ended sends the result of a tool run that returned out and err under
-// ctx, whose deadline was timeout.
-func (c *call) ended(ctx context.Context, timeout time.Duration, out *tool.Output, err error) {
+// ended sends the result of a tool run that returned out and err.
+func (c *call) ended(out *tool.Output, err error) {
 	switch {
-	case err != nil && errors.Is(context.Cause(ctx), errDeadline):
-		c.fail(events.ErrTimeout, fmt.Sprintf("%s did not finish within %s and was stopped", c.tool.Name, timeout))
-	case err != nil && ctx.Err() != nil:
+	case err != nil && errors.Is(context.Cause(c.ctx), errDeadline):
+		c.fail(events.ErrTimeout, fmt.Sprintf("%s did not finish within %s and was stopped", c.tool.Name, c.timeout))
+	case err != nil && c.ctx.Err() != nil:
 		c.fail(events.ErrCancelled, fmt.Sprintf("%s was cancelled: %v", c.tool.Name, context.Cause(c.ctx)))
 	case err != nil:
 		c.fail(events.ErrExecutionFailed, err.Error())
@@ -292,40 +298,63 @@ func (c *call) ended(ctx context.Context, timeout time.Duration, out *tool.Outpu
 	}
 }
 
+// stop ends the call's context with cause: its deadline passed, it was
+// cancelled by id, or the executor is shutting down. A running tool then
+// has stopGrace to return.
+func (c *call) stop(cause error) {
+	c.cancel(cause)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopping {
+		return
+	}
+	c.stopping = true
+	if c.toolRunning {
+		c.timer.Reset(stopGrace)
+	}
+}
+
+// onTimer is the execution timer: the deadline, then the stop grace.
+func (c *call) onTimer() {
+	c.mu.Lock()
+	stopping := c.stopping
+	c.mu.Unlock()
+	if !stopping {
+		c.stop(errDeadline)
+		return
+	}
+	c.e.log.Warn("a tool did not stop after its call ended; left to finish on its own", "tool", c.tool.Name, "invocation", c.inv.ID)
+	c.ended(nil, c.ctx.Err())
+}
+
 var errDeadline = errors.New("deadline")
 
 // stopGrace is how long a tool has, once its deadline passed or its call
 // was cancelled, to stop before the executor reports the end without it.
 const stopGrace = 2 * time.Second
 
-// runBounded runs the tool on the call's own goroutine. A tool that does
-// not heed the end of ctx (a read blocked on a pipe cannot be interrupted)
-// cannot hold its caller: stopGrace after ctx ends, a timer sends the
-// result without it and releases the call, and the goroutine is left to
-// finish the tool on its own, counted in toolRuns.
-func (c *call) runBounded(ctx context.Context, tc *tool.Call, timeout time.Duration) (*tool.Output, error) {
-	watch := context.AfterFunc(ctx, func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if c.toolReturned {
-			return
-		}
-		c.grace = time.AfterFunc(stopGrace, func() {
-			c.e.log.Warn("a tool did not stop after its call ended; left to finish on its own", "tool", c.tool.Name, "invocation", c.inv.ID)
-			c.ended(ctx, timeout, nil, ctx.Err())
-		})
-	})
-	c.e.toolRuns.Add(1)
-	out, err := runSafely(ctx, c.impl, tc)
-	c.e.toolRuns.Add(-1)
-	if !watch() { // ctx ended while the tool ran: stop the grace timer
-		c.mu.Lock()
-		c.toolReturned = true
-		if c.grace != nil {
-			c.grace.Stop()
-		}
-		c.mu.Unlock()
+// runBounded runs the tool on the call's own goroutine, under the call's
+// timer. A tool that does not heed the end of its context (a read blocked
+// on a pipe cannot be interrupted) cannot hold its caller: stopGrace after
+// the call stops, the timer sends the result without it and releases the
+// call, and the goroutine is left to finish the tool on its own, counted
+// in toolRuns.
+func (c *call) runBounded() (*tool.Output, error) {
+	c.mu.Lock()
+	c.toolRunning = true
+	wait := c.timeout
+	if c.stopping { // stopped before the tool started
+		wait = stopGrace
 	}
+	c.timer = time.AfterFunc(wait, c.onTimer)
+	c.mu.Unlock()
+	c.e.toolRuns.Add(1)
+	out, err := runSafely(c.ctx, c.impl, &c.tc)
+	c.e.toolRuns.Add(-1)
+	c.mu.Lock()
+	c.toolRunning = false
+	c.timer.Stop()
+	c.mu.Unlock()
 	return out, err
 }
 
@@ -344,7 +373,9 @@ func runSafely(ctx context.Context, t tool.Tool, tc *tool.Call) (out *tool.Outpu
 	return out, err
 }
 
-func (c *call) timeout() time.Duration {
+// timeoutOf is the call's deadline: its own, its tool's, its server's or
+// the executor's.
+func (c *call) timeoutOf() time.Duration {
 	cfg := c.e.cfg
 	if c.inv.TimeoutMillis > 0 {
 		return time.Duration(c.inv.TimeoutMillis) * time.Millisecond
