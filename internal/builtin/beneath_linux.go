@@ -74,10 +74,13 @@ func (b *beneath) readFile(rel string) (data []byte, ok bool, err error) {
 	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 		return nil, true, &fs.PathError{Op: "read", Path: rel, Err: unix.EISDIR}
 	}
-	// One byte more than the size, so a file read whole takes one read
-	// and the next returns 0; files that report no size (procfs) grow.
-	data = make([]byte, 0, max(st.Size+1, 64))
-	for {
+	// The file as fstat found it: reading stops once that many bytes are
+	// in, without the read that would return 0 (a file that grows in the
+	// meantime is read as it was; one that shrinks is read to its end).
+	// Files that report no size (procfs) are read to their end.
+	size := int(st.Size)
+	data = make([]byte, 0, max(size, 64))
+	for size == 0 || len(data) < size {
 		if len(data) == cap(data) {
 			data = append(data, 0)[:len(data)]
 		}
@@ -89,10 +92,11 @@ func (b *beneath) readFile(rel string) (data []byte, ok bool, err error) {
 			return nil, true, &fs.PathError{Op: "read", Path: rel, Err: err}
 		}
 		if n == 0 {
-			return data, true, nil
+			break
 		}
 		data = data[:len(data)+n]
 	}
+	return data, true, nil
 }
 
 // errEscapes is what the kernel's EXDEV means here; Workspace.confined

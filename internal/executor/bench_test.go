@@ -125,10 +125,14 @@ func BenchmarkInvoke(b *testing.B) {
 	defer client.Close()
 	args := json.RawMessage(`{"file_path":"small.txt"}`)
 	ctx := context.Background()
+	var cacheMisses atomic.Int64
 	invoke := func() {
 		res, err := client.Invoke(ctx, &events.Invocation{Tool: "read_file", Args: args}, nil)
 		if err != nil || res.Error != nil {
 			b.Fatalf("invoke: %v %+v", err, res)
+		}
+		if !res.Policy.Cached {
+			cacheMisses.Add(1)
 		}
 	}
 	invokeNoop := func() {
@@ -154,6 +158,25 @@ func BenchmarkInvoke(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	// The same exchange with what the audit trail adds: the request goes
+	// to a subject the audit stream keeps, and the responder publishes its
+	// reply there too, as the executor does with a result. It tells what
+	// keeping every event costs apart from what the pipeline costs.
+	auditedSub, err := execConn.Conn().Subscribe("tool.bench.raw", func(m *nats.Msg) {
+		m.Respond(reply)
+		execConn.Conn().Publish(events.SubjectResult, reply)
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer auditedSub.Unsubscribe()
+	auditedSub.SetPendingLimits(1<<20, 1<<30)
+	execConn.Conn().Flush()
+	rawAudited := func() {
+		if _, err := callerConn.Request(auditedSub.Subject, request, 10*time.Second); err != nil {
+			b.Fatal(err)
+		}
+	}
 
 	read := &policy.Input{Tool: policy.ToolInput{Name: "read_file", Kind: events.KindRead, Source: events.SourceBuiltin},
 		Args: map[string]any{"file_path": "small.txt"}, Caller: events.Identity{ID: "agent:bench"}, Paths: []string{ws.Root() + "/small.txt"}}
@@ -166,6 +189,7 @@ func BenchmarkInvoke(b *testing.B) {
 	for range b.N {
 		rawP50, rawP99, invP50, invP99 := latencyPair(latencySamples, raw, invoke)
 		rawN50, _, noopP50, noopP99 := latencyPair(latencySamples, raw, invokeNoop)
+		rawA50, _, audP50, audP99 := latencyPair(latencySamples, raw, rawAudited)
 		polP50, polP99 := latency(latencySamples, decide)
 		raw1 := throughput(1, throughputOps/4, raw)
 		inv1 := throughput(1, throughputOps/4, invoke)
@@ -177,9 +201,11 @@ func BenchmarkInvoke(b *testing.B) {
 		b.ReportMetric(float64(polP50.Nanoseconds()), "policy-p50-ns")
 		fmt.Printf("\n%-38s %12s %12s %12s\n", "invoke benchmark (2 cores, loopback)", "p50", "p99", "vs raw p50")
 		fmt.Printf("%-38s %12s %12s %12s\n", "raw NATS request-reply", rawP50, rawP99, "1.00×")
+		fmt.Printf("%-38s %12s %12s %11.2f×\n", "  the same, kept by the audit stream", audP50, audP99, float64(audP50)/float64(rawA50))
 		fmt.Printf("%-38s %12s %12s %11.2f×   goal ≤ 1.5×\n", "tool.invoke read_file (allowed)", invP50, invP99, float64(invP50)/float64(rawP50))
 		fmt.Printf("%-38s %12s %12s %11.2f×\n", "tool.invoke of a no-op tool", noopP50, noopP99, float64(noopP50)/float64(rawN50))
 		fmt.Printf("%-38s %12s %12s %12s   goal p50 ≤ 30µs\n", "policy decision alone", polP50, polP99, "")
+		fmt.Printf("decisions not from the cache: %d\n", cacheMisses.Load())
 		fmt.Printf("%-38s %12s %12s\n", "throughput, ops/s", "raw", "tool.invoke")
 		fmt.Printf("%-38s %12.0f %12.0f\n", "  1 caller", raw1, inv1)
 		fmt.Printf("%-38s %12.0f %12.0f   goal ≥ 20,000/s\n", "  64 callers", raw64, inv64)
