@@ -49,10 +49,11 @@ type AllowEntry struct {
 
 // value builds the input document directly as OPA terms: converting Go
 // maps with ast.InterfaceToValue costs more than the evaluation itself.
+// The names of the fields are terms made once (see k).
 func (in *Input) value() (ast.Value, error) {
 	allow := make([]*ast.Term, len(in.Allowlist))
 	for i, e := range in.Allowlist {
-		allow[i] = obj("scope", str(e.Scope), "tool", str(e.Tool), "server", str(e.Server), "prefix", str(e.Prefix), "path", str(e.Path))
+		allow[i] = obj(kv(k.scope, e.Scope), kv(k.tool, e.Tool), kv(k.server, e.Server), kv(k.prefix, e.Prefix), kv(k.path, e.Path))
 	}
 	args := ast.NewObject()
 	if len(in.Args) > 0 {
@@ -74,56 +75,72 @@ func (in *Input) value() (ast.Value, error) {
 			annotations = o
 		}
 	}
-	c := in.Caller
-	root := obj(
-		"tool", obj("name", str(in.Tool.Name), "kind", str(string(in.Tool.Kind)), "source", str(string(in.Tool.Source)),
-			"server", str(in.Tool.Server), "trust", ast.BooleanTerm(in.Tool.Trust), "readOnly", ast.BooleanTerm(in.Tool.ReadOnly),
-			"annotations", ast.NewTerm(annotations)),
-		"args", ast.NewTerm(args),
-		"caller", obj("id", str(c.ID), "role", str(c.Role), "agent", str(c.Agent), "session", str(c.Session), "user", str(c.User), "host", str(c.Host)),
-		"allowlist", ast.ArrayTerm(allow...),
-		"paths", strs(in.Paths),
-		"env", obj("home", str(in.Home), "workspace", str(in.Workspace)),
+	t, c := in.Tool, in.Caller
+	fields := make([][2]*ast.Term, 0, 7)
+	fields = append(fields,
+		[2]*ast.Term{k.tool, obj(kv(k.name, t.Name), kv(k.kind, string(t.Kind)), kv(k.source, string(t.Source)), kv(k.server, t.Server),
+			[2]*ast.Term{k.trust, ast.InternedTerm(t.Trust)}, [2]*ast.Term{k.readOnly, ast.InternedTerm(t.ReadOnly)},
+			[2]*ast.Term{k.annotations, ast.NewTerm(annotations)})},
+		[2]*ast.Term{k.args, ast.NewTerm(args)},
+		[2]*ast.Term{k.caller, obj(kv(k.id, c.ID), kv(k.role, c.Role), kv(k.agent, c.Agent), kv(k.session, c.Session), kv(k.user, c.User), kv(k.host, c.Host))},
+		[2]*ast.Term{k.allowlist, ast.ArrayTerm(allow...)},
+		[2]*ast.Term{k.paths, strs(in.Paths)},
+		[2]*ast.Term{k.env, obj(kv(k.home, in.Home), kv(k.workspace, in.Workspace))},
 	)
 	if in.Shell != nil {
-		root.Value.(ast.Object).Insert(str("shell"), in.Shell.term())
+		fields = append(fields, [2]*ast.Term{k.shell, in.Shell.term()})
 	}
-	return root.Value, nil
+	return ast.NewObject(fields...), nil
 }
+
+// k holds the input's field names as terms, made once and shared: terms
+// are not changed by evaluation.
+var k = struct {
+	tool, args, caller, allowlist, paths, env, shell                *ast.Term
+	name, kind, source, server, trust, readOnly, annotations        *ast.Term
+	id, role, agent, session, user, host                            *ast.Term
+	scope, prefix, path, home, workspace                            *ast.Term
+	commands, argv, text, literal, redirects, functions, parseError *ast.Term
+	recursive, op, target                                           *ast.Term
+}{
+	tool: str("tool"), args: str("args"), caller: str("caller"), allowlist: str("allowlist"), paths: str("paths"), env: str("env"), shell: str("shell"),
+	name: str("name"), kind: str("kind"), source: str("source"), server: str("server"), trust: str("trust"), readOnly: str("readOnly"), annotations: str("annotations"),
+	id: str("id"), role: str("role"), agent: str("agent"), session: str("session"), user: str("user"), host: str("host"),
+	scope: str("scope"), prefix: str("prefix"), path: str("path"), home: str("home"), workspace: str("workspace"),
+	commands: str("commands"), argv: str("argv"), text: str("text"), literal: str("literal"), redirects: str("redirects"), functions: str("functions"), parseError: str("parseError"),
+	recursive: str("recursive"), op: str("op"), target: str("target"),
+}
+
+// kv is one field of an object whose value is a string.
+func kv(key *ast.Term, value string) [2]*ast.Term { return [2]*ast.Term{key, ast.InternedTerm(value)} }
 
 func (s *Shell) term() *ast.Term {
 	cmds := make([]*ast.Term, len(s.Commands))
 	for i, c := range s.Commands {
-		cmds[i] = obj("name", str(c.Name), "args", strs(c.Args), "argv", strs(c.Argv), "text", str(c.Text),
-			"literal", ast.BooleanTerm(c.Literal), "redirects", redirectTerms(c.Redirects))
+		cmds[i] = obj(kv(k.name, c.Name), [2]*ast.Term{k.args, strs(c.Args)}, [2]*ast.Term{k.argv, strs(c.Argv)}, kv(k.text, c.Text),
+			[2]*ast.Term{k.literal, ast.InternedTerm(c.Literal)}, [2]*ast.Term{k.redirects, redirectTerms(c.Redirects)})
 	}
 	fns := make([]*ast.Term, len(s.Functions))
 	for i, f := range s.Functions {
-		fns[i] = obj("name", str(f.Name), "recursive", ast.BooleanTerm(f.Recursive))
+		fns[i] = obj(kv(k.name, f.Name), [2]*ast.Term{k.recursive, ast.InternedTerm(f.Recursive)})
 	}
-	t := obj("commands", ast.ArrayTerm(cmds...), "redirects", redirectTerms(s.Redirects), "functions", ast.ArrayTerm(fns...))
+	fields := [][2]*ast.Term{{k.commands, ast.ArrayTerm(cmds...)}, {k.redirects, redirectTerms(s.Redirects)}, {k.functions, ast.ArrayTerm(fns...)}}
 	if s.ParseError != "" {
-		t.Value.(ast.Object).Insert(str("parseError"), str(s.ParseError))
+		fields = append(fields, kv(k.parseError, s.ParseError))
 	}
-	return t
+	return obj(fields...)
 }
 
 func redirectTerms(rs []Redirect) *ast.Term {
 	out := make([]*ast.Term, len(rs))
 	for i, r := range rs {
-		out[i] = obj("op", str(r.Op), "target", str(r.Target))
+		out[i] = obj(kv(k.op, r.Op), kv(k.target, r.Target))
 	}
 	return ast.ArrayTerm(out...)
 }
 
-// obj builds an object term from alternating keys and values.
-func obj(kv ...any) *ast.Term {
-	pairs := make([][2]*ast.Term, 0, len(kv)/2)
-	for i := 0; i < len(kv); i += 2 {
-		pairs = append(pairs, [2]*ast.Term{str(kv[i].(string)), kv[i+1].(*ast.Term)})
-	}
-	return ast.ObjectTerm(pairs...)
-}
+// obj builds an object term.
+func obj(fields ...[2]*ast.Term) *ast.Term { return ast.ObjectTerm(fields...) }
 
 func str(s string) *ast.Term { return ast.StringTerm(s) }
 
