@@ -125,6 +125,15 @@ test_ordinary_paths_allowed if {
 	}
 }
 
+test_denied_paths_names_each_sensitive_file if {
+	inp := file_tool("search_file_content", "search", ["/w/.env", "/w/app/main.go", "/w/app/.env.production", "/w/app/.env.example"])
+	toolbus.denied_paths == {"/w/.env", "/w/app/.env.production"} with input as inp
+}
+
+test_denied_paths_empty_for_ordinary_files if {
+	count(toolbus.denied_paths) == 0 with input as file_tool("read_many_files", "read", ["/w/README.md", "/w/go.mod"])
+}
+
 test_sensitive_path_in_shell_denied if {
 	inp := object.union(shell([cmd("cat", ["/etc/shadow"])]), {"paths": ["/etc/shadow"]})
 	verdict(inp) == "DENY"

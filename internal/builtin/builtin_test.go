@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -267,5 +268,42 @@ func TestBackgroundShell(t *testing.T) {
 	testkit.WaitGone(t, pid)
 	if o := run(t, tools["shell_output"], `{"shell_id":"`+id+`"}`); o.Err == nil {
 		t.Error("a killed shell is still known")
+	}
+}
+
+// TestToolsAskAboutFilesTheyPick: search_file_content and read_many_files
+// show every file they would read to call.Refused, a link by the path it
+// leads to as well, skip what it refuses and say so, and read nothing when
+// it cannot judge.
+func TestToolsAskAboutFilesTheyPick(t *testing.T) {
+	ws, tools := newWorkspace(t)
+	os.Symlink("README.md", filepath.Join(ws.Root(), "innocent.txt"))
+	readme := filepath.Join(ws.Root(), "README.md")
+	var shown []string
+	refuseReadme := func(paths []string) (map[string]bool, error) {
+		shown = append(shown, paths...)
+		return map[string]bool{readme: true}, nil
+	}
+	for _, c := range []struct{ tool, args string }{
+		{"search_file_content", `{"pattern":"line t.o"}`},
+		{"read_many_files", `{"paths":["*"]}`},
+		{"read_many_files", `{"paths":["innocent.txt"]}`},
+	} {
+		shown = nil
+		out, err := tools[c.tool].Run(context.Background(), &tool.Call{ID: "t", Args: json.RawMessage(c.args), Refused: refuseReadme})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(out.LLMContent, "line two") || !strings.Contains(out.LLMContent, "skipped: the policy does not allow") {
+			t.Errorf("%s %s:\n%s", c.tool, c.args, out.LLMContent)
+		}
+		if !slices.Contains(shown, readme) {
+			t.Errorf("%s %s: the policy was shown %v", c.tool, c.args, shown)
+		}
+	}
+	cannot := func([]string) (map[string]bool, error) { return nil, errors.New("the policy is broken") }
+	out, err := tools["search_file_content"].Run(context.Background(), &tool.Call{ID: "t", Args: json.RawMessage(`{"pattern":"hello"}`), Refused: cannot})
+	if err != nil || out.Err == nil || out.Err.Type != events.ErrPolicyDenied || strings.Contains(out.LLMContent, "hello guide") {
+		t.Errorf("a policy that cannot judge: %+v %v", out, err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -33,22 +34,32 @@ func (t *fileTool) Spec() events.ToolSpec { return t.spec }
 // pathArgs names the arguments that hold paths, for the policy.
 var pathArgs = []string{"file_path", "path", "directory"}
 
-// Paths implements tool.PathNamer: every path argument, absolute.
+// Paths implements tool.PathNamer: every path argument, absolute, and
+// where symbolic links inside the workspace lead it elsewhere, the path it
+// leads to as well: a link named notes.txt that leads to .env is judged as
+// .env too.
 func (t *fileTool) Paths(args json.RawMessage) []string {
 	var m map[string]any
 	if jsonv2.Unmarshal(args, &m) != nil {
 		return nil
 	}
 	var out []string
+	add := func(p string) {
+		abs := t.ws.Abs(p)
+		out = append(out, abs)
+		if real, err := t.ws.Resolve(p); err == nil && real != abs {
+			out = append(out, real)
+		}
+	}
 	for _, k := range pathArgs {
 		if s, ok := m[k].(string); ok && s != "" {
-			out = append(out, t.ws.Abs(s))
+			add(s)
 		}
 	}
 	if list, ok := m["paths"].([]any); ok {
 		for _, v := range list {
 			if s, ok := v.(string); ok && s != "" && !hasMeta(s) {
-				out = append(out, t.ws.Abs(s))
+				add(s)
 			}
 		}
 	}
@@ -287,12 +298,16 @@ func (t *readManyFiles) Run(ctx context.Context, call *tool.Call) (*tool.Output,
 	}
 	var files []string
 	seen := map[string]bool{}
+	explicit := map[string]bool{}
 	for _, pat := range append(append([]string{}, a.Paths...), a.Include...) {
 		matches, fail := t.expand(ctx, pat)
 		if fail != nil {
 			return fail, nil
 		}
 		for _, m := range matches {
+			if !hasMeta(pat) {
+				explicit[m] = true
+			}
 			rel := t.ws.Rel(m)
 			if !seen[m] && !excluded(rel, a.Exclude) {
 				seen[m] = true
@@ -304,6 +319,10 @@ func (t *readManyFiles) Run(ctx context.Context, call *tool.Call) (*tool.Output,
 	if len(files) > maxManyFiles {
 		files = files[:maxManyFiles]
 	}
+	files, skipped, err := t.permitted(call, files, explicit)
+	if err != nil {
+		return tool.Failed(events.ErrPolicyDenied, err.Error()), nil
+	}
 	var b strings.Builder
 	for _, f := range files {
 		data, err := t.ws.ReadFile(f)
@@ -313,9 +332,9 @@ func (t *readManyFiles) Run(ctx context.Context, call *tool.Call) (*tool.Output,
 		fmt.Fprintf(&b, "--- %s ---\n%s\n", t.ws.Rel(f), data)
 	}
 	if len(files) == 0 {
-		return tool.Text("No files matched."), nil
+		return tool.Text("No files matched." + skippedNote(skipped)), nil
 	}
-	return &tool.Output{LLMContent: b.String(), ReturnDisplay: fmt.Sprintf("Read %d file(s).", len(files))}, nil
+	return &tool.Output{LLMContent: b.String() + skippedNote(skipped), ReturnDisplay: fmt.Sprintf("Read %d file(s).", len(files))}, nil
 }
 
 // expand turns a path or glob pattern into the files it names.
@@ -347,4 +366,50 @@ func excluded(rel string, patterns []string) bool {
 		}
 	}
 	return false
+}
+
+// permitted drops from files (absolute paths) those the policy refuses
+// for this call, through call.Refused. A file that is a symbolic link is
+// shown to the policy by the path it leads to as well, and so is every
+// file in explicit (named by the caller rather than found by a walk, whose
+// directories may be links). It returns the files kept and how many were
+// dropped; an error means the policy could not judge them.
+func (t *fileTool) permitted(call *tool.Call, files []string, explicit map[string]bool) ([]string, int, error) {
+	if call.Refused == nil || len(files) == 0 {
+		return files, 0, nil
+	}
+	shown := make([]string, 0, len(files))
+	real := make(map[string]string)
+	for _, f := range files {
+		shown = append(shown, f)
+		if !explicit[f] {
+			if info, err := os.Lstat(f); err != nil || info.Mode()&fs.ModeSymlink == 0 {
+				continue
+			}
+		}
+		if r, err := t.ws.Resolve(f); err == nil && r != f {
+			real[f] = r
+			shown = append(shown, r)
+		}
+	}
+	refused, err := call.Refused(shown)
+	if err != nil {
+		return nil, 0, err
+	}
+	kept := make([]string, 0, len(files))
+	for _, f := range files {
+		if refused[f] || (real[f] != "" && refused[real[f]]) {
+			continue
+		}
+		kept = append(kept, f)
+	}
+	return kept, len(files) - len(kept), nil
+}
+
+// skippedNote says how many files the policy kept a tool from reading.
+func skippedNote(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("\n[%d file(s) skipped: the policy does not allow reading them.]", n)
 }

@@ -195,6 +195,10 @@ func (t *searchFileContent) Run(ctx context.Context, call *tool.Call) (*tool.Out
 		return tool.Failed(events.ErrInvalidParams, err.Error()), nil
 	}
 	sort.Strings(files)
+	files, skipped, err := t.permitted(call, files, nil)
+	if err != nil {
+		return tool.Failed(events.ErrPolicyDenied, err.Error()), nil
+	}
 	var b strings.Builder
 	matches, inFiles := 0, 0
 	for _, f := range files {
@@ -208,10 +212,10 @@ func (t *searchFileContent) Run(ctx context.Context, call *tool.Call) (*tool.Out
 		}
 	}
 	if matches == 0 {
-		return tool.Text(fmt.Sprintf("No matches found for pattern %q in %s.", a.Pattern, t.ws.Rel(base))), nil
+		return tool.Text(fmt.Sprintf("No matches found for pattern %q in %s.", a.Pattern, t.ws.Rel(base)) + skippedNote(skipped)), nil
 	}
 	head := fmt.Sprintf("Found %d match(es) for pattern %q in %s:\n---\n", matches, a.Pattern, t.ws.Rel(base))
-	return &tool.Output{LLMContent: head + b.String(), ReturnDisplay: fmt.Sprintf("Found %d match(es) in %d file(s).", matches, inFiles)}, nil
+	return &tool.Output{LLMContent: head + b.String() + skippedNote(skipped), ReturnDisplay: fmt.Sprintf("Found %d match(es) in %d file(s).", matches, inFiles)}, nil
 }
 
 // searchFile appends the matching lines of one text file.

@@ -26,7 +26,7 @@ type decisions struct {
 // appendDecisionKey appends to b everything the policy input is made of
 // that can vary between calls of one executor. A lookup with it allocates
 // nothing; only a new entry copies it.
-func appendDecisionKey(b []byte, t *events.Tool, inv *events.Invocation) []byte {
+func appendDecisionKey(b []byte, t *events.Tool, inv *events.Invocation, paths []string) []byte {
 	c := inv.Sender
 	b = append(b, t.Name...)
 	b = append(b, 0)
@@ -36,6 +36,12 @@ func appendDecisionKey(b []byte, t *events.Tool, inv *events.Invocation) []byte 
 	for _, s := range [...]string{c.ID, c.Role, c.Agent, c.Session, c.User, c.Host} {
 		b = append(b, 0)
 		b = append(b, s...)
+	}
+	b = append(b, 0)
+	b = strconv.AppendInt(b, int64(len(paths)), 10)
+	for _, p := range paths {
+		b = append(b, 0)
+		b = append(b, p...)
 	}
 	b = append(b, 0)
 	return append(b, inv.Args...)

@@ -259,6 +259,55 @@ func TestArgumentsCannotBeSmuggled(t *testing.T) {
 	}
 }
 
+// TestSymlinkCannotHideASensitivePath: a link inside the workspace that
+// leads to .env is judged as .env, also after the same arguments were
+// allowed while the name was still a plain file.
+func TestSymlinkCannotHideASensitivePath(t *testing.T) {
+	e := newEnv(t)
+	root := e.ws.Root()
+	os.WriteFile(filepath.Join(root, ".env"), []byte("SECRET=1\n"), 0o600)
+	os.WriteFile(filepath.Join(root, "notes.txt"), []byte("plain notes\n"), 0o644)
+	if res := e.call(t, "read_file", `{"file_path":"notes.txt"}`); res.Error != nil {
+		t.Fatalf("plain file: %s %q", errType(res), res.LLMContent)
+	}
+	os.Remove(filepath.Join(root, "notes.txt"))
+	os.Symlink(".env", filepath.Join(root, "notes.txt"))
+	os.MkdirAll(filepath.Join(root, "sub"), 0o755)
+	os.Symlink("..", filepath.Join(root, "sub", "up"))
+	for _, args := range []string{`{"file_path":"notes.txt"}`, `{"file_path":"sub/up/.env"}`} {
+		res := e.call(t, "read_file", args)
+		if errType(res) != events.ErrPolicyDenied || strings.Contains(res.LLMContent, "SECRET") {
+			t.Errorf("%s: got %s %q", args, errType(res), res.LLMContent)
+		}
+	}
+}
+
+// TestManyFileToolsSkipSensitivePaths: tools that pick their files
+// themselves (a search, a glob of files to read) ask the policy about each
+// file: a sensitive one is skipped, not read.
+func TestManyFileToolsSkipSensitivePaths(t *testing.T) {
+	e := newEnv(t)
+	root := e.ws.Root()
+	os.WriteFile(filepath.Join(root, ".env"), []byte("SECRET=1\n"), 0o600)
+	os.MkdirAll(filepath.Join(root, "app"), 0o755)
+	os.WriteFile(filepath.Join(root, "app", ".env.production"), []byte("SECRET=2\n"), 0o600)
+	os.WriteFile(filepath.Join(root, "app", ".env.example"), []byte("SECRET=example\n"), 0o644)
+	os.WriteFile(filepath.Join(root, "app", "main.go"), []byte("// SECRET handling lives here\n"), 0o644)
+	for _, c := range []struct{ tool, args string }{
+		{"search_file_content", `{"pattern":"SECRET"}`},
+		{"read_many_files", `{"paths":["*","app/*"]}`},
+		{"read_many_files", `{"paths":["**/*"]}`},
+	} {
+		res := e.call(t, c.tool, c.args)
+		if strings.Contains(res.LLMContent, "SECRET=1") || strings.Contains(res.LLMContent, "SECRET=2") {
+			t.Errorf("%s %s read a sensitive file:\n%s", c.tool, c.args, res.LLMContent)
+		}
+		if !strings.Contains(res.LLMContent, "SECRET handling") {
+			t.Errorf("%s %s lost the plain file: %s %q", c.tool, c.args, errType(res), res.LLMContent)
+		}
+	}
+}
+
 func TestConfirmationOutcomes(t *testing.T) {
 	e := newEnv(t, func(c *Config) { c.ConfirmTimeout = 300 * time.Millisecond })
 	write := `{"file_path":"notes.md","content":"v1"}`

@@ -35,6 +35,7 @@ type call struct {
 	// policy is the last decision, recorded in the result.
 	policy  *events.PolicyVerdict
 	verdict events.PolicyVerdict // policy points here
+	args    map[string]any       // the decoded arguments the policy judged
 	tc      tool.Call
 
 	// admitted: the call is in e.running and counted in e.wg until its
@@ -224,12 +225,20 @@ func (c *call) validate(raw json.RawMessage) (map[string]any, string) {
 // decide asks the policy in force and records its decision.
 func (c *call) decide(args map[string]any) policy.Decision {
 	e, t := c.e, c.tool
+	c.args = args
 	pol, gen := e.policy.Load(), e.allowlist.gen.Load()
+	// The files a call names depend on the file system as well as on the
+	// arguments (a name may have become a link to .env), so they are
+	// looked at on every call and are part of the cache key.
+	var paths []string
+	if pn, ok := c.impl.(tool.PathNamer); ok {
+		paths = pn.Paths(c.inv.Args)
+	}
 	var buf [512]byte
-	key := appendDecisionKey(buf[:0], t, c.inv)
+	key := appendDecisionKey(buf[:0], t, c.inv, paths)
 	d, cached := e.decisions.get(pol, gen, key)
 	if !cached {
-		d = pol.Decide(c.ctx, c.input(args))
+		d = pol.Decide(c.ctx, c.input(args, paths))
 		e.decisions.put(pol, gen, key, d)
 	}
 	c.verdict = events.PolicyVerdict{Verdict: d.Verdict, Reason: d.Reason, Revision: d.Revision, Cached: cached}
@@ -241,8 +250,9 @@ func (c *call) decide(args map[string]any) policy.Decision {
 	return d
 }
 
-// input is what the policy is shown of the call.
-func (c *call) input(args map[string]any) *policy.Input {
+// input is what the policy is shown of the call; paths are the files its
+// arguments name (tool.PathNamer).
+func (c *call) input(args map[string]any, paths []string) *policy.Input {
 	e, t := c.e, c.tool
 	in := &policy.Input{
 		Tool: policy.ToolInput{Name: t.Name, Kind: t.Kind, Source: t.Source, Server: t.Server, Trust: t.Trust, ReadOnly: t.ReadOnly},
@@ -251,9 +261,7 @@ func (c *call) input(args map[string]any) *policy.Input {
 	if len(t.Annotations) > 0 {
 		_ = json.Unmarshal(t.Annotations, &in.Tool.Annotations)
 	}
-	if pn, ok := c.impl.(tool.PathNamer); ok {
-		in.Paths = pn.Paths(c.inv.Args)
-	}
+	in.Paths = paths
 	if cm, ok := c.impl.(tool.Commander); ok {
 		line, dir := cm.Command(c.inv.Args)
 		sh := policy.AnalyzeShell(line)
@@ -279,7 +287,7 @@ func (c *call) execute(confirmed bool) {
 	if confirmed {
 		c.step("started", fmt.Sprintf("deadline %s", c.timeout))
 	}
-	c.tc = tool.Call{ID: inv.ID, Args: inv.Args, Progress: c.progress}
+	c.tc = tool.Call{ID: inv.ID, Args: inv.Args, Progress: c.progress, Refused: c.refused}
 	out, err := c.runBounded()
 	c.ended(out, err)
 }
@@ -328,6 +336,18 @@ func (c *call) onTimer() {
 }
 
 var errDeadline = errors.New("deadline")
+
+// refused judges files a tool picked itself: the policy's denied_paths
+// for this call, shown those paths instead of the ones its arguments name.
+func (c *call) refused(paths []string) (map[string]bool, error) {
+	in := c.input(c.args, paths)
+	in.Paths = append(in.Paths[:0:0], paths...)
+	denied, err := c.e.policy.Load().DeniedPaths(c.ctx, in)
+	if err != nil {
+		return nil, fmt.Errorf("the policy cannot judge the files this call would read, so none is read: %v", err)
+	}
+	return denied, nil
+}
 
 // stopGrace is how long a tool has, once its deadline passed or its call
 // was cancelled, to stop before the executor reports the end without it.

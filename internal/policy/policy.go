@@ -28,6 +28,12 @@ import (
 // Query is the rule every policy set must define.
 const Query = "data.toolbus.decision"
 
+// PathsQuery is the rule that judges files one by one: the paths of
+// input.paths the policy refuses. Tools that choose their files themselves
+// (a search over the workspace, a glob of files to read) skip those. A
+// policy set that does not define it refuses no file on its own.
+const PathsQuery = "data.toolbus.denied_paths"
+
 // Files is a policy set: file name → Rego source. Files whose names end in
 // _test.rego hold the set's unit tests.
 type Files map[string]string
@@ -73,6 +79,7 @@ type Policy struct {
 	revision string
 	files    Files
 	query    rego.PreparedEvalQuery
+	paths    rego.PreparedEvalQuery
 	// nondeterministic names a built-in (time, randomness, network) that
 	// makes the same input give different decisions; empty when none.
 	nondeterministic string
@@ -103,17 +110,24 @@ func Compile(ctx context.Context, files Files) (*Policy, error) {
 	} else if len(failures) > 0 {
 		return nil, fmt.Errorf("policy: Rego tests fail: %s", strings.Join(failures, "; "))
 	}
-	opts := []func(*rego.Rego){rego.Query(Query), rego.SetRegoVersion(ast.RegoV1), rego.StrictBuiltinErrors(true)}
-	for name, src := range files {
-		if !isTest(name) {
-			opts = append(opts, rego.Module(name, src))
+	prepare := func(query string) (rego.PreparedEvalQuery, error) {
+		opts := []func(*rego.Rego){rego.Query(query), rego.SetRegoVersion(ast.RegoV1), rego.StrictBuiltinErrors(true)}
+		for name, src := range files {
+			if !isTest(name) {
+				opts = append(opts, rego.Module(name, src))
+			}
 		}
+		return rego.New(opts...).PrepareForEval(ctx)
 	}
-	q, err := rego.New(opts...).PrepareForEval(ctx)
+	q, err := prepare(Query)
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
-	return &Policy{revision: files.Revision(), files: files, query: q, nondeterministic: nondeterministic(modules)}, nil
+	pq, err := prepare(PathsQuery)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	return &Policy{revision: files.Revision(), files: files, query: q, paths: pq, nondeterministic: nondeterministic(modules)}, nil
 }
 
 // nondeterministic returns the first built-in the modules call that OPA
@@ -267,3 +281,37 @@ func (p *Policy) Decide(ctx context.Context, input *Input) Decision {
 
 // noMetrics keeps OPA from making a metrics set for every evaluation.
 var noMetrics = metrics.NoOp()
+
+// DeniedPaths returns the paths of input.Paths that the policy refuses for
+// this call (PathsQuery). It fails closed: when the rule cannot be
+// evaluated or gives something other than a set of strings, the error
+// says why and the caller must treat every path as refused.
+func (p *Policy) DeniedPaths(ctx context.Context, input *Input) (map[string]bool, error) {
+	value, err := input.value()
+	if err != nil {
+		return nil, fmt.Errorf("input: %w", err)
+	}
+	rs, err := p.paths.Eval(ctx, rego.EvalParsedInput(value), rego.EvalMetrics(noMetrics))
+	if err != nil {
+		return nil, err
+	}
+	if len(rs) == 0 {
+		return nil, nil // the policy judges no file on its own
+	}
+	if len(rs) != 1 || len(rs[0].Expressions) != 1 {
+		return nil, fmt.Errorf("%s gave %d results", PathsQuery, len(rs))
+	}
+	list, ok := rs[0].Expressions[0].Value.([]any)
+	if !ok {
+		return nil, fmt.Errorf("%s is not a set of paths", PathsQuery)
+	}
+	denied := make(map[string]bool, len(list))
+	for _, v := range list {
+		s, ok := v.(string)
+		if !ok {
+			return nil, fmt.Errorf("%s holds %v, not a path", PathsQuery, v)
+		}
+		denied[s] = true
+	}
+	return denied, nil
+}

@@ -230,3 +230,36 @@ func TestDeterminism(t *testing.T) {
 		t.Error("a policy calling time.now_ns is seen as deterministic")
 	}
 }
+
+// TestDeniedPaths: the per-file judgement tools use for files they pick
+// themselves. It fails closed on a rule that gives something else than a
+// set of paths; a policy without the rule refuses no file on its own.
+func TestDeniedPaths(t *testing.T) {
+	ctx := context.Background()
+	in := &Input{Tool: ToolInput{Name: "search_file_content", Kind: events.KindSearch, Source: events.SourceBuiltin},
+		Caller: events.Identity{ID: "agent"}, Paths: []string{"/w/main.go", "/w/.env", "/w/a/.env.local", "/w/.env.example"}}
+	denied, err := defaultPolicy(t).DeniedPaths(ctx, in)
+	if err != nil || len(denied) != 2 || !denied["/w/.env"] || !denied["/w/a/.env.local"] {
+		t.Errorf("default policy: %v %v", denied, err)
+	}
+	without, err := Compile(ctx, Files{"p.rego": "package toolbus\ndecision := {\"verdict\": \"ALLOW\", \"reason\": \"x\"}\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if denied, err := without.DeniedPaths(ctx, in); err != nil || len(denied) != 0 {
+		t.Errorf("no rule: %v %v", denied, err)
+	}
+	for _, src := range []string{
+		"package toolbus\ndenied_paths := 7\n",
+		"package toolbus\ndenied_paths contains 7 if true\n",
+		"package toolbus\ndenied_paths contains p if { some p in input.paths; 1 / 0 == 1 }\n",
+	} {
+		p, err := Compile(ctx, Files{"p.rego": "package toolbus\ndecision := {\"verdict\": \"ALLOW\", \"reason\": \"x\"}\n", "q.rego": src})
+		if err != nil {
+			continue // refused at compile time: as good
+		}
+		if denied, err := p.DeniedPaths(ctx, in); err == nil {
+			t.Errorf("%q: no error, denied %v", src, denied)
+		}
+	}
+}

@@ -30,6 +30,12 @@ type Call struct {
 	Args json.RawMessage
 	// Progress, when not nil, receives output as the tool produces it.
 	Progress func(chunk string)
+	// Refused, when not nil, asks the policy about files the tool picked
+	// itself (a search over a tree, a glob of files to read), which the
+	// policy could not see in the arguments: it returns those of paths
+	// (absolute) that the call may not touch. An error means the policy
+	// could not judge them, and none may be touched.
+	Refused func(paths []string) (map[string]bool, error)
 }
 
 // Output is what a tool returns (seed 003 ToolResult).
