@@ -102,3 +102,22 @@ func (b *beneath) readFile(rel string) (data []byte, ok bool, err error) {
 // errEscapes is what the kernel's EXDEV means here; Workspace.confined
 // names it as leaving the workspace.
 var errEscapes = errors.New("path escapes from parent")
+
+var noLinksHow = unix.OpenHow{
+	Flags:   unix.O_PATH | unix.O_CLOEXEC,
+	Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS,
+}
+
+// noLinks reports whether rel exists and no component of it is a symbolic
+// link, in one lookup. False means "look closer", not "there is a link".
+func (b *beneath) noLinks(rel string) bool {
+	if b == nil || b.unsupported.Load() {
+		return false
+	}
+	fd, err := unix.Openat2(b.dirfd, rel, &noLinksHow)
+	if err != nil {
+		return false
+	}
+	unix.Close(fd)
+	return true
+}

@@ -67,3 +67,30 @@ func TestBeneathAgreesWithRoot(t *testing.T) {
 		}
 	}
 }
+
+// TestRealPathAgreesWithResolve: the one-lookup shortcut gives what the
+// component-by-component resolution gives.
+func TestRealPathAgreesWithResolve(t *testing.T) {
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "a", "b"), 0o755)
+	os.WriteFile(filepath.Join(dir, "a", "b", "f.txt"), []byte("x"), 0o644)
+	os.WriteFile(filepath.Join(dir, ".env"), []byte("x"), 0o644)
+	os.Symlink(".env", filepath.Join(dir, "notes.txt"))
+	os.Symlink("a/b", filepath.Join(dir, "short"))
+	os.Symlink("..", filepath.Join(dir, "a", "up"))
+	ws, err := NewWorkspace(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	for _, p := range []string{"a/b/f.txt", ".env", "notes.txt", "short/f.txt", "a/up/.env", "a/up/notes.txt", "new.txt", "short/new.txt", "a/b"} {
+		got, err1 := ws.RealPath(p)
+		want, err2 := ws.Resolve(p)
+		if got != want || (err1 == nil) != (err2 == nil) {
+			t.Errorf("%s: RealPath %q %v, Resolve %q %v", p, got, err1, want, err2)
+		}
+	}
+	if got, _ := ws.RealPath("notes.txt"); got != filepath.Join(ws.Root(), ".env") {
+		t.Errorf("notes.txt leads to %s", got)
+	}
+}

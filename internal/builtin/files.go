@@ -38,16 +38,12 @@ var pathArgs = []string{"file_path", "path", "directory"}
 // where symbolic links inside the workspace lead it elsewhere, the path it
 // leads to as well: a link named notes.txt that leads to .env is judged as
 // .env too.
-func (t *fileTool) Paths(args json.RawMessage) []string {
-	var m map[string]any
-	if jsonv2.Unmarshal(args, &m) != nil {
-		return nil
-	}
+func (t *fileTool) Paths(m map[string]any) []string {
 	var out []string
 	add := func(p string) {
 		abs := t.ws.Abs(p)
 		out = append(out, abs)
-		if real, err := t.ws.Resolve(p); err == nil && real != abs {
+		if real, err := t.ws.RealPath(p); err == nil && real != abs {
 			out = append(out, real)
 		}
 	}

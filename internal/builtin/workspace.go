@@ -194,6 +194,16 @@ func (w *Workspace) Resolve(p string) (string, error) {
 	return real, nil
 }
 
+// RealPath is Resolve, made cheap for the common case: a path inside the
+// workspace without a symbolic link in it is its own real path, which the
+// kernel tells in one lookup.
+func (w *Workspace) RealPath(p string) (string, error) {
+	if r, err := w.rel(p); err == nil && w.beneath.noLinks(r) {
+		return w.Abs(p), nil
+	}
+	return w.Resolve(p)
+}
+
 func (w *Workspace) contains(p string) bool {
 	return p == w.root || strings.HasPrefix(p, w.root+string(filepath.Separator))
 }

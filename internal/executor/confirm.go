@@ -107,7 +107,7 @@ func (c *call) remember(a *events.ConfirmAnswer) []AllowRecord {
 	}
 	if pn, ok := c.impl.(tool.PathNamer); ok && t.Kind.Mutator() {
 		var out []AllowRecord
-		for _, p := range pn.Paths(c.inv.Args) {
+		for _, p := range pn.Paths(c.args) {
 			out = append(out, rec(policy.AllowEntry{Scope: "path", Tool: t.Name, Path: p}))
 		}
 		if len(out) > 0 {

@@ -232,7 +232,7 @@ func (c *call) decide(args map[string]any) policy.Decision {
 	// looked at on every call and are part of the cache key.
 	var paths []string
 	if pn, ok := c.impl.(tool.PathNamer); ok {
-		paths = pn.Paths(c.inv.Args)
+		paths = pn.Paths(args)
 	}
 	var buf [512]byte
 	key := appendDecisionKey(buf[:0], t, c.inv, paths)

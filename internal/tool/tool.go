@@ -60,9 +60,10 @@ type Validator interface {
 }
 
 // PathNamer is implemented by tools that touch files: the absolute paths a
-// call names, for the policy.
+// call names, for the policy. args are the call's validated arguments,
+// decoded (numbers as json.Number).
 type PathNamer interface {
-	Paths(args json.RawMessage) []string
+	Paths(args map[string]any) []string
 }
 
 // Commander is implemented by shell tools: the command line a call runs
