@@ -122,7 +122,7 @@ shell_deny contains sprintf("dangerous command %q: recursive removal of %s", [c.
 	c.name == "rm"
 	recursive(c.args)
 	some t in c.args
-	regex.match(`^(/|/\*|/\.|~|~/|~/\*|\$HOME|\$HOME/|\$HOME/\*|\$\{HOME\}|\$\{HOME\}/|\$\{HOME\}/\*|/(bin|boot|dev|etc|home|lib|lib32|lib64|opt|proc|root|sbin|srv|sys|usr|var)/?\*?)$`, t)
+	regex.match(`^(/[/.]*\*?|~|~/|~/\*|"?(\$HOME|\$\{HOME\})"?/?\*?"?|/(bin|boot|dev|etc|home|lib|lib32|lib64|opt|proc|root|sbin|srv|sys|usr|var)/?\*?)$`, t)
 }
 
 shell_deny contains sprintf("dangerous command %q: --no-preserve-root", [c.text]) if {

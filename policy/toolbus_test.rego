@@ -70,12 +70,19 @@ test_plain_command_asks if verdict(shell([cmd("ls", ["-la"])])) == "ASK_USER"
 test_rm_rf_root_denied if verdict(shell([cmd("rm", ["-rf", "/"])])) == "DENY"
 
 test_rm_variants_denied if {
-	every args in [["-fr", "/"], ["-r", "-f", "/*"], ["-Rf", "~"], ["--recursive", "/etc"], ["-rf", "$HOME"], ["-rf", "/usr/"]] {
+	every args in [
+		["-fr", "/"], ["-r", "-f", "/*"], ["-Rf", "~"], ["--recursive", "/etc"], ["-rf", "$HOME"], ["-rf", "/usr/"],
+		["-rf", "//"], ["-rf", "/./"], ["-rf", "/.."], ["-rf", "\"$HOME\""], ["-rf", "\"${HOME}\"/*"], ["-rf", "\"$HOME/\""],
+	] {
 		verdict(shell([cmd("rm", args)])) == "DENY"
 	}
 }
 
-test_rm_in_project_asks if verdict(shell([cmd("rm", ["-rf", "build/"])])) == "ASK_USER"
+test_rm_in_project_asks if {
+	every args in [["-rf", "build/"], ["-rf", "./build"], ["-rf", "\"$HOME/project/build\""], ["-rf", "/tmp/x"]] {
+		verdict(shell([cmd("rm", args)])) == "ASK_USER"
+	}
+}
 
 test_no_preserve_root_denied if verdict(shell([cmd("chmod", ["-R", "--no-preserve-root", "777", "x"])])) == "DENY"
 

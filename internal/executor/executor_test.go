@@ -254,6 +254,10 @@ func TestArgumentsCannotBeSmuggled(t *testing.T) {
 			t.Errorf("%s: got %s %q", args, errType(res), res.LLMContent)
 		}
 	}
+	// A line the shell parser once crashed on is judged like any other.
+	if res := e.call(t, "run_shell_command", `{"command":"()(0|0)"}`); errType(res) != events.ErrPolicyDenied {
+		t.Errorf("()(0|0): %s %q", errType(res), res.LLMContent)
+	}
 	if res := e.call(t, "read_file", `{"file_path":".env"}`); errType(res) != events.ErrPolicyDenied {
 		t.Errorf(".env read plainly: %s %q", errType(res), res.LLMContent)
 	}
@@ -680,5 +684,28 @@ func TestToolIgnoringItsDeadline(t *testing.T) {
 	}
 	if n := ex.toolRuns.Load(); n != 1 {
 		t.Errorf("%d tool runs counted, want the abandoned one", n)
+	}
+}
+
+// panicky names its paths by crashing: a bug in what builds the policy's
+// input.
+type panicky struct{ tool.Tool }
+
+func (panicky) Paths(map[string]any) []string { panic("paths went wrong") }
+
+// TestPipelineCrashFailsOnlyTheCall: a panic while a call is judged fails
+// that call, never as an ALLOW, and the executor goes on serving.
+func TestPipelineCrashFailsOnlyTheCall(t *testing.T) {
+	e := newEnv(t)
+	inner := tool.Func(events.ToolSpec{Name: "crashy", Kind: events.KindRead}, func(context.Context, *tool.Call) (*tool.Output, error) {
+		return tool.Text("ran"), nil
+	})
+	e.hostTools(t, "executor@crashy", []tool.Tool{panicky{inner}})
+	res := e.call(t, "crashy", `{}`)
+	if errType(res) != events.ErrExecutionFailed || !strings.Contains(res.LLMContent, "paths went wrong") {
+		t.Errorf("got %s %q", errType(res), res.LLMContent)
+	}
+	if res := e.call(t, "read_file", `{"file_path":"README.md"}`); res.Error != nil {
+		t.Errorf("the executor stopped serving: %s %q", errType(res), res.LLMContent)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -84,6 +85,14 @@ func (e *Executor) accept(m *nats.Msg, forwarded bool) {
 	e.wg.Add(1)
 	e.mu.Unlock()
 	e.workers.run(func() {
+		// A bug the call's input runs into fails the call, not the
+		// executor and the calls of everyone else.
+		defer func() {
+			if r := recover(); r != nil {
+				e.log.Error("the pipeline crashed on a call", "invocation", inv.ID, "tool", inv.Tool, "panic", r, "stack", string(debug.Stack()))
+				c.fail(events.ErrExecutionFailed, fmt.Sprintf("the executor failed on this call: %v", r))
+			}
+		}()
 		c.mu.Lock()
 		c.heartbeat = time.AfterFunc(HeartbeatEvery, c.beat)
 		c.mu.Unlock()

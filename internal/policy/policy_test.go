@@ -73,6 +73,21 @@ func TestChainedShellCannotHide(t *testing.T) {
 		{"ls | xargs rm -rf /", events.Deny, "recursive removal"},
 		{"sudo rm -rf /", events.Deny, "recursive removal"},
 		{"sudo -u root /bin/rm -r -f /*", events.Deny, "recursive removal"},
+		// Escapes and quotes bash removes, and spellings of / and $HOME.
+		{`\rm -rf /`, events.Deny, "recursive removal"},
+		{`r\m -rf /`, events.Deny, "recursive removal"},
+		{`"r"'m' -rf /`, events.Deny, "recursive removal"},
+		{`rm -rf "/"`, events.Deny, "recursive removal"},
+		{`rm -rf //`, events.Deny, "recursive removal"},
+		{`rm -rf /./`, events.Deny, "recursive removal"},
+		{`rm -rf "$HOME"`, events.Deny, "recursive removal"},
+		{`rm -rf "${HOME}"/*`, events.Deny, "recursive removal"},
+		{`busybox rm -rf /`, events.Deny, "recursive removal"},
+		{"rm -rf \\\n /", events.Deny, "recursive removal"},
+		// $'...' is not read as literal text: not denied by name, but asked.
+		{`$'\x72m' -rf /`, events.AskUser, "execute tools ask the user"},
+		{`rm -rf ./build`, events.AskUser, "execute tools ask the user"},
+		{`rm -rf "$HOME/project/build"`, events.AskUser, "execute tools ask the user"},
 		{"env FOO=1 nice -n 5 rm -fr ~", events.Deny, "recursive removal"},
 		{"bash -c 'rm -rf /'", events.Deny, "recursive removal"},
 		{"sh -lc \"ls; rm -rf /\"", events.Deny, "recursive removal"},
@@ -262,4 +277,19 @@ func TestDeniedPaths(t *testing.T) {
 			t.Errorf("%q: no error, denied %v", src, denied)
 		}
 	}
+}
+
+// FuzzAnalyzeShell: command lines come from models. Analysing any line
+// never panics, and the default policy never lets a shell line run without
+// asking: whatever the parser makes of it, the verdict is ASK_USER or DENY.
+func FuzzAnalyzeShell(f *testing.F) {
+	for _, s := range []string{"ls -la", "rm -rf /", `\rm -rf "$HOME"`, "a && b || c; d | e", "f(){ f|f& }; f", "echo $'\\x41'", "cat <<EOF\nx\nEOF", "bash -c 'eval \"rm -rf /\"'", "\"unterminated"} {
+		f.Add(s)
+	}
+	p := defaultPolicy(f)
+	f.Fuzz(func(t *testing.T, line string) {
+		if d := p.Decide(context.Background(), shellInput(line)); d.Verdict == events.Allow {
+			t.Fatalf("%q was allowed: %s", line, d.Reason)
+		}
+	})
 }

@@ -86,7 +86,7 @@ func analyze(line string, s *Shell, depth int) {
 				nested(c, s, depth)
 			}
 		case *syntax.FuncDecl:
-			s.Functions = append(s.Functions, Function{Name: n.Name.Value, Recursive: callsItself(n)})
+			s.Functions = append(s.Functions, Function{Name: funcName(n), Recursive: callsItself(n)})
 		}
 		return true
 	})
@@ -134,7 +134,7 @@ func unwrap(argv []string) []string {
 			skipValue = map[string]bool{"-u": true, "-g": true, "-C": true, "-h": true, "-p": true, "-r": true, "-t": true}
 		case "nice", "ionice":
 			skipValue = map[string]bool{"-n": true, "-c": true}
-		case "nohup", "time", "command", "builtin", "exec", "stdbuf", "xargs":
+		case "nohup", "time", "command", "builtin", "exec", "stdbuf", "xargs", "busybox":
 		case "env":
 			skipValue = map[string]bool{"-u": true, "-C": true, "-S": true}
 		case "timeout":
@@ -174,15 +174,26 @@ func word(src string, w *syntax.Word) (string, bool) {
 	return b.String(), true
 }
 
+// literalParts writes the value bash gives a word made only of literal
+// text and quotes: quotes removed and backslash escapes undone, so `\rm`
+// and `r\m` are rm as `"rm"` is. $'...' (ANSI-C escapes) is not taken as
+// literal.
 func literalParts(b *strings.Builder, parts []syntax.WordPart) bool {
+	return literalIn(b, parts, false)
+}
+
+func literalIn(b *strings.Builder, parts []syntax.WordPart, inDouble bool) bool {
 	for _, p := range parts {
 		switch p := p.(type) {
 		case *syntax.Lit:
-			b.WriteString(p.Value)
+			unescape(b, p.Value, inDouble)
 		case *syntax.SglQuoted:
+			if p.Dollar {
+				return false
+			}
 			b.WriteString(p.Value)
 		case *syntax.DblQuoted:
-			if !literalParts(b, p.Parts) {
+			if p.Dollar || !literalIn(b, p.Parts, true) {
 				return false
 			}
 		default:
@@ -190,6 +201,28 @@ func literalParts(b *strings.Builder, parts []syntax.WordPart) bool {
 		}
 	}
 	return true
+}
+
+// unescape undoes bash's backslash escapes in unquoted text, or in text
+// inside double quotes, where only $ ` " \ and a newline are escaped.
+func unescape(b *strings.Builder, s string, inDouble bool) {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c != '\\' || i+1 == len(s) {
+			b.WriteByte(c)
+			continue
+		}
+		next := s[i+1]
+		switch {
+		case next == '\n': // a line continuation disappears
+			i++
+		case !inDouble || strings.IndexByte("$`\"\\", next) >= 0:
+			b.WriteByte(next)
+			i++
+		default:
+			b.WriteByte(c)
+		}
+	}
 }
 
 func redirects(src string, rs []*syntax.Redirect) []Redirect {
@@ -204,10 +237,26 @@ func redirects(src string, rs []*syntax.Redirect) []Redirect {
 	return out
 }
 
+// funcName is a function's name; empty for an anonymous one, which the
+// parser accepts even for bash (`()(...)`).
+func funcName(fn *syntax.FuncDecl) string {
+	switch {
+	case fn.Name != nil:
+		return fn.Name.Value
+	case len(fn.Names) > 0 && fn.Names[0] != nil:
+		return fn.Names[0].Value
+	}
+	return ""
+}
+
 func callsItself(fn *syntax.FuncDecl) bool {
+	name := funcName(fn)
+	if name == "" || fn.Body == nil {
+		return false
+	}
 	found := false
 	syntax.Walk(fn.Body, func(node syntax.Node) bool {
-		if call, ok := node.(*syntax.CallExpr); ok && len(call.Args) > 0 && call.Args[0].Lit() == fn.Name.Value {
+		if call, ok := node.(*syntax.CallExpr); ok && len(call.Args) > 0 && call.Args[0].Lit() == name {
 			found = true
 		}
 		return !found
