@@ -432,6 +432,12 @@ func TestCancelByID(t *testing.T) {
 	}()
 	pid := testkit.WaitPID(t, filepath.Join(e.ws.Root(), "c.pid"))
 	other := NewClient(bustest.Connect(t, e.bus).Conn(), events.Identity{ID: "cli@test"})
+	// A second call under the same id is refused while the first runs:
+	// a cancel could not tell them apart.
+	dup := &events.Invocation{Header: events.Header{ID: "cancel-me"}, Tool: "read_file", Args: json.RawMessage(`{"file_path":"README.md"}`)}
+	if res, err := other.Invoke(context.Background(), dup, nil); err != nil || errType(res) != events.ErrInvalidParams || !strings.Contains(res.LLMContent, "already running") {
+		t.Errorf("a second call under a running id: %v %s %q", err, errType(res), res.LLMContent)
+	}
 	if err := other.Cancel(context.Background(), "cancel-me", "test"); err != nil {
 		t.Fatal(err)
 	}

@@ -80,6 +80,13 @@ func (e *Executor) accept(m *nats.Msg, forwarded bool) {
 		return
 	default:
 	}
+	if _, busy := e.running[inv.ID]; busy {
+		// Ids are the caller's choice; two live calls with one id could
+		// not be told apart when cancelled or stopped.
+		e.mu.Unlock()
+		c.fail(events.ErrInvalidParams, fmt.Sprintf("an invocation with id %q is already running on this executor; ids must be unique", inv.ID))
+		return
+	}
 	e.running[inv.ID] = c
 	c.admitted = true
 	e.wg.Add(1)
