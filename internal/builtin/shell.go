@@ -162,6 +162,9 @@ func (t *runShell) ValidateArgs(args json.RawMessage) error {
 	return nil
 }
 
+// RealPath implements tool.LinkResolver.
+func (t *runShell) RealPath(p string) (string, error) { return t.shells.ws.RealPath(p) }
+
 // Command implements tool.Commander.
 func (t *runShell) Command(args json.RawMessage) (string, string) {
 	a, _ := decode[runShellArgs](args)

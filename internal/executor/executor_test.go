@@ -284,6 +284,13 @@ func TestSymlinkCannotHideASensitivePath(t *testing.T) {
 			t.Errorf("%s: got %s %q", args, errType(res), res.LLMContent)
 		}
 	}
+	// A shell line naming the link is judged by where it leads too: denied
+	// for the path, not merely asked about (an allowlisted `cat` would
+	// otherwise read .env).
+	res := e.call(t, "run_shell_command", `{"command":"cat notes.txt"}`)
+	if errType(res) != events.ErrPolicyDenied || !strings.Contains(res.LLMContent, "sensitive path") {
+		t.Errorf("cat notes.txt: got %s %q", errType(res), res.LLMContent)
+	}
 }
 
 // TestManyFileToolsSkipSensitivePaths: tools that pick their files

@@ -250,11 +250,25 @@ func (c *call) decide(args map[string]any) policy.Decision {
 	if pn, ok := c.impl.(tool.PathNamer); ok {
 		paths = pn.Paths(args)
 	}
+	var sh *policy.Shell
+	if cm, ok := c.impl.(tool.Commander); ok {
+		line, dir := cm.Command(c.inv.Args)
+		analysis := policy.AnalyzeShell(line)
+		sh = &analysis
+		paths = append(paths, analysis.Paths(dir, e.home)...)
+		if lr, ok := c.impl.(tool.LinkResolver); ok {
+			for _, p := range analysis.Words(dir, e.home) {
+				if real, err := lr.RealPath(p); err == nil && real != p {
+					paths = append(paths, real)
+				}
+			}
+		}
+	}
 	var buf [512]byte
 	key := appendDecisionKey(buf[:0], t, c.inv, paths)
 	d, cached := e.decisions.get(pol, gen, key)
 	if !cached {
-		d = pol.Decide(c.ctx, c.input(args, paths))
+		d = pol.Decide(c.ctx, c.input(args, paths, sh))
 		e.decisions.put(pol, gen, key, d)
 	}
 	c.verdict = events.PolicyVerdict{Verdict: d.Verdict, Reason: d.Reason, Revision: d.Revision, Cached: cached}
@@ -266,9 +280,9 @@ func (c *call) decide(args map[string]any) policy.Decision {
 	return d
 }
 
-// input is what the policy is shown of the call; paths are the files its
-// arguments name (tool.PathNamer).
-func (c *call) input(args map[string]any, paths []string) *policy.Input {
+// input is what the policy is shown of the call: paths are the files it
+// names, sh the analysis of its shell line for shell tools.
+func (c *call) input(args map[string]any, paths []string, sh *policy.Shell) *policy.Input {
 	e, t := c.e, c.tool
 	in := &policy.Input{
 		Tool: policy.ToolInput{Name: t.Name, Kind: t.Kind, Source: t.Source, Server: t.Server, Trust: t.Trust, ReadOnly: t.ReadOnly},
@@ -277,13 +291,7 @@ func (c *call) input(args map[string]any, paths []string) *policy.Input {
 	if len(t.Annotations) > 0 {
 		_ = json.Unmarshal(t.Annotations, &in.Tool.Annotations)
 	}
-	in.Paths = paths
-	if cm, ok := c.impl.(tool.Commander); ok {
-		line, dir := cm.Command(c.inv.Args)
-		sh := policy.AnalyzeShell(line)
-		in.Shell = &sh
-		in.Paths = append(in.Paths, sh.Paths(dir, e.home)...)
-	}
+	in.Paths, in.Shell = paths, sh
 	in.Allowlist = e.allowlist.entriesFor(t)
 	return in
 }
@@ -356,8 +364,7 @@ var errDeadline = errors.New("deadline")
 // refused judges files a tool picked itself: the policy's denied_paths
 // for this call, shown those paths instead of the ones its arguments name.
 func (c *call) refused(paths []string) (map[string]bool, error) {
-	in := c.input(c.args, paths)
-	in.Paths = append(in.Paths[:0:0], paths...)
+	in := c.input(c.args, paths, nil)
 	denied, err := c.e.policy.Load().DeniedPaths(c.ctx, in)
 	if err != nil {
 		return nil, fmt.Errorf("the policy cannot judge the files this call would read, so none is read: %v", err)

@@ -275,10 +275,21 @@ func source(src string, n syntax.Node) string {
 // Paths lists the words of the line that name files: redirection targets,
 // and literal arguments that look like paths ("/x", "./x", "~/x", "a/b",
 // ".env"), with "~" expanded to home and relative paths joined to dir.
-func (s Shell) Paths(dir, home string) []string {
+func (s Shell) Paths(dir, home string) []string { return s.paths(dir, home, false) }
+
+// Words lists every argument and redirection target of the line as the
+// path it would name if it were a file (flags and URLs aside), for looking
+// for symbolic links: `cat notes.txt` names a file though the word does
+// not look like a path.
+func (s Shell) Words(dir, home string) []string { return s.paths(dir, home, true) }
+
+func (s Shell) paths(dir, home string, every bool) []string {
 	var out []string
 	add := func(w string, always bool) {
-		if p, ok := pathOf(w, dir, home, always); ok && !slices.Contains(out, p) {
+		if every && !always && strings.HasPrefix(w, "-") {
+			return // a flag
+		}
+		if p, ok := pathOf(w, dir, home, always || every); ok && !slices.Contains(out, p) {
 			out = append(out, p)
 		}
 	}

@@ -72,6 +72,13 @@ type Commander interface {
 	Command(args json.RawMessage) (line, dir string)
 }
 
+// LinkResolver is implemented by tools confined to a directory: where
+// symbolic links inside it lead path. The policy is shown both, so that a
+// link named notes.txt that leads to .env is judged as .env too.
+type LinkResolver interface {
+	RealPath(path string) (string, error)
+}
+
 // Func makes a Tool of a declaration and a function.
 func Func(spec events.ToolSpec, run func(ctx context.Context, call *Call) (*Output, error)) Tool {
 	return funcTool{spec, run}
