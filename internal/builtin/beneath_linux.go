@@ -40,9 +40,10 @@ var beneathHow = unix.OpenHow{
 	Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS,
 }
 
-// readFile reads rel, a path relative to the directory. ok is false when
-// openat2 is not available and the caller must read another way.
-func (b *beneath) readFile(rel string) (data []byte, ok bool, err error) {
+// readFile reads rel, a path relative to the directory, refusing with
+// ErrTooLarge a file of more than limit bytes. ok is false when openat2 is
+// not available and the caller must read another way.
+func (b *beneath) readFile(rel string, limit int) (data []byte, ok bool, err error) {
 	if b == nil || b.unsupported.Load() {
 		return nil, false, nil
 	}
@@ -79,8 +80,14 @@ func (b *beneath) readFile(rel string) (data []byte, ok bool, err error) {
 	// meantime is read as it was; one that shrinks is read to its end).
 	// Files that report no size (procfs) are read to their end.
 	size := int(st.Size)
+	if size > limit {
+		return nil, true, ErrTooLarge
+	}
 	data = make([]byte, 0, max(size, 64))
 	for size == 0 || len(data) < size {
+		if len(data) > limit { // a file that reports no size, or grows
+			return nil, true, ErrTooLarge
+		}
 		if len(data) == cap(data) {
 			data = append(data, 0)[:len(data)]
 		}

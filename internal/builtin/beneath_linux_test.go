@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"github.com/toolbus/toolbus/internal/events"
 )
 
 // TestBeneathAgreesWithRoot holds the openat2 fast path to what os.Root
@@ -44,7 +46,7 @@ func TestBeneathAgreesWithRoot(t *testing.T) {
 	for _, p := range []string{"a/b/f.txt", "a/b/../b/f.txt", "empty", "big", "link-in", "abs-link-in",
 		"escape/secret", "rel-escape", "a/../../x", "magic", "a", "nope", "a/nope/x"} {
 		want, rootErr := root.ReadFile(p)
-		got, ok, err := b.readFile(p)
+		got, ok, err := b.readFile(p, MaxReadBytes)
 		if !ok {
 			t.Fatalf("%s: openat2 not used; this kernel should have it", p)
 		}
@@ -92,5 +94,45 @@ func TestRealPathAgreesWithResolve(t *testing.T) {
 	}
 	if got, _ := ws.RealPath("notes.txt"); got != filepath.Join(ws.Root(), ".env") {
 		t.Errorf("notes.txt leads to %s", got)
+	}
+}
+
+// TestReadsAreBounded: a file over the limit, or a pipe that never ends,
+// fails the read with FILE_TOO_LARGE instead of filling memory.
+func TestReadsAreBounded(t *testing.T) {
+	ws, tools := newWorkspace(t)
+	big := filepath.Join(ws.Root(), "big.bin")
+	if err := os.WriteFile(big, make([]byte, MaxReadBytes+1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(ws.Root(), "endless")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+		if err != nil {
+			return
+		}
+		defer w.Close()
+		chunk := make([]byte, 1<<16)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+	}()
+	for _, name := range []string{"big.bin", "endless"} {
+		out := run(t, tools["read_file"], `{"file_path":"`+name+`"}`)
+		if out.Err == nil || out.Err.Type != events.ErrFileTooLarge {
+			t.Errorf("%s: %+v", name, out.Err)
+		}
 	}
 }

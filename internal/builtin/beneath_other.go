@@ -16,6 +16,6 @@ func openBeneath(string) *beneath { return nil }
 
 func (*beneath) close() {}
 
-func (*beneath) readFile(string) ([]byte, bool, error) { return nil, false, nil }
+func (*beneath) readFile(string, int) ([]byte, bool, error) { return nil, false, nil }
 
 func (*beneath) noLinks(string) bool { return false }

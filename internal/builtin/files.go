@@ -78,6 +78,8 @@ func (t *fileTool) failure(p string, err error) *tool.Output {
 		return tool.Failed(events.ErrPathNotInWorkspace, err.Error())
 	case errors.Is(err, fs.ErrNotExist):
 		return tool.Failed(events.ErrFileNotFound, "File not found: "+p)
+	case errors.Is(err, ErrTooLarge):
+		return tool.Failed(events.ErrFileTooLarge, fmt.Sprintf("%s: %v", p, err))
 	}
 	return tool.Failed(events.ErrExecutionFailed, err.Error())
 }

@@ -3,6 +3,7 @@ package builtin
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -12,6 +13,14 @@ import (
 // ErrOutsideWorkspace is returned for a path that leaves the workspace:
 // through "..", as an absolute path elsewhere, or through a symbolic link.
 var ErrOutsideWorkspace = errors.New("path is outside the workspace")
+
+// MaxReadBytes is the largest file the tools read whole, Gemini CLI's 20 MB
+// limit: a larger file (or a pipe that never ends) fails the read instead
+// of filling the executor's memory.
+const MaxReadBytes = 20 << 20
+
+// ErrTooLarge is returned for a file larger than MaxReadBytes.
+var ErrTooLarge = fmt.Errorf("file is larger than the %d MB the tools read", MaxReadBytes>>20)
 
 // Workspace is the directory the built-in tools are confined to. File
 // operations go through an os.Root, which refuses at the moment of the
@@ -85,11 +94,19 @@ func (w *Workspace) ReadFile(p string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if data, ok, err := w.beneath.readFile(r); ok {
+	if data, ok, err := w.beneath.readFile(r, MaxReadBytes); ok {
 		return data, w.confined(p, err)
 	}
-	data, err := w.fs.ReadFile(r)
-	return data, w.confined(p, err)
+	f, err := w.fs.Open(r)
+	if err != nil {
+		return nil, w.confined(p, err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxReadBytes+1))
+	if err == nil && len(data) > MaxReadBytes {
+		err = ErrTooLarge
+	}
+	return data, err
 }
 
 // WriteFile writes the file p names, creating its directories.

@@ -185,6 +185,7 @@ const (
 
 	// Failures of the built-in tools (Gemini CLI's names).
 	ErrFileNotFound           ErrorType = "FILE_NOT_FOUND"
+	ErrFileTooLarge           ErrorType = "FILE_TOO_LARGE"
 	ErrPathNotInWorkspace     ErrorType = "PATH_NOT_IN_WORKSPACE"
 	ErrEditNoOccurrence       ErrorType = "EDIT_NO_OCCURRENCE_FOUND"
 	ErrEditOccurrenceMismatch ErrorType = "EDIT_EXPECTED_OCCURRENCE_MISMATCH"
