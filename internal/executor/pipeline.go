@@ -243,27 +243,7 @@ func (c *call) decide(args map[string]any) policy.Decision {
 	e, t := c.e, c.tool
 	c.args = args
 	pol, gen := e.policy.Load(), e.allowlist.gen.Load()
-	// The files a call names depend on the file system as well as on the
-	// arguments (a name may have become a link to .env), so they are
-	// looked at on every call and are part of the cache key.
-	var paths []string
-	if pn, ok := c.impl.(tool.PathNamer); ok {
-		paths = pn.Paths(args)
-	}
-	var sh *policy.Shell
-	if cm, ok := c.impl.(tool.Commander); ok {
-		line, dir := cm.Command(c.inv.Args)
-		analysis := policy.AnalyzeShell(line)
-		sh = &analysis
-		paths = append(paths, analysis.Paths(dir, e.home)...)
-		if lr, ok := c.impl.(tool.LinkResolver); ok {
-			for _, p := range analysis.Words(dir, e.home) {
-				if real, err := lr.RealPath(p); err == nil && real != p {
-					paths = append(paths, real)
-				}
-			}
-		}
-	}
+	paths, sh := c.named(args)
 	var buf [512]byte
 	key := appendDecisionKey(buf[:0], t, c.inv, paths)
 	d, cached := e.decisions.get(pol, gen, key)
@@ -278,6 +258,34 @@ func (c *call) decide(args map[string]any) policy.Decision {
 			Tool: t.Name, Verdict: d.Verdict, Reason: d.Reason, PolicyRevision: d.Revision})
 	}
 	return d
+}
+
+// named is what the call names beyond its arguments: the files it
+// touches, with where links inside the workspace lead them, and for shell
+// tools the analysis of the line. The files depend on the file system as
+// well as on the arguments (a name may have become a link to .env), so
+// they are looked at on every call and are part of the decision's cache
+// key.
+func (c *call) named(args map[string]any) ([]string, *policy.Shell) {
+	var paths []string
+	if pn, ok := c.impl.(tool.PathNamer); ok {
+		paths = pn.Paths(args)
+	}
+	cm, ok := c.impl.(tool.Commander)
+	if !ok {
+		return paths, nil
+	}
+	line, dir := cm.Command(c.inv.Args)
+	sh := policy.AnalyzeShell(line)
+	paths = append(paths, sh.Paths(dir, c.e.home)...)
+	if lr, ok := c.impl.(tool.LinkResolver); ok {
+		for _, p := range sh.Words(dir, c.e.home) {
+			if real, err := lr.RealPath(p); err == nil && real != p {
+				paths = append(paths, real)
+			}
+		}
+	}
+	return paths, &sh
 }
 
 // input is what the policy is shown of the call: paths are the files it
