@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -134,5 +135,10 @@ func TestReadsAreBounded(t *testing.T) {
 		if out.Err == nil || out.Err.Type != events.ErrFileTooLarge {
 			t.Errorf("%s: %+v", name, out.Err)
 		}
+	}
+	// read_many_files reads the rest and says which it could not read.
+	out := run(t, tools["read_many_files"], `{"paths":["big.bin","README.md"]}`)
+	if !strings.Contains(out.LLMContent, "line two") || !strings.Contains(out.LLMContent, "1 file(s) not read: big.bin (file is larger than the 20 MB") {
+		t.Errorf("read_many_files:\n%s", out.LLMContent)
 	}
 }

@@ -322,17 +322,23 @@ func (t *readManyFiles) Run(ctx context.Context, call *tool.Call) (*tool.Output,
 		return tool.Failed(events.ErrPolicyDenied, err.Error()), nil
 	}
 	var b strings.Builder
+	var unread []string
 	for _, f := range files {
 		data, err := t.ws.ReadFile(f)
-		if err != nil {
-			continue // a file gone or leading out since it was listed
+		if err != nil { // too large, or gone or leading out since it was listed
+			unread = append(unread, fmt.Sprintf("%s (%v)", t.ws.Rel(f), err))
+			continue
 		}
 		fmt.Fprintf(&b, "--- %s ---\n%s\n", t.ws.Rel(f), data)
 	}
 	if len(files) == 0 {
 		return tool.Text("No files matched." + skippedNote(skipped)), nil
 	}
-	return &tool.Output{LLMContent: b.String() + skippedNote(skipped), ReturnDisplay: fmt.Sprintf("Read %d file(s).", len(files))}, nil
+	note := skippedNote(skipped)
+	if len(unread) > 0 {
+		note += fmt.Sprintf("\n[%d file(s) not read: %s]", len(unread), strings.Join(unread, "; "))
+	}
+	return &tool.Output{LLMContent: b.String() + note, ReturnDisplay: fmt.Sprintf("Read %d file(s).", len(files)-len(unread))}, nil
 }
 
 // expand turns a path or glob pattern into the files it names.
