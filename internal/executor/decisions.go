@@ -8,8 +8,14 @@ import (
 	"github.com/toolbus/toolbus/internal/policy"
 )
 
-// maxCachedDecisions bounds the decision cache; when full it starts over.
-const maxCachedDecisions = 50000
+// Bounds of the decision cache; when one is reached it starts over. A
+// call with larger arguments (a file's content to write) is not cached at
+// all: such calls seldom repeat, and many of them would fill the memory.
+const (
+	maxCachedDecisions = 50000
+	maxCachedBytes     = 32 << 20
+	maxCachedKey       = 4 << 10
+)
 
 // decisions remembers what a deterministic policy decided for an exact
 // input: the same tool version, caller and argument bytes, under the same
@@ -21,6 +27,7 @@ type decisions struct {
 	policy    *policy.Policy
 	allowlist uint64
 	m         map[string]policy.Decision
+	bytes     int // of the keys in m
 }
 
 // appendDecisionKey appends to b everything the policy input is made of
@@ -48,7 +55,7 @@ func appendDecisionKey(b []byte, t *events.Tool, inv *events.Invocation, paths [
 }
 
 func (d *decisions) get(p *policy.Policy, allowlist uint64, key []byte) (policy.Decision, bool) {
-	if !p.Deterministic() {
+	if !p.Deterministic() || len(key) > maxCachedKey {
 		return policy.Decision{}, false
 	}
 	d.mu.Lock()
@@ -61,13 +68,14 @@ func (d *decisions) get(p *policy.Policy, allowlist uint64, key []byte) (policy.
 }
 
 func (d *decisions) put(p *policy.Policy, allowlist uint64, key []byte, v policy.Decision) {
-	if !p.Deterministic() {
+	if !p.Deterministic() || len(key) > maxCachedKey {
 		return
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.policy != p || d.allowlist != allowlist || len(d.m) >= maxCachedDecisions {
-		d.policy, d.allowlist, d.m = p, allowlist, make(map[string]policy.Decision)
+	if d.policy != p || d.allowlist != allowlist || len(d.m) >= maxCachedDecisions || d.bytes+len(key) > maxCachedBytes {
+		d.policy, d.allowlist, d.m, d.bytes = p, allowlist, make(map[string]policy.Decision), 0
 	}
 	d.m[string(key)] = v
+	d.bytes += len(key)
 }
