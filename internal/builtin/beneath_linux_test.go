@@ -2,6 +2,7 @@ package builtin
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -136,8 +137,16 @@ func TestReadsAreBounded(t *testing.T) {
 			t.Errorf("%s: %+v", name, out.Err)
 		}
 	}
+	// read_many_files reads no more in one call than one file may hold.
+	for i := range 3 {
+		os.WriteFile(filepath.Join(ws.Root(), fmt.Sprintf("part%d.bin", i)), make([]byte, MaxReadBytes/2), 0o644)
+	}
+	out := run(t, tools["read_many_files"], `{"paths":["part*.bin"]}`)
+	if !strings.Contains(out.LLMContent, "1 file(s) not read: 1 more, as the call read 20 MB already") || len(out.LLMContent) > MaxReadBytes+1000 {
+		t.Errorf("read_many_files over the budget: %d bytes, ending %q", len(out.LLMContent), out.LLMContent[max(0, len(out.LLMContent)-200):])
+	}
 	// read_many_files reads the rest and says which it could not read.
-	out := run(t, tools["read_many_files"], `{"paths":["big.bin","README.md"]}`)
+	out = run(t, tools["read_many_files"], `{"paths":["big.bin","README.md"]}`)
 	if !strings.Contains(out.LLMContent, "line two") || !strings.Contains(out.LLMContent, "1 file(s) not read: big.bin (file is larger than the 20 MB") {
 		t.Errorf("read_many_files:\n%s", out.LLMContent)
 	}

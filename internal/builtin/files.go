@@ -323,10 +323,17 @@ func (t *readManyFiles) Run(ctx context.Context, call *tool.Call) (*tool.Output,
 	}
 	var b strings.Builder
 	var unread []string
-	for _, f := range files {
+	notRead := 0
+	for i, f := range files {
+		if b.Len() >= MaxReadBytes { // one call reads no more than one file may hold
+			unread = append(unread, fmt.Sprintf("%d more, as the call read %d MB already", len(files)-i, MaxReadBytes>>20))
+			notRead += len(files) - i
+			break
+		}
 		data, err := t.ws.ReadFile(f)
 		if err != nil { // too large, or gone or leading out since it was listed
 			unread = append(unread, fmt.Sprintf("%s (%v)", t.ws.Rel(f), err))
+			notRead++
 			continue
 		}
 		fmt.Fprintf(&b, "--- %s ---\n%s\n", t.ws.Rel(f), data)
@@ -335,10 +342,10 @@ func (t *readManyFiles) Run(ctx context.Context, call *tool.Call) (*tool.Output,
 		return tool.Text("No files matched." + skippedNote(skipped)), nil
 	}
 	note := skippedNote(skipped)
-	if len(unread) > 0 {
-		note += fmt.Sprintf("\n[%d file(s) not read: %s]", len(unread), strings.Join(unread, "; "))
+	if notRead > 0 {
+		note += fmt.Sprintf("\n[%d file(s) not read: %s]", notRead, strings.Join(unread, "; "))
 	}
-	return &tool.Output{LLMContent: b.String() + note, ReturnDisplay: fmt.Sprintf("Read %d file(s).", len(files)-len(unread))}, nil
+	return &tool.Output{LLMContent: b.String() + note, ReturnDisplay: fmt.Sprintf("Read %d file(s).", len(files)-notRead)}, nil
 }
 
 // expand turns a path or glob pattern into the files it names.
