@@ -30,6 +30,7 @@ import (
 // Defaults, from seed 004 and the confirmation protocol.
 const (
 	DefaultTimeout        = 120 * time.Second
+	DefaultMaxTimeout     = 10 * time.Minute
 	DefaultConfirmTimeout = 5 * time.Minute
 	DefaultMaxContent     = 40000
 	// HeartbeatEvery is how often a running call tells its caller it is
@@ -61,7 +62,11 @@ type Config struct {
 	// Timeout is the deadline of a call (default 120 s); ToolTimeouts and
 	// ServerTimeouts override it per tool and per MCP server; a call's own
 	// timeoutMillis overrides all.
-	Timeout        time.Duration
+	Timeout time.Duration
+	// MaxTimeout bounds the deadline a call may ask for itself (default
+	// 10 minutes, as Claude Code bounds its Bash tool); the executor's own
+	// settings above are not bound by it.
+	MaxTimeout     time.Duration
 	ToolTimeouts   map[string]time.Duration
 	ServerTimeouts map[string]time.Duration
 	// ConfirmTimeout is how long an approver may take (default 5 min).
@@ -129,6 +134,9 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.MaxTimeout <= 0 {
+		cfg.MaxTimeout = DefaultMaxTimeout
 	}
 	if cfg.ConfirmTimeout <= 0 {
 		cfg.ConfirmTimeout = DefaultConfirmTimeout

@@ -204,6 +204,9 @@ func TestDecisionPaths(t *testing.T) {
 		{"schema: extra check", "replace", `{"file_path":"a","old_string":"x","new_string":"x"}`, events.ErrInvalidParams, "nothing to change"},
 		{"outside workspace", "read_file", `{"file_path":"../../x"}`, events.ErrPathNotInWorkspace, "outside the workspace"},
 	}
+	if res, err := e.client.Invoke(context.Background(), &events.Invocation{Tool: "read_file", Args: json.RawMessage(`{"file_path":"README.md"}`), TimeoutMillis: int64(30 * 24 * time.Hour / time.Millisecond)}, nil); err != nil || errType(res) != events.ErrInvalidParams || !strings.Contains(res.LLMContent, "at most 10m0s") {
+		t.Errorf("a month's deadline: %v %s %q", err, errType(res), res.LLMContent)
+	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			res := e.call(t, tt.tool, tt.args)

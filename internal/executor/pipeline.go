@@ -177,6 +177,10 @@ func (c *call) run(found bool) {
 		c.fail(events.ErrToolNotFound, fmt.Sprintf("Tool %q is not hosted by executor %s.", c.tool.Name, e.id.ID))
 		return
 	}
+	if d := time.Duration(inv.TimeoutMillis) * time.Millisecond; inv.TimeoutMillis > e.cfg.MaxTimeout.Milliseconds() {
+		c.fail(events.ErrInvalidParams, fmt.Sprintf("timeoutMillis asks for %s; a call may ask for at most %s", d, e.cfg.MaxTimeout))
+		return
+	}
 	args, failure := c.validate(inv.Args)
 	if failure != "" {
 		c.fail(events.ErrInvalidParams, failure)
