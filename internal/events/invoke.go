@@ -327,6 +327,10 @@ type BatchCall struct {
 	TimeoutMillis int64           `json:"timeoutMillis,omitempty"`
 }
 
+// MaxBatchCalls bounds the calls of one BatchInvocation, so that the
+// batch's results, each cut down if need be, fit in one message.
+const MaxBatchCalls = 256
+
 // BatchInvocation carries several calls in one request, on
 // SubjectInvokeBatch (seed 004 executeParallel / executeSequence): calls
 // of concurrency-safe tools next to each other run in parallel, the rest
@@ -348,6 +352,9 @@ func (b *BatchInvocation) Validate() error {
 	}
 	if len(b.Calls) == 0 {
 		return invalid(typ, "no calls")
+	}
+	if len(b.Calls) > MaxBatchCalls {
+		return invalid(typ, "%d calls; a batch holds at most %d", len(b.Calls), MaxBatchCalls)
 	}
 	for i, c := range b.Calls {
 		if c.Tool == "" {

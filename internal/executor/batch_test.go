@@ -3,6 +3,8 @@ package executor
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -94,5 +96,50 @@ func TestBatches(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestLargeBatchResultStillArrives: thirty results of 35,000 characters
+// each are more than one NATS message carries; the batch result still
+// reaches the caller, every call's whole output kept.
+func TestLargeBatchResultStillArrives(t *testing.T) {
+	e := newEnv(t)
+	os.WriteFile(filepath.Join(e.ws.Root(), "big.txt"), []byte(strings.Repeat("y", 35000)), 0o644)
+	b := &events.BatchInvocation{}
+	for range 30 {
+		b.Calls = append(b.Calls, events.BatchCall{Tool: "read_file", Args: json.RawMessage(`{"file_path":"big.txt"}`)})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := e.client.InvokeBatch(ctx, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Results) != 30 {
+		t.Fatalf("%d results", len(res.Results))
+	}
+	obs, err := e.bus.JetStream().ObjectStore(ctx, events.OutputBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range res.Results {
+		if r.Error != nil {
+			t.Fatalf("call %d: %s %q", i, r.Error.Type, r.LLMContent)
+		}
+		if !r.Truncated || r.OutputRef != events.OutputBucket+"/"+r.InvocationID || !strings.Contains(r.LLMContent, "Output cut to fit the batch result. The whole") {
+			t.Fatalf("call %d not cut as it should be: truncated=%v ref=%q", i, r.Truncated, r.OutputRef)
+		}
+		if whole, err := obs.GetString(ctx, r.InvocationID); err != nil || len(whole) != 35000 {
+			t.Fatalf("call %d: the whole output is not kept: %d bytes, %v", i, len(whole), err)
+		}
+	}
+	// A batch no message could answer is refused up front.
+	b.Calls = make([]events.BatchCall, events.MaxBatchCalls+1)
+	for i := range b.Calls {
+		b.Calls[i] = events.BatchCall{Tool: "read_file", Args: json.RawMessage(`{"file_path":"big.txt"}`)}
+	}
+	b.ID = ""
+	if _, err := e.client.InvokeBatch(ctx, b); err == nil || !strings.Contains(err.Error(), "at most 256") {
+		t.Errorf("a batch of %d calls: %v", len(b.Calls), err)
 	}
 }
