@@ -166,7 +166,11 @@ func (e *Executor) respondBatch(reply string, res *events.BatchResult) {
 	if reply == "" {
 		return
 	}
-	data, err := e.fitBatch(res)
+	results := make([]*events.Result, len(res.Results))
+	for i := range res.Results {
+		results[i] = &res.Results[i]
+	}
+	data, err := e.fit(res, results)
 	if err == nil {
 		err = e.nc.Publish(reply, data)
 	}
@@ -175,28 +179,30 @@ func (e *Executor) respondBatch(reply string, res *events.BatchResult) {
 	}
 }
 
-// fitBatch encodes res so that it fits in one message. Each result fits
-// alone (capOutput), but together they may not: then the longest outputs
-// are cut to a share of the room, each kept whole in the object store
-// first and referenced, as a capped single result is.
-func (e *Executor) fitBatch(res *events.BatchResult) ([]byte, error) {
+// fit encodes env, which holds results, so that it fits in one message.
+// A result capped at MaxContent characters fits on a bus with the default
+// max payload, but a batch of them may not, nor one result on a bus
+// configured with a smaller one: then the longest outputs are cut to a
+// share of the room, each kept whole in the object store first and
+// referenced, as a capped result is.
+func (e *Executor) fit(env events.Envelope, results []*events.Result) ([]byte, error) {
 	limit := int(e.nc.MaxPayload()) - 8<<10 // room for the protocol and headers
-	data, err := events.Encode(res)
+	data, err := events.Encode(env)
 	for round := 0; err == nil && len(data) > limit && round < 8; round++ {
 		// Share the room the outputs have left, halving it each round in
 		// case escaping makes the encoded text longer than the text.
 		content := 0
-		for _, r := range res.Results {
+		for _, r := range results {
 			content += len(r.LLMContent) + len(r.ReturnDisplay)
 		}
-		share := max((limit-(len(data)-content))/len(res.Results)>>round, 256)
-		for i := range res.Results {
-			e.cutResult(&res.Results[i], share)
+		share := max((limit-(len(data)-content))/len(results)>>round, 256)
+		for _, r := range results {
+			e.cutResult(r, share)
 		}
-		data, err = events.Encode(res)
+		data, err = events.Encode(env)
 	}
 	if err == nil && len(data) > limit {
-		err = fmt.Errorf("the batch result is %d bytes even with every output cut", len(data))
+		err = fmt.Errorf("%s is %d bytes even with every output cut", env.EnvelopeType(), len(data))
 	}
 	return data, err
 }
@@ -230,7 +236,7 @@ func (e *Executor) cutResult(r *events.Result, share int) {
 	r.ReturnDisplay = truncateBytes(r.ReturnDisplay, share/4)
 }
 
-const cutNote = "\n\n[Output cut to fit the batch result"
+const cutNote = "\n\n[Output cut to fit one message"
 
 // truncateBytes cuts s to at most n bytes, on a character boundary.
 func truncateBytes(s string, n int) string {

@@ -10,7 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/toolbus/toolbus/internal/bus"
+	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/registry"
 	"github.com/toolbus/toolbus/internal/tool"
 )
 
@@ -126,7 +131,7 @@ func TestLargeBatchResultStillArrives(t *testing.T) {
 		if r.Error != nil {
 			t.Fatalf("call %d: %s %q", i, r.Error.Type, r.LLMContent)
 		}
-		if !r.Truncated || r.OutputRef != events.OutputBucket+"/"+r.InvocationID || !strings.Contains(r.LLMContent, "Output cut to fit the batch result. The whole") {
+		if !r.Truncated || r.OutputRef != events.OutputBucket+"/"+r.InvocationID || !strings.Contains(r.LLMContent, "Output cut to fit one message. The whole") {
 			t.Fatalf("call %d not cut as it should be: truncated=%v ref=%q", i, r.Truncated, r.OutputRef)
 		}
 		if whole, err := obs.GetString(ctx, r.InvocationID); err != nil || len(whole) != 35000 {
@@ -141,5 +146,63 @@ func TestLargeBatchResultStillArrives(t *testing.T) {
 	b.ID = ""
 	if _, err := e.client.InvokeBatch(ctx, b); err == nil || !strings.Contains(err.Error(), "at most 256") {
 		t.Errorf("a batch of %d calls: %v", len(b.Calls), err)
+	}
+}
+
+// TestResultFitsASmallMaxPayload: on a bus whose max payload is smaller
+// than a capped result (40,000 four-byte characters in llmContent and in
+// returnDisplay), the result is cut to fit and its whole output kept.
+func TestResultFitsASmallMaxPayload(t *testing.T) {
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), MaxPayload: 256 << 10, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	defer srv.Shutdown()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	b, err := bus.Open(ctx, bus.Config{URL: srv.ClientURL(), Logger: bustest.Quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close(context.Background())
+	reg, err := registry.Start(ctx, b.Conn(), b.JetStream(), registry.Config{Identity: events.Identity{ID: "registry@small"}, Logger: bustest.Quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Stop()
+	wide := strings.Repeat("😀", DefaultMaxContent)
+	tl := tool.Func(events.ToolSpec{Name: "wide", Kind: events.KindRead}, func(context.Context, *tool.Call) (*tool.Output, error) {
+		return &tool.Output{LLMContent: wide, ReturnDisplay: wide}, nil
+	})
+	ex, err := Start(ctx, b.Conn(), b.JetStream(), Config{Identity: events.Identity{ID: "executor@small"}, Tools: []tool.Tool{tl}, Policy: defaultPol(t), Logger: bustest.Quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ex.Stop(context.Background())
+	for {
+		if _, ok := ex.Catalog().GetTool("wide"); ok {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	client := NewClient(b.Conn(), events.Identity{ID: "agent:small"})
+	defer client.Close()
+	res, err := client.Invoke(ctx, &events.Invocation{Tool: "wide", Args: json.RawMessage(`{}`)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Error != nil || !res.Truncated || !strings.Contains(res.LLMContent, "Output cut to fit one message. The whole") {
+		t.Fatalf("got %v truncated=%v, ending %q", res.Error, res.Truncated, res.LLMContent[max(0, len(res.LLMContent)-120):])
+	}
+	obs, err := b.JetStream().ObjectStore(ctx, events.OutputBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if whole, err := obs.GetString(ctx, res.InvocationID); err != nil || whole != wide {
+		t.Errorf("the whole output is not kept: %d bytes, %v", len(whole), err)
 	}
 }

@@ -491,7 +491,7 @@ func (c *call) finish(out *tool.Output) {
 			h(c.ctx, c.inv, res)
 		}
 		// Encoded once: the same bytes go to the caller and to the trail.
-		data, err := events.Encode(res)
+		data, err := e.fit(res, []*events.Result{res})
 		if err != nil {
 			e.log.Error("result does not encode", "invocation", res.InvocationID, "err", err)
 			return
