@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"strings"
 )
 
@@ -75,13 +74,15 @@ func splitLines(s string) []string {
 	return lines
 }
 
-// current reads a file for a diff; a missing file is empty.
+// current reads a file for a diff, through the workspace like any read
+// (confined at the moment of the read, and bounded); a missing file is
+// empty.
 func (t *fileTool) current(p string) (string, string, error) {
 	real, err := t.ws.Resolve(p)
 	if err != nil {
 		return "", "", err
 	}
-	data, err := os.ReadFile(real)
+	data, err := t.ws.ReadFile(p)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return "", "", err
 	}
