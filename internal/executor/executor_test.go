@@ -27,7 +27,7 @@ import (
 	defaultpolicy "github.com/toolbus/toolbus/policy"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testkit.NATSObjectPutLeak()) }
 
 // env is a bus with a registry and one executor hosting the built-ins.
 type env struct {
