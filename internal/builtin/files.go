@@ -43,7 +43,7 @@ func (t *fileTool) Paths(m map[string]any) []string {
 	add := func(p string) {
 		abs := t.ws.Abs(p)
 		out = append(out, abs)
-		if real, err := t.ws.RealPath(p); err == nil && real != abs {
+		if real, err := t.ws.RealPath(abs); err == nil && real != abs {
 			out = append(out, real)
 		}
 	}

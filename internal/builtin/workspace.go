@@ -69,15 +69,23 @@ func (w *Workspace) rel(p string) (string, error) {
 	if p == "" {
 		return "", errors.New("empty path")
 	}
-	abs := w.Abs(p)
-	if !w.contains(abs) {
+	r, ok := w.inside(w.Abs(p))
+	if !ok {
 		return "", fmt.Errorf("%w: %s is not under %s", ErrOutsideWorkspace, p, w.root)
 	}
-	r, err := filepath.Rel(w.root, abs)
-	if err != nil {
-		return "", err
-	}
 	return r, nil
+}
+
+// inside returns abs, a clean absolute path, relative to the root, and
+// whether it is under the root at all.
+func (w *Workspace) inside(abs string) (string, bool) {
+	switch {
+	case abs == w.root:
+		return ".", true
+	case w.contains(abs):
+		return abs[len(w.root)+1:], true
+	}
+	return "", false
 }
 
 // confined names an os.Root refusal as leaving the workspace.
@@ -215,8 +223,9 @@ func (w *Workspace) Resolve(p string) (string, error) {
 // workspace without a symbolic link in it is its own real path, which the
 // kernel tells in one lookup.
 func (w *Workspace) RealPath(p string) (string, error) {
-	if r, err := w.rel(p); err == nil && w.beneath.noLinks(r) {
-		return w.Abs(p), nil
+	abs := w.Abs(p)
+	if r, ok := w.inside(abs); ok && w.beneath.noLinks(r) {
+		return abs, nil
 	}
 	return w.Resolve(p)
 }

@@ -193,7 +193,6 @@ type Replica struct {
 	mu      sync.Mutex
 	entries map[string]*Entry
 	snaps   Snapshots
-	changed chan struct{} // closed and replaced on every change
 }
 
 // Follow starts a Replica of the catalogue on the bus, creating the bucket

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 
@@ -177,80 +176,4 @@ func (e *Executor) respondBatch(reply string, res *events.BatchResult) {
 	if err != nil {
 		e.log.Error("batch result not sent", "batch", res.BatchID, "err", err)
 	}
-}
-
-// fit encodes env, which holds results, so that it fits in one message.
-// A result capped at MaxContent characters fits on a bus with the default
-// max payload, but a batch of them may not, nor one result on a bus
-// configured with a smaller one: then the longest outputs are cut to a
-// share of the room, each kept whole in the object store first and
-// referenced, as a capped result is.
-func (e *Executor) fit(env events.Envelope, results []*events.Result) ([]byte, error) {
-	limit := int(e.nc.MaxPayload()) - 8<<10 // room for the protocol and headers
-	data, err := events.Encode(env)
-	for round := 0; err == nil && len(data) > limit && round < 8; round++ {
-		// Share the room the outputs have left, halving it each round in
-		// case escaping makes the encoded text longer than the text.
-		content := 0
-		for _, r := range results {
-			content += len(r.LLMContent) + len(r.ReturnDisplay)
-		}
-		share := max((limit-(len(data)-content))/len(results)>>round, 256)
-		for _, r := range results {
-			e.cutResult(r, share)
-		}
-		data, err = events.Encode(env)
-	}
-	if err == nil && len(data) > limit {
-		err = fmt.Errorf("%s is %d bytes even with every output cut", env.EnvelopeType(), len(data))
-	}
-	return data, err
-}
-
-// cutResult cuts r's outputs to share bytes between them, keeping the
-// whole llmContent in the object store unless it is there already.
-func (e *Executor) cutResult(r *events.Result, share int) {
-	if len(r.LLMContent)+len(r.ReturnDisplay) <= share {
-		return
-	}
-	ref := r.OutputRef
-	if ref == "" {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		_, err := e.outputs.PutString(ctx, r.InvocationID, r.LLMContent)
-		cancel()
-		if err != nil {
-			e.log.Error("whole output not stored", "invocation", r.InvocationID, "err", err)
-		} else {
-			ref = events.OutputBucket + "/" + r.InvocationID
-		}
-	}
-	note := cutNote + "; storing the whole output failed.]"
-	if ref != "" {
-		note = cutNote + ". The whole output is in the object store at " + ref + ".]"
-	}
-	if i := strings.LastIndex(r.LLMContent, cutNote); i >= 0 {
-		r.LLMContent = r.LLMContent[:i] // cut in an earlier round
-	}
-	r.OutputRef, r.Truncated = ref, true
-	r.LLMContent = truncateBytes(r.LLMContent, share*3/4) + note
-	r.ReturnDisplay = truncateBytes(r.ReturnDisplay, share/4)
-}
-
-const cutNote = "\n\n[Output cut to fit one message"
-
-// truncateBytes cuts s to at most n bytes, on a character boundary.
-func truncateBytes(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}
-
-// batchClient is the executor's own client for the calls of batches.
-func (e *Executor) batchClient() *Client {
-	e.invokerOnce.Do(func() { e.invoker = NewClient(e.nc, e.id) })
-	return e.invoker
 }

@@ -183,12 +183,7 @@ func TestResultFitsASmallMaxPayload(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ex.Stop(context.Background())
-	for {
-		if _, ok := ex.Catalog().GetTool("wide"); ok {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitTool(t, ex, "wide")
 	client := NewClient(b.Conn(), events.Identity{ID: "agent:small"})
 	defer client.Close()
 	res, err := client.Invoke(ctx, &events.Invocation{Tool: "wide", Args: json.RawMessage(`{}`)}, nil)

@@ -117,8 +117,8 @@ func BenchmarkInvoke(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer ex.Stop(context.Background())
-	waitToolB(b, ex, "read_file")
-	waitToolB(b, ex, "noop")
+	waitTool(b, ex, "read_file")
+	waitTool(b, ex, "noop")
 
 	callerConn := bustest.Connect(b, bb).Conn()
 	client := NewClient(callerConn, events.Identity{ID: "agent:bench"})
@@ -218,17 +218,4 @@ func defaultPolicyFiles() map[string]string {
 		panic(err)
 	}
 	return files
-}
-
-func waitToolB(b *testing.B, ex *Executor, name string) {
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, ok := ex.Catalog().GetTool(name); ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%s never reached the catalogue", name)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }

@@ -602,7 +602,7 @@ func TestNoExecutorIsReportedAtOnce(t *testing.T) {
 	}
 }
 
-func waitTool(t *testing.T, ex *Executor, name string) {
+func waitTool(t testing.TB, ex *Executor, name string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 
@@ -525,51 +524,6 @@ func (e *Executor) respondRaw(reply string, res *events.Result) {
 	if err := e.nc.Publish(reply, data); err != nil {
 		e.log.Error("result not sent", "invocation", res.InvocationID, "err", err)
 	}
-}
-
-// capOutput keeps llmContent and returnDisplay within MaxContent characters;
-// the whole output goes to the object store under the invocation id, so no
-// result exceeds what the bus carries.
-func (e *Executor) capOutput(ctx context.Context, res *events.Result) {
-	limit := e.cfg.MaxContent
-	if res.Error != nil && len(res.Error.Message) > limit {
-		res.Error.Message = truncate(res.Error.Message, limit) + " [message truncated]"
-	}
-	if len(res.LLMContent) <= limit && len(res.ReturnDisplay) <= limit {
-		return // fewer bytes than the limit means fewer characters too
-	}
-	if utf8.RuneCountInString(res.LLMContent) <= limit && utf8.RuneCountInString(res.ReturnDisplay) <= limit {
-		return
-	}
-	whole := res.LLMContent
-	ref := events.OutputBucket + "/" + res.InvocationID
-	putCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	_, err := e.outputs.PutString(putCtx, res.InvocationID, whole)
-	cancel()
-	total := utf8.RuneCountInString(whole)
-	note := fmt.Sprintf("\n\n[Output truncated: showing %d of %d characters. The whole output is in the object store at %s.]", limit, total, ref)
-	if err != nil {
-		e.log.Error("whole output not stored", "invocation", res.InvocationID, "err", err)
-		note = fmt.Sprintf("\n\n[Output truncated: showing %d of %d characters; storing the whole output failed: %v]", limit, total, err)
-	} else {
-		res.OutputRef = ref
-	}
-	res.Truncated = true
-	res.LLMContent = truncate(res.LLMContent, limit) + note
-	res.ReturnDisplay = truncate(res.ReturnDisplay, limit)
-}
-
-// truncate cuts s to at most n characters.
-func truncate(s string, n int) string {
-	i := 0
-	for range n {
-		if i >= len(s) {
-			return s
-		}
-		_, size := utf8.DecodeRuneInString(s[i:])
-		i += size
-	}
-	return s[:i]
 }
 
 // notFound names the three closest tool names (seed 004 error guidance).
