@@ -60,12 +60,20 @@ func run(t *testing.T, tl tool.Tool, args string) *tool.Output {
 	return out
 }
 
-func TestWorkspaceConfinement(t *testing.T) {
-	ws, _ := newWorkspace(t)
+// linksOut makes a directory outside ws holding a file "secret", and two
+// links in ws that lead to them: "escape" to the directory, "secret-link"
+// to the file. It returns the directory.
+func linksOut(t *testing.T, ws *Workspace) string {
 	outside := t.TempDir()
 	os.WriteFile(filepath.Join(outside, "secret"), []byte("s"), 0o644)
 	os.Symlink(outside, filepath.Join(ws.Root(), "escape"))
 	os.Symlink(filepath.Join(outside, "secret"), filepath.Join(ws.Root(), "secret-link"))
+	return outside
+}
+
+func TestWorkspaceConfinement(t *testing.T) {
+	ws, _ := newWorkspace(t)
+	linksOut(t, ws)
 	os.Symlink(filepath.Join(ws.Root(), "src"), filepath.Join(ws.Root(), "inner"))
 	tests := []struct {
 		path string
@@ -99,10 +107,7 @@ func TestWorkspaceConfinement(t *testing.T) {
 // the workspace: os.Root refuses them when the file is opened.
 func TestFileToolsStayInside(t *testing.T) {
 	ws, tools := newWorkspace(t)
-	outside := t.TempDir()
-	os.WriteFile(filepath.Join(outside, "secret"), []byte("s"), 0o644)
-	os.Symlink(outside, filepath.Join(ws.Root(), "escape"))
-	os.Symlink(filepath.Join(outside, "secret"), filepath.Join(ws.Root(), "secret-link"))
+	outside := linksOut(t, ws)
 	tests := []struct{ tool, args string }{
 		{"read_file", `{"file_path":"escape/secret"}`},
 		{"read_file", `{"file_path":"secret-link"}`},

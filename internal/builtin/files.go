@@ -34,33 +34,26 @@ func (t *fileTool) Spec() events.ToolSpec { return t.spec }
 // pathArgs names the arguments that hold paths, for the policy.
 var pathArgs = []string{"file_path", "path", "directory"}
 
-// Paths implements tool.PathNamer: every path argument, absolute, and
-// where symbolic links inside the workspace lead it elsewhere, the path it
-// leads to as well: a link named notes.txt that leads to .env is judged as
-// .env too.
+// Paths implements tool.PathNamer: every path argument, absolute.
 func (t *fileTool) Paths(m map[string]any) []string {
 	var out []string
-	add := func(p string) {
-		abs := t.ws.Abs(p)
-		out = append(out, abs)
-		if real, err := t.ws.RealPath(abs); err == nil && real != abs {
-			out = append(out, real)
-		}
-	}
 	for _, k := range pathArgs {
 		if s, ok := m[k].(string); ok && s != "" {
-			add(s)
+			out = append(out, t.ws.Abs(s))
 		}
 	}
 	if list, ok := m["paths"].([]any); ok {
 		for _, v := range list {
 			if s, ok := v.(string); ok && s != "" && !hasMeta(s) {
-				add(s)
+				out = append(out, t.ws.Abs(s))
 			}
 		}
 	}
 	return out
 }
+
+// RealPath implements tool.LinkResolver.
+func (t *fileTool) RealPath(p string) (string, error) { return t.ws.RealPath(p) }
 
 // resolve confines p to the workspace, as a tool-level failure.
 func (t *fileTool) resolve(p string) (string, *tool.Output) {

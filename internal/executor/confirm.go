@@ -105,9 +105,9 @@ func (c *call) remember(a *events.ConfirmAnswer) []AllowRecord {
 		}
 		return out
 	}
-	if pn, ok := c.impl.(tool.PathNamer); ok && t.Kind.Mutator() {
+	if _, ok := c.impl.(tool.PathNamer); ok && t.Kind.Mutator() {
 		var out []AllowRecord
-		for _, p := range pn.Paths(c.args) {
+		for _, p := range c.paths {
 			out = append(out, rec(policy.AllowEntry{Scope: "path", Tool: t.Name, Path: p}))
 		}
 		if len(out) > 0 {

@@ -36,6 +36,7 @@ type call struct {
 	policy  *events.PolicyVerdict
 	verdict events.PolicyVerdict // policy points here
 	args    map[string]any       // the decoded arguments the policy judged
+	paths   []string             // and the files it was shown
 	tc      tool.Call
 
 	// admitted: the call is in e.running and counted in e.wg until its
@@ -247,6 +248,7 @@ func (c *call) decide(args map[string]any) policy.Decision {
 	c.args = args
 	pol, gen := e.policy.Load(), e.allowlist.gen.Load()
 	paths, sh := c.named(args)
+	c.paths = paths
 	var buf [512]byte
 	key := appendDecisionKey(buf[:0], t, c.inv, paths)
 	d, cached := e.decisions.get(pol, gen, key)
@@ -274,21 +276,24 @@ func (c *call) named(args map[string]any) ([]string, *policy.Shell) {
 	if pn, ok := c.impl.(tool.PathNamer); ok {
 		paths = pn.Paths(args)
 	}
-	cm, ok := c.impl.(tool.Commander)
-	if !ok {
-		return paths, nil
+	words := paths // what may be a link
+	var sh *policy.Shell
+	if cm, ok := c.impl.(tool.Commander); ok {
+		line, dir := cm.Command(c.inv.Args)
+		analysis := policy.AnalyzeShell(line)
+		sh = &analysis
+		paths = append(paths, analysis.Paths(dir, c.e.home)...)
+		// Any word of a line may name a file: `cat notes.txt`.
+		words = append(words[:len(words):len(words)], analysis.Words(dir, c.e.home)...)
 	}
-	line, dir := cm.Command(c.inv.Args)
-	sh := policy.AnalyzeShell(line)
-	paths = append(paths, sh.Paths(dir, c.e.home)...)
 	if lr, ok := c.impl.(tool.LinkResolver); ok {
-		for _, p := range sh.Words(dir, c.e.home) {
+		for _, p := range words {
 			if real, err := lr.RealPath(p); err == nil && real != p {
 				paths = append(paths, real)
 			}
 		}
 	}
-	return paths, &sh
+	return paths, sh
 }
 
 // input is what the policy is shown of the call: paths are the files it
