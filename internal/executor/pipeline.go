@@ -32,11 +32,11 @@ type call struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	// policy is the last decision, recorded in the result.
-	policy  *events.PolicyVerdict
-	verdict events.PolicyVerdict // policy points here
-	args    map[string]any       // the decoded arguments the policy judged
-	paths   []string             // and the files it was shown
+	// verdict is the last decision, recorded in the result; empty until
+	// the policy is asked.
+	verdict events.PolicyVerdict
+	args    map[string]any // the decoded arguments the policy judged
+	paths   []string       // and the files it was shown
 	tc      tool.Call
 
 	// admitted: the call is in e.running and counted in e.wg until its
@@ -257,7 +257,6 @@ func (c *call) decide(args map[string]any) policy.Decision {
 		e.decisions.put(pol, gen, key, d)
 	}
 	c.verdict = events.PolicyVerdict{Verdict: d.Verdict, Reason: d.Reason, Revision: d.Revision, Cached: cached}
-	c.policy = &c.verdict
 	if d.Verdict == events.AskUser {
 		e.publish(events.SubjectDecision, &events.Decision{Header: events.Header{Sender: e.id}, InvocationID: c.inv.ID,
 			Tool: t.Name, Verdict: d.Verdict, Reason: d.Reason, PolicyRevision: d.Revision})
@@ -482,7 +481,10 @@ func (c *call) finish(out *tool.Output) {
 		c.mu.Unlock()
 		e := c.e
 		res := &events.Result{Header: events.Header{Sender: e.id}, InvocationID: c.inv.ID, Tool: nameOf(c.tool),
-			LLMContent: out.LLMContent, ReturnDisplay: out.ReturnDisplay, Error: out.Err, Policy: c.policy}
+			LLMContent: out.LLMContent, ReturnDisplay: out.ReturnDisplay, Error: out.Err}
+		if c.verdict.Verdict != "" {
+			res.Policy = &c.verdict
+		}
 		if res.Tool == "" {
 			res.Tool = c.inv.Tool
 		}
