@@ -312,28 +312,3 @@ func TestToolsAskAboutFilesTheyPick(t *testing.T) {
 		t.Errorf("a policy that cannot judge: %+v %v", out, err)
 	}
 }
-
-// TestShellProgressIsBounded: a command that prints without end is shown
-// live only up to maxProgress; the result still holds what it printed.
-func TestShellProgressIsBounded(t *testing.T) {
-	_, tools := newWorkspace(t)
-	var sent int
-	var notice bool
-	progress := func(chunk string) {
-		if strings.Contains(chunk, "live output stops") {
-			notice = true
-			return
-		}
-		sent += len(chunk)
-	}
-	out, err := tools["run_shell_command"].Run(context.Background(), &tool.Call{ID: "t", Args: json.RawMessage(`{"command":"head -c 3000000 /dev/zero | tr '\\0' x"}`), Progress: progress})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if sent > maxProgress || !notice {
-		t.Errorf("%d bytes of progress sent (limit %d), notice %v", sent, maxProgress, notice)
-	}
-	if n := strings.Count(out.LLMContent, "x"); n < 3000000 {
-		t.Errorf("the result holds %d of 3000000 bytes", n)
-	}
-}

@@ -21,12 +21,6 @@ import (
 // maxShellOutput bounds what one command's stream is kept of in memory.
 const maxShellOutput = 64 << 20
 
-// maxProgress bounds what one command's stream sends as progress: enough
-// to watch it live; the whole output comes with the result (and lands in
-// the object store when it is large), so a command that prints without
-// end cannot flood the bus and push older events out of the audit stream.
-const maxProgress = 1 << 20
-
 // killGrace is how long a cancelled command's process group has between
 // SIGTERM and SIGKILL.
 const killGrace = 2 * time.Second
@@ -104,7 +98,6 @@ type capped struct {
 	buf       bytes.Buffer
 	truncated bool
 	progress  func(string)
-	sent      int // bytes sent as progress
 }
 
 func (c *capped) Write(p []byte) (int, error) {
@@ -116,13 +109,8 @@ func (c *capped) Write(p []byte) (int, error) {
 	} else {
 		c.buf.Write(p)
 	}
-	if c.progress != nil && c.sent < maxProgress {
-		chunk := p[:min(len(p), maxProgress-c.sent)]
-		c.sent += len(chunk)
-		c.progress(string(chunk))
-		if c.sent >= maxProgress {
-			c.progress(fmt.Sprintf("\n[live output stops after %d MB; the whole output comes with the result]\n", maxProgress>>20))
-		}
+	if c.progress != nil {
+		c.progress(string(p))
 	}
 	return len(p), nil
 }

@@ -725,3 +725,55 @@ func TestPipelineCrashFailsOnlyTheCall(t *testing.T) {
 		t.Errorf("the executor stopped serving: %s %q", errType(res), res.LLMContent)
 	}
 }
+
+// TestProgressIsBounded: a command that prints without end is shown live
+// only up to maxProgress; the result still holds what it printed.
+func TestProgressIsBounded(t *testing.T) {
+	e := newEnv(t)
+	startApprover(t, e.bus, answer(events.ProceedOnce))
+	// What goes over the bus, counted where the audit stream sees it.
+	var mu sync.Mutex
+	var sent int
+	var notice bool
+	sub, err := e.bus.Conn().Subscribe(events.SubjectProgressPrefix+"progress-bound", func(m *nats.Msg) {
+		mu.Lock()
+		defer mu.Unlock()
+		if strings.Contains(string(m.Data), "live output stops") {
+			notice = true
+			return
+		}
+		sent += len(m.Data)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	sub.SetPendingLimits(-1, -1)
+	e.bus.Conn().Flush()
+	inv := &events.Invocation{Header: events.Header{ID: "progress-bound"}, Tool: "run_shell_command", Args: json.RawMessage(`{"command":"head -c 3000000 /dev/zero | tr '\\0' x"}`)}
+	res, err := e.client.Invoke(context.Background(), inv, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The notice is the last progress message; wait for it to arrive.
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		mu.Lock()
+		seen := notice
+		mu.Unlock()
+		if seen {
+			break
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if sent > maxProgress || !notice {
+		t.Errorf("%d bytes of progress sent (limit %d), notice %v", sent, maxProgress, notice)
+	}
+	obs, err := e.bus.JetStream().ObjectStore(context.Background(), events.OutputBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if whole, err := obs.GetString(context.Background(), res.InvocationID); err != nil || strings.Count(whole, "x") < 3000000 {
+		t.Errorf("the result does not hold what was printed: %d x's, %v (%s %q)", strings.Count(whole, "x"), err, errType(res), res.LLMContent[:min(200, len(res.LLMContent))])
+	}
+}

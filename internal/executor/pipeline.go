@@ -54,6 +54,8 @@ type call struct {
 	timeout     time.Duration
 	toolRunning bool
 	stopping    bool
+	// progressSent counts the bytes of live output sent (progress).
+	progressSent int
 }
 
 // accept takes one invocation message. It runs the call on a worker of
@@ -449,7 +451,29 @@ func (c *call) timeoutOf() time.Duration {
 
 // progress forwards output as the tool produces it: to the caller, and on
 // the invocation's progress subject for anyone watching.
+//
+// Live output is bounded at maxProgress a call, whatever the tool: enough
+// to watch it; the whole output comes with the result (and lands in the
+// object store when it is large), so a tool that prints without end
+// cannot flood the bus and push older events out of the audit stream.
 func (c *call) progress(chunk string) {
+	c.mu.Lock()
+	room := maxProgress - c.progressSent
+	chunk = truncateBytes(chunk, max(room, 0))
+	c.progressSent += len(chunk)
+	last := room > 0 && c.progressSent >= maxProgress
+	c.mu.Unlock()
+	if chunk != "" {
+		c.sendProgress(chunk)
+	}
+	if last {
+		c.sendProgress(fmt.Sprintf("\n[live output stops after %d MB; the whole output comes with the result]\n", maxProgress>>20))
+	}
+}
+
+const maxProgress = 1 << 20
+
+func (c *call) sendProgress(chunk string) {
 	_ = c.e.nc.Publish(events.SubjectProgressPrefix+c.inv.ID, []byte(chunk))
 	if c.reply != "" {
 		m := nats.NewMsg(c.reply)
