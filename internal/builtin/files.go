@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -289,16 +288,12 @@ func (t *readManyFiles) Run(ctx context.Context, call *tool.Call) (*tool.Output,
 	}
 	var files []string
 	seen := map[string]bool{}
-	explicit := map[string]bool{}
 	for _, pat := range append(append([]string{}, a.Paths...), a.Include...) {
 		matches, fail := t.expand(ctx, pat)
 		if fail != nil {
 			return fail, nil
 		}
 		for _, m := range matches {
-			if !hasMeta(pat) {
-				explicit[m] = true
-			}
 			rel := t.ws.Rel(m)
 			if !seen[m] && !excluded(rel, a.Exclude) {
 				seen[m] = true
@@ -310,7 +305,7 @@ func (t *readManyFiles) Run(ctx context.Context, call *tool.Call) (*tool.Output,
 	if len(files) > maxManyFiles {
 		files = files[:maxManyFiles]
 	}
-	files, skipped, err := t.permitted(call, files, explicit)
+	files, skipped, err := t.permitted(call, files)
 	if err != nil {
 		return tool.Failed(events.ErrPolicyDenied, err.Error()), nil
 	}
@@ -373,12 +368,11 @@ func excluded(rel string, patterns []string) bool {
 }
 
 // permitted drops from files (absolute paths) those the policy refuses
-// for this call, through call.Refused. A file that is a symbolic link is
-// shown to the policy by the path it leads to as well, and so is every
-// file in explicit (named by the caller rather than found by a walk, whose
-// directories may be links). It returns the files kept and how many were
-// dropped; an error means the policy could not judge them.
-func (t *fileTool) permitted(call *tool.Call, files []string, explicit map[string]bool) ([]string, int, error) {
+// for this call, through call.Refused. A file reached through a symbolic
+// link is shown to the policy by the path it leads to as well. It returns
+// the files kept and how many were dropped; an error means the policy
+// could not judge them.
+func (t *fileTool) permitted(call *tool.Call, files []string) ([]string, int, error) {
 	if call.Refused == nil || len(files) == 0 {
 		return files, 0, nil
 	}
@@ -386,12 +380,7 @@ func (t *fileTool) permitted(call *tool.Call, files []string, explicit map[strin
 	real := make(map[string]string)
 	for _, f := range files {
 		shown = append(shown, f)
-		if !explicit[f] {
-			if info, err := os.Lstat(f); err != nil || info.Mode()&fs.ModeSymlink == 0 {
-				continue
-			}
-		}
-		if r, err := t.ws.Resolve(f); err == nil && r != f {
+		if r, err := t.ws.RealPath(f); err == nil && r != f {
 			real[f] = r
 			shown = append(shown, r)
 		}

@@ -195,7 +195,7 @@ func (t *searchFileContent) Run(ctx context.Context, call *tool.Call) (*tool.Out
 		return tool.Failed(events.ErrInvalidParams, err.Error()), nil
 	}
 	sort.Strings(files)
-	files, skipped, err := t.permitted(call, files, nil)
+	files, skipped, err := t.permitted(call, files)
 	if err != nil {
 		return tool.Failed(events.ErrPolicyDenied, err.Error()), nil
 	}
