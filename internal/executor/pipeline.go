@@ -24,7 +24,8 @@ type call struct {
 	e     *Executor
 	inv   *events.Invocation
 	reply string
-	tool  *events.Tool
+	tool  *events.Tool // the catalogue's entry: its name, aliases, hosts
+	host  *hosted      // the tool as this executor runs it, nil if another does
 	impl  tool.Tool
 
 	// ctx is the call's context, also the tool's: the deadline, a cancel
@@ -37,6 +38,7 @@ type call struct {
 	verdict events.PolicyVerdict
 	args    map[string]any // the decoded arguments the policy judged
 	paths   []string       // and the files it was shown
+	shell   *policy.Shell  // and the analysis of its shell line
 	tc      tool.Call
 
 	// admitted: the call is in e.running and counted in e.wg until its
@@ -67,12 +69,15 @@ func (e *Executor) accept(m *nats.Msg, forwarded bool) {
 		return
 	}
 	t, ok := e.catalog.Catalog().GetTool(inv.Tool)
-	impl := e.tools[nameOf(t)]
-	if ok && impl == nil && !forwarded {
+	h := e.tools[nameOf(t)]
+	if ok && h == nil && !forwarded {
 		e.forward(m, inv, t)
 		return
 	}
-	c := &call{e: e, inv: inv, reply: m.Reply, tool: t, impl: impl}
+	c := &call{e: e, inv: inv, reply: m.Reply, tool: t, host: h}
+	if h != nil {
+		c.impl = h.impl
+	}
 	c.ctx, c.cancel = context.WithCancelCause(context.Background())
 	e.mu.Lock()
 	select {
@@ -232,7 +237,7 @@ func (c *call) validate(raw json.RawMessage) (map[string]any, string) {
 	if err != nil {
 		return nil, err.Error()
 	}
-	if err := c.e.schemas.validate(c.tool, args); err != nil {
+	if err := validateArgs(c.host.schema, args); err != nil {
 		return nil, fmt.Sprintf("Invalid parameters for %s: %v", c.tool.Name, err)
 	}
 	if v, ok := c.impl.(tool.Validator); ok {
@@ -249,8 +254,8 @@ func (c *call) decide(args map[string]any) policy.Decision {
 	e, t := c.e, c.tool
 	c.args = args
 	pol, gen := e.policy.Load(), e.allowlist.gen.Load()
-	paths, sh := c.named(args)
-	c.paths = paths
+	paths, sh := c.named(args, pol)
+	c.paths, c.shell = paths, sh
 	var buf [512]byte
 	key := appendDecisionKey(buf[:0], t, c.inv, paths)
 	d, cached := e.decisions.get(pol, gen, key)
@@ -272,23 +277,22 @@ func (c *call) decide(args map[string]any) policy.Decision {
 // well as on the arguments (a name may have become a link to .env), so
 // they are looked at on every call and are part of the decision's cache
 // key.
-func (c *call) named(args map[string]any) ([]string, *policy.Shell) {
+func (c *call) named(args map[string]any, pol *policy.Policy) ([]string, *policy.Shell) {
 	var paths []string
 	if pn, ok := c.impl.(tool.PathNamer); ok {
 		paths = pn.Paths(args)
 	}
-	words := paths // what may be a link
 	var sh *policy.Shell
 	if cm, ok := c.impl.(tool.Commander); ok {
 		line, dir := cm.Command(c.inv.Args)
 		analysis := policy.AnalyzeShell(line)
 		sh = &analysis
-		paths = append(paths, analysis.Paths(dir, c.e.home)...)
-		// Any word of a line may name a file: `cat notes.txt`.
-		words = append(words[:len(words):len(words)], analysis.Words(dir, c.e.home)...)
+		// Any word of a line may name a file (`cat notes.txt`), and so
+		// does the directory it runs in.
+		paths = append(paths, analysis.Locate(dir, c.e.home, pol.Samples())...)
 	}
 	if lr, ok := c.impl.(tool.LinkResolver); ok {
-		for _, p := range words {
+		for _, p := range paths { // the links' targets appended are not looked at again
 			if real, err := lr.RealPath(p); err == nil && real != p {
 				paths = append(paths, real)
 			}
@@ -300,16 +304,11 @@ func (c *call) named(args map[string]any) ([]string, *policy.Shell) {
 // input is what the policy is shown of the call: paths are the files it
 // names, sh the analysis of its shell line for shell tools.
 func (c *call) input(args map[string]any, paths []string, sh *policy.Shell) *policy.Input {
-	e, t := c.e, c.tool
-	in := &policy.Input{
-		Tool: policy.ToolInput{Name: t.Name, Kind: t.Kind, Source: t.Source, Server: t.Server, Trust: t.Trust, ReadOnly: t.ReadOnly},
-		Args: args, Caller: c.inv.Sender, Home: e.home, Workspace: e.cfg.Workspace,
-	}
-	if len(t.Annotations) > 0 {
-		_ = json.Unmarshal(t.Annotations, &in.Tool.Annotations)
-	}
+	e := c.e
+	in := &policy.Input{Tool: c.host.judged, Args: args, Caller: c.inv.Sender, Home: e.home, Workspace: e.cfg.Workspace}
+	in.Tool.Name = c.tool.Name
 	in.Paths, in.Shell = paths, sh
-	in.Allowlist = e.allowlist.entriesFor(t)
+	in.Allowlist = e.allowlist.entriesFor(in.Tool.Name, in.Tool.Source, in.Tool.Server)
 	return in
 }
 

@@ -97,3 +97,11 @@ func (f funcTool) Run(ctx context.Context, call *Call) (*Output, error) { return
 type Differ interface {
 	Diff(args json.RawMessage) (string, error)
 }
+
+// Origin is implemented by tools that are not built in (an MCP server's,
+// a discovery command's): where the tool comes from, as the executor that
+// hosts it registers it and shows it to the policy. A tool without it is
+// built in.
+type Origin interface {
+	Origin() (source events.Source, server string, trust bool)
+}
