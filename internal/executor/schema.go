@@ -10,7 +10,6 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
-
 )
 
 // compileSchema compiles a tool's parameter schema, once, when the
