@@ -168,13 +168,17 @@ shell_deny contains sprintf("the shell command cannot be parsed, so it cannot be
 	input.shell.parseError
 }
 
-shell_deny contains sprintf("dangerous command %q: recursive removal of %s", [c.text, t]) if {
+shell_deny contains sprintf("dangerous command %q: recursive removal of %s", [c.text, first_of(targets)]) if {
 	some c in input.shell.commands
 	c.name == "rm"
 	recursive(c.args)
-	some t in array.concat(c.args, object.get(c, "paths", []))
-	root_like(t)
+	targets := {t | some t in array.concat(c.args, object.get(c, "paths", [])); root_like(t)}
+	count(targets) > 0
 }
+
+first_of(s) := sort(s)[0] if {
+	count(s) == 1
+} else := sprintf("%s and %d more", [sort(s)[0], count(s) - 1])
 
 shell_deny contains sprintf("dangerous command %q: --no-preserve-root", [c.text]) if {
 	some c in input.shell.commands

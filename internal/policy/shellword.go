@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"slices"
 	"strings"
 
 	"mvdan.cc/sh/v3/expand"
@@ -23,9 +24,13 @@ type wordValue struct {
 // expandWord evaluates w after brace expansion, which bash does first:
 // `{rm,-rf,/}` is the three words rm -rf /.
 func (a *analysis) expandWord(src string, w *syntax.Word) []wordValue {
-	if !syntax.SplitBraces(w) {
+	// SplitBraces rewrites the word it is given; the tree is still being
+	// walked, and its walker does not know the nodes it adds.
+	braced := &syntax.Word{Parts: slices.Clone(w.Parts)}
+	if !syntax.SplitBraces(braced) {
 		return []wordValue{evalWord(src, w)}
 	}
+	w = braced
 	var out []wordValue
 	for ew, err := range expand.BracesSeq(nil, w) {
 		if err != nil {
