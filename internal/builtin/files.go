@@ -286,6 +286,10 @@ func (t *readManyFiles) Run(ctx context.Context, call *tool.Call) (*tool.Output,
 	if err != nil {
 		return nil, err
 	}
+	exclude, err := compileGlobs(a.Exclude)
+	if err != nil {
+		return tool.Failed(events.ErrInvalidParams, "exclude: "+err.Error()), nil
+	}
 	var files []string
 	seen := map[string]bool{}
 	for _, pat := range append(append([]string{}, a.Paths...), a.Include...) {
@@ -295,7 +299,7 @@ func (t *readManyFiles) Run(ctx context.Context, call *tool.Call) (*tool.Output,
 		}
 		for _, m := range matches {
 			rel := t.ws.Rel(m)
-			if !seen[m] && !excluded(rel, a.Exclude) {
+			if !seen[m] && !exclude.match(rel) {
 				seen[m] = true
 				files = append(files, m)
 			}
@@ -356,15 +360,6 @@ func (t *readManyFiles) expand(ctx context.Context, pat string) ([]string, *tool
 		return nil, tool.Failed(events.ErrInvalidParams, err.Error())
 	}
 	return matches, nil
-}
-
-func excluded(rel string, patterns []string) bool {
-	for _, pat := range patterns {
-		if matchGlob(pat, rel) {
-			return true
-		}
-	}
-	return false
 }
 
 // permitted drops from files (absolute paths) those the policy refuses

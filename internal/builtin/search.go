@@ -4,10 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -29,52 +29,30 @@ var skipDirs = map[string]bool{".git": true, "node_modules": true}
 
 func hasMeta(p string) bool { return strings.ContainsAny(p, "*?[{") }
 
-// matchGlob matches a slash-separated relative path against a pattern in
-// which "**" stands for any number of directories and {a,b} for either.
-func matchGlob(pattern, rel string) bool {
-	if i := strings.IndexByte(pattern, '{'); i >= 0 {
-		if j := strings.IndexByte(pattern[i:], '}'); j > 0 {
-			for _, alt := range strings.Split(pattern[i+1:i+j], ",") {
-				if matchGlob(pattern[:i]+alt+pattern[i+j+1:], rel) {
-					return true
-				}
-			}
-			return false
-		}
+// globFailure is the result of a failed globFiles: an error of the call's
+// arguments, or the end of ctx, which the executor reports as a deadline
+// or a cancel.
+func globFailure(err error) (*tool.Output, error) {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return nil, err
 	}
-	return matchParts(strings.Split(pattern, "/"), strings.Split(filepath.ToSlash(rel), "/"))
-}
-
-func matchParts(pat, parts []string) bool {
-	for len(pat) > 0 {
-		if pat[0] == "**" {
-			for i := 0; i <= len(parts); i++ {
-				if matchParts(pat[1:], parts[i:]) {
-					return true
-				}
-			}
-			return false
-		}
-		if len(parts) == 0 {
-			return false
-		}
-		if ok, _ := path.Match(pat[0], parts[0]); !ok {
-			return false
-		}
-		pat, parts = pat[1:], parts[1:]
-	}
-	return len(parts) == 0
+	return tool.Failed(events.ErrInvalidParams, err.Error()), nil
 }
 
 // globFiles lists the regular files under base whose path relative to base
-// matches pattern, staying inside the workspace.
+// matches pattern, staying inside the workspace. The walk stops at the end
+// of ctx with ctx's error.
 func globFiles(ctx context.Context, ws *Workspace, base, pattern string) ([]string, error) {
 	pattern = filepath.ToSlash(pattern)
 	if strings.HasPrefix(pattern, "/") {
 		return nil, fmt.Errorf("pattern %q must be relative to %s", pattern, ws.Rel(base))
 	}
+	matcher, err := compileGlob(pattern)
+	if err != nil {
+		return nil, err
+	}
 	var out []string
-	err := filepath.WalkDir(base, func(p string, d fs.DirEntry, err error) error {
+	err = filepath.WalkDir(base, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return nil // unreadable entries are skipped, not fatal
 		}
@@ -88,7 +66,7 @@ func globFiles(ctx context.Context, ws *Workspace, base, pattern string) ([]stri
 			return nil
 		}
 		rel, _ := filepath.Rel(base, p)
-		if !matchGlob(pattern, rel) {
+		if !matcher.match(filepath.ToSlash(rel)) {
 			return nil
 		}
 		if d.Type()&fs.ModeSymlink != 0 {
@@ -131,7 +109,7 @@ func (t *glob) Run(ctx context.Context, call *tool.Call) (*tool.Output, error) {
 	}
 	files, err := globFiles(ctx, t.ws, base, a.Pattern)
 	if err != nil {
-		return tool.Failed(events.ErrInvalidParams, err.Error()), nil
+		return globFailure(err)
 	}
 	if len(files) == 0 {
 		return tool.Text(fmt.Sprintf("No files found matching %q in %s.", a.Pattern, t.ws.Rel(base))), nil
@@ -192,7 +170,7 @@ func (t *searchFileContent) Run(ctx context.Context, call *tool.Call) (*tool.Out
 	}
 	files, err := globFiles(ctx, t.ws, base, include)
 	if err != nil {
-		return tool.Failed(events.ErrInvalidParams, err.Error()), nil
+		return globFailure(err)
 	}
 	sort.Strings(files)
 	files, skipped, err := t.permitted(call, files)

@@ -15,20 +15,26 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/proctree"
 	"github.com/toolbus/toolbus/internal/tool"
 )
 
 // maxShellOutput bounds what one command's stream is kept of in memory.
 const maxShellOutput = 64 << 20
 
-// killGrace is how long a cancelled command's process group has between
+// killGrace is how long the processes of a cancelled command have between
 // SIGTERM and SIGKILL.
 const killGrace = 2 * time.Second
 
-// Shells runs shell commands, each in its own process group, and owns the
-// commands left running in the background. Close kills them all.
+// Shells runs shell commands, each in its own process group and process
+// tree (internal/proctree): every process a command starts ends with its
+// call, whether it stays in the group or not. A foreground command's
+// processes end when bash exits; a background command's run on until they
+// end, kill_shell or Close. Shells owns the background commands; Close
+// kills them all.
 type Shells struct {
-	ws *Workspace
+	ws      *Workspace
+	starter proctree.Starter
 
 	mu     sync.Mutex
 	bg     map[string]*background
@@ -40,7 +46,8 @@ func NewShells(ws *Workspace) *Shells {
 	return &Shells{ws: ws, bg: make(map[string]*background)}
 }
 
-// Close kills every background command and waits for it to end.
+// Close kills every background command and waits for it to end, and ends
+// the idle process supervisors kept for the next commands.
 func (s *Shells) Close() {
 	s.mu.Lock()
 	s.closed = true
@@ -51,46 +58,37 @@ func (s *Shells) Close() {
 	s.mu.Unlock()
 	for _, b := range bgs {
 		b.kill()
-		<-b.done
+		<-b.tree.Done()
 	}
+	s.starter.Close()
 }
 
-// process is one started command.
+// process is one started command: bash, the leader of its process group,
+// and every process it starts.
 type process struct {
-	cmd            *exec.Cmd
+	tree           *proctree.Tree
 	stdout, stderr *capped
-	done           chan struct{}
-	err            error // from Wait, set before done closes
 }
 
-func (s *Shells) start(line, dir string, progress func(string)) (*process, error) {
-	cmd := exec.Command("bash", "-c", line)
-	cmd.Dir = dir
-	// Its own process group, so the whole tree can be signalled.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	p := &process{cmd: cmd, stdout: &capped{progress: progress}, stderr: &capped{progress: progress}, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = p.stdout, p.stderr
-	if err := cmd.Start(); err != nil {
+// start starts bash -c line in dir. A background command (keep) outlives
+// bash until its last process ends.
+func (s *Shells) start(line, dir string, keep bool, progress func(string)) (*process, error) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
 		return nil, err
 	}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
+	p := &process{stdout: &capped{progress: progress}, stderr: &capped{progress: progress}}
+	p.tree, err = s.starter.Start(proctree.Command{Path: bash, Args: []string{"bash", "-c", line}, Dir: dir,
+		Stdout: p.stdout, Stderr: p.stderr, Keep: keep, Grace: killGrace})
+	if err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 
-// kill stops the process group: SIGTERM, then SIGKILL after the grace.
-func (p *process) kill() {
-	pgid := p.cmd.Process.Pid
-	_ = syscall.Kill(-pgid, syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(killGrace):
-	}
-	// The leader may be gone while children of the group live on.
-	_ = syscall.Kill(-pgid, syscall.SIGKILL)
-}
+// kill ends every process of the command: SIGTERM, then SIGKILL after the
+// grace. It does not wait; p.tree.Done closes when they are gone.
+func (p *process) kill() { p.tree.Stop() }
 
 // capped is an io.Writer that keeps at most maxShellOutput bytes.
 type capped struct {
@@ -185,15 +183,15 @@ func (t *runShell) Run(ctx context.Context, call *tool.Call) (*tool.Output, erro
 	if a.RunInBackground {
 		return t.shells.runBackground(a.Command, dir)
 	}
-	p, err := t.shells.start(a.Command, dir, call.Progress)
+	p, err := t.shells.start(a.Command, dir, false, call.Progress)
 	if err != nil {
 		return tool.Failed(events.ErrShellFailed, "could not start bash: "+err.Error()), nil
 	}
 	select {
-	case <-p.done:
+	case <-p.tree.Done():
 	case <-ctx.Done():
 		p.kill()
-		<-p.done
+		<-p.tree.Done()
 		return nil, ctx.Err() // the executor reports TIMEOUT or CANCELLED
 	}
 	return shellOutput(a.Command, t.shells.ws.Rel(dir), p), nil
@@ -202,20 +200,16 @@ func (t *runShell) Run(ctx context.Context, call *tool.Call) (*tool.Output, erro
 // shellOutput formats a finished command the way Gemini CLI does.
 func shellOutput(line, dir string, p *process) *tool.Output {
 	exit, signal, errText := "(none)", "(none)", "(none)"
-	if st := p.cmd.ProcessState; st != nil {
-		if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			signal = ws.Signal().String()
-		} else {
-			exit = fmt.Sprint(st.ExitCode())
-		}
-	}
-	var exitErr *exec.ExitError
-	if p.err != nil && !errors.As(p.err, &exitErr) {
-		errText = p.err.Error()
+	if ws, err := p.tree.Wait(); err != nil {
+		errText = err.Error()
+	} else if ws.Signaled() {
+		signal = ws.Signal().String()
+	} else {
+		exit = fmt.Sprint(ws.ExitStatus())
 	}
 	stdout, stderr := p.stdout.String(), p.stderr.String()
 	content := fmt.Sprintf("Command: %s\nDirectory: %s\nStdout: %s\nStderr: %s\nError: %s\nExit Code: %s\nSignal: %s\nProcess Group PGID: %d",
-		line, dir, orEmpty(stdout), orEmpty(stderr), errText, exit, signal, p.cmd.Process.Pid)
+		line, dir, orEmpty(stdout), orEmpty(stderr), errText, exit, signal, p.tree.Pid())
 	display := stdout + stderr
 	if display == "" {
 		display = fmt.Sprintf("(no output; exit code %s)", exit)
@@ -243,13 +237,13 @@ func (s *Shells) runBackground(line, dir string) (*tool.Output, error) {
 	if s.closed {
 		return tool.Failed(events.ErrShellFailed, "the executor is shutting down"), nil
 	}
-	p, err := s.start(line, dir, nil)
+	p, err := s.start(line, dir, true, nil)
 	if err != nil {
 		return tool.Failed(events.ErrShellFailed, "could not start bash: "+err.Error()), nil
 	}
 	id := "shell_" + nuid.Next()[:10]
 	s.bg[id] = &background{id: id, line: line, dir: dir, process: p}
-	msg := fmt.Sprintf("Started in the background with shell_id %s (PGID %d). Use shell_output to read its output and kill_shell to stop it.", id, p.cmd.Process.Pid)
+	msg := fmt.Sprintf("Started in the background with shell_id %s (PGID %d). Use shell_output to read its output and kill_shell to stop it and every process it started.", id, p.tree.Pid())
 	return tool.Text(msg), nil
 }
 
@@ -297,22 +291,35 @@ func (t *backgroundTool) Run(_ context.Context, call *tool.Call) (*tool.Output, 
 }
 
 // readBackground reports what a background command wrote since the last
-// call, and forgets it once it has exited and everything was read.
+// call, and forgets it once every process of it has ended and everything
+// was read. It is running while any process it started runs, even after
+// bash itself exited.
 func readBackground(s *Shells, b *background) string {
 	status := "running"
 	select {
-	case <-b.done:
-		status = "exited with code " + fmt.Sprint(b.cmd.ProcessState.ExitCode())
+	case <-b.tree.Done():
+		status = exitText(b.tree.Wait())
 		s.forget(b.id)
 	default:
 	}
 	return fmt.Sprintf("Shell %s (%s): %s\nStdout since last read: %s\nStderr since last read: %s", b.id, b.line, status, orEmpty(b.stdout.take()), orEmpty(b.stderr.take()))
 }
 
-// killBackground stops a background command and its whole process group.
+// killBackground stops a background command and every process it started.
 func killBackground(s *Shells, b *background) string {
 	b.kill()
-	<-b.done
+	<-b.tree.Done()
 	s.forget(b.id)
 	return fmt.Sprintf("Killed shell %s (%s).", b.id, b.line)
+}
+
+// exitText says how bash ended.
+func exitText(ws syscall.WaitStatus, err error) string {
+	switch {
+	case err != nil:
+		return "ended, status unknown: " + err.Error()
+	case ws.Signaled():
+		return "killed by signal " + ws.Signal().String()
+	}
+	return "exited with code " + fmt.Sprint(ws.ExitStatus())
 }
