@@ -22,40 +22,69 @@ import (
 // be one the set names. The policy's analysis and bash are two readings of
 // the same line; the sandbox says which one is right.
 
-// rememberedSets are the remembered approvals of the issue's "Done when":
-// `ls` alone, then `git status` and `cat`.
+// rememberedSets are the lines approved with "always" of the issue's
+// "Done when": `ls` alone, then `git status` and `cat`. What the allowlist
+// holds is what the policy's remember rule keeps of them.
 var rememberedSets = [][]string{{"ls"}, {"git status", "cat"}}
 
-// The workspace and home the policy is told about: the sandbox's working
-// directory, and a home that does not exist in it.
-const (
-	sandboxWorkdir = "/work"
-	sandboxHome    = "/home/agent"
-)
+// sandboxHome is the home the policy is told about; the sandbox has none.
+const sandboxHome = "/home/agent"
 
 // decideRemembered asks pol about line as the executor asks about a
-// run_shell_command call with remembered as its remembered approvals, and
-// returns the decision and the analysis the policy saw (for failure
-// reports). It is the one place that knows the shape of the policy's
-// input: the analysis, the paths, and the allowlist entries (today a
-// "command" entry is a prefix of words of the unwrapped command).
-func decideRemembered(pol *policy.Policy, line string, remembered []string) (policy.Decision, any) {
+// run_shell_command call in the sandbox's working directory, once the
+// lines of approved have been answered "always", and returns the decision
+// and the analysis the policy saw (for failure reports). With
+// shellInput, it is the one place that knows the shape of the policy's
+// input and of remembered entries.
+func decideRemembered(tb testing.TB, pol *policy.Policy, line string, approved []string) (policy.Decision, any) {
+	tb.Helper()
+	in := shellInput(pol, line)
+	in.Allowlist = rememberedEntries(tb, pol, approved)
+	return pol.Decide(context.Background(), in), in.Shell
+}
+
+func shellInput(pol *policy.Policy, line string) *policy.Input {
 	sh := policy.AnalyzeShell(line)
-	allow := make([]policy.AllowEntry, len(remembered))
-	for i, prefix := range remembered {
-		allow[i] = policy.AllowEntry{Scope: "command", Tool: "run_shell_command", Prefix: prefix}
-	}
-	in := &policy.Input{
+	return &policy.Input{
 		Tool:      policy.ToolInput{Name: "run_shell_command", Kind: events.KindExecute, Source: events.SourceBuiltin},
 		Args:      map[string]any{"command": line},
 		Caller:    events.Identity{ID: "agent:fuzz"},
-		Allowlist: allow,
 		Shell:     &sh,
-		Paths:     sh.Paths(sandboxWorkdir, sandboxHome),
+		Paths:     sh.Locate(sandboxWorkdir, sandboxHome, pol.Samples()),
 		Home:      sandboxHome,
 		Workspace: sandboxWorkdir,
 	}
-	return pol.Decide(context.Background(), in), sh
+}
+
+// remembered caches the allowlist of each approved set, per process.
+var remembered struct {
+	sync.Mutex
+	entries map[string][]policy.AllowEntry
+}
+
+// rememberedEntries is the allowlist after answering "always" to each
+// line of approved: the entries the policy's remember rule makes of it.
+func rememberedEntries(tb testing.TB, pol *policy.Policy, approved []string) []policy.AllowEntry {
+	tb.Helper()
+	remembered.Lock()
+	defer remembered.Unlock()
+	key := strings.Join(approved, "\n")
+	if e, ok := remembered.entries[key]; ok {
+		return e
+	}
+	var entries []policy.AllowEntry
+	for _, line := range approved {
+		e, err := pol.Remember(context.Background(), shellInput(pol, line), events.ProceedAlways)
+		if err != nil || len(e) == 0 {
+			tb.Fatalf("answering %q with always remembers %v (%v)", line, e, err)
+		}
+		entries = append(entries, e...)
+	}
+	if remembered.entries == nil {
+		remembered.entries = map[string][]policy.AllowEntry{}
+	}
+	remembered.entries[key] = entries
+	return entries
 }
 
 var compiledDefault struct {
@@ -108,7 +137,7 @@ func checkRemembered(t *testing.T, pol *policy.Policy, sb *sandbox, line string)
 	t.Helper()
 	var rep *sandboxReport
 	for _, set := range rememberedSets {
-		d, analysis := decideRemembered(pol, line, set)
+		d, analysis := decideRemembered(t, pol, line, set)
 		if d.Verdict != events.Allow {
 			continue
 		}
@@ -166,7 +195,7 @@ func FuzzRememberedCommand(f *testing.F) {
 // spellings of a name, nested shells.
 var rememberedSeeds = []string{
 	// Plain lines a remembered set covers.
-	"ls", "ls -la", "ls -la /work", "ls P", "ls -- -P", "git status", "git status --short", "cat P", "cat P | git status",
+	"ls", "ls -la", "ls -la /toolbus-fuzz/work", "ls P", "ls -- -P", "git status", "git status --short", "cat P", "cat P | git status",
 	// Wrappers and their options (issue 8).
 	"exec -a ls touch P", "exec ls", "exec -c ls", "ls; exec touch P",
 	"xargs -E ls touch P", "xargs ls", "ls | xargs touch", "xargs -a P ls", "xargs -I ls touch P", "xargs -0 -n 1 ls",
@@ -190,7 +219,7 @@ var rememberedSeeds = []string{
 	// Comments and line continuations (issue 8: the parser and bash differ).
 	"ls # \\\ntouch P", "ls #\\\ntouch P", "ls # x \\\ntouch P", "ls \\\n# x\ntouch P", "ls; #\\\n touch P",
 	// Spellings of the name (issue 8: ./ls is the workspace's own program).
-	"./ls", "/bin/ls", "/usr/bin/ls", "/usr/local/bin/ls", "/sbin/ls", "../work/ls", "/work/ls", "././ls",
+	"./ls", "/bin/ls", "/usr/bin/ls", "/usr/local/bin/ls", "/sbin/ls", "../work/ls", "/toolbus-fuzz/work/ls", "././ls",
 	`l\s`, `"l"s`, `'l's`, `\ls`, `$'\x6cs'`, `$'\x74ouch' P; ls`, `\t"o"uch P; ls`, `l""s`, "ls; cd /bin && ./touch P", "ls; cd /; bin/touch P",
 	// Expansions.
 	"ls ${x:-$(touch P)}", "ls; ${x:-touch} P", `ls; "${x:-touch}" P`, "ls; ${x/y/touch} P", "ls; x=touch; $x P", "x=touch; ls; $x P", "ls ${!x}",
@@ -206,7 +235,7 @@ var rememberedSeeds = []string{
 	"ls; alias ls=touch; ls P", "shopt -s expand_aliases; alias ls=touch\nls P", "shopt -s expand_aliases; alias x=touch; x P; ls",
 	"trap 'touch P' EXIT; ls", "ls; trap 'touch P' EXIT", "trap 'touch P' DEBUG; ls", "ls; trap 'touch P' ERR; false",
 	"PROMPT_COMMAND='touch P' ls", "BASH_ENV=P ls", "declare -f ls", "ls; enable -n echo; echo x", "ls; hash -p /bin/touch ls; ls",
-	"ls; PATH=/usr/local/bin ls", "ls; PATH=. ls", "PATH=.:$PATH ls", "ls; cd /work; PATH=. ls",
+	"ls; PATH=/usr/local/bin ls", "ls; PATH=. ls", "PATH=.:$PATH ls", "ls; cd /toolbus-fuzz/work; PATH=. ls",
 	// Running a file the line writes, and nested shells.
 	"echo 'touch P' > f; ls; . ./f", "echo 'touch P' > f; ls; source f", "ls > f; . ./f", "printf 'touch P' > f; ls; source f",
 	"eval ls", "eval 'ls; touch P'", "ls; eval \"$(echo touch P)\"", "ls; eval 'a[$(touch P)]=1'",

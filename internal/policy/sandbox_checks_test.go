@@ -58,8 +58,8 @@ func TestSandboxRecordsWhatRuns(t *testing.T) {
 		// An absolute path runs the stub, not the host's program.
 		{"/usr/bin/touch P", []string{"/usr/bin/touch /usr/bin/touch P"}, ""},
 		{"exec -a ls touch P", []string{"/bin/touch ls P"}, ""},
-		{"./ls", []string{"/work/ls ./ls"}, ""},
-		{"cd /tmp && ../work/git status", []string{"/work/git ../work/git status"}, ""},
+		{"./ls", []string{sandboxWorkdir + "/ls ./ls"}, ""},
+		{"cd /tmp && .." + sandboxWorkdir + "/git status", []string{sandboxWorkdir + "/git .." + sandboxWorkdir + "/git status"}, ""},
 		{"xargs -E ls touch P", []string{"/bin/touch touch P"}, "xargs"},
 		{"env -S 'touch P' ls", []string{"/bin/touch touch P ls"}, "env"},
 		{"nice -n 5 ls -l", []string{"/bin/ls ls -l"}, "nice"},
@@ -78,6 +78,8 @@ func TestSandboxRecordsWhatRuns(t *testing.T) {
 		{"echo 'touch P' > /bin/ls; echo x > /.sandbox/bash; /bin/ls", []string{"/bin/ls /bin/ls"}, ""},
 		// Nothing but stubs: a name the sandbox lacks runs nothing.
 		{"no-such-program; ls", []string{"/bin/ls ls"}, ""},
+		// No program takes a NUL in an argument: bash -c cannot start.
+		{"touch P\x00; ls", nil, ""},
 	}
 	for mode, sb := range sandboxModes(t) {
 		t.Run(mode, func(t *testing.T) {
@@ -152,19 +154,26 @@ func TestSandboxStopsBombs(t *testing.T) {
 		line string
 		// stop is how bash ends: "timeout" when the deadline kills it.
 		stop string
+		// deadline, when set, replaces the sandbox's.
+		deadline time.Duration
 	}{
-		{":(){ :|:& };:", "timeout"},
-		{"while :; do :; done", "timeout"},
-		{"(trap '' HUP TERM; while :; do :; done) & disown; ls", "timeout"},
+		{":(){ :|:& };:", "timeout", 0},
+		{"while :; do :; done", "timeout", 0},
+		{"(trap '' HUP TERM; while :; do :; done) & disown; ls", "timeout", 0},
 		// Unlimited, this allocates 300 MB and runs ls; here bash cannot
-		// allocate it and stops.
-		{"printf -v x '%*s' 300000000 ''; ls", "exit 2"},
-		{"while :; do echo xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx >> f; done", "signal file size limit exceeded"},
+		// allocate it and stops. Formatting 300 MB takes a while on a busy
+		// machine: the deadline must not be what stops it.
+		{"printf -v x '%*s' 300000000 ''; ls", "exit 2", time.Minute},
+		{"while :; do echo xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx >> f; done", "signal file size limit exceeded", time.Minute},
 	}
 	for mode, sb := range sandboxModes(t) {
 		t.Run(mode, func(t *testing.T) {
 			for _, tt := range tests {
 				t.Run(tt.line, func(t *testing.T) {
+					sb := *sb
+					if tt.deadline != 0 {
+						sb.deadline = tt.deadline
+					}
 					rep, err := sb.run(tt.line)
 					if err != nil {
 						t.Fatal(err)
@@ -237,21 +246,21 @@ func TestUncovered(t *testing.T) {
 		remembered []string
 		covered    bool
 	}{
-		{"ls", rec("/bin/ls", "/work", "ls", "-la"), []string{"ls"}, true},
-		{"/usr/bin/ls", rec("/usr/bin/ls", "/work", "/usr/bin/ls"), []string{"ls"}, true},
-		{"touch", rec("/bin/touch", "/work", "touch", "P"), []string{"ls"}, false},
-		{"exec -a ls touch", rec("/bin/touch", "/work", "ls", "P"), []string{"ls"}, false},
-		{"exec -a touch ls", rec("/bin/ls", "/work", "touch"), []string{"ls"}, false},
-		{"./ls", rec("./ls", "/work", "./ls"), []string{"ls"}, false},
-		{"/work/ls", rec("/work/ls", "/tmp", "/work/ls"), []string{"ls"}, false},
-		{"git status", rec("/bin/git", "/work", "git", "status", "-s"), []string{"git status", "cat"}, true},
-		{"git log", rec("/bin/git", "/work", "git", "log"), []string{"git status", "cat"}, false},
-		{"git -c", rec("/bin/git", "/work", "git", "-c", "alias.status=!touch P", "status"), []string{"git status", "cat"}, false},
-		{"git", rec("/bin/git", "/work", "git"), []string{"git status", "cat"}, false},
-		{"cat", rec("/bin/cat", "/work", "cat", "/etc/passwd"), []string{"git status", "cat"}, true},
-		{"ls under git status", rec("/bin/ls", "/work", "ls"), []string{"git status", "cat"}, false},
+		{"ls", rec("/bin/ls", sandboxWorkdir, "ls", "-la"), []string{"ls"}, true},
+		{"/usr/bin/ls", rec("/usr/bin/ls", sandboxWorkdir, "/usr/bin/ls"), []string{"ls"}, true},
+		{"touch", rec("/bin/touch", sandboxWorkdir, "touch", "P"), []string{"ls"}, false},
+		{"exec -a ls touch", rec("/bin/touch", sandboxWorkdir, "ls", "P"), []string{"ls"}, false},
+		{"exec -a touch ls", rec("/bin/ls", sandboxWorkdir, "touch"), []string{"ls"}, false},
+		{"./ls", rec("./ls", sandboxWorkdir, "./ls"), []string{"ls"}, false},
+		{"workspace ls", rec(sandboxWorkdir+"/ls", "/tmp", sandboxWorkdir+"/ls"), []string{"ls"}, false},
+		{"git status", rec("/bin/git", sandboxWorkdir, "git", "status", "-s"), []string{"git status", "cat"}, true},
+		{"git log", rec("/bin/git", sandboxWorkdir, "git", "log"), []string{"git status", "cat"}, false},
+		{"git -c", rec("/bin/git", sandboxWorkdir, "git", "-c", "alias.status=!touch P", "status"), []string{"git status", "cat"}, false},
+		{"git", rec("/bin/git", sandboxWorkdir, "git"), []string{"git status", "cat"}, false},
+		{"cat", rec("/bin/cat", sandboxWorkdir, "cat", "/etc/passwd"), []string{"git status", "cat"}, true},
+		{"ls under git status", rec("/bin/ls", sandboxWorkdir, "ls"), []string{"git status", "cat"}, false},
 		{"sudo executing", stubRecord{Argv: []string{"sudo", "touch"}, Exe: "/bin/sudo", Wraps: []string{"touch"}}, []string{"ls"}, true},
-		{"sudo -s", rec("/bin/sudo", "/work", "sudo", "-s"), []string{"ls"}, false},
+		{"sudo -s", rec("/bin/sudo", sandboxWorkdir, "sudo", "-s"), []string{"ls"}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -34,6 +34,12 @@ import (
 // no_new_privs, resource limits and a deadline after which everything in
 // the namespace is killed. testdata/stub/init.go is its PID 1.
 
+// sandboxWorkdir is the line's working directory, the agent's workspace:
+// a path no host has, so that the policy, which looks at the host's files
+// to judge globs, sees the same nothing there as bash sees in the sandbox
+// (but for the workspace's programs).
+const sandboxWorkdir = "/toolbus-fuzz/work"
+
 // sandboxDeadline is how long a line may run: lines are one-liners run by
 // stubs that return at once, so only loops and bombs reach it.
 const sandboxDeadline = 2 * time.Second
@@ -60,6 +66,7 @@ type sandboxConfig struct {
 	UID        int               `json:"uid"`
 	GID        int               `json:"gid"`
 	DeadlineMS int               `json:"deadlineMs"`
+	Workdir    string            `json:"workdir"`
 	Workspace  []string          `json:"workspace"`
 	Limits     sandboxLimitsJSON `json:"limits"`
 }
@@ -150,6 +157,8 @@ type sandbox struct {
 	uid, gid int
 	// real names the wrappers that are the host's programs, not stubs.
 	real map[string]bool
+	// deadline is how long a line may run.
+	deadline time.Duration
 }
 
 // sandboxHost says whether the sandbox can be built here.
@@ -208,14 +217,14 @@ func newSandbox(tb testing.TB, userNS bool) (*sandbox, error) {
 		return nil, err
 	}
 	dir := tb.TempDir()
-	sb := &sandbox{root: filepath.Join(dir, "root"), userNS: userNS}
+	sb := &sandbox{root: filepath.Join(dir, "root"), userNS: userNS, deadline: sandboxDeadline}
 	if !userNS {
 		// A user of its own per test process, so that RLIMIT_NPROC counts
 		// only this sandbox's processes, not another fuzz worker's.
 		sb.uid = 200000 + os.Getpid()%100000
 		sb.gid = sb.uid
 	}
-	for _, d := range append([]string{"", ".sandbox", ".sandbox/run", "work", "tmp", "proc", "dev", "lib", "lib64"}, systemDirs...) {
+	for _, d := range append([]string{"", ".sandbox", ".sandbox/run", sandboxWorkdir, "tmp", "proc", "dev", "lib", "lib64"}, systemDirs...) {
 		if err := os.MkdirAll(filepath.Join(sb.root, d), 0o755); err != nil {
 			return nil, err
 		}
@@ -427,14 +436,19 @@ func copyFile(src, dst string, mode os.FileMode) error {
 // run runs line in the sandbox and returns what ran. Its own deadline is
 // a backstop for init's: killing init, PID 1, kills its whole namespace.
 func (sb *sandbox) run(line string) (*sandboxReport, error) {
+	if strings.ContainsRune(line, 0) {
+		// No program can be given a NUL in an argument: the shell tool's
+		// exec of bash fails, and nothing runs.
+		return &sandboxReport{Exit: "not started: the line holds a NUL byte"}, nil
+	}
 	cfg, err := json.Marshal(sandboxConfig{
 		Root: sb.root, Line: line, UID: sb.uid, GID: sb.gid,
-		DeadlineMS: int(sandboxDeadline / time.Millisecond), Workspace: workspacePrograms, Limits: sandboxLimits,
+		DeadlineMS: int(sb.deadline / time.Millisecond), Workdir: sandboxWorkdir, Workspace: workspacePrograms, Limits: sandboxLimits,
 	})
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), sandboxDeadline+10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), sb.deadline+10*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, sb.init, "init", string(cfg))
 	cmd.Env = []string{}

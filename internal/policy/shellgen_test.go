@@ -101,7 +101,7 @@ var separators = []string{"; ", " && ", " || ", " | ", "\n", " & ", " |& ", ";",
 
 var commandNames = []string{
 	"ls", "ls", "ls", "git status", "cat", "ls -la", "cat P", "git status -s",
-	`l\s`, `"l"s`, `'l's`, `\ls`, `$'\x6cs'`, "/bin/ls", "/usr/bin/ls", "./ls", "../work/ls", "${x:-ls}", "$(echo ls)", "`echo ls`", "l*", "{ls,}",
+	`l\s`, `"l"s`, `'l's`, `\ls`, `$'\x6cs'`, "/bin/ls", "/usr/bin/ls", "./ls", "../work/ls", "../toolbus-fuzz/work/ls", "${x:-ls}", "$(echo ls)", "`echo ls`", "l*", "{ls,}",
 	"touch P", "touch", "git", "git -c alias.x='!touch P' x", "git log", "rm -rf /", "{rm,-rf,/}", "echo", "printf", "true", ":", "x", "f",
 	"eval", "source", ".", "exec", "command", "builtin", "enable", "alias", "trap", "declare", "let", "read", "mapfile", "printf -v", "hash",
 	"bash -c", "sh -c", "xargs", "find . -exec", "env", "sudo", "busybox", "nice", "timeout 1", "stdbuf -o0", "nohup", "coproc", "time", "!",

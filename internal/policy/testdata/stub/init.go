@@ -30,8 +30,11 @@ type Config struct {
 	// DeadlineMS is how long the line may run before every process of the
 	// sandbox is killed.
 	DeadlineMS int `json:"deadlineMs"`
+	// Workdir is the line's working directory, a tmpfs: the agent's
+	// workspace.
+	Workdir string `json:"workdir"`
 	// Workspace names the programs the agent's workspace holds (./ls):
-	// stubs bound into /work.
+	// stubs bound into Workdir.
 	Workspace []string `json:"workspace"`
 	// Limits are resource limits (RLIMIT_*) for bash and all it starts.
 	Limits Limits `json:"limits"`
@@ -98,7 +101,7 @@ func runInit(cfg Config) (*Report, error) {
 		return nil, err
 	}
 	mounts := []struct{ dir, opts string }{
-		{"work", fmt.Sprintf("size=16m,nr_inodes=4096,mode=0755,uid=%d,gid=%d", cfg.UID, cfg.GID)},
+		{cfg.Workdir, fmt.Sprintf("size=16m,nr_inodes=4096,mode=0755,uid=%d,gid=%d", cfg.UID, cfg.GID)},
 		{"tmp", "size=8m,nr_inodes=1024,mode=1777"},
 		{".sandbox/run", "size=1m,nr_inodes=64,mode=0755"},
 	}
@@ -108,7 +111,7 @@ func runInit(cfg Config) (*Report, error) {
 		}
 	}
 	for _, name := range cfg.Workspace {
-		f := filepath.Join(root, "work", name)
+		f := filepath.Join(root, cfg.Workdir, name)
 		if err := os.WriteFile(f, nil, 0o755); err != nil {
 			return nil, err
 		}
@@ -135,7 +138,7 @@ func runInit(cfg Config) (*Report, error) {
 	if err := unix.Chroot(root); err != nil {
 		return nil, fmt.Errorf("chroot: %w", err)
 	}
-	if err := unix.Chdir("/work"); err != nil {
+	if err := unix.Chdir(cfg.Workdir); err != nil {
 		return nil, err
 	}
 	null, err := unix.Open("/dev/null", unix.O_RDWR, 0)
@@ -187,7 +190,7 @@ func runInit(cfg Config) (*Report, error) {
 	}()
 
 	attr := &syscall.ProcAttr{
-		Dir:   "/work",
+		Dir:   cfg.Workdir,
 		Env:   []string{"PATH=/bin:/usr/bin"},
 		Files: []uintptr{uintptr(null), 2, 2},
 		Sys:   &syscall.SysProcAttr{},
