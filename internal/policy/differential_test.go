@@ -56,10 +56,16 @@ func shellInput(pol *policy.Policy, line string) *policy.Input {
 	}
 }
 
-// remembered caches the allowlist of each approved set, per process.
+// remembered caches the allowlist of each policy and approved set, per
+// process.
 var remembered struct {
 	sync.Mutex
-	entries map[string][]policy.AllowEntry
+	entries map[rememberedKey][]policy.AllowEntry
+}
+
+type rememberedKey struct {
+	pol      *policy.Policy
+	approved string
 }
 
 // rememberedEntries is the allowlist after answering "always" to each
@@ -68,7 +74,7 @@ func rememberedEntries(tb testing.TB, pol *policy.Policy, approved []string) []p
 	tb.Helper()
 	remembered.Lock()
 	defer remembered.Unlock()
-	key := strings.Join(approved, "\n")
+	key := rememberedKey{pol, strings.Join(approved, "\n")}
 	if e, ok := remembered.entries[key]; ok {
 		return e
 	}
@@ -81,7 +87,7 @@ func rememberedEntries(tb testing.TB, pol *policy.Policy, approved []string) []p
 		entries = append(entries, e...)
 	}
 	if remembered.entries == nil {
-		remembered.entries = map[string][]policy.AllowEntry{}
+		remembered.entries = map[rememberedKey][]policy.AllowEntry{}
 	}
 	remembered.entries[key] = entries
 	return entries
@@ -135,16 +141,26 @@ func covers(words []string, r stubRecord) bool {
 // once, and only when some set ALLOWs it.
 func checkRemembered(t *testing.T, pol *policy.Policy, sb *sandbox, line string) {
 	t.Helper()
+	for _, v := range violations(t, pol, sb, line) {
+		t.Error(v)
+	}
+}
+
+// violations returns what breaks the property for line, one message for
+// each remembered set under which it breaks.
+func violations(tb testing.TB, pol *policy.Policy, sb *sandbox, line string) []string {
+	tb.Helper()
+	var out []string
 	var rep *sandboxReport
 	for _, set := range rememberedSets {
-		d, analysis := decideRemembered(t, pol, line, set)
+		d, analysis := decideRemembered(tb, pol, line, set)
 		if d.Verdict != events.Allow {
 			continue
 		}
 		if rep == nil {
 			var err error
 			if rep, err = sb.run(line); err != nil {
-				t.Fatalf("%q: %v", line, err)
+				tb.Fatalf("%q: %v", line, err)
 			}
 		}
 		bad := uncovered(rep.Records, set)
@@ -159,8 +175,40 @@ func checkRemembered(t *testing.T, pol *policy.Policy, sb *sandbox, line string)
 		if rep.Garbled+rep.Dropped > 0 {
 			fmt.Fprintf(&ran, "\n\t(%d reports cut off and %d dropped: what ran is not known)", rep.Garbled, rep.Dropped)
 		}
-		t.Errorf("with %q remembered the policy ALLOWs %q (%s), but bash ran what that does not cover:%s\nanalysis: %s\nbash: %s, stderr %q",
-			set, line, d.Reason, ran.String(), a, rep.Exit, rep.Stderr)
+		out = append(out, fmt.Sprintf("with %q remembered the policy ALLOWs %q (%s), but bash ran what that does not cover:%s\nanalysis: %s\nbash: %s, stderr %q",
+			set, line, d.Reason, ran.String(), a, rep.Exit, rep.Stderr))
+	}
+	return out
+}
+
+// TestDifferentialSeesWhatRuns holds the target to its job with a policy
+// that ALLOWs every line: a line that runs touch beside ls breaks the
+// property, and lines that run only what is remembered do not. Were the
+// sandbox to record nothing, or the oracle to cover everything, the fuzz
+// target would pass any policy; this test would not.
+func TestDifferentialSeesWhatRuns(t *testing.T) {
+	pol, err := policy.Compile(context.Background(), policy.Files{"open.rego": `package toolbus
+
+decision := {"verdict": "ALLOW", "reason": "this test's policy allows everything", "remember": true}
+
+remember contains {"scope": "tool", "tool": input.tool.name}
+`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := defaultSandbox(t)
+	for line, want := range map[string]int{
+		"ls; touch P":          2, // under both sets
+		"exec -a ls touch P":   2,
+		"./ls":                 2,
+		"git status; git log":  2,
+		"ls":                   1, // under git status and cat
+		"git status -s; cat P": 1, // under ls
+		"true":                 0,
+	} {
+		if got := violations(t, pol, sb, line); len(got) != want {
+			t.Errorf("%q breaks the property %d times, want %d: %q", line, len(got), want, got)
+		}
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -277,38 +279,64 @@ func newSandbox(tb testing.TB, userNS bool) (*sandbox, error) {
 	return sb, nil
 }
 
-// stubBuild builds testdata/stub once per test process.
+// stubBuild finds or builds the stub program once per test process.
 var stubBuild struct {
 	once sync.Once
-	dir  string
+	path string
 	err  error
 }
 
-// buildStub puts the stub program at dst: built once per test process
-// (static, so that it runs in the chroot without libraries), then copied.
+// buildStub puts the stub program at dst. It is built static (so that it
+// runs in the chroot without libraries) into the user's cache directory,
+// under a name that is the hash of its source, the module's requirements
+// and the Go version: test processes and fuzz workers share one build,
+// and nothing is left behind per process.
 func buildStub(dst string) error {
-	stubBuild.once.Do(func() {
-		// Left in the system's temporary directory for the process's
-		// lifetime; it is one small binary, and every test of the process
-		// copies it.
-		stubBuild.dir, stubBuild.err = os.MkdirTemp("", "toolbus-stub-")
-		if stubBuild.err != nil {
-			return
-		}
-		gobin, err := exec.LookPath("go")
-		if err != nil {
-			gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
-		}
-		cmd := exec.Command(gobin, "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", "-o", filepath.Join(stubBuild.dir, "stub"), "./testdata/stub")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			stubBuild.err = fmt.Errorf("build testdata/stub: %v\n%s", err, out)
-		}
-	})
+	stubBuild.once.Do(func() { stubBuild.path, stubBuild.err = cachedStub() })
 	if stubBuild.err != nil {
 		return stubBuild.err
 	}
-	return copyFile(filepath.Join(stubBuild.dir, "stub"), dst, 0o755)
+	return copyFile(stubBuild.path, dst, 0o755)
+}
+
+func cachedStub() (string, error) {
+	h := sha256.New()
+	io.WriteString(h, runtime.Version())
+	sources, _ := filepath.Glob("testdata/stub/*.go")
+	for _, f := range append(sources, "../../go.mod", "../../go.sum") {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(h, "%s %d\n", f, len(data))
+		h.Write(data)
+	}
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		dir = os.TempDir()
+	}
+	dir = filepath.Join(dir, "toolbus-test")
+	bin := filepath.Join(dir, "sandbox-stub-"+hex.EncodeToString(h.Sum(nil))[:16])
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	// Built beside its final name and renamed: another process may be
+	// building the same stub at the same time.
+	tmp := fmt.Sprintf("%s.%d", bin, os.Getpid())
+	cmd := exec.Command(gobin, "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", "-o", tmp, "./testdata/stub")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		os.Remove(tmp)
+		return "", fmt.Errorf("build testdata/stub: %v\n%s", err, out)
+	}
+	return bin, os.Rename(tmp, bin)
 }
 
 // installELF copies the host's program src to dst in the root, with the
