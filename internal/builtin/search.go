@@ -178,30 +178,38 @@ func (t *searchFileContent) Run(ctx context.Context, call *tool.Call) (*tool.Out
 		return tool.Failed(events.ErrPolicyDenied, err.Error()), nil
 	}
 	var b strings.Builder
-	matches, inFiles := 0, 0
+	matches, inFiles, changed := 0, 0, 0
 	for _, f := range files {
 		if matches >= maxSearchMatches {
 			break
 		}
-		n := searchFile(t.ws, f, re, &b, maxSearchMatches-matches)
+		n, err := searchFile(t.ws, f, call.Opened, re, &b, maxSearchMatches-matches)
+		if errors.Is(err, ErrChanged) {
+			changed++
+		}
 		if n > 0 {
 			inFiles++
 			matches += n
 		}
 	}
+	note := skippedNote(skipped)
+	if changed > 0 {
+		note += fmt.Sprintf("\n[%d file(s) not searched: %v.]", changed, ErrChanged)
+	}
 	if matches == 0 {
-		return tool.Text(fmt.Sprintf("No matches found for pattern %q in %s.", a.Pattern, t.ws.Rel(base)) + skippedNote(skipped)), nil
+		return tool.Text(fmt.Sprintf("No matches found for pattern %q in %s.", a.Pattern, t.ws.Rel(base)) + note), nil
 	}
 	head := fmt.Sprintf("Found %d match(es) for pattern %q in %s:\n---\n", matches, a.Pattern, t.ws.Rel(base))
-	return &tool.Output{LLMContent: head + b.String() + skippedNote(skipped), ReturnDisplay: fmt.Sprintf("Found %d match(es) in %d file(s).", matches, inFiles)}, nil
+	return &tool.Output{LLMContent: head + b.String() + note, ReturnDisplay: fmt.Sprintf("Found %d match(es) in %d file(s).", matches, inFiles)}, nil
 }
 
-// searchFile appends the matching lines of one text file.
-func searchFile(ws *Workspace, p string, re *regexp.Regexp, b *strings.Builder, limit int) int {
+// searchFile appends the matching lines of one text file, once check
+// accepted it. The error is why it could not be opened.
+func searchFile(ws *Workspace, p string, check Check, re *regexp.Regexp, b *strings.Builder, limit int) (int, error) {
 	rel := ws.Rel(p)
-	f, err := ws.Open(p)
+	f, err := ws.Open(p, check)
 	if err != nil {
-		return 0
+		return 0, err
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
@@ -211,7 +219,7 @@ func searchFile(ws *Workspace, p string, re *regexp.Regexp, b *strings.Builder, 
 		line++
 		text := sc.Bytes()
 		if line == 1 && bytes.IndexByte(text, 0) >= 0 {
-			return 0 // binary
+			return 0, nil // binary
 		}
 		if !re.Match(text) {
 			continue
@@ -228,5 +236,5 @@ func searchFile(ws *Workspace, p string, re *regexp.Regexp, b *strings.Builder, 
 	if n > 0 {
 		b.WriteString("---\n")
 	}
-	return n
+	return n, nil
 }

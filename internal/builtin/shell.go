@@ -160,8 +160,8 @@ func (t *runShell) ValidateArgs(args json.RawMessage) error {
 	return nil
 }
 
-// RealPath implements tool.LinkResolver.
-func (t *runShell) RealPath(p string) (string, error) { return t.shells.ws.RealPath(p) }
+// Look implements tool.LinkResolver.
+func (t *runShell) Look(p string) (tool.File, error) { return t.shells.ws.Look(p) }
 
 // Command implements tool.Commander.
 func (t *runShell) Command(args json.RawMessage) (string, string) {

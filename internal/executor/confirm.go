@@ -30,7 +30,7 @@ func (c *call) confirm(d policy.Decision, args map[string]any) (*events.ConfirmA
 		req.Command, _ = cm.Command(c.inv.Args)
 	}
 	if df, ok := c.impl.(tool.Differ); ok {
-		if diff, err := df.Diff(c.inv.Args); err == nil {
+		if diff, err := df.Diff(&tool.Call{ID: c.inv.ID, Args: c.inv.Args, Opened: c.opened}); err == nil {
 			req.Diff = diff
 		}
 	}

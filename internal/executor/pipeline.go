@@ -41,6 +41,12 @@ type call struct {
 	shell   *policy.Shell  // and the analysis of its shell line
 	tc      tool.Call
 
+	// What the policy was shown of the files on disk (see judged.go).
+	judgedMu  sync.Mutex
+	judged    []judgedFile
+	judgedBuf [2]judgedFile // judged's room for the common call, in the call itself
+	hardLinks []string      // those of paths with other names
+
 	// admitted: the call is in e.running and counted in e.wg until its
 	// result is sent.
 	admitted bool
@@ -257,10 +263,12 @@ func (c *call) decide(args map[string]any) policy.Decision {
 	paths, sh := c.named(args, pol)
 	c.paths, c.shell = paths, sh
 	var buf [512]byte
-	key := appendDecisionKey(buf[:0], t, c.inv, paths)
+	key := appendDecisionKey(buf[:0], t, c.inv, paths, c.hardLinks)
 	d, cached := e.decisions.get(pol, gen, key)
 	if !cached {
-		d = pol.Decide(c.ctx, c.input(args, paths, sh))
+		in := c.input(args, paths, sh)
+		in.HardLinks = c.hardLinks
+		d = pol.Decide(c.ctx, in)
 		e.decisions.put(pol, gen, key, d)
 	}
 	c.verdict = events.PolicyVerdict{Verdict: d.Verdict, Reason: d.Reason, Revision: d.Revision, Cached: cached}
@@ -274,9 +282,10 @@ func (c *call) decide(args map[string]any) policy.Decision {
 // named is what the call names beyond its arguments: the files it
 // touches, with where links inside the workspace lead them, and for shell
 // tools the analysis of the line. The files depend on the file system as
-// well as on the arguments (a name may have become a link to .env), so
-// they are looked at on every call and are part of the decision's cache
-// key.
+// well as on the arguments (a name may have become a link to .env, or a
+// hard link to a key), so they are looked at on every call and are part
+// of the decision's cache key; what was found is recorded (c.judged) for
+// the tool's check of the files it opens.
 func (c *call) named(args map[string]any, pol *policy.Policy) ([]string, *policy.Shell) {
 	var paths []string
 	if pn, ok := c.impl.(tool.PathNamer); ok {
@@ -291,11 +300,22 @@ func (c *call) named(args map[string]any, pol *policy.Policy) ([]string, *policy
 		// does the directory it runs in.
 		paths = append(paths, analysis.Locate(dir, c.e.home, pol.Samples())...)
 	}
+	c.judgedMu.Lock()
+	c.judged, c.hardLinks = c.judgedBuf[:0], nil
+	c.judgedMu.Unlock()
 	if lr, ok := c.impl.(tool.LinkResolver); ok {
 		for _, p := range paths { // the links' targets appended are not looked at again
-			if real, err := lr.RealPath(p); err == nil && real != p {
-				paths = append(paths, real)
+			f, err := lr.Look(p)
+			if err != nil {
+				continue
 			}
+			if f.Real != p {
+				paths = append(paths, f.Real)
+			}
+			if f.Links > 1 {
+				c.hardLinks = append(c.hardLinks, f.Real)
+			}
+			c.judge(p, f)
 		}
 	}
 	return paths, sh
@@ -327,7 +347,7 @@ func (c *call) execute(confirmed bool) {
 	if confirmed {
 		c.step("started", fmt.Sprintf("deadline %s", c.timeout))
 	}
-	c.tc = tool.Call{ID: inv.ID, Args: inv.Args, Progress: c.progress, Refused: c.refused}
+	c.tc = tool.Call{ID: inv.ID, Args: inv.Args, Progress: c.progress, Refused: c.refused, Opened: c.opened}
 	out, err := c.runBounded()
 	c.ended(out, err)
 }
@@ -376,17 +396,6 @@ func (c *call) onTimer() {
 }
 
 var errDeadline = errors.New("deadline")
-
-// refused judges files a tool picked itself: the policy's denied_paths
-// for this call, shown those paths instead of the ones its arguments name.
-func (c *call) refused(paths []string) (map[string]bool, error) {
-	in := c.input(c.args, paths, nil)
-	denied, err := c.e.policy.Load().DeniedPaths(c.ctx, in)
-	if err != nil {
-		return nil, fmt.Errorf("the policy cannot judge the files this call would read, so none is read: %v", err)
-	}
-	return denied, nil
-}
 
 // stopGrace is how long a tool has, once its deadline passed or its call
 // was cancelled, to stop before the executor reports the end without it.

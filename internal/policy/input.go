@@ -27,6 +27,9 @@ type Input struct {
 	// Answer is the outcome of the approver's answer, for the remember
 	// rule only.
 	Answer events.Outcome
+	// HardLinks are those of Paths that are regular files with more than
+	// one name: the other name may be any file on the same file system.
+	HardLinks []string
 }
 
 // ToolInput is the policy's view of the tool.
@@ -105,6 +108,9 @@ func (in *Input) value() (ast.Value, error) {
 	if in.Answer != "" {
 		fields = append(fields, [2]*ast.Term{k.answer, obj(kv(k.outcome, string(in.Answer)))})
 	}
+	if len(in.HardLinks) > 0 {
+		fields = append(fields, [2]*ast.Term{hardLinksKey, strs(in.HardLinks)})
+	}
 	return ast.NewObject(fields...), nil
 }
 
@@ -132,6 +138,9 @@ var k = struct {
 	recursive: str("recursive"), op: str("op"), target: str("target"), exact: str("exact"), answer: str("answer"), outcome: str("outcome"),
 	words: str("words"), wrappers: str("wrappers"), globs: str("globs"), moreArgs: str("moreArgs"), stdin: str("stdin"), forkLoops: str("forkLoops"), opaque: str("opaque"),
 }
+
+// hardLinksKey names Input.HardLinks, present only when there are some.
+var hardLinksKey = str("hardLinks")
 
 // kv is one field of an object whose value is a string.
 func kv(key *ast.Term, value string) [2]*ast.Term { return [2]*ast.Term{key, ast.InternedTerm(value)} }
