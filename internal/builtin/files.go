@@ -295,9 +295,9 @@ func (t *readManyFiles) Run(ctx context.Context, call *tool.Call) (*tool.Output,
 	var files []string
 	seen := map[string]bool{}
 	for _, pat := range append(append([]string{}, a.Paths...), a.Include...) {
-		matches, fail := t.expand(ctx, pat)
-		if fail != nil {
-			return fail, nil
+		matches, fail, err := t.expand(ctx, pat)
+		if fail != nil || err != nil {
+			return fail, err
 		}
 		for _, m := range matches {
 			rel := t.ws.Rel(m)
@@ -342,26 +342,30 @@ func (t *readManyFiles) Run(ctx context.Context, call *tool.Call) (*tool.Output,
 	return &tool.Output{LLMContent: b.String() + note, ReturnDisplay: fmt.Sprintf("Read %d file(s).", len(files)-notRead)}, nil
 }
 
-// expand turns a path or glob pattern into the files it names.
-func (t *readManyFiles) expand(ctx context.Context, pat string) ([]string, *tool.Output) {
+// expand turns a path or glob pattern into the files it names. A
+// pattern that cannot name files is a failed Output; the end of ctx is
+// its error, which the executor reports as the deadline or the cancel it
+// was.
+func (t *readManyFiles) expand(ctx context.Context, pat string) ([]string, *tool.Output, error) {
 	if !hasMeta(pat) {
 		info, err := t.ws.Stat(pat)
 		if errors.Is(err, ErrOutsideWorkspace) {
-			return nil, t.failure(pat, err)
+			return nil, t.failure(pat, err), nil
 		}
 		if err != nil {
-			return nil, nil
+			return nil, nil, nil
 		}
 		if !info.IsDir() {
-			return []string{t.ws.Abs(pat)}, nil
+			return []string{t.ws.Abs(pat)}, nil, nil
 		}
 		pat = filepath.Join(pat, "**")
 	}
 	matches, err := globFiles(ctx, t.ws, t.ws.Root(), pat)
 	if err != nil {
-		return nil, tool.Failed(events.ErrInvalidParams, err.Error())
+		fail, err := globFailure(err)
+		return nil, fail, err
 	}
-	return matches, nil
+	return matches, nil, nil
 }
 
 // permitted drops from files (absolute paths) those the policy refuses

@@ -139,3 +139,21 @@ func TestMalformedPatternIsInvalidParams(t *testing.T) {
 		}
 	}
 }
+
+// TestGlobEndedByItsContextSaysSo: a pattern walk cut short by the end of
+// its call is that end (the executor reports the deadline or the cancel),
+// not a fault in the arguments.
+func TestGlobEndedByItsContextSaysSo(t *testing.T) {
+	_, tools := newWorkspace(t)
+	for _, c := range []struct{ tool, args string }{
+		{"glob", `{"pattern":"**/*.go"}`},
+		{"read_many_files", `{"paths":["**/*.go"]}`},
+	} {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		out, err := tools[c.tool].Run(ctx, &tool.Call{ID: "t", Args: json.RawMessage(c.args)})
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("%s with its call cancelled: err %v, output %+v", c.tool, err, out)
+		}
+	}
+}
