@@ -157,6 +157,19 @@ func Compile(ctx context.Context, files Files) (*Policy, error) {
 		nondeterministic: nondeterministic(modules)}, nil
 }
 
+// setOf is the members of the set a query's result is; undefined is the
+// empty set.
+func setOf(rs rego.ResultSet, name string) ([]any, error) {
+	if len(rs) == 0 {
+		return nil, nil
+	}
+	list, ok := rs[0].Expressions[0].Value.([]any)
+	if !ok {
+		return nil, fmt.Errorf("%s is not a set", name)
+	}
+	return list, nil
+}
+
 // stringSet evaluates a query without input that gives a set of strings;
 // undefined is the empty set.
 func stringSet(ctx context.Context, q rego.PreparedEvalQuery, name string) ([]string, error) {
@@ -164,12 +177,9 @@ func stringSet(ctx context.Context, q rego.PreparedEvalQuery, name string) ([]st
 	if err != nil {
 		return nil, err
 	}
-	if len(rs) == 0 {
-		return nil, nil
-	}
-	list, ok := rs[0].Expressions[0].Value.([]any)
-	if !ok {
-		return nil, fmt.Errorf("%s is not a set of strings", name)
+	list, err := setOf(rs, name)
+	if err != nil {
+		return nil, err
 	}
 	out := make([]string, 0, len(list))
 	for _, v := range list {
@@ -402,12 +412,9 @@ func (p *Policy) Remember(ctx context.Context, input *Input, outcome events.Outc
 	if err != nil {
 		return nil, err
 	}
-	if len(rs) == 0 {
-		return nil, nil
-	}
-	list, ok := rs[0].Expressions[0].Value.([]any)
-	if !ok {
-		return nil, fmt.Errorf("%s is not a set of entries", RememberQuery)
+	list, err := setOf(rs, RememberQuery)
+	if err != nil {
+		return nil, err
 	}
 	out := make([]AllowEntry, 0, len(list))
 	for _, v := range list {
