@@ -1,7 +1,6 @@
 package builtin
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,9 +16,6 @@ import (
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/tool"
 )
-
-// maxShellOutput bounds what one command's stream is kept of in memory.
-const maxShellOutput = 64 << 20
 
 // killGrace is how long a cancelled command's process group has between
 // SIGTERM and SIGKILL.
@@ -52,6 +48,7 @@ func (s *Shells) Close() {
 	for _, b := range bgs {
 		b.kill()
 		<-b.done
+		b.release()
 	}
 }
 
@@ -63,12 +60,12 @@ type process struct {
 	err            error // from Wait, set before done closes
 }
 
-func (s *Shells) start(line, dir string, progress func(string)) (*process, error) {
+func (s *Shells) start(line, dir string, stdout, stderr *capped) (*process, error) {
 	cmd := exec.Command("bash", "-c", line)
 	cmd.Dir = dir
 	// Its own process group, so the whole tree can be signalled.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	p := &process{cmd: cmd, stdout: &capped{progress: progress}, stderr: &capped{progress: progress}, done: make(chan struct{})}
+	p := &process{cmd: cmd, stdout: stdout, stderr: stderr, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.stdout, p.stderr
 	if err := cmd.Start(); err != nil {
 		return nil, err
@@ -90,48 +87,6 @@ func (p *process) kill() {
 	}
 	// The leader may be gone while children of the group live on.
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
-}
-
-// capped is an io.Writer that keeps at most maxShellOutput bytes.
-type capped struct {
-	mu        sync.Mutex
-	buf       bytes.Buffer
-	truncated bool
-	progress  func(string)
-}
-
-func (c *capped) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if room := maxShellOutput - c.buf.Len(); room < len(p) {
-		c.buf.Write(p[:max(room, 0)])
-		c.truncated = true
-	} else {
-		c.buf.Write(p)
-	}
-	if c.progress != nil {
-		c.progress(string(p))
-	}
-	return len(p), nil
-}
-
-func (c *capped) String() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	s := c.buf.String()
-	if c.truncated {
-		s += fmt.Sprintf("\n[output truncated at %d bytes]", maxShellOutput)
-	}
-	return s
-}
-
-// take returns what was written since the last take.
-func (c *capped) take() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	s := c.buf.String()
-	c.buf.Reset()
-	return s
 }
 
 // --- run_shell_command -------------------------------------------------------
@@ -183,9 +138,12 @@ func (t *runShell) Run(ctx context.Context, call *tool.Call) (*tool.Output, erro
 		return tool.Failed(events.ErrInvalidParams, err.Error()), nil
 	}
 	if a.RunInBackground {
-		return t.shells.runBackground(a.Command, dir)
+		return t.shells.runBackground(a.Command, dir, call.MaxOutput)
 	}
-	p, err := t.shells.start(a.Command, dir, call.Progress)
+	stdout, stderr := streams(call.Progress, call.MaxOutput)
+	defer stdout.release() // emptied when the output takes them over
+	defer stderr.release()
+	p, err := t.shells.start(a.Command, dir, stdout, stderr)
 	if err != nil {
 		return tool.Failed(events.ErrShellFailed, "could not start bash: "+err.Error()), nil
 	}
@@ -199,37 +157,6 @@ func (t *runShell) Run(ctx context.Context, call *tool.Call) (*tool.Output, erro
 	return shellOutput(a.Command, t.shells.ws.Rel(dir), p), nil
 }
 
-// shellOutput formats a finished command the way Gemini CLI does.
-func shellOutput(line, dir string, p *process) *tool.Output {
-	exit, signal, errText := "(none)", "(none)", "(none)"
-	if st := p.cmd.ProcessState; st != nil {
-		if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			signal = ws.Signal().String()
-		} else {
-			exit = fmt.Sprint(st.ExitCode())
-		}
-	}
-	var exitErr *exec.ExitError
-	if p.err != nil && !errors.As(p.err, &exitErr) {
-		errText = p.err.Error()
-	}
-	stdout, stderr := p.stdout.String(), p.stderr.String()
-	content := fmt.Sprintf("Command: %s\nDirectory: %s\nStdout: %s\nStderr: %s\nError: %s\nExit Code: %s\nSignal: %s\nProcess Group PGID: %d",
-		line, dir, orEmpty(stdout), orEmpty(stderr), errText, exit, signal, p.cmd.Process.Pid)
-	display := stdout + stderr
-	if display == "" {
-		display = fmt.Sprintf("(no output; exit code %s)", exit)
-	}
-	return &tool.Output{LLMContent: content, ReturnDisplay: display}
-}
-
-func orEmpty(s string) string {
-	if s == "" {
-		return "(empty)"
-	}
-	return s
-}
-
 // --- background commands (seed 004 Bash / BashOutput / KillShell) -----------
 
 type background struct {
@@ -237,17 +164,20 @@ type background struct {
 	*process
 }
 
-func (s *Shells) runBackground(line, dir string) (*tool.Output, error) {
+func (s *Shells) runBackground(line, dir string, maxOutput int64) (*tool.Output, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return tool.Failed(events.ErrShellFailed, "the executor is shutting down"), nil
 	}
-	p, err := s.start(line, dir, nil)
+	stdout, stderr := streams(nil, maxOutput)
+	p, err := s.start(line, dir, stdout, stderr)
 	if err != nil {
+		stdout.release()
+		stderr.release()
 		return tool.Failed(events.ErrShellFailed, "could not start bash: "+err.Error()), nil
 	}
-	id := "shell_" + nuid.Next()[:10]
+	id := "shell_" + nuid.Next() // whole: the first characters of nuids made together are the same
 	s.bg[id] = &background{id: id, line: line, dir: dir, process: p}
 	msg := fmt.Sprintf("Started in the background with shell_id %s (PGID %d). Use shell_output to read its output and kill_shell to stop it.", id, p.cmd.Process.Pid)
 	return tool.Text(msg), nil
@@ -279,7 +209,7 @@ type shellIDArgs struct {
 type backgroundTool struct {
 	spec   events.ToolSpec
 	shells *Shells
-	act    func(s *Shells, b *background) string
+	act    func(s *Shells, b *background) *tool.Output
 }
 
 func (t *backgroundTool) Spec() events.ToolSpec { return t.spec }
@@ -293,26 +223,40 @@ func (t *backgroundTool) Run(_ context.Context, call *tool.Call) (*tool.Output, 
 	if fail != nil {
 		return fail, nil
 	}
-	return tool.Text(t.act(t.shells, b)), nil
+	return t.act(t.shells, b), nil
 }
 
 // readBackground reports what a background command wrote since the last
 // call, and forgets it once it has exited and everything was read.
-func readBackground(s *Shells, b *background) string {
+func readBackground(s *Shells, b *background) *tool.Output {
 	status := "running"
 	select {
 	case <-b.done:
 		status = "exited with code " + fmt.Sprint(b.cmd.ProcessState.ExitCode())
 		s.forget(b.id)
+		defer b.release()
 	default:
 	}
-	return fmt.Sprintf("Shell %s (%s): %s\nStdout since last read: %s\nStderr since last read: %s", b.id, b.line, status, orEmpty(b.stdout.take()), orEmpty(b.stderr.take()))
+	whole := tool.NewSpool()
+	fmt.Fprintf(whole, "Shell %s (%s): %s\nStdout since last read: ", b.id, b.line, status)
+	b.stdout.takeInto(whole)
+	whole.WriteString("\nStderr since last read: ")
+	b.stderr.takeInto(whole)
+	head, _ := whole.Head(tool.SpoolHead)
+	return spooled(whole, head)
 }
 
 // killBackground stops a background command and its whole process group.
-func killBackground(s *Shells, b *background) string {
+func killBackground(s *Shells, b *background) *tool.Output {
 	b.kill()
 	<-b.done
 	s.forget(b.id)
-	return fmt.Sprintf("Killed shell %s (%s).", b.id, b.line)
+	b.release()
+	return tool.Text(fmt.Sprintf("Killed shell %s (%s).", b.id, b.line))
+}
+
+// release frees what the command's output holds, once nothing will read it.
+func (b *background) release() {
+	b.stdout.release()
+	b.stderr.release()
 }
