@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -121,7 +122,9 @@ func (e *Executor) keepWhole(ctx context.Context, res *events.Result, out output
 	} else {
 		defer e.storing.Release(weight)
 	}
+	tried := false
 	for wait := 50 * time.Millisecond; err == nil; wait = min(2*wait, 2*time.Second) {
+		tried = true
 		r := &runeCounter{r: out.Reader()}
 		if _, err = e.outputs.Put(ctx, jetstream.ObjectMeta{Name: res.InvocationID}, r); err == nil {
 			res.OutputRef = events.OutputBucket + "/" + res.InvocationID
@@ -140,9 +143,41 @@ func (e *Executor) keepWhole(ctx context.Context, res *events.Result, out output
 		}
 	}
 	e.log.Error("whole output not stored", "invocation", res.InvocationID, "bytes", size, "err", err)
+	if tried {
+		e.dropPartial(res.InvocationID)
+	}
 	r := &runeCounter{r: out.Reader()}
 	io.Copy(io.Discard, r)
 	return r.n, err
+}
+
+// dropPartial removes what a failed Put may have left of object name.
+// nats.go purges the chunks of a Put that failed, but publishes the
+// object's meta message without waiting for the chunks' acks: when the
+// store refused a chunk (full) and then took the small meta message, an
+// object stays that names chunks that are gone, and one whose Put ran out
+// of time keeps its chunks too. Both would read as a broken output.
+func (e *Executor) dropPartial(name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	stream, err := e.js.Stream(ctx, "OBJ_"+events.OutputBucket)
+	if err != nil {
+		e.log.Warn("partial output not removed", "invocation", name, "err", err)
+		return
+	}
+	// The subjects are those of the object store's layout (ADR-20):
+	// $O.<bucket>.M.<name, base64url> for the meta message and
+	// $O.<bucket>.C.<nuid> for the chunks it names.
+	meta := fmt.Sprintf("$O.%s.M.%s", events.OutputBucket, base64.URLEncoding.EncodeToString([]byte(name)))
+	if info, err := e.outputs.GetInfo(ctx, name, jetstream.GetObjectInfoShowDeleted()); err == nil && info.NUID != "" {
+		err = stream.Purge(ctx, jetstream.WithPurgeSubject(fmt.Sprintf("$O.%s.C.%s", events.OutputBucket, info.NUID)))
+		if err != nil {
+			e.log.Warn("partial output's chunks not removed", "invocation", name, "err", err)
+		}
+	}
+	if err := stream.Purge(ctx, jetstream.WithPurgeSubject(meta)); err != nil {
+		e.log.Warn("partial output not removed", "invocation", name, "err", err)
+	}
 }
 
 // runeCounter counts the characters of UTF-8 text read through it: every
