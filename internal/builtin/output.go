@@ -152,3 +152,23 @@ func spooled(whole *tool.Spool, display string) *tool.Output {
 	}
 	return &tool.Output{LLMContent: head, ReturnDisplay: display, Whole: whole}
 }
+
+// textOutput is the Output of head followed by body, text a tool read
+// whole (a file): a plain one when it is small, else spooled, so that
+// the output holds its head in memory, not body, while the executor
+// stores it.
+func textOutput(head, body []byte, display string) *tool.Output {
+	if len(head)+len(body) <= tool.SpoolHead {
+		return &tool.Output{LLMContent: string(head) + string(body), ReturnDisplay: display}
+	}
+	whole := tool.NewSpool()
+	whole.Write(head)
+	whole.Write(body)
+	if whole.Err() != nil {
+		// No room for the temporary file: memory it is, rather than a
+		// file read in part.
+		whole.Close()
+		return &tool.Output{LLMContent: string(head) + string(body), ReturnDisplay: display}
+	}
+	return spooled(whole, display)
+}

@@ -180,3 +180,39 @@ func waitFile(t *testing.T, path string) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestLargeFileReadIsSpooled: read_file of a file of megabytes gives its
+// head in LLMContent and the whole text in a spool, whole or a page of it.
+func TestLargeFileReadIsSpooled(t *testing.T) {
+	ws, tools := newWorkspace(t)
+	line := strings.Repeat("r", 999) + "\n"
+	os.WriteFile(filepath.Join(ws.Root(), "big.txt"), []byte(strings.Repeat(line, 3000)), 0o644)
+	before := spoolFiles(t)
+	for _, tt := range []struct{ args, prefix, display string }{
+		{`{"file_path":"big.txt","limit":3000}`, "", "Read 3000 lines from big.txt"},
+		{`{"file_path":"big.txt","offset":10,"limit":2000}`, "[File content truncated: showing lines 11-2010 of 3000 total lines. Use offset/limit to read more.]\n", "Read lines 11-2010 of 3000 from big.txt"},
+	} {
+		out := run(t, tools["read_file"], tt.args)
+		if out.Whole == nil {
+			t.Fatalf("%s: %d bytes came back in memory", tt.args, len(out.LLMContent))
+		}
+		whole, err := io.ReadAll(out.Whole.Reader())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out.Whole.Close()
+		n := 3000
+		if tt.prefix != "" {
+			n = 2000
+		}
+		if string(whole) != tt.prefix+strings.Repeat(line, n) {
+			t.Errorf("%s: the spool holds %d bytes, want the prefix and %d lines", tt.args, len(whole), n)
+		}
+		if len(out.LLMContent) != tool.SpoolHead || !strings.HasPrefix(string(whole), out.LLMContent) || out.ReturnDisplay != tt.display {
+			t.Errorf("%s: llmContent %d bytes, display %q", tt.args, len(out.LLMContent), out.ReturnDisplay)
+		}
+	}
+	if n := spoolFiles(t) - before; n != 0 {
+		t.Errorf("%d spool files left open", n)
+	}
+}
