@@ -244,6 +244,13 @@ func (c *Client) roundTrip(ctx context.Context, subject, id string, data []byte,
 			c.giveUp(id, fmt.Sprintf("no executor runs the call: none answered for %s, and none claims it", time.Since(heard).Round(time.Second)))
 			return nil, &events.ToolError{Type: events.ErrExecutorLost, Message: fmt.Sprintf("No executor answered or reported progress for %s, and none claims the call; the executor that took it is gone or none is running.", time.Since(heard).Round(time.Second))}, nil
 		case <-ctx.Done():
+			select {
+			case m := <-p.result:
+				// The result came with the deadline: it is the call's
+				// one terminal result, not a late one.
+				return answered(m)
+			default:
+			}
 			c.giveUp(id, "the caller stopped waiting: "+ctx.Err().Error())
 			t := events.ErrCancelled
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
