@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/tool"
 )
 
 // TestBeneathAgreesWithRoot holds the openat2 fast path to what os.Root
@@ -48,7 +49,7 @@ func TestBeneathAgreesWithRoot(t *testing.T) {
 	for _, p := range []string{"a/b/f.txt", "a/b/../b/f.txt", "empty", "big", "link-in", "abs-link-in",
 		"escape/secret", "rel-escape", "a/../../x", "magic", "a", "nope", "a/nope/x"} {
 		want, rootErr := root.ReadFile(p)
-		got, ok, err := b.readFile(p, MaxReadBytes)
+		got, ok, err := b.readFile(p, MaxReadBytes, nil)
 		if !ok {
 			t.Fatalf("%s: openat2 not used; this kernel should have it", p)
 		}
@@ -66,19 +67,21 @@ func TestBeneathAgreesWithRoot(t *testing.T) {
 	// Every way out is named as leaving the workspace.
 	ws := &Workspace{root: dir, fs: root, beneath: b}
 	for _, p := range []string{"escape/secret", "rel-escape"} {
-		if _, err := ws.ReadFile(p); !errors.Is(err, ErrOutsideWorkspace) {
+		if _, err := ws.ReadFile(p, nil); !errors.Is(err, ErrOutsideWorkspace) {
 			t.Errorf("%s: %v does not say it leaves the workspace", p, err)
 		}
 	}
 }
 
-// TestRealPathAgreesWithResolve: the one-lookup shortcut gives what the
-// component-by-component resolution gives.
-func TestRealPathAgreesWithResolve(t *testing.T) {
+// TestLookAgreesWithResolve: the one-lookup shortcut gives the real path
+// the component-by-component resolution gives, and the file found there:
+// its identity and, for a regular file, its number of names.
+func TestLookAgreesWithResolve(t *testing.T) {
 	dir := t.TempDir()
 	os.MkdirAll(filepath.Join(dir, "a", "b"), 0o755)
 	os.WriteFile(filepath.Join(dir, "a", "b", "f.txt"), []byte("x"), 0o644)
 	os.WriteFile(filepath.Join(dir, ".env"), []byte("x"), 0o644)
+	os.Link(filepath.Join(dir, "a", "b", "f.txt"), filepath.Join(dir, "twin.txt"))
 	os.Symlink(".env", filepath.Join(dir, "notes.txt"))
 	os.Symlink("a/b", filepath.Join(dir, "short"))
 	os.Symlink("..", filepath.Join(dir, "a", "up"))
@@ -87,15 +90,35 @@ func TestRealPathAgreesWithResolve(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ws.Close()
-	for _, p := range []string{"a/b/f.txt", ".env", "notes.txt", "short/f.txt", "a/up/.env", "a/up/notes.txt", "new.txt", "short/new.txt", "a/b"} {
-		got, err1 := ws.RealPath(p)
+	for _, p := range []string{"a/b/f.txt", ".env", "notes.txt", "short/f.txt", "a/up/.env", "a/up/notes.txt", "new.txt", "short/new.txt", "a/b", "twin.txt"} {
+		got, err1 := ws.Look(p)
 		want, err2 := ws.Resolve(p)
-		if got != want || (err1 == nil) != (err2 == nil) {
-			t.Errorf("%s: RealPath %q %v, Resolve %q %v", p, got, err1, want, err2)
+		if got.Real != want || (err1 == nil) != (err2 == nil) {
+			t.Errorf("%s: Look %q %v, Resolve %q %v", p, got.Real, err1, want, err2)
+		}
+		var st syscall.Stat_t
+		if err := syscall.Stat(want, &st); err != nil {
+			if got.ID != (tool.FileID{}) {
+				t.Errorf("%s: nothing there, but Look found %+v", p, got.ID)
+			}
+			continue
+		}
+		if got.ID != (tool.FileID{Dev: st.Dev, Ino: st.Ino}) {
+			t.Errorf("%s: Look found %+v, stat %d/%d", p, got.ID, st.Dev, st.Ino)
+		}
+		wantLinks := uint64(0)
+		if st.Mode&syscall.S_IFMT == syscall.S_IFREG {
+			wantLinks = st.Nlink
+		}
+		if got.Links != wantLinks {
+			t.Errorf("%s: Look says %d names, stat %d", p, got.Links, wantLinks)
 		}
 	}
-	if got, _ := ws.RealPath("notes.txt"); got != filepath.Join(ws.Root(), ".env") {
-		t.Errorf("notes.txt leads to %s", got)
+	if got, _ := ws.Look("twin.txt"); got.Links != 2 {
+		t.Errorf("twin.txt has %d names, want 2", got.Links)
+	}
+	if got, _ := ws.Look("notes.txt"); got.Real != filepath.Join(ws.Root(), ".env") {
+		t.Errorf("notes.txt leads to %s", got.Real)
 	}
 }
 

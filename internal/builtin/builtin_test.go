@@ -277,12 +277,11 @@ func TestBackgroundShell(t *testing.T) {
 }
 
 // TestToolsAskAboutFilesTheyPick: search_file_content and read_many_files
-// show every file they would read to call.Refused, a link by the path it
-// leads to as well, skip what it refuses and say so, and read nothing when
-// it cannot judge.
+// show every file they would read to call.Refused (which judges where
+// links lead them: the executor's tests hold that), skip what it refuses
+// and say so, and read nothing when it cannot judge.
 func TestToolsAskAboutFilesTheyPick(t *testing.T) {
 	ws, tools := newWorkspace(t)
-	os.Symlink("README.md", filepath.Join(ws.Root(), "innocent.txt"))
 	readme := filepath.Join(ws.Root(), "README.md")
 	var shown []string
 	refuseReadme := func(paths []string) (map[string]bool, error) {
@@ -292,7 +291,7 @@ func TestToolsAskAboutFilesTheyPick(t *testing.T) {
 	for _, c := range []struct{ tool, args string }{
 		{"search_file_content", `{"pattern":"line t.o"}`},
 		{"read_many_files", `{"paths":["*"]}`},
-		{"read_many_files", `{"paths":["innocent.txt"]}`},
+		{"read_many_files", `{"paths":["README.md"]}`},
 	} {
 		shown = nil
 		out, err := tools[c.tool].Run(context.Background(), &tool.Call{ID: "t", Args: json.RawMessage(c.args), Refused: refuseReadme})

@@ -89,7 +89,7 @@ func Specs() []events.ToolSpec {
 		{
 			Name: "run_shell_command", DisplayName: "Shell", Kind: events.KindExecute, Category: CategoryExecution,
 			Aliases:     []string{"run_command", "execute", "Bash"},
-			Description: "Executes a command with bash -c in its own process group. Returns stdout, stderr, exit code and signal. With run_in_background the command keeps running and its output is fetched later.",
+			Description: "Executes a command with bash -c in its own process group. Returns stdout, stderr, exit code and signal. Every process the command starts ends with the call, even one that leaves the process group (setsid, nohup, a double fork): when bash exits, at the deadline, or when the call is cancelled. To keep a process running (a server, a watcher), use run_in_background: the command and what it starts then run until they end or kill_shell stops them, and their output is fetched with shell_output.",
 			Parameters: schema(`{"type":"object","properties":{
 				"command":{"type":"string","description":"The exact bash command to execute."},
 				"description":{"type":"string","description":"A brief description of the command for the user."},

@@ -1,11 +1,12 @@
 package builtin
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"strings"
+
+	"github.com/toolbus/toolbus/internal/tool"
 )
 
 // context lines around a change, as diff -u shows them.
@@ -75,14 +76,15 @@ func splitLines(s string) []string {
 }
 
 // current reads a file for a diff, through the workspace like any read
-// (confined at the moment of the read, and bounded); a missing file is
+// (confined at the moment of the read, bounded, and checked against what
+// the policy judged, as the diff goes to the approver); a missing file is
 // empty.
-func (t *fileTool) current(p string) (string, string, error) {
+func (t *fileTool) current(p string, check Check) (string, string, error) {
 	real, err := t.ws.Resolve(p)
 	if err != nil {
 		return "", "", err
 	}
-	data, err := t.ws.ReadFile(p)
+	data, err := t.ws.ReadFile(p, check)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return "", "", err
 	}
@@ -90,12 +92,12 @@ func (t *fileTool) current(p string) (string, string, error) {
 }
 
 // Diff implements tool.Differ.
-func (t *writeFile) Diff(args json.RawMessage) (string, error) {
-	a, err := decode[writeFileArgs](args)
+func (t *writeFile) Diff(call *tool.Call) (string, error) {
+	a, err := decode[writeFileArgs](call.Args)
 	if err != nil {
 		return "", err
 	}
-	p, before, err := t.current(a.FilePath)
+	p, before, err := t.current(a.FilePath, call.Opened)
 	if err != nil {
 		return "", err
 	}
@@ -103,12 +105,12 @@ func (t *writeFile) Diff(args json.RawMessage) (string, error) {
 }
 
 // Diff implements tool.Differ.
-func (t *replace) Diff(args json.RawMessage) (string, error) {
-	a, err := decode[replaceArgs](args)
+func (t *replace) Diff(call *tool.Call) (string, error) {
+	a, err := decode[replaceArgs](call.Args)
 	if err != nil {
 		return "", err
 	}
-	p, before, err := t.current(a.FilePath)
+	p, before, err := t.current(a.FilePath, call.Opened)
 	if err != nil {
 		return "", err
 	}

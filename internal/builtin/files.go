@@ -52,8 +52,8 @@ func (t *fileTool) Paths(m map[string]any) []string {
 	return out
 }
 
-// RealPath implements tool.LinkResolver.
-func (t *fileTool) RealPath(p string) (string, error) { return t.ws.RealPath(p) }
+// Look implements tool.LinkResolver.
+func (t *fileTool) Look(p string) (tool.File, error) { return t.ws.Look(p) }
 
 // resolve confines p to the workspace, as a tool-level failure.
 func (t *fileTool) resolve(p string) (string, *tool.Output) {
@@ -73,6 +73,8 @@ func (t *fileTool) failure(p string, err error) *tool.Output {
 		return tool.Failed(events.ErrFileNotFound, "File not found: "+p)
 	case errors.Is(err, ErrTooLarge):
 		return tool.Failed(events.ErrFileTooLarge, fmt.Sprintf("%s: %v", p, err))
+	case errors.Is(err, ErrChanged):
+		return tool.Failed(events.ErrPolicyDenied, err.Error()+"; nothing of it was used")
 	}
 	return tool.Failed(events.ErrExecutionFailed, err.Error())
 }
@@ -102,7 +104,7 @@ func (t *readFile) Run(_ context.Context, call *tool.Call) (*tool.Output, error)
 	if err != nil {
 		return nil, err
 	}
-	data, err := t.ws.ReadFile(a.FilePath)
+	data, err := t.ws.ReadFile(a.FilePath, call.Opened)
 	if err != nil {
 		return t.failure(a.FilePath, err), nil
 	}
@@ -151,13 +153,13 @@ func (t *writeFile) Run(_ context.Context, call *tool.Call) (*tool.Output, error
 	if err != nil {
 		return nil, err
 	}
-	_, statErr := t.ws.Stat(a.FilePath)
-	if err := t.ws.WriteFile(a.FilePath, []byte(a.Content)); err != nil {
+	created, err := t.ws.WriteFile(a.FilePath, []byte(a.Content), call.Opened)
+	if err != nil {
 		return t.failure(a.FilePath, err), nil
 	}
 	p := t.ws.Abs(a.FilePath)
 	verb := "Overwrote"
-	if errors.Is(statErr, fs.ErrNotExist) {
+	if created {
 		verb = "Created"
 	}
 	msg := fmt.Sprintf("%s %s (%d bytes).", verb, t.ws.Rel(p), len(a.Content))
@@ -193,11 +195,11 @@ func (t *replace) Run(_ context.Context, call *tool.Call) (*tool.Output, error) 
 		return nil, err
 	}
 	p := t.ws.Abs(a.FilePath)
-	data, err := t.ws.ReadFile(a.FilePath)
+	data, err := t.ws.ReadFile(a.FilePath, call.Opened)
 	switch {
 	case errors.Is(err, fs.ErrNotExist) && a.OldString == "":
 		// An empty old_string creates the file, as Gemini CLI's edit does.
-		if err := t.ws.WriteFile(a.FilePath, []byte(a.NewString)); err != nil {
+		if _, err := t.ws.WriteFile(a.FilePath, []byte(a.NewString), call.Opened); err != nil {
 			return t.failure(a.FilePath, err), nil
 		}
 		return tool.Text("Created " + t.ws.Rel(p) + "."), nil
@@ -215,7 +217,7 @@ func (t *replace) Run(_ context.Context, call *tool.Call) (*tool.Output, error) 
 		return tool.Failed(events.ErrEditOccurrenceMismatch, fmt.Sprintf("Failed to edit: expected %d occurrence(s) of old_string in %s, found %d.", expected, a.FilePath, found)), nil
 	}
 	updated := strings.ReplaceAll(string(data), a.OldString, a.NewString)
-	if err := t.ws.WriteFile(a.FilePath, []byte(updated)); err != nil {
+	if _, err := t.ws.WriteFile(a.FilePath, []byte(updated), call.Opened); err != nil {
 		return t.failure(a.FilePath, err), nil
 	}
 	return tool.Text(fmt.Sprintf("Replaced %d occurrence(s) in %s.", found, t.ws.Rel(p))), nil
@@ -288,6 +290,10 @@ func (t *readManyFiles) Run(ctx context.Context, call *tool.Call) (*tool.Output,
 	if err != nil {
 		return nil, err
 	}
+	exclude, err := compileGlobs(a.Exclude)
+	if err != nil {
+		return tool.Failed(events.ErrInvalidParams, "exclude: "+err.Error()), nil
+	}
 	var files []string
 	seen := map[string]bool{}
 	for _, pat := range append(append([]string{}, a.Paths...), a.Include...) {
@@ -297,7 +303,7 @@ func (t *readManyFiles) Run(ctx context.Context, call *tool.Call) (*tool.Output,
 		}
 		for _, m := range matches {
 			rel := t.ws.Rel(m)
-			if !seen[m] && !excluded(rel, a.Exclude) {
+			if !seen[m] && !exclude.match(rel) {
 				seen[m] = true
 				files = append(files, m)
 			}
@@ -320,8 +326,8 @@ func (t *readManyFiles) Run(ctx context.Context, call *tool.Call) (*tool.Output,
 			notRead += len(files) - i
 			break
 		}
-		data, err := t.ws.ReadFile(f)
-		if err != nil { // too large, or gone or leading out since it was listed
+		data, err := t.ws.ReadFile(f, call.Opened)
+		if err != nil { // too large, gone, leading out or changed since it was judged
 			unread = append(unread, fmt.Sprintf("%s (%v)", t.ws.Rel(f), err))
 			notRead++
 			continue
@@ -360,43 +366,23 @@ func (t *readManyFiles) expand(ctx context.Context, pat string) ([]string, *tool
 	return matches, nil
 }
 
-func excluded(rel string, patterns []string) bool {
-	for _, pat := range patterns {
-		if matchGlob(pat, rel) {
-			return true
-		}
-	}
-	return false
-}
-
 // permitted drops from files (absolute paths) those the policy refuses
-// for this call, through call.Refused. A file reached through a symbolic
-// link is shown to the policy by the path it leads to as well. It returns
-// the files kept and how many were dropped; an error means the policy
-// could not judge them.
+// for this call, through call.Refused, which also judges where symbolic
+// links lead them. It returns the files kept and how many were dropped;
+// an error means the policy could not judge them.
 func (t *fileTool) permitted(call *tool.Call, files []string) ([]string, int, error) {
 	if call.Refused == nil || len(files) == 0 {
 		return files, 0, nil
 	}
-	shown := make([]string, 0, len(files))
-	real := make(map[string]string)
-	for _, f := range files {
-		shown = append(shown, f)
-		if r, err := t.ws.RealPath(f); err == nil && r != f {
-			real[f] = r
-			shown = append(shown, r)
-		}
-	}
-	refused, err := call.Refused(shown)
+	refused, err := call.Refused(files)
 	if err != nil {
 		return nil, 0, err
 	}
 	kept := make([]string, 0, len(files))
 	for _, f := range files {
-		if refused[f] || (real[f] != "" && refused[real[f]]) {
-			continue
+		if !refused[f] {
+			kept = append(kept, f)
 		}
-		kept = append(kept, f)
 	}
 	return kept, len(files) - len(kept), nil
 }

@@ -1,11 +1,8 @@
 package builtin
 
 import (
-	"errors"
 	"fmt"
-	"os/exec"
 	"sync"
-	"syscall"
 
 	"github.com/toolbus/toolbus/internal/tool"
 )
@@ -118,16 +115,12 @@ func (c *capped) release() {
 // into memory.
 func shellOutput(line, dir string, p *process) *tool.Output {
 	exit, signal, errText := "(none)", "(none)", "(none)"
-	if st := p.cmd.ProcessState; st != nil {
-		if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			signal = ws.Signal().String()
-		} else {
-			exit = fmt.Sprint(st.ExitCode())
-		}
-	}
-	var exitErr *exec.ExitError
-	if p.err != nil && !errors.As(p.err, &exitErr) {
-		errText = p.err.Error()
+	if ws, err := p.tree.Wait(); err != nil {
+		errText = err.Error()
+	} else if ws.Signaled() {
+		signal = ws.Signal().String()
+	} else {
+		exit = fmt.Sprint(ws.ExitStatus())
 	}
 	display := p.stdout.head(tool.SpoolHead/2) + p.stderr.head(tool.SpoolHead/2)
 	if display == "" {
@@ -138,7 +131,7 @@ func shellOutput(line, dir string, p *process) *tool.Output {
 	p.stdout.takeInto(whole)
 	whole.WriteString("\nStderr: ")
 	p.stderr.takeInto(whole)
-	fmt.Fprintf(whole, "\nError: %s\nExit Code: %s\nSignal: %s\nProcess Group PGID: %d", errText, exit, signal, p.cmd.Process.Pid)
+	fmt.Fprintf(whole, "\nError: %s\nExit Code: %s\nSignal: %s\nProcess Group PGID: %d", errText, exit, signal, p.tree.Pid())
 	return spooled(whole, display)
 }
 

@@ -4,10 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -29,52 +29,30 @@ var skipDirs = map[string]bool{".git": true, "node_modules": true}
 
 func hasMeta(p string) bool { return strings.ContainsAny(p, "*?[{") }
 
-// matchGlob matches a slash-separated relative path against a pattern in
-// which "**" stands for any number of directories and {a,b} for either.
-func matchGlob(pattern, rel string) bool {
-	if i := strings.IndexByte(pattern, '{'); i >= 0 {
-		if j := strings.IndexByte(pattern[i:], '}'); j > 0 {
-			for _, alt := range strings.Split(pattern[i+1:i+j], ",") {
-				if matchGlob(pattern[:i]+alt+pattern[i+j+1:], rel) {
-					return true
-				}
-			}
-			return false
-		}
+// globFailure is the result of a failed globFiles: an error of the call's
+// arguments, or the end of ctx, which the executor reports as a deadline
+// or a cancel.
+func globFailure(err error) (*tool.Output, error) {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return nil, err
 	}
-	return matchParts(strings.Split(pattern, "/"), strings.Split(filepath.ToSlash(rel), "/"))
-}
-
-func matchParts(pat, parts []string) bool {
-	for len(pat) > 0 {
-		if pat[0] == "**" {
-			for i := 0; i <= len(parts); i++ {
-				if matchParts(pat[1:], parts[i:]) {
-					return true
-				}
-			}
-			return false
-		}
-		if len(parts) == 0 {
-			return false
-		}
-		if ok, _ := path.Match(pat[0], parts[0]); !ok {
-			return false
-		}
-		pat, parts = pat[1:], parts[1:]
-	}
-	return len(parts) == 0
+	return tool.Failed(events.ErrInvalidParams, err.Error()), nil
 }
 
 // globFiles lists the regular files under base whose path relative to base
-// matches pattern, staying inside the workspace.
+// matches pattern, staying inside the workspace. The walk stops at the end
+// of ctx with ctx's error.
 func globFiles(ctx context.Context, ws *Workspace, base, pattern string) ([]string, error) {
 	pattern = filepath.ToSlash(pattern)
 	if strings.HasPrefix(pattern, "/") {
 		return nil, fmt.Errorf("pattern %q must be relative to %s", pattern, ws.Rel(base))
 	}
+	matcher, err := compileGlob(pattern)
+	if err != nil {
+		return nil, err
+	}
 	var out []string
-	err := filepath.WalkDir(base, func(p string, d fs.DirEntry, err error) error {
+	err = filepath.WalkDir(base, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return nil // unreadable entries are skipped, not fatal
 		}
@@ -88,7 +66,7 @@ func globFiles(ctx context.Context, ws *Workspace, base, pattern string) ([]stri
 			return nil
 		}
 		rel, _ := filepath.Rel(base, p)
-		if !matchGlob(pattern, rel) {
+		if !matcher.match(filepath.ToSlash(rel)) {
 			return nil
 		}
 		if d.Type()&fs.ModeSymlink != 0 {
@@ -131,7 +109,7 @@ func (t *glob) Run(ctx context.Context, call *tool.Call) (*tool.Output, error) {
 	}
 	files, err := globFiles(ctx, t.ws, base, a.Pattern)
 	if err != nil {
-		return tool.Failed(events.ErrInvalidParams, err.Error()), nil
+		return globFailure(err)
 	}
 	if len(files) == 0 {
 		return tool.Text(fmt.Sprintf("No files found matching %q in %s.", a.Pattern, t.ws.Rel(base))), nil
@@ -192,7 +170,7 @@ func (t *searchFileContent) Run(ctx context.Context, call *tool.Call) (*tool.Out
 	}
 	files, err := globFiles(ctx, t.ws, base, include)
 	if err != nil {
-		return tool.Failed(events.ErrInvalidParams, err.Error()), nil
+		return globFailure(err)
 	}
 	sort.Strings(files)
 	files, skipped, err := t.permitted(call, files)
@@ -200,30 +178,38 @@ func (t *searchFileContent) Run(ctx context.Context, call *tool.Call) (*tool.Out
 		return tool.Failed(events.ErrPolicyDenied, err.Error()), nil
 	}
 	var b strings.Builder
-	matches, inFiles := 0, 0
+	matches, inFiles, changed := 0, 0, 0
 	for _, f := range files {
 		if matches >= maxSearchMatches {
 			break
 		}
-		n := searchFile(t.ws, f, re, &b, maxSearchMatches-matches)
+		n, err := searchFile(t.ws, f, call.Opened, re, &b, maxSearchMatches-matches)
+		if errors.Is(err, ErrChanged) {
+			changed++
+		}
 		if n > 0 {
 			inFiles++
 			matches += n
 		}
 	}
+	note := skippedNote(skipped)
+	if changed > 0 {
+		note += fmt.Sprintf("\n[%d file(s) not searched: %v.]", changed, ErrChanged)
+	}
 	if matches == 0 {
-		return tool.Text(fmt.Sprintf("No matches found for pattern %q in %s.", a.Pattern, t.ws.Rel(base)) + skippedNote(skipped)), nil
+		return tool.Text(fmt.Sprintf("No matches found for pattern %q in %s.", a.Pattern, t.ws.Rel(base)) + note), nil
 	}
 	head := fmt.Sprintf("Found %d match(es) for pattern %q in %s:\n---\n", matches, a.Pattern, t.ws.Rel(base))
-	return &tool.Output{LLMContent: head + b.String() + skippedNote(skipped), ReturnDisplay: fmt.Sprintf("Found %d match(es) in %d file(s).", matches, inFiles)}, nil
+	return &tool.Output{LLMContent: head + b.String() + note, ReturnDisplay: fmt.Sprintf("Found %d match(es) in %d file(s).", matches, inFiles)}, nil
 }
 
-// searchFile appends the matching lines of one text file.
-func searchFile(ws *Workspace, p string, re *regexp.Regexp, b *strings.Builder, limit int) int {
+// searchFile appends the matching lines of one text file, once check
+// accepted it. The error is why it could not be opened.
+func searchFile(ws *Workspace, p string, check Check, re *regexp.Regexp, b *strings.Builder, limit int) (int, error) {
 	rel := ws.Rel(p)
-	f, err := ws.Open(p)
+	f, err := ws.Open(p, check)
 	if err != nil {
-		return 0
+		return 0, err
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
@@ -233,7 +219,7 @@ func searchFile(ws *Workspace, p string, re *regexp.Regexp, b *strings.Builder, 
 		line++
 		text := sc.Bytes()
 		if line == 1 && bytes.IndexByte(text, 0) >= 0 {
-			return 0 // binary
+			return 0, nil // binary
 		}
 		if !re.Match(text) {
 			continue
@@ -250,5 +236,5 @@ func searchFile(ws *Workspace, p string, re *regexp.Regexp, b *strings.Builder, 
 	if n > 0 {
 		b.WriteString("---\n")
 	}
-	return n
+	return n, nil
 }

@@ -14,17 +14,23 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/proctree"
 	"github.com/toolbus/toolbus/internal/tool"
 )
 
-// killGrace is how long a cancelled command's process group has between
+// killGrace is how long the processes of a cancelled command have between
 // SIGTERM and SIGKILL.
 const killGrace = 2 * time.Second
 
-// Shells runs shell commands, each in its own process group, and owns the
-// commands left running in the background. Close kills them all.
+// Shells runs shell commands, each in its own process group and process
+// tree (internal/proctree): every process a command starts ends with its
+// call, whether it stays in the group or not. A foreground command's
+// processes end when bash exits; a background command's run on until they
+// end, kill_shell or Close. Shells owns the background commands; Close
+// kills them all.
 type Shells struct {
-	ws *Workspace
+	ws      *Workspace
+	starter proctree.Starter
 
 	mu     sync.Mutex
 	bg     map[string]*background
@@ -36,7 +42,8 @@ func NewShells(ws *Workspace) *Shells {
 	return &Shells{ws: ws, bg: make(map[string]*background)}
 }
 
-// Close kills every background command and waits for it to end.
+// Close kills every background command and waits for it to end, and ends
+// the idle process supervisors kept for the next commands.
 func (s *Shells) Close() {
 	s.mu.Lock()
 	s.closed = true
@@ -47,47 +54,39 @@ func (s *Shells) Close() {
 	s.mu.Unlock()
 	for _, b := range bgs {
 		b.kill()
-		<-b.done
+		<-b.tree.Done()
 		b.release()
 	}
+	s.starter.Close()
 }
 
-// process is one started command.
+// process is one started command: bash, the leader of its process group,
+// and every process it starts.
 type process struct {
-	cmd            *exec.Cmd
+	tree           *proctree.Tree
 	stdout, stderr *capped
-	done           chan struct{}
-	err            error // from Wait, set before done closes
 }
 
-func (s *Shells) start(line, dir string, stdout, stderr *capped) (*process, error) {
-	cmd := exec.Command("bash", "-c", line)
-	cmd.Dir = dir
-	// Its own process group, so the whole tree can be signalled.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	p := &process{cmd: cmd, stdout: stdout, stderr: stderr, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = p.stdout, p.stderr
-	if err := cmd.Start(); err != nil {
+// start starts bash -c line in dir, its output going to stdout and
+// stderr. A background command (keep) outlives bash until its last
+// process ends.
+func (s *Shells) start(line, dir string, keep bool, stdout, stderr *capped) (*process, error) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
 		return nil, err
 	}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
+	p := &process{stdout: stdout, stderr: stderr}
+	p.tree, err = s.starter.Start(proctree.Command{Path: bash, Args: []string{"bash", "-c", line}, Dir: dir,
+		Stdout: p.stdout, Stderr: p.stderr, Keep: keep, Grace: killGrace})
+	if err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 
-// kill stops the process group: SIGTERM, then SIGKILL after the grace.
-func (p *process) kill() {
-	pgid := p.cmd.Process.Pid
-	_ = syscall.Kill(-pgid, syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(killGrace):
-	}
-	// The leader may be gone while children of the group live on.
-	_ = syscall.Kill(-pgid, syscall.SIGKILL)
-}
+// kill ends every process of the command: SIGTERM, then SIGKILL after the
+// grace. It does not wait; p.tree.Done closes when they are gone.
+func (p *process) kill() { p.tree.Stop() }
 
 // --- run_shell_command -------------------------------------------------------
 
@@ -117,8 +116,8 @@ func (t *runShell) ValidateArgs(args json.RawMessage) error {
 	return nil
 }
 
-// RealPath implements tool.LinkResolver.
-func (t *runShell) RealPath(p string) (string, error) { return t.shells.ws.RealPath(p) }
+// Look implements tool.LinkResolver.
+func (t *runShell) Look(p string) (tool.File, error) { return t.shells.ws.Look(p) }
 
 // Command implements tool.Commander.
 func (t *runShell) Command(args json.RawMessage) (string, string) {
@@ -143,15 +142,15 @@ func (t *runShell) Run(ctx context.Context, call *tool.Call) (*tool.Output, erro
 	stdout, stderr := streams(call.Progress, call.MaxOutput)
 	defer stdout.release() // emptied when the output takes them over
 	defer stderr.release()
-	p, err := t.shells.start(a.Command, dir, stdout, stderr)
+	p, err := t.shells.start(a.Command, dir, false, stdout, stderr)
 	if err != nil {
 		return tool.Failed(events.ErrShellFailed, "could not start bash: "+err.Error()), nil
 	}
 	select {
-	case <-p.done:
+	case <-p.tree.Done():
 	case <-ctx.Done():
 		p.kill()
-		<-p.done
+		<-p.tree.Done()
 		return nil, ctx.Err() // the executor reports TIMEOUT or CANCELLED
 	}
 	return shellOutput(a.Command, t.shells.ws.Rel(dir), p), nil
@@ -171,7 +170,7 @@ func (s *Shells) runBackground(line, dir string, maxOutput int64) (*tool.Output,
 		return tool.Failed(events.ErrShellFailed, "the executor is shutting down"), nil
 	}
 	stdout, stderr := streams(nil, maxOutput)
-	p, err := s.start(line, dir, stdout, stderr)
+	p, err := s.start(line, dir, true, stdout, stderr)
 	if err != nil {
 		stdout.release()
 		stderr.release()
@@ -179,7 +178,7 @@ func (s *Shells) runBackground(line, dir string, maxOutput int64) (*tool.Output,
 	}
 	id := "shell_" + nuid.Next() // whole: the first characters of nuids made together are the same
 	s.bg[id] = &background{id: id, line: line, dir: dir, process: p}
-	msg := fmt.Sprintf("Started in the background with shell_id %s (PGID %d). Use shell_output to read its output and kill_shell to stop it.", id, p.cmd.Process.Pid)
+	msg := fmt.Sprintf("Started in the background with shell_id %s (PGID %d). Use shell_output to read its output and kill_shell to stop it and every process it started.", id, p.tree.Pid())
 	return tool.Text(msg), nil
 }
 
@@ -227,12 +226,14 @@ func (t *backgroundTool) Run(_ context.Context, call *tool.Call) (*tool.Output, 
 }
 
 // readBackground reports what a background command wrote since the last
-// call, and forgets it once it has exited and everything was read.
+// call, and forgets it once every process of it has ended and everything
+// was read. It is running while any process it started runs, even after
+// bash itself exited.
 func readBackground(s *Shells, b *background) *tool.Output {
 	status := "running"
 	select {
-	case <-b.done:
-		status = "exited with code " + fmt.Sprint(b.cmd.ProcessState.ExitCode())
+	case <-b.tree.Done():
+		status = exitText(b.tree.Wait())
 		s.forget(b.id)
 		defer b.release()
 	default:
@@ -246,10 +247,10 @@ func readBackground(s *Shells, b *background) *tool.Output {
 	return spooled(whole, head)
 }
 
-// killBackground stops a background command and its whole process group.
+// killBackground stops a background command and every process it started.
 func killBackground(s *Shells, b *background) *tool.Output {
 	b.kill()
-	<-b.done
+	<-b.tree.Done()
 	s.forget(b.id)
 	b.release()
 	return tool.Text(fmt.Sprintf("Killed shell %s (%s).", b.id, b.line))
@@ -259,4 +260,15 @@ func killBackground(s *Shells, b *background) *tool.Output {
 func (b *background) release() {
 	b.stdout.release()
 	b.stderr.release()
+}
+
+// exitText says how bash ended.
+func exitText(ws syscall.WaitStatus, err error) string {
+	switch {
+	case err != nil:
+		return "ended, status unknown: " + err.Error()
+	case ws.Signaled():
+		return "killed by signal " + ws.Signal().String()
+	}
+	return "exited with code " + fmt.Sprint(ws.ExitStatus())
 }

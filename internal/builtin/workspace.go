@@ -8,6 +8,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
+
+	"github.com/toolbus/toolbus/internal/tool"
 )
 
 // ErrOutsideWorkspace is returned for a path that leaves the workspace:
@@ -96,18 +99,40 @@ func (w *Workspace) confined(p string, err error) error {
 	return err
 }
 
-// ReadFile reads the file p names, inside the workspace.
-func (w *Workspace) ReadFile(p string) ([]byte, error) {
+// ErrChanged is returned for a file that is not the one the policy judged:
+// its name became a link to another file, another file was renamed onto
+// it, or it was hard-linked, between the check and the open.
+var ErrChanged = errors.New("the file changed after the policy judged the call")
+
+// Check is shown a file a tool opened, or is about to create, before a
+// byte of it is read or written (tool.Call.Opened): an error refuses it.
+// A nil Check accepts every file.
+type Check = func(tool.File) error
+
+// checked runs check, naming the file in its refusal.
+func checked(check Check, p string, f tool.File) error {
+	if check == nil {
+		return nil
+	}
+	if err := check(f); err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrChanged, p, err)
+	}
+	return nil
+}
+
+// ReadFile reads the file p names, inside the workspace, once check
+// accepted it.
+func (w *Workspace) ReadFile(p string, check Check) ([]byte, error) {
 	r, err := w.rel(p)
 	if err != nil {
 		return nil, err
 	}
-	if data, ok, err := w.beneath.readFile(r, MaxReadBytes); ok {
+	if data, ok, err := w.beneath.readFile(r, MaxReadBytes, func(f tool.File) error { return checked(check, p, f) }); ok {
 		return data, w.confined(p, err)
 	}
-	f, err := w.fs.Open(r)
+	f, err := w.Open(p, check)
 	if err != nil {
-		return nil, w.confined(p, err)
+		return nil, err
 	}
 	defer f.Close()
 	data, err := io.ReadAll(io.LimitReader(f, MaxReadBytes+1))
@@ -117,18 +142,89 @@ func (w *Workspace) ReadFile(p string) ([]byte, error) {
 	return data, err
 }
 
-// WriteFile writes the file p names, creating its directories.
-func (w *Workspace) WriteFile(p string, data []byte) error {
+// WriteFile writes the file p names, creating it and its directories. An
+// existing file is opened without truncating it and shown to check first,
+// so a name that became a link, or a hard link to a file elsewhere, is
+// refused before anything is written; a new file is created in a
+// directory held open and shown to check, never through a link. created
+// says whether the file is new.
+func (w *Workspace) WriteFile(p string, data []byte, check Check) (created bool, err error) {
 	r, err := w.rel(p)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if dir := filepath.Dir(r); dir != "." {
 		if err := w.fs.MkdirAll(dir, 0o755); err != nil {
-			return w.confined(p, err)
+			return false, w.confined(p, err)
 		}
 	}
-	return w.confined(p, w.fs.WriteFile(r, data, 0o644))
+	f, created, err := w.openWrite(p, r, check)
+	if err != nil {
+		return false, w.confined(p, err)
+	}
+	if !created {
+		err = f.Truncate(0)
+	}
+	if err == nil {
+		_, err = f.Write(data)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return created, err
+}
+
+// openWrite opens r for writing once check accepted it: the existing file,
+// or a new one.
+func (w *Workspace) openWrite(p, r string, check Check) (*os.File, bool, error) {
+	// Twice at most: a file created by someone else between the two
+	// opens is judged as an existing one.
+	for range 2 {
+		// O_NONBLOCK: a FIFO without a reader fails instead of hanging.
+		f, err := w.fs.OpenFile(r, os.O_WRONLY|syscall.O_NONBLOCK, 0)
+		if err == nil {
+			if err := w.accept(f, p, check); err != nil {
+				f.Close()
+				return nil, false, err
+			}
+			return f, false, nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return nil, false, err
+		}
+		f, err = createIn(w.fs, r, func(f tool.File) error { return checked(check, p, f) })
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		return f, err == nil, err
+	}
+	return nil, false, fmt.Errorf("%w: %s is a symbolic link that leads nowhere, or keeps changing", ErrChanged, p)
+}
+
+// accept checks an opened file for writing: a regular file, and one check
+// accepts.
+func (w *Workspace) accept(f *os.File, p string, check Check) error {
+	info, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if !info.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a regular file", p)
+	}
+	return checked(check, p, fileOf(info))
+}
+
+// fileOf is what Check is shown of an opened file.
+func fileOf(info fs.FileInfo) tool.File {
+	st, ok := info.Sys().(*syscall.Stat_t)
+	if !ok {
+		return tool.File{}
+	}
+	f := tool.File{ID: tool.FileID{Dev: uint64(st.Dev), Ino: uint64(st.Ino)}}
+	if info.Mode().IsRegular() {
+		f.Links = uint64(st.Nlink)
+	}
+	return f
 }
 
 // Stat describes the file p names.
@@ -155,14 +251,27 @@ func (w *Workspace) ReadDir(p string) ([]fs.DirEntry, error) {
 	return f.ReadDir(-1)
 }
 
-// Open opens the file p names for reading.
-func (w *Workspace) Open(p string) (*os.File, error) {
+// Open opens the file p names for reading, once check accepted it.
+func (w *Workspace) Open(p string, check Check) (*os.File, error) {
 	r, err := w.rel(p)
 	if err != nil {
 		return nil, err
 	}
 	f, err := w.fs.Open(r)
-	return f, w.confined(p, err)
+	if err != nil {
+		return nil, w.confined(p, err)
+	}
+	if check != nil {
+		info, err := f.Stat()
+		if err == nil {
+			err = checked(check, p, fileOf(info))
+		}
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	return f, nil
 }
 
 // Root is the workspace's absolute path.
@@ -219,15 +328,36 @@ func (w *Workspace) Resolve(p string) (string, error) {
 	return real, nil
 }
 
-// RealPath is Resolve, made cheap for the common case: a path inside the
-// workspace without a symbolic link in it is its own real path, which the
-// kernel tells in one lookup.
-func (w *Workspace) RealPath(p string) (string, error) {
+// Look implements what tool.LinkResolver asks of a workspace: the real
+// path p leads to (Resolve), and what is there, looked at without
+// following a link, so that what it reports is what a later open of p
+// must find. Made cheap for the common case: a path inside the workspace
+// without a symbolic link in it is its own real path, which the kernel
+// tells, with the file, in one lookup.
+func (w *Workspace) Look(p string) (tool.File, error) {
 	abs := w.Abs(p)
-	if r, ok := w.inside(abs); ok && w.beneath.noLinks(r) {
-		return abs, nil
+	if r, ok := w.inside(abs); ok {
+		if f, ok := w.beneath.look(r); ok {
+			f.Real = abs
+			return f, nil
+		}
 	}
-	return w.Resolve(p)
+	real, err := w.Resolve(p)
+	if err != nil {
+		return tool.File{}, err
+	}
+	r, _ := w.inside(real)
+	f, ok := w.beneath.look(r)
+	if !ok && !w.beneath.works() {
+		// Without openat2, os.Root looks; it follows links on the way.
+		if info, err := w.fs.Lstat(r); err == nil && info.Mode()&fs.ModeSymlink == 0 {
+			f = fileOf(info)
+		}
+	}
+	// Otherwise nothing is there, or a link appeared since Resolve: no
+	// file is known, and an open of p finds none the policy judged.
+	f.Real = real
+	return f, nil
 }
 
 func (w *Workspace) contains(p string) bool {

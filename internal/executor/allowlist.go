@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,8 +32,12 @@ type AllowRecord struct {
 // Key is the record's key in the bucket: a hash of what it allows, so the
 // same approval given twice is one record.
 func (r AllowRecord) Key() string {
-	h := sha256.Sum256([]byte(r.Scope + "\x00" + r.Tool + "\x00" + r.Server + "\x00" + r.Prefix + "\x00" + r.Path))
-	return hex.EncodeToString(h[:12])
+	h := sha256.New()
+	for _, s := range append([]string{r.Scope, r.Tool, r.Server, strconv.FormatBool(r.Exact), r.Path, r.Prefix}, r.Argv...) {
+		h.Write([]byte(s))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil)[:12])
 }
 
 // OpenAllowlistBucket creates the allowlist bucket if it is missing.
@@ -114,6 +120,12 @@ func (a *allowlist) apply(e jetstream.KeyValueEntry) {
 		delete(a.records, e.Key())
 		return
 	}
+	if r.Scope == "command" && len(r.Argv) == 0 {
+		// A record from before argv: its prefix is read as the words of
+		// a command's start, which the policy lets cover only commands
+		// harmless with any arguments.
+		r.Argv = strings.Fields(r.Prefix)
+	}
 	a.records[e.Key()] = r
 }
 
@@ -123,14 +135,14 @@ func (a *allowlist) close() {
 	<-a.done
 }
 
-// entriesFor returns the records that may apply to a call of t: those of
-// the tool, and those of its MCP server.
-func (a *allowlist) entriesFor(t *events.Tool) []policy.AllowEntry {
+// entriesFor returns the records that may apply to a call of the tool
+// named name: those of the tool, and those of its MCP server.
+func (a *allowlist) entriesFor(name string, source events.Source, server string) []policy.AllowEntry {
 	a.mu.RLock()
 	defer a.mu.RUnlock()
 	var out []policy.AllowEntry
 	for _, r := range a.records {
-		if r.Tool == t.Name || (r.Scope == "server" && t.Source == events.SourceMCP && r.Server == t.Server) {
+		if r.Tool == name || (r.Scope == "server" && source == events.SourceMCP && r.Server == server) {
 			out = append(out, r.AllowEntry)
 		}
 	}
@@ -139,7 +151,8 @@ func (a *allowlist) entriesFor(t *events.Tool) []policy.AllowEntry {
 }
 
 func compareEntries(x, y policy.AllowEntry) int {
-	for _, p := range [][2]string{{x.Scope, y.Scope}, {x.Tool, y.Tool}, {x.Server, y.Server}, {x.Prefix, y.Prefix}, {x.Path, y.Path}} {
+	for _, p := range [][2]string{{x.Scope, y.Scope}, {x.Tool, y.Tool}, {x.Server, y.Server}, {strings.Join(x.Argv, "\x00"), strings.Join(y.Argv, "\x00")},
+		{strconv.FormatBool(x.Exact), strconv.FormatBool(y.Exact)}, {x.Path, y.Path}} {
 		if p[0] != p[1] {
 			if p[0] < p[1] {
 				return -1

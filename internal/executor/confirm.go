@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -23,13 +24,13 @@ func (c *call) confirm(d policy.Decision, args map[string]any) (*events.ConfirmA
 	if !e.approverPresent(c.ctx) {
 		return nil, events.ErrPolicyDenied, fmt.Sprintf("The policy asks for confirmation (%s), but no approver is connected to give it, so the call is denied.", d.Reason)
 	}
-	req := &events.ConfirmRequest{Header: events.Header{Sender: e.id}, InvocationID: c.inv.ID, Tool: t.Name, Server: t.Server,
-		Kind: t.Kind, Caller: c.inv.Sender, Args: c.inv.Args, Reason: d.Reason, DeadlineMillis: e.cfg.ConfirmTimeout.Milliseconds()}
+	req := &events.ConfirmRequest{Header: events.Header{Sender: e.id}, InvocationID: c.inv.ID, Tool: t.Name, Server: c.host.judged.Server,
+		Kind: c.host.judged.Kind, Caller: c.inv.Sender, Args: c.inv.Args, Reason: d.Reason, DeadlineMillis: e.cfg.ConfirmTimeout.Milliseconds()}
 	if cm, ok := c.impl.(tool.Commander); ok {
 		req.Command, _ = cm.Command(c.inv.Args)
 	}
 	if df, ok := c.impl.(tool.Differ); ok {
-		if diff, err := df.Diff(c.inv.Args); err == nil {
+		if diff, err := df.Diff(&tool.Call{ID: c.inv.ID, Args: c.inv.Args, Opened: c.opened}); err == nil {
 			req.Diff = diff
 		}
 	}
@@ -69,52 +70,63 @@ func (c *call) confirm(d policy.Decision, args map[string]any) (*events.ConfirmA
 	case events.Cancel:
 		return nil, events.ErrUserCancelled, fmt.Sprintf("%s cancelled the call.", answer.Sender.ID)
 	case events.ProceedAlways, events.ProceedAlwaysServer, events.ProceedAlwaysTool:
-		if d.Remember {
-			if err := e.allowlist.add(c.ctx, c.remember(answer)); err != nil {
-				e.log.Error("approval not remembered", "invocation", c.inv.ID, "err", err)
-			}
-		} else {
-			c.step("not-remembered", "the policy does not let approvals of "+t.Name+" be remembered")
-		}
+		c.remember(d, answer)
 	}
 	return answer, "", ""
 }
 
-// remember turns an "always" answer into allowlist records, narrowed where
-// it must be: a shell tool by the commands of this line, an edit tool by
-// the paths of this call.
-func (c *call) remember(a *events.ConfirmAnswer) []AllowRecord {
-	t := c.tool
-	rec := func(e policy.AllowEntry) AllowRecord {
-		return AllowRecord{AllowEntry: e, By: a.Sender.ID, For: c.inv.ID, AddedAt: time.Now().UTC()}
+// remember keeps an "always" answer on the fleet-wide allowlist as what
+// the policy's remember rule makes of it, from the input the call was
+// judged on (after unwrapping, never a name the caller chose): a shell
+// line by its commands, an edit by its paths, a tool, an MCP server.
+func (c *call) remember(d policy.Decision, a *events.ConfirmAnswer) {
+	e := c.e
+	if !d.Remember {
+		c.step("not-remembered", "the policy does not let this approval of "+c.tool.Name+" be remembered")
+		return
 	}
-	if a.Outcome == events.ProceedAlwaysServer && t.Source == events.SourceMCP {
-		return []AllowRecord{rec(policy.AllowEntry{Scope: "server", Server: t.Server})}
+	entries, err := e.policy.Load().Remember(c.ctx, c.input(c.args, c.paths, c.shell), a.Outcome)
+	if err != nil {
+		e.log.Error("approval not remembered: the policy's remember rule failed", "invocation", c.inv.ID, "err", err)
+		c.step("not-remembered", "the policy's remember rule failed: "+err.Error())
+		return
 	}
-	if cm, ok := c.impl.(tool.Commander); ok {
-		line, _ := cm.Command(c.inv.Args)
-		var out []AllowRecord
-		// The root of each command, as Gemini CLI remembers "always allow
-		// git": the policy still judges every command of every line.
-		seen := map[string]bool{}
-		for _, cmd := range policy.AnalyzeShell(line).Commands {
-			if cmd.Name != "" && !seen[cmd.Name] {
-				seen[cmd.Name] = true
-				out = append(out, rec(policy.AllowEntry{Scope: "command", Tool: t.Name, Prefix: cmd.Name}))
+	if len(entries) == 0 {
+		c.step("not-remembered", "the policy remembers nothing of this approval")
+		return
+	}
+	records := make([]AllowRecord, len(entries))
+	for i, entry := range entries {
+		records[i] = AllowRecord{AllowEntry: entry, By: a.Sender.ID, For: c.inv.ID, AddedAt: time.Now().UTC()}
+	}
+	if err := e.allowlist.add(c.ctx, records); err != nil {
+		e.log.Error("approval not remembered", "invocation", c.inv.ID, "err", err)
+		c.step("not-remembered", "the allowlist could not be written: "+err.Error())
+		return
+	}
+	c.step("remembered", describeEntries(entries))
+}
+
+// describeEntries says what was remembered, for the step event.
+func describeEntries(entries []policy.AllowEntry) string {
+	parts := make([]string, len(entries))
+	for i, e := range entries {
+		switch e.Scope {
+		case "command":
+			what := "the command " + strings.Join(e.Argv, " ")
+			if !e.Exact {
+				what += " with any arguments"
 			}
-		}
-		return out
-	}
-	if _, ok := c.impl.(tool.PathNamer); ok && t.Kind.Mutator() {
-		var out []AllowRecord
-		for _, p := range c.paths {
-			out = append(out, rec(policy.AllowEntry{Scope: "path", Tool: t.Name, Path: p}))
-		}
-		if len(out) > 0 {
-			return out
+			parts[i] = what
+		case "path":
+			parts[i] = "the path " + e.Path
+		case "server":
+			parts[i] = "the MCP server " + e.Server
+		default:
+			parts[i] = "the tool " + e.Tool
 		}
 	}
-	return []AllowRecord{rec(policy.AllowEntry{Scope: "tool", Tool: t.Name, Server: t.Server})}
+	return strings.Join(parts, "; ")
 }
 
 // approverPresent asks whether any approver is connected, on a subject no

@@ -33,7 +33,7 @@ type decisions struct {
 // appendDecisionKey appends to b everything the policy input is made of
 // that can vary between calls of one executor. A lookup with it allocates
 // nothing; only a new entry copies it.
-func appendDecisionKey(b []byte, t *events.Tool, inv *events.Invocation, paths []string) []byte {
+func appendDecisionKey(b []byte, t *events.Tool, inv *events.Invocation, paths, hardLinks []string) []byte {
 	c := inv.Sender
 	b = append(b, t.Name...)
 	b = append(b, 0)
@@ -47,6 +47,12 @@ func appendDecisionKey(b []byte, t *events.Tool, inv *events.Invocation, paths [
 	b = append(b, 0)
 	b = strconv.AppendInt(b, int64(len(paths)), 10)
 	for _, p := range paths {
+		b = append(b, 0)
+		b = append(b, p...)
+	}
+	b = append(b, 0)
+	b = strconv.AppendInt(b, int64(len(hardLinks)), 10)
+	for _, p := range hardLinks {
 		b = append(b, 0)
 		b = append(b, p...)
 	}

@@ -120,9 +120,8 @@ type Executor struct {
 	js        jetstream.JetStream
 	id        events.Identity
 	log       *slog.Logger
-	tools     map[string]tool.Tool
+	tools     map[string]*hosted
 	home      string
-	schemas   *schemas
 	decisions decisions
 
 	catalog   *catalog.Replica
@@ -187,11 +186,15 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 		log = slog.Default()
 	}
 	home, _ := os.UserHomeDir()
-	e := &Executor{cfg: cfg, nc: nc, js: js, id: cfg.Identity, log: log, tools: make(map[string]tool.Tool),
-		home: home, schemas: newSchemas(), running: make(map[string]*call), batches: make(map[string]context.CancelCauseFunc),
+	e := &Executor{cfg: cfg, nc: nc, js: js, id: cfg.Identity, log: log, tools: make(map[string]*hosted),
+		home: home, running: make(map[string]*call), batches: make(map[string]context.CancelCauseFunc),
 		workers: newWorkers(workerIdle), storing: semaphore.NewWeighted(storeInFlight), stopping: make(chan struct{})}
 	for _, t := range cfg.Tools {
-		e.tools[t.Spec().Name] = t
+		h, err := newHosted(t)
+		if err != nil {
+			return nil, fmt.Errorf("executor: %w", err)
+		}
+		e.tools[h.spec.Name] = h
 	}
 	e.policy.Store(cfg.Policy)
 

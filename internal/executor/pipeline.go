@@ -24,7 +24,8 @@ type call struct {
 	e     *Executor
 	inv   *events.Invocation
 	reply string
-	tool  *events.Tool
+	tool  *events.Tool // the catalogue's entry: its name, aliases, hosts
+	host  *hosted      // the tool as this executor runs it, nil if another does
 	impl  tool.Tool
 
 	// ctx is the call's context, also the tool's: the deadline, a cancel
@@ -37,7 +38,14 @@ type call struct {
 	verdict events.PolicyVerdict
 	args    map[string]any // the decoded arguments the policy judged
 	paths   []string       // and the files it was shown
+	shell   *policy.Shell  // and the analysis of its shell line
 	tc      tool.Call
+
+	// What the policy was shown of the files on disk (see judged.go).
+	judgedMu  sync.Mutex
+	judged    []judgedFile
+	judgedBuf [2]judgedFile // judged's room for the common call, in the call itself
+	hardLinks []string      // those of paths with other names
 
 	// admitted: the call is in e.running and counted in e.wg until its
 	// result is sent.
@@ -70,12 +78,15 @@ func (e *Executor) accept(m *nats.Msg, forwarded bool) {
 		return
 	}
 	t, ok := e.catalog.Catalog().GetTool(inv.Tool)
-	impl := e.tools[nameOf(t)]
-	if ok && impl == nil && !forwarded {
+	h := e.tools[nameOf(t)]
+	if ok && h == nil && !forwarded {
 		e.forward(m, inv, t)
 		return
 	}
-	c := &call{e: e, inv: inv, reply: m.Reply, tool: t, impl: impl}
+	c := &call{e: e, inv: inv, reply: m.Reply, tool: t, host: h}
+	if h != nil {
+		c.impl = h.impl
+	}
 	c.ctx, c.cancel = context.WithCancelCause(context.Background())
 	e.mu.Lock()
 	select {
@@ -252,7 +263,7 @@ func (c *call) validate(raw json.RawMessage) (map[string]any, string) {
 	if err != nil {
 		return nil, err.Error()
 	}
-	if err := c.e.schemas.validate(c.tool, args); err != nil {
+	if err := validateArgs(c.host.schema, args); err != nil {
 		return nil, fmt.Sprintf("Invalid parameters for %s: %v", c.tool.Name, err)
 	}
 	if v, ok := c.impl.(tool.Validator); ok {
@@ -269,13 +280,15 @@ func (c *call) decide(args map[string]any) policy.Decision {
 	e, t := c.e, c.tool
 	c.args = args
 	pol, gen := e.policy.Load(), e.allowlist.gen.Load()
-	paths, sh := c.named(args)
-	c.paths = paths
+	paths, sh := c.named(args, pol)
+	c.paths, c.shell = paths, sh
 	var buf [512]byte
-	key := appendDecisionKey(buf[:0], t, c.inv, paths)
+	key := appendDecisionKey(buf[:0], t, c.inv, paths, c.hardLinks)
 	d, cached := e.decisions.get(pol, gen, key)
 	if !cached {
-		d = pol.Decide(c.ctx, c.input(args, paths, sh))
+		in := c.input(args, paths, sh)
+		in.HardLinks = c.hardLinks
+		d = pol.Decide(c.ctx, in)
 		e.decisions.put(pol, gen, key, d)
 	}
 	c.verdict = events.PolicyVerdict{Verdict: d.Verdict, Reason: d.Reason, Revision: d.Revision, Cached: cached}
@@ -289,29 +302,40 @@ func (c *call) decide(args map[string]any) policy.Decision {
 // named is what the call names beyond its arguments: the files it
 // touches, with where links inside the workspace lead them, and for shell
 // tools the analysis of the line. The files depend on the file system as
-// well as on the arguments (a name may have become a link to .env), so
-// they are looked at on every call and are part of the decision's cache
-// key.
-func (c *call) named(args map[string]any) ([]string, *policy.Shell) {
+// well as on the arguments (a name may have become a link to .env, or a
+// hard link to a key), so they are looked at on every call and are part
+// of the decision's cache key; what was found is recorded (c.judged) for
+// the tool's check of the files it opens.
+func (c *call) named(args map[string]any, pol *policy.Policy) ([]string, *policy.Shell) {
 	var paths []string
 	if pn, ok := c.impl.(tool.PathNamer); ok {
 		paths = pn.Paths(args)
 	}
-	words := paths // what may be a link
 	var sh *policy.Shell
 	if cm, ok := c.impl.(tool.Commander); ok {
 		line, dir := cm.Command(c.inv.Args)
 		analysis := policy.AnalyzeShell(line)
 		sh = &analysis
-		paths = append(paths, analysis.Paths(dir, c.e.home)...)
-		// Any word of a line may name a file: `cat notes.txt`.
-		words = append(words[:len(words):len(words)], analysis.Words(dir, c.e.home)...)
+		// Any word of a line may name a file (`cat notes.txt`), and so
+		// does the directory it runs in.
+		paths = append(paths, analysis.Locate(dir, c.e.home, pol.Samples())...)
 	}
+	c.judgedMu.Lock()
+	c.judged, c.hardLinks = c.judgedBuf[:0], nil
+	c.judgedMu.Unlock()
 	if lr, ok := c.impl.(tool.LinkResolver); ok {
-		for _, p := range words {
-			if real, err := lr.RealPath(p); err == nil && real != p {
-				paths = append(paths, real)
+		for _, p := range paths { // the links' targets appended are not looked at again
+			f, err := lr.Look(p)
+			if err != nil {
+				continue
 			}
+			if f.Real != p {
+				paths = append(paths, f.Real)
+			}
+			if f.Links > 1 {
+				c.hardLinks = append(c.hardLinks, f.Real)
+			}
+			c.judge(p, f)
 		}
 	}
 	return paths, sh
@@ -320,16 +344,11 @@ func (c *call) named(args map[string]any) ([]string, *policy.Shell) {
 // input is what the policy is shown of the call: paths are the files it
 // names, sh the analysis of its shell line for shell tools.
 func (c *call) input(args map[string]any, paths []string, sh *policy.Shell) *policy.Input {
-	e, t := c.e, c.tool
-	in := &policy.Input{
-		Tool: policy.ToolInput{Name: t.Name, Kind: t.Kind, Source: t.Source, Server: t.Server, Trust: t.Trust, ReadOnly: t.ReadOnly},
-		Args: args, Caller: c.inv.Sender, Home: e.home, Workspace: e.cfg.Workspace,
-	}
-	if len(t.Annotations) > 0 {
-		_ = json.Unmarshal(t.Annotations, &in.Tool.Annotations)
-	}
+	e := c.e
+	in := &policy.Input{Tool: c.host.judged, Args: args, Caller: c.inv.Sender, Home: e.home, Workspace: e.cfg.Workspace}
+	in.Tool.Name = c.tool.Name
 	in.Paths, in.Shell = paths, sh
-	in.Allowlist = e.allowlist.entriesFor(t)
+	in.Allowlist = e.allowlist.entriesFor(in.Tool.Name, in.Tool.Source, in.Tool.Server)
 	return in
 }
 
@@ -348,7 +367,7 @@ func (c *call) execute(confirmed bool) {
 	if confirmed {
 		c.step("started", fmt.Sprintf("deadline %s", c.timeout))
 	}
-	c.tc = tool.Call{ID: inv.ID, Args: inv.Args, Progress: c.progress, Refused: c.refused, MaxOutput: e.cfg.MaxOutput}
+	c.tc = tool.Call{ID: inv.ID, Args: inv.Args, Progress: c.progress, Refused: c.refused, Opened: c.opened, MaxOutput: e.cfg.MaxOutput}
 	out, err := c.runBounded()
 	c.ended(out, err)
 }
@@ -400,17 +419,6 @@ func (c *call) onTimer() {
 }
 
 var errDeadline = errors.New("deadline")
-
-// refused judges files a tool picked itself: the policy's denied_paths
-// for this call, shown those paths instead of the ones its arguments name.
-func (c *call) refused(paths []string) (map[string]bool, error) {
-	in := c.input(c.args, paths, nil)
-	denied, err := c.e.policy.Load().DeniedPaths(c.ctx, in)
-	if err != nil {
-		return nil, fmt.Errorf("the policy cannot judge the files this call would read, so none is read: %v", err)
-	}
-	return denied, nil
-}
 
 // stopGrace is how long a tool has, once its deadline passed or its call
 // was cancelled, to stop before the executor reports the end without it.

@@ -24,6 +24,12 @@ type Input struct {
 	Paths []string
 	// Home and Workspace describe the executor's host.
 	Home, Workspace string
+	// Answer is the outcome of the approver's answer, for the remember
+	// rule only.
+	Answer events.Outcome
+	// HardLinks are those of Paths that are regular files with more than
+	// one name: the other name may be any file on the same file system.
+	HardLinks []string
 }
 
 // ToolInput is the policy's view of the tool.
@@ -38,13 +44,22 @@ type ToolInput struct {
 }
 
 // AllowEntry is one remembered approval ("always allow"). Scope is
-// "tool", "server", "command" (a shell command prefix) or "path".
+// "tool", "server", "command" (a shell command: Argv, the command line
+// exactly when Exact, else its start) or "path". The policy's remember
+// rule says which entries an "always" answer stores.
 type AllowEntry struct {
-	Scope  string `json:"scope"`
-	Tool   string `json:"tool,omitempty"`
-	Server string `json:"server,omitempty"`
+	Scope  string   `json:"scope"`
+	Tool   string   `json:"tool,omitempty"`
+	Server string   `json:"server,omitempty"`
+	Argv   []string `json:"argv,omitempty"`
+	Exact  bool     `json:"exact,omitempty"`
+	Path   string   `json:"path,omitempty"`
+	// Prefix is the form of command entries before argv: a command root
+	// such as "git", which covered every git command line. Records that
+	// still have it are read as the argv of their words, not exact, which
+	// the default policy lets cover only the commands it deems harmless
+	// with any arguments.
 	Prefix string `json:"prefix,omitempty"`
-	Path   string `json:"path,omitempty"`
 }
 
 // value builds the input document directly as OPA terms: converting Go
@@ -53,7 +68,7 @@ type AllowEntry struct {
 func (in *Input) value() (ast.Value, error) {
 	allow := make([]*ast.Term, len(in.Allowlist))
 	for i, e := range in.Allowlist {
-		allow[i] = obj(kv(k.scope, e.Scope), kv(k.tool, e.Tool), kv(k.server, e.Server), kv(k.prefix, e.Prefix), kv(k.path, e.Path))
+		allow[i] = e.term()
 	}
 	args := ast.NewObject()
 	if len(in.Args) > 0 {
@@ -90,7 +105,18 @@ func (in *Input) value() (ast.Value, error) {
 	if in.Shell != nil {
 		fields = append(fields, [2]*ast.Term{k.shell, in.Shell.term()})
 	}
+	if in.Answer != "" {
+		fields = append(fields, [2]*ast.Term{k.answer, obj(kv(k.outcome, string(in.Answer)))})
+	}
+	if len(in.HardLinks) > 0 {
+		fields = append(fields, [2]*ast.Term{hardLinksKey, strs(in.HardLinks)})
+	}
 	return ast.NewObject(fields...), nil
+}
+
+func (e *AllowEntry) term() *ast.Term {
+	return obj(kv(k.scope, e.Scope), kv(k.tool, e.Tool), kv(k.server, e.Server), [2]*ast.Term{k.argv, strs(e.Argv)},
+		[2]*ast.Term{k.exact, ast.InternedTerm(e.Exact)}, kv(k.path, e.Path))
 }
 
 // k holds the input's field names as terms, made once and shared: terms
@@ -99,17 +125,22 @@ var k = struct {
 	tool, args, caller, allowlist, paths, env, shell                *ast.Term
 	name, kind, source, server, trust, readOnly, annotations        *ast.Term
 	id, role, agent, session, user, host                            *ast.Term
-	scope, prefix, path, home, workspace                            *ast.Term
+	scope, path, home, workspace                                    *ast.Term
 	commands, argv, text, literal, redirects, functions, parseError *ast.Term
-	recursive, op, target                                           *ast.Term
+	recursive, op, target, exact, answer, outcome                   *ast.Term
+	words, wrappers, globs, moreArgs, stdin, forkLoops, opaque      *ast.Term
 }{
 	tool: str("tool"), args: str("args"), caller: str("caller"), allowlist: str("allowlist"), paths: str("paths"), env: str("env"), shell: str("shell"),
 	name: str("name"), kind: str("kind"), source: str("source"), server: str("server"), trust: str("trust"), readOnly: str("readOnly"), annotations: str("annotations"),
 	id: str("id"), role: str("role"), agent: str("agent"), session: str("session"), user: str("user"), host: str("host"),
-	scope: str("scope"), prefix: str("prefix"), path: str("path"), home: str("home"), workspace: str("workspace"),
+	scope: str("scope"), path: str("path"), home: str("home"), workspace: str("workspace"),
 	commands: str("commands"), argv: str("argv"), text: str("text"), literal: str("literal"), redirects: str("redirects"), functions: str("functions"), parseError: str("parseError"),
-	recursive: str("recursive"), op: str("op"), target: str("target"),
+	recursive: str("recursive"), op: str("op"), target: str("target"), exact: str("exact"), answer: str("answer"), outcome: str("outcome"),
+	words: str("words"), wrappers: str("wrappers"), globs: str("globs"), moreArgs: str("moreArgs"), stdin: str("stdin"), forkLoops: str("forkLoops"), opaque: str("opaque"),
 }
+
+// hardLinksKey names Input.HardLinks, present only when there are some.
+var hardLinksKey = str("hardLinks")
 
 // kv is one field of an object whose value is a string.
 func kv(key *ast.Term, value string) [2]*ast.Term { return [2]*ast.Term{key, ast.InternedTerm(value)} }
@@ -117,14 +148,18 @@ func kv(key *ast.Term, value string) [2]*ast.Term { return [2]*ast.Term{key, ast
 func (s *Shell) term() *ast.Term {
 	cmds := make([]*ast.Term, len(s.Commands))
 	for i, c := range s.Commands {
-		cmds[i] = obj(kv(k.name, c.Name), [2]*ast.Term{k.args, strs(c.Args)}, [2]*ast.Term{k.argv, strs(c.Argv)}, kv(k.text, c.Text),
-			[2]*ast.Term{k.literal, ast.InternedTerm(c.Literal)}, [2]*ast.Term{k.redirects, redirectTerms(c.Redirects)})
+		cmds[i] = obj(kv(k.name, c.Name), [2]*ast.Term{k.args, strs(c.Args)}, [2]*ast.Term{k.argv, strs(c.Argv)},
+			[2]*ast.Term{k.words, strs(c.Words)}, [2]*ast.Term{k.wrappers, strs(c.Wrappers)}, kv(k.text, c.Text),
+			[2]*ast.Term{k.literal, ast.InternedTerm(c.Literal)}, [2]*ast.Term{k.globs, ast.InternedTerm(c.Globs)},
+			[2]*ast.Term{k.moreArgs, ast.InternedTerm(c.MoreArgs)}, [2]*ast.Term{k.stdin, ast.InternedTerm(c.Stdin)},
+			[2]*ast.Term{k.paths, strs(c.Paths)}, [2]*ast.Term{k.redirects, redirectTerms(c.Redirects)})
 	}
 	fns := make([]*ast.Term, len(s.Functions))
 	for i, f := range s.Functions {
 		fns[i] = obj(kv(k.name, f.Name), [2]*ast.Term{k.recursive, ast.InternedTerm(f.Recursive)})
 	}
-	fields := [][2]*ast.Term{{k.commands, ast.ArrayTerm(cmds...)}, {k.redirects, redirectTerms(s.Redirects)}, {k.functions, ast.ArrayTerm(fns...)}}
+	fields := [][2]*ast.Term{{k.commands, ast.ArrayTerm(cmds...)}, {k.redirects, redirectTerms(s.Redirects)}, {k.functions, ast.ArrayTerm(fns...)},
+		{k.forkLoops, strs(s.ForkLoops)}, {k.opaque, strs(s.Opaque)}}
 	if s.ParseError != "" {
 		fields = append(fields, kv(k.parseError, s.ParseError))
 	}
@@ -134,7 +169,7 @@ func (s *Shell) term() *ast.Term {
 func redirectTerms(rs []Redirect) *ast.Term {
 	out := make([]*ast.Term, len(rs))
 	for i, r := range rs {
-		out[i] = obj(kv(k.op, r.Op), kv(k.target, r.Target))
+		out[i] = obj(kv(k.op, r.Op), kv(k.target, r.Target), [2]*ast.Term{k.literal, ast.InternedTerm(r.Literal)})
 	}
 	return ast.ArrayTerm(out...)
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -33,6 +34,17 @@ const Query = "data.toolbus.decision"
 // (a search over the workspace, a glob of files to read) skip those. A
 // policy set that does not define it refuses no file on its own.
 const PathsQuery = "data.toolbus.denied_paths"
+
+// RememberQuery is the rule that says what an "always" answer to a call
+// the policy asked about is remembered as: a set of allowlist entries,
+// evaluated with the call's input and input.answer.outcome. A policy set
+// without it remembers nothing.
+const RememberQuery = "data.toolbus.remember"
+
+// SamplesQuery is the rule that names files the policy deems sensitive
+// (.env, id_x, ...), for judging shell globs that could match them. It is
+// read once, when the set is compiled.
+const SamplesQuery = "data.toolbus.sensitive_samples"
 
 // Files is a policy set: file name → Rego source. Files whose names end in
 // _test.rego hold the set's unit tests.
@@ -80,6 +92,8 @@ type Policy struct {
 	files    Files
 	query    rego.PreparedEvalQuery
 	paths    rego.PreparedEvalQuery
+	remember rego.PreparedEvalQuery
+	samples  []string
 	// nondeterministic names a built-in (time, randomness, network) that
 	// makes the same input give different decisions; empty when none.
 	nondeterministic string
@@ -127,8 +141,50 @@ func Compile(ctx context.Context, files Files) (*Policy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
-	return &Policy{revision: files.Revision(), files: files, query: q, paths: pq, nondeterministic: nondeterministic(modules)}, nil
+	rq, err := prepare(RememberQuery)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	sq, err := prepare(SamplesQuery)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	samples, err := stringSet(ctx, sq, SamplesQuery)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	return &Policy{revision: files.Revision(), files: files, query: q, paths: pq, remember: rq, samples: samples,
+		nondeterministic: nondeterministic(modules)}, nil
 }
+
+// stringSet evaluates a query without input that gives a set of strings;
+// undefined is the empty set.
+func stringSet(ctx context.Context, q rego.PreparedEvalQuery, name string) ([]string, error) {
+	rs, err := q.Eval(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if len(rs) == 0 {
+		return nil, nil
+	}
+	list, ok := rs[0].Expressions[0].Value.([]any)
+	if !ok {
+		return nil, fmt.Errorf("%s is not a set of strings", name)
+	}
+	out := make([]string, 0, len(list))
+	for _, v := range list {
+		s, ok := v.(string)
+		if !ok {
+			return nil, fmt.Errorf("%s holds %v, not a string", name, v)
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// Samples are the file names the policy deems sensitive, as examples
+// (a pattern such as id_* as id_x), for Shell.Locate.
+func (p *Policy) Samples() []string { return p.samples }
 
 // nondeterministic returns the first built-in the modules call that OPA
 // marks nondeterministic (time.now_ns, rand.intn, http.send...).
@@ -247,7 +303,23 @@ type Decision struct {
 
 // Decide evaluates the policy for input. It never fails open: an error, an
 // undefined decision or a malformed one is a DENY that says why.
+//
+// A shell line the policy allows is first read by bash's own parser (see
+// checkWithBash): when bash reads it differently than the analysis, the
+// line is marked opaque and judged again.
 func (p *Policy) Decide(ctx context.Context, input *Input) Decision {
+	d := p.decide(ctx, input)
+	if sh := input.Shell; d.Verdict == events.Allow && sh != nil && !sh.checked {
+		sh.checked = true
+		if reason := sh.checkWithBash(ctx); reason != "" {
+			sh.opaque(reason)
+			d = p.decide(ctx, input)
+		}
+	}
+	return d
+}
+
+func (p *Policy) decide(ctx context.Context, input *Input) Decision {
 	deny := func(format string, args ...any) Decision {
 		return Decision{Verdict: events.Deny, Reason: "policy error: " + fmt.Sprintf(format, args...), Revision: p.revision}
 	}
@@ -314,4 +386,48 @@ func (p *Policy) DeniedPaths(ctx context.Context, input *Input) (map[string]bool
 		denied[s] = true
 	}
 	return denied, nil
+}
+
+// Remember returns the allowlist entries an "always" answer (outcome) to
+// the call of input is kept as, from RememberQuery. It fails closed: an
+// error or a malformed entry remembers nothing.
+func (p *Policy) Remember(ctx context.Context, input *Input, outcome events.Outcome) ([]AllowEntry, error) {
+	in := *input
+	in.Answer = outcome
+	value, err := in.value()
+	if err != nil {
+		return nil, fmt.Errorf("input: %w", err)
+	}
+	rs, err := p.remember.Eval(ctx, rego.EvalParsedInput(value), rego.EvalMetrics(noMetrics))
+	if err != nil {
+		return nil, err
+	}
+	if len(rs) == 0 {
+		return nil, nil
+	}
+	list, ok := rs[0].Expressions[0].Value.([]any)
+	if !ok {
+		return nil, fmt.Errorf("%s is not a set of entries", RememberQuery)
+	}
+	out := make([]AllowEntry, 0, len(list))
+	for _, v := range list {
+		data, err := json.Marshal(v)
+		if err != nil {
+			return nil, err
+		}
+		var e AllowEntry
+		if err := json.Unmarshal(data, &e); err != nil {
+			return nil, fmt.Errorf("%s holds %s: %v", RememberQuery, data, err)
+		}
+		switch {
+		case e.Scope == "command" && len(e.Argv) > 0 && e.Tool != "":
+		case e.Scope == "path" && e.Path != "" && e.Tool != "":
+		case e.Scope == "tool" && e.Tool != "":
+		case e.Scope == "server" && e.Server != "":
+		default:
+			return nil, fmt.Errorf("%s holds %s, which is not an allowlist entry", RememberQuery, data)
+		}
+		out = append(out, e)
+	}
+	return out, nil
 }

@@ -43,13 +43,16 @@ func TestRegoUnitTests(t *testing.T) {
 	}
 }
 
-func shellInput(line string) *Input {
+// shellInput is the input the executor makes of a shell line run in /w
+// for a user whose home is /home/ada, with entries remembered.
+func shellInput(p *Policy, line string, remembered ...AllowEntry) *Input {
 	sh := AnalyzeShell(line)
 	return &Input{
 		Tool:   ToolInput{Name: "run_shell_command", Kind: events.KindExecute, Source: events.SourceBuiltin},
 		Args:   map[string]any{"command": line},
 		Caller: events.Identity{ID: "agent:test"},
-		Shell:  &sh, Paths: sh.Paths("/w", "/home/ada"), Home: "/home/ada", Workspace: "/w",
+		Shell:  &sh, Paths: sh.Locate("/w", "/home/ada", p.Samples()), Home: "/home/ada", Workspace: "/w",
+		Allowlist: remembered,
 	}
 }
 
@@ -106,7 +109,7 @@ func TestChainedShellCannotHide(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.line, func(t *testing.T) {
-			d := p.Decide(context.Background(), shellInput(tt.line))
+			d := p.Decide(context.Background(), shellInput(p, tt.line))
 			if d.Verdict != tt.want || !strings.Contains(d.Reason, tt.says) {
 				t.Errorf("got %s (%s), want %s saying %q", d.Verdict, d.Reason, tt.want, tt.says)
 			}
@@ -126,14 +129,23 @@ func TestAnalyzeShell(t *testing.T) {
 	if git.Name != "git" || git.Literal || git.Args[1] != `"$DIR"` {
 		t.Errorf("git: %+v", git)
 	}
-	if bash.Name != "bash" || len(bash.Redirects) != 1 || bash.Redirects[0] != (Redirect{Op: ">", Target: "out.txt"}) {
+	if bash.Name != "bash" || len(bash.Redirects) != 1 || bash.Redirects[0] != (Redirect{Op: ">", Target: "out.txt", Literal: true}) {
 		t.Errorf("bash: %+v", bash)
 	}
 	if echo.Name != "echo" || echo.Text != "echo hi" {
 		t.Errorf("nested echo: %+v", echo)
 	}
-	if got := s.Paths("/w", "/h"); !slices.Equal(got, []string{"/dev/null", "/w/out.txt"}) {
-		t.Errorf("paths: %v", got)
+	got := s.Locate("/w", "/h", nil)
+	for _, want := range []string{"/w", "/usr/bin/git", "/w/status", "/w/hi", "/dev/null", "/w/out.txt"} {
+		if !slices.Contains(got, want) {
+			t.Errorf("paths %v lack %s", got, want)
+		}
+	}
+	if !slices.Equal(git.Wrappers, []string{"sudo"}) || !slices.Equal(git.Argv, []string{"/usr/bin/git", "-C", `"$DIR"`, "status"}) {
+		t.Errorf("git: %+v", git)
+	}
+	if !slices.Contains(s.Opaque, "an assignment") {
+		t.Errorf("FOO=1 does not make the line opaque: %v", s.Opaque)
 	}
 }
 
@@ -225,7 +237,7 @@ func BenchmarkDecide(b *testing.B) {
 	})
 	b.Run("shell", func(b *testing.B) {
 		for range b.N {
-			if d := p.Decide(ctx, shellInput("git status && go test ./...")); d.Verdict != events.AskUser {
+			if d := p.Decide(ctx, shellInput(p, "git status && go test ./...")); d.Verdict != events.AskUser {
 				b.Fatal(d.Reason)
 			}
 		}
@@ -288,7 +300,7 @@ func FuzzAnalyzeShell(f *testing.F) {
 	}
 	p := defaultPolicy(f)
 	f.Fuzz(func(t *testing.T, line string) {
-		if d := p.Decide(context.Background(), shellInput(line)); d.Verdict == events.Allow {
+		if d := p.Decide(context.Background(), shellInput(p, line)); d.Verdict == events.Allow {
 			t.Fatalf("%q was allowed: %s", line, d.Reason)
 		}
 	})

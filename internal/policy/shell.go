@@ -10,33 +10,69 @@ import (
 
 // Shell is what the policy learns about a shell line: every simple command
 // in it, wherever it hides (after && or ;, in $(...), in a subshell, a
-// pipeline, a function body, or a nested `bash -c '...'` or `eval`), the
-// redirections, and the functions it defines. The policy judges each
-// command, so an allowed first word cannot cover a dangerous second one.
+// pipeline, a function body, a nested `bash -c '...'`, `eval`, a here-string
+// fed to a shell, or the -exec of find), the redirections, the functions it
+// defines, and why the line may run more than its commands show. The policy
+// judges each command, so an allowed first word cannot cover a dangerous
+// second one.
 type Shell struct {
 	Commands  []Command  `json:"commands"`
 	Redirects []Redirect `json:"redirects"`
 	Functions []Function `json:"functions"`
+	// ForkLoops are endless loops that start background processes, by
+	// their source text: fork bombs without a function.
+	ForkLoops []string `json:"forkLoops"`
+	// Opaque says why what the line runs may differ from Commands:
+	// assignments (PATH=..., for loops), arithmetic and [[ ]] (bash runs
+	// $(...) found in array subscripts of variables' values), declare with
+	// values, transforming parameter expansions, a wrapper option the
+	// analyser does not model, a comment ending in a line continuation, a
+	// line bash's own parser reads differently. A remembered approval never
+	// covers such a line; a policy must not allow one on the strength of its
+	// commands.
+	Opaque []string `json:"opaque"`
 	// ParseError is set when the line is not valid shell; the policy must
 	// not allow what it cannot read.
 	ParseError string `json:"parseError,omitempty"`
+
+	line    string   // the source, for the check against bash's parser
+	scripts []string // the scripts nested in it (bash -c, eval), likewise
+	dirs    []string // directories set by wrappers (env -C)
+	checked bool     // compared with bash's parser already
 }
 
 // Command is one simple command.
 type Command struct {
-	// Name is the effective command, as a base name: for
+	// Name is the base name of the program that runs: for
 	// "sudo /bin/rm -rf /" it is "rm". Wrappers (sudo, env, nice, timeout,
-	// xargs...) are looked through.
+	// xargs...) are looked through by their own option grammars.
 	Name string `json:"name"`
-	// Args are the effective command's arguments.
-	Args []string `json:"args"`
-	// Argv is the command as written, wrappers included.
+	// Argv is what runs after the wrappers: the program as written
+	// ("./ls" stays "./ls") and its arguments.
 	Argv []string `json:"argv"`
+	// Args are Argv without the program.
+	Args []string `json:"args"`
+	// Words are the command as written, wrappers included.
+	Words []string `json:"words"`
+	// Wrappers are the base names of the wrappers looked through, outermost
+	// first.
+	Wrappers []string `json:"wrappers"`
 	// Text is the command's source text.
 	Text string `json:"text"`
-	// Literal is false when a word holds an expansion ($VAR, $(...)); such
-	// words appear in Argv as their source text.
-	Literal   bool       `json:"literal"`
+	// Literal is false when a word holds an expansion ($VAR, $(...),
+	// $'...'); such words appear as their source text.
+	Literal bool `json:"literal"`
+	// Globs is set when an argument is a pattern bash replaces with the
+	// names of matching files (*, ?, [...]).
+	Globs bool `json:"globs"`
+	// MoreArgs is set when the program gets arguments the line does not
+	// show: xargs appends what it reads.
+	MoreArgs bool `json:"moreArgs"`
+	// Stdin is set when a here-document or here-string feeds the command.
+	Stdin bool `json:"stdin"`
+	// Paths are the arguments as the absolute paths they would name (in
+	// every directory the line may run in), set by Locate.
+	Paths     []string   `json:"paths"`
 	Redirects []Redirect `json:"redirects"`
 }
 
@@ -44,13 +80,16 @@ type Command struct {
 type Redirect struct {
 	Op     string `json:"op"`
 	Target string `json:"target"`
+	// Literal is false when the target holds an expansion.
+	Literal bool `json:"literal"`
 }
 
 // Function is a shell function the line defines.
 type Function struct {
 	Name string `json:"name"`
-	// Recursive is set when the function calls itself: the fork-bomb
-	// pattern ":(){ :|:& };:".
+	// Recursive is set when the function calls itself, directly or
+	// through other functions of the line: the fork-bomb pattern
+	// ":(){ :|:& };:".
 	Recursive bool `json:"recursive"`
 }
 
@@ -59,182 +98,264 @@ const maxNesting = 8
 
 // AnalyzeShell parses line as bash and lists what it would run.
 func AnalyzeShell(line string) Shell {
-	s := Shell{Commands: []Command{}, Redirects: []Redirect{}, Functions: []Function{}}
-	analyze(line, &s, 0)
+	s := Shell{Commands: []Command{}, Redirects: []Redirect{}, Functions: []Function{}, ForkLoops: []string{}, Opaque: []string{}, line: line}
+	a := &analysis{s: &s, calls: map[string][]string{}}
+	a.analyze(line, 0)
+	s.Functions = a.functions()
+	for _, c := range s.Commands {
+		switch {
+		case c.Name == "popd":
+			a.opaque("popd goes back to a directory not known")
+		case (c.Name == "cd" || c.Name == "pushd") && (!c.Literal || slices.Contains(c.Args, "-")):
+			a.opaque("cd to a directory not known")
+		}
+	}
+	if s.ParseError != "" {
+		s.line = ""
+	}
 	return s
 }
 
-func analyze(line string, s *Shell, depth int) {
+// analysis is the state of one AnalyzeShell.
+type analysis struct {
+	s *Shell
+	// calls maps each function the line defines to the names it calls.
+	calls map[string][]string
+	order []string
+}
+
+func (a *analysis) opaque(reason string) {
+	for _, r := range a.s.Opaque {
+		if r == reason {
+			return
+		}
+	}
+	a.s.Opaque = append(a.s.Opaque, reason)
+}
+
+func (a *analysis) analyze(line string, depth int) {
 	if depth > maxNesting {
-		s.ParseError = "shell commands nested too deeply"
+		a.s.ParseError = "shell commands nested too deeply"
 		return
 	}
-	file, err := syntax.NewParser(syntax.Variant(syntax.LangBash)).Parse(strings.NewReader(line), "")
+	file, err := syntax.NewParser(syntax.Variant(syntax.LangBash), syntax.KeepComments(true)).Parse(strings.NewReader(line), "")
 	if err != nil {
-		s.ParseError = err.Error()
+		if a.s.ParseError == "" {
+			a.s.ParseError = err.Error()
+		}
 		return
 	}
+	src := line
+	if depth > 0 {
+		a.s.scripts = append(a.s.scripts, line)
+	}
+	// stdin holds, for commands at the end of a pipe, the script an
+	// echo or printf at its start writes into it.
+	stdin := map[*syntax.CallExpr]string{}
 	syntax.Walk(file, func(node syntax.Node) bool {
 		switch n := node.(type) {
 		case *syntax.Stmt:
-			redirs := redirects(line, n.Redirs)
-			s.Redirects = append(s.Redirects, redirs...)
-			if call, ok := n.Cmd.(*syntax.CallExpr); ok && len(call.Args) > 0 {
-				c := command(line, call)
-				c.Redirects = redirs
-				s.Commands = append(s.Commands, c)
-				nested(c, s, depth)
+			a.stmt(src, n, stdin, depth)
+		case *syntax.BinaryCmd:
+			if n.Op == syntax.Pipe || n.Op == syntax.PipeAll {
+				if script, ok := echoed(src, n.X); ok {
+					if call, ok := n.Y.Cmd.(*syntax.CallExpr); ok {
+						stdin[call] = script
+					}
+				}
 			}
 		case *syntax.FuncDecl:
-			s.Functions = append(s.Functions, Function{Name: funcName(n), Recursive: callsItself(n)})
+			a.funcDecl(n)
+		case *syntax.ForClause:
+			switch n.Loop.(type) {
+			case *syntax.WordIter:
+				a.opaque("a for loop assigns a variable")
+			case *syntax.CStyleLoop:
+				a.opaque("arithmetic")
+			}
+			if l, ok := n.Loop.(*syntax.CStyleLoop); ok && l.Cond == nil && startsBackground(n.Do) {
+				a.s.ForkLoops = append(a.s.ForkLoops, source(src, n))
+			}
+		case *syntax.WhileClause:
+			if endless(n) && startsBackground(n.Do) {
+				a.s.ForkLoops = append(a.s.ForkLoops, source(src, n))
+			}
+		case *syntax.ArithmCmd, *syntax.ArithmExp, *syntax.LetClause:
+			a.opaque("arithmetic")
+		case *syntax.TestClause:
+			a.opaque("[[ ]]")
+		case *syntax.CoprocClause:
+			a.opaque("coproc assigns variables")
+		case *syntax.ParamExp:
+			if !simpleParam(n) {
+				a.opaque("a parameter expansion that transforms its value")
+			}
+		case *syntax.Assign:
+			if !harmlessDeclArg(n) {
+				a.opaque("an assignment")
+			}
+		case *syntax.Comment:
+			if strings.HasSuffix(n.Text, `\`) {
+				a.opaque("a comment that ends in a line continuation")
+			}
+		case *syntax.ExtGlob, *syntax.ProcSubst:
 		}
 		return true
 	})
 }
 
-// nested analyses the script a command runs: bash -c 'script', eval words.
-func nested(c Command, s *Shell, depth int) {
-	switch c.Name {
-	case "sh", "bash", "zsh", "dash", "ksh", "ash":
-		for i, a := range c.Args {
-			if strings.HasPrefix(a, "-") && strings.Contains(a, "c") && !strings.HasPrefix(a, "--") && i+1 < len(c.Args) {
-				analyze(c.Args[i+1], s, depth+1)
-				return
+// stmt takes one statement: its redirections and, for a simple command or
+// a declare clause, the command.
+func (a *analysis) stmt(src string, n *syntax.Stmt, stdin map[*syntax.CallExpr]string, depth int) {
+	redirs, fed := a.redirects(src, n.Redirs)
+	a.s.Redirects = append(a.s.Redirects, redirs...)
+	switch cmd := n.Cmd.(type) {
+	case *syntax.CallExpr:
+		if len(cmd.Args) == 0 {
+			return // assignments alone: the Assign nodes say so
+		}
+		c, nested := a.command(src, cmd)
+		c.Redirects = redirs
+		c.Stdin = fed != nil
+		a.s.Commands = append(a.s.Commands, c)
+		for _, n := range nested {
+			a.s.Commands = append(a.s.Commands, n)
+		}
+		a.script(src, c, fed, stdin[cmd], depth)
+	case *syntax.DeclClause:
+		words := []string{cmd.Variant.Value}
+		for _, as := range cmd.Args {
+			words = append(words, source(src, as))
+		}
+		a.s.Commands = append(a.s.Commands, Command{Name: cmd.Variant.Value, Argv: words, Args: words[1:], Words: words,
+			Wrappers: []string{}, Text: source(src, cmd), Literal: false, Redirects: redirs, Paths: []string{}})
+	}
+}
+
+// script analyses what a command runs as a script: the string of
+// `bash -c`, the words of eval, the here-string or here-document or piped
+// echo fed to a shell that reads its standard input.
+func (a *analysis) script(src string, c Command, fed *syntax.Redirect, piped string, depth int) {
+	switch {
+	case isShell(c.Name):
+		script, mode := shellScript(c.Args)
+		switch mode {
+		case scriptArg:
+			if script.literal {
+				a.analyze(script.value, depth+1)
+			} else {
+				a.opaque("a shell runs a script that is not literal")
 			}
-		}
-	case "eval":
-		analyze(strings.Join(c.Args, " "), s, depth+1)
-	}
-}
-
-func command(src string, call *syntax.CallExpr) Command {
-	c := Command{Literal: true, Text: source(src, call), Argv: make([]string, 0, len(call.Args))}
-	for _, w := range call.Args {
-		v, lit := word(src, w)
-		c.Literal = c.Literal && lit
-		c.Argv = append(c.Argv, v)
-	}
-	eff := unwrap(c.Argv)
-	if len(eff) > 0 {
-		c.Name = path.Base(eff[0])
-		c.Args = eff[1:]
-	}
-	if c.Args == nil {
-		c.Args = []string{}
-	}
-	return c
-}
-
-// unwrap looks through commands that run another command.
-func unwrap(argv []string) []string {
-	for len(argv) > 0 {
-		skipValue := map[string]bool{}
-		switch path.Base(argv[0]) {
-		case "sudo", "doas":
-			skipValue = map[string]bool{"-u": true, "-g": true, "-C": true, "-h": true, "-p": true, "-r": true, "-t": true}
-		case "nice", "ionice":
-			skipValue = map[string]bool{"-n": true, "-c": true}
-		case "nohup", "time", "command", "builtin", "exec", "stdbuf", "xargs", "busybox":
-		case "env":
-			skipValue = map[string]bool{"-u": true, "-C": true, "-S": true}
-		case "timeout":
-			skipValue = map[string]bool{"-s": true, "-k": true}
-		default:
-			return argv
-		}
-		name := path.Base(argv[0])
-		argv = argv[1:]
-		for len(argv) > 0 {
-			a := argv[0]
+		case scriptFile:
+			a.opaque("a shell runs a script file")
+		case scriptStdin:
 			switch {
-			case skipValue[a] && len(argv) > 1:
-				argv = argv[2:]
-			case strings.HasPrefix(a, "-"):
-				argv = argv[1:]
-			case name == "env" && strings.Contains(a, "="):
-				argv = argv[1:]
+			case fed != nil:
+				text, ok := hereText(src, fed)
+				if !ok {
+					a.opaque("a shell reads a here-document with expansions")
+				}
+				a.analyze(text, depth+1)
+			case piped != "":
+				a.analyze(piped, depth+1)
 			default:
-				goto done
+				a.opaque("a shell reads its script from standard input")
 			}
+		case scriptUnknown:
+			a.opaque("a shell option the analyser does not model")
 		}
-	done:
-		if name == "timeout" && len(argv) > 0 {
-			argv = argv[1:] // the duration
+	case c.Name == "eval":
+		if !c.Literal {
+			a.opaque("eval of words that are not literal")
+			return
+		}
+		a.analyze(strings.Join(c.Args, " "), depth+1)
+	case c.Name == "source" || c.Name == ".":
+		a.opaque("a script file is sourced")
+	}
+}
+
+// command builds one simple command, looking through wrappers; nested are
+// the commands it runs through its arguments (find -exec).
+func (a *analysis) command(src string, call *syntax.CallExpr) (Command, []Command) {
+	c := Command{Literal: true, Text: source(src, call), Words: make([]string, 0, len(call.Args)), Wrappers: []string{}, Paths: []string{}}
+	for _, w := range call.Args {
+		for _, v := range a.expandWord(src, w) {
+			c.Literal = c.Literal && v.literal
+			c.Globs = c.Globs || v.glob
+			c.Words = append(c.Words, v.value)
 		}
 	}
-	return argv
-}
-
-// word returns a word's value when it is literal, else its source text.
-func word(src string, w *syntax.Word) (string, bool) {
-	var b strings.Builder
-	if !literalParts(&b, w.Parts) {
-		return source(src, w), false
+	a.unwrap(&c)
+	var nested []Command
+	if c.Name == "find" {
+		nested = findExec(c)
 	}
-	return b.String(), true
+	return c, nested
 }
 
-// literalParts writes the value bash gives a word made only of literal
-// text and quotes: quotes removed and backslash escapes undone, so `\rm`
-// and `r\m` are rm as `"rm"` is. $'...' (ANSI-C escapes) is not taken as
-// literal.
-func literalParts(b *strings.Builder, parts []syntax.WordPart) bool {
-	return literalIn(b, parts, false)
-}
-
-func literalIn(b *strings.Builder, parts []syntax.WordPart, inDouble bool) bool {
-	for _, p := range parts {
-		switch p := p.(type) {
-		case *syntax.Lit:
-			unescape(b, p.Value, inDouble)
-		case *syntax.SglQuoted:
-			if p.Dollar {
-				return false
+// funcDecl records a function and the names its body calls.
+func (a *analysis) funcDecl(fn *syntax.FuncDecl) {
+	name := funcName(fn)
+	if _, seen := a.calls[name]; !seen {
+		a.order = append(a.order, name)
+	}
+	var called []string
+	if fn.Body != nil {
+		syntax.Walk(fn.Body, func(node syntax.Node) bool {
+			if call, ok := node.(*syntax.CallExpr); ok && len(call.Args) > 0 {
+				w := call.Args[0]
+				if lit := w.Lit(); lit != "" {
+					called = append(called, lit)
+				} else if selfName(w) {
+					called = append(called, name)
+				}
 			}
-			b.WriteString(p.Value)
-		case *syntax.DblQuoted:
-			if p.Dollar || !literalIn(b, p.Parts, true) {
-				return false
-			}
-		default:
-			return false
-		}
+			return true
+		})
 	}
-	return true
+	a.calls[name] = append(a.calls[name], called...)
 }
 
-// unescape undoes bash's backslash escapes in unquoted text, or in text
-// inside double quotes, where only $ ` " \ and a newline are escaped.
-func unescape(b *strings.Builder, s string, inDouble bool) {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c != '\\' || i+1 == len(s) {
-			b.WriteByte(c)
-			continue
-		}
-		next := s[i+1]
-		switch {
-		case next == '\n': // a line continuation disappears
-			i++
-		case !inDouble || strings.IndexByte("$`\"\\", next) >= 0:
-			b.WriteByte(next)
-			i++
-		default:
-			b.WriteByte(c)
+// selfName reports whether w is $FUNCNAME (or ${FUNCNAME}, ${FUNCNAME[0]},
+// quoted or not): the running function's own name.
+func selfName(w *syntax.Word) bool {
+	parts := w.Parts
+	if len(parts) == 1 {
+		if dq, ok := parts[0].(*syntax.DblQuoted); ok {
+			parts = dq.Parts
 		}
 	}
+	if len(parts) != 1 {
+		return false
+	}
+	pe, ok := parts[0].(*syntax.ParamExp)
+	return ok && pe.Param != nil && pe.Param.Value == "FUNCNAME"
 }
 
-func redirects(src string, rs []*syntax.Redirect) []Redirect {
-	out := make([]Redirect, 0, len(rs))
-	for _, r := range rs {
-		if r.Word == nil {
-			continue
-		}
-		target, _ := word(src, r.Word)
-		out = append(out, Redirect{Op: r.Op.String(), Target: target})
+// functions lists the line's functions, each marked recursive when it can
+// reach itself through the calls of the line's functions.
+func (a *analysis) functions() []Function {
+	out := make([]Function, 0, len(a.order))
+	for _, name := range a.order {
+		out = append(out, Function{Name: name, Recursive: a.reaches(name, name, map[string]bool{})})
 	}
 	return out
+}
+
+func (a *analysis) reaches(from, target string, seen map[string]bool) bool {
+	for _, c := range a.calls[from] {
+		if c == target && target != "" {
+			return true
+		}
+		if _, isFunc := a.calls[c]; isFunc && !seen[c] {
+			seen[c] = true
+			if a.reaches(c, target, seen) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // funcName is a function's name; empty for an anonymous one, which the
@@ -249,19 +370,83 @@ func funcName(fn *syntax.FuncDecl) string {
 	return ""
 }
 
-func callsItself(fn *syntax.FuncDecl) bool {
-	name := funcName(fn)
-	if name == "" || fn.Body == nil {
+// endless reports whether a while loop's condition is always true
+// (`while true`, `while :`, `until false`).
+func endless(w *syntax.WhileClause) bool {
+	if len(w.Cond) != 1 {
 		return false
 	}
+	call, ok := w.Cond[0].Cmd.(*syntax.CallExpr)
+	if !ok || len(call.Args) != 1 || w.Cond[0].Negated {
+		return false
+	}
+	switch call.Args[0].Lit() {
+	case "true", ":":
+		return !w.Until
+	case "false":
+		return w.Until
+	}
+	return false
+}
+
+// startsBackground reports whether stmts start a process in the
+// background, at any depth.
+func startsBackground(stmts []*syntax.Stmt) bool {
 	found := false
-	syntax.Walk(fn.Body, func(node syntax.Node) bool {
-		if call, ok := node.(*syntax.CallExpr); ok && len(call.Args) > 0 && call.Args[0].Lit() == name {
-			found = true
-		}
-		return !found
-	})
+	for _, st := range stmts {
+		syntax.Walk(st, func(node syntax.Node) bool {
+			if s, ok := node.(*syntax.Stmt); ok && (s.Background || s.Coprocess) {
+				found = true
+			}
+			return !found
+		})
+	}
 	return found
+}
+
+// simpleParam reports whether p only expands a name: $x, ${x}, $1, $@.
+func simpleParam(p *syntax.ParamExp) bool {
+	return p.Param != nil && !p.Excl && !p.Length && !p.Width && !p.IsSet && p.Index == nil &&
+		p.Slice == nil && p.Repl == nil && p.Names == 0 && p.Exp == nil && p.NestedParam == nil &&
+		len(p.Modifiers) == 0 && p.Flags == nil
+}
+
+// harmlessDeclArg reports whether an Assign node is not an assignment at
+// all: an option of declare/export/local (-r), or a bare name (export X).
+func harmlessDeclArg(as *syntax.Assign) bool {
+	if !as.Naked || as.Index != nil || as.Array != nil {
+		return false
+	}
+	if as.Name != nil {
+		return as.Value == nil
+	}
+	v := as.Value.Lit()
+	return strings.HasPrefix(v, "-") && !strings.ContainsAny(v, "=[$`")
+}
+
+// echoed returns the script an `echo` or `printf` with literal arguments
+// writes, when st is one.
+func echoed(src string, st *syntax.Stmt) (string, bool) {
+	call, ok := st.Cmd.(*syntax.CallExpr)
+	if !ok || len(call.Args) < 2 || len(call.Assigns) > 0 {
+		return "", false
+	}
+	name := path.Base(call.Args[0].Lit())
+	if name != "echo" && name != "printf" {
+		return "", false
+	}
+	var words []string
+	for _, w := range call.Args[1:] {
+		v := evalWord(src, w)
+		if !v.literal {
+			return "", false
+		}
+		if name == "echo" && len(words) == 0 && strings.HasPrefix(v.value, "-") {
+			continue // echo -e, -n
+		}
+		words = append(words, v.value)
+	}
+	return strings.Join(words, " "), true
 }
 
 func source(src string, n syntax.Node) string {
@@ -270,64 +455,4 @@ func source(src string, n syntax.Node) string {
 		return ""
 	}
 	return src[start:end]
-}
-
-// Paths lists the words of the line that name files: redirection targets,
-// and literal arguments that look like paths ("/x", "./x", "~/x", "a/b",
-// ".env"), with "~" expanded to home and relative paths joined to dir.
-func (s Shell) Paths(dir, home string) []string { return s.paths(dir, home, false) }
-
-// Words lists every argument and redirection target of the line as the
-// path it would name if it were a file (flags and URLs aside), for looking
-// for symbolic links: `cat notes.txt` names a file though the word does
-// not look like a path.
-func (s Shell) Words(dir, home string) []string { return s.paths(dir, home, true) }
-
-func (s Shell) paths(dir, home string, every bool) []string {
-	var out []string
-	add := func(w string, always bool) {
-		if every && !always && strings.HasPrefix(w, "-") {
-			return // a flag
-		}
-		if p, ok := pathOf(w, dir, home, always || every); ok && !slices.Contains(out, p) {
-			out = append(out, p)
-		}
-	}
-	for _, c := range s.Commands {
-		for _, a := range c.Args {
-			if i := strings.IndexByte(a, '='); i > 0 && strings.HasPrefix(a, "-") || strings.HasPrefix(a, "of=") || strings.HasPrefix(a, "if=") {
-				a = a[i+1:] // --file=x, of=/dev/sda
-			}
-			add(a, false)
-		}
-	}
-	for _, r := range s.Redirects {
-		if r.Op != ">&" && r.Op != "<&" { // those name file descriptors
-			add(r.Target, true)
-		}
-	}
-	return out
-}
-
-// pathOf resolves w as a path if it looks like one, or always if told so.
-func pathOf(w, dir, home string, always bool) (string, bool) {
-	if w == "" || strings.HasPrefix(w, "-") && !always || strings.Contains(w, "://") {
-		return "", false
-	}
-	looks := strings.ContainsRune(w, '/') || strings.HasPrefix(w, "~") || strings.HasPrefix(w, ".")
-	if !looks && !always {
-		return "", false
-	}
-	switch {
-	case w == "~":
-		w = home
-	case strings.HasPrefix(w, "~/"):
-		w = home + w[1:]
-	case strings.HasPrefix(w, "~"):
-		return "", false // ~user: not resolvable here
-	}
-	if !path.IsAbs(w) {
-		w = path.Join(dir, w)
-	}
-	return path.Clean(w), true
 }

@@ -246,6 +246,22 @@ func (r *Registry) registerOne(req *events.RegisterRequest, spec *events.ToolSpe
 			prev, op = taken.Tool(), events.OpOverwritten
 		}
 	}
+	// A provider may change or replace only what it alone hosts: a tool
+	// that another provider hosts keeps that provider's declaration, so
+	// that no client can relabel run_shell_command as a read, or take a
+	// built-in's name, for everyone (the seeds' overwrite rule holds within
+	// one provider, as it did within one agent).
+	if prev != nil {
+		if others := otherHosts(prev, req.Provider); len(others) > 0 && (op == events.OpOverwritten || !sameDeclaration(prev, spec, kind, params, req)) {
+			what := "with another declaration"
+			if op == events.OpOverwritten {
+				what = "as " + describe(prev)
+			}
+			out.Warning = ""
+			return reject("tool %q is hosted by %s %s; a provider cannot change or replace a tool that others host (register it under another name)",
+				prev.Name, strings.Join(others, ", "), what)
+		}
+	}
 
 	t := &events.Tool{
 		V:                events.Version,
@@ -301,6 +317,35 @@ func (r *Registry) registerOne(req *events.RegisterRequest, spec *events.ToolSpe
 	out.Name = name
 	*changes = append(*changes, events.Change{Op: op, Name: name, Warning: out.Warning})
 	return out, id
+}
+
+// otherHosts are t's hosts other than provider.
+func otherHosts(t *events.Tool, provider string) []string {
+	var out []string
+	for _, h := range t.Hosts {
+		if h != provider {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// sameDeclaration reports whether spec, registered by req, declares t as
+// it is: another host of the same tool must declare it identically.
+func sameDeclaration(t *events.Tool, spec *events.ToolSpec, kind events.Kind, params []byte, req *events.RegisterRequest) bool {
+	displayName := spec.DisplayName
+	if displayName == "" {
+		displayName = t.DisplayName
+	}
+	category := spec.Category
+	if category == "" {
+		category = string(req.Source)
+	}
+	readOnly := spec.ReadOnly || readOnlyHint(spec.Annotations)
+	return t.Kind == kind && t.Description == spec.Description && t.DisplayName == displayName && t.Category == category &&
+		t.ReadOnly == readOnly && t.ConcurrencySafe == (spec.ConcurrencySafe || readOnly) && t.Trust == req.Trust &&
+		t.OutputMarkdown == spec.OutputMarkdown && t.CanUpdateOutput == spec.CanUpdateOutput &&
+		bytes.Equal(t.Parameters, params) && bytes.Equal(t.Annotations, spec.Annotations)
 }
 
 // compactSchema checks that raw is a JSON object and removes insignificant

@@ -90,3 +90,44 @@ func zombie(pid int) bool {
 func NATSObjectPutLeak() goleak.Option {
 	return goleak.IgnoreTopFunction("github.com/nats-io/nats.go/jetstream.(*jetStream).resetPendingAcksOnReconnect")
 }
+
+// WaitReaped waits until pid no longer exists at all, not even as a
+// zombie: it ended and its parent (or a subreaper) collected it.
+func WaitReaped(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for syscall.Kill(pid, 0) != syscall.ESRCH {
+		if time.Now().After(deadline) {
+			state := "running"
+			if zombie(pid) {
+				state = "a zombie nobody reaps"
+			}
+			t.Fatalf("process %d outlived its call: %s", pid, state)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Zombies lists the children of this process that ended and were not
+// reaped.
+func Zombies() []int {
+	names, _ := os.ReadDir("/proc")
+	self := strconv.Itoa(os.Getpid())
+	var out []int
+	for _, n := range names {
+		pid, err := strconv.Atoi(n.Name())
+		if err != nil {
+			continue
+		}
+		data, err := os.ReadFile("/proc/" + n.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(data)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) > 1 && f[0] == "Z" && f[1] == self {
+			out = append(out, pid)
+		}
+	}
+	return out
+}

@@ -42,6 +42,12 @@ type Call struct {
 	// (absolute) that the call may not touch. An error means the policy
 	// could not judge them, and none may be touched.
 	Refused func(paths []string) (map[string]bool, error)
+	// Opened, when not nil, checks a file the tool opened, or is about to
+	// create, against what the policy was shown for this call, before the
+	// tool reads or writes a byte of it: an error means it is not a file
+	// the policy judged (the name became a link, another file was renamed
+	// onto it, or it was hard-linked since) and the tool must not use it.
+	Opened func(f File) error
 }
 
 // DefaultMaxOutput is how many bytes of output a call keeps when it does
@@ -49,6 +55,23 @@ type Call struct {
 // before output went to a Spool, now for the whole call, so that what a
 // call can put in the output store stays a small share of it.
 const DefaultMaxOutput = 64 << 20
+
+// File is what a path leads to on disk, as seen when the policy judged a
+// call or when a tool opened it.
+type File struct {
+	// Real is the path with symbolic links followed: where a file to be
+	// created will be, or where a named file was found.
+	Real string
+	// ID identifies the file found; zero when there was none.
+	ID FileID
+	// Links is how many names a regular file has (1 unless it is hard
+	// linked); 0 for anything else.
+	Links uint64
+}
+
+// FileID is a file's device and inode number: two paths with the same ID
+// lead to the same file.
+type FileID struct{ Dev, Ino uint64 }
 
 // Output is what a tool returns (seed 003 ToolResult).
 type Output struct {
@@ -88,11 +111,14 @@ type Commander interface {
 	Command(args json.RawMessage) (line, dir string)
 }
 
-// LinkResolver is implemented by tools confined to a directory: where
-// symbolic links inside it lead path. The policy is shown both, so that a
-// link named notes.txt that leads to .env is judged as .env too.
+// LinkResolver is implemented by tools confined to a directory: what path
+// leads to inside it, the file's Real path with symbolic links followed,
+// its identity and its number of names. The policy is shown both paths, so
+// that a link named notes.txt that leads to .env is judged as .env too,
+// and which files have other names; the identity is what Call.Opened
+// checks an opened file against.
 type LinkResolver interface {
-	RealPath(path string) (string, error)
+	Look(path string) (File, error)
 }
 
 // Func makes a Tool of a declaration and a function.
@@ -109,7 +135,16 @@ func (f funcTool) Spec() events.ToolSpec                                { return
 func (f funcTool) Run(ctx context.Context, call *Call) (*Output, error) { return f.run(ctx, call) }
 
 // Differ is implemented by edit tools: the unified diff a call would make,
-// for the approver to see before it happens.
+// for the approver to see before it happens. The call's Opened checks the
+// file read for it, as it does for Run.
 type Differ interface {
-	Diff(args json.RawMessage) (string, error)
+	Diff(call *Call) (string, error)
+}
+
+// Origin is implemented by tools that are not built in (an MCP server's,
+// a discovery command's): where the tool comes from, as the executor that
+// hosts it registers it and shows it to the policy. A tool without it is
+// built in.
+type Origin interface {
+	Origin() (source events.Source, server string, trust bool)
 }

@@ -1,0 +1,52 @@
+package executor
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/policy"
+	"github.com/toolbus/toolbus/internal/tool"
+)
+
+// hosted is a tool this executor runs, with what the executor itself
+// knows about it. Kind, source, server, trust, annotations and schema come
+// from the tool's own declaration, never from the catalogue, which any
+// client that can register could have changed: the catalogue only maps a
+// name (or alias) to the tool and routes calls.
+type hosted struct {
+	impl tool.Tool
+	spec events.ToolSpec
+	// judged is the policy's view of the tool, all but the name.
+	judged policy.ToolInput
+	schema *jsonschema.Schema
+}
+
+func newHosted(t tool.Tool) (*hosted, error) {
+	spec := t.Spec()
+	h := &hosted{impl: t, spec: spec}
+	kind := spec.Kind
+	if kind == "" {
+		kind = events.KindOther
+	}
+	h.judged = policy.ToolInput{Kind: kind, Source: events.SourceBuiltin, ReadOnly: spec.ReadOnly}
+	if o, ok := t.(tool.Origin); ok {
+		h.judged.Source, h.judged.Server, h.judged.Trust = o.Origin()
+	}
+	if len(spec.Annotations) > 0 {
+		if err := json.Unmarshal(spec.Annotations, &h.judged.Annotations); err != nil {
+			return nil, fmt.Errorf("tool %s: annotations: %w", spec.Name, err)
+		}
+		if ro, _ := h.judged.Annotations["readOnlyHint"].(bool); ro {
+			h.judged.ReadOnly = true
+		}
+	}
+	sch, err := compileSchema(spec.Name, spec.Parameters)
+	if err != nil {
+		return nil, err
+	}
+	h.schema = sch
+	return h, nil
+}

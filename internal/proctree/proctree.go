@@ -1,0 +1,84 @@
+// Package proctree runs a command as the root of a process tree that ends
+// as a whole: every process the command starts, those that leave its
+// process group or session (setsid, a double fork) included, is killed when
+// the tree is stopped, when the root exits (unless the tree is kept), and
+// when the process that started the tree dies.
+//
+// On Linux each tree runs under a supervisor: the running binary
+// re-executed through /proc/self/exe under a marker name, which this
+// package's init recognises before main runs, so every binary that links
+// the package can supervise without further wiring. The supervisor is a
+// child subreaper (PR_SET_CHILD_SUBREAPER): a process of the tree whose
+// parent dies is re-parented to it, not to init, so every live process of
+// the tree is one of its descendants, found by walking the parent links in
+// /proc. Ending the tree is SIGTERM to every descendant, a grace, then
+// SIGKILL to every descendant again and again until none is left and all
+// are reaped. The supervisor talks to its owner over a socket; the kernel
+// closes it when the owner exits in any way, and the supervisor then ends
+// the tree and exits. A supervisor runs one tree at a time and is kept for
+// the next once its tree ended with nothing left, so only the first tree
+// pays for starting it.
+//
+// What a tree cannot hold: a process that kills its own supervisor with
+// SIGKILL, a process handed to another service (systemd-run, at), or one
+// that runs as another user (sudo) and so cannot be signalled. Elsewhere
+// than Linux the tree is the root's process group only.
+package proctree
+
+import (
+	"errors"
+	"io"
+	"syscall"
+	"time"
+)
+
+// Command is what Start runs.
+type Command struct {
+	// Path is the executable, Args its argv (Args[0] included).
+	Path string
+	Args []string
+	// Dir is the working directory; empty means the caller's.
+	Dir string
+	// Stdout and Stderr receive what the tree writes; nil discards it.
+	// They are written from goroutines of the tree, one for each.
+	Stdout, Stderr io.Writer
+	// Keep keeps the tree after its root exits, until every process of it
+	// has ended or Stop is called (a background command). Without it the
+	// root's exit ends the tree.
+	Keep bool
+	// Grace is how long the tree's processes have between SIGTERM and
+	// SIGKILL; zero means DefaultGrace.
+	Grace time.Duration
+}
+
+// ErrClosed is returned by a Starter's Start after Close.
+var ErrClosed = errors.New("proctree: starter closed")
+
+// DefaultGrace is the time between SIGTERM and SIGKILL when a Command sets
+// none.
+const DefaultGrace = 2 * time.Second
+
+// drainDelay bounds how long output is read after the supervisor exited:
+// normally every writer is gone by then, but a supervisor that was killed
+// may leave one holding the pipe.
+const drainDelay = 2 * time.Second
+
+func (c *Command) grace() time.Duration {
+	if c.Grace <= 0 {
+		return DefaultGrace
+	}
+	return c.Grace
+}
+
+func orDiscard(w io.Writer) io.Writer {
+	if w == nil {
+		return io.Discard
+	}
+	return w
+}
+
+// result is what is known of a tree once it ended.
+type result struct {
+	status syscall.WaitStatus
+	err    error // the root's status is unknown, and why
+}

@@ -1,0 +1,78 @@
+# Sensitive paths: files no call may touch, whatever the tool, its kind or
+# the allowlist. The lists are data for a policy team to extend; matching
+# ignores case, so .ENV and Id_Rsa count too.
+package toolbus
+
+# Files by their name, anywhere. * and ? are wildcards within the name;
+# names hold letters, digits and . _ - otherwise.
+sensitive_names := {
+	# environment files with secrets, and tools' credential files
+	".env", ".env.*", ".envrc", ".npmrc", ".yarnrc.yml", ".pypirc", ".netrc", "_netrc", ".git-credentials",
+	".pgpass", ".my.cnf", ".vault-token", ".htpasswd", "kubeconfig", "*.kubeconfig",
+	"application_default_credentials.json", "credentials.tfrc.json",
+	# private keys and key stores
+	"id_*", "*.pem", "*.key", "*.p12", "*.pfx", "*.jks", "*.keystore", "*.kdbx", "*.ppk",
+}
+
+# Names that look sensitive and are not: templates of .env files, public
+# keys.
+sensitive_name_exceptions := {".env.example", ".env.sample", ".env.template", ".env.dist", "*.pub"}
+
+# Directories whose every file is sensitive, by name, anywhere.
+sensitive_dirs := {".ssh", ".gnupg", ".azure", ".password-store"}
+
+# Files and directories by the end of their path: cloud CLI credentials
+# and the like.
+sensitive_path_ends := {
+	".aws/credentials", ".aws/config", ".aws/sso/cache", ".config/gcloud", ".kube/config", ".docker/config.json",
+	".config/gh/hosts.yml", ".config/hub", ".cargo/credentials", ".cargo/credentials.toml", ".gem/credentials",
+	".composer/auth.json", ".m2/settings-security.xml", ".terraform.d/credentials.tfrc.json",
+	".local/share/keyrings", ".config/op",
+}
+
+# Files by their absolute path.
+sensitive_files := {"/etc/shadow", "/etc/gshadow", "/etc/sudoers", "/etc/passwd", "/etc/master.passwd", "/etc/security/opasswd"}
+
+sensitive_dir_prefixes := {"/etc/sudoers.d"}
+
+# --- rules --------------------------------------------------------------------
+
+deny contains sprintf("sensitive path %s", [p]) if some p in denied_paths
+
+# denied_paths are the paths of the call that no call may touch. Tools that
+# choose their files themselves (search_file_content, read_many_files) ask
+# this rule about each file they find and skip the ones in it.
+denied_paths contains p if {
+	some p in input.paths
+	sensitive(p)
+}
+
+# sensitive_samples are file names that stand for the lists above (a
+# pattern's wildcards made into x): the executor judges a shell glob
+# (cat .en[v]) as the sensitive file it could match.
+sensitive_samples := {replace(replace(n, "*", "x"), "?", "x") | some n in sensitive_names} | sensitive_dirs
+
+# One regular expression for the lists, made once per evaluation: a path
+# is sensitive when it ends in a sensitive name or has a sensitive
+# directory or path end in it, and does not end in an exception.
+sensitive_pattern := concat("", [
+	`(^|/)(`, concat("|", {name_regex(n) | some n in sensitive_names}), `)$|(^|/)(`,
+	concat("|", {name_regex(n) | some n in sensitive_dirs | sensitive_path_ends}), `)(/|$)`,
+])
+
+exception_pattern := concat("", [`(^|/)(`, concat("|", {name_regex(n) | some n in sensitive_name_exceptions}), `)$`])
+
+name_regex(n) := replace(replace(replace(lower(n), ".", `\.`), "*", `[^/]*`), "?", `[^/]`)
+
+sensitive(p) if lower(p) in sensitive_files
+
+sensitive(p) if {
+	some d in sensitive_dir_prefixes
+	startswith(p, concat("", [d, "/"]))
+}
+
+sensitive(p) if {
+	lp := lower(p)
+	regex.match(sensitive_pattern, lp)
+	not regex.match(exception_pattern, lp)
+}

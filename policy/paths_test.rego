@@ -1,0 +1,53 @@
+package toolbus_test
+
+import data.toolbus
+
+test_sensitive_paths_denied if {
+	every p in [
+		"/etc/shadow", "/etc/passwd", "/etc/sudoers.d/x", "/home/ada/.ssh/id_rsa", "/root/.ssh/authorized_keys",
+		"/home/ada/.aws/credentials", "/home/ada/.config/gcloud/application_default_credentials.json",
+		"/home/ada/.azure/accessTokens.json", "/home/ada/.kube/config", "/home/ada/.docker/config.json",
+		"/w/.env", "/w/app/.env.production", "/w/.env.production.local", "/home/ada/.netrc", "/w/.envrc", "/w/.npmrc",
+		"/home/ada/.pypirc", "/home/ada/.git-credentials", "/w/deploy/id_ed25519", "/w/certs/server.pem",
+		"/w/certs/server.key", "/w/ci.kubeconfig", "/home/ada/.gnupg/secring.gpg",
+		# case does not matter
+		"/w/.ENV", "/w/Id_Rsa", "/home/ada/.SSH/config", "/w/CERT.PEM", "/ETC/SHADOW",
+	] {
+		verdict(file_tool("read_file", "read", [p])) == "DENY"
+	}
+}
+
+test_ordinary_paths_allowed if {
+	every p in [
+		"/w/README.md", "/w/.env.example", "/w/.env.sample", "/w/env/config.go", "/w/.envrc.md", "/w/keys.go",
+		"/home/ada/.ssh/id_rsa.pub", "/w/identity.go", "/w/monkey.txt", "/w/pem/README",
+	] {
+		verdict(file_tool("read_file", "read", [p])) == "ALLOW"
+	}
+}
+
+test_a_policy_team_extends_the_lists if {
+	verdict(file_tool("read_file", "read", ["/w/secrets.yaml"])) == "ALLOW"
+	verdict(file_tool("read_file", "read", ["/w/secrets.yaml"])) == "DENY" with toolbus.sensitive_names as {"secrets.yaml"}
+}
+
+test_denied_paths_names_each_sensitive_file if {
+	inp := file_tool("search_file_content", "search", ["/w/.env", "/w/app/main.go", "/w/app/.env.production", "/w/app/.env.example"])
+	toolbus.denied_paths == {"/w/.env", "/w/app/.env.production"} with input as inp
+}
+
+test_denied_paths_empty_for_ordinary_files if {
+	count(toolbus.denied_paths) == 0 with input as file_tool("read_many_files", "read", ["/w/README.md", "/w/go.mod"])
+}
+
+test_sensitive_path_in_shell_denied if {
+	inp := object.union(shell([cmd("cat", ["/etc/shadow"])]), {"paths": ["/etc/shadow"]})
+	verdict(inp) == "DENY"
+}
+
+test_samples_stand_for_the_patterns if {
+	".env" in toolbus.sensitive_samples
+	"id_x" in toolbus.sensitive_samples
+	"x.pem" in toolbus.sensitive_samples
+	".ssh" in toolbus.sensitive_samples
+}
