@@ -25,15 +25,16 @@ func main() {
 	timeout := fs.Duration("timeout", executor.DefaultTimeout, "deadline of a call")
 	confirmTimeout := fs.Duration("confirm-timeout", executor.DefaultConfirmTimeout, "how long an approver may take")
 	id := fs.String("id", "", "executor id (default executor@HOST)")
+	outputs := cli.AddOutputFlags(fs)
 	logLevel := cli.LogFlag(fs)
 	fs.Parse(os.Args[1:])
-	if err := run(*natsURL, *workspace, *policyDir, *id, *timeout, *confirmTimeout, *logLevel); err != nil {
+	if err := run(*natsURL, *workspace, *policyDir, *id, *timeout, *confirmTimeout, outputs, *logLevel); err != nil {
 		fmt.Fprintln(os.Stderr, "executor:", err)
 		os.Exit(1)
 	}
 }
 
-func run(natsURL, workspace, policyDir, id string, timeout, confirmTimeout time.Duration, logLevel string) error {
+func run(natsURL, workspace, policyDir, id string, timeout, confirmTimeout time.Duration, outputs *cli.OutputFlags, logLevel string) error {
 	log, err := cli.Logger(logLevel)
 	if err != nil {
 		return err
@@ -64,9 +65,11 @@ func run(natsURL, workspace, policyDir, id string, timeout, confirmTimeout time.
 	}
 	shells := builtin.NewShells(ws)
 	defer shells.Close()
-	ex, err := executor.Start(ctx, b.Conn(), b.JetStream(), executor.Config{
+	cfg := executor.Config{
 		Identity: identity, Tools: builtin.Tools(ws, shells), Policy: pol, PolicyDir: policyDir,
-		Workspace: ws.Root(), Timeout: timeout, ConfirmTimeout: confirmTimeout, Logger: log})
+		Workspace: ws.Root(), Timeout: timeout, ConfirmTimeout: confirmTimeout, Logger: log}
+	outputs.Apply(&cfg)
+	ex, err := executor.Start(ctx, b.Conn(), b.JetStream(), cfg)
 	if err != nil {
 		return err
 	}

@@ -30,6 +30,7 @@ func runUp(args []string) error {
 	settingsPath := fs.String("settings", "", "Gemini CLI settings.json with tools.core / tools.exclude (default: "+projectSettings+" if present)")
 	workspace := fs.String("workspace", ".", "directory the built-in tools are confined to")
 	policyDir := fs.String("policy", "", "directory of .rego files (default: the built-in default policy)")
+	outputs := cli.AddOutputFlags(fs)
 	logLevel := cli.LogFlag(fs)
 	if rest, err := parse(fs, args); err != nil {
 		return err
@@ -66,7 +67,7 @@ func runUp(args []string) error {
 	}
 	defer reg.Stop()
 
-	exec, err := startExecutor(ctx, b, *workspace, *policyDir, log)
+	exec, err := startExecutor(ctx, b, *workspace, *policyDir, outputs, log)
 	if err != nil {
 		return err
 	}
@@ -92,8 +93,9 @@ type runningExecutor struct {
 }
 
 // startExecutor runs an executor hosting the built-in tools over workspace,
-// enforcing the policy of policyDir, or the default policy.
-func startExecutor(ctx context.Context, b *bus.Bus, workspace, policyDir string, log *slog.Logger) (*runningExecutor, error) {
+// enforcing the policy of policyDir, or the default policy, keeping output
+// within outputs.
+func startExecutor(ctx context.Context, b *bus.Bus, workspace, policyDir string, outputs *cli.OutputFlags, log *slog.Logger) (*runningExecutor, error) {
 	files, err := policy.DirFiles(policyDir, policy.Files(defaultpolicy.Default()))
 	if err != nil {
 		return nil, err
@@ -107,9 +109,11 @@ func startExecutor(ctx context.Context, b *bus.Bus, workspace, policyDir string,
 		return nil, err
 	}
 	shells := builtin.NewShells(ws)
-	ex, err := executor.Start(ctx, b.Conn(), b.JetStream(), executor.Config{
+	cfg := executor.Config{
 		Identity: cli.Identity("executor"), Tools: builtin.Tools(ws, shells), Policy: pol, PolicyDir: policyDir,
-		Workspace: ws.Root(), Logger: log})
+		Workspace: ws.Root(), Logger: log}
+	outputs.Apply(&cfg)
+	ex, err := executor.Start(ctx, b.Conn(), b.JetStream(), cfg)
 	if err != nil {
 		shells.Close()
 		ws.Close()

@@ -216,7 +216,7 @@ func TestShellRunsAndReports(t *testing.T) {
 	}
 	var chunks []string
 	tl := tools["run_shell_command"]
-	if _, err := tl.Run(context.Background(), &tool.Call{Args: json.RawMessage(`{"command":"echo one; echo two"}`), Progress: func(s string) { chunks = append(chunks, s) }}); err != nil {
+	if _, err := tl.Run(context.Background(), &tool.Call{Args: json.RawMessage(`{"command":"echo one; echo two"}`), Progress: func(s string) bool { chunks = append(chunks, s); return true }}); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Join(chunks, "") != "one\ntwo\n" {

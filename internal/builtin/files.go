@@ -1,6 +1,7 @@
 package builtin
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -112,26 +113,27 @@ func (t *readFile) Run(_ context.Context, call *tool.Call) (*tool.Output, error)
 	if limit <= 0 {
 		limit = defaultReadLimit
 	}
-	text := string(data)
-	if n := lineCount(text); a.Offset == 0 && n <= limit {
-		return &tool.Output{LLMContent: text, ReturnDisplay: "Read " + strconv.Itoa(n) + " lines from " + t.ws.Rel(p)}, nil
+	// The text goes out as bytes, spooled when large (textOutput), never
+	// as a copy in a string: the output of a 20 MB file then holds its
+	// head in memory while it waits to be stored, not 40 MB.
+	if n := lineCount(data); a.Offset == 0 && n <= limit {
+		return textOutput(nil, data, "Read "+strconv.Itoa(n)+" lines from "+t.ws.Rel(p)), nil
 	}
-	lines := strings.SplitAfter(text, "\n")
-	if len(lines) > 0 && lines[len(lines)-1] == "" {
+	lines := bytes.SplitAfter(data, []byte("\n"))
+	if len(lines) > 0 && len(lines[len(lines)-1]) == 0 {
 		lines = lines[:len(lines)-1]
 	}
 	start := min(a.Offset, len(lines))
 	end := min(start+limit, len(lines))
-	body := strings.Join(lines[start:end], "")
 	note := fmt.Sprintf("[File content truncated: showing lines %d-%d of %d total lines. Use offset/limit to read more.]\n", start+1, end, len(lines))
-	return &tool.Output{LLMContent: note + body, ReturnDisplay: fmt.Sprintf("Read lines %d-%d of %d from %s", start+1, end, len(lines), t.ws.Rel(p))}, nil
+	return textOutput([]byte(note), bytes.Join(lines[start:end], nil), fmt.Sprintf("Read lines %d-%d of %d from %s", start+1, end, len(lines), t.ws.Rel(p))), nil
 }
 
 // lineCount is how many lines text has, the last one counted whether or
 // not a newline ends it.
-func lineCount(text string) int {
-	n := strings.Count(text, "\n")
-	if text != "" && !strings.HasSuffix(text, "\n") {
+func lineCount(text []byte) int {
+	n := bytes.Count(text, []byte("\n"))
+	if len(text) > 0 && text[len(text)-1] != '\n' {
 		n++
 	}
 	return n

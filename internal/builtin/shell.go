@@ -1,7 +1,6 @@
 package builtin
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,9 +17,6 @@ import (
 	"github.com/toolbus/toolbus/internal/proctree"
 	"github.com/toolbus/toolbus/internal/tool"
 )
-
-// maxShellOutput bounds what one command's stream is kept of in memory.
-const maxShellOutput = 64 << 20
 
 // killGrace is how long the processes of a cancelled command have between
 // SIGTERM and SIGKILL.
@@ -59,6 +55,7 @@ func (s *Shells) Close() {
 	for _, b := range bgs {
 		b.kill()
 		<-b.tree.Done()
+		b.release()
 	}
 	s.starter.Close()
 }
@@ -70,14 +67,15 @@ type process struct {
 	stdout, stderr *capped
 }
 
-// start starts bash -c line in dir. A background command (keep) outlives
-// bash until its last process ends.
-func (s *Shells) start(line, dir string, keep bool, progress func(string)) (*process, error) {
+// start starts bash -c line in dir, its output going to stdout and
+// stderr. A background command (keep) outlives bash until its last
+// process ends.
+func (s *Shells) start(line, dir string, keep bool, stdout, stderr *capped) (*process, error) {
 	bash, err := exec.LookPath("bash")
 	if err != nil {
 		return nil, err
 	}
-	p := &process{stdout: &capped{progress: progress}, stderr: &capped{progress: progress}}
+	p := &process{stdout: stdout, stderr: stderr}
 	p.tree, err = s.starter.Start(proctree.Command{Path: bash, Args: []string{"bash", "-c", line}, Dir: dir,
 		Stdout: p.stdout, Stderr: p.stderr, Keep: keep, Grace: killGrace})
 	if err != nil {
@@ -89,48 +87,6 @@ func (s *Shells) start(line, dir string, keep bool, progress func(string)) (*pro
 // kill ends every process of the command: SIGTERM, then SIGKILL after the
 // grace. It does not wait; p.tree.Done closes when they are gone.
 func (p *process) kill() { p.tree.Stop() }
-
-// capped is an io.Writer that keeps at most maxShellOutput bytes.
-type capped struct {
-	mu        sync.Mutex
-	buf       bytes.Buffer
-	truncated bool
-	progress  func(string)
-}
-
-func (c *capped) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if room := maxShellOutput - c.buf.Len(); room < len(p) {
-		c.buf.Write(p[:max(room, 0)])
-		c.truncated = true
-	} else {
-		c.buf.Write(p)
-	}
-	if c.progress != nil {
-		c.progress(string(p))
-	}
-	return len(p), nil
-}
-
-func (c *capped) String() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	s := c.buf.String()
-	if c.truncated {
-		s += fmt.Sprintf("\n[output truncated at %d bytes]", maxShellOutput)
-	}
-	return s
-}
-
-// take returns what was written since the last take.
-func (c *capped) take() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	s := c.buf.String()
-	c.buf.Reset()
-	return s
-}
 
 // --- run_shell_command -------------------------------------------------------
 
@@ -181,9 +137,12 @@ func (t *runShell) Run(ctx context.Context, call *tool.Call) (*tool.Output, erro
 		return tool.Failed(events.ErrInvalidParams, err.Error()), nil
 	}
 	if a.RunInBackground {
-		return t.shells.runBackground(a.Command, dir)
+		return t.shells.runBackground(a.Command, dir, call.MaxOutput)
 	}
-	p, err := t.shells.start(a.Command, dir, false, call.Progress)
+	stdout, stderr := streams(call.Progress, call.MaxOutput)
+	defer stdout.release() // emptied when the output takes them over
+	defer stderr.release()
+	p, err := t.shells.start(a.Command, dir, false, stdout, stderr)
 	if err != nil {
 		return tool.Failed(events.ErrShellFailed, "could not start bash: "+err.Error()), nil
 	}
@@ -197,33 +156,6 @@ func (t *runShell) Run(ctx context.Context, call *tool.Call) (*tool.Output, erro
 	return shellOutput(a.Command, t.shells.ws.Rel(dir), p), nil
 }
 
-// shellOutput formats a finished command the way Gemini CLI does.
-func shellOutput(line, dir string, p *process) *tool.Output {
-	exit, signal, errText := "(none)", "(none)", "(none)"
-	if ws, err := p.tree.Wait(); err != nil {
-		errText = err.Error()
-	} else if ws.Signaled() {
-		signal = ws.Signal().String()
-	} else {
-		exit = fmt.Sprint(ws.ExitStatus())
-	}
-	stdout, stderr := p.stdout.String(), p.stderr.String()
-	content := fmt.Sprintf("Command: %s\nDirectory: %s\nStdout: %s\nStderr: %s\nError: %s\nExit Code: %s\nSignal: %s\nProcess Group PGID: %d",
-		line, dir, orEmpty(stdout), orEmpty(stderr), errText, exit, signal, p.tree.Pid())
-	display := stdout + stderr
-	if display == "" {
-		display = fmt.Sprintf("(no output; exit code %s)", exit)
-	}
-	return &tool.Output{LLMContent: content, ReturnDisplay: display}
-}
-
-func orEmpty(s string) string {
-	if s == "" {
-		return "(empty)"
-	}
-	return s
-}
-
 // --- background commands (seed 004 Bash / BashOutput / KillShell) -----------
 
 type background struct {
@@ -231,17 +163,20 @@ type background struct {
 	*process
 }
 
-func (s *Shells) runBackground(line, dir string) (*tool.Output, error) {
+func (s *Shells) runBackground(line, dir string, maxOutput int64) (*tool.Output, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return tool.Failed(events.ErrShellFailed, "the executor is shutting down"), nil
 	}
-	p, err := s.start(line, dir, true, nil)
+	stdout, stderr := streams(nil, maxOutput)
+	p, err := s.start(line, dir, true, stdout, stderr)
 	if err != nil {
+		stdout.release()
+		stderr.release()
 		return tool.Failed(events.ErrShellFailed, "could not start bash: "+err.Error()), nil
 	}
-	id := "shell_" + nuid.Next()[:10]
+	id := "shell_" + nuid.Next() // whole: the first characters of nuids made together are the same
 	s.bg[id] = &background{id: id, line: line, dir: dir, process: p}
 	msg := fmt.Sprintf("Started in the background with shell_id %s (PGID %d). Use shell_output to read its output and kill_shell to stop it and every process it started.", id, p.tree.Pid())
 	return tool.Text(msg), nil
@@ -273,7 +208,7 @@ type shellIDArgs struct {
 type backgroundTool struct {
 	spec   events.ToolSpec
 	shells *Shells
-	act    func(s *Shells, b *background) string
+	act    func(s *Shells, b *background) *tool.Output
 }
 
 func (t *backgroundTool) Spec() events.ToolSpec { return t.spec }
@@ -287,30 +222,44 @@ func (t *backgroundTool) Run(_ context.Context, call *tool.Call) (*tool.Output, 
 	if fail != nil {
 		return fail, nil
 	}
-	return tool.Text(t.act(t.shells, b)), nil
+	return t.act(t.shells, b), nil
 }
 
 // readBackground reports what a background command wrote since the last
 // call, and forgets it once every process of it has ended and everything
 // was read. It is running while any process it started runs, even after
 // bash itself exited.
-func readBackground(s *Shells, b *background) string {
+func readBackground(s *Shells, b *background) *tool.Output {
 	status := "running"
 	select {
 	case <-b.tree.Done():
 		status = exitText(b.tree.Wait())
 		s.forget(b.id)
+		defer b.release()
 	default:
 	}
-	return fmt.Sprintf("Shell %s (%s): %s\nStdout since last read: %s\nStderr since last read: %s", b.id, b.line, status, orEmpty(b.stdout.take()), orEmpty(b.stderr.take()))
+	whole := tool.NewSpool()
+	fmt.Fprintf(whole, "Shell %s (%s): %s\nStdout since last read: ", b.id, b.line, status)
+	b.stdout.takeInto(whole)
+	whole.WriteString("\nStderr since last read: ")
+	b.stderr.takeInto(whole)
+	head, _ := whole.Head(tool.SpoolHead)
+	return spooled(whole, head)
 }
 
 // killBackground stops a background command and every process it started.
-func killBackground(s *Shells, b *background) string {
+func killBackground(s *Shells, b *background) *tool.Output {
 	b.kill()
 	<-b.tree.Done()
 	s.forget(b.id)
-	return fmt.Sprintf("Killed shell %s (%s).", b.id, b.line)
+	b.release()
+	return tool.Text(fmt.Sprintf("Killed shell %s (%s).", b.id, b.line))
+}
+
+// release frees what the command's output holds, once nothing will read it.
+func (b *background) release() {
+	b.stdout.release()
+	b.stderr.release()
 }
 
 // exitText says how bash ended.

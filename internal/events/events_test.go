@@ -49,6 +49,12 @@ func examples() map[string]Envelope {
 		"confirm_answer.json": &ConfirmAnswer{Header: hdr("ca-1", Identity{ID: "approver:ada", Role: "approver", User: "ada"}), InvocationID: "inv-2", Outcome: ModifyWithEditor, Args: json.RawMessage(`{"command":"make test-short"}`)},
 		"step.json":           &Step{Header: hdr("st-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-1", Tool: "read_file", Step: "validated"},
 		"cancel.json":         &CancelRequest{Header: hdr("cx-1", Identity{ID: "cli@dev-1", Role: "cli"}), InvocationID: "inv-2", Reason: "taking too long"},
+		// A caller that stopped waiting: it publishes the call's terminal
+		// result itself, and the executor's result comes Late.
+		"cancel_gave_up.json": &CancelRequest{Header: hdr("cx-2", agent), InvocationID: "inv-3", Reason: "the caller stopped waiting: context deadline exceeded", GaveUp: true},
+		"result_late.json": &Result{Header: hdr("res-2", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-3", Tool: "read_file",
+			LLMContent:    "[Output truncated: showing 40000 of 20000000 characters. The whole output could not be kept: the object store TOOLBUS_OUTPUTS is full (maximum bytes exceeded); older outputs make room as they expire.]",
+			ReturnDisplay: "Read 2000 lines from big.txt", Truncated: true, Late: true},
 		"result.json": &Result{Header: hdr("res-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-2", Tool: "run_shell_command",
 			LLMContent: "Command denied.", ReturnDisplay: "Command denied.", Error: &ToolError{Type: ErrPolicyDenied, Message: "rm -rf / is a dangerous command"},
 			Policy: &PolicyVerdict{Verdict: Deny, Reason: "rm -rf / is a dangerous command", Revision: "sha256:0f3a"}},

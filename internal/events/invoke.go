@@ -217,6 +217,12 @@ type Result struct {
 	// far: the audit trail has every decision in the result, and a separate
 	// Decision event only for ASK_USER, when a person is asked.
 	Policy *PolicyVerdict `json:"policy,omitempty"`
+	// Late is set on a result an executor sent after the caller gave up
+	// on the call (a CancelRequest with GaveUp): the caller's own result
+	// (TIMEOUT, CANCELLED or EXECUTOR_LOST) is the terminal one, and this
+	// one is kept for the record only. Every invocation has exactly one
+	// result without Late.
+	Late bool `json:"late,omitempty"`
 }
 
 // PolicyVerdict is a policy decision as a Result records it.
@@ -275,6 +281,11 @@ type CancelRequest struct {
 	Header
 	InvocationID string `json:"invocationId"`
 	Reason       string `json:"reason,omitempty"`
+	// GaveUp says the sender is the call's caller and has stopped
+	// waiting: it publishes the call's terminal result itself, right
+	// after this request, so whatever the executor still sends is Late.
+	// An executor that has not seen the call yet refuses it when it comes.
+	GaveUp bool `json:"gaveUp,omitempty"`
 }
 
 // EnvelopeType implements Envelope.

@@ -55,12 +55,33 @@ const (
 // executor that is gone fails at once with "no responders".
 const ExecSubjectPrefix = "toolbus.exec."
 
+// ClaimSubject is where a caller that has heard nothing of its call for a
+// while asks every executor whether it still runs it; ClaimSubjectPrefix
+// + an encoded executor id asks one executor (the one its heartbeats
+// named). The request is the invocation id; an executor answers
+// ClaimRunning when it runs it, else ClaimUnknown, with ExecutorHeader
+// naming itself. Like ExecSubjectPrefix it is outside tool.>: an
+// executor that is gone gives "no responders" at once, and claims are not
+// audited.
+const (
+	ClaimSubject       = "toolbus.claim"
+	ClaimSubjectPrefix = "toolbus.claim."
+	ClaimRunning       = "running"
+	ClaimUnknown       = "unknown"
+)
+
 // Header names of the invoke protocol. Messages an executor sends to an
 // invocation's reply subject are a Result unless KindHeader says otherwise.
 const (
 	KindHeader    = "Toolbus-Kind"
 	KindHeartbeat = "heartbeat"
 	KindProgress  = "progress"
+	// KindFence marks a caller's own message to its own inbox (see
+	// executor.Client): no executor sends it.
+	KindFence = "fence"
+	// ExecutorHeader names the executor that sends a heartbeat or answers
+	// a claim: the one to ask whether the call still runs.
+	ExecutorHeader = "Toolbus-Executor"
 )
 
 // Names of the JetStream assets that hold the shared state.

@@ -33,12 +33,25 @@ func (e *Executor) acceptBatch(m *nats.Msg) {
 		return
 	default:
 	}
+	// A batch whose caller gives up stops: the caller publishes a result
+	// for each of its calls, so the calls still running are abandoned in
+	// turn and those not started are not sent.
+	ctx, cancel := context.WithCancelCause(context.Background())
+	if _, dup := e.batches[b.ID]; !dup {
+		e.batches[b.ID] = cancel
+	}
 	e.wg.Add(1)
 	e.mu.Unlock()
 	go func() {
 		defer e.wg.Done()
+		defer func() {
+			e.mu.Lock()
+			delete(e.batches, b.ID)
+			e.mu.Unlock()
+			cancel(nil)
+		}()
 		stop := e.beatUntilDone(m.Reply)
-		res := e.runBatch(b)
+		res := e.runBatch(ctx, b)
 		stop()
 		e.respondBatch(m.Reply, res)
 	}()
@@ -57,6 +70,7 @@ func (e *Executor) beatUntilDone(reply string) func() {
 			case <-t.C:
 				m := nats.NewMsg(reply)
 				m.Header.Set(events.KindHeader, events.KindHeartbeat)
+				m.Header.Set(events.ExecutorHeader, e.id.ID)
 				_ = e.nc.PublishMsg(m)
 			}
 		}
@@ -64,14 +78,18 @@ func (e *Executor) beatUntilDone(reply string) func() {
 	return func() { close(done) }
 }
 
-func (e *Executor) runBatch(b *events.BatchInvocation) *events.BatchResult {
+func (e *Executor) runBatch(ctx context.Context, b *events.BatchInvocation) *events.BatchResult {
 	n := len(b.Calls)
 	results := make([]events.Result, n)
 	invoker := e.batchClient()
 	run := func(i int, args json.RawMessage) {
 		inv := &events.Invocation{Header: events.Header{ID: fmt.Sprintf("%s.%d", b.ID, i), Sender: b.Sender},
 			Tool: b.Calls[i].Tool, Args: args, TimeoutMillis: b.Calls[i].TimeoutMillis}
-		res, err := invoker.invoke(context.Background(), inv, nil)
+		if ctx.Err() != nil {
+			results[i] = *e.result(inv, inv.Tool, events.ErrCancelled, "Not run: the batch's caller gave up.")
+			return
+		}
+		res, err := invoker.invoke(ctx, inv, nil)
 		if err != nil {
 			res = e.result(inv, inv.Tool, events.ErrExecutionFailed, err.Error())
 		}

@@ -35,10 +35,11 @@ type Client struct {
 
 // pending is a call waiting for its result. Heartbeats and progress go to
 // events, which drops what a slow reader has no room for; the result has a
-// slot of its own and is never dropped.
+// slot of its own and is never dropped, and so has the client's own fence.
 type pending struct {
 	result chan *nats.Msg
 	events chan *nats.Msg
+	fence  chan struct{}
 }
 
 // NewClient returns a client that invokes as id over nc.
@@ -65,8 +66,15 @@ func (c *Client) start() error {
 				return
 			}
 			ch := p.events
-			if m.Header.Get(events.KindHeader) == "" {
+			switch m.Header.Get(events.KindHeader) {
+			case "":
 				ch = p.result
+			case events.KindFence:
+				select {
+				case p.fence <- struct{}{}:
+				default:
+				}
+				return
 			}
 			select {
 			case ch <- m:
@@ -108,7 +116,7 @@ func (c *Client) invoke(ctx context.Context, inv *events.Invocation, progress fu
 		return nil, err
 	}
 	if fail != nil {
-		return c.synthesize(inv, fail.Type, fail.Message), nil
+		return c.synthesize(ctx, inv, fail.Type, fail.Message), nil
 	}
 	res, err := events.Decode[events.Result](m.Data)
 	if err != nil {
@@ -136,7 +144,7 @@ func (c *Client) InvokeBatch(ctx context.Context, b *events.BatchInvocation) (*e
 		out := &events.BatchResult{Header: events.Header{Sender: c.id}, BatchID: b.ID}
 		for i, call := range b.Calls {
 			inv := &events.Invocation{Header: events.Header{ID: fmt.Sprintf("%s.%d", b.ID, i)}, Tool: call.Tool}
-			out.Results = append(out.Results, *c.synthesize(inv, fail.Type, fail.Message))
+			out.Results = append(out.Results, *c.synthesize(ctx, inv, fail.Type, fail.Message))
 		}
 		return out, nil
 	}
@@ -150,11 +158,17 @@ func (c *Client) InvokeBatch(ctx context.Context, b *events.BatchInvocation) (*e
 // roundTrip sends a request whose answer comes to this client's inbox and
 // waits for it, hearing heartbeats and progress on the way. It returns the
 // answer, or the failure the caller should report instead.
+//
+// After LostAfter without a word it asks whether an executor still runs
+// the call (the one its heartbeats named, or any): one that does is
+// waited for. Only when none does is the call lost. Whenever it gives up,
+// it tells the executors first (giveUp), so that a result still to come
+// is recorded as late.
 func (c *Client) roundTrip(ctx context.Context, subject, id string, data []byte, progress func(string)) (*nats.Msg, *events.ToolError, error) {
 	if err := c.start(); err != nil {
 		return nil, nil, err
 	}
-	p := &pending{result: make(chan *nats.Msg, 1), events: make(chan *nats.Msg, 64)}
+	p := &pending{result: make(chan *nats.Msg, 1), events: make(chan *nats.Msg, 64), fence: make(chan struct{}, 1)}
 	// The reply token is ours, not the invocation id, which may hold dots.
 	token := nuid.Next()
 	c.mu.Lock()
@@ -168,38 +182,76 @@ func (c *Client) roundTrip(ctx context.Context, subject, id string, data []byte,
 	if err := c.nc.PublishMsg(&nats.Msg{Subject: subject, Reply: c.prefix + token, Data: data}); err != nil {
 		return nil, nil, err
 	}
+	answered := func(m *nats.Msg) (*nats.Msg, *events.ToolError, error) {
+		// Progress sent before the result is already queued (one
+		// subscription delivers in order): hand it over first.
+		for drained := false; !drained; {
+			select {
+			case ev := <-p.events:
+				if ev.Header.Get(events.KindHeader) == events.KindProgress && progress != nil {
+					progress(string(ev.Data))
+				}
+			default:
+				drained = true
+			}
+		}
+		if m.Header.Get("Status") == "503" {
+			// A forwarded call found no one at the executor that hosts
+			// the tool: it is gone.
+			return nil, &events.ToolError{Type: events.ErrExecutorLost, Message: "The executor that hosts the tool is gone."}, nil
+		}
+		return m, nil, nil
+	}
 	lost := time.NewTimer(LostAfter)
 	defer lost.Stop()
+	executor := ""      // the one that runs the call, once a heartbeat names it
+	heard := time.Now() // the last heartbeat, progress or claim
 	for {
 		select {
 		case m := <-p.result:
-			// Progress sent before the result is already queued (one
-			// subscription delivers in order): hand it over first.
-			for drained := false; !drained; {
-				select {
-				case ev := <-p.events:
-					if ev.Header.Get(events.KindHeader) == events.KindProgress && progress != nil {
-						progress(string(ev.Data))
-					}
-				default:
-					drained = true
-				}
-			}
-			if m.Header.Get("Status") == "503" {
-				// A forwarded call found no one at the executor that hosts
-				// the tool: it is gone.
-				return nil, &events.ToolError{Type: events.ErrExecutorLost, Message: "The executor that hosts the tool is gone."}, nil
-			}
-			return m, nil, nil
+			return answered(m)
 		case m := <-p.events:
 			if m.Header.Get(events.KindHeader) == events.KindProgress && progress != nil {
 				progress(string(m.Data))
 			}
+			if x := m.Header.Get(events.ExecutorHeader); x != "" {
+				executor = x
+			}
+			heard = time.Now()
 			lost.Reset(LostAfter)
 		case <-lost.C:
-			return nil, &events.ToolError{Type: events.ErrExecutorLost, Message: fmt.Sprintf("No executor answered or reported progress for %s; the executor that took the call is gone or none is running.", LostAfter)}, nil
+			switch c.claim(ctx, id, &executor) {
+			case claimed:
+				heard = time.Now()
+				lost.Reset(LostAfter)
+				continue
+			case unanswered:
+				// The executors that should answer are connected (one
+				// that is gone gives "no responders") but silent:
+				// overloaded, frozen or cut off. They are asked again
+				// until UnansweredFor.
+				if time.Since(heard) < UnansweredFor {
+					lost.Reset(HeartbeatEvery)
+					continue
+				}
+			}
+			if ctx.Err() != nil {
+				continue // the caller's own deadline, reported as such
+			}
+			if m := c.fence(p, token); m != nil {
+				return answered(m)
+			}
+			c.giveUp(id, fmt.Sprintf("no executor runs the call: none answered for %s, and none claims it", time.Since(heard).Round(time.Second)))
+			return nil, &events.ToolError{Type: events.ErrExecutorLost, Message: fmt.Sprintf("No executor answered or reported progress for %s, and none claims the call; the executor that took it is gone or none is running.", time.Since(heard).Round(time.Second))}, nil
 		case <-ctx.Done():
-			c.Cancel(context.Background(), id, "the caller stopped waiting: "+ctx.Err().Error())
+			select {
+			case m := <-p.result:
+				// The result came with the deadline: it is the call's
+				// one terminal result, not a late one.
+				return answered(m)
+			default:
+			}
+			c.giveUp(id, "the caller stopped waiting: "+ctx.Err().Error())
 			t := events.ErrCancelled
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				t = events.ErrTimeout
@@ -209,11 +261,118 @@ func (c *Client) roundTrip(ctx context.Context, subject, id string, data []byte,
 	}
 }
 
+// claimWait is how long a caller waits for answers to a claim. An
+// executor answers from a subscription of its own, within milliseconds
+// unless its machine is overloaded.
+const claimWait = 2 * HeartbeatEvery
+
+// claimAnswer is what asking about a call gave.
+type claimAnswer int
+
+const (
+	claimed    claimAnswer = iota // an executor runs it
+	notRunning                    // the executor asked does not, or is gone; or every executor that answered does not
+	unanswered                    // no answer in claimWait
+)
+
+// claim asks whether an executor still runs call id: the one named in
+// *executor, or, when no heartbeat named one yet, every executor, each of
+// which answers. An executor that is gone gives "no responders" at once,
+// since the claim subjects are outside the audit stream's tool.>.
+func (c *Client) claim(ctx context.Context, id string, executor *string) claimAnswer {
+	subject := events.ClaimSubject
+	if *executor != "" {
+		subject = ClaimSubject(*executor)
+	}
+	inbox := nats.NewInbox()
+	sub, err := c.nc.SubscribeSync(inbox)
+	if err != nil {
+		return unanswered
+	}
+	defer sub.Unsubscribe()
+	if err := c.nc.PublishRequest(subject, inbox, []byte(id)); err != nil {
+		return unanswered
+	}
+	ctx, cancel := context.WithTimeout(ctx, claimWait)
+	defer cancel()
+	answer := unanswered
+	for {
+		m, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			return answer
+		}
+		switch {
+		case m.Header.Get("Status") == "503": // no responders
+			return notRunning
+		case string(m.Data) == events.ClaimRunning:
+			if x := m.Header.Get(events.ExecutorHeader); x != "" {
+				*executor = x
+			}
+			return claimed
+		}
+		if subject != events.ClaimSubject {
+			return notRunning
+		}
+		// Another executor does not run it; the one that does may
+		// still answer.
+		answer = notRunning
+	}
+}
+
+// fence makes sure no result is on its way before the call is given up:
+// an executor sends a call's result before it stops claiming the call,
+// and the server hands this client what an executor sent in order, so a
+// marker the client sends itself after the claim was refused comes back
+// after any such result. It returns the result if one came.
+func (c *Client) fence(p *pending, token string) *nats.Msg {
+	m := nats.NewMsg(c.prefix + token)
+	m.Header.Set(events.KindHeader, events.KindFence)
+	if err := c.nc.PublishMsg(m); err != nil {
+		return nil
+	}
+	t := time.NewTimer(claimWait)
+	defer t.Stop()
+	select {
+	case r := <-p.result:
+		return r
+	case <-p.fence:
+		select {
+		case r := <-p.result:
+			return r
+		default:
+			return nil
+		}
+	case <-t.C:
+		return nil
+	}
+}
+
+// giveUp tells the executors that the caller stopped waiting for call id
+// and publishes the call's terminal result itself: the one running it
+// stops it and marks what it still sends late, and one it has not reached
+// yet refuses it.
+func (c *Client) giveUp(id, reason string) error {
+	data, err := events.Encode(&events.CancelRequest{Header: events.Header{Sender: c.id}, InvocationID: id, Reason: reason, GaveUp: true})
+	if err != nil {
+		return err
+	}
+	return c.nc.Publish(events.SubjectCancel, data)
+}
+
+// errBatchAbandoned ends the calls of a batch whose caller gave up: that
+// caller published a result for each call, so the calls' own client does
+// not.
+var errBatchAbandoned = errors.New("the batch's caller gave up")
+
 // synthesize makes the result of a call whose executor cannot give one,
-// and publishes it, so the audit trail has a terminal result for it too.
-func (c *Client) synthesize(inv *events.Invocation, t events.ErrorType, msg string) *events.Result {
+// and publishes it, so the audit trail has a terminal result for it too,
+// unless the call was part of a batch whose caller published it already.
+func (c *Client) synthesize(ctx context.Context, inv *events.Invocation, t events.ErrorType, msg string) *events.Result {
 	res := &events.Result{Header: events.Header{Sender: c.id}, InvocationID: inv.ID, Tool: inv.Tool,
 		LLMContent: msg, ReturnDisplay: msg, Error: &events.ToolError{Type: t, Message: msg}}
+	if errors.Is(context.Cause(ctx), errBatchAbandoned) {
+		return res
+	}
 	if data, err := events.Encode(res); err == nil {
 		_ = c.nc.Publish(events.SubjectResult, data)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/toolbus/toolbus/internal/catalog"
 	"github.com/toolbus/toolbus/internal/events"
@@ -33,10 +34,24 @@ const (
 	DefaultMaxTimeout     = 10 * time.Minute
 	DefaultConfirmTimeout = 5 * time.Minute
 	DefaultMaxContent     = 40000
+	// DefaultOutputStoreBytes and DefaultOutputStoreTTL bound the object
+	// store of whole outputs: a full store refuses new outputs (their
+	// results are capped and say so) and never cuts into old ones; an
+	// output stays a week, long enough to look into last week's session.
+	// 1 GiB matches the audit stream's default size.
+	DefaultOutputStoreBytes = 1 << 30
+	DefaultOutputStoreTTL   = 7 * 24 * time.Hour
 	// HeartbeatEvery is how often a running call tells its caller it is
-	// alive; a caller that hears nothing for LostAfter gives EXECUTOR_LOST.
+	// alive, naming itself. A caller that hears nothing for LostAfter
+	// asks whether an executor still runs the call (the one named, else
+	// all of them), and gives EXECUTOR_LOST when none does: at once when
+	// the executor is gone or the executors that answer do not run it,
+	// or once the executors asked have answered nothing for
+	// UnansweredFor (overloaded, frozen, or cut off from the bus while
+	// the server still holds their connection).
 	HeartbeatEvery = time.Second
 	LostAfter      = 4 * HeartbeatEvery
+	UnansweredFor  = 30 * time.Second
 )
 
 // workerIdle is how long a worker goroutine waits for the next call
@@ -74,6 +89,16 @@ type Config struct {
 	// MaxContent caps llmContent in characters (default 40,000); the whole
 	// output goes to the object store.
 	MaxContent int
+	// MaxOutput is how many bytes of output a call keeps at most (default
+	// tool.DefaultMaxOutput, 64 MiB); a tool that prints more keeps the
+	// first MaxOutput bytes and says so. Memory does not depend on it:
+	// tools spool large output to temporary files.
+	MaxOutput int64
+	// OutputStoreBytes and OutputStoreTTL configure the object store of
+	// whole outputs (defaults 1 GiB and 7 days), also when it exists
+	// already: the last executor to start sets them for the fleet.
+	OutputStoreBytes int64
+	OutputStoreTTL   time.Duration
 	// Hooks run around every execution.
 	Hooks  Hooks
 	Logger *slog.Logger
@@ -103,7 +128,10 @@ type Executor struct {
 	policy    atomic.Pointer[policy.Policy]
 	watcher   *policy.Watcher
 	allowlist *allowlist
-	outputs   jetstream.ObjectStore
+	outputs   jetstream.ObjectStore // over bulk
+	bulk      *nats.Conn            // the connection whole outputs take
+	storing   *semaphore.Weighted   // bytes on their way to outputs
+	abandoned abandoned             // calls whose callers gave up
 
 	subs []*nats.Subscription
 	svc  micro.Service
@@ -117,8 +145,9 @@ type Executor struct {
 
 	mu       sync.Mutex
 	running  map[string]*call
-	wg       sync.WaitGroup // every call and background goroutine
-	workers  *workers       // the goroutines calls and tool runs run on
+	batches  map[string]context.CancelCauseFunc // batches coordinated here, by id
+	wg       sync.WaitGroup                     // every call and background goroutine
+	workers  *workers                           // the goroutines calls and tool runs run on
 	stopping chan struct{}
 }
 
@@ -143,14 +172,23 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 	if cfg.MaxContent <= 0 {
 		cfg.MaxContent = DefaultMaxContent
 	}
+	if cfg.MaxOutput <= 0 {
+		cfg.MaxOutput = tool.DefaultMaxOutput
+	}
+	if cfg.OutputStoreBytes <= 0 {
+		cfg.OutputStoreBytes = DefaultOutputStoreBytes
+	}
+	if cfg.OutputStoreTTL <= 0 {
+		cfg.OutputStoreTTL = DefaultOutputStoreTTL
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
 	}
 	home, _ := os.UserHomeDir()
 	e := &Executor{cfg: cfg, nc: nc, js: js, id: cfg.Identity, log: log, tools: make(map[string]*hosted),
-		home: home, running: make(map[string]*call), workers: newWorkers(workerIdle),
-		stopping: make(chan struct{})}
+		home: home, running: make(map[string]*call), batches: make(map[string]context.CancelCauseFunc),
+		workers: newWorkers(workerIdle), storing: semaphore.NewWeighted(storeInFlight), stopping: make(chan struct{})}
 	for _, t := range cfg.Tools {
 		h, err := newHosted(t)
 		if err != nil {
@@ -161,15 +199,24 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 	e.policy.Store(cfg.Policy)
 
 	var err error
-	if e.outputs, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+	// nats.go makes an object store's stream with DiscardNew: a full store
+	// refuses the chunks of a new object (and Put removes those it took)
+	// instead of dropping the oldest chunks, which would corrupt objects
+	// stored before. An existing bucket gets the limits on update.
+	if _, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
 		Bucket:      events.OutputBucket,
 		Description: "toolbus: whole outputs of calls whose result was capped",
 		Storage:     jetstream.FileStorage,
-		TTL:         7 * 24 * time.Hour,
+		TTL:         cfg.OutputStoreTTL,
+		MaxBytes:    cfg.OutputStoreBytes,
 	}); err != nil {
 		return nil, fmt.Errorf("executor: output store: %w", err)
 	}
+	if e.outputs, err = e.openBulk(ctx); err != nil {
+		return nil, fmt.Errorf("executor: output store: %w", err)
+	}
 	if e.allowlist, err = openAllowlist(ctx, js, log); err != nil {
+		e.closeFollowers()
 		return nil, fmt.Errorf("executor: %w", err)
 	}
 	if e.catalog, err = catalog.Follow(ctx, js, log); err != nil {
@@ -208,6 +255,8 @@ func (e *Executor) subscribe() error {
 		{events.SubjectInvokeBatch, queueGroup, e.acceptBatch},
 		{ExecSubject(e.id.ID), "", func(m *nats.Msg) { e.accept(m, true) }},
 		{events.SubjectCancel, "", e.handleCancel},
+		{events.ClaimSubject, "", e.handleClaim},
+		{ClaimSubject(e.id.ID), "", e.handleClaim},
 	}
 	for _, h := range handlers {
 		sub, err := e.nc.QueueSubscribe(h.subject, h.queue, h.handle)
@@ -328,7 +377,32 @@ func (e *Executor) Stop(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// openBulk opens the executor's second connection, for whole outputs, and
+// the output store over it. Megabytes of an output queued on the
+// executor's own connection would hold up every heartbeat, claim and
+// result behind them: with 64 outputs of 20 MB stored at once, a
+// heartbeat took 3 to 7 seconds to go out, and callers took running calls
+// for lost. The connection is made as the executor's own was, with its
+// options (server, credentials).
+func (e *Executor) openBulk(ctx context.Context) (jetstream.ObjectStore, error) {
+	opts := e.nc.Opts
+	opts.Name += " (outputs)"
+	bulk, err := opts.Connect()
+	if err != nil {
+		return nil, err
+	}
+	e.bulk = bulk
+	js, err := jetstream.New(bulk)
+	if err != nil {
+		return nil, err
+	}
+	return js.ObjectStore(ctx, events.OutputBucket)
+}
+
 func (e *Executor) closeFollowers() {
+	if e.bulk != nil {
+		e.bulk.Close()
+	}
 	if e.watcher != nil {
 		e.watcher.Stop()
 	}
@@ -359,13 +433,24 @@ func (e *Executor) handleCancel(m *nats.Msg) {
 	}
 	e.mu.Lock()
 	c := e.running[req.InvocationID]
+	stopBatch := e.batches[req.InvocationID]
+	if req.GaveUp && c == nil && stopBatch == nil {
+		// The call may still be on its way here: it will be refused.
+		e.abandoned.add(req.InvocationID)
+	}
 	e.mu.Unlock()
+	reason := req.Reason
+	if reason == "" {
+		reason = "cancelled by " + req.Sender.ID
+	}
 	if c != nil {
-		reason := req.Reason
-		if reason == "" {
-			reason = "cancelled by " + req.Sender.ID
+		if req.GaveUp {
+			c.abandon()
 		}
 		c.stop(errors.New(reason))
+	}
+	if stopBatch != nil && req.GaveUp {
+		stopBatch(errBatchAbandoned)
 	}
 	if m.Reply != "" {
 		found := "unknown"

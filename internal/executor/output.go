@@ -2,41 +2,91 @@ package executor
 
 import (
 	"context"
+	"encoding/base64"
+	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 	"unicode/utf8"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/tool"
 )
 
 // What keeps results within what the bus carries: capOutput caps every
 // result at MaxContent characters, fit cuts further what still does not
-// fit in one message, and both keep the whole output in the object store.
+// fit in one message, and both keep the whole output in the object store
+// when they can, and say why not when they cannot. The whole output is
+// streamed to the store, from the tool's spool when it has one, so a call
+// never holds more than its head in memory.
 
-// capOutput keeps llmContent and returnDisplay within MaxContent characters;
-// the whole output goes to the object store under the invocation id, so no
-// result exceeds what the bus carries.
-func (e *Executor) capOutput(ctx context.Context, res *events.Result) {
+// storeInFlight bounds the bytes this executor has on their way to the
+// object store at once. JetStream queues what comes in for a stream in
+// memory, up to 128 MiB by default, and refuses more with status 429:
+// 64 outputs of 20 MB stored at once overflowed it. Half of that queue
+// leaves room for another executor storing at the same time; an output
+// larger than the budget takes all of it and goes alone.
+const storeInFlight = 64 << 20
+
+// storeBudget is how long keeping one whole output may take, waiting for
+// room and retrying a busy store included. The call's caller keeps
+// hearing heartbeats meanwhile.
+const storeBudget = 30 * time.Second
+
+// output is what keepWhole stores: a fresh reader for each try, and how
+// many bytes it gives. *tool.Spool is one.
+type output interface {
+	Reader() io.Reader
+	Size() int64
+}
+
+// text is an output held in memory.
+type text string
+
+func (t text) Reader() io.Reader { return strings.NewReader(string(t)) }
+func (t text) Size() int64       { return int64(len(t)) }
+
+// capOutput keeps llmContent and returnDisplay within MaxContent
+// characters. The whole llmContent, which is whole when the tool spooled
+// it, goes to the object store under the invocation id; if it cannot, the
+// result is capped all the same and says why the whole is not kept.
+func (e *Executor) capOutput(ctx context.Context, res *events.Result, whole *tool.Spool) {
 	limit := e.cfg.MaxContent
 	if res.Error != nil && len(res.Error.Message) > limit {
 		res.Error.Message = truncate(res.Error.Message, limit) + " [message truncated]"
 	}
-	if len(res.LLMContent) <= limit && len(res.ReturnDisplay) <= limit {
-		return // fewer bytes than the limit means fewer characters too
+	if whole != nil && whole.Size() <= int64(limit)*utf8.UTFMax {
+		// Small enough to look at in memory, as any other output.
+		if s, err := whole.Head(int(whole.Size())); err == nil {
+			res.LLMContent, whole = s, nil
+		}
 	}
-	if utf8.RuneCountInString(res.LLMContent) <= limit && utf8.RuneCountInString(res.ReturnDisplay) <= limit {
+	var src output = text(res.LLMContent)
+	if whole != nil {
+		if head, err := whole.Head(limit * utf8.UTFMax); err == nil {
+			res.LLMContent = head
+		}
+		src = whole
+	} else if fits(res.LLMContent, limit) && fits(res.ReturnDisplay, limit) {
 		return
 	}
-	ref, err := e.keepWhole(ctx, res)
-	total := utf8.RuneCountInString(res.LLMContent)
-	note := fmt.Sprintf("\n\n[Output truncated: showing %d of %d characters. The whole output is in the object store at %s.]", limit, total, ref)
+	total, err := e.keepWhole(ctx, res, src)
+	note := fmt.Sprintf("\n\n[Output truncated: showing %d of %d characters. The whole output is in the object store at %s.]", limit, total, res.OutputRef)
 	if err != nil {
-		note = fmt.Sprintf("\n\n[Output truncated: showing %d of %d characters; storing the whole output failed: %v]", limit, total, err)
+		note = fmt.Sprintf("\n\n[Output truncated: showing %d of %d characters. The whole output could not be kept: %s.]", limit, total, storeFailure(err))
 	}
 	res.Truncated = true
 	res.LLMContent = truncate(res.LLMContent, limit) + note
 	res.ReturnDisplay = truncate(res.ReturnDisplay, limit)
+}
+
+// fits reports whether s has at most limit characters.
+func fits(s string, limit int) bool {
+	// Fewer bytes than the limit means fewer characters too.
+	return len(s) <= limit || utf8.RuneCountInString(s) <= limit
 }
 
 // truncate cuts s to at most n characters.
@@ -52,17 +102,122 @@ func truncate(s string, n int) string {
 	return s[:i]
 }
 
-// keepWhole stores res's whole llmContent in the object store under the
-// invocation id, before the result is cut, and records where in OutputRef.
-func (e *Executor) keepWhole(ctx context.Context, res *events.Result) (string, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+// keepWhole stores out, the whole llmContent of res, in the object store
+// under the invocation id and records where in OutputRef. It returns how
+// many characters out has, counted as it streams by (or afterwards, when
+// storing failed).
+//
+// Storing waits for its share of storeInFlight, so that the executor's
+// calls together never have more in flight than the store takes, and
+// tries again, backing off, while the store answers that it is busy
+// (429), within storeBudget.
+func (e *Executor) keepWhole(ctx context.Context, res *events.Result, out output) (int64, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeBudget)
 	defer cancel()
-	if _, err := e.outputs.PutString(ctx, res.InvocationID, res.LLMContent); err != nil {
-		e.log.Error("whole output not stored", "invocation", res.InvocationID, "err", err)
-		return "", err
+	size := out.Size()
+	weight := min(size, storeInFlight)
+	err := e.storing.Acquire(ctx, weight)
+	if err != nil {
+		err = fmt.Errorf("no room to store it within %s: %w", storeBudget, err)
+	} else {
+		defer e.storing.Release(weight)
 	}
-	res.OutputRef = events.OutputBucket + "/" + res.InvocationID
-	return res.OutputRef, nil
+	tried := false
+	for wait := 50 * time.Millisecond; err == nil; wait = min(2*wait, 2*time.Second) {
+		tried = true
+		r := &runeCounter{r: out.Reader()}
+		if _, err = e.outputs.Put(ctx, jetstream.ObjectMeta{Name: res.InvocationID}, r); err == nil {
+			res.OutputRef = events.OutputBucket + "/" + res.InvocationID
+			return r.n, nil
+		}
+		if !storeBusy(err) {
+			break
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			err = fmt.Errorf("%w, still after %s", err, storeBudget)
+		case <-t.C:
+			err = nil
+		}
+	}
+	e.log.Error("whole output not stored", "invocation", res.InvocationID, "bytes", size, "err", err)
+	if tried {
+		e.dropPartial(res.InvocationID)
+	}
+	r := &runeCounter{r: out.Reader()}
+	io.Copy(io.Discard, r)
+	return r.n, err
+}
+
+// dropPartial removes what a failed Put may have left of object name.
+// nats.go purges the chunks of a Put that failed, but publishes the
+// object's meta message without waiting for the chunks' acks: when the
+// store refused a chunk (full) and then took the small meta message, an
+// object stays that names chunks that are gone, and one whose Put ran out
+// of time keeps its chunks too. Both would read as a broken output.
+func (e *Executor) dropPartial(name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	stream, err := e.js.Stream(ctx, "OBJ_"+events.OutputBucket)
+	if err != nil {
+		e.log.Warn("partial output not removed", "invocation", name, "err", err)
+		return
+	}
+	// The subjects are those of the object store's layout (ADR-20):
+	// $O.<bucket>.M.<name, base64url> for the meta message and
+	// $O.<bucket>.C.<nuid> for the chunks it names.
+	meta := fmt.Sprintf("$O.%s.M.%s", events.OutputBucket, base64.URLEncoding.EncodeToString([]byte(name)))
+	if info, err := e.outputs.GetInfo(ctx, name, jetstream.GetObjectInfoShowDeleted()); err == nil && info.NUID != "" {
+		err = stream.Purge(ctx, jetstream.WithPurgeSubject(fmt.Sprintf("$O.%s.C.%s", events.OutputBucket, info.NUID)))
+		if err != nil {
+			e.log.Warn("partial output's chunks not removed", "invocation", name, "err", err)
+		}
+	}
+	if err := stream.Purge(ctx, jetstream.WithPurgeSubject(meta)); err != nil {
+		e.log.Warn("partial output not removed", "invocation", name, "err", err)
+	}
+}
+
+// runeCounter counts the characters of UTF-8 text read through it: every
+// byte that does not continue a character starts one, so chunks may cut
+// characters anywhere.
+type runeCounter struct {
+	r io.Reader
+	n int64
+}
+
+func (c *runeCounter) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	for _, b := range p[:n] {
+		if b&0xC0 != 0x80 {
+			c.n++
+		}
+	}
+	return n, err
+}
+
+// storeBusy reports whether the object store refused because too much was
+// coming in at once, which passes.
+func storeBusy(err error) bool {
+	var api *jetstream.APIError
+	if errors.As(err, &api) {
+		return api.Code == 429
+	}
+	return errors.Is(err, jetstream.ErrTooManyStalledMsgs)
+}
+
+// storeFailure says, for a person, why an output was not stored.
+func storeFailure(err error) string {
+	var api *jetstream.APIError
+	switch {
+	case errors.As(err, &api) && (strings.Contains(api.Description, "maximum bytes exceeded") || strings.Contains(api.Description, "insufficient resources")):
+		return fmt.Sprintf("the object store %s is full (%s); older outputs make room as they expire", events.OutputBucket, api.Description)
+	case storeBusy(err):
+		return fmt.Sprintf("the object store %s stayed too busy (%v)", events.OutputBucket, err)
+	}
+	return err.Error()
 }
 
 // fit encodes env, which holds results, so that it fits in one message.
@@ -100,7 +255,7 @@ func (e *Executor) cutResult(r *events.Result, share int) {
 		return
 	}
 	if r.OutputRef == "" {
-		e.keepWhole(context.Background(), r)
+		e.keepWhole(context.Background(), r, text(r.LLMContent))
 	}
 	ref := r.OutputRef
 	note := cutNote + "; storing the whole output failed.]"

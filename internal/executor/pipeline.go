@@ -64,6 +64,9 @@ type call struct {
 	stopping    bool
 	// progressSent counts the bytes of live output sent (progress).
 	progressSent int
+	// abandoned: the caller gave up on the call and published its own
+	// terminal result, so the result sent here is Late.
+	abandoned bool
 }
 
 // accept takes one invocation message. It runs the call on a worker of
@@ -92,6 +95,12 @@ func (e *Executor) accept(m *nats.Msg, forwarded bool) {
 		c.fail(events.ErrCancelled, errShutdown.Error())
 		return
 	default:
+	}
+	if e.abandoned.take(inv.ID) {
+		e.mu.Unlock()
+		c.abandon()
+		c.fail(events.ErrCancelled, "The caller gave up on this call before it reached the executor; it was not run.")
+		return
 	}
 	if _, busy := e.running[inv.ID]; busy {
 		// Ids are the caller's choice; two live calls with one id could
@@ -162,7 +171,10 @@ func (e *Executor) forward(m *nats.Msg, inv *events.Invocation, t *events.Tool) 
 }
 
 // beat tells the caller the call is alive, every HeartbeatEvery, until the
-// result is sent. Calls that finish within a beat never send one.
+// result is sent, storing its output included: the heartbeat stops only
+// when the result is on its way. Calls that finish within a beat never
+// send one. A heartbeat names the executor, which the caller asks
+// whether the call still runs if heartbeats stop coming.
 func (c *call) beat() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -171,8 +183,16 @@ func (c *call) beat() {
 	}
 	m := nats.NewMsg(c.reply)
 	m.Header.Set(events.KindHeader, events.KindHeartbeat)
+	m.Header.Set(events.ExecutorHeader, c.e.id.ID)
 	_ = c.e.nc.PublishMsg(m)
 	c.heartbeat.Reset(HeartbeatEvery)
+}
+
+// abandon records that the caller gave up on the call.
+func (c *call) abandon() {
+	c.mu.Lock()
+	c.abandoned = true
+	c.mu.Unlock()
 }
 
 // run is the pipeline: resolve, validate, policy, confirmation, hooks,
@@ -347,13 +367,16 @@ func (c *call) execute(confirmed bool) {
 	if confirmed {
 		c.step("started", fmt.Sprintf("deadline %s", c.timeout))
 	}
-	c.tc = tool.Call{ID: inv.ID, Args: inv.Args, Progress: c.progress, Refused: c.refused, Opened: c.opened}
+	c.tc = tool.Call{ID: inv.ID, Args: inv.Args, Progress: c.progress, Refused: c.refused, Opened: c.opened, MaxOutput: e.cfg.MaxOutput}
 	out, err := c.runBounded()
 	c.ended(out, err)
 }
 
 // ended sends the result of a tool run that returned out and err.
 func (c *call) ended(out *tool.Output, err error) {
+	if err != nil && out != nil {
+		out.Whole.Close()
+	}
 	switch {
 	case err != nil && errors.Is(context.Cause(c.ctx), errDeadline):
 		c.fail(events.ErrTimeout, fmt.Sprintf("%s did not finish within %s and was stopped", c.tool.Name, c.timeout))
@@ -458,13 +481,14 @@ func (c *call) timeoutOf() time.Duration {
 }
 
 // progress forwards output as the tool produces it: to the caller, and on
-// the invocation's progress subject for anyone watching.
+// the invocation's progress subject for anyone watching. It reports
+// whether it wants more.
 //
 // Live output is bounded at maxProgress a call, whatever the tool: enough
 // to watch it; the whole output comes with the result (and lands in the
 // object store when it is large), so a tool that prints without end
 // cannot flood the bus and push older events out of the audit stream.
-func (c *call) progress(chunk string) {
+func (c *call) progress(chunk string) bool {
 	c.mu.Lock()
 	room := maxProgress - c.progressSent
 	chunk = truncateBytes(chunk, max(room, 0))
@@ -477,6 +501,7 @@ func (c *call) progress(chunk string) {
 	if last {
 		c.sendProgress(fmt.Sprintf("\n[live output stops after %d MB; the whole output comes with the result]\n", maxProgress>>20))
 	}
+	return room > len(chunk)
 }
 
 const maxProgress = 1 << 20
@@ -501,16 +526,12 @@ func (c *call) fail(t events.ErrorType, msg string) {
 	c.finish(tool.Failed(t, msg))
 }
 
-// finish sends the one terminal result of the call.
+// finish sends the one terminal result of the call, and releases out's
+// spool whether or not it is the one sent.
 func (c *call) finish(out *tool.Output) {
+	defer out.Whole.Close()
 	c.once.Do(func() {
 		defer c.release()
-		c.mu.Lock()
-		c.done = true
-		if c.heartbeat != nil {
-			c.heartbeat.Stop()
-		}
-		c.mu.Unlock()
 		e := c.e
 		res := &events.Result{Header: events.Header{Sender: e.id}, InvocationID: c.inv.ID, Tool: nameOf(c.tool),
 			LLMContent: out.LLMContent, ReturnDisplay: out.ReturnDisplay, Error: out.Err}
@@ -520,7 +541,9 @@ func (c *call) finish(out *tool.Output) {
 		if res.Tool == "" {
 			res.Tool = c.inv.Tool
 		}
-		e.capOutput(c.ctx, res)
+		// Storing the whole output can take seconds; the heartbeat goes on
+		// meanwhile, so the caller does not take the call for lost.
+		e.capOutput(c.ctx, res, out.Whole)
 		hooks := e.cfg.Hooks.Post
 		if res.Error != nil {
 			hooks = e.cfg.Hooks.Error
@@ -530,11 +553,22 @@ func (c *call) finish(out *tool.Output) {
 		}
 		// Encoded once: the same bytes go to the caller and to the trail.
 		data, err := e.fit(res, []*events.Result{res})
+		c.mu.Lock()
+		c.done = true
+		if c.heartbeat != nil {
+			c.heartbeat.Stop()
+		}
+		late := c.abandoned
+		c.mu.Unlock()
+		if err == nil && late {
+			res.Late = true
+			data, err = events.Encode(res)
+		}
 		if err != nil {
 			e.log.Error("result does not encode", "invocation", res.InvocationID, "err", err)
 			return
 		}
-		if c.reply != "" {
+		if c.reply != "" && !late {
 			if err := e.nc.Publish(c.reply, data); err != nil {
 				e.log.Error("result not sent", "invocation", res.InvocationID, "err", err)
 			}

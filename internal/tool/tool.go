@@ -28,8 +28,14 @@ type Call struct {
 	ID string
 	// Args are the validated arguments, a JSON object.
 	Args json.RawMessage
-	// Progress, when not nil, receives output as the tool produces it.
-	Progress func(chunk string)
+	// Progress, when not nil, receives output as the tool produces it. It
+	// returns false once it wants no more (live output is bounded), and a
+	// tool then stops calling it, sparing the copies.
+	Progress func(chunk string) (more bool)
+	// MaxOutput is how many bytes of output the call may keep (0: the
+	// tool's own default); a tool that prints more keeps the first
+	// MaxOutput and says so.
+	MaxOutput int64
 	// Refused, when not nil, asks the policy about files the tool picked
 	// itself (a search over a tree, a glob of files to read), which the
 	// policy could not see in the arguments: it returns those of paths
@@ -43,6 +49,12 @@ type Call struct {
 	// onto it, or it was hard-linked since) and the tool must not use it.
 	Opened func(f File) error
 }
+
+// DefaultMaxOutput is how many bytes of output a call keeps when it does
+// not say (Call.MaxOutput): what the shell kept of each stream in memory
+// before output went to a Spool, now for the whole call, so that what a
+// call can put in the output store stays a small share of it.
+const DefaultMaxOutput = 64 << 20
 
 // File is what a path leads to on disk, as seen when the policy judged a
 // call or when a tool opened it.
@@ -66,6 +78,10 @@ type Output struct {
 	LLMContent    string
 	ReturnDisplay string
 	Err           *events.ToolError
+	// Whole, when set, holds the whole llmContent of an output too large
+	// for memory, and LLMContent only its head. The executor owns it from
+	// the moment Run returns: it stores it and closes it.
+	Whole *Spool
 }
 
 // Failed is an Output for a tool-level failure.

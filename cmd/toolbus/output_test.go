@@ -1,0 +1,217 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/bus"
+	"github.com/toolbus/toolbus/internal/bus/bustest"
+	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/executor"
+	"github.com/toolbus/toolbus/internal/registry"
+)
+
+// peakRSS is the most resident memory process pid has had, in bytes
+// (VmHWM, which the kernel keeps for it).
+func peakRSS(t *testing.T, pid int) int64 {
+	t.Helper()
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		t.Skipf("no /proc here: %v", err)
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err != nil {
+				t.Fatalf("VmHWM line %q: %v", line, err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatalf("no VmHWM in /proc/%d/status", pid)
+	return 0
+}
+
+// allowAll is a policy directory that allows every call, so a shell
+// command runs without an approver.
+func allowAll(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "allow.rego"), []byte("package toolbus\n\ndecision := {\"verdict\": \"ALLOW\", \"reason\": \"this test allows every call\"}\n"), 0o644)
+	return dir
+}
+
+// TestShellFloodStaysSmall runs the executor binary against a bus in this
+// process and has a command print 300 MB: the executor's peak resident
+// memory stays far below the output (it held 790 MB before output was
+// spooled), the result is capped with a note, and the object store holds
+// all 300 MB.
+func TestShellFloodStaysSmall(t *testing.T) {
+	b := bustest.Start(t, "")
+	reg, err := registry.Start(context.Background(), b.Conn(), b.JetStream(), registry.Config{Identity: events.Identity{ID: "registry@test"}, Logger: bustest.Quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Stop()
+	execd := startDaemon(t, "executor", "--nats", b.URL(), "--workspace", t.TempDir(), "--policy", allowAll(t),
+		"--id", "executor@flood", "--max-output", "512MiB")
+	client := executor.NewClient(bustest.Connect(t, b).Conn(), events.Identity{ID: "agent:flood"})
+	defer client.Close()
+	call := func(id, line string) *events.Result {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		args, _ := json.Marshal(map[string]string{"command": line})
+		res, err := client.Invoke(ctx, &events.Invocation{Header: events.Header{ID: id}, Tool: "run_shell_command", Args: args}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if res := call("", "echo ready"); res.Error == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the executor never ran a command: %s %s\n%s", res.Error.Type, res.LLMContent, execd.output.String())
+		}
+	}
+	before := peakRSS(t, execd.cmd.Process.Pid)
+
+	res := call("flood-300mb", `head -c 300000000 /dev/zero | tr '\0' x`)
+	peak := peakRSS(t, execd.cmd.Process.Pid)
+	t.Logf("executor peak resident memory: %d MB before the call, %d MB after", before>>20, peak>>20)
+	if peak > 150<<20 {
+		t.Errorf("the executor peaked at %d MB of resident memory for a 300 MB output, want under 150 MB", peak>>20)
+	}
+	if res.Error != nil {
+		t.Fatalf("%s %s", res.Error.Type, res.LLMContent)
+	}
+	if !res.Truncated || len(res.LLMContent) > 41000 || res.OutputRef != events.OutputBucket+"/flood-300mb" ||
+		!strings.Contains(res.LLMContent, "The whole output is in the object store at TOOLBUS_OUTPUTS/flood-300mb") {
+		t.Errorf("result not capped as it should be: truncated=%v ref=%q, %d bytes, tail %q", res.Truncated, res.OutputRef, len(res.LLMContent), res.LLMContent[max(0, len(res.LLMContent)-300):])
+	}
+	obs, err := b.JetStream().ObjectStore(context.Background(), events.OutputBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := obs.GetInfo(context.Background(), "flood-300mb")
+	if err != nil || info.Size < 300000000 || info.Size > 300000000+1000 {
+		t.Errorf("the object store holds %v bytes (%v), want the 300 MB and the command's report", info, err)
+	}
+	execd.stop(t)
+}
+
+// TestParallelLargeReadsFromTheCommandLine: 64 `toolbus call read_file`
+// processes read a 20 MB file at once through `toolbus up`; each gets
+// its result, and the audit stream holds exactly one terminal result for
+// each invocation. With the default 1 GiB output store, the store fills
+// up on the way: the later results say their whole output was not kept.
+func TestParallelLargeReadsFromTheCommandLine(t *testing.T) {
+	ws := t.TempDir()
+	line := strings.Repeat("b", 9999) + "\n"
+	os.WriteFile(filepath.Join(ws, "big.txt"), []byte(strings.Repeat(line, 2000)), 0o644) // 20,000,000 bytes
+	up := startDaemon(t, "toolbus", "up", "--listen", "127.0.0.1:0", "--data", t.TempDir(), "--workspace", ws)
+	url := busURL(t, up.waitLine(t, "bus:"))
+	up.waitLine(t, "Press Ctrl-C to stop.")
+
+	const calls = 64
+	type outcome struct {
+		res    events.Result
+		stderr string
+		err    error
+	}
+	outcomes := make([]outcome, calls)
+	var wg sync.WaitGroup
+	for i := range calls {
+		wg.Go(func() {
+			cmd := exec.Command(bin("toolbus"), "call", "read_file", "--json", "--id", fmt.Sprintf("cli-read-%d", i), "--args", `{"file_path":"big.txt"}`, "--nats", url)
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			o := &outcomes[i]
+			if o.err = cmd.Run(); o.err == nil {
+				o.err = json.Unmarshal(stdout.Bytes(), &o.res)
+			}
+			o.stderr = stderr.String()
+		})
+	}
+	wg.Wait()
+	kept := 0
+	for i, o := range outcomes {
+		switch {
+		case o.err != nil:
+			t.Errorf("call %d: %v; stderr %q", i, o.err, o.stderr)
+		case o.res.Error != nil || !o.res.Truncated:
+			t.Errorf("call %d: error %+v, truncated %v", i, o.res.Error, o.res.Truncated)
+		case o.res.OutputRef != "":
+			kept++
+		case !strings.Contains(o.res.LLMContent, "The whole output could not be kept"):
+			t.Errorf("call %d: neither kept nor saying why not: %q", i, o.res.LLMContent[max(0, len(o.res.LLMContent)-300):])
+		}
+	}
+	t.Logf("%d of %d whole outputs kept in the 1 GiB object store", kept, calls)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := bus.Open(ctx, bus.Config{URL: url, Name: "audit-reader", Logger: bustest.Quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	terminal, late := countResults(t, ctx, conn.JetStream())
+	for i := range calls {
+		id := fmt.Sprintf("cli-read-%d", i)
+		if terminal[id] != 1 || late[id] != 0 {
+			t.Errorf("%s: %d terminal and %d late results in the audit stream, want exactly one terminal", id, terminal[id], late[id])
+		}
+	}
+	up.stop(t)
+}
+
+// countResults reads every tool.result in the audit stream with an
+// ordered consumer and counts terminal and late ones per invocation.
+func countResults(t *testing.T, ctx context.Context, js jetstream.JetStream) (terminal, late map[string]int) {
+	t.Helper()
+	stream, err := js.Stream(ctx, events.AuditStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, err := stream.GetLastMsgForSubject(ctx, events.SubjectResult)
+	if err != nil {
+		t.Fatalf("no result in the audit stream: %v", err)
+	}
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.SubjectResult}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	terminal, late = map[string]int{}, map[string]int{}
+	for {
+		m, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
+		if err != nil {
+			t.Fatalf("reading the audit stream: %v", err)
+		}
+		res, err := events.Decode[events.Result](m.Data())
+		if err != nil {
+			t.Fatalf("a result in the audit stream does not decode: %v", err)
+		}
+		if res.Late {
+			late[res.InvocationID]++
+		} else {
+			terminal[res.InvocationID]++
+		}
+		if meta, err := m.Metadata(); err != nil || meta.Sequence.Stream >= last.Sequence {
+			return terminal, late
+		}
+	}
+}

@@ -1,0 +1,92 @@
+package executor
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/builtin"
+	"github.com/toolbus/toolbus/internal/bus/bustest"
+	"github.com/toolbus/toolbus/internal/events"
+)
+
+// TestFullOutputStoreCapsTheResult: with the store's byte limit reached, a
+// large output still succeeds, capped, saying the whole could not be
+// kept and why; what the store held before is intact.
+func TestFullOutputStoreCapsTheResult(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.OutputStoreBytes = 2 << 20 })
+	small := strings.Repeat("small output ", 80000)     // about 1 MiB, one line
+	big := strings.Repeat("0123456789abcdef", 3<<20/16) // 3 MiB, more than the store takes
+	os.WriteFile(filepath.Join(e.ws.Root(), "small.txt"), []byte(small), 0o644)
+	os.WriteFile(filepath.Join(e.ws.Root(), "big.txt"), []byte(big), 0o644)
+
+	first := e.call(t, "read_file", `{"file_path":"small.txt"}`)
+	if first.Error != nil || first.OutputRef == "" {
+		t.Fatalf("the first output was not kept: %s %q", errType(first), tail(first.LLMContent))
+	}
+	res := e.call(t, "read_file", `{"file_path":"big.txt"}`)
+	if res.Error != nil {
+		t.Fatalf("a full store failed the call: %s %s", errType(res), res.LLMContent)
+	}
+	if !res.Truncated || res.OutputRef != "" || len(res.LLMContent) > e.exec.cfg.MaxContent+1000 {
+		t.Errorf("truncated=%v ref=%q, %d bytes of llmContent", res.Truncated, res.OutputRef, len(res.LLMContent))
+	}
+	for _, want := range []string{"showing 40000 of 3145728 characters", "The whole output could not be kept", "TOOLBUS_OUTPUTS is full", "maximum bytes exceeded"} {
+		if !strings.Contains(res.LLMContent, want) {
+			t.Errorf("the note does not say %q: %q", want, tail(res.LLMContent))
+		}
+	}
+	obs, err := e.bus.JetStream().ObjectStore(context.Background(), events.OutputBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if whole, err := obs.GetString(context.Background(), first.InvocationID); err != nil || whole != small {
+		t.Errorf("the output kept before reads back %d bytes (%v), want its %d", len(whole), err, len(small))
+	}
+	if _, err := obs.GetInfo(context.Background(), res.InvocationID); err == nil {
+		t.Error("a partial object of the refused output is in the store")
+	}
+}
+
+func tail(s string) string { return s[max(0, len(s)-300):] }
+
+// TestOutputStoreLimitsReachAnExistingBucket: a bucket made by an older
+// executor, without limits, gets the byte limit and the TTL, and keeps
+// its objects.
+func TestOutputStoreLimitsReachAnExistingBucket(t *testing.T) {
+	b := bustest.Start(t, "")
+	ctx := context.Background()
+	old, err := b.JetStream().CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: events.OutputBucket, Storage: jetstream.FileStorage, TTL: 7 * 24 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.PutString(ctx, "inv-old", "kept from before"); err != nil {
+		t.Fatal(err)
+	}
+	ws, err := builtin.NewWorkspace(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	e := &env{bus: b, ws: ws}
+	e.startExecutor(t, b, func(c *Config) {
+		c.OutputStoreBytes = 256 << 20
+		c.OutputStoreTTL = 36 * time.Hour
+	})
+	s, err := b.JetStream().Stream(ctx, "OBJ_"+events.OutputBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.CachedInfo().Config
+	if cfg.MaxBytes != 256<<20 || cfg.MaxAge != 36*time.Hour || cfg.Discard != jetstream.DiscardNew {
+		t.Errorf("the bucket's stream has max bytes %d, max age %s, discard %v", cfg.MaxBytes, cfg.MaxAge, cfg.Discard)
+	}
+	if got, err := old.GetString(ctx, "inv-old"); err != nil || got != "kept from before" {
+		t.Errorf("the old object: %q %v", got, err)
+	}
+}

@@ -1,0 +1,367 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/bus"
+	"github.com/toolbus/toolbus/internal/bus/bustest"
+	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/tool"
+)
+
+// resultCount is what the audit stream holds of one invocation's results.
+type resultCount struct{ terminal, late int }
+
+// auditedResults reads every tool.result in the audit stream, with an
+// ordered consumer, and counts them per invocation id.
+func auditedResults(t testing.TB, js jetstream.JetStream) map[string]*resultCount {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	stream, err := js.Stream(ctx, events.AuditStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, err := stream.GetLastMsgForSubject(ctx, events.SubjectResult)
+	if err != nil {
+		t.Fatalf("no result in the audit stream: %v", err)
+	}
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.SubjectResult}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]*resultCount{}
+	for {
+		m, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
+		if err != nil {
+			t.Fatalf("reading the audit stream: %v", err)
+		}
+		res, err := events.Decode[events.Result](m.Data())
+		if err != nil {
+			t.Fatalf("a result in the audit stream does not decode: %v", err)
+		}
+		c := counts[res.InvocationID]
+		if c == nil {
+			c = &resultCount{}
+			counts[res.InvocationID] = c
+		}
+		if res.Late {
+			c.late++
+		} else {
+			c.terminal++
+		}
+		if meta, err := m.Metadata(); err != nil || meta.Sequence.Stream >= last.Sequence {
+			return counts
+		}
+	}
+}
+
+// waitIdle waits until ex runs no call: every result it will send is sent.
+func waitIdle(t testing.TB, ex *Executor) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ex.mu.Lock()
+		n := len(ex.running)
+		ex.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d calls still running", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestParallelLargeReadsGetOneResultEach: 64 callers, each on a connection
+// of its own, read a 20 MB file at once. Storing 64 whole outputs takes
+// seconds and overflows the store's queue if sent all at once; every
+// caller still gets its success, and the audit stream holds exactly one
+// terminal result per invocation and no late one.
+func TestParallelLargeReadsGetOneResultEach(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.OutputStoreBytes = 2 << 30 })
+	line := strings.Repeat("a", 9999) + "\n"
+	os.WriteFile(filepath.Join(e.ws.Root(), "big.txt"), []byte(strings.Repeat(line, 2000)), 0o644) // 20,000,000 bytes
+	const calls = 64
+	clients := make([]*Client, calls)
+	for i := range clients {
+		clients[i] = NewClient(bustest.Connect(t, e.bus).Conn(), events.Identity{ID: fmt.Sprintf("agent:%d", i)})
+		defer clients[i].Close()
+	}
+	results := make([]*events.Result, calls)
+	var wg sync.WaitGroup
+	for i := range calls {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			inv := &events.Invocation{Header: events.Header{ID: fmt.Sprintf("big-read-%d", i)}, Tool: "read_file", Args: json.RawMessage(`{"file_path":"big.txt"}`)}
+			res, err := clients[i].Invoke(ctx, inv, nil)
+			if err != nil {
+				t.Errorf("call %d: %v", i, err)
+				return
+			}
+			results[i] = res
+		})
+	}
+	wg.Wait()
+	kept := 0
+	for i, res := range results {
+		if res == nil {
+			continue
+		}
+		if res.Error != nil {
+			t.Errorf("call %d: %s %s", i, res.Error.Type, res.Error.Message)
+			continue
+		}
+		if !res.Truncated {
+			t.Errorf("call %d: a 20 MB result was not capped", i)
+		}
+		if res.OutputRef != "" {
+			kept++
+		}
+	}
+	t.Logf("%d of %d whole outputs kept in the object store", kept, calls)
+	waitIdle(t, e.exec)
+	counts := auditedResults(t, e.bus.JetStream())
+	for i := range calls {
+		c := counts[fmt.Sprintf("big-read-%d", i)]
+		if c == nil || c.terminal != 1 || c.late != 0 {
+			t.Errorf("big-read-%d: %+v terminal/late results in the audit stream, want exactly one terminal", i, c)
+		}
+	}
+}
+
+// TestGivingUpMakesTheExecutorsResultLate: a caller whose deadline passes
+// publishes its own TIMEOUT; the executor's result for the call is
+// recorded as late, and a call whose caller gave up before it arrived is
+// not run at all.
+func TestGivingUpMakesTheExecutorsResultLate(t *testing.T) {
+	e := newEnv(t)
+	started := make(chan struct{}, 1)
+	var ran int
+	var mu sync.Mutex
+	slow := tool.Func(events.ToolSpec{Name: "slow", Kind: events.KindRead, Description: "waits for its context"}, func(ctx context.Context, c *tool.Call) (*tool.Output, error) {
+		mu.Lock()
+		ran++
+		mu.Unlock()
+		started <- struct{}{}
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	slowHost, _ := e.hostTools(t, "executor@slow", []tool.Tool{slow})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan *events.Result, 1)
+	go func() {
+		res, err := e.client.Invoke(ctx, &events.Invocation{Header: events.Header{ID: "given-up"}, Tool: "slow", Args: json.RawMessage(`{}`)}, nil)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	<-started
+	cancel()
+	if res := <-done; errType(res) != events.ErrCancelled {
+		t.Errorf("the caller's own result: %s %s", errType(res), res.LLMContent)
+	}
+
+	// A give-up that overtakes its call: the call is refused, not run.
+	if err := e.client.giveUp("overtaken", "test"); err != nil {
+		t.Fatal(err)
+	}
+	// Cancels and invocations come in on subscriptions of their own; the
+	// test lets the give-up arrive first, as it does when a call waits.
+	waitFor(t, func() bool {
+		for _, ex := range []*Executor{e.exec, slowHost} {
+			ex.mu.Lock()
+			_, ok := ex.abandoned.ids["overtaken"]
+			ex.mu.Unlock()
+			if !ok {
+				return false
+			}
+		}
+		return true
+	})
+	nc := bustest.Connect(t, e.bus).Conn()
+	inv, _ := events.Encode(&events.Invocation{Header: events.Header{ID: "overtaken", Sender: events.Identity{ID: "agent:test"}}, Tool: "slow", Args: json.RawMessage(`{}`)})
+	if err := nc.Publish(events.SubjectInvoke, inv); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		c := auditedResultsNow(t, e.bus.JetStream())["overtaken"]
+		return c != nil
+	})
+	waitIdle(t, e.exec)
+	counts := auditedResults(t, e.bus.JetStream())
+	if c := counts["given-up"]; c == nil || c.terminal != 1 || c.late != 1 {
+		t.Errorf("given-up: %+v, want the caller's terminal result and the executor's late one", c)
+	}
+	if c := counts["overtaken"]; c == nil || c.terminal != 0 || c.late != 1 {
+		t.Errorf("overtaken: %+v, want only the executor's late refusal", c)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if ran != 1 {
+		t.Errorf("the tool ran %d times; the overtaken call must not run", ran)
+	}
+}
+
+// auditedResultsNow is auditedResults that tolerates an empty stream.
+func auditedResultsNow(t testing.TB, js jetstream.JetStream) map[string]*resultCount {
+	t.Helper()
+	s, err := js.Stream(context.Background(), events.AuditStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetLastMsgForSubject(context.Background(), events.SubjectResult); err != nil {
+		return nil
+	}
+	return auditedResults(t, js)
+}
+
+func waitFor(t testing.TB, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("the condition never held")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// standIn answers the invoke protocol on a bare bus as an executor that
+// stays silent (no heartbeat) for longer than LostAfter would allow: it
+// takes invocations and answers claims while claiming is set.
+type standIn struct {
+	mu       sync.Mutex
+	reply    string
+	claiming bool
+	claims   int
+	cancels  []*events.CancelRequest
+}
+
+func startStandIn(t *testing.T, b *bus.Bus) *standIn {
+	t.Helper()
+	nc := bustest.Connect(t, b).Conn()
+	s := &standIn{claiming: true}
+	subs := []struct {
+		subject string
+		handle  nats.MsgHandler
+	}{
+		{events.SubjectInvoke, func(m *nats.Msg) {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.reply = m.Reply
+			if !s.claiming {
+				// One heartbeat, then silence: the caller knows whom to ask.
+				beat := nats.NewMsg(m.Reply)
+				beat.Header.Set(events.KindHeader, events.KindHeartbeat)
+				beat.Header.Set(events.ExecutorHeader, "executor@stand-in")
+				nc.PublishMsg(beat)
+			}
+		}},
+		{events.ClaimSubject, func(m *nats.Msg) {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.claims++
+			if s.claiming {
+				answer := nats.NewMsg(m.Reply)
+				answer.Header.Set(events.ExecutorHeader, "executor@stand-in")
+				answer.Data = []byte(events.ClaimRunning)
+				m.RespondMsg(answer)
+			}
+		}},
+		{ClaimSubject("executor@stand-in"), func(m *nats.Msg) {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.claims++
+			answer := []byte(events.ClaimUnknown)
+			if s.claiming {
+				answer = []byte(events.ClaimRunning)
+			}
+			m.Respond(answer)
+		}},
+		{events.SubjectCancel, func(m *nats.Msg) {
+			req, err := events.Decode[events.CancelRequest](m.Data)
+			if err == nil {
+				s.mu.Lock()
+				s.cancels = append(s.cancels, req)
+				s.mu.Unlock()
+			}
+		}},
+	}
+	for _, sub := range subs {
+		if _, err := nc.Subscribe(sub.subject, sub.handle); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nc.Flush()
+	return s
+}
+
+// TestACallThatIsClaimedIsNotLost: a caller that hears nothing for
+// LostAfter asks, and waits for a call an executor still claims; once no
+// executor claims it, the call is lost, and the caller says it gave up.
+func TestACallThatIsClaimedIsNotLost(t *testing.T) {
+	b := bustest.Start(t, "")
+	s := startStandIn(t, b)
+	c := NewClient(bustest.Connect(t, b).Conn(), events.Identity{ID: "agent:test"})
+	defer c.Close()
+	done := make(chan *events.Result, 1)
+	go func() {
+		res, err := c.Invoke(context.Background(), &events.Invocation{Header: events.Header{ID: "claimed"}, Tool: "x", Args: json.RawMessage(`{}`)}, nil)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	// Past the first LostAfter: the caller asked and was told to wait.
+	waitFor(t, func() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.claims >= 2 })
+	select {
+	case res := <-done:
+		t.Fatalf("a claimed call ended: %s %s", errType(res), res.LLMContent)
+	default:
+	}
+	s.mu.Lock()
+	reply := s.reply
+	s.mu.Unlock()
+	data, _ := events.Encode(&events.Result{Header: events.Header{Sender: events.Identity{ID: "executor@stand-in"}}, InvocationID: "claimed", Tool: "x", LLMContent: "done at last"})
+	nc := bustest.Connect(t, b).Conn()
+	nc.Publish(reply, data)
+	if res := <-done; res.Error != nil || res.LLMContent != "done at last" {
+		t.Errorf("got %s %q", errType(res), res.LLMContent)
+	}
+
+	// The executor a heartbeat named says it does not run the next call:
+	// it is lost, and given up first.
+	s.mu.Lock()
+	s.claiming = false
+	s.mu.Unlock()
+	res, err := c.Invoke(context.Background(), &events.Invocation{Header: events.Header{ID: "unclaimed"}, Tool: "x", Args: json.RawMessage(`{}`)}, nil)
+	if err != nil || errType(res) != events.ErrExecutorLost {
+		t.Fatalf("unclaimed call: %v %s", err, errType(res))
+	}
+	waitFor(t, func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, req := range s.cancels {
+			if req.InvocationID == "unclaimed" && req.GaveUp {
+				return true
+			}
+		}
+		return false
+	})
+}
