@@ -282,9 +282,11 @@ type CancelRequest struct {
 	InvocationID string `json:"invocationId"`
 	Reason       string `json:"reason,omitempty"`
 	// GaveUp says the sender is the call's caller and has stopped
-	// waiting: it publishes the call's terminal result itself, right
-	// after this request, so whatever the executor still sends is Late.
-	// An executor that has not seen the call yet refuses it when it comes.
+	// waiting. Sent as a request, the executors answer who records the
+	// call's terminal result (GaveUpSent: the executor, whose result is
+	// on its way; GaveUpLate: the caller, and what the executor still
+	// sends is Late). An executor that has not seen the call yet answers
+	// ClaimUnknown and refuses the call when it comes.
 	GaveUp bool `json:"gaveUp,omitempty"`
 }
 

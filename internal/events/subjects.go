@@ -70,6 +70,18 @@ const (
 	ClaimUnknown       = "unknown"
 )
 
+// Answers of an executor to a CancelRequest with GaveUp sent as a
+// request, which settle who records the call's terminal result:
+// GaveUpSent, the executor (the result is sent already, or it coordinates
+// the batch and sends its calls' results), so the caller publishes none of
+// its own; GaveUpLate, the caller, and the executor that runs the call
+// marks what it still sends Late; ClaimUnknown, the executor has not seen
+// the call, and will refuse it if it comes.
+const (
+	GaveUpSent = "sent"
+	GaveUpLate = "late"
+)
+
 // Header names of the invoke protocol. Messages an executor sends to an
 // invocation's reply subject are a Result unless KindHeader says otherwise.
 const (

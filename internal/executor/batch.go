@@ -33,9 +33,10 @@ func (e *Executor) acceptBatch(m *nats.Msg) {
 		return
 	default:
 	}
-	// A batch whose caller gives up stops: the caller publishes a result
-	// for each of its calls, so the calls still running are abandoned in
-	// turn and those not started are not sent.
+	// A batch whose caller gives up stops: the calls still running are
+	// given up in turn, by this executor's client, which records a
+	// terminal result for each of them, and those not started are not
+	// sent; its caller publishes no result of its own (GaveUpSent).
 	ctx, cancel := context.WithCancelCause(context.Background())
 	if _, dup := e.batches[b.ID]; !dup {
 		e.batches[b.ID] = cancel
@@ -44,15 +45,14 @@ func (e *Executor) acceptBatch(m *nats.Msg) {
 	e.mu.Unlock()
 	go func() {
 		defer e.wg.Done()
-		defer func() {
-			e.mu.Lock()
-			delete(e.batches, b.ID)
-			e.mu.Unlock()
-			cancel(nil)
-		}()
 		stop := e.beatUntilDone(m.Reply)
 		res := e.runBatch(ctx, b)
 		stop()
+		e.mu.Lock()
+		delete(e.batches, b.ID)
+		e.finished.add(b.ID) // its calls' results are recorded
+		e.mu.Unlock()
+		cancel(nil)
 		e.respondBatch(m.Reply, res)
 	}()
 }

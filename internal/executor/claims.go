@@ -15,21 +15,26 @@ import (
 //     EXECUTOR_LOST; a call that is running, storing its output
 //     included, is claimed and never reported lost.
 //   - A caller that gives up (its deadline, a cancel, or no executor
-//     claiming the call) says so with a CancelRequest with GaveUp before
-//     it publishes its own terminal result. The executor then marks the
-//     result it still sends Late, and refuses a call it has not seen yet
-//     (abandoned).
+//     claiming the call) says so with a CancelRequest with GaveUp, sent
+//     as a request, and the executors' answers settle who records the
+//     call's terminal result. The executor that runs the call marks the
+//     result it still sends Late and answers GaveUpLate, or, when its
+//     result is sent or being sent already (the give-up crossed it),
+//     answers GaveUpSent: the caller then takes that result and publishes
+//     none of its own. An executor that finished the call remembers it
+//     (Executor.finished) for the give-ups that come after the result;
+//     one that has not seen the call yet refuses it when it comes
+//     (Executor.abandoned). A batch's coordinator answers GaveUpSent and
+//     gives up its calls in turn, recording their results itself.
 //
-// What remains: a give-up and a result that cross. An executor that is
-// cut off from the bus (a partition, a frozen process whose connection
-// the server still holds) cannot claim its call or hear the give-up, and
-// an executor that sends its result at the moment the caller gives up has
-// not seen the give-up yet; both publish a result without Late after the
-// caller's. An auditor tells them apart by order: the caller's result
-// (sender: the caller, error EXECUTOR_LOST, TIMEOUT or CANCELLED) follows
-// the caller's GaveUp cancel in the stream, and an executor's result that
-// comes after that cancel without Late is one of these crossings; the
-// first result after the invocation is the one the caller acted on.
+// What remains: an executor cut off from the bus (a partition, a frozen
+// process whose connection the server still holds) cannot claim its call
+// or hear the give-up, so after claimWait without an answer the caller
+// records the result, and the executor's, should it come back, is a
+// second one without Late. An auditor tells it apart by order: it comes
+// after the caller's GaveUp cancel and the caller's result (sender: the
+// caller, error EXECUTOR_LOST, TIMEOUT or CANCELLED), which is the one the
+// caller acted on.
 
 // ClaimSubject is where executor id answers whether it runs a call.
 func ClaimSubject(id string) string {
@@ -55,39 +60,45 @@ func (e *Executor) handleClaim(m *nats.Msg) {
 	_ = m.RespondMsg(answer)
 }
 
-// abandonedMemory is how many give-ups for calls it has not seen an
-// executor remembers: enough for the calls on their way to it when their
-// callers give up, while a flood of cancels costs a bounded map.
-const abandonedMemory = 4096
+// idMemory is how many ids of calls an executor remembers (see idRing):
+// enough for the calls on their way to it, or whose results are on their
+// way to their callers, when their callers give up, while a flood of
+// cancels costs a bounded map.
+const idMemory = 4096
 
-// abandoned remembers the ids of calls whose callers gave up before the
-// call reached this executor, oldest forgotten first. Guarded by
-// Executor.mu.
-type abandoned struct {
+// idRing remembers the last idMemory ids added, oldest forgotten first:
+// the calls whose callers gave up before the call reached this executor,
+// and the calls whose results it sent. Guarded by Executor.mu.
+type idRing struct {
 	ids   map[string]struct{}
 	order []string
 	next  int
 }
 
-func (a *abandoned) add(id string) {
-	if a.ids == nil {
-		a.ids = make(map[string]struct{}, abandonedMemory)
-		a.order = make([]string, abandonedMemory)
+func (r *idRing) add(id string) {
+	if r.ids == nil {
+		r.ids = make(map[string]struct{}, idMemory)
+		r.order = make([]string, idMemory)
 	}
-	if _, ok := a.ids[id]; ok {
+	if _, ok := r.ids[id]; ok {
 		return
 	}
-	delete(a.ids, a.order[a.next])
-	a.order[a.next] = id
-	a.next = (a.next + 1) % abandonedMemory
-	a.ids[id] = struct{}{}
+	delete(r.ids, r.order[r.next])
+	r.order[r.next] = id
+	r.next = (r.next + 1) % idMemory
+	r.ids[id] = struct{}{}
 }
 
-// take reports whether id was abandoned, and forgets it.
-func (a *abandoned) take(id string) bool {
-	if _, ok := a.ids[id]; !ok {
+func (r *idRing) has(id string) bool {
+	_, ok := r.ids[id]
+	return ok
+}
+
+// take reports whether id is remembered, and forgets it.
+func (r *idRing) take(id string) bool {
+	if !r.has(id) {
 		return false
 	}
-	delete(a.ids, id)
+	delete(r.ids, id)
 	return true
 }

@@ -116,7 +116,7 @@ func (c *Client) invoke(ctx context.Context, inv *events.Invocation, progress fu
 		return nil, err
 	}
 	if fail != nil {
-		return c.synthesize(ctx, inv, fail.Type, fail.Message), nil
+		return c.synthesize(inv, fail), nil
 	}
 	res, err := events.Decode[events.Result](m.Data)
 	if err != nil {
@@ -144,7 +144,7 @@ func (c *Client) InvokeBatch(ctx context.Context, b *events.BatchInvocation) (*e
 		out := &events.BatchResult{Header: events.Header{Sender: c.id}, BatchID: b.ID}
 		for i, call := range b.Calls {
 			inv := &events.Invocation{Header: events.Header{ID: fmt.Sprintf("%s.%d", b.ID, i)}, Tool: call.Tool}
-			out.Results = append(out.Results, *c.synthesize(ctx, inv, fail.Type, fail.Message))
+			out.Results = append(out.Results, *c.synthesize(inv, fail))
 		}
 		return out, nil
 	}
@@ -164,7 +164,7 @@ func (c *Client) InvokeBatch(ctx context.Context, b *events.BatchInvocation) (*e
 // waited for. Only when none does is the call lost. Whenever it gives up,
 // it tells the executors first (giveUp), so that a result still to come
 // is recorded as late.
-func (c *Client) roundTrip(ctx context.Context, subject, id string, data []byte, progress func(string)) (*nats.Msg, *events.ToolError, error) {
+func (c *Client) roundTrip(ctx context.Context, subject, id string, data []byte, progress func(string)) (*nats.Msg, *failure, error) {
 	if err := c.start(); err != nil {
 		return nil, nil, err
 	}
@@ -182,7 +182,7 @@ func (c *Client) roundTrip(ctx context.Context, subject, id string, data []byte,
 	if err := c.nc.PublishMsg(&nats.Msg{Subject: subject, Reply: c.prefix + token, Data: data}); err != nil {
 		return nil, nil, err
 	}
-	answered := func(m *nats.Msg) (*nats.Msg, *events.ToolError, error) {
+	answered := func(m *nats.Msg) (*nats.Msg, *failure, error) {
 		// Progress sent before the result is already queued (one
 		// subscription delivers in order): hand it over first.
 		for drained := false; !drained; {
@@ -198,9 +198,25 @@ func (c *Client) roundTrip(ctx context.Context, subject, id string, data []byte,
 		if m.Header.Get("Status") == "503" {
 			// A forwarded call found no one at the executor that hosts
 			// the tool: it is gone.
-			return nil, &events.ToolError{Type: events.ErrExecutorLost, Message: "The executor that hosts the tool is gone."}, nil
+			return nil, &failure{ToolError: events.ToolError{Type: events.ErrExecutorLost, Message: "The executor that hosts the tool is gone."}}, nil
 		}
 		return m, nil, nil
+	}
+	// giveUp ends the wait without the result: the executors hear it
+	// first, and one that sent the result already (it crossed the
+	// give-up) says so, and the result is waited for after all.
+	giveUp := func(reason string, fail events.ToolError) (*nats.Msg, *failure, error) {
+		if !c.giveUp(id, reason) {
+			return nil, &failure{ToolError: fail}, nil
+		}
+		t := time.NewTimer(claimWait)
+		defer t.Stop()
+		select {
+		case m := <-p.result:
+			return answered(m)
+		case <-t.C:
+			return nil, &failure{ToolError: fail, recorded: true}, nil
+		}
 	}
 	lost := time.NewTimer(LostAfter)
 	defer lost.Stop()
@@ -241,8 +257,9 @@ func (c *Client) roundTrip(ctx context.Context, subject, id string, data []byte,
 			if m := c.fence(p, token); m != nil {
 				return answered(m)
 			}
-			c.giveUp(id, fmt.Sprintf("no executor runs the call: none answered for %s, and none claims it", time.Since(heard).Round(time.Second)))
-			return nil, &events.ToolError{Type: events.ErrExecutorLost, Message: fmt.Sprintf("No executor answered or reported progress for %s, and none claims the call; the executor that took it is gone or none is running.", time.Since(heard).Round(time.Second))}, nil
+			silent := time.Since(heard).Round(time.Second)
+			return giveUp(fmt.Sprintf("no executor runs the call: none answered for %s, and none claims it", silent),
+				events.ToolError{Type: events.ErrExecutorLost, Message: fmt.Sprintf("No executor answered or reported progress for %s, and none claims the call; the executor that took it is gone or none is running.", silent)})
 		case <-ctx.Done():
 			select {
 			case m := <-p.result:
@@ -251,12 +268,12 @@ func (c *Client) roundTrip(ctx context.Context, subject, id string, data []byte,
 				return answered(m)
 			default:
 			}
-			c.giveUp(id, "the caller stopped waiting: "+ctx.Err().Error())
 			t := events.ErrCancelled
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				t = events.ErrTimeout
 			}
-			return nil, &events.ToolError{Type: t, Message: "The call did not finish before the caller's deadline; it was cancelled."}, nil
+			return giveUp("the caller stopped waiting: "+ctx.Err().Error(),
+				events.ToolError{Type: t, Message: "The call did not finish before the caller's deadline; it was cancelled."})
 		}
 	}
 }
@@ -347,30 +364,70 @@ func (c *Client) fence(p *pending, token string) *nats.Msg {
 	}
 }
 
-// giveUp tells the executors that the caller stopped waiting for call id
-// and publishes the call's terminal result itself: the one running it
-// stops it and marks what it still sends late, and one it has not reached
-// yet refuses it.
-func (c *Client) giveUp(id, reason string) error {
-	data, err := events.Encode(&events.CancelRequest{Header: events.Header{Sender: c.id}, InvocationID: id, Reason: reason, GaveUp: true})
-	if err != nil {
-		return err
-	}
-	return c.nc.Publish(events.SubjectCancel, data)
+// failure is what a caller reports instead of a result it did not get.
+type failure struct {
+	events.ToolError
+	// recorded: the executor records the call's terminal result itself
+	// (it sent it as the caller gave up, or it coordinates the batch), so
+	// the caller publishes none of its own.
+	recorded bool
 }
 
-// errBatchAbandoned ends the calls of a batch whose caller gave up: that
-// caller published a result for each call, so the calls' own client does
-// not.
+// giveUp tells the executors that the caller stopped waiting for call id,
+// and hears from them who records the call's terminal result. It reports
+// true when an executor does (events.GaveUpSent): it sent the result
+// already, as the caller gave up. Otherwise the caller does: the executor
+// that runs the call stops it and marks what it still sends Late, and one
+// the call has not reached yet refuses it. It waits for an answer that
+// settles it at most claimWait: executors that are gone give "no
+// responders" at once, and an executor cut off from the bus cannot
+// answer, which leaves the caller to record the result.
+func (c *Client) giveUp(id, reason string) (recorded bool) {
+	data, err := events.Encode(&events.CancelRequest{Header: events.Header{Sender: c.id}, InvocationID: id, Reason: reason, GaveUp: true})
+	if err != nil {
+		return false
+	}
+	inbox := nats.NewInbox()
+	sub, err := c.nc.SubscribeSync(inbox)
+	if err != nil {
+		_ = c.nc.Publish(events.SubjectCancel, data)
+		return false
+	}
+	defer sub.Unsubscribe()
+	if err := c.nc.PublishRequest(events.SubjectCancel, inbox, data); err != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), claimWait)
+	defer cancel()
+	for {
+		m, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			return false
+		}
+		switch {
+		case m.Header.Get("Status") == "503": // no executor at all
+			return false
+		case string(m.Data) == events.GaveUpSent:
+			return true
+		case string(m.Data) == events.GaveUpLate:
+			return false
+		}
+		// An executor that has not seen the call: another may run it.
+	}
+}
+
+// errBatchAbandoned ends a batch whose caller gave up: its calls still
+// running are given up in turn by the executor's client, which records
+// their terminal results.
 var errBatchAbandoned = errors.New("the batch's caller gave up")
 
 // synthesize makes the result of a call whose executor cannot give one,
 // and publishes it, so the audit trail has a terminal result for it too,
-// unless the call was part of a batch whose caller published it already.
-func (c *Client) synthesize(ctx context.Context, inv *events.Invocation, t events.ErrorType, msg string) *events.Result {
+// unless the executor records it (failure.recorded).
+func (c *Client) synthesize(inv *events.Invocation, fail *failure) *events.Result {
 	res := &events.Result{Header: events.Header{Sender: c.id}, InvocationID: inv.ID, Tool: inv.Tool,
-		LLMContent: msg, ReturnDisplay: msg, Error: &events.ToolError{Type: t, Message: msg}}
-	if errors.Is(context.Cause(ctx), errBatchAbandoned) {
+		LLMContent: fail.Message, ReturnDisplay: fail.Message, Error: &events.ToolError{Type: fail.Type, Message: fail.Message}}
+	if fail.recorded {
 		return res
 	}
 	if data, err := events.Encode(res); err == nil {

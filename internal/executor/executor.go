@@ -131,7 +131,8 @@ type Executor struct {
 	outputs   jetstream.ObjectStore // over bulk
 	bulk      *nats.Conn            // the connection whole outputs take
 	storing   *semaphore.Weighted   // bytes on their way to outputs
-	abandoned abandoned             // calls whose callers gave up
+	abandoned idRing                // calls whose callers gave up before they came
+	finished  idRing                // calls and batches whose results were sent
 
 	subs []*nats.Subscription
 	svc  micro.Service
@@ -434,7 +435,8 @@ func (e *Executor) handleCancel(m *nats.Msg) {
 	e.mu.Lock()
 	c := e.running[req.InvocationID]
 	stopBatch := e.batches[req.InvocationID]
-	if req.GaveUp && c == nil && stopBatch == nil {
+	finished := c == nil && stopBatch == nil && e.finished.has(req.InvocationID)
+	if req.GaveUp && c == nil && stopBatch == nil && !finished {
 		// The call may still be on its way here: it will be refused.
 		e.abandoned.add(req.InvocationID)
 	}
@@ -443,21 +445,37 @@ func (e *Executor) handleCancel(m *nats.Msg) {
 	if reason == "" {
 		reason = "cancelled by " + req.Sender.ID
 	}
-	if c != nil {
+	answer := events.ClaimUnknown
+	switch {
+	case c != nil:
+		answer = "cancelled"
 		if req.GaveUp {
-			c.abandon()
+			// Either the result is marked Late, or it is on its way
+			// already and is the call's terminal result: the caller
+			// hears which, and publishes a result of its own only in
+			// the first case.
+			answer = events.GaveUpLate
+			if !c.abandon() {
+				answer = events.GaveUpSent
+			}
 		}
 		c.stop(errors.New(reason))
-	}
-	if stopBatch != nil && req.GaveUp {
-		stopBatch(errBatchAbandoned)
+	case stopBatch != nil:
+		answer = "cancelled"
+		if req.GaveUp {
+			// The batch stops, and its calls' results, late ones
+			// included, are recorded from here (runBatch).
+			answer = events.GaveUpSent
+			stopBatch(errBatchAbandoned)
+		}
+	case finished:
+		answer = events.GaveUpSent
 	}
 	if m.Reply != "" {
-		found := "unknown"
-		if c != nil {
-			found = "cancelled"
-		}
-		_ = m.Respond([]byte(found))
+		reply := nats.NewMsg(m.Reply)
+		reply.Header.Set(events.ExecutorHeader, e.id.ID)
+		reply.Data = []byte(answer)
+		_ = m.RespondMsg(reply)
 	}
 }
 

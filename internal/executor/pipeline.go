@@ -67,6 +67,8 @@ type call struct {
 	// abandoned: the caller gave up on the call and published its own
 	// terminal result, so the result sent here is Late.
 	abandoned bool
+	// sent: finish sent the call's terminal result (not Late).
+	sent bool
 }
 
 // accept takes one invocation message. It runs the call on a worker of
@@ -140,6 +142,12 @@ func (c *call) release() {
 	e := c.e
 	e.mu.Lock()
 	delete(e.running, c.inv.ID)
+	if c.sent {
+		// A caller that gives up from now on hears that this result is
+		// the call's terminal one (handleCancel); until now, c.done
+		// told it.
+		e.finished.add(c.inv.ID)
+	}
 	e.mu.Unlock()
 	e.wg.Done()
 }
@@ -188,11 +196,17 @@ func (c *call) beat() {
 	c.heartbeat.Reset(HeartbeatEvery)
 }
 
-// abandon records that the caller gave up on the call.
-func (c *call) abandon() {
+// abandon records that the caller gave up on the call, so that its
+// result is sent Late. It reports false when it is too late for that: the
+// result is sent already, or being sent, as the call's terminal result.
+func (c *call) abandon() bool {
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done {
+		return false
+	}
 	c.abandoned = true
-	c.mu.Unlock()
+	return true
 }
 
 // run is the pipeline: resolve, validate, policy, confirmation, hooks,
@@ -568,11 +582,19 @@ func (c *call) finish(out *tool.Output) {
 			e.log.Error("result does not encode", "invocation", res.InvocationID, "err", err)
 			return
 		}
+		if !late && !c.admitted {
+			// Not in e.running, where a caller giving up would find it
+			// done: remembered before it is sent instead.
+			e.mu.Lock()
+			e.finished.add(c.inv.ID)
+			e.mu.Unlock()
+		}
 		if c.reply != "" && !late {
 			if err := e.nc.Publish(c.reply, data); err != nil {
 				e.log.Error("result not sent", "invocation", res.InvocationID, "err", err)
 			}
 		}
+		c.sent = !late
 		if err := e.nc.Publish(events.SubjectResult, data); err != nil {
 			e.log.Error("result event not published", "invocation", res.InvocationID, "err", err)
 		}

@@ -178,8 +178,8 @@ func TestGivingUpMakesTheExecutorsResultLate(t *testing.T) {
 	}
 
 	// A give-up that overtakes its call: the call is refused, not run.
-	if err := e.client.giveUp("overtaken", "test"); err != nil {
-		t.Fatal(err)
+	if e.client.giveUp("overtaken", "test") {
+		t.Fatal("an executor says it sent the result of a call none has seen")
 	}
 	// Cancels and invocations come in on subscriptions of their own; the
 	// test lets the give-up arrive first, as it does when a call waits.
@@ -364,4 +364,54 @@ func TestACallThatIsClaimedIsNotLost(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// TestAGiveUpThatCrossesTheResultLeavesOneTerminalResult: a caller whose
+// wait ends as the executor sends the result gives up while the result is
+// on its way. Whichever comes first at the executor, the give-up or the
+// end of the call, the audit stream holds one terminal result for the
+// call: the executor's, which the caller then takes, or the caller's, with
+// the executor's marked Late. The tool here ends its caller's wait itself
+// as it returns, the narrowest crossing there is.
+func TestAGiveUpThatCrossesTheResultLeavesOneTerminalResult(t *testing.T) {
+	e := newEnv(t)
+	var mu sync.Mutex
+	ends := map[string]context.CancelFunc{}
+	crossing := tool.Func(events.ToolSpec{Name: "crossing", Kind: events.KindRead, Description: "ends its caller's wait as it returns"}, func(_ context.Context, c *tool.Call) (*tool.Output, error) {
+		mu.Lock()
+		end := ends[c.ID]
+		mu.Unlock()
+		end()
+		return tool.Text("done"), nil
+	})
+	e.hostTools(t, "executor@crossing", []tool.Tool{crossing})
+
+	const calls = 60
+	results := map[string]*events.Result{}
+	for i := range calls {
+		id := fmt.Sprintf("crossing-%d", i)
+		ctx, cancel := context.WithCancel(context.Background())
+		mu.Lock()
+		ends[id] = cancel
+		mu.Unlock()
+		res, err := e.client.Invoke(ctx, &events.Invocation{Header: events.Header{ID: id}, Tool: "crossing", Args: json.RawMessage(`{}`)}, nil)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		results[id] = res
+	}
+	waitIdle(t, e.exec)
+	counts := auditedResults(t, e.bus.JetStream())
+	took := 0
+	for id, res := range results {
+		c := counts[id]
+		if c == nil || c.terminal != 1 {
+			t.Errorf("%s: %+v terminal results in the audit stream, want exactly one (the caller got %s %q)", id, c, errType(res), res.LLMContent)
+		}
+		if res.Error == nil {
+			took++
+		}
+	}
+	t.Logf("%d of %d callers took the executor's result, the rest gave up first", took, calls)
 }
