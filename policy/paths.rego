@@ -52,15 +52,16 @@ denied_paths contains p if {
 # (cat .en[v]) as the sensitive file it could match.
 sensitive_samples := {replace(replace(n, "*", "x"), "?", "x") | some n in sensitive_names} | sensitive_dirs
 
-# One regular expression for the lists, made once per evaluation: a path
-# is sensitive when it ends in a sensitive name or has a sensitive
-# directory or path end in it, and does not end in an exception.
-sensitive_pattern := concat("", [
+# One regular expression for the lists: a path is sensitive when it ends in
+# a sensitive name or has a sensitive directory or path end in it, and
+# does not end in an exception. Made once, when the policy is loaded
+# (constants, toolbus.rego), not for every call.
+constants["sensitive_pattern"] := concat("", [
 	`(^|/)(`, concat("|", {name_regex(n) | some n in sensitive_names}), `)$|(^|/)(`,
 	concat("|", {name_regex(n) | some n in sensitive_dirs | sensitive_path_ends}), `)(/|$)`,
 ])
 
-exception_pattern := concat("", [`(^|/)(`, concat("|", {name_regex(n) | some n in sensitive_name_exceptions}), `)$`])
+constants["exception_pattern"] := concat("", [`(^|/)(`, concat("|", {name_regex(n) | some n in sensitive_name_exceptions}), `)$`])
 
 name_regex(n) := replace(replace(replace(lower(n), ".", `\.`), "*", `[^/]*`), "?", `[^/]`)
 
@@ -73,6 +74,6 @@ sensitive(p) if {
 
 sensitive(p) if {
 	lp := lower(p)
-	regex.match(sensitive_pattern, lp)
-	not regex.match(exception_pattern, lp)
+	regex.match(constant("sensitive_pattern"), lp)
+	not regex.match(constant("exception_pattern"), lp)
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/metrics"
 	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/storage/inmem"
 	"github.com/open-policy-agent/opa/v1/tester"
 	"github.com/open-policy-agent/opa/v1/topdown"
 
@@ -45,6 +46,18 @@ const RememberQuery = "data.toolbus.remember"
 // (.env, id_x, ...), for judging shell globs that could match them. It is
 // read once, when the set is compiled.
 const SamplesQuery = "data.toolbus.sensitive_samples"
+
+// ConstantsQuery is the rule that holds values made from the policy's own
+// data that no input changes (a regular expression made of the sensitive
+// names, say). It is evaluated once, when the set is compiled, and every
+// evaluation reads the values as data.toolbus_constants (ConstantsRoot)
+// instead of making them again: the rules look there first and make the
+// value themselves only when it is missing, as under opa test. A policy
+// set without it has no constants.
+const ConstantsQuery = "data.toolbus.constants"
+
+// ConstantsRoot is where the values of ConstantsQuery are in data.
+const ConstantsRoot = "toolbus_constants"
 
 // Files is a policy set: file name → Rego source. Files whose names end in
 // _test.rego hold the set's unit tests.
@@ -124,6 +137,7 @@ func Compile(ctx context.Context, files Files) (*Policy, error) {
 	} else if len(failures) > 0 {
 		return nil, fmt.Errorf("policy: Rego tests fail: %s", strings.Join(failures, "; "))
 	}
+	var constants map[string]any
 	prepare := func(query string) (rego.PreparedEvalQuery, error) {
 		opts := []func(*rego.Rego){rego.Query(query), rego.SetRegoVersion(ast.RegoV1), rego.StrictBuiltinErrors(true)}
 		for name, src := range files {
@@ -131,7 +145,17 @@ func Compile(ctx context.Context, files Files) (*Policy, error) {
 				opts = append(opts, rego.Module(name, src))
 			}
 		}
+		if constants != nil {
+			opts = append(opts, rego.Store(inmem.NewFromObject(map[string]any{ConstantsRoot: constants})))
+		}
 		return rego.New(opts...).PrepareForEval(ctx)
+	}
+	cq, err := prepare(ConstantsQuery)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	if constants, err = objectOf(ctx, cq, ConstantsQuery); err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
 	}
 	q, err := prepare(Query)
 	if err != nil {
@@ -155,6 +179,24 @@ func Compile(ctx context.Context, files Files) (*Policy, error) {
 	}
 	return &Policy{revision: files.Revision(), files: files, query: q, paths: pq, remember: rq, samples: samples,
 		nondeterministic: nondeterministic(modules)}, nil
+}
+
+// objectOf evaluates a query without input that gives an object;
+// undefined is an empty object, so that a set without the rule still
+// reads data.toolbus_constants as defined and empty.
+func objectOf(ctx context.Context, q rego.PreparedEvalQuery, name string) (map[string]any, error) {
+	rs, err := q.Eval(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if len(rs) == 0 {
+		return map[string]any{}, nil
+	}
+	obj, ok := rs[0].Expressions[0].Value.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("%s is not an object", name)
+	}
+	return obj, nil
 }
 
 // setOf is the members of the set a query's result is; undefined is the
