@@ -52,28 +52,20 @@ denied_paths contains p if {
 # (cat .en[v]) as the sensitive file it could match.
 sensitive_samples := {replace(replace(n, "*", "x"), "?", "x") | some n in sensitive_names} | sensitive_dirs
 
-# One regular expression for the lists: a path is sensitive when it ends in
-# a sensitive name or has a sensitive directory or path end in it, and
-# does not end in an exception. Made once, when the policy is loaded
-# (constants, toolbus.rego), not for every call.
-constants["sensitive_pattern"] := concat("", [
-	`(^|/)(`, concat("|", {name_regex(n) | some n in sensitive_names}), `)$|(^|/)(`,
-	concat("|", {name_regex(n) | some n in sensitive_dirs | sensitive_path_ends}), `)(/|$)`,
-])
-
-constants["exception_pattern"] := concat("", [`(^|/)(`, concat("|", {name_regex(n) | some n in sensitive_name_exceptions}), `)$`])
-
-name_regex(n) := replace(replace(replace(lower(n), ".", `\.`), "*", `[^/]*`), "?", `[^/]`)
-
-sensitive(p) if lower(p) in sensitive_files
-
-sensitive(p) if {
-	some d in sensitive_dir_prefixes
-	startswith(p, concat("", [d, "/"]))
-}
+# A path is sensitive when it is one of sensitive_files or under one of
+# sensitive_dir_prefixes, or when its name is, or a directory or path end
+# in it is, and its name is not an exception (.ssh/id_rsa.pub is not). The
+# regular expressions are made in constants.rego.
+sensitive(p) if regex.match(data.toolbus_constants.path_pattern, lower(p))
 
 sensitive(p) if {
 	lp := lower(p)
-	regex.match(constant("sensitive_pattern"), lp)
-	not regex.match(constant("exception_pattern"), lp)
+	parts := split(lp, "/")
+	name := parts[count(parts) - 1]
+	sensitive_name_or_dir(lp, name)
+	not regex.match(data.toolbus_constants.exception_pattern, name)
 }
+
+sensitive_name_or_dir(_, name) if regex.match(data.toolbus_constants.name_pattern, name)
+
+sensitive_name_or_dir(lp, _) if regex.match(data.toolbus_constants.dir_pattern, lp)

@@ -124,14 +124,3 @@ remember_entries(outcome) := set() if {
 	input.tool.kind in {"edit", "delete", "move"}
 	count(input.paths) > 0
 } else := {{"scope": "tool", "tool": input.tool.name, "server": input.tool.server}}
-
-# --- constants ----------------------------------------------------------------
-
-# constants are values made from the policy's own data that no input
-# changes (each file adds its own: constants["name"] := ...). The executor
-# evaluates them once, when it loads the policy, and hands them to every
-# evaluation as data.toolbus_constants; constant reads them there, and
-# makes them again only where they are missing (opa test, a bare opa eval).
-constant(name) := data.toolbus_constants[name]
-
-constant(name) := constants[name] if not data.toolbus_constants[name]

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,7 +21,6 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/metrics"
 	"github.com/open-policy-agent/opa/v1/rego"
-	"github.com/open-policy-agent/opa/v1/storage/inmem"
 	"github.com/open-policy-agent/opa/v1/tester"
 	"github.com/open-policy-agent/opa/v1/topdown"
 
@@ -47,17 +47,13 @@ const RememberQuery = "data.toolbus.remember"
 // read once, when the set is compiled.
 const SamplesQuery = "data.toolbus.sensitive_samples"
 
-// ConstantsQuery is the rule that holds values made from the policy's own
+// ConstantsPackage is the package of values a policy makes from its own
 // data that no input changes (a regular expression made of the sensitive
-// names, say). It is evaluated once, when the set is compiled, and every
-// evaluation reads the values as data.toolbus_constants (ConstantsRoot)
-// instead of making them again: the rules look there first and make the
-// value themselves only when it is missing, as under opa test. A policy
-// set without it has no constants.
-const ConstantsQuery = "data.toolbus.constants"
-
-// ConstantsRoot is where the values of ConstantsQuery are in data.
-const ConstantsRoot = "toolbus_constants"
+// names, say). Its rules are evaluated once, when the set is compiled, and
+// the decisions are made with a module holding their values instead, so
+// that no call makes them again; its tests, and opa test, use the rules as
+// written.
+const ConstantsPackage = "toolbus_constants"
 
 // Files is a policy set: file name → Rego source. Files whose names end in
 // _test.rego hold the set's unit tests.
@@ -137,25 +133,16 @@ func Compile(ctx context.Context, files Files) (*Policy, error) {
 	} else if len(failures) > 0 {
 		return nil, fmt.Errorf("policy: Rego tests fail: %s", strings.Join(failures, "; "))
 	}
-	var constants map[string]any
+	sources, err := withConstants(ctx, files, modules)
+	if err != nil {
+		return nil, err
+	}
 	prepare := func(query string) (rego.PreparedEvalQuery, error) {
 		opts := []func(*rego.Rego){rego.Query(query), rego.SetRegoVersion(ast.RegoV1), rego.StrictBuiltinErrors(true)}
-		for name, src := range files {
-			if !isTest(name) {
-				opts = append(opts, rego.Module(name, src))
-			}
-		}
-		if constants != nil {
-			opts = append(opts, rego.Store(inmem.NewFromObject(map[string]any{ConstantsRoot: constants})))
+		for name, src := range sources {
+			opts = append(opts, rego.Module(name, src))
 		}
 		return rego.New(opts...).PrepareForEval(ctx)
-	}
-	cq, err := prepare(ConstantsQuery)
-	if err != nil {
-		return nil, fmt.Errorf("policy: %w", err)
-	}
-	if constants, err = objectOf(ctx, cq, ConstantsQuery); err != nil {
-		return nil, fmt.Errorf("policy: %w", err)
 	}
 	q, err := prepare(Query)
 	if err != nil {
@@ -181,22 +168,52 @@ func Compile(ctx context.Context, files Files) (*Policy, error) {
 		nondeterministic: nondeterministic(modules)}, nil
 }
 
-// objectOf evaluates a query without input that gives an object;
-// undefined is an empty object, so that a set without the rule still
-// reads data.toolbus_constants as defined and empty.
-func objectOf(ctx context.Context, q rego.PreparedEvalQuery, name string) (map[string]any, error) {
-	rs, err := q.Eval(ctx)
+// withConstants is the set's modules to evaluate calls with, tests left
+// out: the modules of ConstantsPackage replaced by one that holds the
+// values their rules make.
+func withConstants(ctx context.Context, files Files, modules map[string]*ast.Module) (map[string]string, error) {
+	sources := make(map[string]string, len(files))
+	var constants []string
+	for name, src := range files {
+		switch {
+		case isTest(name):
+		case modules[name].Package.Path.String() == "data."+ConstantsPackage:
+			constants = append(constants, name)
+		default:
+			sources[name] = src
+		}
+	}
+	if len(constants) == 0 {
+		return sources, nil
+	}
+	opts := []func(*rego.Rego){rego.Query("data." + ConstantsPackage), rego.SetRegoVersion(ast.RegoV1), rego.StrictBuiltinErrors(true)}
+	for name, src := range files {
+		if !isTest(name) {
+			opts = append(opts, rego.Module(name, src))
+		}
+	}
+	rs, err := rego.New(opts...).Eval(ctx)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("policy: %s: %w", ConstantsPackage, err)
 	}
-	if len(rs) == 0 {
-		return map[string]any{}, nil
+	values := map[string]any{}
+	if len(rs) > 0 {
+		values, _ = rs[0].Expressions[0].Value.(map[string]any)
 	}
-	obj, ok := rs[0].Expressions[0].Value.(map[string]any)
-	if !ok {
-		return nil, fmt.Errorf("%s is not an object", name)
+	var b strings.Builder
+	fmt.Fprintf(&b, "package %s\n\n# The values of the rules of %s, made when the set was compiled.\n", ConstantsPackage, strings.Join(constants, ", "))
+	for _, name := range slices.Sorted(maps.Keys(values)) {
+		if !ast.IsVarCompatibleString(name) || ast.IsKeyword(name) {
+			return nil, fmt.Errorf("policy: %s.%s: a constant needs a name Rego can use as a rule name", ConstantsPackage, name)
+		}
+		literal, err := json.Marshal(values[name])
+		if err != nil {
+			return nil, fmt.Errorf("policy: %s.%s: %w", ConstantsPackage, name, err)
+		}
+		fmt.Fprintf(&b, "\n%s := %s\n", name, literal)
 	}
-	return obj, nil
+	sources[ConstantsPackage+".constants.rego"] = b.String()
+	return sources, nil
 }
 
 // setOf is the members of the set a query's result is; undefined is the
