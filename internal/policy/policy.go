@@ -200,6 +200,22 @@ func withConstants(ctx context.Context, files Files, modules map[string]*ast.Mod
 	if len(rs) > 0 {
 		values, _ = rs[0].Expressions[0].Value.(map[string]any)
 	}
+	// A constant without a value would leave the rules that read it
+	// undefined, and a sensitive path would then match nothing: refused.
+	for _, name := range constants {
+		for _, r := range modules[name].Rules {
+			if len(r.Head.Args) > 0 { // a function, dropped with its module
+				continue
+			}
+			rule := r.Head.Name.String()
+			if len(r.Head.Reference) > 0 {
+				rule = r.Head.Reference[0].Value.(ast.Var).String()
+			}
+			if _, ok := values[rule]; !ok {
+				return nil, fmt.Errorf("policy: %s.%s (%s) has no value; constants may not read input", ConstantsPackage, rule, name)
+			}
+		}
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "package %s\n\n# The values of the rules of %s, made when the set was compiled.\n", ConstantsPackage, strings.Join(constants, ", "))
 	for _, name := range slices.Sorted(maps.Keys(values)) {

@@ -305,3 +305,33 @@ func FuzzAnalyzeShell(f *testing.F) {
 		}
 	})
 }
+
+// TestConstants: the constants package is evaluated once and its values
+// used by the decision; a constant without a value (one that reads input,
+// or fails) refuses the set instead of leaving the rules that read it
+// undefined.
+func TestConstants(t *testing.T) {
+	ctx := context.Background()
+	decision := "package toolbus\ndecision := {\"verdict\": \"DENY\", \"reason\": data.toolbus_constants.reason} if regex.match(data.toolbus_constants.pattern, input.args.x)\n" +
+		"default decision := {\"verdict\": \"ALLOW\", \"reason\": \"no match\"}\n"
+	p, err := Compile(ctx, Files{"p.rego": decision, "c.rego": "package toolbus_constants\npattern := concat(\"|\", [\"a\", \"b\"])\nreason := upper(\"matched\")\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := p.Decide(ctx, &Input{Args: map[string]any{"x": "b"}}); d.Verdict != events.Deny || d.Reason != "MATCHED" {
+		t.Errorf("b: %s %s", d.Verdict, d.Reason)
+	}
+	if d := p.Decide(ctx, &Input{Args: map[string]any{"x": "c"}}); d.Verdict != events.Allow {
+		t.Errorf("c: %s %s", d.Verdict, d.Reason)
+	}
+	for name, src := range map[string]string{
+		"reads input": "package toolbus_constants\npattern := input.args.x\n",
+		"fails":       "package toolbus_constants\npattern := concat(\"|\", [1])\n",
+	} {
+		if _, err := Compile(ctx, Files{"p.rego": decision, "c.rego": src}); err == nil {
+			t.Errorf("a constant that %s was accepted", name)
+		} else {
+			t.Logf("%s: %v", name, err)
+		}
+	}
+}
