@@ -14,13 +14,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
 	"github.com/toolbus/toolbus/internal/registry"
+	"github.com/toolbus/toolbus/internal/testkit/audittest"
 )
 
 // peakRSS is the most resident memory process pid has had, in bytes
@@ -169,49 +168,12 @@ func TestParallelLargeReadsFromTheCommandLine(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	terminal, late := countResults(t, ctx, conn.JetStream())
+	counts := audittest.Results(t, conn.JetStream(), false)
 	for i := range calls {
 		id := fmt.Sprintf("cli-read-%d", i)
-		if terminal[id] != 1 || late[id] != 0 {
-			t.Errorf("%s: %d terminal and %d late results in the audit stream, want exactly one terminal", id, terminal[id], late[id])
+		if c := counts[id]; c == nil || c.Terminal != 1 || c.Late != 0 {
+			t.Errorf("%s: %+v results in the audit stream, want exactly one terminal", id, c)
 		}
 	}
 	up.stop(t)
-}
-
-// countResults reads every tool.result in the audit stream with an
-// ordered consumer and counts terminal and late ones per invocation.
-func countResults(t *testing.T, ctx context.Context, js jetstream.JetStream) (terminal, late map[string]int) {
-	t.Helper()
-	stream, err := js.Stream(ctx, events.AuditStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	last, err := stream.GetLastMsgForSubject(ctx, events.SubjectResult)
-	if err != nil {
-		t.Fatalf("no result in the audit stream: %v", err)
-	}
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.SubjectResult}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	terminal, late = map[string]int{}, map[string]int{}
-	for {
-		m, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
-		if err != nil {
-			t.Fatalf("reading the audit stream: %v", err)
-		}
-		res, err := events.Decode[events.Result](m.Data())
-		if err != nil {
-			t.Fatalf("a result in the audit stream does not decode: %v", err)
-		}
-		if res.Late {
-			late[res.InvocationID]++
-		} else {
-			terminal[res.InvocationID]++
-		}
-		if meta, err := m.Metadata(); err != nil || meta.Sequence.Stream >= last.Sequence {
-			return terminal, late
-		}
-	}
 }

@@ -12,60 +12,13 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/testkit/audittest"
 	"github.com/toolbus/toolbus/internal/tool"
 )
-
-// resultCount is what the audit stream holds of one invocation's results.
-type resultCount struct{ terminal, late int }
-
-// auditedResults reads every tool.result in the audit stream, with an
-// ordered consumer, and counts them per invocation id.
-func auditedResults(t testing.TB, js jetstream.JetStream) map[string]*resultCount {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	stream, err := js.Stream(ctx, events.AuditStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	last, err := stream.GetLastMsgForSubject(ctx, events.SubjectResult)
-	if err != nil {
-		t.Fatalf("no result in the audit stream: %v", err)
-	}
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.SubjectResult}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	counts := map[string]*resultCount{}
-	for {
-		m, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
-		if err != nil {
-			t.Fatalf("reading the audit stream: %v", err)
-		}
-		res, err := events.Decode[events.Result](m.Data())
-		if err != nil {
-			t.Fatalf("a result in the audit stream does not decode: %v", err)
-		}
-		c := counts[res.InvocationID]
-		if c == nil {
-			c = &resultCount{}
-			counts[res.InvocationID] = c
-		}
-		if res.Late {
-			c.late++
-		} else {
-			c.terminal++
-		}
-		if meta, err := m.Metadata(); err != nil || meta.Sequence.Stream >= last.Sequence {
-			return counts
-		}
-	}
-}
 
 // waitIdle waits until ex runs no call: every result it will send is sent.
 func waitIdle(t testing.TB, ex *Executor) {
@@ -134,10 +87,10 @@ func TestParallelLargeReadsGetOneResultEach(t *testing.T) {
 	}
 	t.Logf("%d of %d whole outputs kept in the object store", kept, calls)
 	waitIdle(t, e.exec)
-	counts := auditedResults(t, e.bus.JetStream())
+	counts := audittest.Results(t, e.bus.JetStream(), false)
 	for i := range calls {
 		c := counts[fmt.Sprintf("big-read-%d", i)]
-		if c == nil || c.terminal != 1 || c.late != 0 {
+		if c == nil || c.Terminal != 1 || c.Late != 0 {
 			t.Errorf("big-read-%d: %+v terminal/late results in the audit stream, want exactly one terminal", i, c)
 		}
 	}
@@ -200,15 +153,15 @@ func TestGivingUpMakesTheExecutorsResultLate(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool {
-		c := auditedResultsNow(t, e.bus.JetStream())["overtaken"]
+		c := audittest.Results(t, e.bus.JetStream(), true)["overtaken"]
 		return c != nil
 	})
 	waitIdle(t, e.exec)
-	counts := auditedResults(t, e.bus.JetStream())
-	if c := counts["given-up"]; c == nil || c.terminal != 1 || c.late != 1 {
+	counts := audittest.Results(t, e.bus.JetStream(), false)
+	if c := counts["given-up"]; c == nil || c.Terminal != 1 || c.Late != 1 {
 		t.Errorf("given-up: %+v, want the caller's terminal result and the executor's late one", c)
 	}
-	if c := counts["overtaken"]; c == nil || c.terminal != 0 || c.late != 1 {
+	if c := counts["overtaken"]; c == nil || c.Terminal != 0 || c.Late != 1 {
 		t.Errorf("overtaken: %+v, want only the executor's late refusal", c)
 	}
 	mu.Lock()
@@ -216,19 +169,6 @@ func TestGivingUpMakesTheExecutorsResultLate(t *testing.T) {
 	if ran != 1 {
 		t.Errorf("the tool ran %d times; the overtaken call must not run", ran)
 	}
-}
-
-// auditedResultsNow is auditedResults that tolerates an empty stream.
-func auditedResultsNow(t testing.TB, js jetstream.JetStream) map[string]*resultCount {
-	t.Helper()
-	s, err := js.Stream(context.Background(), events.AuditStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.GetLastMsgForSubject(context.Background(), events.SubjectResult); err != nil {
-		return nil
-	}
-	return auditedResults(t, js)
 }
 
 func waitFor(t testing.TB, cond func() bool) {
@@ -402,11 +342,11 @@ func TestAGiveUpThatCrossesTheResultLeavesOneTerminalResult(t *testing.T) {
 		results[id] = res
 	}
 	waitIdle(t, e.exec)
-	counts := auditedResults(t, e.bus.JetStream())
+	counts := audittest.Results(t, e.bus.JetStream(), false)
 	took := 0
 	for id, res := range results {
 		c := counts[id]
-		if c == nil || c.terminal != 1 {
+		if c == nil || c.Terminal != 1 {
 			t.Errorf("%s: %+v terminal results in the audit stream, want exactly one (the caller got %s %q)", id, c, errType(res), res.LLMContent)
 		}
 		if res.Error == nil {

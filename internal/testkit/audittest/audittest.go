@@ -1,0 +1,66 @@
+// Package audittest reads the audit stream in tests: what it holds of the
+// results of each invocation.
+package audittest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/events"
+)
+
+// Count is what the audit stream holds of one invocation's results: its
+// terminal results (exactly one, when all is well) and its late ones.
+type Count struct{ Terminal, Late int }
+
+// Results reads every tool.result in the audit stream, up to the last one
+// there when it is called, with an ordered consumer, and counts them per
+// invocation id. With mayBeEmpty set, an empty stream gives an empty map;
+// otherwise it fails the test.
+func Results(t testing.TB, js jetstream.JetStream, mayBeEmpty bool) map[string]*Count {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	stream, err := js.Stream(ctx, events.AuditStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]*Count{}
+	last, err := stream.GetLastMsgForSubject(ctx, events.SubjectResult)
+	if err != nil {
+		if mayBeEmpty {
+			return counts
+		}
+		t.Fatalf("no result in the audit stream: %v", err)
+	}
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.SubjectResult}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
+		if err != nil {
+			t.Fatalf("reading the audit stream: %v", err)
+		}
+		res, err := events.Decode[events.Result](m.Data())
+		if err != nil {
+			t.Fatalf("a result in the audit stream does not decode: %v", err)
+		}
+		c := counts[res.InvocationID]
+		if c == nil {
+			c = &Count{}
+			counts[res.InvocationID] = c
+		}
+		if res.Late {
+			c.Late++
+		} else {
+			c.Terminal++
+		}
+		if meta, err := m.Metadata(); err != nil || meta.Sequence.Stream >= last.Sequence {
+			return counts
+		}
+	}
+}
