@@ -45,6 +45,8 @@ func TestRememberedApprovalsCoverOnlyWhatIsUnderstood(t *testing.T) {
 		"env --spl='touch P' ls", "xargs -a /dev/null -E ls touch P", "nice -n 5 touch P", "timeout -s KILL 5 touch P",
 		"stdbuf -o0 touch P", "nohup touch P", "command touch P", "builtin eval 'touch P'", "busybox touch P",
 		"env -u X touch P", "sudo ls", "sudo -u root ls", "time -o P ls", "env -Z ls", "xargs --frobnicate ls",
+		// past a program, exec is a program of that name (found by the fuzz target)
+		"env -S 'exec -a ls ls'", "{ env -S 'exec -a ls ls'; } # x", "nice exec -a ls ls", "env command ls", "/bin/exec -a ls ls",
 		// statements the analyser does not follow
 		"ls; x='a[$(touch P)]'; (( x ))", "ls; declare -a 'a=($(touch P))'", "ls # \\\ntouch P", "LC_ALL=C ls",
 		"PATH=/tmp ls", "for PATH in /tmp; do ls; done", "ls; let 'a[$(touch P)]'", "[[ -v a[$(touch P)] ]]; ls",

@@ -83,6 +83,11 @@ var wrappers = map[string]grammar{
 			"verbose": noValue, "quiet": noValue, "help": runsNothing, "version": runsNothing}},
 }
 
+// shellBuiltins are the wrappers that are bash's own: only bash, at the
+// start of a command, reads them so; anything else looks for a program of
+// that name.
+var shellBuiltins = map[string]bool{"exec": true, "command": true, "builtin": true}
+
 // option is one option a wrapper was given.
 type option struct {
 	name  string // "a", "split-string"
@@ -93,12 +98,20 @@ type option struct {
 // command that runs: Name, Argv, Args, Wrappers.
 func (a *analysis) unwrap(c *Command) {
 	argv := c.Words
+	external := false // a program runs what follows: no builtin is there
 	for len(argv) > 0 {
 		name := path.Base(argv[0])
 		g, ok := wrappers[name]
 		if !ok || !systemProgram(argv[0]) {
 			break // ./env is whatever the workspace holds, not env
 		}
+		if shellBuiltins[name] && (external || argv[0] != name) {
+			// Past env, nice, sudo..., or given by path, exec is the
+			// program of that name, not bash's exec: env -S 'exec -a
+			// ls touch P' runs a program called exec, not ls.
+			break
+		}
+		external = external || !shellBuiltins[name]
 		opts, rest, stop := a.options(name, g, argv[1:])
 		if stop != "" {
 			if stop != "nothing" {
