@@ -59,13 +59,7 @@ sensitive_samples := {replace(replace(n, "*", "x"), "?", "x") | some n in sensit
 sensitive(p) if regex.match(data.toolbus_constants.path_pattern, lower(p))
 
 sensitive(p) if {
-	lp := lower(p)
-	parts := split(lp, "/")
-	name := parts[count(parts) - 1]
-	sensitive_name_or_dir(lp, name)
-	not regex.match(data.toolbus_constants.exception_pattern, name)
+	r := strings.reverse(lower(p))
+	regex.match(data.toolbus_constants.reversed_pattern, r)
+	not regex.match(data.toolbus_constants.reversed_exception, r)
 }
-
-sensitive_name_or_dir(_, name) if regex.match(data.toolbus_constants.name_pattern, name)
-
-sensitive_name_or_dir(lp, _) if regex.match(data.toolbus_constants.dir_pattern, lp)
