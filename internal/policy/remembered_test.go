@@ -47,6 +47,8 @@ func TestRememberedApprovalsCoverOnlyWhatIsUnderstood(t *testing.T) {
 		"env -u X touch P", "sudo ls", "sudo -u root ls", "time -o P ls", "env -Z ls", "xargs --frobnicate ls",
 		// past a program, exec is a program of that name (found by the fuzz target)
 		"env -S 'exec -a ls ls'", "{ env -S 'exec -a ls ls'; } # x", "nice exec -a ls ls", "env command ls", "/bin/exec -a ls ls",
+		// after a pipe, time is a program (found by the fuzz target)
+		"ls | time", "ls | time ls", "ls |& time -p ls", "ls | time touch P",
 		// statements the analyser does not follow
 		"ls; x='a[$(touch P)]'; (( x ))", "ls; declare -a 'a=($(touch P))'", "ls # \\\ntouch P", "LC_ALL=C ls",
 		"PATH=/tmp ls", "for PATH in /tmp; do ls; done", "ls; let 'a[$(touch P)]'", "[[ -v a[$(touch P)] ]]; ls",

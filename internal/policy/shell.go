@@ -157,6 +157,13 @@ func (a *analysis) analyze(line string, depth int) {
 		case *syntax.Stmt:
 			a.stmt(src, n, stdin, depth)
 		case *syntax.BinaryCmd:
+			if _, ok := n.Y.Cmd.(*syntax.TimeClause); ok && (n.Op == syntax.Pipe || n.Op == syntax.PipeAll) {
+				// bash reads time as its keyword only where a pipeline
+				// starts: after a pipe it is the program time (which
+				// runs its arguments, and -o writes a file), while the
+				// parser reads the keyword and no command at all.
+				a.opaque("time after a pipe, a program the parser reads as bash's keyword")
+			}
 			if n.Op == syntax.Pipe || n.Op == syntax.PipeAll {
 				if script, ok := echoed(src, n.X); ok {
 					if call, ok := n.Y.Cmd.(*syntax.CallExpr); ok {
