@@ -138,11 +138,7 @@ func Compile(ctx context.Context, files Files) (*Policy, error) {
 		return nil, err
 	}
 	prepare := func(query string) (rego.PreparedEvalQuery, error) {
-		opts := []func(*rego.Rego){rego.Query(query), rego.SetRegoVersion(ast.RegoV1), rego.StrictBuiltinErrors(true)}
-		for name, src := range sources {
-			opts = append(opts, rego.Module(name, src))
-		}
-		return rego.New(opts...).PrepareForEval(ctx)
+		return regoOf(query, sources).PrepareForEval(ctx)
 	}
 	q, err := prepare(Query)
 	if err != nil {
@@ -172,27 +168,24 @@ func Compile(ctx context.Context, files Files) (*Policy, error) {
 // out: the modules of ConstantsPackage replaced by one that holds the
 // values their rules make.
 func withConstants(ctx context.Context, files Files, modules map[string]*ast.Module) (map[string]string, error) {
-	sources := make(map[string]string, len(files))
-	var constants []string
+	all := make(map[string]string, len(files))
 	for name, src := range files {
-		switch {
-		case isTest(name):
-		case modules[name].Package.Path.String() == "data."+ConstantsPackage:
+		if !isTest(name) {
+			all[name] = src
+		}
+	}
+	sources := maps.Clone(all)
+	var constants []string
+	for name := range all {
+		if modules[name].Package.Path.String() == "data."+ConstantsPackage {
 			constants = append(constants, name)
-		default:
-			sources[name] = src
+			delete(sources, name)
 		}
 	}
 	if len(constants) == 0 {
 		return sources, nil
 	}
-	opts := []func(*rego.Rego){rego.Query("data." + ConstantsPackage), rego.SetRegoVersion(ast.RegoV1), rego.StrictBuiltinErrors(true)}
-	for name, src := range files {
-		if !isTest(name) {
-			opts = append(opts, rego.Module(name, src))
-		}
-	}
-	rs, err := rego.New(opts...).Eval(ctx)
+	rs, err := regoOf("data."+ConstantsPackage, all).Eval(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("policy: %s: %w", ConstantsPackage, err)
 	}
@@ -230,6 +223,16 @@ func withConstants(ctx context.Context, files Files, modules map[string]*ast.Mod
 	}
 	sources[ConstantsPackage+".constants.rego"] = b.String()
 	return sources, nil
+}
+
+// regoOf is query over the modules in sources, as every evaluation of a
+// policy set is made: Rego v1, a built-in's error an error.
+func regoOf(query string, sources map[string]string) *rego.Rego {
+	opts := []func(*rego.Rego){rego.Query(query), rego.SetRegoVersion(ast.RegoV1), rego.StrictBuiltinErrors(true)}
+	for name, src := range sources {
+		opts = append(opts, rego.Module(name, src))
+	}
+	return rego.New(opts...)
 }
 
 // setOf is the members of the set a query's result is; undefined is the
