@@ -301,38 +301,47 @@ func (c *Client) claim(ctx context.Context, id string, executor *string) claimAn
 	if *executor != "" {
 		subject = ClaimSubject(*executor)
 	}
-	inbox := nats.NewInbox()
-	sub, err := c.nc.SubscribeSync(inbox)
-	if err != nil {
-		return unanswered
-	}
-	defer sub.Unsubscribe()
-	if err := c.nc.PublishRequest(subject, inbox, []byte(id)); err != nil {
-		return unanswered
-	}
-	ctx, cancel := context.WithTimeout(ctx, claimWait)
-	defer cancel()
 	answer := unanswered
-	for {
-		m, err := sub.NextMsgWithContext(ctx)
-		if err != nil {
-			return answer
-		}
+	c.gather(ctx, subject, []byte(id), func(m *nats.Msg) bool {
 		switch {
 		case m.Header.Get("Status") == "503": // no responders
-			return notRunning
+			answer = notRunning
+			return true
 		case string(m.Data) == events.ClaimRunning:
 			if x := m.Header.Get(events.ExecutorHeader); x != "" {
 				*executor = x
 			}
-			return claimed
+			answer = claimed
+			return true
 		}
-		if subject != events.ClaimSubject {
-			return notRunning
-		}
-		// Another executor does not run it; the one that does may
-		// still answer.
+		// Another executor does not run it; when all were asked, the
+		// one that does may still answer.
 		answer = notRunning
+		return subject != events.ClaimSubject
+	})
+	return answer
+}
+
+// gather sends a request that several executors may answer and hands
+// each answer, "no responders" included, to settled until it reports that
+// one settles the question, for at most claimWait.
+func (c *Client) gather(ctx context.Context, subject string, data []byte, settled func(*nats.Msg) bool) {
+	inbox := nats.NewInbox()
+	sub, err := c.nc.SubscribeSync(inbox)
+	if err != nil {
+		return
+	}
+	defer sub.Unsubscribe()
+	if err := c.nc.PublishRequest(subject, inbox, data); err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, claimWait)
+	defer cancel()
+	for {
+		m, err := sub.NextMsgWithContext(ctx)
+		if err != nil || settled(m) {
+			return
+		}
 	}
 }
 
@@ -387,33 +396,19 @@ func (c *Client) giveUp(id, reason string) (recorded bool) {
 	if err != nil {
 		return false
 	}
-	inbox := nats.NewInbox()
-	sub, err := c.nc.SubscribeSync(inbox)
-	if err != nil {
-		_ = c.nc.Publish(events.SubjectCancel, data)
-		return false
-	}
-	defer sub.Unsubscribe()
-	if err := c.nc.PublishRequest(events.SubjectCancel, inbox, data); err != nil {
-		return false
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), claimWait)
-	defer cancel()
-	for {
-		m, err := sub.NextMsgWithContext(ctx)
-		if err != nil {
-			return false
-		}
+	c.gather(context.Background(), events.SubjectCancel, data, func(m *nats.Msg) bool {
 		switch {
 		case m.Header.Get("Status") == "503": // no executor at all
-			return false
-		case string(m.Data) == events.GaveUpSent:
 			return true
-		case string(m.Data) == events.GaveUpLate:
-			return false
+		case string(m.Data) == events.GaveUpSent:
+			recorded = true
+			return true
 		}
-		// An executor that has not seen the call: another may run it.
-	}
+		// GaveUpLate settles it; an executor that has not seen the call
+		// does not: another may run it.
+		return string(m.Data) == events.GaveUpLate
+	})
+	return recorded
 }
 
 // errBatchAbandoned ends a batch whose caller gave up: its calls still
