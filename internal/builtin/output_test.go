@@ -11,24 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/tool"
 )
 
 // spoolFiles counts this process's descriptors open on spool files.
-func spoolFiles(t *testing.T) int {
-	t.Helper()
-	fds, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Skip("no /proc/self/fd here")
-	}
-	n := 0
-	for _, fd := range fds {
-		if target, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name())); err == nil && strings.Contains(target, "toolbus-output-") {
-			n++
-		}
-	}
-	return n
-}
+func spoolFiles(t *testing.T) int { return testkit.OpenFiles(t, tool.SpoolFilePrefix) }
 
 // TestLargeShellOutputIsSpooled: a command that prints megabytes gives its
 // head in LLMContent and the whole llmContent in a spool, stdout, stderr

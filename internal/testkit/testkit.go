@@ -5,6 +5,7 @@ package testkit
 import (
 	"bytes"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -130,4 +131,21 @@ func Zombies() []int {
 		}
 	}
 	return out
+}
+
+// OpenFiles counts this process's descriptors open on files whose name
+// holds part: the temporary files of a kind that must all be closed.
+func OpenFiles(t testing.TB, part string) int {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip("no /proc/self/fd here")
+	}
+	n := 0
+	for _, fd := range fds {
+		if target, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name())); err == nil && strings.Contains(target, part) {
+			n++
+		}
+	}
+	return n
 }

@@ -14,6 +14,9 @@ import (
 // comes after it goes to a temporary file.
 const SpoolHead = 256 << 10
 
+// SpoolFilePrefix starts the name of every Spool's temporary file.
+const SpoolFilePrefix = "toolbus-output-"
+
 // Spool holds output that may be too large for memory: the first
 // SpoolHead bytes in memory, the rest in an unlinked temporary file, so
 // that a call whose tool prints 300 MB holds a few hundred KB. It bounds
@@ -113,7 +116,7 @@ func (s *Spool) write(p []byte) {
 // tempFile is a temporary file that is already unlinked: it disappears
 // with its last descriptor, also if the process dies.
 func tempFile() (*os.File, error) {
-	f, err := os.CreateTemp("", "toolbus-output-*")
+	f, err := os.CreateTemp("", SpoolFilePrefix+"*")
 	if err != nil {
 		return nil, err
 	}

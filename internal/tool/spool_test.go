@@ -3,27 +3,14 @@ package tool
 import (
 	"bytes"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 // spoolFiles counts this process's descriptors open on spool files.
-func spoolFiles(t *testing.T) int {
-	t.Helper()
-	fds, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Skip("no /proc/self/fd here")
-	}
-	n := 0
-	for _, fd := range fds {
-		if target, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name())); err == nil && strings.Contains(target, "toolbus-output-") {
-			n++
-		}
-	}
-	return n
-}
+func spoolFiles(t *testing.T) int { return testkit.OpenFiles(t, SpoolFilePrefix) }
 
 func TestSpoolKeepsTheHeadInMemoryAndTheRestInAFile(t *testing.T) {
 	before := spoolFiles(t)
