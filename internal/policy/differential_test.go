@@ -12,6 +12,7 @@ import (
 
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/policy"
+	"github.com/toolbus/toolbus/internal/testkit/sandboxwire"
 	policyfiles "github.com/toolbus/toolbus/policy"
 )
 
@@ -119,8 +120,8 @@ func defaultPolicyOnce(tb testing.TB) *policy.Policy {
 // after the first (`git status` covers `git status -s`, not `git log`).
 // sudo and busybox runs that executed another program are covered: that
 // program is judged on its own record.
-func uncovered(runs []stubRecord, remembered []string) []stubRecord {
-	var out []stubRecord
+func uncovered(runs []sandboxwire.Record, remembered []string) []sandboxwire.Record {
+	var out []sandboxwire.Record
 	for _, r := range runs {
 		if r.Wraps == nil && !slices.ContainsFunc(remembered, func(p string) bool { return covers(strings.Fields(p), r) }) {
 			out = append(out, r)
@@ -129,7 +130,7 @@ func uncovered(runs []stubRecord, remembered []string) []stubRecord {
 	return out
 }
 
-func covers(words []string, r stubRecord) bool {
+func covers(words []string, r sandboxwire.Record) bool {
 	prog := r.Program()
 	return len(words) > 0 && len(r.Argv) >= len(words) &&
 		slices.Contains(systemDirs, path.Dir(prog)) && path.Base(prog) == words[0] &&
@@ -151,7 +152,7 @@ func checkRemembered(t *testing.T, pol *policy.Policy, sb *sandbox, line string)
 func violations(tb testing.TB, pol *policy.Policy, sb *sandbox, line string) []string {
 	tb.Helper()
 	var out []string
-	var rep *sandboxReport
+	var rep *sandboxwire.Report
 	for _, set := range rememberedSets {
 		d, analysis := decideRemembered(tb, pol, line, set)
 		if d.Verdict != events.Allow {

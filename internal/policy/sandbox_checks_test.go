@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/toolbus/toolbus/internal/testkit/sandboxwire"
 )
 
 // The sandbox is the differential fuzz target's oracle and its safety: if
@@ -35,7 +37,7 @@ func sandboxModes(t *testing.T) map[string]*sandbox {
 
 // runs lists records as "program argv...", sorted: programs started in
 // the background report in any order.
-func runs(recs []stubRecord) []string {
+func runs(recs []sandboxwire.Record) []string {
 	out := make([]string, len(recs))
 	for i, r := range recs {
 		out[i] = r.Program() + " " + strings.Join(r.Argv, " ")
@@ -239,10 +241,12 @@ func processesOf(uid int) []int {
 
 // TestUncovered checks the oracle itself on records of known runs.
 func TestUncovered(t *testing.T) {
-	rec := func(exe, cwd string, argv ...string) stubRecord { return stubRecord{Argv: argv, Exe: exe, Cwd: cwd} }
+	rec := func(exe, cwd string, argv ...string) sandboxwire.Record {
+		return sandboxwire.Record{Argv: argv, Exe: exe, Cwd: cwd}
+	}
 	tests := []struct {
 		name       string
-		run        stubRecord
+		run        sandboxwire.Record
 		remembered []string
 		covered    bool
 	}{
@@ -259,12 +263,12 @@ func TestUncovered(t *testing.T) {
 		{"git", rec("/bin/git", sandboxWorkdir, "git"), []string{"git status", "cat"}, false},
 		{"cat", rec("/bin/cat", sandboxWorkdir, "cat", "/etc/passwd"), []string{"git status", "cat"}, true},
 		{"ls under git status", rec("/bin/ls", sandboxWorkdir, "ls"), []string{"git status", "cat"}, false},
-		{"sudo executing", stubRecord{Argv: []string{"sudo", "touch"}, Exe: "/bin/sudo", Wraps: []string{"touch"}}, []string{"ls"}, true},
+		{"sudo executing", sandboxwire.Record{Argv: []string{"sudo", "touch"}, Exe: "/bin/sudo", Wraps: []string{"touch"}}, []string{"ls"}, true},
 		{"sudo -s", rec("/bin/sudo", sandboxWorkdir, "sudo", "-s"), []string{"ls"}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := len(uncovered([]stubRecord{tt.run}, tt.remembered)) == 0
+			got := len(uncovered([]sandboxwire.Record{tt.run}, tt.remembered)) == 0
 			if got != tt.covered {
 				t.Errorf("%s under %q: covered %v, want %v", tt.run, tt.remembered, got, tt.covered)
 			}

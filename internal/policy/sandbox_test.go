@@ -22,6 +22,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/toolbus/toolbus/internal/testkit/sandboxwire"
 )
 
 // The sandbox runs a shell line in a real bash where every program is a
@@ -51,67 +53,7 @@ const sandboxDeadline = 2 * time.Second
 // deadline or CPUSeconds, a file at FileBytes, memory at DataBytes per
 // process (RLIMIT_DATA: a limit of address space would stop the Go stubs,
 // whose runtime reserves much more than it uses).
-var sandboxLimits = sandboxLimitsJSON{Processes: 64, CPUSeconds: 4, FileBytes: 1 << 20, DataBytes: 128 << 20, OpenFiles: 256}
-
-// Keep the JSON types below in step with testdata/stub/init.go.
-type sandboxLimitsJSON struct {
-	Processes  uint64 `json:"processes"`
-	CPUSeconds uint64 `json:"cpuSeconds"`
-	FileBytes  uint64 `json:"fileBytes"`
-	DataBytes  uint64 `json:"dataBytes"`
-	OpenFiles  uint64 `json:"openFiles"`
-}
-
-type sandboxConfig struct {
-	Root       string            `json:"root"`
-	Line       string            `json:"line"`
-	UID        int               `json:"uid"`
-	GID        int               `json:"gid"`
-	DeadlineMS int               `json:"deadlineMs"`
-	Workdir    string            `json:"workdir"`
-	Workspace  []string          `json:"workspace"`
-	Limits     sandboxLimitsJSON `json:"limits"`
-}
-
-// stubRecord is one run of a stub program.
-type stubRecord struct {
-	// Argv as the stub received it: Argv[0] is what the caller chose.
-	Argv []string `json:"argv"`
-	// Exe is the file the kernel executed, as the caller named it.
-	Exe string `json:"exe"`
-	Cwd string `json:"cwd"`
-	UID int    `json:"uid"`
-	// Wraps is set for sudo and busybox, which the stub models: it went on
-	// to execute this argv, which reports on its own.
-	Wraps []string `json:"wraps,omitempty"`
-}
-
-// Program is the absolute path of the file that ran.
-func (r stubRecord) Program() string {
-	if path.IsAbs(r.Exe) {
-		return path.Clean(r.Exe)
-	}
-	return path.Join(r.Cwd, r.Exe)
-}
-
-func (r stubRecord) String() string {
-	s := fmt.Sprintf("%s ran %q", r.Program(), r.Argv)
-	if r.Wraps != nil {
-		s += fmt.Sprintf(" and executed %q", r.Wraps)
-	}
-	return s
-}
-
-type sandboxReport struct {
-	Records  []stubRecord `json:"records"`
-	Garbled  int          `json:"garbled"`
-	Dropped  int          `json:"dropped"`
-	Exit     string       `json:"exit"`
-	TimedOut bool         `json:"timedOut"`
-	Proc     bool         `json:"proc"`
-	// Stderr is the start of what bash and the programs printed.
-	Stderr string `json:"-"`
-}
+var sandboxLimits = sandboxwire.Limits{Processes: 64, CPUSeconds: 4, FileBytes: 1 << 20, DataBytes: 128 << 20, OpenFiles: 256}
 
 // systemDirs hold the stubs; PATH is /bin:/usr/bin.
 var systemDirs = []string{"/bin", "/usr/bin", "/usr/local/bin", "/sbin", "/usr/sbin"}
@@ -303,6 +245,8 @@ func cachedStub() (string, error) {
 	h := sha256.New()
 	io.WriteString(h, runtime.Version())
 	sources, _ := filepath.Glob("testdata/stub/*.go")
+	wire, _ := filepath.Glob("../testkit/sandboxwire/*.go")
+	sources = append(sources, wire...)
 	for _, f := range append(sources, "../../go.mod", "../../go.sum") {
 		data, err := os.ReadFile(f)
 		if err != nil {
@@ -463,13 +407,13 @@ func copyFile(src, dst string, mode os.FileMode) error {
 
 // run runs line in the sandbox and returns what ran. Its own deadline is
 // a backstop for init's: killing init, PID 1, kills its whole namespace.
-func (sb *sandbox) run(line string) (*sandboxReport, error) {
+func (sb *sandbox) run(line string) (*sandboxwire.Report, error) {
 	if strings.ContainsRune(line, 0) {
 		// No program can be given a NUL in an argument: the shell tool's
 		// exec of bash fails, and nothing runs.
-		return &sandboxReport{Exit: "not started: the line holds a NUL byte"}, nil
+		return &sandboxwire.Report{Exit: "not started: the line holds a NUL byte"}, nil
 	}
-	cfg, err := json.Marshal(sandboxConfig{
+	cfg, err := json.Marshal(sandboxwire.Config{
 		Root: sb.root, Line: line, UID: sb.uid, GID: sb.gid,
 		DeadlineMS: int(sb.deadline / time.Millisecond), Workdir: sandboxWorkdir, Workspace: workspacePrograms, Limits: sandboxLimits,
 	})
@@ -497,7 +441,7 @@ func (sb *sandbox) run(line string) (*sandboxReport, error) {
 	if err := cmd.Run(); err != nil {
 		return nil, fmt.Errorf("sandbox init: %v; stderr: %s", err, stderr.buf.String())
 	}
-	var rep sandboxReport
+	var rep sandboxwire.Report
 	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
 		return nil, fmt.Errorf("sandbox report: %v: %q", err, stdout.String())
 	}

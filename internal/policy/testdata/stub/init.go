@@ -14,57 +14,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/toolbus/toolbus/internal/testkit/sandboxwire"
 )
-
-// Config is what the test passes to init, as JSON in argv[2]. Keep in step
-// with sandboxConfig in internal/policy/sandbox_test.go.
-type Config struct {
-	// Root is the sandbox's root directory, as the host sees it.
-	Root string `json:"root"`
-	// Line is the shell line bash runs.
-	Line string `json:"line"`
-	// UID and GID are the user bash runs as; 0 keeps init's own (in a user
-	// namespace, where only one user is mapped).
-	UID int `json:"uid"`
-	GID int `json:"gid"`
-	// DeadlineMS is how long the line may run before every process of the
-	// sandbox is killed.
-	DeadlineMS int `json:"deadlineMs"`
-	// Workdir is the line's working directory, a tmpfs: the agent's
-	// workspace.
-	Workdir string `json:"workdir"`
-	// Workspace names the programs the agent's workspace holds (./ls):
-	// stubs bound into Workdir.
-	Workspace []string `json:"workspace"`
-	// Limits are resource limits (RLIMIT_*) for bash and all it starts.
-	Limits Limits `json:"limits"`
-}
-
-// Limits bound what a line can take from the machine.
-type Limits struct {
-	Processes  uint64 `json:"processes"`
-	CPUSeconds uint64 `json:"cpuSeconds"`
-	FileBytes  uint64 `json:"fileBytes"`
-	DataBytes  uint64 `json:"dataBytes"`
-	OpenFiles  uint64 `json:"openFiles"`
-}
-
-// Report is what init prints on stdout when the line is done. Keep in step
-// with sandboxReport in internal/policy/sandbox_test.go.
-type Report struct {
-	Records []Record `json:"records"`
-	// Garbled counts reports that did not arrive whole (a stub killed at
-	// the deadline while reporting).
-	Garbled int `json:"garbled"`
-	// Dropped counts records past maxRecords.
-	Dropped int `json:"dropped"`
-	// Exit is how bash ended: "exit N" or "signal S".
-	Exit     string `json:"exit"`
-	TimedOut bool   `json:"timedOut"`
-	// Proc says whether /proc is mounted: without it /dev/fd, and so
-	// process substitution as a file name, does not work.
-	Proc bool `json:"proc"`
-}
 
 const (
 	maxRecords     = 10000
@@ -72,7 +24,7 @@ const (
 )
 
 func initMain(configJSON string) int {
-	var cfg Config
+	var cfg sandboxwire.Config
 	if err := json.Unmarshal([]byte(configJSON), &cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "sandbox init: config:", err)
 		return 2
@@ -89,8 +41,8 @@ func initMain(configJSON string) int {
 	return 0
 }
 
-func runInit(cfg Config) (*Report, error) {
-	rep := &Report{Records: []Record{}}
+func runInit(cfg sandboxwire.Config) (*sandboxwire.Report, error) {
+	rep := &sandboxwire.Report{Records: []sandboxwire.Record{}}
 	root := cfg.Root
 	// A fresh mount namespace still shares propagation with the host's
 	// mounts: make every mount private first, so nothing below reaches it.
@@ -170,7 +122,7 @@ func runInit(cfg Config) (*Report, error) {
 				defer handlers.Done()
 				defer c.Close()
 				data, err := io.ReadAll(io.LimitReader(c, maxRecordBytes))
-				var rec Record
+				var rec sandboxwire.Record
 				if err == nil {
 					err = json.Unmarshal(data, &rec)
 				}
@@ -274,7 +226,7 @@ func readOnlyBind(root string) error {
 }
 
 // limit sets the resource limits init passes on to bash.
-func limit(l Limits) error {
+func limit(l sandboxwire.Limits) error {
 	for _, r := range []struct {
 		resource int
 		value    uint64

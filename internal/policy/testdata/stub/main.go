@@ -29,28 +29,12 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/toolbus/toolbus/internal/testkit/sandboxwire"
 )
 
 // recorderSocket is where init listens, as seen inside the sandbox.
 const recorderSocket = "/.sandbox/run/rec.sock"
-
-// Record is one run of a stub. Keep in step with stubRecord in
-// internal/policy/sandbox_test.go.
-type Record struct {
-	// Argv is the argument vector as the stub received it; Argv[0] is the
-	// name the caller chose (`exec -a ls touch` gives "ls").
-	Argv []string `json:"argv"`
-	// Exe is the path the kernel executed (AT_EXECFN), whatever argv[0]
-	// says: "/bin/touch" for `exec -a ls touch`.
-	Exe string `json:"exe"`
-	// Cwd is the working directory, to resolve a relative Exe ("./ls").
-	Cwd string `json:"cwd"`
-	// UID is the user the program ran as.
-	UID int `json:"uid"`
-	// Wraps is set when the stub models a wrapper (sudo, busybox) and goes
-	// on to execute the program it names: that program reports on its own.
-	Wraps []string `json:"wraps,omitempty"`
-}
 
 func main() {
 	if len(os.Args) > 2 && os.Args[1] == "init" && os.Getpid() == 1 {
@@ -61,7 +45,7 @@ func main() {
 
 func stub() int {
 	cwd, _ := os.Getwd()
-	rec := Record{Argv: os.Args, Exe: execFn(), Cwd: cwd, UID: os.Getuid()}
+	rec := sandboxwire.Record{Argv: os.Args, Exe: execFn(), Cwd: cwd, UID: os.Getuid()}
 	path, argv, wraps := wrapped(rec)
 	if wraps {
 		rec.Wraps = argv
@@ -84,7 +68,7 @@ func stub() int {
 
 // report sends rec to init and waits for its acknowledgement, so that
 // once the stub has exited its run is on record.
-func report(rec Record) error {
+func report(rec sandboxwire.Record) error {
 	data, err := json.Marshal(rec)
 	if err != nil {
 		return err

@@ -4,6 +4,8 @@ import (
 	"os"
 	"path"
 	"strings"
+
+	"github.com/toolbus/toolbus/internal/testkit/sandboxwire"
 )
 
 // wrapped models the stubs that run another program. The sandbox uses
@@ -14,7 +16,7 @@ import (
 // to execute and its argv, wraps=false when the stub does something else
 // (a shell, an editor, a listing, an error) and is to be judged as a run
 // of its own, and path="" when the program is not found.
-func wrapped(rec Record) (file string, argv []string, wraps bool) {
+func wrapped(rec sandboxwire.Record) (file string, argv []string, wraps bool) {
 	if len(rec.Argv) == 0 {
 		return "", nil, false
 	}
