@@ -85,7 +85,7 @@ func (c *call) remember(d policy.Decision, a *events.ConfirmAnswer) {
 		c.step("not-remembered", "the policy does not let this approval of "+c.tool.Name+" be remembered")
 		return
 	}
-	entries, err := e.policy.Load().Remember(c.ctx, c.input(c.args, c.paths, c.shell), a.Outcome)
+	entries, err := e.policy.Load().Remember(c.ctx, c.input(c.args, c.paths, c.hardLinks, c.shell), a.Outcome)
 	if err != nil {
 		e.log.Error("approval not remembered: the policy's remember rule failed", "invocation", c.inv.ID, "err", err)
 		c.step("not-remembered", "the policy's remember rule failed: "+err.Error())

@@ -97,9 +97,7 @@ func (c *call) refused(files []string) (map[string]bool, error) {
 		}
 	}
 	pol := c.e.policy.Load()
-	in := c.input(c.args, shown, nil)
-	in.HardLinks = linked
-	denied, err := pol.DeniedPaths(c.ctx, in)
+	denied, err := pol.DeniedPaths(c.ctx, c.input(c.args, shown, linked, nil))
 	if err != nil {
 		return nil, fmt.Errorf("the policy cannot judge the files this call would read, so none is read: %v", err)
 	}
@@ -124,7 +122,5 @@ func (c *call) allowedAlone(j judgedFile) bool {
 	if j.Real != j.path {
 		paths = append(paths, j.Real)
 	}
-	in := c.input(c.args, paths, nil)
-	in.HardLinks = []string{j.Real}
-	return c.e.policy.Load().Decide(c.ctx, in).Verdict == events.Allow
+	return c.e.policy.Load().Decide(c.ctx, c.input(c.args, paths, []string{j.Real}, nil)).Verdict == events.Allow
 }

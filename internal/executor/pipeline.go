@@ -300,9 +300,7 @@ func (c *call) decide(args map[string]any) policy.Decision {
 	key := appendDecisionKey(buf[:0], t, c.inv, paths, c.hardLinks)
 	d, cached := e.decisions.get(pol, gen, key)
 	if !cached {
-		in := c.input(args, paths, sh)
-		in.HardLinks = c.hardLinks
-		d = pol.Decide(c.ctx, in)
+		d = pol.Decide(c.ctx, c.input(args, paths, c.hardLinks, sh))
 		e.decisions.put(pol, gen, key, d)
 	}
 	c.verdict = events.PolicyVerdict{Verdict: d.Verdict, Reason: d.Reason, Revision: d.Revision, Cached: cached}
@@ -356,12 +354,13 @@ func (c *call) named(args map[string]any, pol *policy.Policy) ([]string, *policy
 }
 
 // input is what the policy is shown of the call: paths are the files it
-// names, sh the analysis of its shell line for shell tools.
-func (c *call) input(args map[string]any, paths []string, sh *policy.Shell) *policy.Input {
+// names, hardLinks those of them with other names, sh the analysis of its
+// shell line for shell tools.
+func (c *call) input(args map[string]any, paths, hardLinks []string, sh *policy.Shell) *policy.Input {
 	e := c.e
 	in := &policy.Input{Tool: c.host.judged, Args: args, Caller: c.inv.Sender, Home: e.home, Workspace: e.cfg.Workspace}
 	in.Tool.Name = c.tool.Name
-	in.Paths, in.Shell = paths, sh
+	in.Paths, in.HardLinks, in.Shell = paths, hardLinks, sh
 	in.Allowlist = e.allowlist.entriesFor(in.Tool.Name, in.Tool.Source, in.Tool.Server)
 	return in
 }
