@@ -190,6 +190,11 @@ const (
 	ErrEditNoOccurrence       ErrorType = "EDIT_NO_OCCURRENCE_FOUND"
 	ErrEditOccurrenceMismatch ErrorType = "EDIT_EXPECTED_OCCURRENCE_MISMATCH"
 	ErrShellFailed            ErrorType = "SHELL_EXECUTE_ERROR"
+
+	// ErrMCPToolError is an MCP tool's result with isError set: the
+	// server ran the call and says it failed (Gemini CLI's
+	// MCP_TOOL_ERROR); the message is the server's text.
+	ErrMCPToolError ErrorType = "MCP_TOOL_ERROR"
 )
 
 // ToolError is the error part of a failed Result.
@@ -207,6 +212,11 @@ type Result struct {
 	// person is shown.
 	LLMContent    string `json:"llmContent"`
 	ReturnDisplay string `json:"returnDisplay"`
+	// Parts are what goes back to the model beside LLMContent that is not
+	// text: the images, audio and embedded resources of an MCP result,
+	// kept as typed parts, in the order the tool gave them. LLMContent
+	// holds the text parts, joined, and resource links as text.
+	Parts []Part `json:"parts,omitempty"`
 	// Error is set on failure.
 	Error *ToolError `json:"error,omitempty"`
 	// Truncated is set when LLMContent was capped; OutputRef then names the
@@ -248,6 +258,11 @@ func (r *Result) Validate() error {
 		return invalid(typ, "invocationId is empty")
 	case r.Error != nil && r.Error.Type == "":
 		return invalid(typ, "error without a type")
+	}
+	for i := range r.Parts {
+		if err := r.Parts[i].Validate(); err != nil {
+			return invalid(typ, "part %d: %v", i, err)
+		}
 	}
 	return nil
 }

@@ -77,7 +77,10 @@ type FileID struct{ Dev, Ino uint64 }
 type Output struct {
 	LLMContent    string
 	ReturnDisplay string
-	Err           *events.ToolError
+	// Parts are the output's typed parts that are not text (an MCP
+	// tool's images, audio, embedded resources).
+	Parts []events.Part
+	Err   *events.ToolError
 	// Whole, when set, holds the whole llmContent of an output too large
 	// for memory, and LLMContent only its head. The executor owns it from
 	// the moment Run returns: it stores it and closes it.
