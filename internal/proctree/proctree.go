@@ -28,6 +28,7 @@ package proctree
 import (
 	"errors"
 	"io"
+	"os"
 	"syscall"
 	"time"
 )
@@ -39,6 +40,14 @@ type Command struct {
 	Args []string
 	// Dir is the working directory; empty means the caller's.
 	Dir string
+	// Env is the environment, as os.Environ gives it; nil means the
+	// caller's.
+	Env []string
+	// Stdin, when not nil, is the root's standard input (the read end of
+	// a pipe whose write end the caller keeps, say); nil means
+	// /dev/null. Start passes it on: the caller may close its copy once
+	// Start returns.
+	Stdin *os.File
 	// Stdout and Stderr receive what the tree writes; nil discards it.
 	// They are written from goroutines of the tree, one for each.
 	Stdout, Stderr io.Writer

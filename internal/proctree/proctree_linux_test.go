@@ -115,6 +115,39 @@ func TestRootStatusAndOutput(t *testing.T) {
 	}
 }
 
+// TestStdinAndEnv: the root reads the input the owner writes to a pipe
+// and sees exactly the environment given, or the owner's when none is.
+func TestStdinAndEnv(t *testing.T) {
+	var s Starter
+	defer s.Close()
+	t.Setenv("PROCTREE_OWNER_VAR", "owner")
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out buffer
+	c := bashCommand(t.TempDir(), `read -r line; echo "got $line ${ONLY-unset} ${PROCTREE_OWNER_VAR-unset}"`, &out)
+	c.Stdin, c.Env = inR, []string{"ONLY=given"}
+	tr := start(t, &s, c)
+	inR.Close()
+	inW.WriteString("hello\n")
+	inW.Close()
+	if _, err := tr.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := out.String(), "got hello given unset\n"; got != want {
+		t.Errorf("with Env and Stdin: %q, want %q", got, want)
+	}
+	var out2 buffer
+	c = bashCommand(t.TempDir(), `read -r line; echo "[$line] ${PROCTREE_OWNER_VAR-unset}"`, &out2)
+	if _, err := start(t, &s, c).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := out2.String(), "[] owner\n"; got != want {
+		t.Errorf("without: %q, want %q (stdin /dev/null, the owner's environment)", got, want)
+	}
+}
+
 // TestSupervisorIsReused: a supervisor whose tree ended cleanly runs the
 // next tree; one killed while idle is replaced; Close reaps the idle ones.
 func TestSupervisorIsReused(t *testing.T) {

@@ -17,7 +17,8 @@ import (
 // sent as its tree ended is not taken for the next one's.
 //
 // Owner to supervisor: "run ID REQUEST" with the tree's stdout and stderr
-// attached (SCM_RIGHTS), "stop ID". The end of the socket (the owner closed
+// attached (SCM_RIGHTS), and its stdin after them when it has one; "stop
+// ID". The end of the socket (the owner closed
 // it, or exited) ends the running tree and the supervisor.
 //
 // Supervisor to owner: "started ID PID" or "failed ID WHY", then once no
@@ -40,17 +41,25 @@ const (
 // request is the body of a run message: fields separated by NUL, which
 // no argument, path or directory can hold; raw bytes otherwise, since a
 // command line need not be UTF-8.
+//
+// The environment comes before the arguments, counted; a count of -1
+// means the supervisor's own (which is the owner's).
 type request struct {
 	Path  string
 	Args  []string
+	Env   []string
 	Dir   string
 	Keep  bool
 	Grace time.Duration
 }
 
 func (r *request) encode() []byte {
-	b := fmt.Appendf(nil, "%t\x00%d\x00%s\x00%s", r.Keep, r.Grace, r.Dir, r.Path)
-	for _, a := range r.Args {
+	n := len(r.Env)
+	if r.Env == nil {
+		n = -1
+	}
+	b := fmt.Appendf(nil, "%t\x00%d\x00%s\x00%s\x00%d", r.Keep, r.Grace, r.Dir, r.Path, n)
+	for _, a := range append(r.Env[:len(r.Env):len(r.Env)], r.Args...) {
 		b = append(append(b, 0), a...)
 	}
 	return b
@@ -58,16 +67,25 @@ func (r *request) encode() []byte {
 
 func decodeRequest(b []byte) (*request, error) {
 	f := strings.Split(string(b), "\x00")
-	if len(f) < 4 {
+	if len(f) < 5 {
 		return nil, fmt.Errorf("malformed request")
 	}
-	r := &request{Dir: f[2], Path: f[3], Args: f[4:]}
-	var err1, err2 error
+	r := &request{Dir: f[2], Path: f[3]}
+	var err1, err2, err3 error
 	r.Keep, err1 = strconv.ParseBool(f[0])
 	grace, err2 := strconv.ParseInt(f[1], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
+	nenv, err3 := strconv.Atoi(f[4])
+	if err := errors.Join(err1, err2, err3); err != nil {
 		return nil, fmt.Errorf("malformed request: %w", err)
 	}
+	rest := f[5:]
+	if nenv > len(rest) {
+		return nil, fmt.Errorf("malformed request: %d variables, %d fields", nenv, len(rest))
+	}
+	if nenv >= 0 {
+		r.Env, rest = rest[:nenv:nenv], rest[nenv:]
+	}
+	r.Args = rest
 	r.Grace = time.Duration(grace)
 	return r, nil
 }

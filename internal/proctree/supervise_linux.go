@@ -84,7 +84,7 @@ func supervise() int {
 // of the socket.
 func (s *supervisor) read() {
 	defer close(s.msgs)
-	oob := make([]byte, syscall.CmsgSpace(2*4))
+	oob := make([]byte, syscall.CmsgSpace(3*4)) // stdout, stderr, stdin
 	for {
 		// A fresh buffer each time: the message's body is a slice of it.
 		m, err := receive(s.owner, make([]byte, maxRequest), oob)
@@ -108,18 +108,25 @@ func (s *supervisor) run(m message) bool {
 	case err != nil:
 	case s.subreaper != nil:
 		err = s.subreaper
-	case len(m.fds) != 2:
-		err = fmt.Errorf("got %d files for the output, want 2", len(m.fds))
+	case len(m.fds) != 2 && len(m.fds) != 3:
+		err = fmt.Errorf("got %d files for the output and input, want 2 or 3", len(m.fds))
 	}
 	if err != nil {
 		closeFds(m.fds)
 		s.say(msgFailed, m.id, err)
 		return true
 	}
+	env, stdin := req.Env, uintptr(0)
+	if env == nil {
+		env = os.Environ()
+	}
+	if len(m.fds) == 3 {
+		stdin = uintptr(m.fds[2])
+	}
 	root, err := syscall.ForkExec(req.Path, req.Args, &syscall.ProcAttr{
 		Dir:   req.Dir,
-		Env:   os.Environ(),
-		Files: []uintptr{0, uintptr(m.fds[0]), uintptr(m.fds[1])},
+		Env:   env,
+		Files: []uintptr{stdin, uintptr(m.fds[0]), uintptr(m.fds[1])},
 		Sys:   &syscall.SysProcAttr{Setpgid: true},
 	})
 	closeFds(m.fds) // the tree's processes hold them now: the owner reads to their end

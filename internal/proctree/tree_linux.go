@@ -169,9 +169,13 @@ func (s *Starter) run(sup *supervised, id uint64, c Command) (*Tree, error) {
 		s.release(sup, true)
 		return nil, err
 	}
-	req := request{Path: c.Path, Args: c.Args, Dir: c.Dir, Keep: c.Keep, Grace: c.grace()}
+	req := request{Path: c.Path, Args: c.Args, Env: c.Env, Dir: c.Dir, Keep: c.Keep, Grace: c.grace()}
 	msg := append(fmt.Appendf(nil, "%s %d ", msgRun, id), req.encode()...)
-	_, _, err = sup.conn.WriteMsgUnix(msg, syscall.UnixRights(int(outW.Fd()), int(errW.Fd())), nil)
+	fds := []int{int(outW.Fd()), int(errW.Fd())}
+	if c.Stdin != nil {
+		fds = append(fds, int(c.Stdin.Fd()))
+	}
+	_, _, err = sup.conn.WriteMsgUnix(msg, syscall.UnixRights(fds...), nil)
 	closeFiles(outW, errW) // the supervisor has its own now
 	var m message
 	if err == nil {

@@ -34,8 +34,11 @@ func Start(c Command) (*Tree, error) {
 		outW.Close()
 		return nil, err
 	}
-	cmd := &exec.Cmd{Path: c.Path, Args: c.Args, Dir: c.Dir, Stdout: outW, Stderr: errW,
+	cmd := &exec.Cmd{Path: c.Path, Args: c.Args, Dir: c.Dir, Env: c.Env, Stdout: outW, Stderr: errW,
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true}}
+	if c.Stdin != nil { // a nil *os.File is not a nil io.Reader
+		cmd.Stdin = c.Stdin
+	}
 	err = cmd.Start()
 	outW.Close()
 	errW.Close()
