@@ -27,15 +27,18 @@ const textSep = "\n"
 const ErrorWithoutText = "the MCP tool reported an error without text"
 
 // Output converts the result of calling toolName on the MCP server
-// serverName into a tool's Output. It never panics and never returns nil,
-// whatever res holds (nil included), and every part it returns passes
-// events.Part.Validate.
+// serverName into a tool's Output. It never returns nil, nor panics on a
+// result decoded from the wire or built of mcp-go's types (nil, nil
+// blocks and pointers to blocks included), and every part it returns
+// passes events.Part.Validate.
 //
 // For the model, LLMContent holds, in the order the server gave them, the
-// text blocks joined with a newline, resource links as "Resource Link:
-// <title or name> at <uri>", and a note in brackets for each block that
-// could not be kept (data that is not base64, an image without a MIME
-// type, a content type this code does not know). Images, audio and
+// text blocks joined with a newline (empty ones add nothing), resource
+// links as "Resource Link: <title or name> at <uri>", and a note in
+// brackets for each block that could not be kept (data that is not
+// base64, an image without a MIME type) or is of a type this code does
+// not know ("[unsupported content type X]"; mcp-go's decoder refuses such
+// a result whole, so only one built in process has one). Images, audio and
 // embedded resources are Parts, their base64 data kept as sent. When there
 // is no text but there are parts, LLMContent says what the parts are, so
 // that a consumer that reads only text is not handed "". A result without
@@ -48,7 +51,8 @@ const ErrorWithoutText = "the MCP tool reported an error without text"
 // with base64 data shortened to its size.
 //
 // A result with isError has Err set to an MCP_TOOL_ERROR whose message,
-// like LLMContent, is the server's text, or ErrorWithoutText.
+// like LLMContent, is the server's text, or ErrorWithoutText; its parts
+// are kept, as a screenshot of a failure may show what went wrong.
 func Output(serverName, toolName string, res *mcp.CallToolResult) *tool.Output {
 	if res == nil {
 		res = &mcp.CallToolResult{}
