@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"strings"
+
+	"github.com/toolbus/toolbus/internal/jsonc"
 )
 
 // Settings are the registry's parts of a Gemini CLI settings.json. A file
@@ -55,7 +57,7 @@ func LoadSettings(path string) (Settings, error) {
 // ParseSettings parses the contents of a settings.json.
 func ParseSettings(data []byte) (Settings, error) {
 	var f settingsFile
-	if err := json.Unmarshal(stripComments(data), &f); err != nil {
+	if err := json.Unmarshal(jsonc.StripComments(data), &f); err != nil {
 		return Settings{}, err
 	}
 	s := Settings{Core: f.Tools.Core, Exclude: f.Tools.Exclude, Aliases: f.Tools.Aliases}
@@ -93,44 +95,4 @@ func (s Settings) Validate() error {
 func toolNameOf(entry string) string {
 	name, _, _ := strings.Cut(entry, "(")
 	return strings.TrimSpace(name)
-}
-
-// stripComments blanks out // and /* */ comments outside strings, keeping
-// byte offsets, so a JSON error still points at the right place.
-func stripComments(data []byte) []byte {
-	out := make([]byte, len(data))
-	copy(out, data)
-	inString, escaped := false, false
-	for i := 0; i < len(out); i++ {
-		c := out[i]
-		switch {
-		case inString:
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
-				inString = false
-			}
-		case c == '"':
-			inString = true
-		case c == '/' && i+1 < len(out) && out[i+1] == '/':
-			for ; i < len(out) && out[i] != '\n'; i++ {
-				out[i] = ' '
-			}
-		case c == '/' && i+1 < len(out) && out[i+1] == '*':
-			j := i
-			for ; j < len(out) && !(out[j] == '*' && j+1 < len(out) && out[j+1] == '/' && j > i+1); j++ {
-				if out[j] != '\n' {
-					out[j] = ' '
-				}
-			}
-			if j+1 < len(out) {
-				out[j], out[j+1] = ' ', ' '
-			}
-			i = j + 1
-		}
-	}
-	return out
 }
