@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -26,15 +27,16 @@ func main() {
 	confirmTimeout := fs.Duration("confirm-timeout", executor.DefaultConfirmTimeout, "how long an approver may take")
 	id := fs.String("id", "", "executor id (default executor@HOST)")
 	outputs := cli.AddOutputFlags(fs)
+	mcpFlags := cli.AddMCPFlags(fs, nil)
 	logLevel := cli.LogFlag(fs)
 	fs.Parse(os.Args[1:])
-	if err := run(*natsURL, *workspace, *policyDir, *id, *timeout, *confirmTimeout, outputs, *logLevel); err != nil {
+	if err := run(*natsURL, *workspace, *policyDir, *id, *timeout, *confirmTimeout, outputs, mcpFlags, *logLevel); err != nil {
 		fmt.Fprintln(os.Stderr, "executor:", err)
 		os.Exit(1)
 	}
 }
 
-func run(natsURL, workspace, policyDir, id string, timeout, confirmTimeout time.Duration, outputs *cli.OutputFlags, logLevel string) error {
+func run(natsURL, workspace, policyDir, id string, timeout, confirmTimeout time.Duration, outputs *cli.OutputFlags, mcpFlags *cli.MCPFlags, logLevel string) error {
 	log, err := cli.Logger(logLevel)
 	if err != nil {
 		return err
@@ -73,9 +75,17 @@ func run(natsURL, workspace, policyDir, id string, timeout, confirmTimeout time.
 	if err != nil {
 		return err
 	}
+	servers, err := cli.StartMCP(ctx, b, ex, identity, mcpFlags, log)
+	if err != nil {
+		stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return errors.Join(err, ex.Stop(stopCtx))
+	}
 	log.Info("executor running", "id", identity.ID, "bus", natsURL, "workspace", ws.Root(), "policy", pol.Revision())
 	<-ctx.Done()
 	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return ex.Stop(stopCtx)
+	err = ex.Stop(stopCtx)
+	servers.Stop() // after the calls, which may use them
+	return err
 }

@@ -15,11 +15,14 @@ import (
 const usage = `toolbus — one tool registry, one policy and one audit trail for a fleet of AI agents
 
 Usage:
-  toolbus up [--data DIR] [--listen HOST:PORT] [--settings FILE] [--workspace DIR] [--policy DIR]
-      run the bus, the registry and an executor with the built-in tools in one process
+  toolbus up [--data DIR] [--listen HOST:PORT] [--settings FILE] [--mcp-config FILE] [--workspace DIR] [--policy DIR]
+      run the bus, the registry and an executor with the built-in tools and the MCP servers
+      of settings.json (Gemini CLI) and .mcp.json (Claude Code) in one process
   toolbus tools list [--json] [--active] [--server NAME] [--format gemini|openai|anthropic|mcp]
   toolbus tools get NAME [--json] [--format gemini|openai|anthropic|mcp]
   toolbus tools enable|disable [NAME...] [--kind KIND] [--category CATEGORY]
+  toolbus tools discover --server NAME [--json]   list an MCP server's tools again
+  toolbus mcp status [--json]         every MCP server's state, on every executor
   toolbus call NAME --args JSON [--json] [--timeout D] [--stream] [--id ID]
       run a tool; exit 0 on success, 1 with the error type on stderr on failure
   toolbus cancel INVOCATION_ID
@@ -63,6 +66,8 @@ func run(args []string) error {
 		return runPolicy(args[1:])
 	case "allowlist":
 		return runAllowlist(args[1:])
+	case "mcp":
+		return runMCP(args[1:])
 	case "version":
 		fmt.Println("toolbus", version)
 		return nil

@@ -20,7 +20,7 @@ import (
 
 func runTools(args []string) error {
 	if len(args) == 0 {
-		return usageError{fmt.Errorf("tools: want list, get, enable or disable")}
+		return usageError{fmt.Errorf("tools: want list, get, enable, disable or discover")}
 	}
 	switch args[0] {
 	case "list", "ls":
@@ -31,8 +31,10 @@ func runTools(args []string) error {
 		return toolsToggle(args[1:], true)
 	case "disable":
 		return toolsToggle(args[1:], false)
+	case "discover":
+		return toolsDiscover(args[1:])
 	}
-	return usageError{fmt.Errorf("tools: unknown sub-command %q (want list, get, enable or disable)", args[0])}
+	return usageError{fmt.Errorf("tools: unknown sub-command %q (want list, get, enable, disable or discover)", args[0])}
 }
 
 // loadCatalog reads the catalogue straight from the bus's bucket; the

@@ -27,7 +27,8 @@ func runUp(args []string) error {
 	fs := flag.NewFlagSet("up", flag.ContinueOnError)
 	dataDir := fs.String("data", cli.DefaultDataDir(), "directory for the bus's data (created if missing)")
 	listen := fs.String("listen", bus.DefaultListen, "address the bus listens on")
-	settingsPath := fs.String("settings", "", "Gemini CLI settings.json with tools.core / tools.exclude (default: "+projectSettings+" if present)")
+	settingsPath := fs.String("settings", "", "Gemini CLI settings.json: tools.core, tools.exclude, mcpServers (default: "+projectSettings+" if present)")
+	mcpFlags := cli.AddMCPFlags(fs, settingsPath)
 	workspace := fs.String("workspace", ".", "directory the built-in tools are confined to")
 	policyDir := fs.String("policy", "", "directory of .rego files (default: the built-in default policy)")
 	outputs := cli.AddOutputFlags(fs)
@@ -67,7 +68,7 @@ func runUp(args []string) error {
 	}
 	defer reg.Stop()
 
-	exec, err := startExecutor(ctx, b, *workspace, *policyDir, outputs, log)
+	exec, err := startExecutor(ctx, b, *workspace, *policyDir, outputs, mcpFlags, log)
 	if err != nil {
 		return err
 	}
@@ -78,6 +79,12 @@ func runUp(args []string) error {
 		reg.Registry().Catalog().Len(), len(reg.Registry().Catalog().AllToolNames()))
 	if *settingsPath != "" {
 		fmt.Printf("  settings:  %s\n", *settingsPath)
+	}
+	if *mcpFlags.MCPConfig != "" {
+		fmt.Printf("  mcp:       %s\n", *mcpFlags.MCPConfig)
+	}
+	if exec.mcp != nil {
+		fmt.Printf("  mcp:       %d servers, connecting in the background (toolbus mcp status)\n", len(exec.mcp.Manager.Status()))
 	}
 	fmt.Println("Press Ctrl-C to stop.")
 	<-ctx.Done()
@@ -90,12 +97,13 @@ type runningExecutor struct {
 	executor  *executor.Executor
 	workspace *builtin.Workspace
 	shells    *builtin.Shells
+	mcp       *cli.MCP // nil without MCP servers
 }
 
 // startExecutor runs an executor hosting the built-in tools over workspace,
 // enforcing the policy of policyDir, or the default policy, keeping output
 // within outputs.
-func startExecutor(ctx context.Context, b *bus.Bus, workspace, policyDir string, outputs *cli.OutputFlags, log *slog.Logger) (*runningExecutor, error) {
+func startExecutor(ctx context.Context, b *bus.Bus, workspace, policyDir string, outputs *cli.OutputFlags, mcpFlags *cli.MCPFlags, log *slog.Logger) (*runningExecutor, error) {
 	files, err := policy.DirFiles(policyDir, policy.Files(defaultpolicy.Default()))
 	if err != nil {
 		return nil, err
@@ -119,7 +127,12 @@ func startExecutor(ctx context.Context, b *bus.Bus, workspace, policyDir string,
 		ws.Close()
 		return nil, err
 	}
-	return &runningExecutor{executor: ex, workspace: ws, shells: shells}, nil
+	r := &runningExecutor{executor: ex, workspace: ws, shells: shells}
+	if r.mcp, err = cli.StartMCP(ctx, b, ex, cfg.Identity, mcpFlags, log); err != nil {
+		r.stop()
+		return nil, err
+	}
+	return r, nil
 }
 
 // stop lets running calls finish for a few seconds, then cancels them and
@@ -128,6 +141,7 @@ func (r *runningExecutor) stop() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	r.executor.Stop(ctx)
+	r.mcp.Stop()
 	r.shells.Close()
 	r.workspace.Close()
 }

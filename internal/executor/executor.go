@@ -64,7 +64,8 @@ const queueGroup = "executors"
 // Config configures an Executor.
 type Config struct {
 	Identity events.Identity
-	// Tools are the tools this executor hosts.
+	// Tools are the built-in tools this executor hosts from the start;
+	// Host adds other sets at run time (an MCP server's tools).
 	Tools []tool.Tool
 	// Policy is the policy in force at start. A set pushed to the policy
 	// bucket replaces it before the first call, and so does every later
@@ -120,7 +121,6 @@ type Executor struct {
 	js        jetstream.JetStream
 	id        events.Identity
 	log       *slog.Logger
-	tools     map[string]*hosted
 	home      string
 	decisions decisions
 
@@ -139,6 +139,13 @@ type Executor struct {
 
 	invokerOnce sync.Once
 	invoker     *Client // runs the calls of batches
+
+	// The hosted tools, by scope, and the table calls look them up in
+	// (hosting.go). hostMu orders changes to them and their registration.
+	hostMu    sync.Mutex
+	sets      map[string]*toolSet
+	table     atomic.Pointer[toolTable]
+	registrar bool // the goroutine registering pending sets runs
 
 	// toolRuns counts tool runs still going, including those whose call
 	// ended without them because they ignored their deadline.
@@ -187,16 +194,10 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 		log = slog.Default()
 	}
 	home, _ := os.UserHomeDir()
-	e := &Executor{cfg: cfg, nc: nc, js: js, id: cfg.Identity, log: log, tools: make(map[string]*hosted),
+	e := &Executor{cfg: cfg, nc: nc, js: js, id: cfg.Identity, log: log, sets: make(map[string]*toolSet),
 		home: home, running: make(map[string]*call), batches: make(map[string]context.CancelCauseFunc),
 		workers: newWorkers(workerIdle), storing: semaphore.NewWeighted(storeInFlight), stopping: make(chan struct{})}
-	for _, t := range cfg.Tools {
-		h, err := newHosted(t)
-		if err != nil {
-			return nil, fmt.Errorf("executor: %w", err)
-		}
-		e.tools[h.spec.Name] = h
-	}
+	e.table.Store(&toolTable{})
 	e.policy.Store(cfg.Policy)
 
 	var err error
@@ -235,7 +236,7 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 		e.Stop(context.Background())
 		return nil, err
 	}
-	if err := e.register(ctx); err != nil {
+	if err := e.hostBuiltins(ctx); err != nil {
 		e.Stop(context.Background())
 		return nil, err
 	}
@@ -278,50 +279,6 @@ func (e *Executor) subscribe() error {
 	return nil
 }
 
-// register declares the hosted tools, replacing what this executor
-// declared before. With no registry up yet it keeps trying in the
-// background: the tools are runnable once the registry lists them.
-func (e *Executor) register(ctx context.Context) error {
-	if len(e.tools) == 0 {
-		return nil
-	}
-	req := &events.RegisterRequest{Provider: e.id.ID, Source: events.SourceBuiltin, Replace: true}
-	for _, t := range e.cfg.Tools {
-		req.Tools = append(req.Tools, t.Spec())
-	}
-	client := registry.NewClient(e.nc, e.id)
-	_, err := client.Register(ctx, req)
-	if !errors.Is(err, registry.ErrNoRegistry) {
-		if err != nil {
-			return fmt.Errorf("executor: register tools: %w", err)
-		}
-		return nil
-	}
-	e.log.Warn("no registry yet; will register the tools when one comes up")
-	e.wg.Add(1)
-	go func() {
-		defer e.wg.Done()
-		for {
-			select {
-			case <-e.stopping:
-				return
-			case <-time.After(2 * time.Second):
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), registry.DefaultTimeout)
-			_, err := client.Register(ctx, req)
-			cancel()
-			if err == nil {
-				e.log.Info("tools registered")
-				return
-			}
-			if !errors.Is(err, registry.ErrNoRegistry) {
-				e.log.Warn("registering tools failed; retrying", "err", err)
-			}
-		}
-	}()
-	return nil
-}
-
 // SetPolicy puts p in force for every call that reaches the policy step
 // from now on.
 func (e *Executor) SetPolicy(p *policy.Policy) { e.policy.Store(p) }
@@ -347,6 +304,9 @@ func (e *Executor) Stop(ctx context.Context) error {
 		close(e.stopping)
 	}
 	e.mu.Unlock()
+	// A Host in progress finishes first; later ones see stopping.
+	e.hostMu.Lock()
+	e.hostMu.Unlock()
 	var errs []error
 	for _, s := range e.subs {
 		if err := s.Drain(); err != nil {

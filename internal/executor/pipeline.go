@@ -80,7 +80,7 @@ func (e *Executor) accept(m *nats.Msg, forwarded bool) {
 		return
 	}
 	t, ok := e.catalog.Catalog().GetTool(inv.Tool)
-	h := e.tools[nameOf(t)]
+	h := e.hostedFor(t)
 	if ok && h == nil && !forwarded {
 		e.forward(m, inv, t)
 		return
@@ -490,6 +490,9 @@ func (c *call) timeoutOf() time.Duration {
 	if d, ok := cfg.ServerTimeouts[c.tool.Server]; ok && c.tool.Server != "" {
 		return d
 	}
+	if t, ok := c.impl.(tool.Timeouter); ok && t.Timeout() > 0 {
+		return t.Timeout()
+	}
 	return cfg.Timeout
 }
 
@@ -547,7 +550,7 @@ func (c *call) finish(out *tool.Output) {
 		defer c.release()
 		e := c.e
 		res := &events.Result{Header: events.Header{Sender: e.id}, InvocationID: c.inv.ID, Tool: nameOf(c.tool),
-			LLMContent: out.LLMContent, ReturnDisplay: out.ReturnDisplay, Error: out.Err}
+			LLMContent: out.LLMContent, ReturnDisplay: out.ReturnDisplay, Parts: out.Parts, Error: out.Err}
 		if c.verdict.Verdict != "" {
 			res.Policy = &c.verdict
 		}

@@ -42,7 +42,7 @@ func checkInvariants(t testing.TB, c *Config) {
 	}
 }
 
-func server(t *testing.T, c *Config, name string) ServerConfig {
+func configured(t *testing.T, c *Config, name string) ServerConfig {
 	t.Helper()
 	s, ok := c.Server(name)
 	if !ok {
@@ -131,34 +131,34 @@ func TestGeminiSettings(t *testing.T) {
 	if len(c.Warnings) != 0 {
 		t.Errorf("warnings: %q", c.Warnings)
 	}
-	wantServer(t, server(t, c, "pythonTools"), ServerConfig{
+	wantServer(t, configured(t, c, "pythonTools"), ServerConfig{
 		Name: "pythonTools", Transport: Stdio, Command: "python",
 		Args: []string{"-m", "my_mcp_server", "--port", "8080"}, Cwd: "./mcp-servers/python",
 		Env:     map[string]string{"DATABASE_URL": "postgres://db", "API_KEY": "k1"},
 		Timeout: 15 * time.Second,
 	})
-	wantServer(t, server(t, c, "dockerizedServer"), ServerConfig{
+	wantServer(t, configured(t, c, "dockerizedServer"), ServerConfig{
 		Name: "dockerizedServer", Transport: Stdio, Command: "docker",
 		Args:    []string{"run", "-i", "--rm", "-e", "API_KEY", "-v", "/home/u/proj:/workspace", "my-mcp-server:latest"},
 		Env:     map[string]string{"API_KEY": "k2"},
 		Timeout: DefaultTimeout, Trust: true, Description: "runs in a container",
 	})
-	wantServer(t, server(t, c, "httpServerWithAuth"), ServerConfig{
+	wantServer(t, configured(t, c, "httpServerWithAuth"), ServerConfig{
 		Name: "httpServerWithAuth", Transport: HTTP, URL: "http://localhost:3000/mcp",
 		Headers: map[string]string{"Authorization": "Bearer your-api-token", "X-Custom-Header": "custom-value"},
 		Timeout: 5 * time.Second,
 	})
-	wantServer(t, server(t, c, "sseServer"), ServerConfig{
+	wantServer(t, configured(t, c, "sseServer"), ServerConfig{
 		Name: "sseServer", Transport: SSE, URL: "https://api.example.com/sse", Timeout: DefaultTimeout,
 	})
-	wantServer(t, server(t, c, "filteredServer"), ServerConfig{
+	wantServer(t, configured(t, c, "filteredServer"), ServerConfig{
 		Name: "filteredServer", Transport: Stdio, Command: "python", Args: []string{"-m", "my_mcp_server"},
 		IncludeTools: []string{"safe_tool", "file_reader", "data_processor"}, Timeout: 30 * time.Second,
 	})
-	if got := server(t, c, "experimental-server").Disabled; got != "excluded by mcp.excluded" {
+	if got := configured(t, c, "experimental-server").Disabled; got != "excluded by mcp.excluded" {
 		t.Errorf("experimental-server: got Disabled %q, want excluded (excluded wins over allowed)", got)
 	}
-	if got := server(t, c, "notAllowed").Disabled; got != "not in mcp.allowed" {
+	if got := configured(t, c, "notAllowed").Disabled; got != "not in mcp.allowed" {
 		t.Errorf("notAllowed: got Disabled %q, want not in mcp.allowed", got)
 	}
 }
@@ -191,15 +191,15 @@ func TestClaudeMCPJSON(t *testing.T) {
 	if len(c.Warnings) != 0 {
 		t.Errorf("warnings: %q", c.Warnings)
 	}
-	wantServer(t, server(t, c, "memory"), ServerConfig{
+	wantServer(t, configured(t, c, "memory"), ServerConfig{
 		Name: "memory", Transport: Stdio, Command: "npx", Args: []string{"-y", "@modelcontextprotocol/server-memory"},
 		Env: map[string]string{"MEMORY_FILE_PATH": "/tmp/memory.json"}, Timeout: DefaultTimeout,
 	})
-	wantServer(t, server(t, c, "api-server"), ServerConfig{
+	wantServer(t, configured(t, c, "api-server"), ServerConfig{
 		Name: "api-server", Transport: SSE, URL: "https://api.example.com/mcp",
 		Headers: map[string]string{"Authorization": "Bearer sk-1"}, Timeout: DefaultTimeout,
 	})
-	wantServer(t, server(t, c, "github"), ServerConfig{
+	wantServer(t, configured(t, c, "github"), ServerConfig{
 		Name: "github", Transport: HTTP, URL: "https://api.githubcopilot.com/mcp/",
 		Headers: map[string]string{"Authorization": "Bearer ghp_x"}, Timeout: DefaultTimeout,
 	})
@@ -221,7 +221,7 @@ func TestTransportFromKeysAndType(t *testing.T) {
 		{`{"command": "x", "url": ""}`, Stdio}, // an empty string is not given
 	} {
 		t.Run(tc.entry, func(t *testing.T) {
-			s := server(t, mustParse(t, `{"mcpServers": {"s": `+tc.entry+`}}`, env(nil)), "s")
+			s := configured(t, mustParse(t, `{"mcpServers": {"s": `+tc.entry+`}}`, env(nil)), "s")
 			if s.Disabled != "" || s.Transport != tc.want {
 				t.Errorf("got transport %q, disabled %q; want %q, enabled", s.Transport, s.Disabled, tc.want)
 			}
@@ -277,10 +277,10 @@ func TestBadEntries(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := mustParse(t, `{"mcpServers": {"bad": `+tc.entry+`, "good": {"command": "x"}}}`, env(nil))
-			if got := server(t, c, "bad").Disabled; !strings.Contains(got, tc.want) {
+			if got := configured(t, c, "bad").Disabled; !strings.Contains(got, tc.want) {
 				t.Errorf("got Disabled %q, want it to contain %q", got, tc.want)
 			}
-			if got := server(t, c, "good").Disabled; got != "" {
+			if got := configured(t, c, "good").Disabled; got != "" {
 				t.Errorf("the good server is disabled: %q", got)
 			}
 		})
@@ -289,7 +289,7 @@ func TestBadEntries(t *testing.T) {
 
 func TestBadEntryCollectsEveryMistake(t *testing.T) {
 	c := mustParse(t, `{"mcpServers": {"s": {"command": "x", "args": 1, "timeout": -1}}}`, env(nil))
-	got := server(t, c, "s").Disabled
+	got := configured(t, c, "s").Disabled
 	for _, want := range []string{"args is not a list of strings", "timeout must be a positive number"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("got Disabled %q, want it to contain %q", got, want)
@@ -307,7 +307,7 @@ func TestServerNames(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := mustParse(t, `{"mcpServers": {`+jsonString(tc.name)+`: {"command": "x"}}}`, env(nil))
-			s := server(t, c, tc.name)
+			s := configured(t, c, tc.name)
 			if ok := s.Disabled == ""; ok != tc.ok {
 				t.Errorf("got enabled %v (Disabled %q), want %v", ok, s.Disabled, tc.ok)
 			}
@@ -371,7 +371,7 @@ func TestWarnings(t *testing.T) {
 	  }
 	}`
 	c := mustParse(t, data, env(map[string]string{"HOME": "/home/u"}))
-	s := server(t, c, "s")
+	s := configured(t, c, "s")
 	if want := []string{"/home/u/x", "", "${HOME-x}", "cost: $5", "end$"}; !slices.Equal(s.Args, want) {
 		t.Errorf("args: got %q, want %q", s.Args, want)
 	}
@@ -459,7 +459,7 @@ func TestAllowedAndExcluded(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := mustParse(t, `{`+tc.lists+servers+`}`, env(nil))
 			for name, want := range tc.want {
-				if got := server(t, c, name).Disabled; got != want {
+				if got := configured(t, c, name).Disabled; got != want {
 					t.Errorf("%s: got Disabled %q, want %q", name, got, want)
 				}
 			}
@@ -472,7 +472,7 @@ func TestAllowedAndExcluded(t *testing.T) {
 func TestExcludedEntryIsSetAside(t *testing.T) {
 	c := mustParse(t, `{"mcp": {"excluded": ["gh"]},
 	  "mcpServers": {"gh": {"url": "${GITHUB_URL}", "args": 3, "bogus": 1}}}`, env(nil))
-	if got := server(t, c, "gh").Disabled; got != "excluded by mcp.excluded" {
+	if got := configured(t, c, "gh").Disabled; got != "excluded by mcp.excluded" {
 		t.Errorf("got Disabled %q", got)
 	}
 	if len(c.Warnings) != 0 {
@@ -551,10 +551,10 @@ func TestReread(t *testing.T) {
 	data := `{"mcpServers": {"a": {"command": "x", "env": {"T": "$TOKEN"}}, "b": {"command": "y"}}}`
 	before := mustParse(t, data, env(map[string]string{"TOKEN": "1"}))
 	after := mustParse(t, data, env(map[string]string{"TOKEN": "2"}))
-	if server(t, before, "a").Equal(server(t, after, "a")) {
+	if configured(t, before, "a").Equal(configured(t, after, "a")) {
 		t.Error("a: a new token is not a change")
 	}
-	if !server(t, before, "b").Equal(server(t, after, "b")) {
+	if !configured(t, before, "b").Equal(configured(t, after, "b")) {
 		t.Error("b: changed though its entry did not")
 	}
 }
@@ -575,35 +575,35 @@ func TestMerge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	firstBefore := server(t, first, "shared").clone()
+	firstBefore := configured(t, first, "shared").clone()
 
 	m := first.Merge(second)
 	checkInvariants(t, m)
 	if want := []string{"bad", "claude-excluded", "claude-only", "gemini-only", "shared"}; !slices.Equal(names(m), want) {
 		t.Fatalf("servers: got %q, want %q", names(m), want)
 	}
-	if s := server(t, m, "shared"); s.Command != "new" || s.Source != mcpJSON {
+	if s := configured(t, m, "shared"); s.Command != "new" || s.Source != mcpJSON {
 		t.Errorf("shared: got command %q from %q, want the later file's", s.Command, s.Source)
 	}
 	// Excluding reaches across files; allowing does not.
-	if got := server(t, m, "claude-excluded").Disabled; got != "excluded by mcp.excluded" {
+	if got := configured(t, m, "claude-excluded").Disabled; got != "excluded by mcp.excluded" {
 		t.Errorf("claude-excluded: got Disabled %q", got)
 	}
-	if got := server(t, m, "claude-only").Disabled; got != "" {
+	if got := configured(t, m, "claude-only").Disabled; got != "" {
 		t.Errorf("claude-only: got Disabled %q, want enabled", got)
 	}
-	if got := server(t, m, "bad").Disabled; got != "not in mcp.allowed" {
+	if got := configured(t, m, "bad").Disabled; got != "not in mcp.allowed" {
 		t.Errorf("bad: got Disabled %q", got)
 	}
 	wantWarning := `server "shared" in ` + mcpJSON + ` overrides the one in ` + settings
 	if !slices.Contains(m.Warnings, wantWarning) {
 		t.Errorf("warnings %q lack %q", m.Warnings, wantWarning)
 	}
-	if !server(t, first, "shared").Equal(firstBefore) || server(t, second, "claude-excluded").Disabled != "" {
+	if !configured(t, first, "shared").Equal(firstBefore) || configured(t, second, "claude-excluded").Disabled != "" {
 		t.Error("Merge changed its inputs")
 	}
 	m.Servers[0].Args = append(m.Servers[0].Args, "x")
-	if got := server(t, first, "bad").Args; len(got) != 0 {
+	if got := configured(t, first, "bad").Args; len(got) != 0 {
 		t.Errorf("the result shares a list with its input: %q", got)
 	}
 
@@ -623,7 +623,7 @@ func TestLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := server(t, c, "s"); s.Source != path {
+	if s := configured(t, c, "s"); s.Source != path {
 		t.Errorf("source: got %q, want %q", s.Source, path)
 	}
 	if want := path + `: server "s": unknown key "bogus" is ignored`; !slices.Equal(c.Warnings, []string{want}) {
@@ -642,7 +642,7 @@ func TestLoad(t *testing.T) {
 func TestNilGetenvIsTheProcessEnvironment(t *testing.T) {
 	t.Setenv("TOOLBUS_MCP_TEST_TOKEN", "from-env")
 	c := mustParse(t, `{"mcpServers": {"s": {"command": "x", "env": {"T": "$TOOLBUS_MCP_TEST_TOKEN"}}}}`, nil)
-	if got := server(t, c, "s").Env["T"]; got != "from-env" {
+	if got := configured(t, c, "s").Env["T"]; got != "from-env" {
 		t.Errorf("got %q", got)
 	}
 }

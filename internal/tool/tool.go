@@ -7,6 +7,7 @@ package tool
 import (
 	"context"
 	"encoding/json"
+	"time"
 
 	"github.com/toolbus/toolbus/internal/events"
 )
@@ -150,4 +151,12 @@ type Differ interface {
 // built in.
 type Origin interface {
 	Origin() (source events.Source, server string, trust bool)
+}
+
+// Timeouter is implemented by tools that bring their own deadline (an MCP
+// server's timeout setting): it replaces the executor's default, and a
+// call's own timeoutMillis and the executor's per-tool and per-server
+// settings still override it.
+type Timeouter interface {
+	Timeout() time.Duration
 }

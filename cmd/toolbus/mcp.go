@@ -1,0 +1,186 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/cli"
+	"github.com/toolbus/toolbus/internal/events"
+)
+
+func runMCP(args []string) error {
+	if len(args) == 0 || args[0] != "status" {
+		return usageError{fmt.Errorf("mcp: want status")}
+	}
+	fs := flag.NewFlagSet("mcp status", flag.ContinueOnError)
+	natsURL := cli.NATSFlag(fs)
+	asJSON := fs.Bool("json", false, "print a JSON array of server states")
+	if rest, err := parse(fs, args[1:]); err != nil {
+		return err
+	} else if len(rest) > 0 {
+		return usageError{fmt.Errorf("mcp status takes no arguments, got %q", rest)}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	log, _ := cli.Logger("warn")
+	b, err := cli.Connect(ctx, *natsURL, "toolbus-mcp", log)
+	if err != nil {
+		return err
+	}
+	defer cli.Close(b)
+	states, err := mcpStates(ctx, b.JetStream())
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		if states == nil {
+			states = []*events.MCPServerStatus{}
+		}
+		return writeJSON(os.Stdout, states)
+	}
+	return writeMCPTable(os.Stdout, states)
+}
+
+// mcpStates reads every server's state, of every executor, from the
+// status bucket, by server then executor.
+func mcpStates(ctx context.Context, js jetstream.JetStream) ([]*events.MCPServerStatus, error) {
+	kv, err := js.KeyValue(ctx, events.MCPStatusBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, nil // no executor has had an MCP server yet
+	}
+	if err != nil {
+		return nil, err
+	}
+	keys, err := kv.ListKeys(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var states []*events.MCPServerStatus
+	for key := range keys.Keys() {
+		e, err := kv.Get(ctx, key)
+		if err != nil {
+			continue // expired since it was listed
+		}
+		st, err := events.Decode[events.MCPServerStatus](e.Value())
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "toolbus: ignoring a malformed status entry %s: %v\n", key, err)
+			continue
+		}
+		states = append(states, st)
+	}
+	sort.Slice(states, func(i, j int) bool {
+		if states[i].Server != states[j].Server {
+			return states[i].Server < states[j].Server
+		}
+		return states[i].Executor < states[j].Executor
+	})
+	return states, nil
+}
+
+func writeMCPTable(w io.Writer, states []*events.MCPServerStatus) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SERVER\tSTATE\tTOOLS\tTRANSPORT\tEXECUTOR\tSINCE\tDETAIL")
+	for _, st := range states {
+		detail := st.Error
+		if st.NextAttempt != nil {
+			detail += fmt.Sprintf(" (retry in %s)", time.Until(*st.NextAttempt).Round(time.Second))
+		}
+		if st.Restarts > 0 {
+			detail = strings.TrimSpace(fmt.Sprintf("%s [%d restarts]", detail, st.Restarts))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", st.Server, st.State, st.Tools, st.Transport, st.Executor,
+			st.Since.Local().Format(time.TimeOnly), firstLine(detail, 100))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(states) == 0 {
+		fmt.Fprintln(os.Stderr, "(no MCP servers)")
+	}
+	return nil
+}
+
+// toolsDiscover asks every executor hosting a server to list its tools
+// again (seed 000 discoverToolsForServer).
+func toolsDiscover(args []string) error {
+	fs := flag.NewFlagSet("tools discover", flag.ContinueOnError)
+	natsURL := cli.NATSFlag(fs)
+	server := fs.String("server", "", "the MCP server whose tools to discover again (required)")
+	asJSON := fs.Bool("json", false, "print the executors' replies as JSON")
+	if rest, err := parse(fs, args); err != nil {
+		return err
+	} else if len(rest) > 0 {
+		return usageError{fmt.Errorf("tools discover takes no arguments, got %q", rest)}
+	}
+	if *server == "" {
+		return usageError{errors.New("tools discover: --server NAME is required")}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	log, _ := cli.Logger("warn")
+	b, err := cli.Connect(ctx, *natsURL, "toolbus-tools", log)
+	if err != nil {
+		return err
+	}
+	defer cli.Close(b)
+	states, err := mcpStates(ctx, b.JetStream())
+	if err != nil {
+		return err
+	}
+	var replies []*events.MCPDiscoverReply
+	failed := false
+	for _, st := range states {
+		if st.Server != *server {
+			continue
+		}
+		req := &events.MCPDiscoverRequest{Header: events.Header{Sender: cli.Identity("cli")}, Server: *server}
+		data, err := events.Encode(req)
+		if err != nil {
+			return err
+		}
+		reply := &events.MCPDiscoverReply{Server: *server}
+		msg, err := b.Conn().RequestWithContext(ctx, events.MCPDiscoverSubject(st.Executor), data)
+		if err == nil {
+			reply, err = events.Decode[events.MCPDiscoverReply](msg.Data)
+		}
+		if err != nil {
+			reply = &events.MCPDiscoverReply{Server: *server, Error: err.Error()}
+		}
+		reply.Sender.ID = st.Executor
+		failed = failed || reply.Error != ""
+		replies = append(replies, reply)
+	}
+	if len(replies) == 0 {
+		return fmt.Errorf("no executor hosts an MCP server %q (see toolbus mcp status)", *server)
+	}
+	if *asJSON {
+		if err := writeJSON(os.Stdout, replies); err != nil {
+			return err
+		}
+	} else {
+		for _, r := range replies {
+			if r.Error != "" {
+				fmt.Printf("%s: %s: %s\n", r.Sender.ID, *server, r.Error)
+				continue
+			}
+			fmt.Printf("%s: %s: %d tools: %s\n", r.Sender.ID, *server, len(r.Tools), strings.Join(r.Tools, ", "))
+			for _, w := range r.Warnings {
+				fmt.Printf("  warning: %s\n", w)
+			}
+		}
+	}
+	if failed {
+		return errors.New("discovery failed on some executors")
+	}
+	return nil
+}

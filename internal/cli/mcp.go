@@ -1,0 +1,175 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/toolbus/toolbus/internal/bus"
+	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/executor"
+	"github.com/toolbus/toolbus/internal/mcp"
+	"github.com/toolbus/toolbus/internal/registry"
+	"github.com/toolbus/toolbus/internal/tool"
+)
+
+// MCPFlags are the files an executor reads its MCP servers from: a Gemini
+// CLI settings.json and a Claude Code .mcp.json, each as the agent writes
+// it. When both name a server, the .mcp.json entry wins.
+type MCPFlags struct {
+	Settings  *string
+	MCPConfig *string
+}
+
+// AddMCPFlags registers --mcp-config on fs, and --settings unless the
+// command has its own (settings, which `toolbus up` also reads for the
+// registry).
+func AddMCPFlags(fs *flag.FlagSet, settings *string) *MCPFlags {
+	if settings == nil {
+		settings = fs.String("settings", "", "Gemini CLI settings.json whose mcpServers this executor connects to")
+	}
+	return &MCPFlags{Settings: settings,
+		MCPConfig: fs.String("mcp-config", "", "Claude Code .mcp.json whose mcpServers this executor connects to")}
+}
+
+func (f *MCPFlags) paths() []string {
+	var out []string
+	for _, p := range []string{*f.Settings, *f.MCPConfig} {
+		if p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// loadMCP reads the files, in order, later entries winning.
+func loadMCP(paths []string) (*mcp.Config, error) {
+	cfg := &mcp.Config{}
+	for _, p := range paths {
+		c, err := mcp.Load(p, os.Getenv)
+		if err != nil {
+			return nil, err
+		}
+		cfg = cfg.Merge(c)
+	}
+	return cfg, nil
+}
+
+// MCP is the MCP servers of one executor, and the watch on their
+// configuration files.
+type MCP struct {
+	Manager *mcp.Manager
+	paths   []string
+	log     *slog.Logger
+	stop    chan struct{}
+	wg      sync.WaitGroup
+}
+
+// StartMCP connects ex to the servers of the files named by f, when any,
+// and follows the files: a change is applied as it is saved (a server that
+// left is removed with its tools, a changed one restarted), and a file
+// that no longer reads keeps the servers as they were, with an error in
+// the log. It returns nil when no file is named.
+func StartMCP(ctx context.Context, b *bus.Bus, ex *executor.Executor, id events.Identity, f *MCPFlags, log *slog.Logger) (*MCP, error) {
+	paths := f.paths()
+	if len(paths) == 0 {
+		return nil, nil
+	}
+	cfg, err := loadMCP(paths)
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range cfg.Warnings {
+		log.Warn("MCP configuration: " + w)
+	}
+	m, err := mcp.Start(ctx, cfg, mcp.Options{Identity: id, Conn: b.Conn(), JS: b.JetStream(), Host: HostOn(ex), Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	w := &MCP{Manager: m, paths: paths, log: log, stop: make(chan struct{})}
+	w.wg.Add(1)
+	go w.follow()
+	return w, nil
+}
+
+// follow re-reads the files when one changes.
+func (w *MCP) follow() {
+	defer w.wg.Done()
+	last := stamps(w.paths)
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.stop:
+			return
+		case <-t.C:
+		}
+		now := stamps(w.paths)
+		if now == last {
+			continue
+		}
+		last = now
+		cfg, err := loadMCP(w.paths)
+		if err != nil {
+			w.log.Error("MCP configuration not applied; the servers stay as they were", "err", err)
+			continue
+		}
+		for _, warning := range cfg.Warnings {
+			w.log.Warn("MCP configuration: " + warning)
+		}
+		w.log.Info("MCP configuration changed; applying it")
+		w.Manager.Apply(cfg)
+	}
+}
+
+// stamps says when and how the files last changed.
+func stamps(paths []string) string {
+	s := ""
+	for _, p := range paths {
+		if fi, err := os.Stat(p); err == nil {
+			s += fmt.Sprintf("%s %d %d;", p, fi.ModTime().UnixNano(), fi.Size())
+		} else {
+			s += p + " missing;"
+		}
+	}
+	return s
+}
+
+// Stop stops following the files and every server: stdio servers'
+// processes are ended and reaped.
+func (w *MCP) Stop() {
+	if w == nil {
+		return
+	}
+	close(w.stop)
+	w.wg.Wait()
+	w.Manager.Stop()
+}
+
+// HostOn hosts MCP servers' tools on ex.
+func HostOn(ex *executor.Executor) mcp.HostFunc {
+	return func(ctx context.Context, server string, trust bool, tools []tool.Tool) (names, warnings []string, err error) {
+		reply, err := ex.Host(ctx, executor.Scope{Source: events.SourceMCP, Server: server, Trust: trust}, tools)
+		if errors.Is(err, registry.ErrNoRegistry) {
+			return nil, []string{"no registry is up yet; the tools are registered when one comes up"}, nil
+		}
+		if reply != nil {
+			for _, o := range reply.Tools {
+				if o.Name != "" {
+					names = append(names, o.Name)
+				}
+				if o.Error != "" {
+					warnings = append(warnings, fmt.Sprintf("%s: %s", o.Requested, o.Error))
+				} else if o.Warning != "" {
+					warnings = append(warnings, fmt.Sprintf("%s: %s", o.Requested, o.Warning))
+				}
+			}
+		}
+		return names, warnings, err
+	}
+}

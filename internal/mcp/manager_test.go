@@ -1,0 +1,518 @@
+package mcp_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/bus"
+	"github.com/toolbus/toolbus/internal/bus/bustest"
+	"github.com/toolbus/toolbus/internal/cli"
+	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/executor"
+	"github.com/toolbus/toolbus/internal/policy"
+	"github.com/toolbus/toolbus/internal/registry"
+	"github.com/toolbus/toolbus/internal/testkit"
+	toolmcp "github.com/toolbus/toolbus/internal/mcp"
+	defaultpolicy "github.com/toolbus/toolbus/policy"
+)
+
+// serveStdioEnv makes the test binary an MCP server over stdio: the stdio
+// tests start it as their server's command.
+const serveStdioEnv = "TOOLBUS_MCP_TEST_STDIO"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(serveStdioEnv) != "" {
+		// MARK names a file where the server writes the tag of a call
+		// whose context ended on the server: how a test sees a cancel
+		// reach another process.
+		cancelled := make(chan string, 4)
+		go func() {
+			for tag := range cancelled {
+				os.WriteFile(os.Getenv("MARK"), []byte(tag), 0o644)
+			}
+		}()
+		if err := server.ServeStdio(newTestServer(cancelled)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// newTestServer is the edge cases' server: echo, a failing tool, an image,
+// a huge result, a slow tool that reports progress and says on cancelled
+// when the call's context ends on the server, and pid.
+func newTestServer(cancelled chan<- string) *server.MCPServer {
+	s := server.NewMCPServer("toolbus-test", "1.0", server.WithToolCapabilities(true))
+	s.AddTool(mcp.NewTool("echo", mcp.WithDescription("Echoes a message"), mcp.WithString("message", mcp.Required()),
+		mcp.WithReadOnlyHintAnnotation(true)),
+		func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return mcp.NewToolResultText("Echo: " + req.GetString("message", "")), nil
+		})
+	s.AddTool(mcp.NewTool("fail", mcp.WithDestructiveHintAnnotation(true)),
+		func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return mcp.NewToolResultError("it broke"), nil
+		})
+	s.AddTool(mcp.NewTool("image"), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{mcp.NewTextContent("a pixel"), mcp.NewImageContent("iVBORw0KGgo=", "image/png")}}, nil
+	})
+	s.AddTool(mcp.NewTool("huge"), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return mcp.NewToolResultText(strings.Repeat("0123456789", 10_000)), nil
+	})
+	s.AddTool(mcp.NewTool("pid"), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return mcp.NewToolResultText(strconv.Itoa(os.Getpid())), nil
+	})
+	s.AddTool(mcp.NewTool("slow", mcp.WithString("tag")), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if token := req.Params.Meta; token != nil && token.ProgressToken != nil {
+			for i := 1; i <= 2; i++ {
+				server.ServerFromContext(ctx).SendNotificationToClient(ctx, "notifications/progress",
+					map[string]any{"progressToken": token.ProgressToken, "progress": i, "total": 10, "message": "working"})
+			}
+		}
+		select {
+		case <-ctx.Done():
+			if cancelled != nil {
+				cancelled <- req.GetString("tag", "")
+			}
+			return nil, ctx.Err()
+		case <-time.After(time.Minute):
+			return mcp.NewToolResultText("finished"), nil
+		}
+	})
+	return s
+}
+
+// fleet is a bus with a registry, an executor and an MCP manager on it,
+// and a client that calls tools as an agent does.
+type fleet struct {
+	bus    *bus.Bus
+	exec   *executor.Executor
+	mgr    *toolmcp.Manager
+	client *executor.Client
+	js     jetstream.JetStream
+}
+
+func startFleet(t *testing.T, cfg *toolmcp.Config) *fleet {
+	t.Helper()
+	b := bustest.Start(t, "")
+	reg, err := registry.Start(context.Background(), b.Conn(), b.JetStream(), registry.Config{
+		Identity: events.Identity{ID: "registry@test"}, Logger: bustest.Quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Stop() })
+	pol, err := policy.Compile(context.Background(), policy.Files(defaultpolicy.Default()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := events.Identity{ID: "executor@test", Role: "executor"}
+	ex, err := executor.Start(context.Background(), b.Conn(), b.JetStream(), executor.Config{Identity: id, Policy: pol,
+		Workspace: t.TempDir(), Logger: bustest.Quiet(), ConfirmTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgr, err := toolmcp.Start(context.Background(), cfg, toolmcp.Options{Identity: id, Conn: b.Conn(), JS: b.JetStream(),
+		Host: cli.HostOn(ex), Logger: bustest.Quiet(), MinBackoff: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		ex.Stop(ctx)
+		mgr.Stop()
+	})
+	f := &fleet{bus: b, exec: ex, mgr: mgr, js: b.JetStream()}
+	f.client = executor.NewClient(bustest.Connect(t, b).Conn(), events.Identity{ID: "agent:test", Role: "agent"})
+	t.Cleanup(func() { f.client.Close() })
+	return f
+}
+
+// httpServer serves s over streamable HTTP on loopback.
+func httpServer(t *testing.T, s *server.MCPServer, wrap func(http.Handler) http.Handler) string {
+	t.Helper()
+	var h http.Handler = server.NewStreamableHTTPServer(s)
+	if wrap != nil {
+		h = wrap(h)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv.URL + "/mcp"
+}
+
+func parse(t *testing.T, text string) *toolmcp.Config {
+	t.Helper()
+	cfg, err := toolmcp.Parse([]byte(text), os.Getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// waitState waits until server's status on the bus is state, and returns
+// it.
+func (f *fleet) waitState(t *testing.T, name string, state events.MCPState) *events.MCPServerStatus {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	kv, err := f.js.KeyValue(ctx, events.MCPStatusBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := kv.Watch(ctx, events.MCPStatusKey("executor@test", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	var last *events.MCPServerStatus
+	for {
+		select {
+		case e := <-w.Updates():
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			st, err := events.Decode[events.MCPServerStatus](e.Value())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if last = st; st.State == state {
+				return st
+			}
+		case <-ctx.Done():
+			t.Fatalf("server %s never became %s; last status %+v", name, state, last)
+		}
+	}
+}
+
+// waitTool waits until the executor's catalogue lists name.
+func (f *fleet) waitTool(t *testing.T, name string) *events.Tool {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if tl, ok := f.exec.Catalog().GetTool(name); ok {
+			return tl
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("tool %s never listed; have %v", name, f.exec.Catalog().AllToolNames())
+	return nil
+}
+
+func (f *fleet) call(t *testing.T, name, args string, progress func(string)) *events.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := f.client.Invoke(ctx, &events.Invocation{Tool: name, Args: json.RawMessage(args)}, progress)
+	if err != nil {
+		t.Fatalf("call %s: %v", name, err)
+	}
+	return res
+}
+
+// TestCallsOverHTTP: a trusted server's tools are hosted and called as any
+// tool is: text, an isError result, typed parts, a result over the cap,
+// the annotations the policy and the catalogue see.
+func TestCallsOverHTTP(t *testing.T) {
+	url := httpServer(t, newTestServer(nil), nil)
+	f := startFleet(t, parse(t, `{"mcpServers": {"edge": {"httpUrl": "`+url+`", "trust": true, "excludeTools": ["pid"]}}}`))
+	st := f.waitState(t, "edge", events.MCPConnected)
+	if st.Tools != 5 || st.Transport != "http" || !st.Trust {
+		t.Errorf("status %+v, want 5 tools (pid excluded) over http, trusted", st)
+	}
+	echo := f.waitTool(t, "echo")
+	if echo.Source != events.SourceMCP || echo.Server != "edge" || echo.Kind != events.KindRead || echo.DisplayName != "echo (edge MCP Server)" {
+		t.Errorf("echo's entry: %+v", echo)
+	}
+	if _, ok := f.exec.Catalog().GetTool("pid"); ok {
+		t.Error("pid is listed, but excludeTools names it")
+	}
+	if res := f.call(t, "echo", `{"message":"hi"}`, nil); res.Error != nil || res.LLMContent != "Echo: hi" {
+		t.Errorf("echo: %+v", res)
+	}
+	if res := f.call(t, "echo", `{}`, nil); res.Error == nil || res.Error.Type != events.ErrInvalidParams {
+		t.Errorf("echo without its required argument: %+v, want INVALID_TOOL_PARAMS before the server is asked", res)
+	}
+	if res := f.call(t, "fail", `{}`, nil); res.Error == nil || res.Error.Type != events.ErrMCPToolError || res.Error.Message != "it broke" {
+		t.Errorf("fail: %+v, want MCP_TOOL_ERROR with the server's text", res)
+	}
+	res := f.call(t, "image", `{}`, nil)
+	if res.Error != nil || res.LLMContent != "a pixel" || len(res.Parts) != 1 || res.Parts[0].Type != events.PartImage || res.Parts[0].Data != "iVBORw0KGgo=" {
+		t.Errorf("image: %+v", res)
+	}
+	res = f.call(t, "huge", `{}`, nil)
+	if !res.Truncated || res.OutputRef == "" || len(res.LLMContent) > executor.DefaultMaxContent+500 {
+		t.Errorf("huge: truncated %v, ref %q, %d characters", res.Truncated, res.OutputRef, len(res.LLMContent))
+	}
+}
+
+// TestUntrustedServerAsks: the default policy asks before a tool of an
+// untrusted server runs, whatever its annotations claim; with no approver
+// the call fails closed.
+func TestUntrustedServerAsks(t *testing.T) {
+	url := httpServer(t, newTestServer(nil), nil)
+	f := startFleet(t, parse(t, `{"mcpServers": {"edge": {"httpUrl": "`+url+`"}}}`))
+	f.waitState(t, "edge", events.MCPConnected)
+	f.waitTool(t, "echo")
+	res := f.call(t, "echo", `{"message":"hi"}`, nil)
+	if res.Error == nil || res.Policy == nil || res.Policy.Verdict != events.AskUser {
+		t.Fatalf("echo of an untrusted server (readOnlyHint set): %+v, want ASK_USER and no approver", res)
+	}
+	if !strings.Contains(res.Policy.Reason, `"edge"`) {
+		t.Errorf("reason %q does not name the server", res.Policy.Reason)
+	}
+}
+
+// TestProgressAndCancel: the server's progress notifications reach the
+// caller as progress; a cancel reaches the server, over HTTP and over
+// stdio.
+func TestProgressAndCancel(t *testing.T) {
+	cancelled := make(chan string, 4)
+	url := httpServer(t, newTestServer(cancelled), nil)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	marker := t.TempDir() + "/stdio-cancelled"
+	cfg := parse(t, fmt.Sprintf(`{"mcpServers": {
+		"web": {"httpUrl": %q, "trust": true, "includeTools": ["slow"]},
+		"local": {"command": %q, "env": {%q: "1", "MARK": %q}, "trust": true, "includeTools": ["slow(tag)"]}}}`,
+		url, exe, serveStdioEnv, marker))
+	f := startFleet(t, cfg)
+	f.waitState(t, "web", events.MCPConnected)
+	f.waitState(t, "local", events.MCPConnected)
+	f.waitTool(t, "slow")
+	f.waitTool(t, "local__slow")
+	// Which server's tool got the plain name depends on which listed
+	// first.
+	names := map[string]string{}
+	for _, n := range []string{"slow", "local__slow", "web__slow"} {
+		if tl, ok := f.exec.Catalog().GetTool(n); ok {
+			names[tl.Server] = n
+		}
+	}
+	if len(names) != 2 {
+		t.Fatalf("the two slow tools: %v", names)
+	}
+	for _, server := range []string{"web", "local"} {
+		name := names[server]
+		id := "cancel-" + server
+		progress := make(chan string, 16)
+		done := make(chan *events.Result, 1)
+		go func() {
+			res, err := f.client.Invoke(context.Background(), &events.Invocation{Header: events.Header{ID: id}, Tool: name,
+				Args: json.RawMessage(`{"tag":"` + server + `"}`)}, func(s string) { progress <- s })
+			if err != nil {
+				t.Error(err)
+			}
+			done <- res
+		}()
+		select {
+		case p := <-progress:
+			if !strings.Contains(p, "[progress 1/10] working") {
+				t.Errorf("%s: progress %q", name, p)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: no progress", name)
+		}
+		if err := f.client.Cancel(context.Background(), id, "test"); err != nil {
+			t.Fatal(err)
+		}
+		res := <-done
+		if res.Error == nil || res.Error.Type != events.ErrCancelled {
+			t.Errorf("%s: %+v, want CANCELLED", name, res)
+		}
+		seen := func() string {
+			if server == "web" {
+				select {
+				case tag := <-cancelled:
+					return tag
+				default:
+					return ""
+				}
+			}
+			data, _ := os.ReadFile(marker)
+			return string(data)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		tag := seen()
+		for ; tag == "" && time.Now().Before(deadline); tag = seen() {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if tag != server {
+			t.Errorf("server %s saw %q cancelled, want its own call", server, tag)
+		}
+	}
+}
+
+// TestStdioServerRestarts: a stdio server that dies is restarted with
+// backoff; meanwhile its tools fail at once with a clear error; on stop
+// no process of it is left, not even a zombie.
+func TestStdioServerRestarts(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := startFleet(t, parse(t, fmt.Sprintf(`{"mcpServers": {"local": {"command": %q, "env": {%q: "1"}, "trust": true}}}`, exe, serveStdioEnv)))
+	f.waitState(t, "local", events.MCPConnected)
+	f.waitTool(t, "pid")
+	pid, err := strconv.Atoi(f.call(t, "pid", `{}`, nil).LLMContent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	syscall.Kill(pid, syscall.SIGKILL)
+	st := f.waitState(t, "local", events.MCPDisconnected)
+	if !strings.Contains(st.Error, "killed") || st.NextAttempt == nil {
+		t.Errorf("status after the kill: %+v", st)
+	}
+	res := f.call(t, "echo", `{"message":"hi"}`, nil)
+	if res.Error == nil || res.Error.Type != events.ErrExecutionFailed || !strings.Contains(res.Error.Message, `MCP server "local" is disconnected`) {
+		t.Errorf("a call while the server is down: %+v", res)
+	}
+	st = f.waitState(t, "local", events.MCPConnected)
+	if st.Restarts != 1 {
+		t.Errorf("restarts %d, want 1", st.Restarts)
+	}
+	newPid, err := strconv.Atoi(f.call(t, "pid", `{}`, nil).LLMContent)
+	if err != nil || newPid == pid {
+		t.Fatalf("after the restart: pid %d (%v), before %d", newPid, err, pid)
+	}
+	testkit.WaitReaped(t, pid)
+	f.mgr.Stop()
+	testkit.WaitReaped(t, newPid)
+	if z := testkit.Zombies(); len(z) > 0 {
+		t.Errorf("zombies left: %v", z)
+	}
+}
+
+// TestServersAreIndependent: a server whose tool list is slow, one whose
+// command does not exist and a disabled one hold up no other; each shows
+// its own state.
+func TestServersAreIndependent(t *testing.T) {
+	release := make(chan struct{})
+	var once sync.Once
+	slowList := func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
+			if bytes.Contains(body, []byte(`"tools/list"`)) {
+				<-release
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			h.ServeHTTP(w, r)
+		})
+	}
+	slowURL := httpServer(t, newTestServer(nil), slowList)
+	fastURL := httpServer(t, newTestServer(nil), nil)
+	// Before the servers close, which wait for their handlers.
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	f := startFleet(t, parse(t, fmt.Sprintf(`{"mcp": {"excluded": ["off"]}, "mcpServers": {
+		"slow": {"httpUrl": %q, "trust": true},
+		"fast": {"httpUrl": %q, "trust": true},
+		"broken": {"command": "/nonexistent/server"},
+		"off": {"command": "true"}}}`, slowURL, fastURL)))
+	f.waitState(t, "fast", events.MCPConnected)
+	if res := f.call(t, "echo", `{"message":"hi"}`, nil); res.LLMContent != "Echo: hi" {
+		t.Errorf("fast's echo while slow lists: %+v", res)
+	}
+	if st := f.waitState(t, "broken", events.MCPDisconnected); !strings.Contains(st.Error, "/nonexistent/server") {
+		t.Errorf("broken: %+v", st)
+	}
+	if st := f.waitState(t, "off", events.MCPDisabled); !strings.Contains(st.Error, "excluded") {
+		t.Errorf("off: %+v", st)
+	}
+	once.Do(func() { close(release) })
+	f.waitState(t, "slow", events.MCPConnected)
+	f.waitTool(t, "slow__echo")
+}
+
+// TestRediscoveryAndRemoval: list_changed re-discovers that server alone;
+// a discovery request over the bus does too; a server that leaves the
+// configuration takes its tools and its status with it.
+func TestRediscoveryAndRemoval(t *testing.T) {
+	a, b := newTestServer(nil), newTestServer(nil)
+	urlA, urlB := httpServer(t, a, nil), httpServer(t, b, nil)
+	cfg := parse(t, fmt.Sprintf(`{"mcpServers": {"a": {"httpUrl": %q, "trust": true}, "b": {"httpUrl": %q, "trust": true}}}`, urlA, urlB))
+	f := startFleet(t, cfg)
+	f.waitState(t, "a", events.MCPConnected)
+	f.waitState(t, "b", events.MCPConnected)
+	// Which server's tools got the plain names depends on which listed
+	// first: a's names are those whose entry says server a.
+	first := f.waitTool(t, "echo").Server
+	qualify := func(server, tool string) string {
+		if server == first {
+			return tool
+		}
+		return server + "__" + tool
+	}
+	f.waitTool(t, qualify("a", "echo"))
+	f.waitTool(t, qualify("b", "echo"))
+
+	a.AddTool(mcp.NewTool("late"), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return mcp.NewToolResultText("late"), nil
+	})
+	if tl := f.waitTool(t, "late"); tl.Server != "a" {
+		t.Errorf("late is of %q", tl.Server)
+	}
+	if res := f.call(t, "late", `{}`, nil); res.LLMContent != "late" {
+		t.Errorf("late: %+v", res)
+	}
+
+	// A discovery request, as toolbus tools discover sends it.
+	b.DeleteTools("huge")
+	time.Sleep(100 * time.Millisecond) // the notification may come first; either way:
+	req := &events.MCPDiscoverRequest{Header: events.Header{Sender: events.Identity{ID: "cli"}}, Server: "b"}
+	data, _ := events.Encode(req)
+	msg, err := f.bus.Conn().Request(events.MCPDiscoverSubject("executor@test"), data, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reply, err := events.Decode[events.MCPDiscoverReply](msg.Data)
+	if err != nil || reply.Error != "" {
+		t.Fatalf("discover: %+v, %v", reply, err)
+	}
+	for _, n := range reply.Tools {
+		if strings.Contains(n, "huge") {
+			t.Errorf("huge is still discovered: %v", reply.Tools)
+		}
+	}
+	waitGone(t, f, qualify("b", "huge"))
+
+	// b leaves the configuration.
+	f.mgr.Apply(parse(t, fmt.Sprintf(`{"mcpServers": {"a": {"httpUrl": %q, "trust": true}}}`, urlA)))
+	waitGone(t, f, qualify("b", "echo"))
+	if _, ok := f.exec.Catalog().GetTool(qualify("a", "echo")); !ok {
+		t.Error("a's echo went with b")
+	}
+	kv, _ := f.js.KeyValue(context.Background(), events.MCPStatusBucket)
+	if _, err := kv.Get(context.Background(), events.MCPStatusKey("executor@test", "b")); err == nil {
+		t.Error("b's status is still in the bucket")
+	}
+}
+
+func waitGone(t *testing.T, f *fleet, name string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, ok := f.exec.Catalog().GetTool(name); !ok {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Errorf("%s is still listed", name)
+}

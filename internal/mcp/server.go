@@ -1,0 +1,331 @@
+package mcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/tool"
+)
+
+// Backoff between connections to a server that failed or went away:
+// doubling from minBackoff to maxBackoff, and back to minBackoff once a
+// session has lasted stableAfter.
+const (
+	minBackoff  = time.Second
+	maxBackoff  = 30 * time.Second
+	stableAfter = time.Minute
+)
+
+// Timeouts of the steps of a connection. Listing tools may be slow (a
+// server that starts through npx downloads first); each step gets the
+// server's own timeout when that is shorter.
+const (
+	connectTimeout = 60 * time.Second
+	pingEvery      = 15 * time.Second
+	pingTimeout    = 10 * time.Second
+)
+
+// server runs the connection to one configured server for as long as the
+// server is in the configuration: it connects, lists the tools and hosts
+// them, watches the session, and connects again with backoff when the
+// session ends. It owns its sessions: one at a time, each closed before
+// the next and when the server stops.
+type server struct {
+	m   *Manager
+	cfg ServerConfig
+
+	sess atomic.Pointer[session] // the session calls use; nil when none
+
+	mu     sync.Mutex
+	status events.MCPServerStatus
+
+	// discover asks the runner to list the tools again (or, when
+	// disconnected, to connect at once); the reply is the outcome.
+	discover chan chan discovered
+	stop     chan struct{}
+	done     chan struct{}
+}
+
+// discovered is what a discovery ended with.
+type discovered struct {
+	tools    []string
+	warnings []string
+	err      error
+}
+
+func newServer(m *Manager, cfg ServerConfig) *server {
+	s := &server{m: m, cfg: cfg, discover: make(chan chan discovered), stop: make(chan struct{}), done: make(chan struct{})}
+	s.status = events.MCPServerStatus{Executor: m.id.ID, Server: cfg.Name, Transport: string(cfg.Transport), Trust: cfg.Trust}
+	return s
+}
+
+// current is the session calls go to, nil when the server is not
+// connected.
+func (s *server) current() *session { return s.sess.Load() }
+
+// unavailable says why a call cannot reach the server.
+func (s *server) unavailable() string {
+	st := s.snapshot()
+	msg := fmt.Sprintf("MCP server %q is %s", s.cfg.Name, st.State)
+	if st.Error != "" {
+		msg += ": " + st.Error
+	}
+	if st.NextAttempt != nil {
+		msg += fmt.Sprintf("; it is tried again in %s", time.Until(*st.NextAttempt).Round(time.Second))
+	}
+	return msg + "."
+}
+
+func (s *server) snapshot() events.MCPServerStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.status
+}
+
+// setState records a new state and publishes it.
+func (s *server) setState(state events.MCPState, err error, next time.Time, tools int) {
+	s.mu.Lock()
+	st := &s.status
+	if st.State != state {
+		st.Since = time.Now().UTC()
+	}
+	st.State, st.Error, st.NextAttempt = state, "", nil
+	if err != nil {
+		st.Error = err.Error()
+	}
+	if !next.IsZero() {
+		st.NextAttempt = &next
+	}
+	if tools >= 0 {
+		st.Tools = tools
+	}
+	snap := *st
+	s.mu.Unlock()
+	s.m.publish(&snap)
+}
+
+// run is the server's runner goroutine.
+func (s *server) run() {
+	defer close(s.done)
+	if s.cfg.Disabled != "" {
+		s.setState(events.MCPDisabled, errors.New(s.cfg.Disabled), time.Time{}, 0)
+		s.idle()
+		return
+	}
+	backoff := s.m.backoff
+	for attempt := 0; ; attempt++ {
+		if attempt > 0 {
+			s.mu.Lock()
+			s.status.Restarts++
+			s.mu.Unlock()
+		}
+		s.setState(events.MCPConnecting, nil, time.Time{}, -1)
+		began := time.Now()
+		err := s.session()
+		if s.stopped() {
+			return
+		}
+		if time.Since(began) > stableAfter {
+			backoff = s.m.backoff
+		}
+		next := time.Now().Add(backoff)
+		s.setState(events.MCPDisconnected, err, next, -1)
+		s.m.log.Warn("MCP server disconnected", "server", s.cfg.Name, "err", err, "retry in", backoff)
+		if !s.wait(backoff) {
+			return
+		}
+		backoff = min(2*backoff, max(maxBackoff, s.m.backoff))
+	}
+}
+
+// session connects, hosts the tools and serves until the session ends or
+// the server stops; it returns why the session ended.
+func (s *server) session() error {
+	ctx, cancel := s.stepContext(connectTimeout)
+	sess, err := dial(ctx, &s.cfg, s.m.starter)
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer sess.Close()
+	relist := make(chan struct{}, 1)
+	sess.onListChanged = func() {
+		select {
+		case relist <- struct{}{}:
+		default:
+		}
+	}
+	found := s.list(sess)
+	if found.err != nil {
+		return found.err
+	}
+	s.sess.Store(sess)
+	defer s.sess.Store(nil)
+	s.setState(events.MCPConnected, nil, time.Time{}, len(found.tools))
+	ping := time.NewTicker(pingEvery)
+	defer ping.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return nil
+		case <-sess.dead:
+			return sess.cause
+		case reply := <-s.discover:
+			found := s.list(sess)
+			reply <- found
+			if found.err != nil {
+				return found.err
+			}
+			s.setState(events.MCPConnected, nil, time.Time{}, len(found.tools))
+		case <-relist:
+			// notifications/tools/list_changed: this server alone.
+			found := s.list(sess)
+			if found.err != nil {
+				return found.err
+			}
+			s.setState(events.MCPConnected, nil, time.Time{}, len(found.tools))
+		case <-ping.C:
+			ctx, cancel := s.stepContext(pingTimeout)
+			err := sess.client.Ping(ctx)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("the server did not answer a ping: %w", err)
+			}
+		}
+	}
+}
+
+// list lists the server's tools and hosts those the configuration keeps,
+// in place of those hosted before.
+func (s *server) list(sess *session) discovered {
+	ctx, cancel := s.stepContext(connectTimeout)
+	defer cancel()
+	res, err := sess.client.ListTools(ctx, mcp.ListToolsRequest{})
+	if err != nil {
+		return discovered{err: fmt.Errorf("list tools: %w", sess.explainIfDead(err))}
+	}
+	var tools []tool.Tool
+	var found discovered
+	for _, def := range res.Tools {
+		if !s.cfg.Keeps(def.Name) {
+			continue
+		}
+		t, err := newServerTool(s, def)
+		if err != nil {
+			found.warnings = append(found.warnings, err.Error())
+			continue
+		}
+		tools = append(tools, t)
+	}
+	names, warnings, err := s.m.host(ctx, s.cfg.Name, s.cfg.Trust, tools)
+	found.tools, found.warnings = names, append(found.warnings, warnings...)
+	for _, w := range found.warnings {
+		s.m.log.Warn("MCP tool not hosted", "server", s.cfg.Name, "reason", w)
+	}
+	if err != nil {
+		found.err = fmt.Errorf("register tools: %w", err)
+	}
+	return found
+}
+
+// stepContext bounds one step of a session: by d, or by the server's
+// own timeout when shorter, and by the server's stop.
+func (s *server) stepContext(d time.Duration) (context.Context, context.CancelFunc) {
+	if s.cfg.Timeout > 0 {
+		d = min(d, s.cfg.Timeout)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	go func() {
+		select {
+		case <-s.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
+// wait waits d before the next connection; a discovery request cuts it
+// short. It reports false when the server stops.
+func (s *server) wait(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-s.stop:
+		return false
+	case <-t.C:
+		return true
+	case reply := <-s.discover:
+		// Connect now; the caller hears how the connection went from
+		// the status, since listing happens in the next session.
+		reply <- discovered{err: errReconnecting}
+		return true
+	}
+}
+
+var errReconnecting = errors.New("the server was disconnected; connecting to it again now (see toolbus mcp status)")
+
+// idle serves a disabled server until it stops: discovery requests are
+// answered with why it is disabled.
+func (s *server) idle() {
+	for {
+		select {
+		case <-s.stop:
+			return
+		case reply := <-s.discover:
+			reply <- discovered{err: fmt.Errorf("the server is disabled: %s", s.cfg.Disabled)}
+		}
+	}
+}
+
+// rediscover lists the server's tools again (seed 000
+// discoverToolsForServer).
+func (s *server) rediscover(ctx context.Context) discovered {
+	reply := make(chan discovered, 1)
+	select {
+	case s.discover <- reply:
+	case <-s.done:
+		return discovered{err: errors.New("the server was removed")}
+	case <-ctx.Done():
+		return discovered{err: ctx.Err()}
+	}
+	select {
+	case found := <-reply:
+		return found
+	case <-ctx.Done():
+		return discovered{err: ctx.Err()}
+	}
+}
+
+// check pings a session a call failed on, and ends it when the server
+// does not answer: the runner then connects again.
+func (s *server) check(sess *session) {
+	ctx, cancel := s.stepContext(pingTimeout)
+	defer cancel()
+	if err := sess.client.Ping(ctx); err != nil {
+		sess.end(fmt.Errorf("the session broke: %w", err))
+	}
+}
+
+func (s *server) stopped() bool {
+	select {
+	case <-s.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// close stops the runner and waits for it: its session is closed, a
+// stdio server's processes ended and reaped.
+func (s *server) close() {
+	close(s.stop)
+	<-s.done
+}

@@ -1,0 +1,304 @@
+package mcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client"
+	mcptransport "github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/toolbus/toolbus/internal/proctree"
+)
+
+// A session is one connection to one server: a child process for stdio,
+// an SSE stream or a streamable-HTTP session, and the mcp-go client over
+// it. It ends once (dead closes), by Close or by the server going away;
+// the server's runner then starts a new one.
+type session struct {
+	client *client.Client
+	tree   *proctree.Tree // the stdio server's processes; nil over HTTP
+	stderr *tail          // what a stdio server last wrote to stderr
+
+	dead     chan struct{}
+	deadOnce sync.Once
+	cause    error // why the session ended, set before dead closes
+
+	// Progress notifications go to the call that asked for them, by
+	// token.
+	progressMu sync.Mutex
+	progress   map[string]func(mcp.ProgressNotificationParams)
+	nextToken  atomic.Uint64
+
+	// onListChanged is called when the server says its tool list changed.
+	onListChanged func()
+}
+
+// protocol keeps sessions on the initialize handshake of protocol
+// 2025-11-25, which every server in use speaks. mcp-go would first probe
+// for the stateless protocol of 2026-07-28 (server/discover), and takes a
+// server that answers any unknown method with an empty result, as the
+// MCP conformance suite's does, for one of those, never initialising it.
+var protocol = client.WithProtocolVersion(mcp.LATEST_LEGACY_PROTOCOL_VERSION)
+
+// clientInfo is how toolbus introduces itself to servers.
+var clientInfo = mcp.Implementation{Name: "toolbus", Version: "0.1"}
+
+// dial connects to the server cfg describes and initialises the session.
+// Processes it started are ended when it fails.
+func dial(ctx context.Context, cfg *ServerConfig, starter *proctree.Starter) (*session, error) {
+	s := &session{dead: make(chan struct{}), progress: make(map[string]func(mcp.ProgressNotificationParams))}
+	var err error
+	switch cfg.Transport {
+	case Stdio:
+		err = s.startStdio(cfg, starter)
+	case SSE:
+		var t *mcptransport.SSE
+		t, err = mcptransport.NewSSE(cfg.URL, client.WithHeaders(cfg.Headers))
+		if err == nil {
+			s.client = client.NewClient(t, protocol)
+		}
+	case HTTP:
+		var t *mcptransport.StreamableHTTP
+		// Listening continuously is what brings the server's
+		// notifications (tools/list_changed) outside of a call.
+		t, err = mcptransport.NewStreamableHTTP(cfg.URL, mcptransport.WithHTTPHeaders(cfg.Headers), mcptransport.WithContinuousListening())
+		if err == nil {
+			s.client = client.NewClient(&cancellingHTTP{t}, protocol)
+		}
+	default:
+		err = fmt.Errorf("unknown transport %q", cfg.Transport)
+	}
+	if err != nil {
+		s.end(err)
+		return nil, err
+	}
+	s.client.OnNotification(s.notified)
+	s.client.OnConnectionLost(func(err error) { s.end(fmt.Errorf("connection lost: %w", err)) })
+	if err := s.client.Start(context.WithoutCancel(ctx)); err != nil {
+		s.Close()
+		return nil, s.explain(fmt.Errorf("start: %w", err))
+	}
+	req := mcp.InitializeRequest{}
+	req.Params.ClientInfo = clientInfo
+	if _, err := s.client.Initialize(ctx, req); err != nil {
+		s.Close()
+		return nil, s.explain(fmt.Errorf("initialize: %w", err))
+	}
+	return s, nil
+}
+
+// startStdio starts the server's command as a process tree, so that
+// every process it starts (npx starts node, which may start more) ends
+// with the session, and none outlives toolbus.
+func (s *session) startStdio(cfg *ServerConfig, starter *proctree.Starter) error {
+	path, err := lookCommand(cfg.Command, cfg.Cwd)
+	if err != nil {
+		return err
+	}
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	outR, outW := io.Pipe()
+	s.stderr = &tail{max: 4 << 10}
+	env := os.Environ()
+	for k, v := range cfg.Env {
+		env = append(env, k+"="+v)
+	}
+	tree, err := starter.Start(proctree.Command{Path: path, Args: append([]string{cfg.Command}, cfg.Args...),
+		Dir: cfg.Cwd, Env: env, Stdin: inR, Stdout: outW, Stderr: s.stderr, Grace: stdioGrace})
+	inR.Close()
+	if err != nil {
+		inW.Close()
+		return fmt.Errorf("start %s: %w", cfg.Command, err)
+	}
+	s.tree = tree
+	go func() {
+		// The tree's end is the session's: requests waiting on the
+		// server fail at the end of its output.
+		status, err := tree.Wait()
+		outW.Close()
+		if err == nil {
+			err = fmt.Errorf("the server process exited (%s)", describeStatus(status))
+		}
+		s.end(s.explain(err))
+	}()
+	s.client = client.NewClient(mcptransport.NewIO(outR, inW, io.NopCloser(strings.NewReader(""))), protocol)
+	return nil
+}
+
+// stdioGrace is how long a stdio server has between SIGTERM and SIGKILL,
+// and stdioExit how long it has to exit on its own once its input ends,
+// as the MCP specification asks a client to end a stdio server.
+const (
+	stdioGrace = 2 * time.Second
+	stdioExit  = time.Second
+)
+
+// describeStatus says how a process ended.
+func describeStatus(ws syscall.WaitStatus) string {
+	if ws.Signaled() {
+		return "killed by " + ws.Signal().String()
+	}
+	return fmt.Sprintf("exit status %d", ws.ExitStatus())
+}
+
+// lookCommand finds a stdio server's program as a shell would, a relative
+// path with a slash taken from the server's directory.
+func lookCommand(command, dir string) (string, error) {
+	if command == "" {
+		return "", errors.New("no command")
+	}
+	if strings.Contains(command, "/") && !filepath.IsAbs(command) && dir != "" {
+		command = filepath.Join(dir, command)
+	}
+	path, err := exec.LookPath(command)
+	if err != nil {
+		return "", fmt.Errorf("command %q: %w", command, err)
+	}
+	return path, nil
+}
+
+// end records why the session ended, once, and closes dead.
+func (s *session) end(cause error) {
+	s.deadOnce.Do(func() {
+		s.cause = cause
+		close(s.dead)
+	})
+}
+
+// Close ends the session: the client, and a stdio server's processes.
+func (s *session) Close() {
+	s.end(errors.New("closed"))
+	if s.client != nil {
+		s.client.Close() // a stdio server's input ends
+	}
+	if s.tree != nil {
+		select {
+		case <-s.tree.Done():
+		case <-time.After(stdioExit):
+			s.tree.Stop()
+			<-s.tree.Done()
+		}
+	}
+}
+
+// explain adds what a stdio server last wrote to stderr to err, which is
+// often the only account of why it failed.
+func (s *session) explain(err error) error {
+	if s.stderr == nil {
+		return err
+	}
+	if last := s.stderr.String(); last != "" {
+		return fmt.Errorf("%w; its stderr ends with: %s", err, last)
+	}
+	return err
+}
+
+// explainIfDead says why err happened when it is the session's end.
+func (s *session) explainIfDead(err error) error {
+	select {
+	case <-s.dead:
+		return fmt.Errorf("%w (%v)", err, s.cause)
+	default:
+		return err
+	}
+}
+
+// notified handles the server's notifications.
+func (s *session) notified(n mcp.JSONRPCNotification) {
+	switch n.Method {
+	case string(mcp.MethodNotificationToolsListChanged):
+		if s.onListChanged != nil {
+			s.onListChanged()
+		}
+	case string(mcp.MethodNotificationProgress):
+		p := mcp.ProgressNotificationParams{}
+		f := n.Params.AdditionalFields
+		p.ProgressToken = f["progressToken"]
+		p.Progress, _ = f["progress"].(float64)
+		p.Total, _ = f["total"].(float64)
+		p.Message, _ = f["message"].(string)
+		s.progressMu.Lock()
+		handle := s.progress[fmt.Sprint(p.ProgressToken)]
+		s.progressMu.Unlock()
+		if handle != nil {
+			handle(p)
+		}
+	}
+}
+
+// watchProgress gives a call its progress token, sending the server's
+// progress notifications for it to handle until done is called.
+func (s *session) watchProgress(handle func(mcp.ProgressNotificationParams)) (token string, done func()) {
+	token = fmt.Sprintf("toolbus-%d", s.nextToken.Add(1))
+	s.progressMu.Lock()
+	s.progress[token] = handle
+	s.progressMu.Unlock()
+	return token, func() {
+		s.progressMu.Lock()
+		delete(s.progress, token)
+		s.progressMu.Unlock()
+	}
+}
+
+// cancellingHTTP is the streamable-HTTP transport, which tells the server
+// when a call is cancelled: mcp-go sends notifications/cancelled over
+// stdio only, and leaves it to the end of the request's stream over
+// HTTP, which a server of protocol 2025-11-25 or earlier does not take
+// for a cancel. Embedding the transport keeps every interface it
+// implements.
+type cancellingHTTP struct{ *mcptransport.StreamableHTTP }
+
+func (c *cancellingHTTP) SendRequest(ctx context.Context, req mcptransport.JSONRPCRequest) (*mcptransport.JSONRPCResponse, error) {
+	resp, err := c.StreamableHTTP.SendRequest(ctx, req)
+	if err != nil && ctx.Err() != nil && req.Method == string(mcp.MethodToolsCall) {
+		n := mcp.JSONRPCNotification{JSONRPC: mcp.JSONRPC_VERSION, Notification: mcp.Notification{
+			Method: string(mcp.MethodNotificationCancelled),
+			Params: mcp.NotificationParams{AdditionalFields: map[string]any{"requestId": req.ID, "reason": context.Cause(ctx).Error()}},
+		}}
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), cancelSendTimeout)
+			defer cancel()
+			_ = c.StreamableHTTP.SendNotification(ctx, n)
+		}()
+	}
+	return resp, err
+}
+
+// cancelSendTimeout bounds sending a cancellation.
+const cancelSendTimeout = 5 * time.Second
+
+// tail keeps the last max bytes written to it.
+type tail struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if over := len(t.b) - t.max; over > 0 {
+		t.b = append(t.b[:0], t.b[over:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.TrimSpace(strings.ToValidUTF8(string(t.b), "?"))
+}

@@ -1,0 +1,138 @@
+package mcp
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/tool"
+)
+
+// serverTool is one tool of an MCP server (seed 000 DiscoveredMCPTool),
+// as an executor hosts it: a call goes to the server's current session
+// under the tool's own name on the server.
+type serverTool struct {
+	srv  *server
+	name string // the tool's name on the server
+	spec events.ToolSpec
+}
+
+// newServerTool declares def, a tool the server listed.
+func newServerTool(srv *server, def mcp.Tool) (*serverTool, error) {
+	params, err := json.Marshal(def.InputSchema)
+	if len(def.RawInputSchema) > 0 {
+		params, err = def.RawInputSchema, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("tool %q: input schema: %w", def.Name, err)
+	}
+	readOnly := def.Annotations.ReadOnlyHint != nil && *def.Annotations.ReadOnlyHint
+	kind := events.KindOther
+	if readOnly {
+		kind = events.KindRead
+	}
+	spec := events.ToolSpec{
+		Name: def.Name,
+		// Seed 000: "<tool> (<server> MCP Server)".
+		DisplayName:     fmt.Sprintf("%s (%s MCP Server)", def.Name, srv.cfg.Name),
+		Description:     def.Description,
+		Kind:            kind,
+		Parameters:      params,
+		ReadOnly:        readOnly,
+		ConcurrencySafe: readOnly,
+		Annotations:     annotations(def.Annotations),
+		OutputMarkdown:  true,
+	}
+	return &serverTool{srv: srv, name: def.Name, spec: spec}, nil
+}
+
+// annotations are the hints a server gave, as the policy reads them;
+// nil when it gave none.
+func annotations(a mcp.ToolAnnotation) json.RawMessage {
+	m := map[string]any{}
+	for name, v := range map[string]*bool{"readOnlyHint": a.ReadOnlyHint, "destructiveHint": a.DestructiveHint,
+		"idempotentHint": a.IdempotentHint, "openWorldHint": a.OpenWorldHint} {
+		if v != nil {
+			m[name] = *v
+		}
+	}
+	if a.Title != "" {
+		m["title"] = a.Title
+	}
+	if len(m) == 0 {
+		return nil
+	}
+	data, _ := json.Marshal(m)
+	return data
+}
+
+// Spec implements tool.Tool.
+func (t *serverTool) Spec() events.ToolSpec { return t.spec }
+
+// Origin implements tool.Origin.
+func (t *serverTool) Origin() (events.Source, string, bool) {
+	return events.SourceMCP, t.srv.cfg.Name, t.srv.cfg.Trust
+}
+
+// Timeout implements tool.Timeouter: calls run under the server's
+// timeout.
+func (t *serverTool) Timeout() time.Duration { return t.srv.cfg.Timeout }
+
+// Run implements tool.Tool: it calls the tool on the server, with a
+// progress token when the caller takes progress. A server that is not
+// connected fails the call at once; a cancel or deadline ends the
+// request, and the server is told (notifications/cancelled).
+func (t *serverTool) Run(ctx context.Context, call *tool.Call) (*tool.Output, error) {
+	sess := t.srv.current()
+	if sess == nil {
+		return tool.Failed(events.ErrExecutionFailed, t.srv.unavailable()), nil
+	}
+	req := mcp.CallToolRequest{}
+	req.Params.Name = t.name
+	req.Params.Arguments = call.Args
+	if call.Progress != nil {
+		token, done := sess.watchProgress(func(p mcp.ProgressNotificationParams) { call.Progress(progressLine(p)) })
+		defer done()
+		req.Params.Meta = &mcp.Meta{ProgressToken: token}
+	}
+	res, err := sess.client.CallTool(ctx, req)
+	switch {
+	case err == nil:
+		return Output(t.srv.cfg.Name, t.name, res), nil
+	case ctx.Err() != nil:
+		return nil, context.Cause(ctx)
+	}
+	select {
+	case <-sess.dead:
+		err = fmt.Errorf("the server went away during the call: %w", sess.cause)
+	default:
+		// An error the server answered with leaves the session as it
+		// was; one of the connection (an HTTP session the server
+		// forgot, a stream cut) does not, and a ping tells which.
+		t.srv.check(sess)
+	}
+	msg := fmt.Sprintf("MCP tool %q of server %q failed: %v", t.name, t.srv.cfg.Name, err)
+	return tool.Failed(events.ErrExecutionFailed, msg), nil
+}
+
+// progressLine is a progress notification as live output.
+func progressLine(p mcp.ProgressNotificationParams) string {
+	var b strings.Builder
+	b.WriteString("[progress ")
+	b.WriteString(strconv.FormatFloat(p.Progress, 'f', -1, 64))
+	if p.Total > 0 {
+		b.WriteString("/" + strconv.FormatFloat(p.Total, 'f', -1, 64))
+	}
+	b.WriteString("]")
+	if p.Message != "" {
+		b.WriteString(" " + p.Message)
+	}
+	b.WriteString("\n")
+	return b.String()
+}
