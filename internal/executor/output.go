@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sort"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -81,6 +82,70 @@ func (e *Executor) capOutput(ctx context.Context, res *events.Result, whole *too
 	res.Truncated = true
 	res.LLMContent = truncate(res.LLMContent, limit) + note
 	res.ReturnDisplay = truncate(res.ReturnDisplay, limit)
+}
+
+// maxInlineParts is how many bytes of typed parts (an MCP tool's images,
+// audio, blobs) a result carries itself; beyond it, parts go to the
+// object store, largest first, and the result names where (Part.Ref).
+// Well under the default max payload of 1 MB, so that a screenshot does
+// not make a result that cannot be sent.
+const maxInlineParts = 256 << 10
+
+// storeParts moves the data of res's largest parts to the object store
+// until what is left inline fits maxInlineParts (or the bus's max
+// payload, when smaller). A part that cannot be stored is dropped, and
+// the result says so: a result that cannot be sent would lose everything.
+func (e *Executor) storeParts(ctx context.Context, res *events.Result) {
+	limit := min(maxInlineParts, int(e.nc.MaxPayload())/4)
+	total := 0
+	for _, p := range res.Parts {
+		total += len(p.Data) + len(p.Text)
+	}
+	if total <= limit {
+		return
+	}
+	order := make([]int, len(res.Parts))
+	for i := range order {
+		order[i] = i
+	}
+	sort.Slice(order, func(a, b int) bool {
+		pa, pb := &res.Parts[order[a]], &res.Parts[order[b]]
+		return len(pa.Data)+len(pa.Text) > len(pb.Data)+len(pb.Text)
+	})
+	var dropped []string
+	for _, i := range order {
+		if total <= limit {
+			break
+		}
+		p := &res.Parts[i]
+		data := p.Data
+		if data == "" {
+			data = p.Text
+		}
+		if data == "" {
+			continue
+		}
+		name := fmt.Sprintf("%s.part%d", res.InvocationID, i)
+		sized := &events.Result{InvocationID: name}
+		if _, err := e.keepWhole(ctx, sized, text(data)); err != nil {
+			dropped = append(dropped, fmt.Sprintf("part %d (%s %s, %d bytes): %s", i, p.Type, p.MIMEType, len(data), storeFailure(err)))
+			p.Ref = ""
+		} else {
+			p.Ref = sized.OutputRef
+		}
+		p.Size, p.Data, p.Text = len(data), "", ""
+		total -= len(data)
+	}
+	if len(dropped) > 0 {
+		res.LLMContent += "\n\n[Parts too large for the result could not be kept: " + strings.Join(dropped, "; ") + ".]"
+		kept := res.Parts[:0]
+		for _, p := range res.Parts {
+			if p.Ref != "" || p.Data != "" || p.Text != "" {
+				kept = append(kept, p)
+			}
+		}
+		res.Parts = kept
+	}
 }
 
 // fits reports whether s has at most limit characters.

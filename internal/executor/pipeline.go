@@ -560,6 +560,7 @@ func (c *call) finish(out *tool.Output) {
 		// Storing the whole output can take seconds; the heartbeat goes on
 		// meanwhile, so the caller does not take the call for lost.
 		e.capOutput(c.ctx, res, out.Whole)
+		e.storeParts(c.ctx, res)
 		hooks := e.cfg.Hooks.Post
 		if res.Error != nil {
 			hooks = e.cfg.Hooks.Error

@@ -3,6 +3,7 @@ package mcp_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -73,6 +74,9 @@ func newTestServer(cancelled chan<- string) *server.MCPServer {
 	s.AddTool(mcp.NewTool("image"), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return &mcp.CallToolResult{Content: []mcp.Content{mcp.NewTextContent("a pixel"), mcp.NewImageContent("iVBORw0KGgo=", "image/png")}}, nil
 	})
+	s.AddTool(mcp.NewTool("screenshot"), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{mcp.NewImageContent(bigImage, "image/png")}}, nil
+	})
 	s.AddTool(mcp.NewTool("huge"), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return mcp.NewToolResultText(strings.Repeat("0123456789", 10_000)), nil
 	})
@@ -98,6 +102,10 @@ func newTestServer(cancelled chan<- string) *server.MCPServer {
 	})
 	return s
 }
+
+// bigImage is an image of 1.5 MB of base64, more than a message of the
+// default bus may carry.
+var bigImage = base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{0x89, 'P', 'N', 'G'}, 3<<18))
 
 // fleet is a bus with a registry, an executor and an MCP manager on it,
 // and a client that calls tools as an agent does.
@@ -233,8 +241,8 @@ func TestCallsOverHTTP(t *testing.T) {
 	url := httpServer(t, newTestServer(nil), nil)
 	f := startFleet(t, parse(t, `{"mcpServers": {"edge": {"httpUrl": "`+url+`", "trust": true, "excludeTools": ["pid"]}}}`))
 	st := f.waitState(t, "edge", events.MCPConnected)
-	if st.Tools != 5 || st.Transport != "http" || !st.Trust {
-		t.Errorf("status %+v, want 5 tools (pid excluded) over http, trusted", st)
+	if st.Tools != 6 || st.Transport != "http" || !st.Trust {
+		t.Errorf("status %+v, want 6 tools (pid excluded) over http, trusted", st)
 	}
 	echo := f.waitTool(t, "echo")
 	if echo.Source != events.SourceMCP || echo.Server != "edge" || echo.Kind != events.KindRead || echo.DisplayName != "echo (edge MCP Server)" {
@@ -255,6 +263,19 @@ func TestCallsOverHTTP(t *testing.T) {
 	res := f.call(t, "image", `{}`, nil)
 	if res.Error != nil || res.LLMContent != "a pixel" || len(res.Parts) != 1 || res.Parts[0].Type != events.PartImage || res.Parts[0].Data != "iVBORw0KGgo=" {
 		t.Errorf("image: %+v", res)
+	}
+	// An image too large for a message travels by reference.
+	res = f.call(t, "screenshot", `{}`, nil)
+	if res.Error != nil || len(res.Parts) != 1 || res.Parts[0].Data != "" || res.Parts[0].Ref == "" || res.Parts[0].Size != len(bigImage) {
+		t.Fatalf("screenshot: %+v", res.Parts)
+	}
+	store, err := f.js.ObjectStore(context.Background(), events.OutputBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, err := store.GetBytes(context.Background(), strings.TrimPrefix(res.Parts[0].Ref, events.OutputBucket+"/"))
+	if err != nil || string(stored) != bigImage {
+		t.Errorf("the stored image: %d bytes, %v; want the image's %d", len(stored), err, len(bigImage))
 	}
 	res = f.call(t, "huge", `{}`, nil)
 	if !res.Truncated || res.OutputRef == "" || len(res.LLMContent) > executor.DefaultMaxContent+500 {
