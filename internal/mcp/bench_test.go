@@ -26,9 +26,9 @@ import (
 	"github.com/toolbus/toolbus/internal/cli"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
+	toolmcp "github.com/toolbus/toolbus/internal/mcp"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/registry"
-	toolmcp "github.com/toolbus/toolbus/internal/mcp"
 	defaultpolicy "github.com/toolbus/toolbus/policy"
 )
 
