@@ -84,6 +84,9 @@ func TestSanitizeForGemini(t *testing.T) {
 		{"recurses into items and anyOf", `{"type":"array","items":{"anyOf":[{"enum":[1]}],"default":1}}`,
 			`{"items":{"anyOf":[{"enum":["1"],"type":"string"}]},"type":"array"}`, true},
 		{"boolean subschemas skipped", `{"properties":{"a":true},"items":false}`, ``, false},
+		{"type with null becomes nullable", `{"type":"object","properties":{"a":{"type":["string","null"]},"b":{"type":["null","integer"]},"c":{"type":["string","number"]}}}`,
+			`{"properties":{"a":{"nullable":true,"type":"string"},"b":{"nullable":true,"type":"integer"},"c":{"type":["string","number"]}},"type":"object"}`, true},
+		{"null in a description only", `{"type":"object","description":"may be \"null\""}`, ``, false},
 		{"html not escaped", `{"description":"a<b","enum":[1]}`, `{"description":"a<b","enum":["1"],"type":"string"}`, true},
 	}
 	for _, tt := range tests {

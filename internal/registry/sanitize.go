@@ -13,8 +13,10 @@ import (
 // Schema: wherever a schema has anyOf, its default is dropped (Vertex AI
 // refuses the two together); wherever it has an enum, it becomes
 // string-typed and the enum values become strings, with null removed, as
-// JavaScript's String() prints them. It recurses through anyOf, items and
-// properties as the seed does. A schema decoded from JSON has no shared or
+// JavaScript's String() prints them; and, beyond the seed, a type of
+// [X, "null"] becomes type X with nullable: true, as Gemini CLI does today
+// for MCP tools. It recurses through anyOf, items and properties as the
+// seed does. A schema decoded from JSON has no shared or
 // cyclic nodes, so the seed's visited set has nothing to guard here.
 //
 // Deviation, on purpose: the seed sets type to the SDK's Type.STRING
@@ -25,7 +27,7 @@ import (
 // itself, when nothing needed changing.
 func SanitizeForGemini(raw json.RawMessage) (out json.RawMessage, changed bool, err error) {
 	if t := bytes.TrimSpace(raw); len(t) > 0 && t[0] == '{' &&
-		!bytes.Contains(raw, []byte(`"anyOf"`)) && !bytes.Contains(raw, []byte(`"enum"`)) {
+		!bytes.Contains(raw, []byte(`"anyOf"`)) && !bytes.Contains(raw, []byte(`"enum"`)) && !bytes.Contains(raw, []byte(`"null"`)) {
 		// Nothing to change; raw is already known to be valid JSON.
 		return raw, false, nil
 	}
@@ -52,6 +54,7 @@ func SanitizeForGemini(raw json.RawMessage) (out json.RawMessage, changed bool, 
 }
 
 func sanitize(s map[string]any) (changed bool) {
+	changed = nullable(s)
 	if anyOf, ok := s["anyOf"]; ok && truthy(anyOf) {
 		if _, has := s["default"]; has {
 			delete(s, "default")
@@ -102,6 +105,31 @@ func sanitize(s map[string]any) (changed bool) {
 		s["enum"] = values
 	}
 	return changed
+}
+
+// nullable turns a type of two, one of them "null" (as MCP servers
+// written with Pydantic or zod declare optional values), into the one
+// type with nullable: true, the spelling the Gemini API takes; it refuses
+// a list of types. Other lists are left as they are.
+func nullable(s map[string]any) bool {
+	types, ok := s["type"].([]any)
+	if !ok || len(types) != 2 {
+		return false
+	}
+	a, aok := types[0].(string)
+	b, bok := types[1].(string)
+	switch {
+	case !aok || !bok || a == b:
+		return false
+	case b == "null":
+		s["type"] = a
+	case a == "null":
+		s["type"] = b
+	default:
+		return false
+	}
+	s["nullable"] = true
+	return true
 }
 
 // truthy is JavaScript's truthiness of a decoded JSON value.
