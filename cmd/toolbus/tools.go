@@ -74,7 +74,7 @@ func toolsList(args []string) error {
 			return usageError{err}
 		}
 	}
-	c, err := loadCatalog(*natsURL)
+	c, unavailable, err := loadCatalogAndServers(*natsURL)
 	if err != nil {
 		return err
 	}
@@ -103,16 +103,54 @@ func toolsList(args []string) error {
 		}
 		return writeJSON(os.Stdout, tools)
 	}
-	return writeTable(os.Stdout, tools)
+	return writeTable(os.Stdout, tools, unavailable)
 }
 
-func writeTable(w io.Writer, tools []*events.Tool) error {
+// loadCatalogAndServers reads the catalogue and which MCP servers are
+// connected on no executor, with why: their tools are listed, and calls
+// to them fail at once until the server is back.
+func loadCatalogAndServers(natsURL string) (*catalog.Catalog, map[string]string, error) {
+	log, _ := cli.Logger("warn")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := cli.Connect(ctx, natsURL, "toolbus-tools", log)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer cli.Close(b)
+	c, err := catalog.Load(ctx, b.JetStream(), log)
+	if err != nil {
+		return nil, nil, err
+	}
+	states, err := mcpStates(ctx, b.JetStream())
+	if err != nil {
+		return nil, nil, err
+	}
+	unavailable := make(map[string]string)
+	for _, st := range states {
+		if st.State == events.MCPConnected {
+			unavailable[st.Server] = ""
+		} else if why, seen := unavailable[st.Server]; !seen || why != "" {
+			unavailable[st.Server] = string(st.State)
+		}
+	}
+	for server, why := range unavailable {
+		if why == "" {
+			delete(unavailable, server)
+		}
+	}
+	return c, unavailable, nil
+}
+
+func writeTable(w io.Writer, tools []*events.Tool, unavailable map[string]string) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tKIND\tSOURCE\tSERVER\tACTIVE\tDESCRIPTION")
 	for _, t := range tools {
 		active := "yes"
 		if !t.Active {
 			active = "no (" + t.InactiveReason + ")"
+		} else if why, down := unavailable[t.Server]; down && t.Source == events.SourceMCP {
+			active = "unavailable (server " + why + ")"
 		}
 		server := t.Server
 		if server == "" {
