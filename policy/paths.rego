@@ -10,6 +10,10 @@ sensitive_names := {
 	".env", ".env.*", ".envrc", ".npmrc", ".yarnrc.yml", ".pypirc", ".netrc", "_netrc", ".git-credentials",
 	".pgpass", ".my.cnf", ".vault-token", ".htpasswd", "kubeconfig", "*.kubeconfig",
 	"application_default_credentials.json", "credentials.tfrc.json",
+	# agents' MCP server configuration, which toolbus follows as it is saved:
+	# an agent that could write it could start any program as a trusted
+	# server, and its env and headers hold tokens
+	".mcp.json",
 	# private keys and key stores
 	"id_*", "*.pem", "*.key", "*.p12", "*.pfx", "*.jks", "*.keystore", "*.kdbx", "*.ppk",
 }
@@ -28,6 +32,9 @@ sensitive_path_ends := {
 	".config/gh/hosts.yml", ".config/hub", ".cargo/credentials", ".cargo/credentials.toml", ".gem/credentials",
 	".composer/auth.json", ".m2/settings-security.xml", ".terraform.d/credentials.tfrc.json",
 	".local/share/keyrings", ".config/op",
+	# agents' settings (mcpServers, tools.core, tools.exclude), for the same
+	# reason as .mcp.json
+	".gemini/settings.json", ".claude/settings.json", ".claude/settings.local.json", ".cursor/mcp.json",
 }
 
 # Files by their absolute path.
