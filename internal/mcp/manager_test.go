@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -536,4 +537,40 @@ func waitGone(t *testing.T, f *fleet, name string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Errorf("%s is still listed", name)
+}
+
+// TestListChangedFloodIsCoalesced: a server that says its tool list
+// changed again and again, each time just after the last listing, is
+// listed again about once a second, not once per notification, and the
+// catalogue still ends with its whole list.
+func TestListChangedFloodIsCoalesced(t *testing.T) {
+	var lists atomic.Int64
+	countLists := func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
+			if bytes.Contains(body, []byte(`"tools/list"`)) {
+				lists.Add(1)
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			h.ServeHTTP(w, r)
+		})
+	}
+	s := newTestServer(nil)
+	url := httpServer(t, s, countLists)
+	f := startFleet(t, parse(t, `{"mcpServers": {"noisy": {"httpUrl": "`+url+`", "trust": true}}}`))
+	f.waitState(t, "noisy", events.MCPConnected)
+	f.waitTool(t, "echo")
+	before, began := lists.Load(), time.Now()
+	const added = 40
+	for i := range added {
+		s.AddTool(mcp.NewTool(fmt.Sprintf("t%d", i)), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return mcp.NewToolResultText("ok"), nil
+		})
+		time.Sleep(25 * time.Millisecond) // time for a listing between two
+	}
+	f.waitTool(t, fmt.Sprintf("t%d", added-1))
+	// However slow the machine, a listing a second and the last one.
+	if n, most := lists.Load()-before, int64(time.Since(began)/time.Second)+2; n > most {
+		t.Errorf("%d notifications made %d listings, more than %d", added, n, most)
+	}
 }

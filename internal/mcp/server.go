@@ -30,6 +30,7 @@ const (
 	connectTimeout = 60 * time.Second
 	pingEvery      = 15 * time.Second
 	pingTimeout    = 10 * time.Second
+	relistEvery    = time.Second
 )
 
 // server runs the connection to one configured server for as long as the
@@ -169,6 +170,16 @@ func (s *server) session() error {
 	s.sess.Store(sess)
 	defer s.sess.Store(nil)
 	s.setState(events.MCPConnected, nil, time.Time{}, len(found.tools))
+	listed := time.Now()
+	var relistLater <-chan time.Time
+	relistNow := func() error {
+		listed = time.Now()
+		found := s.list(sess)
+		if found.err == nil {
+			s.setState(events.MCPConnected, nil, time.Time{}, len(found.tools))
+		}
+		return found.err
+	}
 	ping := time.NewTicker(pingEvery)
 	defer ping.Stop()
 	for {
@@ -178,6 +189,7 @@ func (s *server) session() error {
 		case <-sess.dead:
 			return sess.cause
 		case reply := <-s.discover:
+			listed = time.Now()
 			found := s.list(sess)
 			reply <- found
 			if found.err != nil {
@@ -185,12 +197,23 @@ func (s *server) session() error {
 			}
 			s.setState(events.MCPConnected, nil, time.Time{}, len(found.tools))
 		case <-relist:
-			// notifications/tools/list_changed: this server alone.
-			found := s.list(sess)
-			if found.err != nil {
-				return found.err
+			// notifications/tools/list_changed: this server alone, and
+			// at most once every relistEvery, however often a server
+			// says it, so that none can keep the registry busy.
+			if wait := time.Until(listed.Add(relistEvery)); wait > 0 {
+				if relistLater == nil {
+					relistLater = time.After(wait)
+				}
+				continue
 			}
-			s.setState(events.MCPConnected, nil, time.Time{}, len(found.tools))
+			if err := relistNow(); err != nil {
+				return err
+			}
+		case <-relistLater:
+			relistLater = nil
+			if err := relistNow(); err != nil {
+				return err
+			}
 		case <-ping.C:
 			ctx, cancel := s.stepContext(pingTimeout)
 			err := sess.client.Ping(ctx)
