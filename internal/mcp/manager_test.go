@@ -574,3 +574,24 @@ func TestListChangedFloodIsCoalesced(t *testing.T) {
 		t.Errorf("%d notifications made %d listings, more than %d", added, n, most)
 	}
 }
+
+// TestTaskOnlyToolNotHosted: a tool that can only be called as a task is
+// not hosted, since toolbus calls none as a task; its server's other
+// tools are, and the status counts them alone.
+func TestTaskOnlyToolNotHosted(t *testing.T) {
+	s := server.NewMCPServer("toolbus-test", "1.0", server.WithToolCapabilities(true), server.WithTaskCapabilities(true, true, true))
+	s.AddTool(mcp.NewTool("echo", mcp.WithString("message")), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return mcp.NewToolResultText("Echo: " + req.GetString("message", "")), nil
+	})
+	s.AddTool(mcp.NewTool("research", mcp.WithTaskSupport(mcp.TaskSupportRequired)), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return mcp.NewToolResultText("done"), nil
+	})
+	f := startFleet(t, parse(t, `{"mcpServers": {"tasks": {"httpUrl": "`+httpServer(t, s, nil)+`", "trust": true}}}`))
+	if st := f.waitState(t, "tasks", events.MCPConnected); st.Tools != 1 {
+		t.Errorf("status %+v, want 1 tool hosted", st)
+	}
+	f.waitTool(t, "echo")
+	if _, ok := f.exec.Catalog().GetTool("research"); ok {
+		t.Error("research is hosted, but it can only be called as a task")
+	}
+}

@@ -25,6 +25,13 @@ type serverTool struct {
 
 // newServerTool declares def, a tool the server listed.
 func newServerTool(srv *server, def mcp.Tool) (*serverTool, error) {
+	if def.Execution != nil && def.Execution.TaskSupport == mcp.TaskSupportRequired {
+		// The spec has a server refuse (-32601) a call of such a tool
+		// that is not a task, and toolbus calls no tool as a task:
+		// hosted, it would fail every call a model made of it.
+		return nil, fmt.Errorf("tool %q: it can only be called as a task (execution.taskSupport %q), which toolbus does not do",
+			def.Name, def.Execution.TaskSupport)
+	}
 	params, err := json.Marshal(def.InputSchema)
 	if len(def.RawInputSchema) > 0 {
 		params, err = def.RawInputSchema, nil
