@@ -336,14 +336,20 @@ func TestProgressAndCancel(t *testing.T) {
 		name := names[server]
 		id := "cancel-" + server
 		progress := make(chan string, 16)
-		done := make(chan *events.Result, 1)
+		type outcome struct {
+			res *events.Result
+			err error
+		}
+		done := make(chan outcome, 1)
 		go func() {
 			res, err := f.client.Invoke(context.Background(), &events.Invocation{Header: events.Header{ID: id}, Tool: name,
-				Args: json.RawMessage(`{"tag":"` + server + `"}`)}, func(s string) { progress <- s })
-			if err != nil {
-				t.Error(err)
-			}
-			done <- res
+				Args: json.RawMessage(`{"tag":"` + server + `"}`)}, func(s string) {
+				select {
+				case progress <- s:
+				default:
+				}
+			})
+			done <- outcome{res, err}
 		}()
 		select {
 		case p := <-progress:
@@ -356,9 +362,9 @@ func TestProgressAndCancel(t *testing.T) {
 		if err := f.client.Cancel(context.Background(), id, "test"); err != nil {
 			t.Fatal(err)
 		}
-		res := <-done
-		if res.Error == nil || res.Error.Type != events.ErrCancelled {
-			t.Errorf("%s: %+v, want CANCELLED", name, res)
+		o := <-done
+		if o.err != nil || o.res.Error == nil || o.res.Error.Type != events.ErrCancelled {
+			t.Errorf("%s: %+v, %v, want CANCELLED", name, o.res, o.err)
 		}
 		seen := func() string {
 			if server == "web" {

@@ -150,7 +150,7 @@ func (s *server) run() {
 // the server stops; it returns why the session ended.
 func (s *server) session() error {
 	ctx, cancel := s.stepContext(connectTimeout)
-	sess, err := dial(ctx, &s.cfg, s.m.starter)
+	sess, err := dial(ctx, &s.cfg, s.m.starter, s.m.log)
 	cancel()
 	if err != nil {
 		return err

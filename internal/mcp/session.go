@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -56,7 +57,10 @@ var clientInfo = mcp.Implementation{Name: "toolbus", Version: "0.1"}
 
 // dial connects to the server cfg describes and initialises the session.
 // Processes it started are ended when it fails.
-func dial(ctx context.Context, cfg *ServerConfig, starter *proctree.Starter) (*session, error) {
+func dial(ctx context.Context, cfg *ServerConfig, starter *proctree.Starter, log *slog.Logger) (*session, error) {
+	// mcp-go's transports log through the server's logger, at debug: what
+	// they say (a stream opened) is theirs, not the operator's business.
+	log = slog.New(debugOnly{log.Handler()}).With("server", cfg.Name)
 	s := &session{dead: make(chan struct{}), progress: make(map[string]func(mcp.ProgressNotificationParams))}
 	var err error
 	switch cfg.Transport {
@@ -64,7 +68,7 @@ func dial(ctx context.Context, cfg *ServerConfig, starter *proctree.Starter) (*s
 		err = s.startStdio(cfg, starter)
 	case SSE:
 		var t *mcptransport.SSE
-		t, err = mcptransport.NewSSE(cfg.URL, client.WithHeaders(cfg.Headers))
+		t, err = mcptransport.NewSSE(cfg.URL, client.WithHeaders(cfg.Headers), mcptransport.WithSSELogger(log))
 		if err == nil {
 			s.client = client.NewClient(t, protocol)
 		}
@@ -72,7 +76,8 @@ func dial(ctx context.Context, cfg *ServerConfig, starter *proctree.Starter) (*s
 		var t *mcptransport.StreamableHTTP
 		// Listening continuously is what brings the server's
 		// notifications (tools/list_changed) outside of a call.
-		t, err = mcptransport.NewStreamableHTTP(cfg.URL, mcptransport.WithHTTPHeaders(cfg.Headers), mcptransport.WithContinuousListening())
+		t, err = mcptransport.NewStreamableHTTP(cfg.URL, mcptransport.WithHTTPHeaders(cfg.Headers),
+			mcptransport.WithContinuousListening(), mcptransport.WithHTTPLogger(log))
 		if err == nil {
 			s.client = client.NewClient(&cancellingHTTP{t}, protocol)
 		}
@@ -279,6 +284,25 @@ func (c *cancellingHTTP) SendRequest(ctx context.Context, req mcptransport.JSONR
 
 // cancelSendTimeout bounds sending a cancellation.
 const cancelSendTimeout = 5 * time.Second
+
+// debugOnly passes on what a library logs at debug level, whatever level
+// it logged it at.
+type debugOnly struct{ slog.Handler }
+
+func (d debugOnly) Enabled(ctx context.Context, _ slog.Level) bool {
+	return d.Handler.Enabled(ctx, slog.LevelDebug)
+}
+
+func (d debugOnly) Handle(ctx context.Context, r slog.Record) error {
+	r.Level = slog.LevelDebug
+	return d.Handler.Handle(ctx, r)
+}
+
+func (d debugOnly) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return debugOnly{d.Handler.WithAttrs(attrs)}
+}
+
+func (d debugOnly) WithGroup(name string) slog.Handler { return debugOnly{d.Handler.WithGroup(name)} }
 
 // tail keeps the last max bytes written to it.
 type tail struct {
