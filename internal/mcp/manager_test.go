@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -599,5 +600,91 @@ func TestTaskOnlyToolNotHosted(t *testing.T) {
 	f.waitTool(t, "echo")
 	if _, ok := f.exec.Catalog().GetTool("research"); ok {
 		t.Error("research is hosted, but it can only be called as a task")
+	}
+}
+
+// TestHTTPSessionIsReestablished: a streamable-HTTP server that restarts
+// (its sessions forgotten) is connected to again, and its tools work.
+func TestHTTPSessionIsReestablished(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	first := httptest.NewUnstartedServer(server.NewStreamableHTTPServer(newTestServer(nil)))
+	first.Listener.Close()
+	first.Listener = ln
+	first.Start()
+	f := startFleet(t, parse(t, `{"mcpServers": {"web": {"httpUrl": "http://`+addr+`/mcp", "trust": true}}}`))
+	f.waitState(t, "web", events.MCPConnected)
+	f.waitTool(t, "echo")
+	first.CloseClientConnections()
+	first.Close()
+	// A server of the same address that knows no session, and says so
+	// (404), as the specification has a server do.
+	ln, err = net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("the address was taken before the server could have it again: %v", err)
+	}
+	second := httptest.NewUnstartedServer(forgetful(server.NewStreamableHTTPServer(newTestServer(nil))))
+	second.Listener.Close()
+	second.Listener = ln
+	second.Start()
+	t.Cleanup(func() { second.CloseClientConnections(); second.Close() })
+	// The first calls after the restart may fail on the old session; the
+	// session is then re-established, and calls work again.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		res := f.call(t, "echo", `{"message":"again"}`, nil)
+		if res.Error == nil && res.LLMContent == "Echo: again" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("echo never worked again after the server restarted: %+v", res)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if st := f.mgr.Status()[0]; st.State != events.MCPConnected || st.Restarts < 1 {
+		t.Errorf("status %+v, want connected on a new session (restarts >= 1)", st)
+	}
+}
+
+// forgetful answers 404 to a request naming a session it did not start.
+func forgetful(h http.Handler) http.Handler {
+	var mu sync.Mutex
+	known := map[string]bool{}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if id := r.Header.Get("Mcp-Session-Id"); id != "" {
+			mu.Lock()
+			ok := known[id]
+			mu.Unlock()
+			if !ok {
+				http.Error(w, "unknown session", http.StatusNotFound)
+				return
+			}
+		}
+		h.ServeHTTP(&sessionRecorder{ResponseWriter: w, record: func(id string) {
+			mu.Lock()
+			known[id] = true
+			mu.Unlock()
+		}}, r)
+	})
+}
+
+type sessionRecorder struct {
+	http.ResponseWriter
+	record func(string)
+}
+
+func (s *sessionRecorder) WriteHeader(code int) {
+	if id := s.Header().Get("Mcp-Session-Id"); id != "" {
+		s.record(id)
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *sessionRecorder) Flush() {
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
 	}
 }
