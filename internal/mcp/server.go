@@ -149,20 +149,20 @@ func (s *server) run() {
 // session connects, hosts the tools and serves until the session ends or
 // the server stops; it returns why the session ended.
 func (s *server) session() error {
-	ctx, cancel := s.stepContext(connectTimeout)
-	sess, err := dial(ctx, &s.cfg, s.m.starter, s.m.log)
-	cancel()
-	if err != nil {
-		return err
-	}
-	defer sess.Close()
 	relist := make(chan struct{}, 1)
-	sess.onListChanged = func() {
+	listChanged := func() {
 		select {
 		case relist <- struct{}{}:
 		default:
 		}
 	}
+	ctx, cancel := s.stepContext(connectTimeout)
+	sess, err := dial(ctx, &s.cfg, s.m.starter, s.m.log, listChanged)
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer sess.Close()
 	found := s.list(sess)
 	if found.err != nil {
 		return found.err

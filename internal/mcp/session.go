@@ -41,7 +41,9 @@ type session struct {
 	progress   map[string]func(mcp.ProgressNotificationParams)
 	nextToken  atomic.Uint64
 
-	// onListChanged is called when the server says its tool list changed.
+	// onListChanged is called when the server says its tool list
+	// changed; set before the session starts, as notifications may come
+	// at once.
 	onListChanged func()
 }
 
@@ -57,11 +59,12 @@ var clientInfo = mcp.Implementation{Name: "toolbus", Version: "0.1"}
 
 // dial connects to the server cfg describes and initialises the session.
 // Processes it started are ended when it fails.
-func dial(ctx context.Context, cfg *ServerConfig, starter *proctree.Starter, log *slog.Logger) (*session, error) {
+func dial(ctx context.Context, cfg *ServerConfig, starter *proctree.Starter, log *slog.Logger, listChanged func()) (*session, error) {
 	// mcp-go's transports log through the server's logger, at debug: what
 	// they say (a stream opened) is theirs, not the operator's business.
 	log = slog.New(debugOnly{log.Handler()}).With("server", cfg.Name)
-	s := &session{dead: make(chan struct{}), progress: make(map[string]func(mcp.ProgressNotificationParams))}
+	s := &session{dead: make(chan struct{}), progress: make(map[string]func(mcp.ProgressNotificationParams)),
+		onListChanged: listChanged}
 	var err error
 	switch cfg.Transport {
 	case Stdio:
