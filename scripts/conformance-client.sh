@@ -32,6 +32,9 @@ cleanup() {
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
+# The suite ends a client that runs out of time with SIGTERM: exit, so
+# that cleanup stops toolbus.
+trap 'exit 1' INT TERM
 
 bin=${TOOLBUS_BIN:-}
 if [ -z "$bin" ]; then
