@@ -407,7 +407,7 @@ func TestStdioServerRestarts(t *testing.T) {
 	}
 	syscall.Kill(pid, syscall.SIGKILL)
 	st := f.waitState(t, "local", events.MCPDisconnected)
-	if !strings.Contains(st.Error, "killed") || st.NextAttempt == nil {
+	if !strings.Contains(st.Error, "the server process exited (killed by SIGKILL)") || st.NextAttempt == nil {
 		t.Errorf("status after the kill: %+v", st)
 	}
 	res := f.call(t, "echo", `{"message":"hi"}`, nil)

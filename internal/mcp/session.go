@@ -18,6 +18,7 @@ import (
 	"github.com/mark3labs/mcp-go/client"
 	mcptransport "github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
+	"golang.org/x/sys/unix"
 
 	"github.com/toolbus/toolbus/internal/proctree"
 )
@@ -154,10 +155,15 @@ const (
 	stdioExit  = time.Second
 )
 
-// describeStatus says how a process ended.
+// describeStatus says how a process ended. A signal goes by its name
+// (SIGKILL): its String ("killed") would read "killed by killed".
 func describeStatus(ws syscall.WaitStatus) string {
 	if ws.Signaled() {
-		return "killed by " + ws.Signal().String()
+		name := unix.SignalName(ws.Signal())
+		if name == "" {
+			name = fmt.Sprintf("signal %d", int(ws.Signal()))
+		}
+		return "killed by " + name
 	}
 	return fmt.Sprintf("exit status %d", ws.ExitStatus())
 }
