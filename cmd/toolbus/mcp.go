@@ -91,15 +91,20 @@ func writeMCPTable(w io.Writer, states []*events.MCPServerStatus) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SERVER\tSTATE\tTOOLS\tTRANSPORT\tEXECUTOR\tSINCE\tDETAIL")
 	for _, st := range states {
-		detail := st.Error
+		// What is short and changes first, then the error, which may be
+		// long and is cut.
+		var detail []string
 		if st.NextAttempt != nil {
-			detail += fmt.Sprintf(" (retry in %s)", time.Until(*st.NextAttempt).Round(time.Second))
+			detail = append(detail, fmt.Sprintf("retry in %s", time.Until(*st.NextAttempt).Round(time.Second)))
 		}
 		if st.Restarts > 0 {
-			detail = strings.TrimSpace(fmt.Sprintf("%s [%d restarts]", detail, st.Restarts))
+			detail = append(detail, fmt.Sprintf("%d restarts", st.Restarts))
+		}
+		if st.Error != "" {
+			detail = append(detail, st.Error)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", st.Server, st.State, st.Tools, st.Transport, st.Executor,
-			st.Since.Local().Format(time.TimeOnly), firstLine(detail, 100))
+			st.Since.Local().Format(time.TimeOnly), firstLine(strings.Join(detail, "; "), 120))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

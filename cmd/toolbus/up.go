@@ -84,7 +84,7 @@ func runUp(args []string) error {
 		fmt.Printf("  mcp:       %s\n", *mcpFlags.MCPConfig)
 	}
 	if exec.mcp != nil {
-		fmt.Printf("  mcp:       %d servers, connecting in the background (toolbus mcp status)\n", len(exec.mcp.Manager.Status()))
+		fmt.Printf("  servers:   %d MCP servers, connecting in the background (toolbus mcp status)\n", len(exec.mcp.Manager.Status()))
 	}
 	fmt.Println("Press Ctrl-C to stop.")
 	<-ctx.Done()
