@@ -162,79 +162,34 @@ func checkHosted(t *testing.T, url, server, transport string) {
 	}
 }
 
-// proc is a process found in /proc.
-type proc struct {
-	pid     int
-	cmdline string
-}
-
-// descendants walks /proc for the processes below pid.
-func descendants(t *testing.T, pid int) []proc {
-	t.Helper()
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	children := map[int][]proc{}
-	for _, e := range entries {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue // gone meanwhile
-		}
-		// Past the command's closing parenthesis: state, ppid.
-		s := string(stat)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(f) < 2 {
-			continue
-		}
-		ppid, _ := strconv.Atoi(f[1])
-		cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		children[ppid] = append(children[ppid], proc{p, strings.ReplaceAll(string(cmdline), "\x00", " ")})
-	}
-	var out []proc
-	queue := []int{pid}
-	for len(queue) > 0 {
-		for _, c := range children[queue[0]] {
-			out = append(out, c)
-			queue = append(queue, c.pid)
-		}
-		queue = queue[1:]
-	}
-	return out
-}
-
 // everythingPid is the one process below pid running server-everything's
 // entry script.
 func everythingPid(t *testing.T, pid int) int {
 	t.Helper()
 	entry := npmpeer.Require(t, npmpeer.Everything)
-	var found []proc
-	for _, p := range descendants(t, pid) {
-		if strings.Contains(p.cmdline, entry) {
+	var found []testkit.Process
+	for _, p := range testkit.Descendants(pid) {
+		if p.State != "Z" && slices.Contains(p.Args, entry) {
 			found = append(found, p)
 		}
 	}
 	if len(found) != 1 {
 		t.Fatalf("want one server-everything below toolbus up (%d), found %v", pid, found)
 	}
-	return found[0].pid
+	return found[0].PID
 }
 
 // stopLeavesNothing stops up with SIGINT and checks that every process it
 // had started is gone, none left a zombie.
 func stopLeavesNothing(t *testing.T, up *daemon) {
 	t.Helper()
-	below := descendants(t, up.cmd.Process.Pid)
+	below := testkit.Descendants(up.cmd.Process.Pid)
 	t.Logf("processes below toolbus up before the stop: %v", below)
 	up.stop(t)
 	for _, p := range below {
 		// Each is reaped by its parent below up, or by init once an
 		// orphan: WaitReaped fails on one that stays, zombie or not.
-		testkit.WaitReaped(t, p.pid)
+		testkit.WaitReaped(t, p.PID)
 	}
 	if z := testkit.Zombies(); len(z) > 0 {
 		t.Errorf("zombies of the test process: %v", z)

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -380,47 +379,14 @@ func everythingProcess(t *testing.T) int {
 // server-everything's entry over stdio, from /proc.
 func everythingProcesses(t *testing.T) []int {
 	t.Helper()
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
 		t.Skipf("no /proc here: %v", err)
 	}
 	entry := filepath.Join("server-everything", "dist", "index.js")
-	parents := map[int]int{}
-	var candidates []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue // gone meanwhile
-		}
-		// The fields after the command's name, which may hold spaces
-		// and parentheses: state, then the parent's pid.
-		s := string(stat)
-		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(fields) < 2 || fields[0] == "Z" {
-			continue
-		}
-		parents[pid], _ = strconv.Atoi(fields[1])
-		cmdline, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil {
-			continue
-		}
-		args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
-		if len(args) >= 3 && strings.HasSuffix(args[1], entry) && args[2] == "stdio" {
-			candidates = append(candidates, pid)
-		}
-	}
-	self := os.Getpid()
 	var out []int
-	for _, pid := range candidates {
-		for p := parents[pid]; p > 1; p = parents[p] {
-			if p == self {
-				out = append(out, pid)
-				break
-			}
+	for _, p := range testkit.Descendants(os.Getpid()) {
+		if p.State != "Z" && len(p.Args) >= 3 && strings.HasSuffix(p.Args[1], entry) && p.Args[2] == "stdio" {
+			out = append(out, p.PID)
 		}
 	}
 	return out

@@ -109,12 +109,18 @@ func WaitReaped(t *testing.T, pid int) {
 	}
 }
 
-// Zombies lists the children of this process that ended and were not
-// reaped.
-func Zombies() []int {
+// Process is a process as /proc shows it.
+type Process struct {
+	PID, Parent int
+	State       string   // R, S, Z...
+	Args        []string // its command line
+}
+
+// Processes lists every process /proc shows. A process that ends while
+// it is read is left out.
+func Processes() []Process {
 	names, _ := os.ReadDir("/proc")
-	self := strconv.Itoa(os.Getpid())
-	var out []int
+	var out []Process
 	for _, n := range names {
 		pid, err := strconv.Atoi(n.Name())
 		if err != nil {
@@ -124,10 +130,48 @@ func Zombies() []int {
 		if err != nil {
 			continue
 		}
+		// The fields after the command's name, which may hold spaces and
+		// parentheses: state, then the parent's pid.
 		s := string(data)
 		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(f) > 1 && f[0] == "Z" && f[1] == self {
-			out = append(out, pid)
+		if len(f) < 2 {
+			continue
+		}
+		p := Process{PID: pid, State: f[0]}
+		p.Parent, _ = strconv.Atoi(f[1])
+		if cmdline, err := os.ReadFile("/proc/" + n.Name() + "/cmdline"); err == nil && len(cmdline) > 0 {
+			p.Args = strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// Descendants lists the processes below pid, zombies included.
+func Descendants(pid int) []Process {
+	all := Processes()
+	children := map[int][]Process{}
+	for _, p := range all {
+		children[p.Parent] = append(children[p.Parent], p)
+	}
+	var out []Process
+	for queue := []int{pid}; len(queue) > 0; queue = queue[1:] {
+		for _, c := range children[queue[0]] {
+			out = append(out, c)
+			queue = append(queue, c.PID)
+		}
+	}
+	return out
+}
+
+// Zombies lists the children of this process that ended and were not
+// reaped.
+func Zombies() []int {
+	self := os.Getpid()
+	var out []int
+	for _, p := range Processes() {
+		if p.State == "Z" && p.Parent == self {
+			out = append(out, p.PID)
 		}
 	}
 	return out
