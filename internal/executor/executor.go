@@ -198,6 +198,9 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 		home: home, running: make(map[string]*call), batches: make(map[string]context.CancelCauseFunc),
 		workers: newWorkers(workerIdle), storing: semaphore.NewWeighted(storeInFlight), stopping: make(chan struct{})}
 	e.table.Store(&toolTable{})
+	if err := e.hostBuiltins(); err != nil {
+		return nil, err
+	}
 	e.policy.Store(cfg.Policy)
 
 	var err error
@@ -236,7 +239,7 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 		e.Stop(context.Background())
 		return nil, err
 	}
-	if err := e.hostBuiltins(ctx); err != nil {
+	if err := e.registerBuiltins(ctx); err != nil {
 		e.Stop(context.Background())
 		return nil, err
 	}

@@ -214,10 +214,11 @@ func (e *Executor) registerPending() bool {
 	return !left
 }
 
-// hostBuiltins hosts the tools the executor was started with. Built-in
-// tools are callable under their own names at once: the registry never
-// renames them, and a call forwarded here may come before its reply.
-func (e *Executor) hostBuiltins(ctx context.Context) error {
+// hostBuiltins puts the tools the executor was started with in the table.
+// Built-in tools are callable under their own names at once: the registry
+// never renames them, and a call forwarded here may come before the
+// executor has registered them (registerBuiltins) or heard the reply.
+func (e *Executor) hostBuiltins() error {
 	scope := Scope{Source: events.SourceBuiltin}
 	set := &toolSet{scope: scope, names: make(map[string]*hosted)}
 	for _, t := range e.cfg.Tools {
@@ -235,6 +236,15 @@ func (e *Executor) hostBuiltins(ctx context.Context) error {
 	defer e.hostMu.Unlock()
 	e.sets[scope.key()] = set
 	e.rebuildTable()
+	return nil
+}
+
+// registerBuiltins registers the built-in set, in the background when no
+// registry is up yet.
+func (e *Executor) registerBuiltins(ctx context.Context) error {
+	e.hostMu.Lock()
+	defer e.hostMu.Unlock()
+	set := e.sets[Scope{Source: events.SourceBuiltin}.key()]
 	if len(set.tools) == 0 {
 		return nil
 	}
