@@ -18,7 +18,7 @@ import (
 	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
-	"github.com/toolbus/toolbus/internal/registry"
+	"github.com/toolbus/toolbus/internal/registry/registrytest"
 	"github.com/toolbus/toolbus/internal/testkit/audittest"
 )
 
@@ -59,11 +59,7 @@ func allowAll(t *testing.T) string {
 // all 300 MB.
 func TestShellFloodStaysSmall(t *testing.T) {
 	b := bustest.Start(t, "")
-	reg, err := registry.Start(context.Background(), b.Conn(), b.JetStream(), registry.Config{Identity: events.Identity{ID: "registry@test"}, Logger: bustest.Quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer reg.Stop()
+	registrytest.Start(t, b)
 	execd := startDaemon(t, "executor", "--nats", b.URL(), "--workspace", t.TempDir(), "--policy", allowAll(t),
 		"--id", "executor@flood", "--max-output", "512MiB")
 	client := executor.NewClient(bustest.Connect(t, b).Conn(), events.Identity{ID: "agent:flood"})

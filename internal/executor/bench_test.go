@@ -25,7 +25,7 @@ import (
 	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/policy"
-	"github.com/toolbus/toolbus/internal/registry"
+	"github.com/toolbus/toolbus/internal/registry/registrytest"
 	"github.com/toolbus/toolbus/internal/tool"
 )
 
@@ -91,11 +91,7 @@ func throughput(callers, total int, op func()) float64 {
 
 func BenchmarkInvoke(b *testing.B) {
 	bb := bustest.Start(b, "")
-	reg, err := registry.Start(context.Background(), bb.Conn(), bb.JetStream(), registry.Config{Identity: events.Identity{ID: "registry@bench"}, Logger: bustest.Quiet()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer reg.Stop()
+	registrytest.Start(b, bb)
 	dir := b.TempDir()
 	os.WriteFile(filepath.Join(dir, "small.txt"), []byte("a small file\n"), 0o644)
 	ws, _ := builtin.NewWorkspace(dir)

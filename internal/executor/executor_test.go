@@ -21,7 +21,7 @@ import (
 	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/policy"
-	"github.com/toolbus/toolbus/internal/registry"
+	"github.com/toolbus/toolbus/internal/registry/registrytest"
 	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/tool"
 	defaultpolicy "github.com/toolbus/toolbus/policy"
@@ -51,12 +51,7 @@ func defaultPol(t testing.TB) *policy.Policy {
 func newEnv(t *testing.T, opts ...option) *env {
 	t.Helper()
 	b := bustest.Start(t, "")
-	reg, err := registry.Start(context.Background(), b.Conn(), b.JetStream(), registry.Config{
-		Identity: events.Identity{ID: "registry@test"}, Logger: bustest.Quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { reg.Stop() })
+	registrytest.Start(t, b)
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "README.md"), []byte("# hello\n"), 0o644)
 	ws, err := builtin.NewWorkspace(dir)

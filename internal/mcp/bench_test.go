@@ -28,7 +28,7 @@ import (
 	"github.com/toolbus/toolbus/internal/executor"
 	toolmcp "github.com/toolbus/toolbus/internal/mcp"
 	"github.com/toolbus/toolbus/internal/policy"
-	"github.com/toolbus/toolbus/internal/registry"
+	"github.com/toolbus/toolbus/internal/registry/registrytest"
 	defaultpolicy "github.com/toolbus/toolbus/policy"
 )
 
@@ -40,12 +40,7 @@ func BenchmarkMCPCall(b *testing.B) {
 		b.Fatal(err)
 	}
 	bb := bustest.Start(b, "")
-	reg, err := registry.Start(context.Background(), bb.Conn(), bb.JetStream(), registry.Config{
-		Identity: events.Identity{ID: "registry@bench"}, Logger: bustest.Quiet()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer reg.Stop()
+	registrytest.Start(b, bb)
 	pol, err := policy.Compile(context.Background(), policy.Files(defaultpolicy.Default()))
 	if err != nil {
 		b.Fatal(err)

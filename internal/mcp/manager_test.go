@@ -30,7 +30,7 @@ import (
 	"github.com/toolbus/toolbus/internal/executor"
 	toolmcp "github.com/toolbus/toolbus/internal/mcp"
 	"github.com/toolbus/toolbus/internal/policy"
-	"github.com/toolbus/toolbus/internal/registry"
+	"github.com/toolbus/toolbus/internal/registry/registrytest"
 	"github.com/toolbus/toolbus/internal/testkit"
 	defaultpolicy "github.com/toolbus/toolbus/policy"
 )
@@ -122,12 +122,7 @@ type fleet struct {
 func startFleet(t *testing.T, cfg *toolmcp.Config) *fleet {
 	t.Helper()
 	b := bustest.Start(t, "")
-	reg, err := registry.Start(context.Background(), b.Conn(), b.JetStream(), registry.Config{
-		Identity: events.Identity{ID: "registry@test"}, Logger: bustest.Quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { reg.Stop() })
+	registrytest.Start(t, b)
 	pol, err := policy.Compile(context.Background(), policy.Files(defaultpolicy.Default()))
 	if err != nil {
 		t.Fatal(err)
