@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/toolbus/toolbus/internal/cli"
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/mcp"
 )
 
 func runMCP(args []string) error {
@@ -51,40 +51,14 @@ func runMCP(args []string) error {
 	return writeMCPTable(os.Stdout, states)
 }
 
-// mcpStates reads every server's state, of every executor, from the
-// status bucket, by server then executor.
+// mcpStates reads every server's state, of every executor; a malformed
+// entry is reported and left out.
 func mcpStates(ctx context.Context, js jetstream.JetStream) ([]*events.MCPServerStatus, error) {
-	kv, err := js.KeyValue(ctx, events.MCPStatusBucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, nil // no executor has had an MCP server yet
+	states, malformed, err := mcp.ReadStatus(ctx, js)
+	for _, m := range malformed {
+		fmt.Fprintf(os.Stderr, "toolbus: ignoring a malformed %v\n", m)
 	}
-	if err != nil {
-		return nil, err
-	}
-	keys, err := kv.ListKeys(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var states []*events.MCPServerStatus
-	for key := range keys.Keys() {
-		e, err := kv.Get(ctx, key)
-		if err != nil {
-			continue // expired since it was listed
-		}
-		st, err := events.Decode[events.MCPServerStatus](e.Value())
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "toolbus: ignoring a malformed status entry %s: %v\n", key, err)
-			continue
-		}
-		states = append(states, st)
-	}
-	sort.Slice(states, func(i, j int) bool {
-		if states[i].Server != states[j].Server {
-			return states[i].Server < states[j].Server
-		}
-		return states[i].Executor < states[j].Executor
-	})
-	return states, nil
+	return states, err
 }
 
 func writeMCPTable(w io.Writer, states []*events.MCPServerStatus) error {

@@ -223,21 +223,29 @@ func (m *Manager) Stop() {
 
 // publish records a server's status in the bucket and as an event.
 func (m *Manager) publish(st *events.MCPServerStatus) {
+	if data := m.store(st); data != nil {
+		if err := m.nc.Publish(events.SubjectMCPStatus, data); err != nil {
+			m.log.Warn("MCP status not published", "server", st.Server, "err", err)
+		}
+	}
+}
+
+// store writes a server's status, newly stamped, to the bucket, and
+// returns it encoded (nil when it does not encode).
+func (m *Manager) store(st *events.MCPServerStatus) []byte {
 	st.Sender = m.id
 	st.ID, st.Time = "", time.Time{}
 	data, err := events.Encode(st)
 	if err != nil {
 		m.log.Error("MCP status does not encode", "server", st.Server, "err", err)
-		return
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if _, err := m.kv.Put(ctx, events.MCPStatusKey(m.id.ID, st.Server), data); err != nil {
 		m.log.Warn("MCP status not stored", "server", st.Server, "err", err)
 	}
-	if err := m.nc.Publish(events.SubjectMCPStatus, data); err != nil {
-		m.log.Warn("MCP status not published", "server", st.Server, "err", err)
-	}
+	return data
 }
 
 // keepStatus writes every server's status again before its entry
@@ -252,16 +260,47 @@ func (m *Manager) keepStatus() {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		for _, st := range m.Status() {
-			st.Sender = m.id
-			st.ID, st.Time = "", time.Time{}
-			if data, err := events.Encode(&st); err == nil {
-				_, _ = m.kv.Put(ctx, events.MCPStatusKey(m.id.ID, st.Server), data)
-			}
+			m.store(&st)
 		}
-		cancel()
 	}
+}
+
+// ReadStatus reads the state of every MCP server, on every executor, from
+// the status bucket, by server then executor; entries that do not decode
+// are left out and said in malformed. With no bucket yet (no executor has
+// had a server) there are none.
+func ReadStatus(ctx context.Context, js jetstream.JetStream) (states []*events.MCPServerStatus, malformed []error, err error) {
+	kv, err := js.KeyValue(ctx, events.MCPStatusBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	keys, err := kv.ListKeys(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	for key := range keys.Keys() {
+		e, err := kv.Get(ctx, key)
+		if err != nil {
+			continue // expired since it was listed
+		}
+		st, err := events.Decode[events.MCPServerStatus](e.Value())
+		if err != nil {
+			malformed = append(malformed, fmt.Errorf("status entry %s: %w", key, err))
+			continue
+		}
+		states = append(states, st)
+	}
+	sort.Slice(states, func(i, j int) bool {
+		if states[i].Server != states[j].Server {
+			return states[i].Server < states[j].Server
+		}
+		return states[i].Executor < states[j].Executor
+	})
+	return states, malformed, nil
 }
 
 // handleDiscover answers a discovery request for one of the servers.
