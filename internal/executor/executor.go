@@ -197,8 +197,7 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 	e := &Executor{cfg: cfg, nc: nc, js: js, id: cfg.Identity, log: log, sets: make(map[string]*toolSet),
 		home: home, running: make(map[string]*call), batches: make(map[string]context.CancelCauseFunc),
 		workers: newWorkers(workerIdle), storing: semaphore.NewWeighted(storeInFlight), stopping: make(chan struct{})}
-	e.table.Store(&toolTable{})
-	if err := e.hostBuiltins(); err != nil {
+	if err := e.hostBuiltins(); err != nil { // fills the lookup table
 		return nil, err
 	}
 	e.policy.Store(cfg.Policy)
