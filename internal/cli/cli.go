@@ -49,6 +49,18 @@ func Identity(role string) events.Identity {
 	return events.Identity{ID: role + "@" + host, Role: role, Host: host, User: user}
 }
 
+// ApproverIdentity is who a person approves as: id when given, else
+// "approver:USER@HOST". The executor records it with every answer and the
+// policy (data.toolbus.approver_allowed) judges it.
+func ApproverIdentity(id string) events.Identity {
+	host, _ := os.Hostname()
+	user := os.Getenv("USER")
+	if id == "" {
+		id = "approver:" + user + "@" + host
+	}
+	return events.Identity{ID: id, Role: "approver", Host: host, User: user}
+}
+
 // SignalContext is cancelled on SIGINT or SIGTERM.
 func SignalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -47,6 +47,14 @@ func examples() map[string]Envelope {
 		"confirm_request.json": &ConfirmRequest{Header: hdr("cr-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-2", Tool: "run_shell_command", Kind: KindExecute,
 			Caller: agent, Args: json.RawMessage(`{"command":"make test"}`), Reason: "execute kind asks the user", Command: "make test", DeadlineMillis: 300000},
 		"confirm_answer.json": &ConfirmAnswer{Header: hdr("ca-1", Identity{ID: "approver:ada", Role: "approver", User: "ada"}), InvocationID: "inv-2", Outcome: ModifyWithEditor, Args: json.RawMessage(`{"command":"make test-short"}`)},
+		"confirm_request_shell.json": &ConfirmRequest{Header: hdr("cr-2", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-4", Tool: "run_shell_command", Kind: KindExecute,
+			Caller: agent, Args: json.RawMessage(`{"command":"git status && make"}`), Reason: "execute tools ask the user", Command: "git status && make",
+			Flagged: []Flag{{Text: "make", Why: "not on the allowlist"}}, Always: []AlwaysOption{{Outcome: ProceedAlways, Remembers: "the command make"}},
+			DeadlineMillis: 300000, AnswerTo: "_INBOX.x1"},
+		"confirm_cancel.json":   &ConfirmAnswer{Header: hdr("ca-2", Identity{ID: "approver:ada", Role: "approver", User: "ada"}), InvocationID: "inv-4", Outcome: Cancel, Message: "use make test instead"},
+		"confirm_ack.json":      &ConfirmAck{Header: hdr("ack-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-4", Reason: "approver:bob may not answer: nobody may approve a call they made"},
+		"confirm_rejected.json": &ConfirmRejected{Header: hdr("rj-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-4", Answer: ConfirmAnswer{Header: hdr("ca-3", agent), InvocationID: "inv-4", Outcome: ProceedOnce}, Reason: "nobody may approve a call they made"},
+		"confirm_closed.json":   &ConfirmClosed{Header: hdr("cc-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-5", ErrorType: ErrConfirmationTimeout, Reason: "No approver answered within 5m0s, so the call is denied."},
 		"step.json":           &Step{Header: hdr("st-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-1", Tool: "read_file", Step: "validated"},
 		"cancel.json":         &CancelRequest{Header: hdr("cx-1", Identity{ID: "cli@dev-1", Role: "cli"}), InvocationID: "inv-2", Reason: "taking too long"},
 		// A caller that stopped waiting: it publishes the call's terminal
@@ -227,6 +235,9 @@ func FuzzDecode(f *testing.F) {
 		check(Decode[Decision](data))
 		check(Decode[ConfirmRequest](data))
 		check(Decode[ConfirmAnswer](data))
+		check(Decode[ConfirmAck](data))
+		check(Decode[ConfirmRejected](data))
+		check(Decode[ConfirmClosed](data))
 		check(Decode[Result](data))
 		check(Decode[Step](data))
 		check(Decode[BatchInvocation](data))
@@ -267,6 +278,12 @@ func decodeAs(e Envelope, data []byte) (Envelope, error) {
 		return Decode[ConfirmRequest](data)
 	case *ConfirmAnswer:
 		return Decode[ConfirmAnswer](data)
+	case *ConfirmAck:
+		return Decode[ConfirmAck](data)
+	case *ConfirmRejected:
+		return Decode[ConfirmRejected](data)
+	case *ConfirmClosed:
+		return Decode[ConfirmClosed](data)
 	case *Result:
 		return Decode[Result](data)
 	case *Step:

@@ -38,6 +38,15 @@ const (
 	SubjectStep = "tool.step"
 	// SubjectConfirmAnswered carries the ConfirmAnswer an executor acted on.
 	SubjectConfirmAnswered = "tool.confirm.answered"
+	// SubjectConfirmRejected carries ConfirmRejected: an answer the
+	// executor did not act on (the policy refused the approver).
+	SubjectConfirmRejected = "tool.confirm.rejected"
+	// SubjectConfirmClosed carries ConfirmClosed: a request that ended
+	// with no accepted answer.
+	SubjectConfirmClosed = "tool.confirm.closed"
+	// SubjectConfirmOutcomes matches the answered, rejected and closed
+	// events, which approvers follow beside SubjectConfirm.
+	SubjectConfirmOutcomes = "tool.confirm.>"
 	// SubjectCancel carries CancelRequest: every executor hears it, the one
 	// running the invocation cancels it.
 	SubjectCancel = "tool.cancel"

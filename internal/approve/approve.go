@@ -1,0 +1,401 @@
+// Package approve is an approver's seat in the confirmation protocol (see
+// internal/events/confirm.go): it follows every confirmation request of the
+// fleet from the audit stream — those sent before it started included —
+// keeps the queue of pending ones and the recent outcomes, and sends
+// answers under one identity. The terminal approver (toolbus confirm) and
+// the web console are views over an Approver.
+package approve
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/toolbus/toolbus/internal/events"
+)
+
+// Defaults of Config.
+const (
+	// DefaultWindow covers the executor's default confirmation deadline
+	// (five minutes) with room to spare.
+	DefaultWindow = 10 * time.Minute
+	DefaultKeep   = 100
+	// answerTimeout bounds an answer's round trip when the caller's
+	// context has no deadline.
+	answerTimeout = 10 * time.Second
+	// orphanGrace is how long past its deadline a request whose executor
+	// said nothing stays pending: the executor's own closed event
+	// normally comes first.
+	orphanGrace = 5 * time.Second
+)
+
+// Config configures an Approver.
+type Config struct {
+	// Identity names the approver in every answer it sends and in the
+	// audit trail. ID is required; Role defaults to "approver".
+	Identity events.Identity
+	// Window is how far back the audit stream is read at start for
+	// requests still pending (default DefaultWindow).
+	Window time.Duration
+	// Keep is how many ended requests State.Recent holds (default
+	// DefaultKeep).
+	Keep int
+	// Version is reported by the toolbus-approver service.
+	Version string
+	Logger  *slog.Logger
+}
+
+// Request is a confirmation request as an approver shows it: what the
+// executor sent, and what became of it.
+type Request struct {
+	events.ConfirmRequest
+	// Deadline is when the executor stops waiting.
+	Deadline time.Time
+	// Answer is the answer the executor acted on: its Sender is who
+	// answered, its Outcome how. Nil while pending or when closed.
+	Answer *events.ConfirmAnswer
+	// Closed says why the request ended with no accepted answer.
+	Closed *events.ConfirmClosed
+	// Rejected are answers the policy refused, from anyone.
+	Rejected []events.ConfirmRejected
+	// Ended is when it was answered or closed.
+	Ended time.Time
+}
+
+// Pending reports whether the request still waits for an answer.
+func (r *Request) Pending() bool { return r.Answer == nil && r.Closed == nil }
+
+// Status says in a few words what became of the request: "pending",
+// "proceed_once by approver:ada", "closed: CONFIRMATION_TIMEOUT".
+func (r *Request) Status() string {
+	switch {
+	case r.Answer != nil:
+		return fmt.Sprintf("%s by %s", r.Answer.Outcome, r.Answer.Sender.ID)
+	case r.Closed != nil:
+		return fmt.Sprintf("closed: %s", r.Closed.ErrorType)
+	}
+	return "pending"
+}
+
+func (r *Request) clone() Request {
+	c := *r
+	c.Rejected = slices.Clone(r.Rejected)
+	return c
+}
+
+// State is the queue at one moment.
+type State struct {
+	// Pending are the requests that wait for an answer, oldest first.
+	Pending []Request
+	// Recent are the requests that ended, newest first.
+	Recent []Request
+}
+
+// Find returns the request of an invocation, pending or recent.
+func (s State) Find(invocationID string) (Request, bool) {
+	for _, list := range [][]Request{s.Pending, s.Recent} {
+		for _, r := range list {
+			if r.InvocationID == invocationID {
+				return r, true
+			}
+		}
+	}
+	return Request{}, false
+}
+
+// Answer is what a person decided.
+type Answer struct {
+	Outcome events.Outcome
+	// Args are the edited arguments of a ModifyWithEditor answer, a JSON
+	// object.
+	Args json.RawMessage
+	// Message is the approver's word to the agent (why it was denied).
+	Message string
+}
+
+// ErrNotPending is returned by Answer for an invocation that is not
+// waiting for an answer (unknown, answered already, or ended).
+var ErrNotPending = errors.New("approve: the call is not waiting for an answer")
+
+// Approver follows the confirmation requests of the fleet and answers
+// them as one identity. Its methods are safe for concurrent use.
+type Approver struct {
+	nc   *nats.Conn
+	cfg  Config
+	log  *slog.Logger
+	svc  micro.Service
+	cons jetstream.ConsumeContext
+
+	mu      sync.Mutex
+	byID    map[string]*Request
+	pending []*Request // oldest first
+	recent  []*Request // newest first
+	changed chan struct{}
+	ready   chan struct{} // closed once the stream's backlog is read
+	isReady bool
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+// Start registers the toolbus-approver service on nc, so executors know
+// an approver is present, and follows the confirmation subjects of the
+// audit stream from Window ago. It returns once the requests already in
+// the stream are read.
+func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Approver, error) {
+	if cfg.Identity.ID == "" {
+		return nil, errors.New("approve: the approver needs an identity")
+	}
+	if cfg.Identity.Role == "" {
+		cfg.Identity.Role = "approver"
+	}
+	if cfg.Window <= 0 {
+		cfg.Window = DefaultWindow
+	}
+	if cfg.Keep <= 0 {
+		cfg.Keep = DefaultKeep
+	}
+	if cfg.Version == "" {
+		cfg.Version = "0.1.0"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	a := &Approver{nc: nc, cfg: cfg, log: cfg.Logger, byID: map[string]*Request{}, changed: make(chan struct{}),
+		ready: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
+
+	start := time.Now().Add(-cfg.Window)
+	cons, err := js.OrderedConsumer(ctx, events.AuditStream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{events.SubjectConfirm, events.SubjectConfirmOutcomes},
+		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
+		OptStartTime:   &start,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("approve: follow the confirmation requests in stream %s: %w", events.AuditStream, err)
+	}
+	if info := cons.CachedInfo(); info == nil || info.NumPending == 0 {
+		a.markReady()
+	}
+	a.cons, err = cons.Consume(a.handle, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		a.log.Warn("approve: following the confirmation requests", "err", err)
+	}))
+	if err != nil {
+		return nil, fmt.Errorf("approve: %w", err)
+	}
+	select {
+	case <-a.ready:
+	case <-ctx.Done():
+		a.cons.Stop()
+		return nil, ctx.Err()
+	}
+	a.svc, err = micro.AddService(nc, micro.Config{Name: events.ApproverService, Version: cfg.Version,
+		Description: "toolbus approver " + cfg.Identity.ID, Metadata: map[string]string{"id": cfg.Identity.ID}})
+	if err != nil {
+		a.cons.Stop()
+		return nil, fmt.Errorf("approve: register the %s service: %w", events.ApproverService, err)
+	}
+	go a.expire()
+	return a, nil
+}
+
+// Identity is who this approver answers as.
+func (a *Approver) Identity() events.Identity { return a.cfg.Identity }
+
+// Stop leaves the fleet: the service is deregistered and the stream no
+// longer followed. Answers in flight fail.
+func (a *Approver) Stop() {
+	select {
+	case <-a.stop:
+		return
+	default:
+	}
+	close(a.stop)
+	a.svc.Stop()
+	a.cons.Stop()
+	<-a.done
+}
+
+// Snapshot returns the queue and a channel that is closed when it changes
+// next.
+func (a *Approver) Snapshot() (State, <-chan struct{}) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := State{Pending: make([]Request, len(a.pending)), Recent: make([]Request, len(a.recent))}
+	for i, r := range a.pending {
+		s.Pending[i] = r.clone()
+	}
+	for i, r := range a.recent {
+		s.Recent[i] = r.clone()
+	}
+	return s, a.changed
+}
+
+// Answer sends an answer to the invocation's confirmation request as this
+// approver and returns the executor's acknowledgement: Accepted, or why
+// not (the policy does not let this approver answer this call; it was
+// answered first by another). ErrNotPending: nothing waits for an answer.
+func (a *Approver) Answer(ctx context.Context, invocationID string, ans Answer) (*events.ConfirmAck, error) {
+	a.mu.Lock()
+	r, ok := a.byID[invocationID]
+	var to string
+	if ok && r.Pending() {
+		to = r.AnswerTo
+	}
+	a.mu.Unlock()
+	if !ok || !r.Pending() {
+		return nil, ErrNotPending
+	}
+	if to == "" {
+		return nil, errors.New("approve: the request names no subject to answer to (an executor from before answers were acknowledged)")
+	}
+	msg := &events.ConfirmAnswer{Header: events.Header{Sender: a.cfg.Identity}, InvocationID: invocationID,
+		Outcome: ans.Outcome, Args: ans.Args, Message: ans.Message}
+	data, err := events.Encode(msg)
+	if err != nil {
+		return nil, fmt.Errorf("approve: %w", err)
+	}
+	if _, has := ctx.Deadline(); !has {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, answerTimeout)
+		defer cancel()
+	}
+	reply, err := a.nc.RequestWithContext(ctx, to, data)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return nil, ErrNotPending
+	}
+	if err != nil {
+		return nil, fmt.Errorf("approve: the executor did not acknowledge the answer: %w", err)
+	}
+	ack, err := events.Decode[events.ConfirmAck](reply.Data)
+	if err != nil {
+		return nil, fmt.Errorf("approve: the executor's acknowledgement: %w", err)
+	}
+	return ack, nil
+}
+
+// handle applies one event of the stream.
+func (a *Approver) handle(m jetstream.Msg) {
+	if meta, err := m.Metadata(); err == nil && meta.NumPending == 0 {
+		defer a.markReady()
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	changed := false
+	switch m.Subject() {
+	case events.SubjectConfirm:
+		req, err := events.Decode[events.ConfirmRequest](m.Data())
+		if err != nil {
+			a.log.Warn("approve: ignoring a confirmation request that does not decode", "err", err)
+			return
+		}
+		if _, seen := a.byID[req.InvocationID]; seen {
+			return // one request per invocation: a second is not shown
+		}
+		r := &Request{ConfirmRequest: *req, Deadline: req.Time.Add(time.Duration(req.DeadlineMillis) * time.Millisecond)}
+		a.byID[req.InvocationID] = r
+		a.pending = append(a.pending, r)
+		changed = true
+	case events.SubjectConfirmAnswered:
+		ans, err := events.Decode[events.ConfirmAnswer](m.Data())
+		if err != nil {
+			a.log.Warn("approve: ignoring an answered event that does not decode", "err", err)
+			return
+		}
+		if r := a.byID[ans.InvocationID]; r != nil && r.Pending() {
+			r.Answer = ans
+			changed = a.end(r, ans.Time)
+		}
+	case events.SubjectConfirmRejected:
+		rej, err := events.Decode[events.ConfirmRejected](m.Data())
+		if err != nil {
+			a.log.Warn("approve: ignoring a rejected event that does not decode", "err", err)
+			return
+		}
+		if r := a.byID[rej.InvocationID]; r != nil {
+			r.Rejected = append(r.Rejected, *rej)
+			changed = true
+		}
+	case events.SubjectConfirmClosed:
+		cl, err := events.Decode[events.ConfirmClosed](m.Data())
+		if err != nil {
+			a.log.Warn("approve: ignoring a closed event that does not decode", "err", err)
+			return
+		}
+		if r := a.byID[cl.InvocationID]; r != nil && r.Pending() {
+			r.Closed = cl
+			changed = a.end(r, cl.Time)
+		}
+	}
+	if changed {
+		a.notify()
+	}
+}
+
+// end moves r from pending to recent; a.mu is held.
+func (a *Approver) end(r *Request, at time.Time) bool {
+	r.Ended = at
+	if i := slices.Index(a.pending, r); i >= 0 {
+		a.pending = slices.Delete(a.pending, i, i+1)
+	}
+	a.recent = slices.Insert(a.recent, 0, r)
+	if len(a.recent) > a.cfg.Keep {
+		for _, old := range a.recent[a.cfg.Keep:] {
+			delete(a.byID, old.InvocationID)
+		}
+		a.recent = a.recent[:a.cfg.Keep]
+	}
+	return true
+}
+
+// notify wakes every Snapshot waiter; a.mu is held.
+func (a *Approver) notify() {
+	close(a.changed)
+	a.changed = make(chan struct{})
+}
+
+func (a *Approver) markReady() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.isReady {
+		a.isReady = true
+		close(a.ready)
+	}
+}
+
+// expire closes requests whose executor said nothing past their
+// deadline (it crashed, or its closed event was lost), so no queue keeps
+// a request nobody waits for.
+func (a *Approver) expire() {
+	defer close(a.done)
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-a.stop:
+			return
+		case now := <-t.C:
+			a.mu.Lock()
+			changed := false
+			for _, r := range slices.Clone(a.pending) {
+				if r.DeadlineMillis > 0 && now.After(r.Deadline.Add(orphanGrace)) {
+					r.Closed = &events.ConfirmClosed{InvocationID: r.InvocationID, ErrorType: events.ErrConfirmationTimeout,
+						Reason: "the deadline passed and the executor said nothing more"}
+					changed = a.end(r, now.UTC())
+				}
+			}
+			if changed {
+				a.notify()
+			}
+			a.mu.Unlock()
+		}
+	}
+}

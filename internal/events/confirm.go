@@ -1,0 +1,219 @@
+package events
+
+import "encoding/json"
+
+// The confirmation protocol. When the policy says ASK_USER, the executor
+// publishes a ConfirmRequest on SubjectConfirm; any approver (a terminal, the
+// web console, an agent's own user) answers with a ConfirmAnswer sent as a
+// request to the request's AnswerTo subject, and the executor replies with a
+// ConfirmAck: accepted, or refused and why. The executor asks the policy
+// (data.toolbus.approver_allowed) about every answer; the first accepted one
+// wins and is published on SubjectConfirmAnswered, a refused one on
+// SubjectConfirmRejected, and a request that ends with no accepted answer
+// (deadline, cancellation) on SubjectConfirmClosed. Every approver follows
+// these subjects, so each shows who answered what within moments.
+
+// ConfirmRequest asks an approver whether an invocation may run, sent on
+// SubjectConfirm when the policy said ASK_USER. It carries what a person
+// needs to decide.
+type ConfirmRequest struct {
+	Header
+	InvocationID string          `json:"invocationId"`
+	Tool         string          `json:"tool"`
+	Server       string          `json:"server,omitempty"`
+	Kind         Kind            `json:"kind"`
+	Caller       Identity        `json:"caller"`
+	Args         json.RawMessage `json:"args,omitempty"`
+	Reason       string          `json:"reason"`
+	// Diff is a unified diff of the change, for edits.
+	Diff string `json:"diff,omitempty"`
+	// Command is the shell line, for shell tools.
+	Command string `json:"command,omitempty"`
+	// Flagged are the parts of the call the policy points the approver at
+	// (data.toolbus.flagged): for a shell line, the commands and targets
+	// that made it ask.
+	Flagged []Flag `json:"flagged,omitempty"`
+	// Always lists the "always" answers the policy lets be remembered for
+	// this call, each with what it would remember; empty when none may be,
+	// and then an approver offers none.
+	Always []AlwaysOption `json:"always,omitempty"`
+	// DeadlineMillis is how long the executor waits for an answer.
+	DeadlineMillis int64 `json:"deadlineMillis"`
+	// AnswerTo is the subject an answer is sent to, as a request that the
+	// executor acknowledges. It is in the body, not only the message's
+	// reply subject, so an approver that reads the request back from the
+	// audit stream (one started after it was sent) can answer it too. An
+	// empty AnswerTo is answered by replying to the message.
+	AnswerTo string `json:"answerTo,omitempty"`
+}
+
+// Flag is one part of a call the policy points an approver at.
+type Flag struct {
+	// Text is the part as it appears in the command (or a path).
+	Text string `json:"text"`
+	// Why says what is worth a look.
+	Why string `json:"why"`
+}
+
+// AlwaysOption is one "always" answer an approver may give.
+type AlwaysOption struct {
+	Outcome Outcome `json:"outcome"`
+	// Remembers says what the allowlist would keep: "the command git
+	// status", "the path /w/notes.md", "the MCP server github".
+	Remembers string `json:"remembers"`
+}
+
+// EnvelopeType implements Envelope.
+func (*ConfirmRequest) EnvelopeType() string { return "tool.confirm.request" }
+
+// Validate implements Envelope.
+func (c *ConfirmRequest) Validate() error {
+	typ := c.EnvelopeType()
+	if err := c.header().validate(); err != nil {
+		return err
+	}
+	switch {
+	case c.InvocationID == "":
+		return invalid(typ, "invocationId is empty")
+	case c.Tool == "":
+		return invalid(typ, "tool is empty")
+	}
+	return nil
+}
+
+// Outcome is an approver's answer (seed 003 ToolConfirmationOutcome).
+type Outcome string
+
+// The outcomes of seed 003.
+const (
+	ProceedOnce         Outcome = "proceed_once"
+	ProceedAlways       Outcome = "proceed_always"
+	ProceedAlwaysServer Outcome = "proceed_always_server"
+	ProceedAlwaysTool   Outcome = "proceed_always_tool"
+	ModifyWithEditor    Outcome = "modify_with_editor"
+	Cancel              Outcome = "cancel"
+)
+
+// Valid reports whether o is one of the outcomes.
+func (o Outcome) Valid() bool {
+	switch o {
+	case ProceedOnce, ProceedAlways, ProceedAlwaysServer, ProceedAlwaysTool, ModifyWithEditor, Cancel:
+		return true
+	}
+	return false
+}
+
+// Always reports whether o asks for the approval to be remembered.
+func (o Outcome) Always() bool {
+	return o == ProceedAlways || o == ProceedAlwaysServer || o == ProceedAlwaysTool
+}
+
+// ConfirmAnswer answers a ConfirmRequest; its Sender is the approver.
+type ConfirmAnswer struct {
+	Header
+	InvocationID string  `json:"invocationId"`
+	Outcome      Outcome `json:"outcome"`
+	// Args are the edited arguments of a ModifyWithEditor answer.
+	Args json.RawMessage `json:"args,omitempty"`
+	// Message is the approver's word to the agent: why a call was
+	// cancelled, say. The agent sees it in the result.
+	Message string `json:"message,omitempty"`
+}
+
+// EnvelopeType implements Envelope.
+func (*ConfirmAnswer) EnvelopeType() string { return "tool.confirm.answer" }
+
+// MaxAnswerMessage is the longest Message an answer may carry, in bytes.
+const MaxAnswerMessage = 2000
+
+// Validate implements Envelope.
+func (c *ConfirmAnswer) Validate() error {
+	typ := c.EnvelopeType()
+	if err := c.header().validate(); err != nil {
+		return err
+	}
+	switch {
+	case c.InvocationID == "":
+		return invalid(typ, "invocationId is empty")
+	case !c.Outcome.Valid():
+		return invalid(typ, "unknown outcome %q", c.Outcome)
+	case c.Outcome == ModifyWithEditor && !isJSONObject(c.Args):
+		return invalid(typ, "modify_with_editor needs args, a JSON object")
+	case len(c.Message) > MaxAnswerMessage:
+		return invalid(typ, "message is %d bytes; at most %d", len(c.Message), MaxAnswerMessage)
+	}
+	return nil
+}
+
+// ConfirmAck is the executor's reply to an answer sent to AnswerTo.
+type ConfirmAck struct {
+	Header
+	InvocationID string `json:"invocationId"`
+	// Accepted: this answer decides the call.
+	Accepted bool `json:"accepted"`
+	// Reason says why an answer was not accepted: the policy does not
+	// let this approver answer this call, or it is answered already.
+	Reason string `json:"reason,omitempty"`
+}
+
+// EnvelopeType implements Envelope.
+func (*ConfirmAck) EnvelopeType() string { return "tool.confirm.ack" }
+
+// Validate implements Envelope.
+func (c *ConfirmAck) Validate() error {
+	if err := c.header().validate(); err != nil {
+		return err
+	}
+	if c.InvocationID == "" {
+		return invalid(c.EnvelopeType(), "invocationId is empty")
+	}
+	return nil
+}
+
+// ConfirmRejected records an answer the executor did not act on, published
+// on SubjectConfirmRejected: the answer as sent, and why.
+type ConfirmRejected struct {
+	Header
+	InvocationID string        `json:"invocationId"`
+	Answer       ConfirmAnswer `json:"answer"`
+	Reason       string        `json:"reason"`
+}
+
+// EnvelopeType implements Envelope.
+func (*ConfirmRejected) EnvelopeType() string { return "tool.confirm.rejected" }
+
+// Validate implements Envelope.
+func (c *ConfirmRejected) Validate() error {
+	if err := c.header().validate(); err != nil {
+		return err
+	}
+	if c.InvocationID == "" {
+		return invalid(c.EnvelopeType(), "invocationId is empty")
+	}
+	return nil
+}
+
+// ConfirmClosed records that a confirmation request ended with no accepted
+// answer, published on SubjectConfirmClosed, so approvers take it off
+// their queues: the deadline passed, the call was cancelled, or the
+// executor stopped.
+type ConfirmClosed struct {
+	Header
+	InvocationID string    `json:"invocationId"`
+	ErrorType    ErrorType `json:"errorType"`
+	Reason       string    `json:"reason"`
+}
+
+// EnvelopeType implements Envelope.
+func (*ConfirmClosed) EnvelopeType() string { return "tool.confirm.closed" }
+
+// Validate implements Envelope.
+func (c *ConfirmClosed) Validate() error {
+	if err := c.header().validate(); err != nil {
+		return err
+	}
+	if c.InvocationID == "" {
+		return invalid(c.EnvelopeType(), "invocationId is empty")
+	}
+	return nil
+}
