@@ -17,7 +17,10 @@ const usage = `toolbus — one tool registry, one policy and one audit trail for
 Usage:
   toolbus up [--data DIR] [--listen HOST:PORT] [--settings FILE] [--mcp-config FILE] [--workspace DIR] [--policy DIR]
       run the bus, the registry and an executor with the built-in tools and the MCP servers
-      of settings.json (Gemini CLI) and .mcp.json (Claude Code) in one process
+      of settings.json (Gemini CLI) and .mcp.json (Claude Code) in one process,
+      and the web console (--console ADDR|off)
+  toolbus console [--listen HOST:PORT] [--token TOKEN] [--as ID]
+      the web console for a fleet's bus: answer confirmation requests, revoke allowlist entries
   toolbus tools list [--json] [--active] [--server NAME] [--format gemini|openai|anthropic|mcp]
   toolbus tools get NAME [--json] [--format gemini|openai|anthropic|mcp]
   toolbus tools enable|disable [NAME...] [--kind KIND] [--category CATEGORY]
@@ -68,6 +71,8 @@ func run(args []string) error {
 		return runAllowlist(args[1:])
 	case "mcp":
 		return runMCP(args[1:])
+	case "console":
+		return runConsole(args[1:])
 	case "version":
 		fmt.Println("toolbus", version)
 		return nil

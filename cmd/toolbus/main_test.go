@@ -232,7 +232,8 @@ func executionTools() int {
 func TestCallThroughUp(t *testing.T) {
 	ws := t.TempDir()
 	os.WriteFile(filepath.Join(ws, "README.md"), []byte("# readme of the workspace\n"), 0o644)
-	up := startDaemon(t, "toolbus", "up", "--listen", "127.0.0.1:0", "--data", t.TempDir(), "--workspace", ws)
+	// Without the console no approver is connected.
+	up := startDaemon(t, "toolbus", "up", "--listen", "127.0.0.1:0", "--data", t.TempDir(), "--workspace", ws, "--console", "off")
 	url := busURL(t, up.waitLine(t, "bus:"))
 	up.waitLine(t, "Press Ctrl-C to stop.")
 

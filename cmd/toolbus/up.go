@@ -14,6 +14,7 @@ import (
 	"github.com/toolbus/toolbus/internal/builtin"
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/cli"
+	"github.com/toolbus/toolbus/internal/console"
 	"github.com/toolbus/toolbus/internal/executor"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/registry"
@@ -32,6 +33,7 @@ func runUp(args []string) error {
 	workspace := fs.String("workspace", ".", "directory the built-in tools are confined to")
 	policyDir := fs.String("policy", "", "directory of .rego files (default: the built-in default policy)")
 	outputs := cli.AddOutputFlags(fs)
+	consoleAddr := fs.String("console", "", "address the web console listens on, or off (default "+console.DefaultListen+", else a free loopback port); token from env "+consoleTokenEnv)
 	logLevel := cli.LogFlag(fs)
 	if rest, err := parse(fs, args); err != nil {
 		return err
@@ -74,6 +76,16 @@ func runUp(args []string) error {
 	}
 	defer exec.stop()
 
+	// The console is an approver: with it, a call the policy asks about
+	// waits for a person instead of being denied at once.
+	var cons *runningConsole
+	if *consoleAddr != "off" {
+		if cons, err = startConsole(ctx, b, *consoleAddr, os.Getenv(consoleTokenEnv), "", log); err != nil {
+			return err
+		}
+		defer cons.stop()
+	}
+
 	fmt.Printf("toolbus is up\n  bus:       %s\n  data:      %s\n  workspace: %s\n  policy:    %s\n  tools:     %d registered, %d active\n",
 		b.URL(), *dataDir, exec.workspace.Root(), exec.executor.Policy().Revision(),
 		reg.Registry().Catalog().Len(), len(reg.Registry().Catalog().AllToolNames()))
@@ -85,6 +97,9 @@ func runUp(args []string) error {
 	}
 	if exec.mcp != nil {
 		fmt.Printf("  servers:   %d MCP servers, connecting in the background (toolbus mcp status)\n", len(exec.mcp.Manager.Status()))
+	}
+	if cons != nil {
+		fmt.Printf("  console:   %s\n", cons.server.URL())
 	}
 	fmt.Println("Press Ctrl-C to stop.")
 	<-ctx.Done()

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/toolbus/toolbus/internal/approve"
+	"github.com/toolbus/toolbus/internal/bus"
+	"github.com/toolbus/toolbus/internal/cli"
+	"github.com/toolbus/toolbus/internal/console"
+	"github.com/toolbus/toolbus/internal/executor"
+)
+
+// consoleTokenEnv configures the console's token without putting it on a
+// command line, where other users of the machine could read it.
+const consoleTokenEnv = "TOOLBUS_CONSOLE_TOKEN"
+
+func runConsole(args []string) error {
+	fs := flag.NewFlagSet("console", flag.ContinueOnError)
+	natsURL := cli.NATSFlag(fs)
+	listen := fs.String("listen", "", "address the console listens on (default "+console.DefaultListen+", else a free loopback port)")
+	token := fs.String("token", "", "access token (env "+consoleTokenEnv+"; default: a new random one)")
+	as := fs.String("as", "", "approver identity (default approver:USER@HOST)")
+	logLevel := cli.LogFlag(fs)
+	if rest, err := parse(fs, args); err != nil {
+		return err
+	} else if len(rest) > 0 {
+		return usageError{fmt.Errorf("console takes no arguments, got %q", rest)}
+	}
+	log, err := cli.Logger(*logLevel)
+	if err != nil {
+		return usageError{err}
+	}
+	if *token == "" {
+		*token = os.Getenv(consoleTokenEnv)
+	}
+	ctx, stop := cli.SignalContext()
+	defer stop()
+	b, err := cli.Connect(ctx, *natsURL, "toolbus-console", log)
+	if err != nil {
+		return err
+	}
+	defer cli.Close(b)
+	c, err := startConsole(ctx, b, *listen, *token, *as, log)
+	if err != nil {
+		return err
+	}
+	defer c.stop()
+	fmt.Printf("toolbus console\n  console:   %s\n  approver:  %s\nPress Ctrl-C to stop.\n", c.server.URL(), c.approver.Identity().ID)
+	<-ctx.Done()
+	fmt.Println("toolbus: stopping")
+	return nil
+}
+
+// runningConsole is a console with the approver seat it answers from.
+type runningConsole struct {
+	approver *approve.Approver
+	server   *console.Server
+}
+
+// startConsole takes an approver's seat on b as the identity as and
+// serves the console over it on listen.
+func startConsole(ctx context.Context, b *bus.Bus, listen, token, as string, log *slog.Logger) (*runningConsole, error) {
+	kv, err := executor.OpenAllowlistBucket(ctx, b.JetStream())
+	if err != nil {
+		return nil, fmt.Errorf("console: the allowlist: %w", err)
+	}
+	a, err := approve.Start(ctx, b.Conn(), b.JetStream(), approve.Config{Identity: cli.ApproverIdentity(as), Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	s, err := console.Start(ctx, console.Config{Approver: a, Allowlist: kv, Listen: listen, Token: token, Logger: log})
+	if err != nil {
+		a.Stop()
+		return nil, err
+	}
+	return &runningConsole{approver: a, server: s}, nil
+}
+
+// stop closes the page's streams, lets answers in flight finish for a few
+// seconds, and leaves the approver's seat.
+func (c *runningConsole) stop() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := c.server.Close(ctx)
+	c.approver.Stop()
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("console: answers still in flight were cut off: %w", err)
+	}
+	return err
+}

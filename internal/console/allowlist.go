@@ -1,0 +1,116 @@
+package console
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/executor"
+)
+
+// allowEntry is one remembered approval as the console shows it.
+type allowEntry struct {
+	Key string `json:"key"`
+	executor.AllowRecord
+}
+
+// allowWatch follows the allowlist bucket, so the page shows an approval
+// as soon as any executor remembers it and drops it when anyone revokes it.
+type allowWatch struct {
+	w      jetstream.KeyWatcher
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu      sync.Mutex
+	records map[string]executor.AllowRecord
+	changed chan struct{}
+}
+
+func watchAllowlist(ctx context.Context, kv jetstream.KeyValue, log *slog.Logger) (*allowWatch, error) {
+	wctx, cancel := context.WithCancel(context.Background())
+	w, err := kv.WatchAll(wctx)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("console: follow the allowlist: %w", err)
+	}
+	a := &allowWatch{w: w, cancel: cancel, done: make(chan struct{}), records: map[string]executor.AllowRecord{}, changed: make(chan struct{})}
+	// The initial values end with a nil entry; reading them first means
+	// the first page shows the whole list.
+	for initial := true; initial; {
+		select {
+		case <-ctx.Done():
+			w.Stop()
+			cancel()
+			return nil, ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				cancel()
+				return nil, fmt.Errorf("console: the allowlist watch ended at start")
+			}
+			if e == nil {
+				initial = false
+				continue
+			}
+			a.apply(e, log)
+		}
+	}
+	go a.follow(log)
+	return a, nil
+}
+
+func (a *allowWatch) follow(log *slog.Logger) {
+	defer close(a.done)
+	for e := range a.w.Updates() {
+		if e != nil {
+			a.apply(e, log)
+		}
+	}
+}
+
+func (a *allowWatch) apply(e jetstream.KeyValueEntry, log *slog.Logger) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch e.Operation() {
+	case jetstream.KeyValuePut:
+		var r executor.AllowRecord
+		if err := json.Unmarshal(e.Value(), &r); err != nil {
+			log.Warn("console: an allowlist record does not decode", "key", e.Key(), "err", err)
+			return
+		}
+		a.records[e.Key()] = r
+	default: // delete, purge
+		delete(a.records, e.Key())
+	}
+	close(a.changed)
+	a.changed = make(chan struct{})
+}
+
+// snapshot returns the records, oldest first, and a channel closed at the
+// next change.
+func (a *allowWatch) snapshot() ([]allowEntry, <-chan struct{}) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]allowEntry, 0, len(a.records))
+	for k, r := range a.records {
+		out = append(out, allowEntry{Key: k, AllowRecord: r})
+	}
+	slices.SortFunc(out, func(x, y allowEntry) int {
+		if c := x.AddedAt.Compare(y.AddedAt); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.Key, y.Key)
+	})
+	return out, a.changed
+}
+
+func (a *allowWatch) stop() {
+	a.w.Stop()
+	a.cancel()
+	<-a.done
+}

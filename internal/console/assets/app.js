@@ -1,0 +1,354 @@
+// The toolbus console page. Every string shown here may come from a
+// prompt-injected agent: it is set as text (textContent, value, title),
+// never parsed as markup, and control and bidi characters are made visible.
+"use strict";
+
+(function () {
+  const csrf = document.querySelector('meta[name="toolbus-csrf"]').content;
+  const cards = new Map(); // invocationId -> {el, req}
+  let offset = 0; // server clock minus browser clock, in ms
+  let source = null;
+  let retry = 1000;
+
+  // visible shows characters that could hide or reorder what a person
+  // reads (escape sequences, bidi overrides, zero-width marks) as escapes.
+  const hidden = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]/g;
+  function visible(s) {
+    return String(s == null ? "" : s).replace(hidden, (c) => "\\u" + c.charCodeAt(0).toString(16).padStart(4, "0"));
+  }
+  function el(tag, cls, text) {
+    const e = document.createElement(tag);
+    if (cls) e.className = cls;
+    if (text !== undefined) e.textContent = visible(text);
+    return e;
+  }
+  function q(root, sel) { return root.querySelector(sel); }
+
+  // ---- connection ----
+  function connect() {
+    if (source) source.close();
+    source = new EventSource("/api/events");
+    source.addEventListener("state", (ev) => {
+      retry = 1000;
+      setConn(true, "live");
+      render(JSON.parse(ev.data));
+    });
+    source.onerror = () => {
+      setConn(false, "reconnecting…");
+      if (source.readyState === EventSource.CLOSED) {
+        // The browser gave up (the server refused or went away): find
+        // out why, then try again.
+        fetch("/api/state", { credentials: "same-origin" }).then((r) => {
+          if (r.status === 401 || r.status === 403) setConn(false, "signed out: open the address with ?token= that toolbus printed");
+        }).catch(() => {});
+        setTimeout(connect, retry);
+        retry = Math.min(retry * 2, 15000);
+      }
+    };
+  }
+  function setConn(up, text) {
+    const c = document.getElementById("conn");
+    c.textContent = text;
+    c.className = "conn " + (up ? "up" : "down");
+  }
+
+  // ---- rendering ----
+  function render(st) {
+    offset = Date.parse(st.now) - Date.now();
+    const seen = new Set();
+    const list = document.getElementById("pending");
+    for (const req of st.pending) {
+      seen.add(req.invocationId);
+      let c = cards.get(req.invocationId);
+      if (!c) {
+        c = { el: newCard(req), req: req };
+        cards.set(req.invocationId, c);
+        list.appendChild(c.el);
+      }
+      c.req = req;
+      renderRejected(c.el, req);
+    }
+    for (const [id, c] of cards) {
+      if (!seen.has(id)) {
+        c.el.remove();
+        cards.delete(id);
+      }
+    }
+    document.getElementById("pending-count").textContent = String(st.pending.length);
+    document.getElementById("pending-empty").hidden = st.pending.length > 0;
+    renderRecent(st.recent);
+    renderAllowlist(st.allowlist || []);
+    tick();
+  }
+
+  function newCard(req) {
+    const node = document.getElementById("card").content.firstElementChild.cloneNode(true);
+    node.dataset.invocation = req.invocationId;
+    q(node, ".tool").textContent = visible(req.tool);
+    q(node, ".server").textContent = req.server ? visible("on " + req.server) : "";
+    q(node, ".kind").textContent = visible(req.kind);
+    q(node, ".caller").textContent = visible(who(req.caller));
+    q(node, ".invocation").textContent = visible(req.invocationId);
+    q(node, ".reason").textContent = visible(req.reason);
+    const pretty = req.args === undefined ? "" : JSON.stringify(req.args, null, 2);
+    q(node, ".args").textContent = visible(pretty);
+    q(node, ".modify-args").value = pretty;
+    if (req.command) {
+      q(node, ".command-block").hidden = false;
+      renderCommand(q(node, ".command"), q(node, ".flags"), req.command, req.flagged || []);
+    }
+    if (req.diff) {
+      q(node, ".diff-block").hidden = false;
+      const box = q(node, ".diff");
+      let sideBySide = false;
+      box.appendChild(unifiedDiff(req.diff));
+      q(node, ".diff-toggle").addEventListener("click", (ev) => {
+        sideBySide = !sideBySide;
+        box.replaceChildren(sideBySide ? splitDiff(req.diff) : unifiedDiff(req.diff));
+        ev.target.textContent = sideBySide ? "unified" : "side by side";
+      });
+    }
+    const always = q(node, ".always");
+    for (const opt of req.always || []) {
+      const b = el("button", "always-btn", "Always: " + opt.remembers);
+      b.type = "button";
+      b.dataset.outcome = opt.outcome;
+      b.addEventListener("click", () => send(node, { outcome: opt.outcome }));
+      always.appendChild(b);
+    }
+    q(node, ".allow-once").addEventListener("click", () => send(node, { outcome: "proceed_once" }));
+    q(node, ".deny").addEventListener("click", () => send(node, { outcome: "cancel", message: q(node, ".deny-reason").value }));
+    q(node, ".modify-open").addEventListener("click", () => { q(node, ".modify").hidden = !q(node, ".modify").hidden; });
+    q(node, ".modify-send").addEventListener("click", () => send(node, { outcome: "modify_with_editor", args: q(node, ".modify-args").value }));
+    return node;
+  }
+
+  function who(id) {
+    if (!id) return "";
+    let s = id.id || "";
+    if (id.session) s += " (session " + id.session + ")";
+    return s;
+  }
+
+  function renderRejected(node, req) {
+    const ul = q(node, ".rejected");
+    ul.replaceChildren();
+    for (const r of req.rejected || []) {
+      ul.appendChild(el("li", "", "refused: " + r.outcome + " by " + r.by + ": " + r.reason));
+    }
+  }
+
+  // renderCommand shows the shell line with the parts the policy flagged
+  // marked, each saying why on hover and in the list below.
+  function renderCommand(pre, ul, cmd, flags) {
+    const marks = [];
+    for (const f of flags) {
+      if (!f.text) continue;
+      for (let i = cmd.indexOf(f.text); i >= 0; i = cmd.indexOf(f.text, i + f.text.length)) {
+        marks.push({ start: i, end: i + f.text.length, why: f.why });
+      }
+      ul.appendChild(el("li", "", f.text + " — " + f.why));
+    }
+    marks.sort((a, b) => a.start - b.start || b.end - a.end);
+    let at = 0;
+    for (const m of marks) {
+      if (m.start < at) continue; // overlaps one already marked
+      pre.appendChild(document.createTextNode(visible(cmd.slice(at, m.start))));
+      const mark = el("mark", "flagged", cmd.slice(m.start, m.end));
+      mark.title = visible(m.why);
+      pre.appendChild(mark);
+      at = m.end;
+    }
+    pre.appendChild(document.createTextNode(visible(cmd.slice(at))));
+  }
+
+  function lineClass(line) {
+    if (line.startsWith("+++") || line.startsWith("---")) return "file";
+    if (line.startsWith("@@")) return "hunk";
+    if (line.startsWith("+")) return "add";
+    if (line.startsWith("-")) return "del";
+    if (line.startsWith("[") || line.startsWith("\\")) return "note";
+    return "ctx";
+  }
+
+  function diffLines(diff) {
+    const lines = diff.split("\n");
+    if (lines.length && lines[lines.length - 1] === "") lines.pop();
+    return lines;
+  }
+
+  function unifiedDiff(diff) {
+    const box = el("div", "unified");
+    for (const line of diffLines(diff)) {
+      box.appendChild(el("div", "line " + lineClass(line), line === "" ? " " : line));
+    }
+    return box;
+  }
+
+  // splitDiff lays the hunks out old | new, pairing each run of removed
+  // lines with the added lines that follow it.
+  function splitDiff(diff) {
+    const table = el("table", "split");
+    const body = el("tbody");
+    table.appendChild(body);
+    let oldNo = 0, newNo = 0, dels = [], adds = [];
+    function cell(tr, no, text, cls) {
+      tr.appendChild(el("td", "no", no === null ? "" : String(no)));
+      tr.appendChild(el("td", "line " + cls, text === null ? "" : text));
+    }
+    function flush() {
+      for (let i = 0; i < Math.max(dels.length, adds.length); i++) {
+        const tr = el("tr");
+        const d = dels[i], a = adds[i];
+        cell(tr, d ? d.no : null, d ? d.text : null, d ? "del" : "none");
+        cell(tr, a ? a.no : null, a ? a.text : null, a ? "add" : "none");
+        body.appendChild(tr);
+      }
+      dels = [];
+      adds = [];
+    }
+    for (const line of diffLines(diff)) {
+      const cls = lineClass(line);
+      if (cls === "del") { dels.push({ no: oldNo++, text: line.slice(1) }); continue; }
+      if (cls === "add") { adds.push({ no: newNo++, text: line.slice(1) }); continue; }
+      flush();
+      if (cls === "ctx") {
+        const tr = el("tr");
+        cell(tr, oldNo++, line.slice(1), "ctx");
+        cell(tr, newNo++, line.slice(1), "ctx");
+        body.appendChild(tr);
+        continue;
+      }
+      if (cls === "hunk") {
+        const m = /^@@ -(\d+)(?:,\d+)? \+(\d+)/.exec(line);
+        if (m) { oldNo = Number(m[1]); newNo = Number(m[2]); }
+      }
+      const tr = el("tr");
+      const td = el("td", "line " + cls, line);
+      td.colSpan = 4;
+      tr.appendChild(td);
+      body.appendChild(tr);
+    }
+    flush();
+    return table;
+  }
+
+  function outcomeOf(r) {
+    if (r.answer) return r.answer.outcome;
+    if (r.closed) return "closed: " + r.closed.errorType;
+    return r.status;
+  }
+
+  function renderRecent(recent) {
+    const body = q(document.getElementById("recent"), "tbody");
+    body.replaceChildren();
+    for (const r of recent) {
+      const tr = el("tr");
+      tr.dataset.invocation = r.invocationId;
+      tr.appendChild(el("td", "", r.ended ? new Date(r.ended).toLocaleTimeString() : ""));
+      tr.appendChild(el("td", "", r.tool));
+      tr.appendChild(el("td", "", who(r.caller)));
+      tr.appendChild(el("td", "outcome", outcomeOf(r)));
+      tr.appendChild(el("td", "by", r.answer ? r.answer.by : ""));
+      tr.appendChild(el("td", "", r.answer ? (r.answer.message || "") : (r.closed ? r.closed.reason : "")));
+      body.appendChild(tr);
+    }
+  }
+
+  function allows(e) {
+    switch (e.scope) {
+      case "command": {
+        const words = e.argv && e.argv.length ? e.argv.join(" ") : e.prefix || "";
+        return "command " + words + (e.exact ? "" : " …");
+      }
+      case "path": return "edits of " + (e.path || "");
+      case "server": return "MCP server " + (e.server || "");
+      default: return [e.tool, e.server, e.path, e.prefix].filter(Boolean).join(" ");
+    }
+  }
+
+  function renderAllowlist(entries) {
+    const body = q(document.getElementById("allowlist"), "tbody");
+    body.replaceChildren();
+    document.getElementById("allowlist-empty").hidden = entries.length > 0;
+    for (const e of entries) {
+      const tr = el("tr");
+      tr.dataset.key = e.key;
+      tr.appendChild(el("td", "", e.scope));
+      tr.appendChild(el("td", "allows", (e.tool ? e.tool + ": " : "") + allows(e)));
+      tr.appendChild(el("td", "", e.by));
+      tr.appendChild(el("td", "", e.for));
+      tr.appendChild(el("td", "", e.addedAt ? new Date(e.addedAt).toLocaleString() : ""));
+      const td = el("td");
+      const b = el("button", "revoke", "Revoke");
+      b.type = "button";
+      b.addEventListener("click", () => revoke(e.key, b));
+      td.appendChild(b);
+      tr.appendChild(td);
+      body.appendChild(tr);
+    }
+  }
+
+  function tick() {
+    const now = Date.now() + offset;
+    for (const c of cards.values()) {
+      const left = q(c.el, ".left");
+      if (!c.req.deadline) { left.textContent = ""; continue; }
+      const s = Math.floor((Date.parse(c.req.deadline) - now) / 1000);
+      left.textContent = s > 0 ? Math.floor(s / 60) + ":" + String(s % 60).padStart(2, "0") + " left" : "deadline passed";
+      left.classList.toggle("urgent", s < 30);
+    }
+  }
+
+  // ---- actions ----
+  async function post(path, body) {
+    const r = await fetch(path, {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { "Content-Type": "application/json", "X-Toolbus-Csrf": csrf },
+      body: JSON.stringify(body),
+    });
+    let data = {};
+    try { data = await r.json(); } catch (e) { data = { error: "HTTP " + r.status }; }
+    if (!r.ok) throw new Error(data.error || "HTTP " + r.status);
+    return data;
+  }
+
+  async function send(node, answer) {
+    const req = cards.get(node.dataset.invocation);
+    if (!req) return;
+    answer.invocationId = req.req.invocationId;
+    for (const b of node.querySelectorAll("button")) b.disabled = true;
+    const ack = q(node, ".ack");
+    ack.className = "ack";
+    ack.textContent = "sending…";
+    let line;
+    try {
+      const a = await post("/api/answer", answer);
+      line = a.accepted ? "accepted" : "refused: " + (a.reason || "no reason given");
+      ack.classList.add(a.accepted ? "accepted" : "refused");
+    } catch (e) {
+      line = "failed: " + e.message;
+      ack.classList.add("refused");
+    }
+    ack.textContent = visible(line);
+    const li = el("li", "", answer.outcome + " on " + req.req.tool + " (" + req.req.invocationId + "): " + line);
+    li.dataset.invocation = req.req.invocationId;
+    document.getElementById("acks").prepend(li);
+    for (const b of node.querySelectorAll("button")) b.disabled = false;
+  }
+
+  async function revoke(key, button) {
+    button.disabled = true;
+    try {
+      await post("/api/revoke", { key: key });
+    } catch (e) {
+      button.disabled = false;
+      button.title = visible(e.message);
+      button.textContent = "Revoke (failed)";
+    }
+  }
+
+  setInterval(tick, 1000);
+  connect();
+})();

@@ -1,0 +1,182 @@
+// Package console is the web console: an HTTP server that is a view over
+// an approve.Approver and the fleet's allowlist. It shows the pending
+// confirmation requests live (server-sent events), answers them with the
+// outcomes the protocol knows, lists recent decisions, and revokes
+// remembered approvals.
+//
+// Everything it shows comes from agents, which may be prompt-injected, so
+// the page treats every field as text, and the server admits only holders
+// of its token, refuses state changes from any other origin, and sends a
+// Content-Security-Policy that allows no inline script.
+package console
+
+import (
+	"context"
+	"crypto/rand"
+	"embed"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/approve"
+)
+
+// DefaultListen is where the console listens unless told otherwise. When
+// that port is taken, Start falls back to a free port on loopback (see
+// Config.Listen).
+const DefaultListen = "127.0.0.1:7878"
+
+// MinTokenLength is the shortest token Start accepts, so that a configured
+// token cannot be guessed in a few tries.
+const MinTokenLength = 16
+
+// heartbeat is how often an idle event stream gets a comment, so that
+// proxies and browsers keep it open.
+const heartbeat = 15 * time.Second
+
+//go:embed assets
+var assets embed.FS
+
+// Config configures a console server.
+type Config struct {
+	// Approver is the seat the console answers from. Required.
+	Approver *approve.Approver
+	// Allowlist is the fleet's allowlist bucket (executor.OpenAllowlistBucket).
+	// Required.
+	Allowlist jetstream.KeyValue
+	// Listen is the address to listen on. Empty means DefaultListen, or a
+	// free loopback port when DefaultListen is taken.
+	Listen string
+	// Token grants access; empty means one is generated. At least
+	// MinTokenLength characters.
+	Token  string
+	Logger *slog.Logger
+}
+
+// Server serves the console until Close.
+type Server struct {
+	cfg   Config
+	log   *slog.Logger
+	ln    net.Listener
+	srv   *http.Server
+	auth  *auth
+	allow *allowWatch
+
+	stopping chan struct{} // closed by Close: event streams end
+	stopOnce sync.Once
+	served   chan struct{} // closed when Serve returns
+}
+
+// Start validates cfg, listens, and serves in the background until Close.
+func Start(ctx context.Context, cfg Config) (*Server, error) {
+	if cfg.Approver == nil {
+		return nil, errors.New("console: no approver given")
+	}
+	if cfg.Allowlist == nil {
+		return nil, errors.New("console: no allowlist bucket given")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Token == "" {
+		t, err := newToken()
+		if err != nil {
+			return nil, err
+		}
+		cfg.Token = t
+	} else if len(cfg.Token) < MinTokenLength {
+		return nil, fmt.Errorf("console: the token is %d characters; at least %d are needed", len(cfg.Token), MinTokenLength)
+	}
+	ln, err := listen(cfg.Listen, cfg.Logger)
+	if err != nil {
+		return nil, err
+	}
+	allow, err := watchAllowlist(ctx, cfg.Allowlist, cfg.Logger)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, ln: ln, allow: allow,
+		stopping: make(chan struct{}), served: make(chan struct{})}
+	s.auth = newAuth(cfg.Token, ln.Addr().(*net.TCPAddr))
+	s.srv = &http.Server{
+		Handler:           s.routes(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
+	}
+	go func() {
+		defer close(s.served)
+		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("console: serving stopped", "err", err)
+		}
+	}()
+	return s, nil
+}
+
+// listen binds addr; the default address falls back to a free loopback
+// port when taken, an address the user chose does not.
+func listen(addr string, log *slog.Logger) (net.Listener, error) {
+	if addr == "" {
+		ln, err := net.Listen("tcp", DefaultListen)
+		if err == nil {
+			return ln, nil
+		}
+		log.Info("console: the default address is taken; using a free port", "addr", DefaultListen, "err", err)
+		addr = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("console: listen on %s: %w (choose another address, or 127.0.0.1:0 for any free port)", addr, err)
+	}
+	return ln, nil
+}
+
+func newToken() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("console: generate a token: %w", err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b), nil
+}
+
+// Addr is the address the console listens on.
+func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
+// BaseURL is the console's address without the token.
+func (s *Server) BaseURL() string {
+	a := s.ln.Addr().(*net.TCPAddr)
+	host := a.IP.String()
+	if a.IP.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, strconv.Itoa(a.Port)) + "/"
+}
+
+// URL is the address a person opens: the first visit trades the token in
+// it for a session cookie.
+func (s *Server) URL() string { return s.BaseURL() + "?token=" + url.QueryEscape(s.cfg.Token) }
+
+// Token is the access token, for Authorization: Bearer.
+func (s *Server) Token() string { return s.cfg.Token }
+
+// Close ends the event streams, waits for the other requests to finish
+// (until ctx ends) and stops following the allowlist.
+func (s *Server) Close(ctx context.Context) error {
+	s.stopOnce.Do(func() { close(s.stopping) })
+	err := s.srv.Shutdown(ctx)
+	if err != nil {
+		err = errors.Join(err, s.srv.Close())
+	}
+	<-s.served
+	s.allow.stop()
+	return err
+}
