@@ -52,6 +52,27 @@ else
 	echo "installed in $TOOLBUS_NPM_DIR"
 fi
 
+echo "== chromium"
+# The web console's tests drive headless Chromium (Debian's chromium
+# package); internal/testkit/browser finds it at /usr/bin/chromium or
+# $TOOLBUS_CHROMIUM. Only chromium is installed, and only when missing.
+if [ -n "${TOOLBUS_CHROMIUM:-}" ] && [ -x "$TOOLBUS_CHROMIUM" ]; then
+	echo "using $TOOLBUS_CHROMIUM"
+elif [ -x /usr/bin/chromium ]; then
+	echo "found /usr/bin/chromium"
+else
+	install_chromium='apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium'
+	if [ "$(id -u)" = 0 ]; then
+		sh -c "$install_chromium"
+	elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+		sudo sh -c "$install_chromium"
+	else
+		echo "chromium is missing and this is neither root nor a user with sudo: install it with"
+		echo "  sudo sh -c '$install_chromium'"
+		echo "(the browser tests skip without it, and fail under CI=true)"
+	fi
+fi
+
 echo "== gofmt and go vet"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then
