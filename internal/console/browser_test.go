@@ -1,0 +1,387 @@
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/executor"
+	"github.com/toolbus/toolbus/internal/policy"
+	"github.com/toolbus/toolbus/internal/testkit/browser"
+)
+
+// tab is a browser tab on the console, with what the page did that a test
+// must know about: dialogs (an alert an injected script raised) and the
+// responses to the console's API.
+type tab struct {
+	ctx context.Context
+
+	mu        sync.Mutex
+	dialogs   []string
+	responses []string // "METHOD? status URL" of /api/ responses
+}
+
+// openConsole starts a browser, signs in with the printed address, and
+// waits for the page to go live.
+func openConsole(t *testing.T, e *env) *tab {
+	t.Helper()
+	tb := &tab{ctx: browser.New(t)}
+	if err := chromedp.Listen(tb.ctx, tb.observe); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Call(tb.ctx, network.Enable, network.EnableParams{}); err != nil {
+		t.Fatal(err)
+	}
+	tb.do(t, chromedp.Navigate(e.console.URL()))
+	tb.waitJS(t, `document.querySelector("#conn.up") !== null`)
+	return tb
+}
+
+func (tb *tab) observe(ev any) {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	switch ev := ev.(type) {
+	case *page.EventJavascriptDialogOpening:
+		tb.dialogs = append(tb.dialogs, ev.Message)
+		// Dismiss it from another goroutine: a listener must not call
+		// the browser itself.
+		go chromedp.Call(tb.ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{})
+	case *network.EventResponseReceived:
+		if strings.Contains(ev.Response.URL, "/api/") {
+			tb.responses = append(tb.responses, strconv.FormatInt(ev.Response.Status, 10)+" "+ev.Response.URL+" "+string(ev.Type))
+		}
+	}
+}
+
+func (tb *tab) seen() (dialogs, responses []string) {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	return append([]string(nil), tb.dialogs...), append([]string(nil), tb.responses...)
+}
+
+func (tb *tab) do(t *testing.T, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(tb.ctx, wait)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		t.Fatalf("browser: %v", err)
+	}
+}
+
+// waitJS waits until the expression is truthy in the page.
+func (tb *tab) waitJS(t *testing.T, expr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(tb.ctx, wait)
+	defer cancel()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[any](expr, chromedp.WithPollingTimeout(wait))); err != nil {
+		t.Fatalf("waiting for %s: %v", expr, err)
+	}
+}
+
+// putRecord stores an allowlist record as an executor remembers one.
+func putRecord(t *testing.T, kv jetstream.KeyValue, rec executor.AllowRecord) {
+	t.Helper()
+	data, err := json.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(context.Background(), rec.Key(), data); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func evalJS[T any](t *testing.T, tb *tab, expr string) T {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(tb.ctx, wait)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		t.Fatalf("evaluate %s: %v", expr, err)
+	}
+	return v
+}
+
+// card is the CSS selector of a pending request's card.
+func card(id string) string { return fmt.Sprintf(`article.request[data-invocation=%q]`, id) }
+
+// text reads an element's textContent, as a person reads it.
+func text(t *testing.T, tb *tab, sel string) string {
+	t.Helper()
+	return evalJS[string](t, tb, fmt.Sprintf(`(document.querySelector(%q) || {}).textContent || ""`, sel))
+}
+
+// screenshot saves a PNG of the page to $TOOLBUS_ARTIFACTS (else a
+// temporary directory) and logs where.
+func (tb *tab) screenshot(t *testing.T, name string) {
+	t.Helper()
+	dir := os.Getenv("TOOLBUS_ARTIFACTS")
+	if dir == "" {
+		dir = t.TempDir()
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(tb.ctx, wait)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot of the console: %s", path)
+}
+
+// TestBrowserAllowOnce is the issue's path: an agent's write waits, the
+// page shows it with its diff, a click allows it, the file is written and
+// the agent gets the result.
+func TestBrowserAllowOnce(t *testing.T) {
+	e := newEnv(t)
+	e.writeWorkspaceFile(t, "notes.md", "one\ntwo\nthree\nfour\nfive\nsix\nseven\neight\nnine\nten\n")
+	tb := openConsole(t, e)
+	c := e.callAsync(t, "inv-allow", "write_file", `{"file_path":"notes.md","content":"one\ntwo\nthree\nfour\nFIVE\nsix\nseven\neight\nnine\nten\n"}`)
+	tb.waitJS(t, fmt.Sprintf(`document.querySelector(%q) !== null`, card("inv-allow")))
+
+	sel := card("inv-allow")
+	if got := text(t, tb, sel+" .tool"); got != "write_file" {
+		t.Errorf("tool %q", got)
+	}
+	if got := text(t, tb, sel+" .caller"); !strings.Contains(got, "agent:test") {
+		t.Errorf("caller %q", got)
+	}
+	if got := text(t, tb, sel+" .reason"); got == "" {
+		t.Error("no reason shown")
+	}
+	if got := text(t, tb, sel+" .args"); !strings.Contains(got, `"file_path": "notes.md"`) {
+		t.Errorf("arguments not pretty-printed: %q", got)
+	}
+	if got := text(t, tb, sel+" .left"); !strings.Contains(got, "left") {
+		t.Errorf("time left %q", got)
+	}
+	if got := text(t, tb, sel+" .diff .line.del"); got != "-five" {
+		t.Errorf("removed line %q, want -five", got)
+	}
+	if got := text(t, tb, sel+" .diff .line.add"); got != "+FIVE" {
+		t.Errorf("added line %q, want +FIVE", got)
+	}
+	// Side by side, the old line faces the new one.
+	tb.do(t, chromedp.Click(chromedp.CSS(sel+" .diff-toggle")))
+	row := evalJS[[]string](t, tb, fmt.Sprintf(`Array.from(document.querySelectorAll(%q)).map(td => td.textContent)`, sel+" table.split tr:has(td.del) td"))
+	if strings.Join(row, "|") != "5|five|5|FIVE" {
+		t.Errorf("side by side row %q, want 5|five|5|FIVE", row)
+	}
+	tb.do(t, chromedp.Click(chromedp.CSS(sel+" .diff-toggle")))
+	tb.screenshot(t, "console-pending.png")
+
+	tb.do(t, chromedp.Click(chromedp.CSS(sel+" .allow-once")))
+	res := c.wait(t)
+	if res.Error != nil {
+		t.Fatalf("the allowed call failed: %+v", res.Error)
+	}
+	data, err := os.ReadFile(filepath.Join(e.ws.Root(), "notes.md"))
+	if err != nil || !strings.Contains(string(data), "FIVE") {
+		t.Errorf("the file is %q (%v)", data, err)
+	}
+	tb.waitJS(t, `document.querySelector('#acks li') !== null`)
+	if got := text(t, tb, "#acks li"); !strings.Contains(got, "accepted") {
+		t.Errorf("the acknowledgement shown: %q", got)
+	}
+	tb.waitJS(t, `document.querySelector('#recent tr[data-invocation="inv-allow"]') !== null`)
+	if got := text(t, tb, `#recent tr[data-invocation="inv-allow"]`); !strings.Contains(got, "proceed_once") || !strings.Contains(got, "approver:ada") {
+		t.Errorf("recent decision %q, want proceed_once by approver:ada", got)
+	}
+	tb.waitJS(t, fmt.Sprintf(`document.querySelector(%q) === null`, sel))
+}
+
+// TestBrowserDeny: a deny click with a reason cancels the call.
+func TestBrowserDeny(t *testing.T) {
+	e := newEnv(t)
+	tb := openConsole(t, e)
+	c := e.callAsync(t, "inv-deny", "write_file", `{"file_path":"a.txt","content":"x\n"}`)
+	sel := card("inv-deny")
+	tb.waitJS(t, fmt.Sprintf(`document.querySelector(%q) !== null`, sel))
+	tb.do(t,
+		chromedp.SendKeys(chromedp.CSS(sel+" .deny-reason"), "not in this repository"),
+		chromedp.Click(chromedp.CSS(sel+" .deny")))
+	res := c.wait(t)
+	if res.Error == nil || res.Error.Type != events.ErrUserCancelled {
+		t.Fatalf("the denied call: %+v, want USER_CANCELLED", res.Error)
+	}
+	if _, err := os.Stat(filepath.Join(e.ws.Root(), "a.txt")); err == nil {
+		t.Error("the denied write happened")
+	}
+	tb.waitJS(t, `document.querySelector('#recent tr[data-invocation="inv-deny"]') !== null`)
+	if got := text(t, tb, `#recent tr[data-invocation="inv-deny"]`); !strings.Contains(got, "cancel") || !strings.Contains(got, "not in this repository") {
+		t.Errorf("recent decision %q, want cancel with the reason", got)
+	}
+}
+
+// TestBrowserWithoutToken: the page opened by its address without the
+// token is refused and shows nothing of the queue.
+func TestBrowserWithoutToken(t *testing.T) {
+	e := newEnv(t)
+	e.callAsync(t, "inv-hidden", "write_file", `{"file_path":"a.txt","content":"hidden-content\n"}`)
+	e.waitPending(t, "inv-hidden")
+	tb := &tab{ctx: browser.New(t)}
+	ctx, cancel := context.WithTimeout(tb.ctx, wait)
+	defer cancel()
+	resp, err := chromedp.Run(ctx, chromedp.NavigateResponse(e.console.BaseURL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Status != http.StatusUnauthorized {
+		t.Errorf("status %d, want 401", resp.Status)
+	}
+	body := evalJS[string](t, tb, `document.documentElement.outerHTML`)
+	if strings.Contains(body, "inv-hidden") || strings.Contains(body, "hidden-content") || strings.Contains(body, "write_file") {
+		t.Errorf("the refused page shows the queue: %s", body)
+	}
+	// Its API is closed too, from the page's own origin.
+	ctx2, cancel2 := context.WithTimeout(tb.ctx, wait)
+	defer cancel2()
+	status, err := chromedp.Run(ctx2, chromedp.Evaluate[float64](`fetch("/api/state").then(r => r.status)`, chromedp.EvalAwaitPromise))
+	if err != nil || status != http.StatusUnauthorized {
+		t.Errorf("the page's own fetch of the state: %v (%v), want 401", status, err)
+	}
+}
+
+// TestBrowserCrossSite: a page of another origin (same site: another port
+// on loopback, so the browser even sends the session cookie) posts
+// answers to the console, by fetch and by a form; all are refused and the
+// request still waits.
+func TestBrowserCrossSite(t *testing.T) {
+	e := newEnv(t)
+	e.callAsync(t, "inv-csrf", "write_file", `{"file_path":"a.txt","content":"x\n"}`)
+	e.waitPending(t, "inv-csrf")
+	tb := openConsole(t, e)
+
+	target := e.console.BaseURL() + "api/answer"
+	body := `{"invocationId":"inv-csrf","outcome":"proceed_once"}`
+	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprintf(w, `<!doctype html><body>
+<form id="f" method="POST" action=%q target="sink" enctype="text/plain"><input name=%q value='"}'></form>
+<iframe name="sink" id="sink"></iframe>
+<script>
+window.done = {};
+const body = %q;
+fetch(%q, {method: "POST", mode: "no-cors", credentials: "include", headers: {"Content-Type": "text/plain"}, body})
+  .then(r => done.nocors = "sent", e => done.nocors = "error " + e);
+fetch(%q, {method: "POST", credentials: "include", headers: {"Content-Type": "application/json"}, body})
+  .then(r => done.cors = "status " + r.status, e => done.cors = "blocked");
+document.getElementById("sink").addEventListener("load", () => done.form = "sent");
+document.getElementById("f").submit();
+</script></body>`, target, strings.TrimSuffix(body, `}`)+`,"x":"`, body, target, target)
+	}))
+	defer evil.Close()
+
+	tb.do(t, chromedp.Navigate(evil.URL))
+	tb.waitJS(t, `window.done && done.nocors && done.cors && done.form`)
+	if got := evalJS[string](t, tb, `done.cors`); got != "blocked" {
+		t.Errorf("a cross-origin JSON post: %s, want blocked", got)
+	}
+	// The posts that reached the console were refused there.
+	_, responses := tb.seen()
+	t.Logf("the console's answers to the attacker's page: %q; the page saw %s", responses, evalJS[string](t, tb, `JSON.stringify(done)`))
+	formRefused := false
+	for _, r := range responses {
+		if !strings.Contains(r, "/api/answer") {
+			continue
+		}
+		if !strings.HasPrefix(r, "401 ") && !strings.HasPrefix(r, "403 ") {
+			t.Errorf("a cross-site post was answered: %s", r)
+		}
+		formRefused = formRefused || (strings.HasPrefix(r, "403 ") && strings.HasSuffix(r, " Document"))
+	}
+	if !formRefused {
+		t.Errorf("no refusal of the form's post among the console's responses %q", responses)
+	}
+	if pending, rejected := e.pendingNow("inv-csrf"); !pending || len(rejected) != 0 {
+		t.Errorf("after the cross-site posts: pending %v, rejected %v; want still pending, nothing sent", pending, rejected)
+	}
+}
+
+// TestBrowserMarkupStaysText: arguments, a diff and a shell line holding
+// markup and escape sequences are shown as text: no script runs, no
+// element is made of them, no dialog opens.
+func TestBrowserMarkupStaysText(t *testing.T) {
+	e := newEnv(t)
+	tb := openConsole(t, e)
+	payload := `<script>document.body.dataset.pwned='script'</script><img src=x onerror="document.body.dataset.pwned='img';alert('img')">`
+	e.callAsync(t, "inv-markup", "write_file", fmt.Sprintf(`{"file_path":"x.html","content":%q}`, payload+"\n"))
+	e.callAsync(t, "inv-shell", "run_shell_command", `{"command":"echo '<img src=y onerror=alert(4)>' \u001b[31mred \u202eevil"}`)
+	for _, id := range []string{"inv-markup", "inv-shell"} {
+		tb.waitJS(t, fmt.Sprintf(`document.querySelector(%q) !== null`, card(id)))
+	}
+	// The arguments are JSON, whose quotes are escaped: the markup up to
+	// the first quote is there as it was sent.
+	if got := text(t, tb, card("inv-markup")+" .args"); !strings.Contains(got, payload[:strings.Index(payload, `"`)]) {
+		t.Errorf("the arguments shown %q, want the markup as text", got)
+	}
+	if got := text(t, tb, card("inv-markup")+" .diff .line.add"); got != "+"+payload {
+		t.Errorf("the diff line shown %q, want the markup as text", got)
+	}
+	cmd := text(t, tb, card("inv-shell")+" .command")
+	if !strings.Contains(cmd, "<img src=y onerror=alert(4)>") {
+		t.Errorf("the command shown %q, want the markup as text", cmd)
+	}
+	// An escape sequence and a bidi override are shown, not obeyed.
+	if strings.ContainsAny(cmd, "\x1b\u202e") || !strings.Contains(cmd, `\u001b[31m`) || !strings.Contains(cmd, `\u202e`) {
+		t.Errorf("the command shown %q, want its control characters as visible escapes", cmd)
+	}
+	// Give an injected image or script every chance to have run.
+	tb.do(t, chromedp.Click(chromedp.CSS(card("inv-markup")+" .diff-toggle")))
+	if got := text(t, tb, card("inv-markup")+" table.split td.add"); got != payload {
+		t.Errorf("the side by side diff shown %q, want the markup as text", got)
+	}
+	tb.waitJS(t, `document.readyState === "complete"`)
+	if n := evalJS[float64](t, tb, `document.querySelectorAll("main img, main script").length`); n != 0 {
+		t.Errorf("%v elements were made of the markup", n)
+	}
+	if pwned := evalJS[string](t, tb, `document.body.dataset.pwned || ""`); pwned != "" {
+		t.Errorf("injected markup ran: %s", pwned)
+	}
+	if dialogs, _ := tb.seen(); len(dialogs) != 0 {
+		t.Errorf("dialogs opened: %q", dialogs)
+	}
+}
+
+// TestBrowserRevoke: an approval remembered on the allowlist is listed
+// with who added it and for which call, and a click revokes it.
+func TestBrowserRevoke(t *testing.T) {
+	e := newEnv(t)
+	rec := executor.AllowRecord{AllowEntry: policy.AllowEntry{Scope: "command", Tool: "run_shell_command", Argv: []string{"git", "status"}, Exact: true},
+		By: "approver:bob", For: "inv-earlier", AddedAt: time.Now().UTC()}
+	putRecord(t, e.allowlist, rec)
+	tb := openConsole(t, e)
+	row := fmt.Sprintf(`#allowlist tr[data-key=%q]`, rec.Key())
+	tb.waitJS(t, fmt.Sprintf(`document.querySelector(%q) !== null`, row))
+	got := text(t, tb, row)
+	for _, want := range []string{"approver:bob", "inv-earlier", "git status", "command"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the allowlist row %q does not say %q", got, want)
+		}
+	}
+	tb.do(t, chromedp.Click(chromedp.CSS(row+" button.revoke")))
+	tb.waitJS(t, fmt.Sprintf(`document.querySelector(%q) === null`, row))
+	if _, err := e.allowlist.Get(context.Background(), rec.Key()); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Errorf("after revoke the entry is still there (%v)", err)
+	}
+}
