@@ -49,6 +49,7 @@ func (c *call) confirm(d policy.Decision, args map[string]any) (*events.ConfirmA
 	if err := e.nc.PublishMsg(&nats.Msg{Subject: events.SubjectConfirm, Reply: req.AnswerTo, Data: data}); err != nil {
 		return nil, events.ErrPolicyDenied, "confirmation failed, so the call is denied: " + err.Error()
 	}
+	refusals := 0
 	for {
 		msg, err := answers.NextMsgWithContext(ctx)
 		if err != nil {
@@ -74,8 +75,14 @@ func (c *call) confirm(d policy.Decision, args map[string]any) (*events.ConfirmA
 		}
 		if ok, reason := pol.ApproverAllowed(ctx, in, answer.Sender, answer.Outcome); !ok {
 			c.ack(msg, false, reason)
-			e.publish(events.SubjectConfirmRejected, &events.ConfirmRejected{Header: events.Header{Sender: e.id}, InvocationID: c.inv.ID, Answer: *answer, Reason: reason})
-			c.step("approver-refused", answer.Sender.ID+": "+reason)
+			// Each refusal is recorded, up to a bound: a client that sends
+			// refused answers in a loop must not flood the audit stream.
+			if refusals++; refusals <= maxRecordedRefusals {
+				e.publish(events.SubjectConfirmRejected, &events.ConfirmRejected{Header: events.Header{Sender: e.id}, InvocationID: c.inv.ID, Answer: *answer, Reason: reason})
+				c.step("approver-refused", answer.Sender.ID+": "+reason)
+			} else if refusals == maxRecordedRefusals+1 {
+				e.log.Warn("more refused answers than are recorded for one call", "invocation", c.inv.ID, "recorded", maxRecordedRefusals)
+			}
 			continue
 		}
 		c.ack(msg, true, "")
@@ -94,6 +101,10 @@ func (c *call) confirm(d policy.Decision, args map[string]any) (*events.ConfirmA
 		return answer, "", ""
 	}
 }
+
+// maxRecordedRefusals bounds the refused answers recorded for one
+// confirmation request; later ones are acknowledged as refused only.
+const maxRecordedRefusals = 20
 
 // confirmRequest is what an approver is shown of the call: the policy's
 // reason and flags, the diff or the command, and the "always" answers the
