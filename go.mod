@@ -3,6 +3,7 @@ module github.com/toolbus/toolbus
 go 1.26.8
 
 require (
+	github.com/aymanbagabas/go-udiff v0.4.1
 	github.com/chromedp/cdproto v0.159.0
 	github.com/chromedp/chromedp v0.23.0
 	github.com/go-json-experiment/json v0.0.0-20260820222146-c27c302e5fc3
