@@ -385,3 +385,100 @@ func TestBrowserRevoke(t *testing.T) {
 		t.Errorf("after revoke the entry is still there (%v)", err)
 	}
 }
+
+// TestBrowserRefusedApprover: a console whose approver the policy does not
+// accept (here the agent itself: nobody approves a call they made) shows
+// the refusal and its reason, and the call goes on waiting.
+func TestBrowserRefusedApprover(t *testing.T) {
+	e := newEnvAs(t, "agent:test")
+	tb := openConsole(t, e)
+	e.callAsync(t, "inv-own", "write_file", `{"file_path":"a.txt","content":"x\n"}`)
+	sel := card("inv-own")
+	tb.waitJS(t, fmt.Sprintf(`document.querySelector(%q) !== null`, sel))
+	tb.do(t, chromedp.Click(chromedp.CSS(sel+" .allow-once")))
+	tb.waitJS(t, fmt.Sprintf(`document.querySelector(%q).classList.contains("refused")`, sel+" .ack"))
+	if got := text(t, tb, sel+" .ack"); !strings.Contains(got, "refused") || !strings.Contains(got, "nobody may approve a call they made") {
+		t.Errorf("the acknowledgement shown %q, want the policy's reason", got)
+	}
+	tb.waitJS(t, fmt.Sprintf(`document.querySelector(%q) !== null`, sel+" .rejected li"))
+	if got := text(t, tb, sel+" .rejected"); !strings.Contains(got, "agent:test") {
+		t.Errorf("the refused answers listed %q", got)
+	}
+	if pending, _ := e.pendingNow("inv-own"); !pending {
+		t.Error("a refused answer decided the call")
+	}
+	if _, err := os.Stat(filepath.Join(e.ws.Root(), "a.txt")); err == nil {
+		t.Error("the write happened on a refused answer")
+	}
+}
+
+// TestBrowserModify: the arguments edited in the page are what runs.
+func TestBrowserModify(t *testing.T) {
+	e := newEnv(t)
+	tb := openConsole(t, e)
+	c := e.callAsync(t, "inv-modify", "write_file", `{"file_path":"a.txt","content":"from the agent\n"}`)
+	sel := card("inv-modify")
+	tb.waitJS(t, fmt.Sprintf(`document.querySelector(%q) !== null`, sel))
+	if got := evalJS[string](t, tb, fmt.Sprintf(`document.querySelector(%q).value`, sel+" .modify-args")); !strings.Contains(got, "from the agent") {
+		t.Errorf("the editor starts with %q, want the call's arguments", got)
+	}
+	tb.do(t,
+		chromedp.Click(chromedp.CSS(sel+" .modify-open")),
+		chromedp.SetValue(chromedp.CSS(sel+" .modify-args"), `{"file_path":"a.txt","content":"from the person\n"}`),
+		chromedp.Click(chromedp.CSS(sel+" .modify-send")))
+	// The edited arguments are judged again, and an edit is asked about
+	// again: the new round shows them.
+	tb.waitJS(t, fmt.Sprintf(`(document.querySelector(%q) || {}).textContent?.includes("from the person")`, sel+" .args"))
+	if got := text(t, tb, sel+" .diff"); !strings.Contains(got, "+from the person") {
+		t.Errorf("the new round's diff %q", got)
+	}
+	tb.do(t, chromedp.Click(chromedp.CSS(sel+" .allow-once")))
+	if res := c.wait(t); res.Error != nil {
+		t.Fatalf("the modified call failed: %+v", res.Error)
+	}
+	if data, err := os.ReadFile(filepath.Join(e.ws.Root(), "a.txt")); string(data) != "from the person\n" {
+		t.Errorf("the file is %q (%v), want the edited content", data, err)
+	}
+}
+
+// TestBrowserAlwaysThenRevoke: an "always" button offered by the policy
+// remembers the approval, so the next call runs without asking; the
+// allowlist view shows who added it, and revoking it there makes the
+// next call ask again.
+func TestBrowserAlwaysThenRevoke(t *testing.T) {
+	e := newEnv(t)
+	tb := openConsole(t, e)
+	c := e.callAsync(t, "inv-always", "write_file", `{"file_path":"kept.md","content":"1\n"}`)
+	sel := card("inv-always")
+	tb.waitJS(t, fmt.Sprintf(`document.querySelector(%q) !== null`, sel))
+	req := e.waitPending(t, "inv-always")
+	if len(req.Always) == 0 {
+		t.Fatal("the policy offers no always answer for an edit")
+	}
+	buttons := evalJS[[]string](t, tb, fmt.Sprintf(`Array.from(document.querySelectorAll(%q)).map(b => b.dataset.outcome + "|" + b.textContent)`, sel+" .always-btn"))
+	if len(buttons) != len(req.Always) {
+		t.Fatalf("always buttons %q, want one per offered answer %+v", buttons, req.Always)
+	}
+	for i, a := range req.Always {
+		if buttons[i] != string(a.Outcome)+"|Always: "+a.Remembers {
+			t.Errorf("button %d is %q, want %s labelled with %q", i, buttons[i], a.Outcome, a.Remembers)
+		}
+	}
+	tb.do(t, chromedp.Click(chromedp.CSS(sel+" .always-btn")))
+	if res := c.wait(t); res.Error != nil {
+		t.Fatalf("the call failed: %+v", res.Error)
+	}
+	row := `#allowlist tr[data-key]`
+	tb.waitJS(t, fmt.Sprintf(`document.querySelector(%q) !== null`, row))
+	if got := text(t, tb, row); !strings.Contains(got, "approver:ada") || !strings.Contains(got, "inv-always") || !strings.Contains(got, "kept.md") {
+		t.Errorf("the allowlist row %q, want who added it, for which call, and the path", got)
+	}
+	// Remembered: the same edit runs without asking.
+	if res := e.callAsync(t, "inv-again", "write_file", `{"file_path":"kept.md","content":"2\n"}`).wait(t); res.Error != nil {
+		t.Fatalf("the remembered call: %+v", res.Error)
+	}
+	tb.do(t, chromedp.Click(chromedp.CSS(row+" button.revoke")))
+	tb.waitJS(t, fmt.Sprintf(`document.querySelector(%q) === null`, row))
+	e.callAsync(t, "inv-asks-again", "write_file", `{"file_path":"kept.md","content":"3\n"}`)
+	e.waitPending(t, "inv-asks-again")
+}

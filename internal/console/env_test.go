@@ -21,10 +21,8 @@ import (
 	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
-	"github.com/toolbus/toolbus/internal/policy"
-	"github.com/toolbus/toolbus/internal/registry/registrytest"
+	"github.com/toolbus/toolbus/internal/executor/executortest"
 	"github.com/toolbus/toolbus/internal/testkit"
-	defaultpolicy "github.com/toolbus/toolbus/policy"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testkit.NATSObjectPutLeak()) }
@@ -46,41 +44,15 @@ type env struct {
 	console   *Server
 }
 
-type envOption func(*executor.Config)
+func newEnv(t *testing.T) *env { return newEnvAs(t, "approver:ada") }
 
-func newEnv(t *testing.T, opts ...envOption) *env {
+// newEnvAs starts a fleet whose console answers as approverID.
+func newEnvAs(t *testing.T, approverID string) *env {
 	t.Helper()
-	b := bustest.Start(t, "")
-	registrytest.Start(t, b)
-	dir := t.TempDir()
-	ws, err := builtin.NewWorkspace(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ws.Close() })
-	pol, err := policy.Compile(context.Background(), policy.Files(defaultpolicy.Default()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	shells := builtin.NewShells(ws)
-	cfg := executor.Config{Identity: events.Identity{ID: "executor@test", Role: "executor"}, Tools: builtin.Tools(ws, shells),
-		Policy: pol, Workspace: ws.Root(), Logger: bustest.Quiet()}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	ex, err := executor.Start(context.Background(), b.Conn(), b.JetStream(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		ex.Stop(ctx)
-		shells.Close()
-	})
-	e := &env{bus: b, ws: ws, exec: ex}
-	e.client = executor.NewClient(bustest.Connect(t, b).Conn(), events.Identity{ID: "agent:test", Role: "agent", Session: "s1"})
-	t.Cleanup(func() { e.client.Close() })
+	f := executortest.Start(t)
+	b := f.Bus
+	e := &env{bus: b, ws: f.Workspace, exec: f.Executor, client: f.Client}
+	var err error
 
 	// The console runs on a connection of its own, as `toolbus console`
 	// does on another machine.
@@ -90,7 +62,7 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 		t.Fatal(err)
 	}
 	e.approver, err = approve.Start(context.Background(), conn.Conn(), conn.JetStream(),
-		approve.Config{Identity: events.Identity{ID: "approver:ada"}, Logger: bustest.Quiet()})
+		approve.Config{Identity: events.Identity{ID: approverID}, Logger: bustest.Quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,9 @@ type state struct {
 
 // request is a confirmation request as the page shows it.
 type request struct {
+	// RequestID tells the rounds of one invocation apart: modified
+	// arguments are judged again and may be asked about again.
+	RequestID    string                `json:"requestId"`
 	InvocationID string                `json:"invocationId"`
 	Tool         string                `json:"tool"`
 	Server       string                `json:"server,omitempty"`
@@ -70,7 +73,7 @@ func newState(s approve.State, allow []allowEntry, approver string) state {
 }
 
 func newRequest(r approve.Request) request {
-	v := request{InvocationID: r.InvocationID, Tool: r.Tool, Server: r.Server, Kind: r.Kind, Caller: r.Caller,
+	v := request{RequestID: r.ID, InvocationID: r.InvocationID, Tool: r.Tool, Server: r.Server, Kind: r.Kind, Caller: r.Caller,
 		Reason: r.Reason, Args: r.Args, Diff: r.Diff, Command: r.Command, Flagged: r.Flagged, Always: r.Always,
 		Asked: r.Time, Status: r.Status(), Closed: r.Closed, Ended: r.Ended}
 	if r.DeadlineMillis > 0 {

@@ -5,7 +5,9 @@
 
 (function () {
   const csrf = document.querySelector('meta[name="toolbus-csrf"]').content;
-  const cards = new Map(); // invocationId -> {el, req}
+  // Cards are keyed by request: a call whose arguments were modified is
+  // asked about again, as a new request of the same invocation.
+  const cards = new Map(); // requestId -> {el, req}
   let offset = 0; // server clock minus browser clock, in ms
   let source = null;
   let retry = 1000;
@@ -58,11 +60,11 @@
     const seen = new Set();
     const list = document.getElementById("pending");
     for (const req of st.pending) {
-      seen.add(req.invocationId);
-      let c = cards.get(req.invocationId);
+      seen.add(req.requestId);
+      let c = cards.get(req.requestId);
       if (!c) {
         c = { el: newCard(req), req: req };
-        cards.set(req.invocationId, c);
+        cards.set(req.requestId, c);
         list.appendChild(c.el);
       }
       c.req = req;
@@ -84,6 +86,7 @@
   function newCard(req) {
     const node = document.getElementById("card").content.firstElementChild.cloneNode(true);
     node.dataset.invocation = req.invocationId;
+    node.dataset.request = req.requestId;
     q(node, ".tool").textContent = visible(req.tool);
     q(node, ".server").textContent = req.server ? visible("on " + req.server) : "";
     q(node, ".kind").textContent = visible(req.kind);
@@ -315,7 +318,7 @@
   }
 
   async function send(node, answer) {
-    const req = cards.get(node.dataset.invocation);
+    const req = cards.get(node.dataset.request);
     if (!req) return;
     answer.invocationId = req.req.invocationId;
     for (const b of node.querySelectorAll("button")) b.disabled = true;
