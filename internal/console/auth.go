@@ -134,8 +134,8 @@ func (a *auth) guard(next func(http.ResponseWriter, *http.Request, caller)) http
 }
 
 // exchange trades a valid ?token= for a session cookie and redirects to
-// the same address without it, so the token leaves the address bar and
-// the history.
+// the page without it, so the token leaves the address bar and the
+// history.
 func (a *auth) exchange(w http.ResponseWriter, r *http.Request, q url.Values) {
 	if r.Method != http.MethodGet || !equal(q.Get("token"), string(a.token)) {
 		http.Error(w, "toolbus console: wrong token", http.StatusForbidden)
@@ -147,9 +147,9 @@ func (a *auth) exchange(w http.ResponseWriter, r *http.Request, q url.Values) {
 		return
 	}
 	http.SetCookie(w, &http.Cookie{Name: a.cookie, Value: value, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
-	q.Del("token")
-	to := url.URL{Path: r.URL.Path, RawQuery: q.Encode()}
-	http.Redirect(w, r, to.String(), http.StatusSeeOther)
+	// Always to the page itself: a path taken from the request could
+	// make this an open redirect ("//elsewhere.example").
+	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
 
 // sameOrigin refuses a state-changing request unless it comes from the

@@ -20,6 +20,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
 	"github.com/toolbus/toolbus/internal/policy"
@@ -481,4 +482,30 @@ func TestBrowserAlwaysThenRevoke(t *testing.T) {
 	tb.waitJS(t, fmt.Sprintf(`document.querySelector(%q) === null`, row))
 	e.callAsync(t, "inv-asks-again", "write_file", `{"file_path":"kept.md","content":"3\n"}`)
 	e.waitPending(t, "inv-asks-again")
+}
+
+// TestBrowserReconnects: when the console restarts on the same address
+// with the same configured token, the open page reconnects by itself, its
+// session still valid, and shows what arrived meanwhile.
+func TestBrowserReconnects(t *testing.T) {
+	e := newEnv(t)
+	tb := openConsole(t, e)
+	addr, token := e.console.Addr().String(), e.console.Token()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.console.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tb.waitJS(t, `document.querySelector("#conn.down") !== null`)
+	e.callAsync(t, "inv-meanwhile", "write_file", `{"file_path":"a.txt","content":"x\n"}`)
+	e.waitPending(t, "inv-meanwhile")
+	var err error
+	e.console, err = Start(context.Background(), Config{Approver: e.approver, Allowlist: e.allowlist, Listen: addr, Token: token, Logger: bustest.Quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb.waitJS(t, fmt.Sprintf(`document.querySelector(%q) !== null`, card("inv-meanwhile")))
+	if got := text(t, tb, "#conn"); got != "live" {
+		t.Errorf("the connection shows %q, want live", got)
+	}
 }

@@ -107,7 +107,11 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, ln: ln, allow: allow,
 		stopping: make(chan struct{}), served: make(chan struct{})}
-	s.auth = newAuth(cfg.Token, ln.Addr().(*net.TCPAddr))
+	addr := ln.Addr().(*net.TCPAddr)
+	if !addr.IP.IsLoopback() {
+		cfg.Logger.Warn("console: listening beyond loopback over plain HTTP: the token and the session cross the network in clear; put it behind TLS", "addr", addr.String())
+	}
+	s.auth = newAuth(cfg.Token, addr)
 	s.srv = &http.Server{
 		Handler:           s.routes(),
 		ReadHeaderTimeout: 10 * time.Second,

@@ -103,6 +103,18 @@ func TestAccessNeedsTheToken(t *testing.T) {
 	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/" {
 		t.Fatalf("the token: status %d, Location %q; want 303 to /", resp.StatusCode, resp.Header.Get("Location"))
 	}
+	// From any path, the exchange leads to the page itself, never
+	// elsewhere.
+	for _, path := range []string{"static/app.js", "nope/", "/evil.example/"} {
+		resp, err := noRedirect.Get(base + path + "?token=" + e.console.Token())
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if loc := resp.Header.Get("Location"); resp.StatusCode == http.StatusSeeOther && loc != "/" {
+			t.Errorf("the token on /%s redirects to %q, want /", path, loc)
+		}
+	}
 	cookies := resp.Cookies()
 	if len(cookies) != 1 || !cookies[0].HttpOnly || cookies[0].SameSite != http.SameSiteStrictMode {
 		t.Fatalf("the session cookie is %+v; want one, HttpOnly and SameSite=Strict", cookies)

@@ -14,7 +14,7 @@
 
   // visible shows characters that could hide or reorder what a person
   // reads (escape sequences, bidi overrides, zero-width marks) as escapes.
-  const hidden = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]/g;
+  const hidden = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u2069\ufeff]/g;
   function visible(s) {
     return String(s == null ? "" : s).replace(hidden, (c) => "\\u" + c.charCodeAt(0).toString(16).padStart(4, "0"));
   }
