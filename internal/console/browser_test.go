@@ -509,3 +509,38 @@ func TestBrowserReconnects(t *testing.T) {
 		t.Errorf("the connection shows %q, want live", got)
 	}
 }
+
+// TestBrowserShellFlagged: a shell line is shown with the parts the
+// policy flagged marked, each saying why.
+func TestBrowserShellFlagged(t *testing.T) {
+	e := newEnv(t)
+	tb := openConsole(t, e)
+	e.callAsync(t, "inv-shell", "run_shell_command", `{"command":"ls -la > listing.txt"}`)
+	req := e.waitPending(t, "inv-shell")
+	if len(req.Flagged) == 0 {
+		t.Fatalf("the policy flagged nothing in %q", req.Command)
+	}
+	sel := card("inv-shell")
+	tb.waitJS(t, fmt.Sprintf(`document.querySelector(%q) !== null`, sel))
+	if got := text(t, tb, sel+" .command"); got != req.Command {
+		t.Errorf("the command shown %q, want %q", got, req.Command)
+	}
+	marks := evalJS[[]string](t, tb, fmt.Sprintf(`Array.from(document.querySelectorAll(%q)).map(m => m.textContent + "|" + m.title)`, sel+" .command mark.flagged"))
+	t.Logf("flagged %+v, marked %q", req.Flagged, marks)
+	if len(marks) == 0 {
+		t.Errorf("nothing marked in %q", req.Command)
+	}
+	for _, f := range req.Flagged {
+		want := f.Text + "|" + f.Why
+		found := false
+		for _, m := range marks {
+			found = found || m == want
+		}
+		if !found && strings.Contains(req.Command, f.Text) {
+			t.Errorf("flag %q is not marked; marks %q", want, marks)
+		}
+		if got := text(t, tb, sel+" .flags"); !strings.Contains(got, f.Text+" — "+f.Why) {
+			t.Errorf("flag %q is not listed: %q", want, got)
+		}
+	}
+}

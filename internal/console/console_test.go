@@ -353,3 +353,21 @@ func TestConfiguredToken(t *testing.T) {
 		t.Errorf("a taken address: %v", err)
 	}
 }
+
+// TestDefaultAddressFallsBack: with no address given, a taken default
+// port gives way to a free loopback port.
+func TestDefaultAddressFallsBack(t *testing.T) {
+	e := newEnv(t)
+	if ln, err := net.Listen("tcp", DefaultListen); err == nil {
+		defer ln.Close()
+	} // else someone holds it already, which serves as well
+	s, err := Start(context.Background(), Config{Approver: e.approver, Allowlist: e.allowlist, Logger: bustest.Quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	a := s.Addr().(*net.TCPAddr)
+	if !a.IP.IsLoopback() || a.String() == DefaultListen {
+		t.Errorf("the console listens on %s, want another loopback port", a)
+	}
+}
