@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	osuser "os/user"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -55,6 +56,11 @@ func Identity(role string) events.Identity {
 func ApproverIdentity(id string) events.Identity {
 	host, _ := os.Hostname()
 	user := os.Getenv("USER")
+	if user == "" { // not set in every environment (a service, a container)
+		if u, err := osuser.Current(); err == nil {
+			user = u.Username
+		}
+	}
 	if id == "" {
 		id = "approver:" + user + "@" + host
 	}
