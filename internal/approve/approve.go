@@ -297,9 +297,11 @@ func (a *Approver) handle(m jetstream.Msg) {
 			a.log.Warn("approve: ignoring a confirmation request that does not decode", "err", err)
 			return
 		}
-		if _, seen := a.byID[req.InvocationID]; seen {
-			return // one request per invocation: a second is not shown
+		if old := a.byID[req.InvocationID]; old != nil && old.Pending() {
+			return // a copy of a request already pending
 		}
+		// A request for an invocation whose earlier request ended is a new
+		// round: its arguments were modified and judged again.
 		r := &Request{ConfirmRequest: *req, Deadline: req.Time.Add(time.Duration(req.DeadlineMillis) * time.Millisecond)}
 		a.byID[req.InvocationID] = r
 		a.pending = append(a.pending, r)
@@ -349,7 +351,9 @@ func (a *Approver) end(r *Request, at time.Time) bool {
 	a.recent = slices.Insert(a.recent, 0, r)
 	if len(a.recent) > a.cfg.Keep {
 		for _, old := range a.recent[a.cfg.Keep:] {
-			delete(a.byID, old.InvocationID)
+			if a.byID[old.InvocationID] == old {
+				delete(a.byID, old.InvocationID)
+			}
 		}
 		a.recent = a.recent[:a.cfg.Keep]
 	}

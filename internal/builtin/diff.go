@@ -6,73 +6,31 @@ import (
 	"io/fs"
 	"strings"
 
+	udiff "github.com/aymanbagabas/go-udiff"
+
 	"github.com/toolbus/toolbus/internal/tool"
 )
 
 // context lines around a change, as diff -u shows them.
 const diffContext = 3
 
-// unifiedDiff is a unified diff of before and after, one hunk covering
-// everything between the common head and the common tail: not minimal,
-// always correct, and linear in the size of the files.
-func unifiedDiff(name, before, after string) string {
+// unifiedDiff is a unified diff of before and after as a reviewer reads
+// one: Myers' algorithm (go-udiff, gopls's diff), a hunk per change with
+// three lines of context around it, not one hunk spanning everything
+// between the first change and the last.
+func unifiedDiff(name, before, after string) (string, error) {
 	if before == after {
-		return ""
+		return "", nil
 	}
-	a, b := splitLines(before), splitLines(after)
-	head := 0
-	for head < len(a) && head < len(b) && a[head] == b[head] {
-		head++
-	}
-	tail := 0
-	for tail < len(a)-head && tail < len(b)-head && a[len(a)-1-tail] == b[len(b)-1-tail] {
-		tail++
-	}
-	start := max(head-diffContext, 0)
-	endA := min(len(a)-tail+diffContext, len(a))
-	endB := min(len(b)-tail+diffContext, len(b))
-	var sb strings.Builder
-	fromName, toName := "a/"+name, "b/"+name
+	from := "a/" + name
 	if before == "" {
-		fromName = "/dev/null"
+		from = "/dev/null"
 	}
-	fmt.Fprintf(&sb, "--- %s\n+++ %s\n", fromName, toName)
-	fmt.Fprintf(&sb, "@@ -%s +%s @@\n", hunkRange(start, endA-start), hunkRange(start, endB-start))
-	for _, l := range a[start:head] {
-		sb.WriteString(" " + l)
+	d, err := udiff.ToUnified(from, "b/"+name, before, udiff.Lines(before, after), diffContext)
+	if err != nil {
+		return "", fmt.Errorf("diff of %s: %w", name, err)
 	}
-	for _, l := range a[head : len(a)-tail] {
-		sb.WriteString("-" + l)
-	}
-	for _, l := range b[head : len(b)-tail] {
-		sb.WriteString("+" + l)
-	}
-	for _, l := range a[len(a)-tail : endA] {
-		sb.WriteString(" " + l)
-	}
-	return sb.String()
-}
-
-func hunkRange(start, n int) string {
-	if n == 0 {
-		return fmt.Sprintf("%d,0", start)
-	}
-	return fmt.Sprintf("%d,%d", start+1, n)
-}
-
-// splitLines splits s into lines that keep their newline; a last line
-// without one gets the marker diff uses.
-func splitLines(s string) []string {
-	if s == "" {
-		return nil
-	}
-	lines := strings.SplitAfter(s, "\n")
-	if lines[len(lines)-1] == "" {
-		lines = lines[:len(lines)-1]
-	} else {
-		lines[len(lines)-1] += "\n\\ No newline at end of file\n"
-	}
-	return lines
+	return d, nil
 }
 
 // current reads a file for a diff, through the workspace like any read
@@ -101,7 +59,7 @@ func (t *writeFile) Diff(call *tool.Call) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return unifiedDiff(t.ws.Rel(p), before, a.Content), nil
+	return unifiedDiff(t.ws.Rel(p), before, a.Content)
 }
 
 // Diff implements tool.Differ.
@@ -118,5 +76,5 @@ func (t *replace) Diff(call *tool.Call) (string, error) {
 	if before != "" || a.OldString != "" {
 		after = strings.ReplaceAll(before, a.OldString, a.NewString)
 	}
-	return unifiedDiff(t.ws.Rel(p), before, after), nil
+	return unifiedDiff(t.ws.Rel(p), before, after)
 }

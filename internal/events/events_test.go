@@ -55,8 +55,8 @@ func examples() map[string]Envelope {
 		"confirm_ack.json":      &ConfirmAck{Header: hdr("ack-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-4", Reason: "approver:bob may not answer: nobody may approve a call they made"},
 		"confirm_rejected.json": &ConfirmRejected{Header: hdr("rj-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-4", Answer: ConfirmAnswer{Header: hdr("ca-3", agent), InvocationID: "inv-4", Outcome: ProceedOnce}, Reason: "nobody may approve a call they made"},
 		"confirm_closed.json":   &ConfirmClosed{Header: hdr("cc-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-5", ErrorType: ErrConfirmationTimeout, Reason: "No approver answered within 5m0s, so the call is denied."},
-		"step.json":           &Step{Header: hdr("st-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-1", Tool: "read_file", Step: "validated"},
-		"cancel.json":         &CancelRequest{Header: hdr("cx-1", Identity{ID: "cli@dev-1", Role: "cli"}), InvocationID: "inv-2", Reason: "taking too long"},
+		"step.json":             &Step{Header: hdr("st-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-1", Tool: "read_file", Step: "validated"},
+		"cancel.json":           &CancelRequest{Header: hdr("cx-1", Identity{ID: "cli@dev-1", Role: "cli"}), InvocationID: "inv-2", Reason: "taking too long"},
 		// A caller that stopped waiting: it publishes the call's terminal
 		// result itself, and the executor's result comes Late.
 		"cancel_gave_up.json": &CancelRequest{Header: hdr("cx-2", agent), InvocationID: "inv-3", Reason: "the caller stopped waiting: context deadline exceeded", GaveUp: true},

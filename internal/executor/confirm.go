@@ -16,14 +16,101 @@ import (
 	"github.com/toolbus/toolbus/internal/tool"
 )
 
-// confirm asks an approver about a call the policy sent to ASK_USER. It
-// returns the answer to act on, or the error that ends the call. Nothing
-// here ever defaults to proceeding.
+// confirm asks the approvers about a call the policy sent to ASK_USER. It
+// returns the answer to act on, or the error that ends the call. Every
+// answer is put to the policy (data.toolbus.approver_allowed): the first
+// one it accepts decides; one it refuses is acknowledged as refused,
+// recorded, and the wait goes on. Nothing here ever defaults to
+// proceeding.
 func (c *call) confirm(d policy.Decision, args map[string]any) (*events.ConfirmAnswer, events.ErrorType, string) {
-	e, t := c.e, c.tool
+	e := c.e
 	if !e.approverPresent(c.ctx) {
 		return nil, events.ErrPolicyDenied, fmt.Sprintf("The policy asks for confirmation (%s), but no approver is connected to give it, so the call is denied.", d.Reason)
 	}
+	pol := e.policy.Load()
+	in := c.input(args, c.paths, c.hardLinks, c.shell)
+	req := c.confirmRequest(d, pol, in)
+	// Answers come to an inbox of this call's own, as requests the
+	// executor acknowledges; the request names it in its body too, so an
+	// approver that reads it from the audit stream can answer.
+	req.AnswerTo = e.nc.NewInbox()
+	answers, err := e.nc.SubscribeSync(req.AnswerTo)
+	if err != nil {
+		return nil, events.ErrPolicyDenied, "confirmation failed, so the call is denied: " + err.Error()
+	}
+	defer answers.Unsubscribe()
+	data, err := events.Encode(req)
+	if err != nil {
+		return nil, events.ErrPolicyDenied, "confirmation request does not encode: " + err.Error()
+	}
+	c.step("confirming", d.Reason)
+	ctx, cancel := context.WithTimeout(c.ctx, e.cfg.ConfirmTimeout)
+	defer cancel()
+	if err := e.nc.PublishMsg(&nats.Msg{Subject: events.SubjectConfirm, Reply: req.AnswerTo, Data: data}); err != nil {
+		return nil, events.ErrPolicyDenied, "confirmation failed, so the call is denied: " + err.Error()
+	}
+	refusals := 0
+	for {
+		msg, err := answers.NextMsgWithContext(ctx)
+		if err != nil {
+			errType, reason := events.ErrPolicyDenied, "confirmation failed, so the call is denied: "+err.Error()
+			switch {
+			case c.ctx.Err() != nil:
+				errType, reason = events.ErrCancelled, fmt.Sprintf("cancelled while waiting for confirmation: %v", context.Cause(c.ctx))
+			case errors.Is(err, context.DeadlineExceeded):
+				errType, reason = events.ErrConfirmationTimeout, fmt.Sprintf("No approver answered within %s, so the call is denied.", e.cfg.ConfirmTimeout)
+			}
+			e.publish(events.SubjectConfirmClosed, &events.ConfirmClosed{Header: events.Header{Sender: e.id}, InvocationID: c.inv.ID, ErrorType: errType, Reason: reason})
+			return nil, errType, reason
+		}
+		answer, err := events.Decode[events.ConfirmAnswer](msg.Data)
+		if err != nil {
+			e.log.Warn("ignoring a confirmation answer that does not decode", "invocation", c.inv.ID, "err", err)
+			c.ack(msg, false, "the answer is not valid: "+err.Error())
+			continue
+		}
+		if answer.InvocationID != c.inv.ID {
+			c.ack(msg, false, fmt.Sprintf("the answer is for invocation %q, not %q", answer.InvocationID, c.inv.ID))
+			continue
+		}
+		if ok, reason := pol.ApproverAllowed(ctx, in, answer.Sender, answer.Outcome); !ok {
+			c.ack(msg, false, reason)
+			// Each refusal is recorded, up to a bound: a client that sends
+			// refused answers in a loop must not flood the audit stream.
+			if refusals++; refusals <= maxRecordedRefusals {
+				e.publish(events.SubjectConfirmRejected, &events.ConfirmRejected{Header: events.Header{Sender: e.id}, InvocationID: c.inv.ID, Answer: *answer, Reason: reason})
+				c.step("approver-refused", answer.Sender.ID+": "+reason)
+			} else if refusals == maxRecordedRefusals+1 {
+				e.log.Warn("more refused answers than are recorded for one call", "invocation", c.inv.ID, "recorded", maxRecordedRefusals)
+			}
+			continue
+		}
+		c.ack(msg, true, "")
+		e.publish(events.SubjectConfirmAnswered, answer)
+		c.step("confirmed", string(answer.Outcome)+" by "+answer.Sender.ID)
+		switch answer.Outcome {
+		case events.Cancel:
+			reason := fmt.Sprintf("%s cancelled the call.", answer.Sender.ID)
+			if answer.Message != "" {
+				reason = fmt.Sprintf("%s cancelled the call: %s", answer.Sender.ID, answer.Message)
+			}
+			return nil, events.ErrUserCancelled, reason
+		case events.ProceedAlways, events.ProceedAlwaysServer, events.ProceedAlwaysTool:
+			c.remember(d, answer)
+		}
+		return answer, "", ""
+	}
+}
+
+// maxRecordedRefusals bounds the refused answers recorded for one
+// confirmation request; later ones are acknowledged as refused only.
+const maxRecordedRefusals = 20
+
+// confirmRequest is what an approver is shown of the call: the policy's
+// reason and flags, the diff or the command, and the "always" answers the
+// policy would remember, each with what it would keep.
+func (c *call) confirmRequest(d policy.Decision, pol *policy.Policy, in *policy.Input) *events.ConfirmRequest {
+	e, t := c.e, c.tool
 	req := &events.ConfirmRequest{Header: events.Header{Sender: e.id}, InvocationID: c.inv.ID, Tool: t.Name, Server: c.host.judged.Server,
 		Kind: c.host.judged.Kind, Caller: c.inv.Sender, Args: c.inv.Args, Reason: d.Reason, DeadlineMillis: e.cfg.ConfirmTimeout.Milliseconds()}
 	if cm, ok := c.impl.(tool.Commander); ok {
@@ -38,41 +125,45 @@ func (c *call) confirm(d policy.Decision, args map[string]any) (*events.ConfirmA
 	if limit := e.cfg.MaxContent * 2; utf8.RuneCountInString(req.Diff) > limit {
 		req.Diff = truncate(req.Diff, limit) + fmt.Sprintf("\n[diff truncated at %d characters]\n", limit)
 	}
-	data, err := events.Encode(req)
+	flagged, err := pol.Flagged(c.ctx, in)
 	if err != nil {
-		return nil, events.ErrPolicyDenied, "confirmation request does not encode: " + err.Error()
+		e.log.Warn("the policy's flagged rule failed; the approver sees no flags", "invocation", c.inv.ID, "err", err)
 	}
-	c.step("confirming", d.Reason)
-	ctx, cancel := context.WithTimeout(c.ctx, e.cfg.ConfirmTimeout)
-	defer cancel()
-	// The first answer wins: a request takes the first reply.
-	msg, err := e.nc.RequestWithContext(ctx, events.SubjectConfirm, data)
-	switch {
-	case err != nil && c.ctx.Err() != nil:
-		return nil, events.ErrCancelled, fmt.Sprintf("cancelled while waiting for confirmation: %v", context.Cause(c.ctx))
-	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
-		return nil, events.ErrConfirmationTimeout, fmt.Sprintf("No approver answered within %s, so the call is denied.", e.cfg.ConfirmTimeout)
-	case errors.Is(err, nats.ErrNoResponders):
-		return nil, events.ErrPolicyDenied, "No approver is connected to confirm the call, so it is denied."
-	case err != nil:
-		return nil, events.ErrPolicyDenied, "confirmation failed, so the call is denied: " + err.Error()
+	req.Flagged = flagged
+	if d.Remember {
+		outcomes := []events.Outcome{events.ProceedAlways, events.ProceedAlwaysTool}
+		if in.Tool.Source == events.SourceMCP {
+			outcomes = append(outcomes, events.ProceedAlwaysServer)
+		}
+		seen := map[string]bool{}
+		for _, o := range outcomes {
+			entries, err := pol.Remember(c.ctx, in, o)
+			if err != nil || len(entries) == 0 {
+				continue
+			}
+			if what := describeEntries(entries); !seen[what] {
+				seen[what] = true
+				req.Always = append(req.Always, events.AlwaysOption{Outcome: o, Remembers: what})
+			}
+		}
 	}
-	answer, err := events.Decode[events.ConfirmAnswer](msg.Data)
+	return req
+}
+
+// ack tells the approver that sent msg whether its answer decides the
+// call. An answer sent without a reply subject gets none.
+func (c *call) ack(msg *nats.Msg, accepted bool, reason string) {
+	if msg.Reply == "" {
+		return
+	}
+	data, err := events.Encode(&events.ConfirmAck{Header: events.Header{Sender: c.e.id}, InvocationID: c.inv.ID, Accepted: accepted, Reason: reason})
 	if err != nil {
-		return nil, events.ErrPolicyDenied, "the approver's answer is not valid, so the call is denied: " + err.Error()
+		c.e.log.Error("confirmation acknowledgement does not encode", "invocation", c.inv.ID, "err", err)
+		return
 	}
-	if answer.InvocationID != c.inv.ID {
-		return nil, events.ErrPolicyDenied, "the approver answered another invocation, so the call is denied"
+	if err := msg.Respond(data); err != nil {
+		c.e.log.Warn("confirmation acknowledgement not sent", "invocation", c.inv.ID, "err", err)
 	}
-	e.publish(events.SubjectConfirmAnswered, answer)
-	c.step("confirmed", string(answer.Outcome)+" by "+answer.Sender.ID)
-	switch answer.Outcome {
-	case events.Cancel:
-		return nil, events.ErrUserCancelled, fmt.Sprintf("%s cancelled the call.", answer.Sender.ID)
-	case events.ProceedAlways, events.ProceedAlwaysServer, events.ProceedAlwaysTool:
-		c.remember(d, answer)
-	}
-	return answer, "", ""
 }
 
 // remember keeps an "always" answer on the fleet-wide allowlist as what

@@ -25,8 +25,10 @@ type Input struct {
 	// Home and Workspace describe the executor's host.
 	Home, Workspace string
 	// Answer is the outcome of the approver's answer, for the remember
-	// rule only.
+	// and approver rules only.
 	Answer events.Outcome
+	// Approver is who answered, for the approver rule only.
+	Approver *events.Identity
 	// HardLinks are those of Paths that are regular files with more than
 	// one name: the other name may be any file on the same file system.
 	HardLinks []string
@@ -108,6 +110,9 @@ func (in *Input) value() (ast.Value, error) {
 	if in.Answer != "" {
 		fields = append(fields, [2]*ast.Term{k.answer, obj(kv(k.outcome, string(in.Answer)))})
 	}
+	if a := in.Approver; a != nil {
+		fields = append(fields, [2]*ast.Term{approverKey, obj(kv(k.id, a.ID), kv(k.role, a.Role), kv(k.agent, a.Agent), kv(k.session, a.Session), kv(k.user, a.User), kv(k.host, a.Host))})
+	}
 	if len(in.HardLinks) > 0 {
 		fields = append(fields, [2]*ast.Term{hardLinksKey, strs(in.HardLinks)})
 	}
@@ -139,8 +144,9 @@ var k = struct {
 	words: str("words"), wrappers: str("wrappers"), globs: str("globs"), moreArgs: str("moreArgs"), stdin: str("stdin"), forkLoops: str("forkLoops"), opaque: str("opaque"),
 }
 
-// hardLinksKey names Input.HardLinks, present only when there are some.
-var hardLinksKey = str("hardLinks")
+// hardLinksKey names Input.HardLinks, present only when there are some;
+// approverKey Input.Approver.
+var hardLinksKey, approverKey = str("hardLinks"), str("approver")
 
 // kv is one field of an object whose value is a string.
 func kv(key *ast.Term, value string) [2]*ast.Term { return [2]*ast.Term{key, ast.InternedTerm(value)} }

@@ -42,6 +42,20 @@ const PathsQuery = "data.toolbus.denied_paths"
 // without it remembers nothing.
 const RememberQuery = "data.toolbus.remember"
 
+// ApproverQuery is the rule that says whether an approver may answer a
+// call's confirmation request: true, or the answer is ignored. It is
+// evaluated with the call's input plus input.approver and
+// input.answer.outcome. A policy set without it accepts no answer.
+const ApproverQuery = "data.toolbus.approver_allowed"
+
+// ApproverDeniedQuery is the set of reasons an approver is refused, told
+// to the approver. Optional.
+const ApproverDeniedQuery = "data.toolbus.approver_denied"
+
+// FlaggedQuery is the set of parts of a call the policy points an
+// approver at ({"text", "why"}). Optional.
+const FlaggedQuery = "data.toolbus.flagged"
+
 // SamplesQuery is the rule that names files the policy deems sensitive
 // (.env, id_x, ...), for judging shell globs that could match them. It is
 // read once, when the set is compiled.
@@ -102,6 +116,9 @@ type Policy struct {
 	query    rego.PreparedEvalQuery
 	paths    rego.PreparedEvalQuery
 	remember rego.PreparedEvalQuery
+	approver rego.PreparedEvalQuery
+	refusals rego.PreparedEvalQuery
+	flagged  rego.PreparedEvalQuery
 	samples  []string
 	// nondeterministic names a built-in (time, randomness, network) that
 	// makes the same input give different decisions; empty when none.
@@ -152,6 +169,18 @@ func Compile(ctx context.Context, files Files) (*Policy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
+	aq, err := prepare(ApproverQuery)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	adq, err := prepare(ApproverDeniedQuery)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	fq, err := prepare(FlaggedQuery)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
 	sq, err := prepare(SamplesQuery)
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
@@ -160,7 +189,8 @@ func Compile(ctx context.Context, files Files) (*Policy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
-	return &Policy{revision: files.Revision(), files: files, query: q, paths: pq, remember: rq, samples: samples,
+	return &Policy{revision: files.Revision(), files: files, query: q, paths: pq, remember: rq,
+		approver: aq, refusals: adq, flagged: fq, samples: samples,
 		nondeterministic: nondeterministic(modules)}, nil
 }
 
@@ -514,5 +544,79 @@ func (p *Policy) Remember(ctx context.Context, input *Input, outcome events.Outc
 		}
 		out = append(out, e)
 	}
+	return out, nil
+}
+
+// ApproverAllowed asks ApproverQuery whether approver may give outcome as
+// the answer to the call of input. It fails closed: anything but true —
+// undefined, another value, an error — refuses, and the reason says why
+// (the policy's own reasons from ApproverDeniedQuery when it gives some).
+func (p *Policy) ApproverAllowed(ctx context.Context, input *Input, approver events.Identity, outcome events.Outcome) (bool, string) {
+	in := *input
+	in.Answer, in.Approver = outcome, &approver
+	value, err := in.value()
+	if err != nil {
+		return false, "policy error: input: " + err.Error()
+	}
+	rs, err := p.approver.Eval(ctx, rego.EvalParsedInput(value), rego.EvalMetrics(noMetrics))
+	switch {
+	case err != nil:
+		return false, "policy error: " + err.Error()
+	case len(rs) == 0:
+		return false, "the policy set defines no " + ApproverQuery + ", so it accepts no answer"
+	}
+	if ok, _ := rs[0].Expressions[0].Value.(bool); ok {
+		return true, ""
+	}
+	rs, err = p.refusals.Eval(ctx, rego.EvalParsedInput(value), rego.EvalMetrics(noMetrics))
+	if err != nil {
+		return false, "policy error: " + err.Error()
+	}
+	var reasons []string
+	if list, err := setOf(rs, ApproverDeniedQuery); err == nil {
+		for _, v := range list {
+			if s, ok := v.(string); ok {
+				reasons = append(reasons, s)
+			}
+		}
+	}
+	if len(reasons) == 0 {
+		return false, fmt.Sprintf("the policy does not let %s answer this call", approver.ID)
+	}
+	sort.Strings(reasons)
+	return false, strings.Join(reasons, "; ")
+}
+
+// Flagged returns the parts of the call of input the policy points an
+// approver at (FlaggedQuery), sorted; nil when the set has no such rule.
+func (p *Policy) Flagged(ctx context.Context, input *Input) ([]events.Flag, error) {
+	value, err := input.value()
+	if err != nil {
+		return nil, fmt.Errorf("input: %w", err)
+	}
+	rs, err := p.flagged.Eval(ctx, rego.EvalParsedInput(value), rego.EvalMetrics(noMetrics))
+	if err != nil {
+		return nil, err
+	}
+	list, err := setOf(rs, FlaggedQuery)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]events.Flag, 0, len(list))
+	for _, v := range list {
+		m, _ := v.(map[string]any)
+		text, _ := m["text"].(string)
+		why, _ := m["why"].(string)
+		if text == "" {
+			return nil, fmt.Errorf("%s holds %v, not {text, why}", FlaggedQuery, v)
+		}
+		out = append(out, events.Flag{Text: text, Why: why})
+	}
+	slices.SortFunc(out, func(a, b events.Flag) int {
+		if c := strings.Compare(a.Text, b.Text); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Why, b.Why)
+	})
 	return out, nil
 }

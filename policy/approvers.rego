@@ -1,0 +1,98 @@
+# Who may answer a confirmation request, and what an approver is pointed
+# at. See README.md: "Output: data.toolbus.approver_allowed" and
+# "Output: data.toolbus.flagged".
+package toolbus
+
+# --- approvers: data a policy team edits ---------------------------------------
+
+# Groups of approvers, by the id their answers carry. A group left empty
+# takes no part in the rules below: the default policy ships the rule, a
+# policy team names the people.
+approver_groups := {"security": set()}
+
+# --- approver_allowed ------------------------------------------------------------
+
+# The executor asks about every answer, with the call's input plus
+# input.approver (the identity the answer names) and input.answer.outcome.
+# Any reason in approver_denied refuses it: the answer is ignored, recorded
+# on tool.confirm.rejected, and the approver is told the reasons.
+default approver_allowed := false
+
+approver_allowed if count(approver_denied) == 0
+
+# Answering is the approver role's: an agent or an executor naming itself
+# is not a person deciding.
+approver_denied contains sprintf("%q answers as %q; only the approver role may answer", [approver.id, approver.role]) if {
+	approver.role != "approver"
+}
+
+approver_denied contains "the answer names no approver" if approver.id == ""
+
+approver := {
+	"id": object.get(object.get(input, "approver", {}), "id", ""),
+	"role": object.get(object.get(input, "approver", {}), "role", ""),
+}
+
+# Nobody approves a call they made: an agent that answers its own request
+# would approve whatever it was talked into.
+approver_denied contains sprintf("%s made this call, and nobody may approve a call they made", [approver.id]) if {
+	approver.id == input.caller.id
+}
+
+# A shell line that reaches outside the workspace is the security group's
+# to approve, once the group has members.
+approver_denied contains sprintf("only the security group may approve %s outside the workspace (%s)", [input.tool.name, outside_workspace[0]]) if {
+	input.shell
+	count(outside_workspace) > 0
+	count(approver_groups.security) > 0
+	not approver.id in approver_groups.security
+}
+
+outside_workspace := sort([p | some p in input.paths; not in_workspace_or_harmless(p)])
+
+# --- flagged: the parts of a call an approver is pointed at ----------------------
+
+# Shown beside a confirmation request, highlighted in the command line.
+# Each is {"text": what to highlight, "why": a few words}.
+flagged contains {"text": c.text, "why": "not on the allowlist"} if {
+	input.shell
+	some c in input.shell.commands
+	not c.name in remember_never
+	not remembered_command(c)
+}
+
+flagged contains {"text": c.text, "why": "runs code or commands it is given; never remembered"} if {
+	input.shell
+	some c in input.shell.commands
+	c.name in remember_never
+}
+
+flagged contains {"text": c.text, "why": sprintf("run through %s", [w])} if {
+	input.shell
+	some c in input.shell.commands
+	some w in c.wrappers
+	w in privileged_wrappers
+}
+
+flagged contains {"text": p, "why": "outside the workspace"} if {
+	input.shell
+	some p in outside_workspace
+}
+
+flagged contains {"text": r.target, "why": "output written to a file"} if {
+	input.shell
+	some r in shell_redirects
+	not write_allowed_alone(r)
+}
+
+flagged contains {"text": o, "why": "not understood by the analyser"} if {
+	input.shell
+	some o in input.shell.opaque
+}
+
+shell_redirects contains r if some r in input.shell.redirects
+
+shell_redirects contains r if {
+	some c in input.shell.commands
+	some r in c.redirects
+}
