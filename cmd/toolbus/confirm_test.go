@@ -238,3 +238,156 @@ func TestConfirmShowsRequest(t *testing.T) {
 	default:
 	}
 }
+
+// TestConfirmApproveOnce: y approves the write once; the call returns and
+// the file is written.
+func TestConfirmApproveOnce(t *testing.T) {
+	url, ws := upForConfirm(t)
+	a := startApprover(t, url, nil, "--as", "approver:ada")
+	a.waitScreen("0 pending")
+	call := startCall(t, url, "write_file", `{"file_path":`+jsonString(ws+"/notes.txt")+`,"content":"approved\n"}`)
+	a.waitScreen("1 pending", "write_file", "+approved")
+	a.press("y")
+	a.waitScreen("accepted: proceed_once")
+	if code := call.wait(t); code != 0 {
+		t.Fatalf("the approved call exited %d: %s", code, call.stderr.String())
+	}
+	if got, err := os.ReadFile(ws + "/notes.txt"); err != nil || string(got) != "approved\n" {
+		t.Errorf("the file holds %q (%v), want the approved content", got, err)
+	}
+	a.waitScreen("0 pending")
+	a.press("r")
+	a.waitScreen("recent decisions", "write_file", "proceed_once by approver:ada")
+	a.press("r")
+	a.quit()
+}
+
+// TestConfirmAlways: the always key the policy offers for a shell command
+// remembers it; the same command then runs without asking, and the
+// allowlist shows it.
+func TestConfirmAlways(t *testing.T) {
+	url, _ := upForConfirm(t)
+	a := startApprover(t, url, nil, "--as", "approver:ada")
+	a.waitScreen("0 pending")
+	call := startCall(t, url, "run_shell_command", `{"command":"ls -la"}`)
+	screen := a.waitScreen("1 pending", "run_shell_command", "Command:", "ls -la", "not on the allowlist", "a always:")
+	if strings.Contains(screen, "s always:") {
+		t.Errorf("a built-in tool is offered an always for its server:\n%s", screen)
+	}
+	a.press("a")
+	a.waitScreen("accepted: proceed_always")
+	if code := call.wait(t); code != 0 {
+		t.Fatalf("the approved call exited %d: %s", code, call.stderr.String())
+	}
+	// Nobody answers the second call: it returns only if it was not asked.
+	again := startCall(t, url, "run_shell_command", `{"command":"ls -la"}`)
+	if code := again.wait(t); code != 0 {
+		t.Fatalf("the remembered command exited %d: %s", code, again.stderr.String())
+	}
+	if s := a.screen(); !strings.Contains(s, "0 pending") {
+		t.Errorf("the remembered command was asked about:\n%s", s)
+	}
+	out, errOut, code := toolbus(t, "allowlist", "list", "--json", "--nats", url)
+	if code != 0 || !strings.Contains(out, `"ls"`) || !strings.Contains(out, "approver:ada") {
+		t.Errorf("allowlist list: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	a.quit()
+}
+
+// TestConfirmModify: e opens $EDITOR on the arguments (here a script that
+// rewrites them); the call runs with what it left.
+func TestConfirmModify(t *testing.T) {
+	url, ws := upForConfirm(t)
+	editor := t.TempDir() + "/edit.sh"
+	if err := os.WriteFile(editor, []byte("#!/bin/sh\nsed -i 's/first draft/second draft/' \"$1\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	a := startApprover(t, url, []string{"VISUAL=", "EDITOR=" + editor}, "--as", "approver:ada")
+	a.waitScreen("0 pending")
+	call := startCall(t, url, "write_file", `{"file_path":`+jsonString(ws+"/draft.txt")+`,"content":"first draft\n"}`)
+	a.waitScreen("1 pending", "+first draft")
+	a.press("e")
+	a.waitScreen("accepted: modify_with_editor")
+	// The modified call is judged again, and an edit is asked about again.
+	a.waitScreen("1 pending", "+second draft")
+	a.press("y")
+	a.waitScreen("accepted: proceed_once")
+	if code := call.wait(t); code != 0 {
+		t.Fatalf("the modified call exited %d: %s", code, call.stderr.String())
+	}
+	if got, err := os.ReadFile(ws + "/draft.txt"); err != nil || string(got) != "second draft\n" {
+		t.Errorf("the file holds %q (%v), want the edited content", got, err)
+	}
+	a.quit()
+}
+
+// TestConfirmDeny: n, a reason, enter; the caller gets USER_CANCELLED
+// with the reason.
+func TestConfirmDeny(t *testing.T) {
+	url, ws := upForConfirm(t)
+	a := startApprover(t, url, nil, "--as", "approver:ada")
+	a.waitScreen("0 pending")
+	call := startCall(t, url, "write_file", `{"file_path":`+jsonString(ws+"/no.txt")+`,"content":"no\n"}`)
+	a.waitScreen("1 pending", "write_file")
+	a.press("n")
+	a.waitScreen("Deny:", "reason:")
+	a.press("not that file, use notes.md\r")
+	a.waitScreen("accepted: cancel")
+	if code := call.wait(t); code != 1 {
+		t.Fatalf("the denied call exited %d, want 1", code)
+	}
+	if errOut := call.stderr.String(); !strings.Contains(errOut, "USER_CANCELLED") || !strings.Contains(errOut, "not that file, use notes.md") {
+		t.Errorf("the caller's error %q does not carry USER_CANCELLED and the reason", errOut)
+	}
+	if _, err := os.Stat(ws + "/no.txt"); err == nil {
+		t.Error("the denied write happened")
+	}
+	a.quit()
+}
+
+// TestConfirmTwoApprovers: when one approver answers, the other shows the
+// request as answered, by whom and how, and then no longer pending.
+func TestConfirmTwoApprovers(t *testing.T) {
+	url, ws := upForConfirm(t)
+	ada := startApprover(t, url, nil, "--as", "approver:ada")
+	bob := startApprover(t, url, nil, "--as", "approver:bob")
+	ada.waitScreen("0 pending")
+	bob.waitScreen("0 pending")
+	call := startCall(t, url, "write_file", `{"file_path":`+jsonString(ws+"/both.txt")+`,"content":"x\n"}`)
+	ada.waitScreen("1 pending", "write_file")
+	bob.waitScreen("1 pending", "write_file")
+	ada.press("y")
+	bob.waitScreen("answered by approver:ada (proceed_once)")
+	if code := call.wait(t); code != 0 {
+		t.Fatalf("the call exited %d: %s", code, call.stderr.String())
+	}
+	bob.waitScreen("0 pending")
+	bob.waitGone("answered by approver:ada")
+	bob.press("y") // nothing is selected any more: nothing is sent
+	ada.quit()
+	bob.quit()
+}
+
+// TestConfirmRefusedApprover: the policy lets nobody approve a call they
+// made; the answer is refused, the screen says why, and the call still
+// waits.
+func TestConfirmRefusedApprover(t *testing.T) {
+	url, ws := upForConfirm(t)
+	host, _ := os.Hostname()
+	self := startApprover(t, url, nil, "--as", "cli@"+host) // the id `toolbus call` calls as
+	self.waitScreen("0 pending")
+	call := startCall(t, url, "write_file", `{"file_path":`+jsonString(ws+"/self.txt")+`,"content":"x\n"}`)
+	self.waitScreen("1 pending", "write_file")
+	self.press("y")
+	self.waitScreen("refused:", "nobody may approve a call they made")
+	self.waitScreen("Refused:", "1 pending")
+	select {
+	case code := <-call.done:
+		t.Fatalf("the call returned (exit %d) after a refused answer: %s", code, call.stderr.String())
+	default:
+	}
+	if _, err := os.Stat(ws + "/self.txt"); err == nil {
+		t.Error("the write happened on a refused answer")
+	}
+	self.quit()
+}

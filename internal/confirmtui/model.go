@@ -125,14 +125,20 @@ func (m *Model) refresh() {
 	m.state, m.changed = m.seat.Snapshot()
 	now := m.now()
 	for _, r := range m.state.Pending {
-		m.shown[r.InvocationID] = true
+		m.shown[round(r)] = true
 	}
 	for _, r := range m.state.Recent {
-		if m.shown[r.InvocationID] && m.endedAt[r.InvocationID].IsZero() {
-			m.endedAt[r.InvocationID] = now
+		if k := round(r); m.shown[k] && m.endedAt[k].IsZero() {
+			m.endedAt[k] = now
 		}
 	}
 	m.keepSelection()
+}
+
+// round names one request of an invocation: a modified call is judged
+// again and may be asked about again, under the same invocation id.
+func round(r approve.Request) string {
+	return fmt.Sprintf("%s/%s/%d", r.InvocationID, r.ID, r.Time.UnixNano())
 }
 
 // queue is what the list shows: the pending requests, then those that
@@ -141,7 +147,8 @@ func (m *Model) queue() []approve.Request {
 	q := slices.Clone(m.state.Pending)
 	now := m.now()
 	for _, r := range m.state.Recent {
-		if at, ok := m.endedAt[r.InvocationID]; ok && now.Sub(at) < linger {
+		at, ok := m.endedAt[round(r)]
+		if ok && now.Sub(at) < linger && !slices.ContainsFunc(q, func(p approve.Request) bool { return p.InvocationID == r.InvocationID }) {
 			q = append(q, r)
 		}
 	}
@@ -386,16 +393,21 @@ func (m *Model) queueLines(q []approve.Request, n int) []string {
 	var out []string
 	for i := first; i < first+n && i < len(q); i++ {
 		r := q[i]
-		state := ""
+		// An ended request says how it ended where the kind and caller
+		// were, so that it fits 80 columns.
+		var line string
 		switch {
 		case r.Answer != nil:
-			state = fmt.Sprintf("answered by %s (%s)", cleanLine(r.Answer.Sender.ID), r.Answer.Outcome)
+			line = fmt.Sprintf("%-18s answered by %s (%s)", cleanLine(r.Tool), cleanLine(r.Answer.Sender.ID), cleanLine(string(r.Answer.Outcome)))
 		case r.Closed != nil:
-			state = "closed: " + cleanLine(string(r.Closed.ErrorType))
-		case r.DeadlineMillis > 0:
-			state = timeLeft(r.Deadline, m.now()) + " left"
+			line = fmt.Sprintf("%-18s closed: %s", cleanLine(r.Tool), cleanLine(string(r.Closed.ErrorType)))
+		default:
+			left := ""
+			if r.DeadlineMillis > 0 {
+				left = timeLeft(r.Deadline, m.now()) + " left"
+			}
+			line = fmt.Sprintf("%-18s %-6s %-24s %s", cleanLine(r.Tool), cleanLine(string(r.Kind)), cleanLine(r.Caller.ID), left)
 		}
-		line := fmt.Sprintf("%-18s %-6s %-22s %s", cleanLine(r.Tool), cleanLine(string(r.Kind)), cleanLine(r.Caller.ID), state)
 		if r.InvocationID == m.selected {
 			line = styleSelected.Render("> " + line)
 		} else {
