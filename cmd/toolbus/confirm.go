@@ -30,7 +30,9 @@ what it would remember); e edit the arguments in $VISUAL/$EDITOR and send
 them (judged again); n deny, with an optional reason the agent sees; d the
 full diff and arguments; r recent decisions; ↑/↓ or j/k select; q quit.
 
-With --json it is for scripts. It prints one JSON object per line:
+With --json it is for scripts. It prints one JSON object per line, the
+first once executors can ask it:
+  {"event":"ready","approver":ID}
   {"event":"request","invocationId":ID,"request":{...the ConfirmRequest...},"deadline":TIME}
   {"event":"answered","invocationId":ID,"by":APPROVER,"outcome":OUTCOME}
   {"event":"rejected","invocationId":ID,"by":APPROVER,"outcome":OUTCOME,"reason":WHY}

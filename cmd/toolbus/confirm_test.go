@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -390,4 +391,105 @@ func TestConfirmRefusedApprover(t *testing.T) {
 		t.Error("the write happened on a refused answer")
 	}
 	self.quit()
+}
+
+// TestConfirmJSON: a script reads the request as a JSON line, a line that
+// is not an answer gets an error line, an answer gets its ack, and the
+// call returns.
+func TestConfirmJSON(t *testing.T) {
+	url, ws := upForConfirm(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin("toolbus"), "confirm", "--json", "--as", "approver:script", "--nats", url)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer stdin.Close()
+	lines := make(chan map[string]any)
+	go func() {
+		defer close(lines)
+		dec := json.NewDecoder(stdout)
+		for {
+			var m map[string]any
+			if dec.Decode(&m) != nil {
+				return
+			}
+			lines <- m
+		}
+	}()
+	// The ack and the answered event come from two sources (the reply,
+	// the stream) in either order: lines are kept until asked for.
+	var kept []map[string]any
+	next := func(event string) map[string]any {
+		t.Helper()
+		for i, m := range kept {
+			if m["event"] == event {
+				kept = append(kept[:i], kept[i+1:]...)
+				return m
+			}
+		}
+		for {
+			select {
+			case m, ok := <-lines:
+				if !ok {
+					t.Fatalf("confirm --json ended before printing a %q line; stderr: %s", event, stderr.String())
+				}
+				if m["event"] == event {
+					return m
+				}
+				kept = append(kept, m)
+			case <-time.After(screenTimeout):
+				t.Fatalf("no %q line", event)
+			}
+		}
+	}
+
+	if ready := next("ready"); ready["approver"] != "approver:script" {
+		t.Fatalf("ready line: %v", ready)
+	}
+	call := startCall(t, url, "write_file", `{"file_path":`+jsonString(ws+"/script.txt")+`,"content":"by a script\n"}`)
+	req := next("request")
+	id, _ := req["invocationId"].(string)
+	inner, _ := req["request"].(map[string]any)
+	if id == "" || inner["tool"] != "write_file" || !strings.Contains(fmt.Sprint(inner["diff"]), "+by a script") || req["deadline"] == nil {
+		t.Fatalf("request line: %v", req)
+	}
+	io.WriteString(stdin, "this is not JSON\n")
+	if e := next("error"); e["line"] != float64(1) || !strings.Contains(fmt.Sprint(e["error"]), "not an answer") {
+		t.Errorf("error line: %v", e)
+	}
+	io.WriteString(stdin, `{"invocationId":"`+id+`","outcome":"proceed_sometimes"}`+"\n")
+	if e := next("error"); !strings.Contains(fmt.Sprint(e["error"]), "unknown outcome") {
+		t.Errorf("error line for an unknown outcome: %v", e)
+	}
+	io.WriteString(stdin, `{"invocationId":"`+id+`","outcome":"proceed_once"}`+"\n")
+	if ack := next("ack"); ack["accepted"] != true || ack["invocationId"] != id {
+		t.Errorf("ack line: %v", ack)
+	}
+	if ans := next("answered"); ans["by"] != "approver:script" || ans["outcome"] != "proceed_once" {
+		t.Errorf("answered line: %v", ans)
+	}
+	if code := call.wait(t); code != 0 {
+		t.Fatalf("the call exited %d: %s", code, call.stderr.String())
+	}
+	if got, _ := os.ReadFile(ws + "/script.txt"); string(got) != "by a script\n" {
+		t.Errorf("the file holds %q", got)
+	}
+	stdin.Close()
+	for range lines {
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("confirm --json exited with %v at the end of its input; stderr: %s", err, stderr.String())
+	}
 }

@@ -15,8 +15,10 @@ import (
 	"github.com/toolbus/toolbus/internal/events"
 )
 
-// JSONEvent is one line `toolbus confirm --json` prints.
+// JSONEvent is one line `toolbus confirm --json` prints. The first is
+// ready, once the approver is registered and executors ask it.
 //
+//	{"event":"ready","approver":"approver:ada"}
 //	{"event":"request","invocationId":"…","request":{…ConfirmRequest…},"deadline":"…"}
 //	{"event":"answered","invocationId":"…","by":"approver:ada","outcome":"proceed_once"}
 //	{"event":"rejected","invocationId":"…","by":"…","outcome":"…","reason":"…"}
@@ -26,6 +28,7 @@ import (
 //	{"event":"error","line":3,"error":"…"}
 type JSONEvent struct {
 	Event        string                 `json:"event"`
+	Approver     string                 `json:"approver,omitempty"`
 	InvocationID string                 `json:"invocationId,omitempty"`
 	Request      *events.ConfirmRequest `json:"request,omitempty"`
 	Deadline     *time.Time             `json:"deadline,omitempty"`
@@ -63,6 +66,7 @@ func RunJSON(ctx context.Context, seat Seat, in io.Reader, out io.Writer) error 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w := &lineWriter{enc: json.NewEncoder(out)}
+	w.write(JSONEvent{Event: "ready", Approver: seat.Identity().ID})
 	watched := make(chan error, 1)
 	go func() { watched <- watch(ctx, seat, w) }()
 
@@ -137,34 +141,37 @@ func answerLine(ctx context.Context, seat Seat, w *lineWriter, n int, line []byt
 
 // watch prints the queue's changes until ctx ends.
 func watch(ctx context.Context, seat Seat, w *lineWriter) error {
+	// Each is keyed by round: a modified call may be asked about again.
 	printed := map[string]bool{}   // requests printed
 	ended := map[string]bool{}     // endings printed
 	rejections := map[string]int{} // rejections printed, per request
 	for {
 		state, changed := seat.Snapshot()
 		for _, r := range state.Pending {
-			if !printed[r.InvocationID] {
-				printed[r.InvocationID] = true
+			if k := round(r); !printed[k] {
+				printed[k] = true
 				req, deadline := r.ConfirmRequest, r.Deadline
 				w.write(JSONEvent{Event: "request", InvocationID: r.InvocationID, Request: &req, Deadline: &deadline})
 			}
 		}
 		for _, list := range [][]approve.Request{state.Pending, state.Recent} {
 			for _, r := range list {
-				for _, rej := range r.Rejected[min(rejections[r.InvocationID], len(r.Rejected)):] {
+				k := round(r)
+				for _, rej := range r.Rejected[min(rejections[k], len(r.Rejected)):] {
 					w.write(JSONEvent{Event: "rejected", InvocationID: r.InvocationID, By: rej.Answer.Sender.ID,
 						Outcome: rej.Answer.Outcome, Reason: rej.Reason})
 				}
-				rejections[r.InvocationID] = len(r.Rejected)
+				rejections[k] = len(r.Rejected)
 			}
 		}
 		// Recent is newest first; endings are printed oldest first.
 		for i := len(state.Recent) - 1; i >= 0; i-- {
 			r := state.Recent[i]
-			if ended[r.InvocationID] || !printed[r.InvocationID] {
+			k := round(r)
+			if ended[k] || !printed[k] {
 				continue
 			}
-			ended[r.InvocationID] = true
+			ended[k] = true
 			switch {
 			case r.Answer != nil:
 				w.write(JSONEvent{Event: "answered", InvocationID: r.InvocationID, By: r.Answer.Sender.ID, Outcome: r.Answer.Outcome})
