@@ -305,6 +305,12 @@ func (m *Model) fullKey(msg tea.KeyPressMsg) tea.Cmd {
 	case "d", "esc", "q":
 		m.mode = modeQueue
 		return nil
+	case "home", "g":
+		m.full.GotoTop()
+		return nil
+	case "end", "G":
+		m.full.GotoBottom()
+		return nil
 	case "ctrl+c":
 		return tea.Quit
 	}
@@ -353,7 +359,7 @@ func (m *Model) render() string {
 	switch m.mode {
 	case modeFull:
 		r, _ := m.current()
-		lines = append(lines, styleDim.Render(fmt.Sprintf("%s %s — ↑/↓ pgup/pgdn scroll, d or esc back (%d%%)",
+		lines = append(lines, styleDim.Render(fmt.Sprintf("%s %s — ↑↓ pgup pgdn home end ←→ scroll, d or esc back (%d%%)",
 			cleanLine(r.Tool), shortID(r.InvocationID), int(m.full.ScrollPercent()*100))))
 		lines = append(lines, m.full.View())
 		return fit(lines, w, h)
