@@ -141,13 +141,37 @@ func (a *approverTerm) press(keys string) {
 func (a *approverTerm) quit() {
 	a.t.Helper()
 	a.press("q")
+	a.waitExit("q")
+}
+
+// waitExit waits for a clean exit that gives the terminal back: the
+// main screen, not the view's alternate one.
+func (a *approverTerm) waitExit(how string) {
+	a.t.Helper()
 	select {
 	case err := <-a.done:
 		if err != nil {
-			a.t.Fatalf("toolbus confirm exited with %v; screen:\n%s", err, a.screen())
+			a.t.Fatalf("toolbus confirm exited with %v on %s; screen:\n%s", err, how, a.screen())
 		}
 	case <-time.After(screenTimeout):
-		a.t.Fatalf("toolbus confirm did not quit on q; screen:\n%s", a.screen())
+		a.t.Fatalf("toolbus confirm did not end on %s; screen:\n%s", how, a.screen())
+	}
+	a.mu.Lock()
+	alt := a.emu.IsAltScreen()
+	a.mu.Unlock()
+	if alt {
+		a.t.Errorf("the terminal is left on the alternate screen after %s", how)
+	}
+}
+
+// resize changes the terminal's size, as a person resizing the window.
+func (a *approverTerm) resize(cols, rows int) {
+	a.t.Helper()
+	a.mu.Lock()
+	a.emu.Resize(cols, rows)
+	a.mu.Unlock()
+	if err := pty.Setsize(a.pty, &pty.Winsize{Rows: uint16(rows), Cols: uint16(cols)}); err != nil {
+		a.t.Fatal(err)
 	}
 }
 
@@ -224,6 +248,12 @@ func TestConfirmShowsRequest(t *testing.T) {
 	url, ws := upForConfirm(t)
 	a := startApprover(t, url, nil, "--as", "approver:ada")
 	a.waitScreen("toolbus confirm", "as approver:ada", "0 pending")
+	a.mu.Lock()
+	alt := a.emu.IsAltScreen()
+	a.mu.Unlock()
+	if !alt {
+		t.Error("the view does not use the alternate screen, so leaving it cannot be checked")
+	}
 
 	content := "hello\n\x1b[2Jcleared?\n\x1b]0;pwned\x07title\n"
 	call := startCall(t, url, "write_file", `{"file_path":`+jsonString(ws+"/notes.txt")+`,"content":`+jsonString(content)+`}`)
@@ -231,8 +261,13 @@ func TestConfirmShowsRequest(t *testing.T) {
 	if !strings.Contains(screen, "Arguments:") && !strings.Contains(screen, "more lines") {
 		t.Errorf("neither the arguments nor a note that they are cut:\n%s", screen)
 	}
-	t.Logf("screen:\n%s", screen)
-	a.quit()
+	// Narrower: the view redraws to fit, cutting lines, not wrapping them.
+	a.resize(60, 20)
+	a.waitScreen("1 pending", strings.Repeat("─", 60)+"\n")
+	a.resize(80, 24)
+	a.waitScreen("1 pending", strings.Repeat("─", 80)+"\n")
+	a.press("\x03") // Ctrl-C
+	a.waitExit("Ctrl-C")
 	select {
 	case code := <-call.done:
 		t.Errorf("the call returned (exit %d) with nobody answering: %s", code, call.stderr.String())
@@ -299,13 +334,29 @@ func TestConfirmAlways(t *testing.T) {
 // rewrites them); the call runs with what it left.
 func TestConfirmModify(t *testing.T) {
 	url, ws := upForConfirm(t)
-	editor := t.TempDir() + "/edit.sh"
-	if err := os.WriteFile(editor, []byte("#!/bin/sh\nsed -i 's/first draft/second draft/' \"$1\"\n"), 0o755); err != nil {
+	// The editor leaves the file as it was the first time, breaks the
+	// JSON the second, and edits the content the third.
+	dir := t.TempDir()
+	editor := dir + "/edit.sh"
+	script := `#!/bin/sh
+n=$(cat "` + dir + `/runs" 2>/dev/null || echo 0); n=$((n+1)); echo $n > "` + dir + `/runs"
+case $n in
+1) ;;
+2) echo '{"file_path": ' > "$1" ;;
+*) sed -i 's/first draft/second draft/' "$1" ;;
+esac
+`
+	if err := os.WriteFile(editor, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	a := startApprover(t, url, []string{"VISUAL=", "EDITOR=" + editor}, "--as", "approver:ada")
 	a.waitScreen("0 pending")
 	call := startCall(t, url, "write_file", `{"file_path":`+jsonString(ws+"/draft.txt")+`,"content":"first draft\n"}`)
+	a.waitScreen("1 pending", "+first draft")
+	a.press("e")
+	a.waitScreen("nothing sent: the arguments are unchanged")
+	a.press("e")
+	a.waitScreen("nothing sent: the edited arguments are not valid JSON")
 	a.waitScreen("1 pending", "+first draft")
 	a.press("e")
 	a.waitScreen("accepted: modify_with_editor")
@@ -366,7 +417,11 @@ func TestConfirmTwoApprovers(t *testing.T) {
 	bob.waitGone("answered by approver:ada")
 	bob.press("y") // nothing is selected any more: nothing is sent
 	ada.quit()
-	bob.quit()
+	// A signal ends the view as cleanly as q does.
+	if err := bob.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	bob.waitExit("SIGTERM")
 }
 
 // TestConfirmRefusedApprover: the policy lets nobody approve a call they
