@@ -196,5 +196,11 @@ type lineWriter struct {
 func (w *lineWriter) write(e JSONEvent) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.enc.Encode(e) //nolint:errcheck // stdout gone: nothing left to tell
+	if err := w.enc.Encode(e); err != nil {
+		// A request whose arguments are not JSON is still reported, so
+		// that a script does not wait for a line that never comes; when
+		// the output itself is gone there is nobody left to tell.
+		w.enc.Encode(JSONEvent{Event: "error", InvocationID: e.InvocationID, //nolint:errcheck
+			Error: fmt.Sprintf("the %s event does not encode: %v", e.Event, err)})
+	}
 }
