@@ -239,3 +239,26 @@ func newTestModel(pending ...approve.Request) *Model {
 	m.Update(tea.WindowSizeMsg{Width: 80, Height: 24})
 	return m
 }
+
+// TestSelectionMovedAsksAgain: when the selected request leaves, the key
+// meant for it does not answer the one selected in its place.
+func TestSelectionMovedAsksAgain(t *testing.T) {
+	a := approve.Request{ConfirmRequest: events.ConfirmRequest{InvocationID: "a", Tool: "write_file"}}
+	b := approve.Request{ConfirmRequest: events.ConfirmRequest{InvocationID: "b", Tool: "replace"}}
+	seat := &staticSeat{state: approve.State{Pending: []approve.Request{a, b}}}
+	m := New(context.Background(), seat, "")
+	if m.selected != "a" {
+		t.Fatalf("selected %q, want the oldest", m.selected)
+	}
+	seat.state = approve.State{Pending: []approve.Request{b}} // a is gone (before this view saw it end)
+	m.Update(changedMsg{})
+	if _, cmd := m.Update(tea.KeyPressMsg{Code: 'y', Text: "y"}); cmd != nil || len(seat.answers) > 0 {
+		t.Fatal("y answered the request that took the place of the one that left")
+	}
+	if s := ansi.Strip(m.render()); !strings.Contains(s, "press again") {
+		t.Errorf("no word of the change:\n%s", s)
+	}
+	if _, cmd := m.Update(tea.KeyPressMsg{Code: 'y', Text: "y"}); cmd == nil {
+		t.Fatal("y pressed again sent nothing")
+	}
+}

@@ -60,6 +60,9 @@ type Model struct {
 	endedAt  map[string]time.Time // when this view saw a shown request end
 	selected string               // the selected request's invocation id
 	index    int                  // its position, kept when it leaves
+	// moved: the selected request left and the next one was selected
+	// for the person, who has not looked at it yet.
+	moved bool
 
 	width, height int
 	mode          mode
@@ -158,7 +161,7 @@ func (m *Model) queue() []approve.Request {
 func (m *Model) keepSelection() {
 	q := m.queue()
 	if len(q) == 0 {
-		m.selected, m.index = "", 0
+		m.selected, m.index, m.moved = "", 0, false
 		return
 	}
 	for i, r := range q {
@@ -167,6 +170,7 @@ func (m *Model) keepSelection() {
 			return
 		}
 	}
+	m.moved = m.selected != ""
 	m.index = min(m.index, len(q)-1)
 	m.selected = q[m.index].InvocationID
 }
@@ -244,10 +248,16 @@ func (m *Model) queueKey(msg tea.KeyPressMsg) tea.Cmd {
 		m.mode = modeFull
 		return nil
 	}
-	if !r.Pending() {
-		if slices.Contains([]string{"y", "a", "t", "s", "e", "n"}, key) {
-			m.status = "this request is no longer pending: " + cleanLine(r.Status())
-		}
+	answerKey := slices.Contains([]string{"y", "a", "t", "s", "e", "n"}, key)
+	if answerKey && !r.Pending() {
+		m.status = "this request is no longer pending: " + cleanLine(r.Status())
+		return nil
+	}
+	if answerKey && m.moved {
+		// A key meant for the request that just left must not answer
+		// the one that took its place.
+		m.moved = false
+		m.status = styleBad.Render("nothing sent:") + " the selected request left; this is another one, press again"
 		return nil
 	}
 	switch key {
@@ -275,6 +285,7 @@ func (m *Model) move(by int) {
 	}
 	m.index = max(0, min(len(q)-1, m.index+by))
 	m.selected = q[m.index].InvocationID
+	m.moved = false
 }
 
 func (m *Model) denyKey(msg tea.KeyPressMsg) tea.Cmd {
