@@ -62,7 +62,7 @@ func detailLines(r approve.Request, now time.Time) []string {
 			out = append(out, "  "+highlight(line, r.Flagged))
 		}
 		for _, f := range r.Flagged {
-			out = append(out, "  "+styleFlag.Render(cleanLine(f.Text))+" "+cleanLine(f.Why))
+			out = append(out, "  ↳ "+styleFlag.Render(cleanLine(f.Text))+" — "+cleanLine(f.Why))
 		}
 	}
 	if r.Diff != "" {
