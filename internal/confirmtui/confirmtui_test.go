@@ -35,6 +35,7 @@ func TestClean(t *testing.T) {
 		{"lone\rcr", `lone\x0dcr`, `lone\x0dcr`},
 		{"tab\there", "tab    here", "tab    here"},
 		{"del\x7f", `del\x7f`, `del\x7f`},
+		{"ls\u2028sep\u2029", `ls\u2028sep\u2029`, `ls\u2028sep\u2029`},
 		{"👩‍💻", "👩‍💻", "👩‍💻"},
 	} {
 		if got := cleanLine(tc.in); got != tc.line {

@@ -13,7 +13,8 @@ import (
 // control characters (ESC and the C1 set among them, which start escape
 // sequences), invalid UTF-8 and the bidirectional overrides that make text
 // read differently from what it is are shown as escapes in Go syntax
-// (`\x1b`, `\u202e`), as text.
+// (`\x1b`, `\u202e`), as text; so are the line and paragraph separators,
+// which some terminals and fonts break lines at.
 
 // cleanLine makes s safe to print on one line: newlines are shown as \n.
 func cleanLine(s string) string { return clean(s, false) }
@@ -37,7 +38,7 @@ func clean(s string, multiline bool) string {
 			b.WriteString("    ")
 		case r == '\r' && multiline && strings.HasPrefix(s[i+size:], "\n"):
 			// CRLF line ends are common in files; the CR is dropped.
-		case unicode.IsControl(r) || isBidi(r) || unicode.Is(unicode.Cf, r) && r != '\u200d':
+		case unicode.IsControl(r) || isBidi(r) || unicode.Is(unicode.Cf, r) && r != '\u200d' || r == '\u2028' || r == '\u2029':
 			if r < 0x80 {
 				fmt.Fprintf(&b, `\x%02x`, r)
 			} else {
