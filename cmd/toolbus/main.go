@@ -33,6 +33,7 @@ Usage:
   toolbus policy push DIR             test, then enforce DIR's policy on every executor
   toolbus policy show [--json]        the pushed policy's revision
   toolbus allowlist list [--json] | revoke KEY...
+  toolbus confirm [--as ID] [--json]  answer confirmation requests in the terminal (--json: JSON lines, for scripts)
   toolbus version
 
 Every command that talks to a bus takes --nats URL (default $TOOLBUS_NATS,
@@ -73,6 +74,8 @@ func run(args []string) error {
 		return runMCP(args[1:])
 	case "console":
 		return runConsole(args[1:])
+	case "confirm":
+		return runConfirm(args[1:])
 	case "version":
 		fmt.Println("toolbus", version)
 		return nil

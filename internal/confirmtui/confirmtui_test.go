@@ -1,0 +1,265 @@
+package confirmtui
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	tea "charm.land/bubbletea/v2"
+	"github.com/charmbracelet/x/ansi"
+	"go.uber.org/goleak"
+
+	"github.com/toolbus/toolbus/internal/approve"
+	"github.com/toolbus/toolbus/internal/events"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestClean(t *testing.T) {
+	for _, tc := range []struct{ in, line, text string }{
+		{"plain héllo 日本", "plain héllo 日本", "plain héllo 日本"},
+		{"\x1b[2J", `\x1b[2J`, `\x1b[2J`},
+		{"\x1b]0;title\x07", `\x1b]0;title\x07`, `\x1b]0;title\x07`},
+		{"\u009b31m", `\u009b31m`, `\u009b31m`},
+		{"a\xffb", `a\xffb`, `a\xffb`},
+		{"safe\u202eexe.txt", `safe\u202eexe.txt`, `safe\u202eexe.txt`},
+		{"two\nlines", `two\x0alines`, "two\nlines"},
+		{"crlf\r\nend", `crlf\x0d\x0aend`, "crlf\nend"},
+		{"lone\rcr", `lone\x0dcr`, `lone\x0dcr`},
+		{"tab\there", "tab    here", "tab    here"},
+		{"del\x7f", `del\x7f`, `del\x7f`},
+		{"ls\u2028sep\u2029", `ls\u2028sep\u2029`, `ls\u2028sep\u2029`},
+		{"👩‍💻", "👩‍💻", "👩‍💻"},
+	} {
+		if got := cleanLine(tc.in); got != tc.line {
+			t.Errorf("cleanLine(%q) = %q, want %q", tc.in, got, tc.line)
+		}
+		if got := cleanText(tc.in); got != tc.text {
+			t.Errorf("cleanText(%q) = %q, want %q", tc.in, got, tc.text)
+		}
+	}
+}
+
+func FuzzClean(f *testing.F) {
+	f.Add("\x1b[2J\x1b]0;x\x07\u009b\u202e\xff\r\n\t")
+	f.Fuzz(func(t *testing.T, s string) {
+		for _, out := range []string{cleanLine(s), cleanText(s)} {
+			if !utf8.ValidString(out) {
+				t.Fatalf("clean(%q) = %q: not UTF-8", s, out)
+			}
+			for _, r := range out {
+				if r != '\n' && (unicode.IsControl(r) || unicode.Is(unicode.Cf, r) && r != '\u200d') {
+					t.Fatalf("clean(%q) = %q holds %U", s, out, r)
+				}
+			}
+		}
+		if strings.Contains(cleanLine(s), "\n") {
+			t.Fatalf("cleanLine(%q) holds a newline", s)
+		}
+	})
+}
+
+// sgr matches the styling lipgloss writes; nothing else may reach the
+// terminal as a control sequence.
+var sgr = regexp.MustCompile(`\x1b\[[0-9;:]*m`)
+
+// assertInert fails when out holds a control character that is not part
+// of the view's own colouring.
+func assertInert(t *testing.T, out string) {
+	t.Helper()
+	for i, r := range sgr.ReplaceAllString(out, "") {
+		if r != '\n' && (unicode.IsControl(r) || isBidi(r)) {
+			t.Fatalf("control character %U at %d reaches the terminal in:\n%q", r, i, out)
+		}
+	}
+}
+
+const evil = "x\x1b[2J\x1b]0;pwned\x07\u009b31m\u202e\r"
+
+func evilRequest() approve.Request {
+	args, _ := json.Marshal(map[string]string{"file_path": evil, "content": evil})
+	return approve.Request{
+		ConfirmRequest: events.ConfirmRequest{
+			Header:       events.Header{ID: "m1", Time: time.Unix(100, 0)},
+			InvocationID: "inv" + evil, Tool: "write_file" + evil, Server: "srv" + evil, Kind: events.Kind("edit" + evil),
+			Caller: events.Identity{ID: "agent" + evil, Agent: evil, Session: evil, User: evil, Host: evil},
+			Args:   append(json.RawMessage(`{"raw":"`+evil+`",`), args[1:]...), Reason: "because" + evil,
+			Diff:    "--- a/x\n+++ b/x\n@@ -1 +1 @@\n-" + evil + "\n+" + evil + "\n",
+			Command: "ls " + evil, Flagged: []events.Flag{{Text: "ls", Why: evil}, {Text: evil, Why: "x"}},
+			Always: []events.AlwaysOption{{Outcome: events.ProceedAlways, Remembers: "the command " + evil}},
+		},
+		Rejected: []events.ConfirmRejected{{Reason: evil, Answer: events.ConfirmAnswer{Header: events.Header{Sender: events.Identity{ID: evil}}}}},
+	}
+}
+
+// TestEveryFieldIsInert: escape sequences in every string a request
+// carries are shown as text, in the detail and on the whole screen.
+func TestEveryFieldIsInert(t *testing.T) {
+	r := evilRequest()
+	detail := strings.Join(detailLines(r, time.Unix(0, 0)), "\n")
+	assertInert(t, detail)
+	if !strings.Contains(ansi.Strip(detail), `\x1b[2J`) {
+		t.Errorf("the escape is not shown as text:\n%s", detail)
+	}
+	m := newTestModel(r)
+	assertInert(t, m.render())
+	m.Update(tea.KeyPressMsg{Code: 'd', Text: "d"})
+	assertInert(t, m.render())
+}
+
+func TestDiffColours(t *testing.T) {
+	lines := diffLines("--- a/f\n+++ b/f\n@@ -1,2 +1,2 @@\n ctx\n-old\n+new\n")
+	for i, want := range []string{
+		styleLabel.Render("--- a/f"), styleLabel.Render("+++ b/f"), styleHunk.Render("@@ -1,2 +1,2 @@"),
+		" ctx", styleDel.Render("-old"), styleAdd.Render("+new"),
+	} {
+		if lines[i] != want {
+			t.Errorf("line %d = %q, want %q", i, lines[i], want)
+		}
+	}
+}
+
+func TestHighlightFlagged(t *testing.T) {
+	got := highlight("ls -la && rm x", []events.Flag{{Text: "rm x"}, {Text: "absent"}})
+	if want := "ls -la && " + styleFlag.Render("rm x"); got != want {
+		t.Errorf("highlight = %q, want %q", got, want)
+	}
+}
+
+// TestLargeDiffIsCut: the detail fits 80×24 with a note of what is left
+// out, and d shows all of it.
+func TestLargeDiffIsCut(t *testing.T) {
+	var diff strings.Builder
+	diff.WriteString("--- a/big\n+++ b/big\n@@ -1,300 +1,300 @@\n")
+	for i := range 300 {
+		fmt.Fprintf(&diff, "+line %d %s\n", i, strings.Repeat("wide ", 30))
+	}
+	r := approve.Request{ConfirmRequest: events.ConfirmRequest{InvocationID: "i1", Tool: "write_file", Kind: "edit",
+		Diff: diff.String(), Args: json.RawMessage(`{"file_path":"big"}`)}}
+	m := newTestModel(r)
+	screen := m.render()
+	lines := strings.Split(screen, "\n")
+	if len(lines) != 24 {
+		t.Errorf("the screen has %d lines, want 24", len(lines))
+	}
+	for i, l := range lines {
+		if w := ansi.StringWidth(l); w > 80 {
+			t.Errorf("line %d is %d wide: %q", i, w, l)
+		}
+	}
+	if !regexp.MustCompile(`… \d+ more lines, press d for the full diff`).MatchString(ansi.Strip(screen)) {
+		t.Errorf("no note that the diff is cut:\n%s", ansi.Strip(screen))
+	}
+	m.Update(tea.KeyPressMsg{Code: 'd', Text: "d"})
+	m.Update(tea.KeyPressMsg{Code: tea.KeyEnd})
+	if s := ansi.Strip(m.render()); !strings.Contains(s, `"file_path": "big"`) {
+		t.Errorf("the end of the full view does not show the arguments:\n%s", s)
+	}
+	m.Update(tea.KeyPressMsg{Code: tea.KeyEscape})
+	if m.mode != modeQueue {
+		t.Errorf("esc left the full view in mode %d", m.mode)
+	}
+}
+
+// TestAlwaysKeysOnlyWhenOffered: an always key acts only when the request
+// lists that outcome, and is shown with what it remembers.
+func TestAlwaysKeysOnlyWhenOffered(t *testing.T) {
+	r := approve.Request{ConfirmRequest: events.ConfirmRequest{InvocationID: "i1", Tool: "run_shell_command", Kind: "execute",
+		Command: "ls", Always: []events.AlwaysOption{{Outcome: events.ProceedAlways, Remembers: "the command ls"}}}}
+	m := newTestModel(r)
+	screen := ansi.Strip(m.render())
+	if !strings.Contains(screen, "a always: the command ls") || strings.Contains(screen, "t always") || strings.Contains(screen, "s always") {
+		t.Errorf("the always keys shown are not those offered:\n%s", screen)
+	}
+	for _, key := range []string{"t", "s", "x"} {
+		if _, cmd := m.Update(tea.KeyPressMsg{Code: rune(key[0]), Text: key}); cmd != nil {
+			t.Errorf("%s, not offered, did something", key)
+		}
+	}
+	_, cmd := m.Update(tea.KeyPressMsg{Code: 'a', Text: "a"})
+	if cmd == nil {
+		t.Fatal("a sent nothing")
+	}
+	msg := cmd().(ackMsg)
+	if seat := m.seat.(*staticSeat); len(seat.answers) != 1 || seat.answers[0].Outcome != events.ProceedAlways {
+		t.Errorf("answers sent: %+v", seat.answers)
+	}
+	m.Update(msg)
+	if s := ansi.Strip(m.render()); !strings.Contains(s, "error: the test seat does not answer") {
+		t.Errorf("the answer's error is not on the status line:\n%s", s)
+	}
+}
+
+func TestEditedArgs(t *testing.T) {
+	orig := []byte("{\n  \"a\": 1\n}\n")
+	for _, tc := range []struct {
+		edited  string
+		err     error
+		args    string
+		problem string
+	}{
+		{edited: "{\"a\": 2}\n", args: `{"a":2}`},
+		{edited: "{\n  \"a\": 1\n}", problem: "unchanged"},
+		{edited: "{\"a\": ", problem: "not valid JSON"},
+		{edited: "[1]", problem: "not valid JSON"},
+		{edited: "null", problem: "not a JSON object"},
+		{edited: "{\"a\": 2}", err: errors.New("exit status 1"), problem: "the editor failed"},
+	} {
+		args, problem := editedArgs(orig, []byte(tc.edited), tc.err)
+		if string(args) != tc.args || !strings.Contains(problem, tc.problem) || (tc.problem == "") != (problem == "") {
+			t.Errorf("editedArgs(%q, %v) = %s, %q; want %s, %q", tc.edited, tc.err, args, problem, tc.args, tc.problem)
+		}
+	}
+}
+
+// staticSeat serves a fixed queue to the view and records what it is
+// asked to send; the end-to-end tests in cmd/toolbus use the real seat.
+type staticSeat struct {
+	state   approve.State
+	answers []approve.Answer
+}
+
+func (s *staticSeat) Identity() events.Identity { return events.Identity{ID: "approver:test"} }
+func (s *staticSeat) Snapshot() (approve.State, <-chan struct{}) {
+	return s.state, make(chan struct{})
+}
+func (s *staticSeat) Answer(_ context.Context, _ string, a approve.Answer) (*events.ConfirmAck, error) {
+	s.answers = append(s.answers, a)
+	return nil, errors.New("the test seat does not answer")
+}
+
+func newTestModel(pending ...approve.Request) *Model {
+	m := New(context.Background(), &staticSeat{state: approve.State{Pending: pending}}, "")
+	m.Update(tea.WindowSizeMsg{Width: 80, Height: 24})
+	return m
+}
+
+// TestSelectionMovedAsksAgain: when the selected request leaves, the key
+// meant for it does not answer the one selected in its place.
+func TestSelectionMovedAsksAgain(t *testing.T) {
+	a := approve.Request{ConfirmRequest: events.ConfirmRequest{InvocationID: "a", Tool: "write_file"}}
+	b := approve.Request{ConfirmRequest: events.ConfirmRequest{InvocationID: "b", Tool: "replace"}}
+	seat := &staticSeat{state: approve.State{Pending: []approve.Request{a, b}}}
+	m := New(context.Background(), seat, "")
+	if m.selected != "a" {
+		t.Fatalf("selected %q, want the oldest", m.selected)
+	}
+	seat.state = approve.State{Pending: []approve.Request{b}} // a is gone (before this view saw it end)
+	m.Update(changedMsg{})
+	if _, cmd := m.Update(tea.KeyPressMsg{Code: 'y', Text: "y"}); cmd != nil || len(seat.answers) > 0 {
+		t.Fatal("y answered the request that took the place of the one that left")
+	}
+	if s := ansi.Strip(m.render()); !strings.Contains(s, "press again") {
+		t.Errorf("no word of the change:\n%s", s)
+	}
+	if _, cmd := m.Update(tea.KeyPressMsg{Code: 'y', Text: "y"}); cmd == nil {
+		t.Fatal("y pressed again sent nothing")
+	}
+}

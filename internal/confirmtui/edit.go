@@ -1,0 +1,98 @@
+package confirmtui
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+
+	tea "charm.land/bubbletea/v2"
+
+	"github.com/toolbus/toolbus/internal/approve"
+	"github.com/toolbus/toolbus/internal/events"
+)
+
+// edit opens the editor on the request's arguments, indented, in a file
+// only this user may read (os.CreateTemp makes it 0600): arguments may
+// hold secrets.
+func (m *Model) edit(r approve.Request) tea.Cmd {
+	argv := strings.Fields(m.editor)
+	if len(argv) == 0 {
+		m.status = styleBad.Render("no editor:") + " set $VISUAL or $EDITOR"
+		return nil
+	}
+	orig := []byte("{}\n")
+	if len(r.Args) > 0 {
+		var buf bytes.Buffer
+		if err := json.Indent(&buf, r.Args, "", "  "); err != nil {
+			m.status = styleBad.Render("cannot edit:") + " the arguments are not JSON"
+			return nil
+		}
+		orig = append(buf.Bytes(), '\n')
+	}
+	f, err := os.CreateTemp("", "toolbus-args-*.json")
+	if err != nil {
+		m.status = styleBad.Render("cannot edit:") + " " + cleanLine(err.Error())
+		return nil
+	}
+	path := f.Name()
+	_, err = f.Write(orig)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+		m.status = styleBad.Render("cannot edit:") + " " + cleanLine(err.Error())
+		return nil
+	}
+	id := r.InvocationID
+	cmd := exec.Command(argv[0], append(argv[1:], path)...)
+	return tea.ExecProcess(cmd, func(err error) tea.Msg {
+		return editedMsg{id: id, path: path, orig: orig, err: err}
+	})
+}
+
+// afterEdit reads the edited file back and sends it as a modify answer;
+// an editor that failed, a file left as it was, or one that is not a JSON
+// object sends nothing.
+func (m *Model) afterEdit(msg editedMsg) tea.Cmd {
+	edited, err := os.ReadFile(msg.path)
+	os.Remove(msg.path)
+	args, problem := editedArgs(msg.orig, edited, errors.Join(msg.err, err))
+	if problem != "" {
+		m.status = styleBad.Render("nothing sent:") + " " + cleanLine(problem)
+		return nil
+	}
+	r, ok := m.state.Find(msg.id)
+	if !ok || !r.Pending() {
+		m.status = styleBad.Render("nothing sent:") + " the request is no longer pending"
+		return nil
+	}
+	return m.answer(r, approve.Answer{Outcome: events.ModifyWithEditor, Args: args})
+}
+
+// editedArgs checks what the editor left: the compact JSON object to
+// send, or why nothing is sent.
+func editedArgs(orig, edited []byte, err error) (json.RawMessage, string) {
+	switch {
+	case err != nil:
+		return nil, "the editor failed: " + err.Error()
+	case bytes.Equal(bytes.TrimSpace(orig), bytes.TrimSpace(edited)):
+		return nil, "the arguments are unchanged"
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(edited, &obj); err != nil || obj == nil {
+		why := "not a JSON object"
+		if err != nil {
+			why = "not valid JSON: " + err.Error()
+		}
+		return nil, "the edited arguments are " + why
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, edited); err != nil {
+		return nil, "the edited arguments are not valid JSON: " + err.Error()
+	}
+	return buf.Bytes(), ""
+}

@@ -1,0 +1,206 @@
+package confirmtui
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/toolbus/toolbus/internal/approve"
+	"github.com/toolbus/toolbus/internal/events"
+)
+
+// JSONEvent is one line `toolbus confirm --json` prints. The first is
+// ready, once the approver is registered and executors ask it.
+//
+//	{"event":"ready","approver":"approver:ada"}
+//	{"event":"request","invocationId":"…","request":{…ConfirmRequest…},"deadline":"…"}
+//	{"event":"answered","invocationId":"…","by":"approver:ada","outcome":"proceed_once"}
+//	{"event":"rejected","invocationId":"…","by":"…","outcome":"…","reason":"…"}
+//	{"event":"closed","invocationId":"…","errorType":"CONFIRMATION_TIMEOUT","reason":"…"}
+//	{"event":"ack","invocationId":"…","accepted":true}
+//	{"event":"ack","invocationId":"…","accepted":false,"reason":"…"}
+//	{"event":"error","line":3,"error":"…"}
+type JSONEvent struct {
+	Event        string                 `json:"event"`
+	Approver     string                 `json:"approver,omitempty"`
+	InvocationID string                 `json:"invocationId,omitempty"`
+	Request      *events.ConfirmRequest `json:"request,omitempty"`
+	Deadline     *time.Time             `json:"deadline,omitempty"`
+	By           string                 `json:"by,omitempty"`
+	Outcome      events.Outcome         `json:"outcome,omitempty"`
+	ErrorType    string                 `json:"errorType,omitempty"`
+	Accepted     *bool                  `json:"accepted,omitempty"`
+	Reason       string                 `json:"reason,omitempty"`
+	Line         int                    `json:"line,omitempty"`
+	Error        string                 `json:"error,omitempty"`
+}
+
+// JSONAnswer is one line `toolbus confirm --json` reads:
+//
+//	{"invocationId":"…","outcome":"proceed_once"}
+//	{"invocationId":"…","outcome":"modify_with_editor","args":{"path":"/w/x"}}
+//	{"invocationId":"…","outcome":"cancel","message":"not that file"}
+type JSONAnswer struct {
+	InvocationID string          `json:"invocationId"`
+	Outcome      events.Outcome  `json:"outcome"`
+	Args         json.RawMessage `json:"args,omitempty"`
+	Message      string          `json:"message,omitempty"`
+}
+
+// RunJSON is the approver for scripts: it prints every request and every
+// change to one (answered, rejected, closed) as a JSON line on out, and
+// sends each answer line read from in, printing the executor's ack. A
+// line that is not an answer gets an error line, and reading goes on. It
+// returns at the end of in, once the answers read are acknowledged, or
+// when ctx ends.
+//
+// The line reader blocks in in.Read and so ends with in: the caller owns
+// in and closes it (the process's stdin ends with the process).
+func RunJSON(ctx context.Context, seat Seat, in io.Reader, out io.Writer) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w := &lineWriter{enc: json.NewEncoder(out)}
+	w.write(JSONEvent{Event: "ready", Approver: seat.Identity().ID})
+	watched := make(chan error, 1)
+	go func() { watched <- watch(ctx, seat, w) }()
+
+	lines := make(chan []byte)
+	readErr := make(chan error, 1)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(in)
+		sc.Buffer(make([]byte, 64*1024), 4*1024*1024)
+		for sc.Scan() {
+			select {
+			case lines <- append([]byte(nil), sc.Bytes()...):
+			case <-ctx.Done():
+				return
+			}
+		}
+		readErr <- sc.Err()
+	}()
+
+	n := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return <-watched
+		case err := <-watched:
+			return err
+		case line, ok := <-lines:
+			if !ok {
+				cancel()
+				err := <-watched
+				select {
+				case rerr := <-readErr:
+					err = errors.Join(err, rerr)
+				default:
+				}
+				return err
+			}
+			n++
+			if len(line) == 0 {
+				continue
+			}
+			answerLine(ctx, seat, w, n, line)
+		}
+	}
+}
+
+func answerLine(ctx context.Context, seat Seat, w *lineWriter, n int, line []byte) {
+	var a JSONAnswer
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&a); err != nil {
+		w.write(JSONEvent{Event: "error", Line: n, Error: "not an answer: " + err.Error()})
+		return
+	}
+	switch {
+	case a.InvocationID == "":
+		w.write(JSONEvent{Event: "error", Line: n, Error: "invocationId is empty"})
+		return
+	case !a.Outcome.Valid():
+		w.write(JSONEvent{Event: "error", Line: n, InvocationID: a.InvocationID, Error: fmt.Sprintf("unknown outcome %q", a.Outcome)})
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, answerTimeout)
+	defer cancel()
+	ack, err := seat.Answer(ctx, a.InvocationID, approve.Answer{Outcome: a.Outcome, Args: a.Args, Message: a.Message})
+	if err != nil {
+		w.write(JSONEvent{Event: "error", Line: n, InvocationID: a.InvocationID, Error: err.Error()})
+		return
+	}
+	w.write(JSONEvent{Event: "ack", InvocationID: a.InvocationID, Accepted: &ack.Accepted, Reason: ack.Reason})
+}
+
+// watch prints the queue's changes until ctx ends.
+func watch(ctx context.Context, seat Seat, w *lineWriter) error {
+	// Each is keyed by round: a modified call may be asked about again.
+	printed := map[string]bool{}   // requests printed
+	ended := map[string]bool{}     // endings printed
+	rejections := map[string]int{} // rejections printed, per request
+	for {
+		state, changed := seat.Snapshot()
+		for _, r := range state.Pending {
+			if k := round(r); !printed[k] {
+				printed[k] = true
+				req, deadline := r.ConfirmRequest, r.Deadline
+				w.write(JSONEvent{Event: "request", InvocationID: r.InvocationID, Request: &req, Deadline: &deadline})
+			}
+		}
+		for _, list := range [][]approve.Request{state.Pending, state.Recent} {
+			for _, r := range list {
+				k := round(r)
+				for _, rej := range r.Rejected[min(rejections[k], len(r.Rejected)):] {
+					w.write(JSONEvent{Event: "rejected", InvocationID: r.InvocationID, By: rej.Answer.Sender.ID,
+						Outcome: rej.Answer.Outcome, Reason: rej.Reason})
+				}
+				rejections[k] = len(r.Rejected)
+			}
+		}
+		// Recent is newest first; endings are printed oldest first.
+		for i := len(state.Recent) - 1; i >= 0; i-- {
+			r := state.Recent[i]
+			k := round(r)
+			if ended[k] || !printed[k] {
+				continue
+			}
+			ended[k] = true
+			switch {
+			case r.Answer != nil:
+				w.write(JSONEvent{Event: "answered", InvocationID: r.InvocationID, By: r.Answer.Sender.ID, Outcome: r.Answer.Outcome})
+			case r.Closed != nil:
+				w.write(JSONEvent{Event: "closed", InvocationID: r.InvocationID, ErrorType: string(r.Closed.ErrorType), Reason: r.Closed.Reason})
+			}
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// lineWriter writes whole JSON lines from several goroutines.
+type lineWriter struct {
+	mu  sync.Mutex
+	enc *json.Encoder
+}
+
+func (w *lineWriter) write(e JSONEvent) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.enc.Encode(e); err != nil {
+		// A request whose arguments are not JSON is still reported, so
+		// that a script does not wait for a line that never comes; when
+		// the output itself is gone there is nobody left to tell.
+		w.enc.Encode(JSONEvent{Event: "error", InvocationID: e.InvocationID, //nolint:errcheck
+			Error: fmt.Sprintf("the %s event does not encode: %v", e.Event, err)})
+	}
+}
