@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -216,16 +218,36 @@ func allowlistList(ctx context.Context, kv jetstream.KeyValue, asJSON bool) erro
 		return writeJSON(os.Stdout, rows)
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "KEY\tSCOPE\tTOOL\tSERVER\tPREFIX/PATH\tBY\tADDED")
+	fmt.Fprintln(w, "KEY\tSCOPE\tTOOL\tSERVER\tCOVERS\tBY\tADDED")
 	for _, r := range rows {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Key, r.Scope, dash(r.Tool), dash(r.Server), dash(r.Prefix+r.Path), r.By, r.AddedAt.Format(time.RFC3339))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Key, r.Scope, shown(r.Tool), shown(r.Server), shown(covers(r.AllowEntry)), shown(r.By), r.AddedAt.Format(time.RFC3339))
 	}
 	return w.Flush()
 }
 
-func dash(s string) string {
-	if s == "" {
+// covers says what an entry allows beyond its tool: a command line, a
+// command with any arguments, a path.
+func covers(e policy.AllowEntry) string {
+	switch {
+	case e.Scope == "command" && len(e.Argv) > 0 && e.Exact:
+		return strings.Join(e.Argv, " ")
+	case e.Scope == "command" && len(e.Argv) > 0:
+		return strings.Join(e.Argv, " ") + " …"
+	case e.Scope == "command":
+		return e.Prefix + " …"
+	}
+	return e.Path
+}
+
+// shown is s for a terminal: "-" when empty, quoted when it holds
+// anything but printable text (a remembered command line is an agent's
+// words, and may hold escape sequences).
+func shown(s string) string {
+	switch {
+	case s == "":
 		return "-"
+	case strings.IndexFunc(s, func(r rune) bool { return !unicode.IsGraphic(r) || r == '\t' }) >= 0:
+		return strconv.QuoteToGraphic(s)
 	}
 	return s
 }

@@ -327,6 +327,10 @@ func TestConfirmAlways(t *testing.T) {
 	if code != 0 || !strings.Contains(out, `"ls"`) || !strings.Contains(out, "approver:ada") {
 		t.Errorf("allowlist list: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
+	// The table says what the entry covers: ls with any arguments.
+	if out, _, code := toolbus(t, "allowlist", "list", "--nats", url); code != 0 || !strings.Contains(out, "COVERS") || !strings.Contains(out, "ls …") {
+		t.Errorf("allowlist list as a table: exit %d\n%s", code, out)
+	}
 	a.quit()
 }
 
