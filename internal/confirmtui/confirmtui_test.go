@@ -263,3 +263,15 @@ func TestSelectionMovedAsksAgain(t *testing.T) {
 		t.Fatal("y pressed again sent nothing")
 	}
 }
+
+// Arguments are shown as the agent wrote them: "&&" and "<" as such, not
+// as the escapes the bus's encoder writes, keys in the order sent.
+func TestArgumentsShowAsWritten(t *testing.T) {
+	got, err := indentJSON([]byte(`{"command":"ls \u0026\u0026 cat \u003cin","a":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "{\n  \"command\": \"ls && cat <in\",\n  \"a\": 1\n}"; string(got) != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+}

@@ -25,12 +25,12 @@ func (m *Model) edit(r approve.Request) tea.Cmd {
 	}
 	orig := []byte("{}\n")
 	if len(r.Args) > 0 {
-		var buf bytes.Buffer
-		if err := json.Indent(&buf, r.Args, "", "  "); err != nil {
+		pretty, err := indentJSON(r.Args)
+		if err != nil {
 			m.status = styleBad.Render("cannot edit:") + " the arguments are not JSON"
 			return nil
 		}
-		orig = append(buf.Bytes(), '\n')
+		orig = append(pretty, '\n')
 	}
 	f, err := os.CreateTemp("", "toolbus-args-*.json")
 	if err != nil {

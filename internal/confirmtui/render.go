@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-json-experiment/json/jsontext"
+
 	"charm.land/lipgloss/v2"
 
 	"github.com/toolbus/toolbus/internal/approve"
@@ -127,10 +129,9 @@ func argLines(args json.RawMessage) []string {
 	if len(args) == 0 {
 		return []string{styleDim.Render("(none)")}
 	}
-	var buf bytes.Buffer
 	text := string(args)
-	if err := json.Indent(&buf, args, "", "  "); err == nil {
-		text = buf.String()
+	if pretty, err := indentJSON(args); err == nil {
+		text = string(pretty)
 	}
 	return strings.Split(cleanText(text), "\n")
 }
@@ -199,4 +200,15 @@ func alwaysOptions(r approve.Request) []keyedOption {
 type keyedOption struct {
 	key string
 	opt events.AlwaysOption
+}
+
+// indentJSON lays out a JSON value for a person: indented, keys in the
+// order sent, and "&&" or "<" as they are, not as the \u0026 escapes the
+// bus's encoder writes for HTML safety.
+func indentJSON(raw []byte) ([]byte, error) {
+	v := jsontext.Value(bytes.Clone(raw))
+	if err := v.Indent(jsontext.WithIndent("  "), jsontext.PreserveRawStrings(false), jsontext.EscapeForHTML(false)); err != nil {
+		return nil, err
+	}
+	return v, nil
 }
