@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -62,8 +63,22 @@ func startApprover(t *testing.T, url string, env []string, args ...string) *appr
 			}
 		}
 	}()
-	go func() { // the emulator's replies to the program's queries, back
-		io.Copy(f, a.emu)
+	// The emulator's replies to the program's queries, back. The loop
+	// stops only when told: vt.Emulator's Close is not safe while a Read
+	// is in progress, so the cleanup wakes the Read with a query of its
+	// own, waits for the loop to end, and only then closes.
+	var stopping atomic.Bool
+	replied := make(chan struct{})
+	go func() {
+		defer close(replied)
+		buf := make([]byte, 1024)
+		for {
+			n, err := a.emu.Read(buf)
+			if err != nil || stopping.Load() {
+				return
+			}
+			f.Write(buf[:n]) // a program gone no longer reads; keep draining
+		}
 	}()
 	go func() {
 		err := cmd.Wait()
@@ -76,6 +91,12 @@ func startApprover(t *testing.T, url string, env []string, args ...string) *appr
 			cmd.Process.Kill()
 			<-a.done
 		}
+		<-copied
+		stopping.Store(true)
+		a.mu.Lock()
+		a.emu.Write([]byte("\x1b[6n")) // a cursor position query: its reply wakes the Read
+		a.mu.Unlock()
+		<-replied
 		a.emu.Close()
 		f.Close()
 	})
