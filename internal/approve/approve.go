@@ -126,6 +126,11 @@ type Answer struct {
 // waiting for an answer (unknown, answered already, or ended).
 var ErrNotPending = errors.New("approve: the call is not waiting for an answer")
 
+// ErrNotOffered is returned by Answer for an "always" answer the request
+// does not offer: the policy would not remember it, and a person who
+// chose it would be misled about what they approved.
+var ErrNotOffered = errors.New("approve: the policy does not offer this answer for the call")
+
 // Approver follows the confirmation requests of the fleet and answers
 // them as one identity. Its methods are safe for concurrent use.
 type Approver struct {
@@ -242,17 +247,25 @@ func (a *Approver) Snapshot() (State, <-chan struct{}) {
 // Answer sends an answer to the invocation's confirmation request as this
 // approver and returns the executor's acknowledgement: Accepted, or why
 // not (the policy does not let this approver answer this call; it was
-// answered first by another). ErrNotPending: nothing waits for an answer.
+// answered first by another). ErrNotPending: nothing waits for an answer;
+// ErrNotOffered: an "always" the request does not offer; an error
+// wrapping events.ErrInvalid: the answer breaks the contract (a modify
+// without an object, a message too long).
 func (a *Approver) Answer(ctx context.Context, invocationID string, ans Answer) (*events.ConfirmAck, error) {
 	a.mu.Lock()
 	r, ok := a.byID[invocationID]
 	var to string
+	offered := false
 	if ok && r.Pending() {
 		to = r.AnswerTo
+		offered = slices.ContainsFunc(r.Always, func(o events.AlwaysOption) bool { return o.Outcome == ans.Outcome })
 	}
 	a.mu.Unlock()
 	if !ok || !r.Pending() {
 		return nil, ErrNotPending
+	}
+	if ans.Outcome.Always() && !offered {
+		return nil, fmt.Errorf("%w: %s", ErrNotOffered, ans.Outcome)
 	}
 	if to == "" {
 		return nil, errors.New("approve: the request names no subject to answer to (an executor from before answers were acknowledged)")

@@ -295,6 +295,13 @@ func TestShellRequestsCarryFlagsAndAlways(t *testing.T) {
 	if len(want) > 0 {
 		t.Errorf("flags %+v lack %v", r.Flagged, want)
 	}
+	// An "always" the policy did not offer never reaches the executor.
+	if _, err := a.Answer(context.Background(), "inv-sh", approve.Answer{Outcome: events.ProceedAlwaysServer}); !errors.Is(err, approve.ErrNotOffered) {
+		t.Errorf("an always not offered: %v", err)
+	}
+	if _, err := a.Answer(context.Background(), "inv-sh", approve.Answer{Outcome: events.ModifyWithEditor, Args: json.RawMessage(`[1]`)}); !errors.Is(err, events.ErrInvalid) {
+		t.Errorf("a modify without an object: %v", err)
+	}
 	if _, err := a.Answer(context.Background(), "inv-sh", approve.Answer{Outcome: events.Cancel}); err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,6 @@ import (
 	"io/fs"
 	"mime"
 	"net/http"
-	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -155,16 +154,6 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, c caller) {
 	case !found || !req.Pending():
 		writeError(w, http.StatusConflict, approve.ErrNotPending.Error())
 		return
-	case !body.Outcome.Valid():
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("unknown outcome %q", body.Outcome))
-		return
-	case body.Outcome.Always() && !slices.ContainsFunc(req.Always, func(a events.AlwaysOption) bool { return a.Outcome == body.Outcome }):
-		// Only the "always" answers the policy offered may be given.
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("%s is not offered for this call", body.Outcome))
-		return
-	case len(body.Message) > events.MaxAnswerMessage:
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("the reason is %d bytes; at most %d", len(body.Message), events.MaxAnswerMessage))
-		return
 	}
 	ans := approve.Answer{Outcome: body.Outcome, Message: body.Message}
 	if body.Outcome == events.ModifyWithEditor {
@@ -179,6 +168,11 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, c caller) {
 	switch {
 	case errors.Is(err, approve.ErrNotPending):
 		writeError(w, http.StatusConflict, err.Error())
+		return
+	case errors.Is(err, approve.ErrNotOffered) || errors.Is(err, events.ErrInvalid):
+		// Only what the policy offered, in the contract's shape, reaches
+		// the bus.
+		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	case err != nil:
 		s.log.Warn("console: an answer failed", "invocation", body.InvocationID, "err", err)
