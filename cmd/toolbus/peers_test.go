@@ -1,0 +1,265 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/toolbus/toolbus/internal/testkit/fakegemini"
+	"github.com/toolbus/toolbus/internal/testkit/npmpeer"
+)
+
+// peerTimeout bounds one run of an npm client, the MCP server it starts
+// included; it is a bound on a wait, not a measurement.
+const peerTimeout = 3 * time.Minute
+
+// peerRun is how one run of an npm client ended.
+type peerRun struct {
+	stdout, stderr string
+	code           int
+}
+
+// runPeer runs node22 with args in its own process group, with env added
+// to a minimal environment, and returns its output once it has exited. A
+// run past peerTimeout is killed, its whole group with it (the MCP servers
+// it started), and fails the test.
+func runPeer(t *testing.T, env []string, args ...string) peerRun {
+	t.Helper()
+	node22 := npmpeer.Require(t, npmpeer.Node22)
+	ctx, cancel := context.WithTimeout(context.Background(), peerTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node22, args...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "NO_COLOR=1", "TOOLBUS_NATS="}, env...)
+	cmd.Dir = t.TempDir()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	// The client's children may hold its output pipes open after it
+	// exits; WaitDelay stops Wait from waiting for them forever.
+	cmd.WaitDelay = 10 * time.Second
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	// Whatever the client left behind in its group goes with it.
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	run := peerRun{stdout: stdout.String(), stderr: stderr.String()}
+	if ctx.Err() != nil {
+		t.Fatalf("node22 %s did not finish within %v; stdout:\n%s\nstderr:\n%s", strings.Join(args, " "), peerTimeout, run.stdout, run.stderr)
+	}
+	if ee, ok := err.(*exec.ExitError); ok {
+		run.code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("node22 %s: %v", strings.Join(args, " "), err)
+	}
+	return run
+}
+
+// geminiServer is an mcpServers entry of Gemini CLI's settings.
+type geminiServer struct {
+	Command string   `json:"command"`
+	Args    []string `json:"args"`
+	// Trust lets the server's tools run without the CLI's confirmation,
+	// which headless mode cannot ask for; toolbus's policy still judges
+	// every call.
+	Trust bool `json:"trust"`
+}
+
+// runGemini runs Gemini CLI headless with one MCP server, named name, and
+// the fake model, and returns its run. HOME is a fresh directory holding
+// only the settings written here, so that nothing of the machine's own
+// configuration takes part.
+func runGemini(t *testing.T, model *fakegemini.Server, name string, server geminiServer, prompt string) peerRun {
+	t.Helper()
+	gemini := npmpeer.Require(t, npmpeer.Gemini)
+	home := t.TempDir()
+	settings := map[string]any{
+		"mcpServers": map[string]any{name: server},
+		"security": map[string]any{
+			"auth":        map[string]any{"selectedType": "gemini-api-key"},
+			"folderTrust": map[string]any{"enabled": false},
+		},
+		"privacy":   map[string]any{"usageStatisticsEnabled": false},
+		"telemetry": map[string]any{"enabled": false},
+		"general": map[string]any{
+			"enableAutoUpdate":             false,
+			"enableAutoUpdateNotification": false,
+		},
+	}
+	data, err := json.MarshalIndent(settings, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(home, ".gemini"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, ".gemini", "settings.json"), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run := runPeer(t, []string{
+		"HOME=" + home,
+		// The CLI writes its error reports to the temp directory.
+		"TMPDIR=" + t.TempDir(),
+		"GOOGLE_GEMINI_BASE_URL=" + model.URL,
+		"GEMINI_API_KEY=fake",
+		// One process instead of the CLI relaunching itself with a
+		// bigger heap: one less layer between the test and the client.
+		"GEMINI_CLI_NO_RELAUNCH=true",
+	},
+		// A model named on the command line skips the CLI's router, which
+		// would first ask a classifier model for a JSON verdict the fake
+		// does not script (and retry, with backoff, when it is missing).
+		gemini, "-m", "gemini-2.5-flash", "-p", prompt, "-o", "stream-json")
+	t.Logf("gemini exit %d\nstdout:\n%s\nstderr:\n%s", run.code, run.stdout, run.stderr)
+	for _, u := range model.Unknown() {
+		t.Logf("the fake model did not know %s", u)
+	}
+	return run
+}
+
+// TestGeminiEverything proves the Gemini CLI harness against
+// server-everything: the model calls echo, the CLI runs it over MCP, and
+// the echo's text comes back to the model, then out as the final answer.
+func TestGeminiEverything(t *testing.T) {
+	node, args := npmpeer.EverythingStdio(t)
+	model := fakegemini.Start(t, fakegemini.Script{
+		Tool:  "mcp_everything_echo",
+		Args:  map[string]any{"message": "hello through gemini"},
+		Final: "the tool said hello",
+	})
+	run := runGemini(t, model, "everything", geminiServer{Command: node, Args: args, Trust: true}, "call echo")
+	if run.code != 0 {
+		t.Fatalf("gemini exited %d", run.code)
+	}
+	t.Logf("tools declared to the model: %v", model.ToolNames())
+	responses := model.FunctionResponses()
+	if len(responses) == 0 {
+		t.Fatalf("no functionResponse reached the model")
+	}
+	if got := string(responses[0].Response); !strings.Contains(got, "Echo: hello through gemini") {
+		t.Errorf("the model was told %s, want the echo", got)
+	}
+	if !strings.Contains(run.stdout, "the tool said hello") {
+		t.Errorf("the final answer is not in gemini's output")
+	}
+}
+
+// inspectorExitToolError is the Inspector CLI's exit code for a tool that
+// failed: an isError result, or a tool the server does not list.
+const inspectorExitToolError = 5
+
+// inspect runs the MCP Inspector's command-line client once against
+// target (a command and its arguments, or an MCP URL) with the flags
+// given, asking for JSON output.
+func inspect(t *testing.T, target []string, flags ...string) peerRun {
+	t.Helper()
+	inspector := npmpeer.Require(t, npmpeer.Inspector)
+	args := append([]string{inspector, "--cli", "--format", "json", "--quiet"}, flags...)
+	// The target goes last, after "--", so that a flag of the server's
+	// command is not taken for the Inspector's.
+	args = append(append(args, "--"), target...)
+	// HOME holds the Inspector's catalogue and client config; a fresh one
+	// keeps the machine's out.
+	return runPeer(t, []string{"HOME=" + t.TempDir()}, args...)
+}
+
+// toolResult is a tools/call result as the Inspector prints it.
+type toolResult struct {
+	Content []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	} `json:"content"`
+	IsError bool `json:"isError"`
+}
+
+// text joins the result's text parts.
+func (r toolResult) text() string {
+	var b strings.Builder
+	for _, c := range r.Content {
+		b.WriteString(c.Text)
+	}
+	return b.String()
+}
+
+// inspectorError is the envelope the Inspector prints on stderr when a
+// method fails.
+type inspectorError struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// decode parses out as JSON into v, failing the test with the run's output.
+func decode(t *testing.T, what, out string, v any) {
+	t.Helper()
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		t.Fatalf("%s is not the JSON expected (%v):\n%s", what, err, out)
+	}
+}
+
+// checkInspectorEverything drives server-everything at target through the
+// Inspector: the tools listed, echo called, an unknown tool refused.
+func checkInspectorEverything(t *testing.T, target []string) {
+	t.Run("tools/list", func(t *testing.T) {
+		run := inspect(t, target, "--method", "tools/list")
+		if run.code != 0 {
+			t.Fatalf("exit %d; stderr:\n%s", run.code, run.stderr)
+		}
+		var out struct {
+			Result struct {
+				Tools []struct{ Name string } `json:"tools"`
+			} `json:"result"`
+		}
+		decode(t, "tools/list", run.stdout, &out)
+		var names []string
+		for _, tool := range out.Result.Tools {
+			names = append(names, tool.Name)
+		}
+		if !slices.Contains(names, "echo") {
+			t.Errorf("tools/list has no echo: %v", names)
+		}
+	})
+	t.Run("tools/call", func(t *testing.T) {
+		run := inspect(t, target, "--method", "tools/call", "--tool-name", "echo", "--tool-arg", "message=hi there")
+		if run.code != 0 {
+			t.Fatalf("exit %d; stderr:\n%s", run.code, run.stderr)
+		}
+		var out struct {
+			Result toolResult `json:"result"`
+		}
+		decode(t, "tools/call", run.stdout, &out)
+		if out.Result.IsError || out.Result.text() != "Echo: hi there" {
+			t.Errorf("echo gave %+v, want the text %q", out.Result, "Echo: hi there")
+		}
+	})
+	t.Run("unknown tool", func(t *testing.T) {
+		run := inspect(t, target, "--method", "tools/call", "--tool-name", "no-such-tool")
+		if run.code != inspectorExitToolError {
+			t.Fatalf("exit %d, want %d; stdout:\n%s\nstderr:\n%s", run.code, inspectorExitToolError, run.stdout, run.stderr)
+		}
+		var out inspectorError
+		decode(t, "the error", run.stderr, &out)
+		if out.Error.Code != "tool_not_found" {
+			t.Errorf("error %+v, want code tool_not_found", out.Error)
+		}
+	})
+}
+
+// TestInspectorEverything proves the Inspector harness against
+// server-everything, over stdio and over streamable HTTP.
+func TestInspectorEverything(t *testing.T) {
+	t.Run("stdio", func(t *testing.T) {
+		node, args := npmpeer.EverythingStdio(t)
+		checkInspectorEverything(t, append([]string{node}, args...))
+	})
+	t.Run("http", func(t *testing.T) {
+		checkInspectorEverything(t, []string{npmpeer.EverythingHTTP(t)})
+	})
+}
