@@ -124,3 +124,21 @@ remember_entries(outcome) := set() if {
 	input.tool.kind in {"edit", "delete", "move"}
 	count(input.paths) > 0
 } else := {{"scope": "tool", "tool": input.tool.name, "server": input.tool.server}}
+
+# --- tools a caller may not call at all ----------------------------------------
+
+# Tools a caller may not call, whatever the arguments: a caller's agent
+# (input.caller.agent; "*" for every caller) to the tool names. Data a
+# policy team edits; empty by default.
+caller_denied_tools := {}
+
+# tool_denied is asked with input.tool and input.caller alone: the MCP
+# facade leaves a tool it names out of that caller's tool list. The
+# decision denies such calls too, so the list and the decision agree.
+tool_denied contains sprintf("%s is not available to %s", [input.tool.name, input.caller.id]) if {
+	some agent, names in caller_denied_tools
+	agent in {"*", object.get(input.caller, "agent", "")}
+	input.tool.name in names
+}
+
+deny contains reason if some reason in tool_denied

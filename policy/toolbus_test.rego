@@ -126,3 +126,27 @@ test_remember_an_mcp_server if {
 test_remember_nothing_of_a_never_remembered_tool if {
 	count(remembered(file_tool("write_file", "edit", ["/w/a"]), "proceed_always")) == 0 with toolbus.never_remember as {"write_file"}
 }
+
+# --- tools a caller may not call ---------------------------------------------
+
+test_tool_denied_for_one_agent if {
+	inp := object.union(file_tool("read_file", "read", ["/w/a"]), {"caller": {"id": "agent:gemini", "agent": "gemini-cli"}})
+	denied := {"gemini-cli": {"read_file"}}
+	count(toolbus.tool_denied) > 0 with input as inp with toolbus.caller_denied_tools as denied
+	verdict(inp) == "DENY" with toolbus.caller_denied_tools as denied
+	other := object.union(inp, {"caller": {"id": "agent:claude", "agent": "claude-code"}})
+	count(toolbus.tool_denied) == 0 with input as other with toolbus.caller_denied_tools as denied
+	verdict(other) == "ALLOW" with toolbus.caller_denied_tools as denied
+}
+
+test_tool_denied_for_everyone if {
+	inp := file_tool("read_file", "read", ["/w/a"])
+	count(toolbus.tool_denied) > 0 with input as inp with toolbus.caller_denied_tools as {"*": {"read_file"}}
+}
+
+test_tool_denied_needs_no_arguments if {
+	# As the facade asks: the tool and the caller, nothing else.
+	inp := {"tool": tool("run_shell_command", "execute"), "caller": {"id": "agent:x", "agent": "x"}}
+	count(toolbus.tool_denied) > 0 with input as inp with toolbus.caller_denied_tools as {"x": {"run_shell_command"}}
+	count(toolbus.tool_denied) == 0 with input as inp
+}

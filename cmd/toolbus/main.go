@@ -18,7 +18,7 @@ Usage:
   toolbus up [--data DIR] [--listen HOST:PORT] [--settings FILE] [--mcp-config FILE] [--workspace DIR] [--policy DIR]
       run the bus, the registry and an executor with the built-in tools and the MCP servers
       of settings.json (Gemini CLI) and .mcp.json (Claude Code) in one process,
-      and the web console (--console ADDR|off)
+      the web console (--console ADDR|off) and the MCP endpoint (--mcp-listen ADDR|off)
   toolbus console [--listen HOST:PORT] [--token TOKEN] [--as ID]
       the web console for a fleet's bus: answer confirmation requests, revoke allowlist entries
   toolbus tools list [--json] [--active] [--server NAME] [--format gemini|openai|anthropic|mcp]
@@ -26,6 +26,8 @@ Usage:
   toolbus tools enable|disable [NAME...] [--kind KIND] [--category CATEGORY]
   toolbus tools discover --server NAME [--json]   list an MCP server's tools again
   toolbus mcp status [--json]         every MCP server's state, on every executor
+  toolbus mcp serve [--agent ID] [--session ID] [--listen HOST:PORT] [--token T]
+      the fleet's tools as one MCP server: over stdio for an agent, or over HTTP
   toolbus call NAME --args JSON [--json] [--timeout D] [--stream] [--id ID]
       run a tool; exit 0 on success, 1 with the error type on stderr on failure
   toolbus cancel INVOCATION_ID

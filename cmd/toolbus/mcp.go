@@ -19,8 +19,11 @@ import (
 )
 
 func runMCP(args []string) error {
+	if len(args) > 0 && args[0] == "serve" {
+		return runMCPServe(args[1:])
+	}
 	if len(args) == 0 || args[0] != "status" {
-		return usageError{fmt.Errorf("mcp: want status")}
+		return usageError{fmt.Errorf("mcp: want status or serve")}
 	}
 	fs := flag.NewFlagSet("mcp status", flag.ContinueOnError)
 	natsURL := cli.NATSFlag(fs)

@@ -33,6 +33,7 @@ func runUp(args []string) error {
 	workspace := fs.String("workspace", ".", "directory the built-in tools are confined to")
 	policyDir := fs.String("policy", "", "directory of .rego files (default: the built-in default policy)")
 	outputs := cli.AddOutputFlags(fs)
+	mcpListen := fs.String("mcp-listen", "", "address the MCP endpoint (toolbus as an MCP server, streamable HTTP) listens on, or off (default "+defaultMCPListen+", else a free loopback port)")
 	consoleAddr := fs.String("console", "", "address the web console listens on, or off (default "+console.DefaultListen+", else a free loopback port); token from env "+consoleTokenEnv)
 	logLevel := cli.LogFlag(fs)
 	if rest, err := parse(fs, args); err != nil {
@@ -86,6 +87,18 @@ func runUp(args []string) error {
 		defer cons.stop()
 	}
 
+	// Agents that speak MCP call the fleet's tools here.
+	var mcpEP *mcpEndpoint
+	if *mcpListen != "off" {
+		fac, ep, err := upMCPEndpoint(ctx, b, *mcpListen, exec.executor.Policy, log)
+		if err != nil {
+			return err
+		}
+		defer fac.Close()
+		defer ep.stop()
+		mcpEP = ep
+	}
+
 	fmt.Printf("toolbus is up\n  bus:       %s\n  data:      %s\n  workspace: %s\n  policy:    %s\n  tools:     %d registered, %d active\n",
 		b.URL(), *dataDir, exec.workspace.Root(), exec.executor.Policy().Revision(),
 		reg.Registry().Catalog().Len(), len(reg.Registry().Catalog().AllToolNames()))
@@ -100,6 +113,9 @@ func runUp(args []string) error {
 	}
 	if cons != nil {
 		fmt.Printf("  console:   %s\n", cons.server.URL())
+	}
+	if mcpEP != nil {
+		fmt.Printf("  mcp serve: %s\n", mcpEP.describe())
 	}
 	fmt.Println("Press Ctrl-C to stop.")
 	<-ctx.Done()

@@ -193,6 +193,7 @@ type Replica struct {
 	mu      sync.Mutex
 	entries map[string]*Entry
 	snaps   Snapshots
+	changed chan struct{} // closed at the next change, then replaced
 }
 
 // Follow starts a Replica of the catalogue on the bus, creating the bucket
@@ -208,7 +209,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (*Rep
 		stop()
 		return nil, err
 	}
-	r := &Replica{log: log, watcher: w, stop: stop, done: make(chan struct{}), entries: entries}
+	r := &Replica{log: log, watcher: w, stop: stop, done: make(chan struct{}), entries: entries, changed: make(chan struct{})}
 	go r.follow()
 	return r, nil
 }
@@ -222,8 +223,18 @@ func (r *Replica) follow() {
 		r.mu.Lock()
 		apply(r.entries, kve, r.log)
 		r.snaps.Invalidate()
+		close(r.changed)
+		r.changed = make(chan struct{})
 		r.mu.Unlock()
 	}
+}
+
+// Changed returns a channel that is closed when the catalogue changes
+// next, for followers that act on changes (the MCP facade's list_changed).
+func (r *Replica) Changed() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.changed
 }
 
 // Catalog is the current snapshot.

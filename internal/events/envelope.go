@@ -43,6 +43,10 @@ type Identity struct {
 	User    string `json:"user,omitempty"`
 	// Host is the machine the sender runs on.
 	Host string `json:"host,omitempty"`
+	// Client is the program the caller speaks through, as it names
+	// itself: an MCP client's name/version from its initialize request
+	// ("gemini-cli-mcp-client/0.61.0").
+	Client string `json:"client,omitempty"`
 }
 
 // Header is the part every envelope shares.

@@ -102,6 +102,16 @@ func (c *Client) Invoke(ctx context.Context, inv *events.Invocation, progress fu
 	return c.invoke(ctx, inv, progress)
 }
 
+// InvokeAs is Invoke on behalf of inv.Sender, for a client that calls for
+// many callers (the MCP facade, one caller per MCP session). The sender
+// is still a claim (see policy/README.md).
+func (c *Client) InvokeAs(ctx context.Context, inv *events.Invocation, progress func(string)) (*events.Result, error) {
+	if inv.Sender.ID == "" {
+		return nil, errors.New("InvokeAs: the invocation names no sender")
+	}
+	return c.invoke(ctx, inv, progress)
+}
+
 // invoke sends inv with the sender it has.
 func (c *Client) invoke(ctx context.Context, inv *events.Invocation, progress func(string)) (*events.Result, error) {
 	if inv.ID == "" {

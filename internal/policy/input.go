@@ -99,7 +99,7 @@ func (in *Input) value() (ast.Value, error) {
 			[2]*ast.Term{k.trust, ast.InternedTerm(t.Trust)}, [2]*ast.Term{k.readOnly, ast.InternedTerm(t.ReadOnly)},
 			[2]*ast.Term{k.annotations, ast.NewTerm(annotations)})},
 		[2]*ast.Term{k.args, ast.NewTerm(args)},
-		[2]*ast.Term{k.caller, obj(kv(k.id, c.ID), kv(k.role, c.Role), kv(k.agent, c.Agent), kv(k.session, c.Session), kv(k.user, c.User), kv(k.host, c.Host))},
+		[2]*ast.Term{k.caller, identityTerm(c)},
 		[2]*ast.Term{k.allowlist, ast.ArrayTerm(allow...)},
 		[2]*ast.Term{k.paths, strs(in.Paths)},
 		[2]*ast.Term{k.env, obj(kv(k.home, in.Home), kv(k.workspace, in.Workspace))},
@@ -111,12 +111,16 @@ func (in *Input) value() (ast.Value, error) {
 		fields = append(fields, [2]*ast.Term{k.answer, obj(kv(k.outcome, string(in.Answer)))})
 	}
 	if a := in.Approver; a != nil {
-		fields = append(fields, [2]*ast.Term{approverKey, obj(kv(k.id, a.ID), kv(k.role, a.Role), kv(k.agent, a.Agent), kv(k.session, a.Session), kv(k.user, a.User), kv(k.host, a.Host))})
+		fields = append(fields, [2]*ast.Term{approverKey, identityTerm(*a)})
 	}
 	if len(in.HardLinks) > 0 {
 		fields = append(fields, [2]*ast.Term{hardLinksKey, strs(in.HardLinks)})
 	}
 	return ast.NewObject(fields...), nil
+}
+
+func identityTerm(c events.Identity) *ast.Term {
+	return obj(kv(k.id, c.ID), kv(k.role, c.Role), kv(k.agent, c.Agent), kv(k.session, c.Session), kv(k.user, c.User), kv(k.host, c.Host), kv(k.client, c.Client))
 }
 
 func (e *AllowEntry) term() *ast.Term {
@@ -129,7 +133,7 @@ func (e *AllowEntry) term() *ast.Term {
 var k = struct {
 	tool, args, caller, allowlist, paths, env, shell                *ast.Term
 	name, kind, source, server, trust, readOnly, annotations        *ast.Term
-	id, role, agent, session, user, host                            *ast.Term
+	id, role, agent, session, user, host, client                    *ast.Term
 	scope, path, home, workspace                                    *ast.Term
 	commands, argv, text, literal, redirects, functions, parseError *ast.Term
 	recursive, op, target, exact, answer, outcome                   *ast.Term
@@ -137,7 +141,7 @@ var k = struct {
 }{
 	tool: str("tool"), args: str("args"), caller: str("caller"), allowlist: str("allowlist"), paths: str("paths"), env: str("env"), shell: str("shell"),
 	name: str("name"), kind: str("kind"), source: str("source"), server: str("server"), trust: str("trust"), readOnly: str("readOnly"), annotations: str("annotations"),
-	id: str("id"), role: str("role"), agent: str("agent"), session: str("session"), user: str("user"), host: str("host"),
+	id: str("id"), role: str("role"), agent: str("agent"), session: str("session"), user: str("user"), host: str("host"), client: str("client"),
 	scope: str("scope"), path: str("path"), home: str("home"), workspace: str("workspace"),
 	commands: str("commands"), argv: str("argv"), text: str("text"), literal: str("literal"), redirects: str("redirects"), functions: str("functions"), parseError: str("parseError"),
 	recursive: str("recursive"), op: str("op"), target: str("target"), exact: str("exact"), answer: str("answer"), outcome: str("outcome"),

@@ -56,6 +56,11 @@ const ApproverDeniedQuery = "data.toolbus.approver_denied"
 // approver at ({"text", "why"}). Optional.
 const FlaggedQuery = "data.toolbus.flagged"
 
+// ToolDeniedQuery is the set of reasons a caller may not call a tool
+// whatever the arguments, asked with input.tool and input.caller alone:
+// the MCP facade leaves such tools out of that caller's list. Optional.
+const ToolDeniedQuery = "data.toolbus.tool_denied"
+
 // SamplesQuery is the rule that names files the policy deems sensitive
 // (.env, id_x, ...), for judging shell globs that could match them. It is
 // read once, when the set is compiled.
@@ -119,6 +124,7 @@ type Policy struct {
 	approver rego.PreparedEvalQuery
 	refusals rego.PreparedEvalQuery
 	flagged  rego.PreparedEvalQuery
+	toolDeny rego.PreparedEvalQuery
 	samples  []string
 	// nondeterministic names a built-in (time, randomness, network) that
 	// makes the same input give different decisions; empty when none.
@@ -181,6 +187,10 @@ func Compile(ctx context.Context, files Files) (*Policy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
+	tq, err := prepare(ToolDeniedQuery)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
 	sq, err := prepare(SamplesQuery)
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
@@ -190,7 +200,7 @@ func Compile(ctx context.Context, files Files) (*Policy, error) {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
 	return &Policy{revision: files.Revision(), files: files, query: q, paths: pq, remember: rq,
-		approver: aq, refusals: adq, flagged: fq, samples: samples,
+		approver: aq, refusals: adq, flagged: fq, toolDeny: tq, samples: samples,
 		nondeterministic: nondeterministic(modules)}, nil
 }
 
@@ -619,4 +629,34 @@ func (p *Policy) Flagged(ctx context.Context, input *Input) ([]events.Flag, erro
 		return strings.Compare(a.Why, b.Why)
 	})
 	return out, nil
+}
+
+// ToolDenied returns why caller may not call the tool whatever the
+// arguments (ToolDeniedQuery); none when it may, or when the set has no
+// such rule. An error means the policy could not say: a caller of it
+// that lists tools must leave the tool out.
+func (p *Policy) ToolDenied(ctx context.Context, t ToolInput, caller events.Identity) ([]string, error) {
+	value := ast.NewObject(
+		[2]*ast.Term{k.tool, obj(kv(k.name, t.Name), kv(k.kind, string(t.Kind)), kv(k.source, string(t.Source)), kv(k.server, t.Server),
+			[2]*ast.Term{k.trust, ast.InternedTerm(t.Trust)}, [2]*ast.Term{k.readOnly, ast.InternedTerm(t.ReadOnly)})},
+		[2]*ast.Term{k.caller, identityTerm(caller)},
+	)
+	rs, err := p.toolDeny.Eval(ctx, rego.EvalParsedInput(value), rego.EvalMetrics(noMetrics))
+	if err != nil {
+		return nil, err
+	}
+	list, err := setOf(rs, ToolDeniedQuery)
+	if err != nil {
+		return nil, err
+	}
+	reasons := make([]string, 0, len(list))
+	for _, v := range list {
+		s, ok := v.(string)
+		if !ok {
+			return nil, fmt.Errorf("%s holds %v, not a reason", ToolDeniedQuery, v)
+		}
+		reasons = append(reasons, s)
+	}
+	sort.Strings(reasons)
+	return reasons, nil
 }

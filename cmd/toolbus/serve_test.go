@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	mcpclient "github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+// mcpSession initialises c as a named MCP client.
+func mcpSession(t *testing.T, c *mcpclient.Client, name string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	init := mcp.InitializeRequest{}
+	init.Params.ProtocolVersion = mcp.LATEST_LEGACY_PROTOCOL_VERSION
+	init.Params.ClientInfo = mcp.Implementation{Name: name, Version: "2.0"}
+	if _, err := c.Initialize(ctx, init); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+}
+
+func mcpCall(t *testing.T, c *mcpclient.Client, name, args string) (bool, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	req := mcp.CallToolRequest{}
+	req.Params.Name = name
+	req.Params.Arguments = json.RawMessage(args)
+	res, err := c.CallTool(ctx, req)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	var text []string
+	for _, c := range res.Content {
+		if tc, ok := c.(mcp.TextContent); ok {
+			text = append(text, tc.Text)
+		}
+	}
+	return res.IsError, strings.Join(text, "\n")
+}
+
+// An agent that starts `toolbus mcp serve` over stdio, and one that talks
+// to the endpoint `toolbus up` serves, both call the fleet's tools under
+// its policy.
+func TestMCPServeOverStdioAndHTTP(t *testing.T) {
+	ws := t.TempDir()
+	os.WriteFile(filepath.Join(ws, "README.md"), []byte("# readme of the workspace\n"), 0o644)
+	up := startDaemon(t, "toolbus", "up", "--listen", "127.0.0.1:0", "--data", t.TempDir(), "--workspace", ws, "--console", "off", "--mcp-listen", "127.0.0.1:0")
+	url := busURL(t, up.waitLine(t, "bus:"))
+	endpoint := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(up.waitLine(t, "mcp serve:")), "mcp serve:"))
+	up.waitLine(t, "Press Ctrl-C to stop.")
+
+	stdio, err := mcpclient.NewStdioMCPClient(bin("toolbus"), append(os.Environ(), "TOOLBUS_NATS="), "mcp", "serve", "--nats", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mcpSession(t, stdio, "stdio-agent")
+	httpc, err := mcpclient.NewStreamableHttpClient(endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mcpSession(t, httpc, "http-agent")
+
+	for name, c := range map[string]*mcpclient.Client{"stdio": stdio, "http": httpc} {
+		list, err := c.ListTools(context.Background(), mcp.ListToolsRequest{})
+		if err != nil || len(list.Tools) < 10 {
+			t.Fatalf("%s: tools/list: %v, %d tools", name, err, len(list.Tools))
+		}
+		if isErr, text := mcpCall(t, c, "read_file", `{"file_path":"README.md"}`); isErr || !strings.Contains(text, "# readme of the workspace") {
+			t.Errorf("%s: read_file: %v %q", name, isErr, text)
+		}
+		if isErr, text := mcpCall(t, c, "run_shell_command", `{"command":"ls && rm -rf /"}`); !isErr || !strings.Contains(text, "POLICY_DENIED") || !strings.Contains(text, "rm -rf /") {
+			t.Errorf("%s: chained rm: %v %q", name, isErr, text)
+		}
+	}
+	up.stop(t)
+}

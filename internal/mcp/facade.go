@@ -1,0 +1,383 @@
+package mcp
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"unicode"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	mcpserver "github.com/mark3labs/mcp-go/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/catalog"
+	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/executor"
+	"github.com/toolbus/toolbus/internal/policy"
+)
+
+// The facade is toolbus as an MCP server: one server in front of the
+// fleet that lists its active tools and turns every tools/call into a
+// tool.invoke in the caller's name, so an agent that speaks MCP gets the
+// registry, the policy, confirmation and the audit trail with one line
+// of its own configuration.
+
+// FacadeConfig configures a Facade.
+type FacadeConfig struct {
+	Conn *nats.Conn
+	JS   jetstream.JetStream
+	// Agent and Session, when set, name every caller of this facade (an
+	// agent id configured for it); otherwise the MCP client's name (from
+	// initialize) and the MCP session id do.
+	Agent, Session string
+	// User and Host describe where the facade runs; they go into every
+	// caller identity.
+	User, Host string
+	// Policy returns the policy that decides which tools a caller is shown
+	// (data.toolbus.tool_denied); nil shows every active tool. The
+	// executors enforce their own policy on every call either way.
+	Policy  func() *policy.Policy
+	Version string
+	Logger  *slog.Logger
+}
+
+// Facade is the MCP server in front of the fleet. Serve it over stdio
+// (ServeStdio) or HTTP (HTTPHandler); stop it with Close.
+type Facade struct {
+	cfg     FacadeConfig
+	log     *slog.Logger
+	srv     *mcpserver.MCPServer
+	replica *catalog.Replica
+	client  *executor.Client
+
+	mu     sync.Mutex
+	listed string // the tool set last given to the server, to skip no-op updates
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+// StartFacade follows the catalogue and serves its active tools.
+func StartFacade(ctx context.Context, cfg FacadeConfig) (*Facade, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Version == "" {
+		cfg.Version = "0.1.0"
+	}
+	if cfg.Host == "" {
+		cfg.Host, _ = os.Hostname()
+	}
+	replica, err := catalog.Follow(ctx, cfg.JS, cfg.Logger)
+	if err != nil {
+		return nil, fmt.Errorf("mcp facade: %w", err)
+	}
+	f := &Facade{cfg: cfg, log: cfg.Logger, replica: replica, stop: make(chan struct{}), done: make(chan struct{}),
+		client: executor.NewClient(cfg.Conn, events.Identity{ID: "mcp-facade@" + cfg.Host, Role: "agent", Host: cfg.Host})}
+	f.srv = mcpserver.NewMCPServer("toolbus", cfg.Version,
+		mcpserver.WithToolCapabilities(true),
+		mcpserver.WithToolFilter(f.visible),
+		mcpserver.WithRecovery(),
+		mcpserver.WithInstructions("The tools of a toolbus fleet. Every call is judged by the fleet's policy; some wait for a person to approve them."))
+	f.Refresh()
+	go f.follow()
+	return f, nil
+}
+
+// Server is the MCP server, for transports of the caller's own.
+func (f *Facade) Server() *mcpserver.MCPServer { return f.srv }
+
+// ServeStdio serves one MCP client over in and out until ctx ends or in
+// closes.
+func (f *Facade) ServeStdio(ctx context.Context, in *os.File, out *os.File) error {
+	s := mcpserver.NewStdioServer(f.srv)
+	s.SetErrorLogger(slog.NewLogLogger(f.log.Handler(), slog.LevelWarn))
+	err := s.Listen(ctx, in, out)
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// Close stops following the catalogue and the facade's bus client.
+func (f *Facade) Close() {
+	select {
+	case <-f.stop:
+		return
+	default:
+	}
+	close(f.stop)
+	<-f.done
+	f.replica.Close()
+	f.client.Close()
+}
+
+// follow refreshes the tool list on every catalogue change.
+func (f *Facade) follow() {
+	defer close(f.done)
+	for {
+		changed := f.replica.Changed()
+		select {
+		case <-f.stop:
+			return
+		case <-changed:
+			f.Refresh()
+		}
+	}
+}
+
+// Refresh gives the server the catalogue's active tools; the server tells
+// initialised clients (notifications/tools/list_changed) when the set or a
+// declaration changed. Call it when the policy changes too: it decides
+// what each caller is shown.
+func (f *Facade) Refresh() {
+	f.refresh(false)
+}
+
+func (f *Facade) refresh(force bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	active := f.replica.Catalog().AllTools()
+	tools := make([]mcpserver.ServerTool, 0, len(active))
+	var key strings.Builder
+	for _, t := range active {
+		mt, err := mcpTool(t)
+		if err != nil {
+			f.log.Warn("mcp facade: a tool is left out", "tool", t.Name, "err", err)
+			continue
+		}
+		tools = append(tools, mcpserver.ServerTool{Tool: mt, Handler: f.handler(t.Name)})
+		fmt.Fprintf(&key, "%s\x00%d\x00", t.Name, t.Seq)
+	}
+	if key.String() == f.listed && !force {
+		return
+	}
+	f.listed = key.String()
+	f.srv.SetTools(tools...)
+}
+
+// mcpTool is a catalogue entry as an MCP tools/list entry: its catalogue
+// name (which maps back as is), its title, description, schema and
+// annotations as stored.
+func mcpTool(t *events.Tool) (mcp.Tool, error) {
+	schema := t.Parameters
+	if len(bytes.TrimSpace(schema)) == 0 {
+		schema = json.RawMessage(`{"type":"object"}`)
+	}
+	mt := mcp.NewToolWithRawSchema(t.Name, t.Description, schema)
+	if t.DisplayName != "" && t.DisplayName != t.Name {
+		mt.Annotations.Title = t.DisplayName
+	}
+	if len(t.Annotations) > 0 {
+		if err := json.Unmarshal(t.Annotations, &mt.Annotations); err != nil {
+			return mt, fmt.Errorf("annotations: %w", err)
+		}
+	}
+	if t.ReadOnly && mt.Annotations.ReadOnlyHint == nil {
+		mt.Annotations.ReadOnlyHint = mcp.ToBoolPtr(true)
+	}
+	// mcp-go refuses (panics on) a tool whose x-mcp-header annotations
+	// break SEP-2243: such a tool is left out, not the whole list.
+	if err := mcp.ValidateParamHeaderAnnotations(&mt); err != nil {
+		return mt, err
+	}
+	return mt, nil
+}
+
+// visible leaves out the tools the policy denies to this caller whatever
+// the arguments. A policy that cannot say hides the tool: listing it
+// would only lead to a call the executor refuses.
+func (f *Facade) visible(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
+	if f.cfg.Policy == nil {
+		return tools
+	}
+	pol := f.cfg.Policy()
+	if pol == nil {
+		return tools
+	}
+	caller := f.caller(ctx)
+	cat := f.replica.Catalog()
+	out := make([]mcp.Tool, 0, len(tools))
+	for _, mt := range tools {
+		t, ok := cat.Lookup(mt.Name)
+		if !ok {
+			continue
+		}
+		reasons, err := pol.ToolDenied(ctx, policy.ToolInput{Name: t.Name, Kind: t.Kind, Source: t.Source, Server: t.Server, Trust: t.Trust, ReadOnly: t.ReadOnly}, caller)
+		if err != nil {
+			f.log.Warn("mcp facade: the policy's tool_denied failed; the tool is not listed", "tool", t.Name, "err", err)
+			continue
+		}
+		if len(reasons) == 0 {
+			out = append(out, mt)
+		}
+	}
+	return out
+}
+
+// caller is who a request comes from: the configured agent and session,
+// else the MCP client's name and session; the client's name/version
+// always. It is a claim, like every caller (policy/README.md).
+func (f *Facade) caller(ctx context.Context) events.Identity {
+	id := events.Identity{Role: "agent", Agent: f.cfg.Agent, Session: f.cfg.Session, User: f.cfg.User, Host: f.cfg.Host}
+	if s := mcpserver.ClientSessionFromContext(ctx); s != nil {
+		if ci, ok := s.(mcpserver.SessionWithClientInfo); ok {
+			info := ci.GetClientInfo()
+			name := cleanName(info.Name)
+			if name != "" {
+				id.Client = name
+				if v := cleanName(info.Version); v != "" {
+					id.Client += "/" + v
+				}
+				if id.Agent == "" {
+					id.Agent = name
+				}
+			}
+		}
+		if id.Session == "" {
+			id.Session = cleanName(s.SessionID())
+		}
+	}
+	if id.Agent == "" {
+		id.Agent = "mcp-client"
+	}
+	id.ID = "agent:" + id.Agent
+	return id
+}
+
+// cleanName keeps a name a client chose printable and short: it lands in
+// identities, the audit trail and terminals.
+func cleanName(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsGraphic(r) && r != ' ' {
+			return r
+		}
+		return '_'
+	}, s)
+	if len(s) > 100 {
+		s = s[:100]
+	}
+	return s
+}
+
+// handler runs one tools/call as a tool.invoke.
+func (f *Facade) handler(name string) mcpserver.ToolHandlerFunc {
+	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		args := req.Params.RawArguments
+		if len(bytes.TrimSpace(args)) == 0 || bytes.Equal(bytes.TrimSpace(args), []byte("null")) {
+			data, err := json.Marshal(req.Params.Arguments)
+			if err != nil {
+				return mcp.NewToolResultError("toolbus: the arguments do not encode: " + err.Error()), nil
+			}
+			args = data
+			if bytes.Equal(args, []byte("null")) {
+				args = json.RawMessage(`{}`)
+			}
+		}
+		inv := &events.Invocation{Header: events.Header{Sender: f.caller(ctx)}, Tool: name, Args: args}
+		res, err := f.client.InvokeAs(ctx, inv, f.progress(ctx, req))
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return errorResult(inv.ID, events.ErrExecutionFailed, "toolbus: "+err.Error()), nil
+		}
+		return f.result(ctx, res), nil
+	}
+}
+
+// progress forwards the call's output as MCP progress notifications when
+// the client asked for them with a progress token.
+func (f *Facade) progress(ctx context.Context, req mcp.CallToolRequest) func(string) {
+	if req.Params.Meta == nil || req.Params.Meta.ProgressToken == nil {
+		return nil
+	}
+	token := req.Params.Meta.ProgressToken
+	var n atomic.Int64
+	return func(chunk string) {
+		params := map[string]any{"progressToken": token, "progress": n.Add(1), "message": chunk}
+		if err := f.srv.SendNotificationToClient(ctx, "notifications/progress", params); err != nil {
+			f.log.Debug("mcp facade: progress not sent", "err", err)
+		}
+	}
+}
+
+// result is a toolbus result as an MCP tool result: the text for the
+// model, the typed parts, and on failure isError with the error type and
+// the reason. _meta names the invocation (for toolbus cancel and the
+// audit trail) and where the whole output is when it was cut.
+func (f *Facade) result(ctx context.Context, res *events.Result) *mcp.CallToolResult {
+	if res.Error != nil {
+		out := errorResult(res.InvocationID, res.Error.Type, fmt.Sprintf("%s: %s", res.Error.Type, res.Error.Message))
+		if res.LLMContent != "" && res.LLMContent != res.Error.Message {
+			out.Content = append(out.Content, mcp.NewTextContent(res.LLMContent))
+		}
+		return out
+	}
+	out := &mcp.CallToolResult{}
+	meta := map[string]any{"toolbus/invocationId": res.InvocationID}
+	if res.Truncated {
+		meta["toolbus/truncated"] = true
+		meta["toolbus/outputRef"] = res.OutputRef
+	}
+	out.Meta = &mcp.Meta{AdditionalFields: meta}
+	if res.LLMContent != "" || len(res.Parts) == 0 {
+		out.Content = append(out.Content, mcp.NewTextContent(res.LLMContent))
+	}
+	for _, p := range res.Parts {
+		c, err := f.content(ctx, p)
+		if err != nil {
+			out.Content = append(out.Content, mcp.NewTextContent(fmt.Sprintf("[%s part not included: %v]", p.Type, err)))
+			continue
+		}
+		out.Content = append(out.Content, c)
+	}
+	return out
+}
+
+func errorResult(invocation string, t events.ErrorType, text string) *mcp.CallToolResult {
+	out := mcp.NewToolResultError(text)
+	out.Meta = &mcp.Meta{AdditionalFields: map[string]any{"toolbus/invocationId": invocation, "toolbus/errorType": string(t)}}
+	return out
+}
+
+// content is a typed part as MCP content; a part kept in the object
+// store (too large for a message) is fetched.
+func (f *Facade) content(ctx context.Context, p events.Part) (mcp.Content, error) {
+	data := p.Data
+	if p.Ref != "" {
+		bucket, name, ok := strings.Cut(p.Ref, "/")
+		if !ok {
+			return nil, fmt.Errorf("bad reference %q", p.Ref)
+		}
+		store, err := f.cfg.JS.ObjectStore(ctx, bucket)
+		if err != nil {
+			return nil, err
+		}
+		b, err := store.GetBytes(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		data = string(b)
+	}
+	switch p.Type {
+	case events.PartImage:
+		return mcp.NewImageContent(data, p.MIMEType), nil
+	case events.PartAudio:
+		return mcp.NewAudioContent(data, p.MIMEType), nil
+	case events.PartResource:
+		if p.Text != "" || data == "" {
+			return mcp.NewEmbeddedResource(mcp.TextResourceContents{URI: p.URI, MIMEType: p.MIMEType, Text: p.Text}), nil
+		}
+		return mcp.NewEmbeddedResource(mcp.BlobResourceContents{URI: p.URI, MIMEType: p.MIMEType, Blob: data}), nil
+	}
+	return nil, fmt.Errorf("unknown part type %q", p.Type)
+}

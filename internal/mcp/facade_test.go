@@ -1,0 +1,290 @@
+package mcp_test
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	mcpclient "github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/internal/approve"
+	"github.com/toolbus/toolbus/internal/bus/bustest"
+	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/executor/executortest"
+	toolmcp "github.com/toolbus/toolbus/internal/mcp"
+	"github.com/toolbus/toolbus/internal/policy"
+	defaultpolicy "github.com/toolbus/toolbus/policy"
+)
+
+// facadeFleet is a fleet with the MCP facade served over HTTP on loopback.
+type facadeFleet struct {
+	*executortest.Fleet
+	facade *toolmcp.Facade
+	url    string
+	token  string
+}
+
+func startFacade(t *testing.T, pol *policy.Policy, token string) *facadeFleet {
+	t.Helper()
+	f := executortest.Start(t)
+	conn := bustest.Connect(t, f.Bus)
+	cfg := toolmcp.FacadeConfig{Conn: conn.Conn(), JS: conn.JetStream(), User: "ada", Logger: bustest.Quiet()}
+	if pol != nil {
+		cfg.Policy = func() *policy.Policy { return pol }
+	}
+	fac, err := toolmcp.StartFacade(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(fac.HTTPHandler(toolmcp.HTTPConfig{Addr: ln.Addr().(*net.TCPAddr), Token: token}))
+	srv.Listener.Close()
+	srv.Listener = ln
+	srv.Start()
+	t.Cleanup(func() {
+		srv.Close()
+		fac.Close()
+	})
+	return &facadeFleet{Fleet: f, facade: fac, url: srv.URL + toolmcp.HTTPPath, token: token}
+}
+
+// connect is an MCP client of the facade, named name.
+func (ff *facadeFleet) connect(t *testing.T, name string) *mcpclient.Client {
+	t.Helper()
+	var opts []transport.StreamableHTTPCOption
+	if ff.token != "" {
+		opts = append(opts, transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + ff.token}))
+	}
+	c, err := mcpclient.NewStreamableHttpClient(ff.url, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	init := mcp.InitializeRequest{}
+	// The protocol the MCP clients of today speak (sessions, initialize).
+	init.Params.ProtocolVersion = mcp.LATEST_LEGACY_PROTOCOL_VERSION
+	init.Params.ClientInfo = mcp.Implementation{Name: name, Version: "1.0"}
+	if _, err := c.Initialize(ctx, init); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func callTool(t *testing.T, c *mcpclient.Client, name, args string) *mcp.CallToolResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	req := mcp.CallToolRequest{}
+	req.Params.Name = name
+	req.Params.Arguments = json.RawMessage(args)
+	res, err := c.CallTool(ctx, req)
+	if err != nil {
+		t.Fatalf("call %s: %v", name, err)
+	}
+	return res
+}
+
+func text(r *mcp.CallToolResult) string {
+	var parts []string
+	for _, c := range r.Content {
+		if tc, ok := c.(mcp.TextContent); ok {
+			parts = append(parts, tc.Text)
+		}
+	}
+	return strings.Join(parts, "\n")
+}
+
+func toolNames(t *testing.T, c *mcpclient.Client) []string {
+	t.Helper()
+	res, err := c.ListTools(context.Background(), mcp.ListToolsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tl := range res.Tools {
+		names = append(names, tl.Name)
+	}
+	return names
+}
+
+// invocations collects the tool.invoke requests on the bus, as an auditor
+// replaying the subject would see them.
+func invocations(t *testing.T, ff *facadeFleet) func() []*events.Invocation {
+	t.Helper()
+	var mu sync.Mutex
+	var got []*events.Invocation
+	sub, err := ff.Bus.Conn().Subscribe(events.SubjectInvoke, func(m *nats.Msg) {
+		if inv, err := events.Decode[events.Invocation](m.Data); err == nil {
+			mu.Lock()
+			got = append(got, inv)
+			mu.Unlock()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ff.Bus.Conn().Flush()
+	t.Cleanup(func() { sub.Unsubscribe() })
+	return func() []*events.Invocation {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]*events.Invocation(nil), got...)
+	}
+}
+
+func TestFacadeListsAndCallsTheFleetsTools(t *testing.T) {
+	ff := startFacade(t, nil, "")
+	seen := invocations(t, ff)
+	c := ff.connect(t, "test-client")
+	names := toolNames(t, c)
+	for _, want := range []string{"read_file", "write_file", "run_shell_command", "glob"} {
+		if !strings.Contains(strings.Join(names, " "), want) {
+			t.Errorf("tools/list lacks %s: %v", want, names)
+		}
+	}
+
+	res := callTool(t, c, "read_file", `{"file_path":"README.md"}`)
+	if res.IsError || !strings.Contains(text(res), "# hello") {
+		t.Fatalf("read_file: error=%v %q", res.IsError, text(res))
+	}
+	// The call went over the bus in the MCP client's name.
+	invs := seen()
+	if len(invs) != 1 || invs[0].Sender.ID != "agent:test-client" || invs[0].Sender.Client != "test-client/1.0" || invs[0].Sender.User != "ada" || invs[0].Sender.Session == "" {
+		if len(invs) > 0 {
+			t.Fatalf("the invocation on the bus: %+v", invs[0].Sender)
+		}
+		t.Fatal("no invocation on the bus")
+	}
+	if res.Meta == nil || res.Meta.AdditionalFields["toolbus/invocationId"] != invs[0].ID {
+		t.Errorf("the result's _meta: %+v", res.Meta)
+	}
+
+	// A denied call is an error result with the type and the reason.
+	res = callTool(t, c, "run_shell_command", `{"command":"ls && rm -rf /"}`)
+	if !res.IsError || !strings.Contains(text(res), "POLICY_DENIED: ") || !strings.Contains(text(res), "recursive removal of /") {
+		t.Errorf("denied: error=%v %q", res.IsError, text(res))
+	}
+	if res.Meta == nil || res.Meta.AdditionalFields["toolbus/errorType"] != "POLICY_DENIED" {
+		t.Errorf("denied _meta: %+v", res.Meta)
+	}
+	// Bad arguments: the executor's schema check, as an error result.
+	res = callTool(t, c, "read_file", `{"file_path":7}`)
+	if !res.IsError || !strings.Contains(text(res), "INVALID_TOOL_PARAMS") {
+		t.Errorf("bad args: %v %q", res.IsError, text(res))
+	}
+	// An unknown tool is a protocol error.
+	req := mcp.CallToolRequest{}
+	req.Params.Name = "no_such_tool"
+	if _, err := c.CallTool(context.Background(), req); err == nil {
+		t.Error("an unknown tool was called")
+	}
+}
+
+// A call that asks a person waits for an approver; a cancel from one
+// comes back as an error result with USER_CANCELLED and the reason.
+func TestFacadeCallsWaitForApproval(t *testing.T) {
+	ff := startFacade(t, nil, "")
+	conn := bustest.Connect(t, ff.Bus)
+	a, err := approve.Start(context.Background(), conn.Conn(), conn.JetStream(), approve.Config{Identity: events.Identity{ID: "approver:ada", Role: "approver"}, Logger: bustest.Quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Stop()
+	go func() {
+		for {
+			s, changed := a.Snapshot()
+			for _, r := range s.Pending {
+				a.Answer(context.Background(), r.InvocationID, approve.Answer{Outcome: events.Cancel, Message: "not now"})
+			}
+			select {
+			case <-changed:
+			case <-time.After(30 * time.Second):
+				return
+			}
+		}
+	}()
+	c := ff.connect(t, "test-client")
+	res := callTool(t, c, "write_file", `{"file_path":"a.txt","content":"x"}`)
+	if !res.IsError || !strings.Contains(text(res), "USER_CANCELLED: approver:ada cancelled the call: not now") {
+		t.Errorf("cancelled: %v %q", res.IsError, text(res))
+	}
+}
+
+// The list leaves out what the policy denies this caller whatever the
+// arguments; another client still sees it.
+func TestFacadeListsWhatThePolicyAllowsTheCaller(t *testing.T) {
+	files := defaultpolicy.Default()
+	files["toolbus.rego"] = strings.Replace(files["toolbus.rego"], "caller_denied_tools := {}", `caller_denied_tools := {"locked-client": {"run_shell_command", "write_file"}}`, 1)
+	pol, err := policy.Compile(context.Background(), policy.Files(files))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ff := startFacade(t, pol, "")
+	locked := strings.Join(toolNames(t, ff.connect(t, "locked-client")), " ")
+	if strings.Contains(locked, "run_shell_command") || strings.Contains(locked, "write_file") || !strings.Contains(locked, "read_file") {
+		t.Errorf("the locked client's list: %s", locked)
+	}
+	other := strings.Join(toolNames(t, ff.connect(t, "other-client")), " ")
+	if !strings.Contains(other, "run_shell_command") {
+		t.Errorf("another client's list: %s", other)
+	}
+	// A hidden tool cannot be called through the facade either.
+	req := mcp.CallToolRequest{}
+	req.Params.Name = "run_shell_command"
+	req.Params.Arguments = map[string]any{"command": "ls"}
+	if _, err := ff.connect(t, "locked-client").CallTool(context.Background(), req); err == nil {
+		t.Error("a hidden tool was called")
+	}
+}
+
+// The HTTP endpoint refuses another site's page, a rebound Host name, and,
+// with a token, a request without it.
+func TestFacadeHTTPRefusesStrangers(t *testing.T) {
+	ff := startFacade(t, nil, "s3cret-token-for-tests")
+	post := func(mutate func(*http.Request)) int {
+		req, _ := http.NewRequest("POST", ff.url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Authorization", "Bearer s3cret-token-for-tests")
+		mutate(req)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := post(func(r *http.Request) { r.Header.Del("Authorization") }); code != http.StatusUnauthorized {
+		t.Errorf("no token: %d", code)
+	}
+	if code := post(func(r *http.Request) { r.Header.Set("Authorization", "Bearer wrong") }); code != http.StatusUnauthorized {
+		t.Errorf("wrong token: %d", code)
+	}
+	if code := post(func(r *http.Request) { r.Header.Set("Origin", "http://evil.example") }); code != http.StatusForbidden {
+		t.Errorf("another origin: %d", code)
+	}
+	if code := post(func(r *http.Request) { r.Host = "rebound.example:80" }); code != http.StatusForbidden {
+		t.Errorf("another Host: %d", code)
+	}
+	// With the token, an MCP client works.
+	if names := toolNames(t, ff.connect(t, "test-client")); len(names) == 0 {
+		t.Error("no tools with the token")
+	}
+}
