@@ -13,6 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/testkit/fakegemini"
 	"github.com/toolbus/toolbus/internal/testkit/npmpeer"
 )
@@ -262,4 +266,202 @@ func TestInspectorEverything(t *testing.T) {
 	t.Run("http", func(t *testing.T) {
 		checkInspectorEverything(t, []string{npmpeer.EverythingHTTP(t)})
 	})
+}
+
+// peerFleet is a `toolbus up` for the npm clients: a workspace with a
+// README, the bus, and the MCP endpoint behind a bearer token.
+type peerFleet struct {
+	up       *daemon
+	natsURL  string
+	endpoint string
+	token    string
+}
+
+// peerReadme is the workspace README's text, which read_file must return.
+const peerReadme = "# the workspace of the npm clients' fleet\n"
+
+// startPeerFleet starts `toolbus up` with its MCP endpoint on a loopback
+// port, where a token is optional: one is set all the same, so that the
+// clients are seen to send it.
+func startPeerFleet(t *testing.T) *peerFleet {
+	t.Helper()
+	ws := t.TempDir()
+	if err := os.WriteFile(filepath.Join(ws, "README.md"), []byte(peerReadme), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f := &peerFleet{token: "peer-token-" + strings.ReplaceAll(t.Name(), "/", "-")}
+	// startDaemon passes the test's environment on.
+	t.Setenv(mcpTokenEnv, f.token)
+	f.up = startDaemon(t, "toolbus", "up", "--listen", "127.0.0.1:0", "--data", t.TempDir(), "--workspace", ws,
+		"--console", "off", "--mcp-listen", "127.0.0.1:0")
+	f.natsURL = busURL(t, f.up.waitLine(t, "bus:"))
+	line := f.up.waitLine(t, "mcp serve:")
+	f.up.waitLine(t, "Press Ctrl-C to stop.")
+	// "  mcp serve: http://127.0.0.1:PORT/mcp (Authorization: Bearer TOKEN)"
+	fields := strings.Fields(strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(line), "mcp serve:")))
+	if len(fields) != 4 || fields[3] != f.token+")" {
+		t.Fatalf("the mcp serve line is %q, want the URL and the token %q", line, f.token)
+	}
+	f.endpoint = fields[0]
+	return f
+}
+
+// stdio is the command that serves the fleet's tools over stdio.
+func (f *peerFleet) stdio() []string {
+	return []string{bin("toolbus"), "mcp", "serve", "--nats", f.natsURL}
+}
+
+// invocations returns every tool.invoke in the fleet's audit stream, up to
+// the last one there when it is called.
+func (f *peerFleet) invocations(t *testing.T) []*events.Invocation {
+	t.Helper()
+	nc, err := nats.Connect(f.natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	stream, err := js.Stream(ctx, events.AuditStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, err := stream.GetLastMsgForSubject(ctx, events.SubjectInvoke)
+	if err != nil {
+		t.Fatalf("no tool.invoke in the audit stream: %v", err)
+	}
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.SubjectInvoke}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*events.Invocation
+	for {
+		m, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
+		if err != nil {
+			t.Fatalf("reading the audit stream: %v", err)
+		}
+		inv, err := events.Decode[events.Invocation](m.Data())
+		if err != nil {
+			t.Fatalf("a tool.invoke in the audit stream does not decode: %v", err)
+		}
+		out = append(out, inv)
+		if meta, err := m.Metadata(); err != nil || meta.Sequence.Stream >= last.Sequence {
+			return out
+		}
+	}
+}
+
+// TestInspectorToolbus drives toolbus's MCP facade with the MCP
+// Inspector's command-line client: `toolbus mcp serve` over stdio, and the
+// streamable HTTP endpoint of `toolbus up` with its token.
+func TestInspectorToolbus(t *testing.T) {
+	f := startPeerFleet(t)
+	auth := []string{"--header", "Authorization: Bearer " + f.token}
+	for _, transport := range []struct {
+		name   string
+		target []string
+		flags  []string
+	}{
+		{"stdio", f.stdio(), nil},
+		{"http", []string{f.endpoint}, auth},
+	} {
+		t.Run(transport.name, func(t *testing.T) {
+			call := func(t *testing.T, flags ...string) peerRun {
+				t.Helper()
+				return inspect(t, transport.target, append(slices.Clone(transport.flags), flags...)...)
+			}
+			t.Run("tools/list", func(t *testing.T) {
+				run := call(t, "--method", "tools/list")
+				if run.code != 0 {
+					t.Fatalf("exit %d; stderr:\n%s", run.code, run.stderr)
+				}
+				var out struct {
+					Result struct {
+						Tools []struct{ Name string } `json:"tools"`
+					} `json:"result"`
+				}
+				decode(t, "tools/list", run.stdout, &out)
+				var names []string
+				for _, tool := range out.Result.Tools {
+					names = append(names, tool.Name)
+				}
+				for _, want := range []string{"read_file", "run_shell_command"} {
+					if !slices.Contains(names, want) {
+						t.Errorf("tools/list has no %s: %v", want, names)
+					}
+				}
+			})
+			t.Run("read_file", func(t *testing.T) {
+				run := call(t, "--method", "tools/call", "--tool-name", "read_file", "--tool-arg", "file_path=README.md")
+				if run.code != 0 {
+					t.Fatalf("exit %d; stdout:\n%s\nstderr:\n%s", run.code, run.stdout, run.stderr)
+				}
+				var out struct {
+					Result toolResult `json:"result"`
+				}
+				decode(t, "tools/call", run.stdout, &out)
+				if out.Result.IsError || !strings.Contains(out.Result.text(), peerReadme) {
+					t.Errorf("read_file gave %+v, want the README", out.Result)
+				}
+			})
+			t.Run("chained rm -rf /", func(t *testing.T) {
+				run := call(t, "--method", "tools/call", "--tool-name", "run_shell_command", "--tool-arg", "command=ls && rm -rf /")
+				if run.code != inspectorExitToolError {
+					t.Fatalf("exit %d, want %d (a tool error); stdout:\n%s\nstderr:\n%s", run.code, inspectorExitToolError, run.stdout, run.stderr)
+				}
+				var out struct {
+					Result toolResult `json:"result"`
+				}
+				decode(t, "tools/call", run.stdout, &out)
+				text := out.Result.text()
+				if !out.Result.IsError || !strings.Contains(text, "POLICY_DENIED") || !strings.Contains(text, "rm -rf /") {
+					t.Errorf("the chained rm gave %+v, want an error result with the policy's reason", out.Result)
+				}
+				t.Logf("the policy's answer: %s", text)
+			})
+			t.Run("unknown tool", func(t *testing.T) {
+				run := call(t, "--method", "tools/call", "--tool-name", "no_such_tool")
+				if run.code != inspectorExitToolError {
+					t.Fatalf("exit %d, want %d; stdout:\n%s\nstderr:\n%s", run.code, inspectorExitToolError, run.stdout, run.stderr)
+				}
+				var out inspectorError
+				decode(t, "the error", run.stderr, &out)
+				if out.Error.Code != "tool_not_found" {
+					t.Errorf("error %+v, want code tool_not_found", out.Error)
+				}
+			})
+		})
+	}
+	t.Run("http without the token", func(t *testing.T) {
+		// --stored-auth-only: a 401 is reported instead of starting an
+		// interactive OAuth login.
+		run := inspect(t, []string{f.endpoint}, "--stored-auth-only", "--method", "tools/list")
+		if run.code == 0 {
+			t.Fatalf("tools/list without the token succeeded:\n%s", run.stdout)
+		}
+		var out inspectorError
+		decode(t, "the error", run.stderr, &out)
+		if out.Error.Code != "auth_required" {
+			t.Errorf("error %+v, want code auth_required", out.Error)
+		}
+	})
+	// Every call that reached toolbus went through the bus in the
+	// Inspector's name; the unknown tool never left the Inspector, which
+	// checks a name against tools/list.
+	var got []string
+	for _, inv := range f.invocations(t) {
+		got = append(got, inv.Tool+" by "+inv.Sender.Client)
+	}
+	// The Inspector names itself so in initialize, at the version pinned
+	// in scripts/test.sh.
+	call := func(tool string) string { return tool + " by inspector-cli/2.12.0" }
+	want := []string{call("read_file"), call("run_shell_command"), call("read_file"), call("run_shell_command")}
+	if !slices.Equal(got, want) {
+		t.Errorf("tool.invoke in the audit stream:\n%q\nwant\n%q", got, want)
+	}
+	f.up.stop(t)
 }
