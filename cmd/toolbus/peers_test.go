@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -76,10 +77,11 @@ type geminiServer struct {
 }
 
 // runGemini runs Gemini CLI headless with one MCP server, named name, and
-// the fake model, and returns its run. HOME is a fresh directory holding
+// the fake model, with flags added to its command line, and returns its
+// run. HOME is a fresh directory holding
 // only the settings written here, so that nothing of the machine's own
 // configuration takes part.
-func runGemini(t *testing.T, model *fakegemini.Server, name string, server geminiServer, prompt string) peerRun {
+func runGemini(t *testing.T, model *fakegemini.Server, name string, server geminiServer, prompt string, flags ...string) peerRun {
 	t.Helper()
 	gemini := npmpeer.Require(t, npmpeer.Gemini)
 	home := t.TempDir()
@@ -119,7 +121,7 @@ func runGemini(t *testing.T, model *fakegemini.Server, name string, server gemin
 		// A model named on the command line skips the CLI's router, which
 		// would first ask a classifier model for a JSON verdict the fake
 		// does not script (and retry, with backoff, when it is missing).
-		gemini, "-m", "gemini-2.5-flash", "-p", prompt, "-o", "stream-json")
+		append([]string{gemini, "-m", "gemini-2.5-flash", "-p", prompt, "-o", "stream-json"}, flags...)...)
 	t.Logf("gemini exit %d\nstdout:\n%s\nstderr:\n%s", run.code, run.stdout, run.stderr)
 	for _, u := range model.Unknown() {
 		t.Logf("the fake model did not know %s", u)
@@ -461,6 +463,117 @@ func TestInspectorToolbus(t *testing.T) {
 	call := func(tool string) string { return tool + " by inspector-cli/2.12.0" }
 	want := []string{call("read_file"), call("run_shell_command"), call("read_file"), call("run_shell_command")}
 	if !slices.Equal(got, want) {
+		t.Errorf("tool.invoke in the audit stream:\n%q\nwant\n%q", got, want)
+	}
+	f.up.stop(t)
+}
+
+// geminiEvent is one line of Gemini CLI's stream-json output, the fields
+// of its tool events.
+type geminiEvent struct {
+	Type     string `json:"type"`
+	ToolName string `json:"tool_name"`
+	Status   string `json:"status"`
+	Output   string `json:"output"`
+	Error    *struct {
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// geminiEvents parses stream-json output, failing the test on a line that
+// is not JSON.
+func geminiEvents(t *testing.T, stdout string) []geminiEvent {
+	t.Helper()
+	var out []geminiEvent
+	for line := range strings.Lines(stdout) {
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		var e geminiEvent
+		decode(t, "a stream-json line", line, &e)
+		out = append(out, e)
+	}
+	return out
+}
+
+// TestGeminiToolbus has Gemini CLI, headless, with toolbus as its MCP
+// server and the fake model scripting the tool call: the call runs
+// through the bus and the policy, its result reaches the model, and the
+// audit stream names Gemini CLI as the client.
+func TestGeminiToolbus(t *testing.T) {
+	f := startPeerFleet(t)
+	server := geminiServer{Command: bin("toolbus"), Args: f.stdio()[1:], Trust: true}
+	for _, tc := range []struct {
+		name string
+		args map[string]any
+		tool string
+		// flags are added to Gemini CLI's command line.
+		flags []string
+		// status is the CLI's tool_result status; reply is what the
+		// functionResponse sent to the model must hold.
+		status string
+		reply  []string
+	}{
+		{"read_file", map[string]any{"file_path": "README.md"}, "read_file", nil,
+			"success", []string{strings.TrimSpace(peerReadme)}},
+		// Headless, Gemini CLI denies its own run_shell_command (and
+		// replace, write_file, web_fetch) and hides every tool whose name
+		// without the mcp_<server>_ prefix is one it denies: toolbus's
+		// run_shell_command is not declared to the model unless the
+		// approval mode is yolo, trusted server or not.
+		{"chained rm -rf /", map[string]any{"command": "ls && rm -rf /"}, "run_shell_command", []string{"--approval-mode", "yolo"},
+			"error", []string{"POLICY_DENIED", "rm -rf /"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			model := fakegemini.Start(t, fakegemini.Script{
+				// Gemini CLI names an MCP tool mcp_<server>_<tool>.
+				Tool:  "mcp_toolbus_" + tc.tool,
+				Args:  tc.args,
+				Final: "done with " + tc.tool,
+			})
+			run := runGemini(t, model, "toolbus", server, "use "+tc.tool, tc.flags...)
+			if run.code != 0 {
+				t.Fatalf("gemini exited %d", run.code)
+			}
+			var results []geminiEvent
+			for _, e := range geminiEvents(t, run.stdout) {
+				if e.Type == "tool_result" {
+					results = append(results, e)
+				}
+			}
+			if len(results) != 1 || results[0].Status != tc.status {
+				t.Fatalf("tool results %+v, want one with status %s", results, tc.status)
+			}
+			responses := model.FunctionResponses()
+			if len(responses) != 1 || responses[0].Name != "mcp_toolbus_"+tc.tool {
+				t.Fatalf("function responses sent to the model: %+v, want one of mcp_toolbus_%s", responses, tc.tool)
+			}
+			// The response is JSON: the text is in it with JSON's escapes.
+			var reply any
+			if err := json.Unmarshal(responses[0].Response, &reply); err != nil {
+				t.Fatalf("the function response is not JSON: %v", err)
+			}
+			text := fmt.Sprint(reply)
+			for _, want := range tc.reply {
+				if !strings.Contains(text, want) {
+					t.Errorf("the model was told %s, want it to hold %q", responses[0].Response, want)
+				}
+			}
+			if !strings.Contains(run.stdout, "done with "+tc.tool) {
+				t.Errorf("the model's final text is not in gemini's output")
+			}
+		})
+	}
+	// Both calls went through the bus in Gemini CLI's name, the denied one
+	// included: the policy judged it there.
+	var got []string
+	for _, inv := range f.invocations(t) {
+		got = append(got, inv.Tool+" by "+inv.Sender.Client)
+	}
+	// Gemini CLI names itself so in initialize, at the version pinned in
+	// scripts/test.sh.
+	call := func(tool string) string { return tool + " by gemini-cli-mcp-client/0.61.0" }
+	if want := []string{call("read_file"), call("run_shell_command")}; !slices.Equal(got, want) {
 		t.Errorf("tool.invoke in the audit stream:\n%q\nwant\n%q", got, want)
 	}
 	f.up.stop(t)
