@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -52,8 +53,7 @@ func runPeer(t *testing.T, env []string, args ...string) peerRun {
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
-	// Whatever the client left behind in its group goes with it.
-	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	checkGroupGone(t, cmd.Process.Pid)
 	run := peerRun{stdout: stdout.String(), stderr: stderr.String()}
 	if ctx.Err() != nil {
 		t.Fatalf("node22 %s did not finish within %v; stdout:\n%s\nstderr:\n%s", strings.Join(args, " "), peerTimeout, run.stdout, run.stderr)
@@ -64,6 +64,65 @@ func runPeer(t *testing.T, env []string, args ...string) peerRun {
 		t.Fatalf("node22 %s: %v", strings.Join(args, " "), err)
 	}
 	return run
+}
+
+// checkGroupGone fails the test when the process group pgid, whose leader
+// has exited, still has a live member a while later: an MCP server the
+// client started and did not stop. Those are killed, by pid; while one
+// lives the group's id cannot be reused, so they are the client's.
+func checkGroupGone(t *testing.T, pgid int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		live := groupMembers(pgid)
+		if len(live) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			for _, m := range live {
+				syscall.Kill(m.pid, syscall.SIGKILL)
+			}
+			t.Errorf("the client left processes running after it exited: %v", live)
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// member is a process of a group, by pid and command line.
+type member struct {
+	pid int
+	cmd string
+}
+
+func (m member) String() string { return fmt.Sprintf("%d %s", m.pid, m.cmd) }
+
+// groupMembers lists the processes of group pgid that are not zombies.
+func groupMembers(pgid int) []member {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var live []member
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		data, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue // gone meanwhile
+		}
+		// Past the command's closing parenthesis: state, ppid, pgrp.
+		s := string(data)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) < 3 || f[0] == "Z" || f[2] != strconv.Itoa(pgid) {
+			continue
+		}
+		cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		live = append(live, member{pid, strings.ReplaceAll(strings.TrimRight(string(cmdline), "\x00"), "\x00", " ")})
+	}
+	return live
 }
 
 // geminiServer is an mcpServers entry of Gemini CLI's settings.
@@ -577,4 +636,24 @@ func TestGeminiToolbus(t *testing.T) {
 		t.Errorf("tool.invoke in the audit stream:\n%q\nwant\n%q", got, want)
 	}
 	f.up.stop(t)
+}
+
+// TestGroupMembers checks what checkGroupGone relies on: a background
+// child outlives its shell in the shell's group and is found there.
+func TestGroupMembers(t *testing.T) {
+	cmd := exec.Command("sh", "-c", "sleep 600 >/dev/null 2>&1 & echo $!")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	child, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		t.Fatalf("the shell printed %q, not a pid", out)
+	}
+	defer syscall.Kill(child, syscall.SIGKILL)
+	live := groupMembers(cmd.Process.Pid)
+	if len(live) != 1 || live[0].pid != child || live[0].cmd != "sleep 600" {
+		t.Errorf("group %d has %v, want only the sleep, %d", cmd.Process.Pid, live, child)
+	}
 }
