@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	defaultpolicy "github.com/toolbus/toolbus/policy"
@@ -85,6 +86,22 @@ func startFleet(configure ...func(*executor.Config)) (f *fleet, err error) {
 	return f, nil
 }
 
+// startBareBus starts a bus alone: no registry, no executor.
+func startBareBus() (f *fleet, err error) {
+	f = &fleet{}
+	if f.dir, err = os.MkdirTemp("", "toolbus-bus-"); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if f.bus, err = bus.Open(ctx, bus.Config{Listen: "127.0.0.1:0", DataDir: f.dir, Name: "bare", Logger: quiet()}); err != nil {
+		f.Close()
+		return nil, err
+	}
+	f.URL = f.bus.URL()
+	return f, nil
+}
+
 // Close stops everything startFleet started, in reverse order.
 func (f *fleet) Close() error {
 	var errs []error
@@ -121,12 +138,13 @@ type autoApprover struct {
 	nc     *bus.Bus
 	cancel context.CancelFunc
 	done   chan struct{}
+	once   sync.Once
 	// asked receives each request's invocation id as it is answered.
 	asked chan string
 }
 
-// approveAll starts an approver answering every request with outcome;
-// it stops with the fleet.
+// approveAll starts an approver answering every request with outcome, or
+// never answering when outcome is empty; it stops with the fleet.
 func (f *fleet) approveAll(outcome events.Outcome, message string) (*autoApprover, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -156,6 +174,10 @@ func (aa *autoApprover) run(ctx context.Context, ans approve.Answer) {
 				continue
 			}
 			answered[r.InvocationID] = true
+			if ans.Outcome == "" {
+				aa.asked <- r.InvocationID
+				continue
+			}
 			if _, err := aa.a.Answer(ctx, r.InvocationID, ans); err == nil {
 				select {
 				case aa.asked <- r.InvocationID:
@@ -171,11 +193,14 @@ func (aa *autoApprover) run(ctx context.Context, ans approve.Answer) {
 	}
 }
 
+// stop stops the approver; it may be called again, by the fleet's Close.
 func (aa *autoApprover) stop() {
-	aa.cancel()
-	<-aa.done
-	aa.a.Stop()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	aa.nc.Close(ctx)
+	aa.once.Do(func() {
+		aa.cancel()
+		<-aa.done
+		aa.a.Stop()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		aa.nc.Close(ctx)
+	})
 }
