@@ -126,21 +126,24 @@ type Call struct {
 }
 
 // BatchOption configures InvokeBatch.
-type BatchOption func(*events.BatchInvocation)
+type BatchOption func(*batchConfig)
+
+type batchConfig struct{ abortOnError bool }
 
 // AbortOnError stops the calls after the first one that fails; they end
 // with ErrCancelled.
-func AbortOnError() BatchOption { return func(b *events.BatchInvocation) { b.AbortOnError = true } }
+func AbortOnError() BatchOption { return func(b *batchConfig) { b.abortOnError = true } }
 
 // InvokeBatch runs calls in one request: consecutive calls of tools that
 // are safe to run together run in parallel, the rest in order. It returns
 // one Result per call, in order; a failed call is a Result with Error
 // set, never the error return, which means the batch could not be made.
 func (c *Client) InvokeBatch(ctx context.Context, calls []Call, opts ...BatchOption) ([]*Result, error) {
-	b := &events.BatchInvocation{}
+	var cfg batchConfig
 	for _, o := range opts {
-		o(b)
+		o(&cfg)
 	}
+	b := &events.BatchInvocation{AbortOnError: cfg.abortOnError}
 	for i, call := range calls {
 		raw, err := encodeArgs(call.Args)
 		if err != nil {
