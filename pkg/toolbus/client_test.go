@@ -161,8 +161,8 @@ func TestBadArguments(t *testing.T) {
 	c := connect(t, f)
 	for _, args := range []any{[]byte(`[1]`), json.RawMessage(`"x"`), []byte(`{`), 42, make(chan int)} {
 		res, err := c.Invoke(context.Background(), "read_file", args)
-		if res != nil || err == nil {
-			t.Errorf("args %v: got %+v %v, want no result and an error", args, res, err)
+		if res != nil || !errors.Is(err, toolbus.ErrInvalidParams) {
+			t.Errorf("args %v: got %+v %v, want no result and ErrInvalidParams", args, res, err)
 		}
 	}
 }

@@ -48,8 +48,10 @@ func WithTimeout(d time.Duration) CallOption { return func(c *callConfig) { c.ti
 // tool itself failed — the Result has Error set and Invoke returns that
 // same *ToolError as its error, so that errors.Is(err, ErrPolicyDenied)
 // works and the failure text a model should see is still in
-// res.LLMContent. A nil Result means the call could not be made (bad
-// arguments, no connection); nothing ran.
+// res.LLMContent. A nil Result means the call could not be made, and
+// nothing ran: arguments that are not a JSON object (the error then
+// matches ErrInvalidParams too, though it is no *ToolError), or no
+// connection.
 //
 // When ctx ends first the call is cancelled on the executor and the
 // result is ErrCancelled, or ErrTimeout for a deadline.
@@ -104,11 +106,11 @@ func encodeArgs(args any) (json.RawMessage, error) {
 	default:
 		var err error
 		if raw, err = json.Marshal(args); err != nil {
-			return nil, fmt.Errorf("toolbus: encode arguments: %w", err)
+			return nil, fmt.Errorf("toolbus: %w: encode arguments: %w", ErrInvalidParams, err)
 		}
 	}
 	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' || !json.Valid(t) {
-		return nil, errors.New("toolbus: arguments are not a JSON object")
+		return nil, fmt.Errorf("toolbus: %w: arguments are not a JSON object", ErrInvalidParams)
 	}
 	return json.RawMessage(raw), nil
 }
