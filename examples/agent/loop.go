@@ -164,6 +164,12 @@ func (l *Loop) complete(ctx context.Context, body chatRequest) (message, error) 
 	if resp.StatusCode != http.StatusOK {
 		return message{}, fmt.Errorf("model API answered %s: %.500s", resp.Status, raw)
 	}
+	return decodeChat(raw)
+}
+
+// decodeChat reads the model's message out of a chat-completions
+// response, which comes from the network and is not trusted.
+func decodeChat(raw []byte) (message, error) {
 	var cr chatResponse
 	if err := json.Unmarshal(raw, &cr); err != nil {
 		return message{}, fmt.Errorf("model response does not decode: %w", err)
@@ -171,5 +177,11 @@ func (l *Loop) complete(ctx context.Context, body chatRequest) (message, error) 
 	if len(cr.Choices) == 0 {
 		return message{}, errors.New("model response has no choices")
 	}
-	return cr.Choices[0].Message, nil
+	m := cr.Choices[0].Message
+	for i, c := range m.ToolCalls {
+		if c.ID == "" || c.Function.Name == "" {
+			return message{}, fmt.Errorf("model response: tool call %d has no id or no name", i)
+		}
+	}
+	return m, nil
 }
