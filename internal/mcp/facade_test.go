@@ -418,4 +418,3 @@ func TestFacadeListChangedProgressAndCancel(t *testing.T) {
 		t.Error("a cancelled call returned no error to the client")
 	}
 }
-
