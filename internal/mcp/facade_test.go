@@ -19,9 +19,11 @@ import (
 	"github.com/toolbus/toolbus/internal/approve"
 	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/executor"
 	"github.com/toolbus/toolbus/internal/executor/executortest"
 	toolmcp "github.com/toolbus/toolbus/internal/mcp"
 	"github.com/toolbus/toolbus/internal/policy"
+	"github.com/toolbus/toolbus/internal/tool"
 	defaultpolicy "github.com/toolbus/toolbus/policy"
 )
 
@@ -63,14 +65,18 @@ func startFacade(t *testing.T, pol *policy.Policy, token string) *facadeFleet {
 // connect is an MCP client of the facade, named name.
 func (ff *facadeFleet) connect(t *testing.T, name string) *mcpclient.Client {
 	t.Helper()
-	var opts []transport.StreamableHTTPCOption
+	// Listening continuously: what the server sends unasked
+	// (list_changed) comes on a GET stream.
+	opts := []transport.StreamableHTTPCOption{transport.WithContinuousListening(), transport.WithHTTPLogger(bustest.Quiet())}
 	if ff.token != "" {
 		opts = append(opts, transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + ff.token}))
 	}
-	c, err := mcpclient.NewStreamableHttpClient(ff.url, opts...)
+	tr, err := transport.NewStreamableHTTP(ff.url, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The protocol the MCP clients of today speak (sessions, initialize).
+	c := mcpclient.NewClient(tr, mcpclient.WithProtocolVersion(mcp.LATEST_LEGACY_PROTOCOL_VERSION))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := c.Start(ctx); err != nil {
@@ -286,5 +292,129 @@ func TestFacadeHTTPRefusesStrangers(t *testing.T) {
 	// With the token, an MCP client works.
 	if names := toolNames(t, ff.connect(t, "test-client")); len(names) == 0 {
 		t.Error("no tools with the token")
+	}
+}
+
+// probe is a tool of the test's own: it reports progress, and with
+// {"wait":true} runs until it is cancelled, saying so on cancelled.
+type probe struct{ started, cancelled chan string }
+
+func (probe) Spec() events.ToolSpec {
+	return events.ToolSpec{Name: "facade_probe", Description: "A probe.", Kind: events.KindRead,
+		Parameters: json.RawMessage(`{"type":"object","properties":{"wait":{"type":"boolean"}}}`)}
+}
+
+func (probe) Origin() (events.Source, string, bool) { return events.SourceDiscovered, "", false }
+
+func (p probe) Run(ctx context.Context, call *tool.Call) (*tool.Output, error) {
+	for _, chunk := range []string{"one ", "two ", "three"} {
+		if call.Progress != nil {
+			call.Progress(chunk)
+		}
+	}
+	var args struct{ Wait bool }
+	json.Unmarshal(call.Args, &args)
+	if args.Wait {
+		p.started <- call.ID
+		<-ctx.Done()
+		p.cancelled <- call.ID
+		return &tool.Output{LLMContent: "stopped"}, nil
+	}
+	return &tool.Output{LLMContent: "one two three"}, nil
+}
+
+// A tool that joins the fleet reaches a connected client as list_changed;
+// progress comes as notifications/progress for the client's token; a
+// client's cancel stops the call on the executor.
+func TestFacadeListChangedProgressAndCancel(t *testing.T) {
+	ff := startFacade(t, nil, "")
+	c := ff.connect(t, "test-client")
+	notes := make(chan mcp.JSONRPCNotification, 100)
+	c.OnNotification(func(n mcp.JSONRPCNotification) { notes <- n })
+	// list_changed is checked on a client in process: over streamable
+	// HTTP, mcp-go v1.2.1 does not deliver it on the client's GET stream
+	// (see the closing note of issue 11).
+	local, err := mcpclient.NewInProcessClient(ff.facade.Server())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer local.Close()
+	changes := make(chan string, 10)
+	local.OnNotification(func(n mcp.JSONRPCNotification) { changes <- n.Method })
+	if err := local.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	init := mcp.InitializeRequest{}
+	init.Params.ProtocolVersion = mcp.LATEST_LEGACY_PROTOCOL_VERSION
+	init.Params.ClientInfo = mcp.Implementation{Name: "local", Version: "1"}
+	if _, err := local.Initialize(context.Background(), init); err != nil {
+		t.Fatal(err)
+	}
+	waitNote := func(method string) mcp.JSONRPCNotification {
+		t.Helper()
+		timeout := time.After(30 * time.Second)
+		for {
+			select {
+			case n := <-notes:
+				if n.Method == method {
+					return n
+				}
+			case <-timeout:
+				t.Fatalf("no %s", method)
+			}
+		}
+	}
+	p := probe{started: make(chan string, 1), cancelled: make(chan string, 1)}
+	if _, err := ff.Executor.Host(context.Background(), executor.Scope{Source: events.SourceDiscovered}, []tool.Tool{p}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-changes:
+		if m != "notifications/tools/list_changed" {
+			t.Errorf("got %s", m)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no list_changed")
+	}
+
+	if names := strings.Join(toolNames(t, c), " "); !strings.Contains(names, "facade_probe") {
+		t.Fatalf("the new tool is not listed: %s", names)
+	}
+
+	req := mcp.CallToolRequest{}
+	req.Params.Name = "facade_probe"
+	req.Params.Arguments = map[string]any{}
+	req.Params.Meta = &mcp.Meta{ProgressToken: "tok-1"}
+	res, err := c.CallTool(context.Background(), req)
+	if err != nil || res.IsError || text(res) != "one two three" {
+		t.Fatalf("probe: %v %+v", err, res)
+	}
+	n := waitNote("notifications/progress")
+	if n.Params.AdditionalFields["progressToken"] != "tok-1" || n.Params.AdditionalFields["message"] == "" {
+		t.Errorf("progress: %+v", n.Params.AdditionalFields)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		req := mcp.CallToolRequest{}
+		req.Params.Name = "facade_probe"
+		req.Params.Arguments = map[string]any{"wait": true}
+		_, err := c.CallTool(ctx, req)
+		done <- err
+	}()
+	select {
+	case <-p.started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the waiting call never started")
+	}
+	cancel()
+	select {
+	case <-p.cancelled:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the client's cancel did not reach the tool")
+	}
+	if err := <-done; err == nil {
+		t.Error("a cancelled call returned no error to the client")
 	}
 }

@@ -1,0 +1,206 @@
+package toolbus_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	defaultpolicy "github.com/toolbus/toolbus/policy"
+
+	"github.com/toolbus/toolbus/internal/approve"
+	"github.com/toolbus/toolbus/internal/builtin"
+	"github.com/toolbus/toolbus/internal/bus"
+	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/executor"
+	"github.com/toolbus/toolbus/internal/policy"
+	"github.com/toolbus/toolbus/internal/registry"
+)
+
+// fleet is a whole single-machine fleet in this process — a bus with
+// JetStream on a loopback port, the registry, an executor hosting the
+// built-in tools over a temporary workspace under the default policy —
+// started without a testing.TB so that Example functions can use it too.
+type fleet struct {
+	URL       string
+	Workspace string
+	bus       *bus.Bus
+	reg       *registry.Service
+	ws        *builtin.Workspace
+	shells    *builtin.Shells
+	ex        *executor.Executor
+	dir       string
+	approvers []*autoApprover
+}
+
+func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// startFleet starts a fleet whose workspace holds README.md ("# hello");
+// configure adjusts the executor's Config before it starts.
+func startFleet(configure ...func(*executor.Config)) (f *fleet, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	f = &fleet{}
+	defer func() {
+		if err != nil {
+			f.Close()
+		}
+	}()
+	if f.dir, err = os.MkdirTemp("", "toolbus-fleet-"); err != nil {
+		return nil, err
+	}
+	ws := filepath.Join(f.dir, "ws")
+	if err = os.MkdirAll(ws, 0o755); err != nil {
+		return nil, err
+	}
+	if err = os.WriteFile(filepath.Join(ws, "README.md"), []byte("# hello\n"), 0o644); err != nil {
+		return nil, err
+	}
+	if f.bus, err = bus.Open(ctx, bus.Config{Listen: "127.0.0.1:0", DataDir: filepath.Join(f.dir, "bus"), Name: "fleet", Logger: quiet()}); err != nil {
+		return nil, err
+	}
+	f.URL = f.bus.URL()
+	if f.reg, err = registry.Start(ctx, f.bus.Conn(), f.bus.JetStream(), registry.Config{Identity: events.Identity{ID: "registry@test"}, Logger: quiet()}); err != nil {
+		return nil, err
+	}
+	if f.ws, err = builtin.NewWorkspace(ws); err != nil {
+		return nil, err
+	}
+	f.Workspace = f.ws.Root()
+	pol, err := policy.Compile(ctx, policy.Files(defaultpolicy.Default()))
+	if err != nil {
+		return nil, err
+	}
+	f.shells = builtin.NewShells(f.ws)
+	cfg := executor.Config{Identity: events.Identity{ID: "executor@test", Role: "executor"}, Tools: builtin.Tools(f.ws, f.shells),
+		Policy: pol, Workspace: f.ws.Root(), Logger: quiet()}
+	for _, c := range configure {
+		c(&cfg)
+	}
+	if f.ex, err = executor.Start(ctx, f.bus.Conn(), f.bus.JetStream(), cfg); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// startBareBus starts a bus alone: no registry, no executor.
+func startBareBus() (f *fleet, err error) {
+	f = &fleet{}
+	if f.dir, err = os.MkdirTemp("", "toolbus-bus-"); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if f.bus, err = bus.Open(ctx, bus.Config{Listen: "127.0.0.1:0", DataDir: f.dir, Name: "bare", Logger: quiet()}); err != nil {
+		f.Close()
+		return nil, err
+	}
+	f.URL = f.bus.URL()
+	return f, nil
+}
+
+// Close stops everything startFleet started, in reverse order.
+func (f *fleet) Close() error {
+	var errs []error
+	for _, a := range f.approvers {
+		a.stop()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if f.ex != nil {
+		errs = append(errs, f.ex.Stop(ctx))
+	}
+	if f.shells != nil {
+		f.shells.Close()
+	}
+	if f.ws != nil {
+		errs = append(errs, f.ws.Close())
+	}
+	if f.reg != nil {
+		f.reg.Stop()
+	}
+	if f.bus != nil {
+		errs = append(errs, f.bus.Close(ctx))
+	}
+	if f.dir != "" {
+		errs = append(errs, os.RemoveAll(f.dir))
+	}
+	return errors.Join(errs...)
+}
+
+// autoApprover is a real approve.Approver, on a connection of its own,
+// that gives every confirmation request the same answer.
+type autoApprover struct {
+	a      *approve.Approver
+	nc     *bus.Bus
+	cancel context.CancelFunc
+	done   chan struct{}
+	once   sync.Once
+	// asked receives each request's invocation id as it is answered.
+	asked chan string
+}
+
+// approveAll starts an approver answering every request with outcome, or
+// never answering when outcome is empty; it stops with the fleet.
+func (f *fleet) approveAll(outcome events.Outcome, message string) (*autoApprover, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := bus.Open(ctx, bus.Config{URL: f.URL, Name: "approver", Logger: quiet()})
+	if err != nil {
+		return nil, err
+	}
+	a, err := approve.Start(ctx, conn.Conn(), conn.JetStream(), approve.Config{Identity: events.Identity{ID: "approver:ada", Role: "approver"}, Logger: quiet()})
+	if err != nil {
+		conn.Close(ctx)
+		return nil, err
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	aa := &autoApprover{a: a, nc: conn, cancel: stop, done: make(chan struct{}), asked: make(chan string, 64)}
+	go aa.run(runCtx, approve.Answer{Outcome: outcome, Message: message})
+	f.approvers = append(f.approvers, aa)
+	return aa, nil
+}
+
+func (aa *autoApprover) run(ctx context.Context, ans approve.Answer) {
+	defer close(aa.done)
+	answered := map[string]bool{}
+	for {
+		state, changed := aa.a.Snapshot()
+		for _, r := range state.Pending {
+			if answered[r.InvocationID] {
+				continue
+			}
+			answered[r.InvocationID] = true
+			if ans.Outcome == "" {
+				aa.asked <- r.InvocationID
+				continue
+			}
+			if _, err := aa.a.Answer(ctx, r.InvocationID, ans); err == nil {
+				select {
+				case aa.asked <- r.InvocationID:
+				default:
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+	}
+}
+
+// stop stops the approver; it may be called again, by the fleet's Close.
+func (aa *autoApprover) stop() {
+	aa.once.Do(func() {
+		aa.cancel()
+		<-aa.done
+		aa.a.Stop()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		aa.nc.Close(ctx)
+	})
+}
