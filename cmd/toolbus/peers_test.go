@@ -36,7 +36,8 @@ type peerRun struct {
 // runPeer runs node22 with args in its own process group, with env added
 // to a minimal environment, and returns its output once it has exited. A
 // run past peerTimeout is killed, its whole group with it (the MCP servers
-// it started), and fails the test.
+// it started), and fails the test; so does a run that exits leaving one of
+// them running (checkGroupGone).
 func runPeer(t *testing.T, env []string, args ...string) peerRun {
 	t.Helper()
 	node22 := npmpeer.Require(t, npmpeer.Node22)
