@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/fakegemini"
 	"github.com/toolbus/toolbus/internal/testkit/npmpeer"
 )
@@ -75,55 +76,19 @@ func checkGroupGone(t *testing.T, pgid int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		live := groupMembers(pgid)
+		live := testkit.Group(pgid)
 		if len(live) == 0 {
 			return
 		}
 		if time.Now().After(deadline) {
 			for _, m := range live {
-				syscall.Kill(m.pid, syscall.SIGKILL)
+				syscall.Kill(m.PID, syscall.SIGKILL)
 			}
 			t.Errorf("the client left processes running after it exited: %v", live)
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// member is a process of a group, by pid and command line.
-type member struct {
-	pid int
-	cmd string
-}
-
-func (m member) String() string { return fmt.Sprintf("%d %s", m.pid, m.cmd) }
-
-// groupMembers lists the processes of group pgid that are not zombies.
-func groupMembers(pgid int) []member {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	var live []member
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		data, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue // gone meanwhile
-		}
-		// Past the command's closing parenthesis: state, ppid, pgrp.
-		s := string(data)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(f) < 3 || f[0] == "Z" || f[2] != strconv.Itoa(pgid) {
-			continue
-		}
-		cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		live = append(live, member{pid, strings.ReplaceAll(strings.TrimRight(string(cmdline), "\x00"), "\x00", " ")})
-	}
-	return live
 }
 
 // geminiServer is an mcpServers entry of Gemini CLI's settings.
@@ -653,8 +618,8 @@ func TestGroupMembers(t *testing.T) {
 		t.Fatalf("the shell printed %q, not a pid", out)
 	}
 	defer syscall.Kill(child, syscall.SIGKILL)
-	live := groupMembers(cmd.Process.Pid)
-	if len(live) != 1 || live[0].pid != child || live[0].cmd != "sleep 600" {
+	live := testkit.Group(cmd.Process.Pid)
+	if len(live) != 1 || live[0].PID != child || strings.Join(live[0].Args, " ") != "sleep 600" {
 		t.Errorf("group %d has %v, want only the sleep, %d", cmd.Process.Pid, live, child)
 	}
 }

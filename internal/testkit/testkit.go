@@ -112,8 +112,10 @@ func WaitReaped(t *testing.T, pid int) {
 // Process is a process as /proc shows it.
 type Process struct {
 	PID, Parent int
-	State       string   // R, S, Z...
-	Args        []string // its command line
+	// Group is its process group.
+	Group int
+	State string   // R, S, Z...
+	Args  []string // its command line
 }
 
 // Processes lists every process /proc shows. A process that ends while
@@ -131,18 +133,31 @@ func Processes() []Process {
 			continue
 		}
 		// The fields after the command's name, which may hold spaces and
-		// parentheses: state, then the parent's pid.
+		// parentheses: state, the parent's pid, the process group.
 		s := string(data)
 		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(f) < 2 {
+		if len(f) < 3 {
 			continue
 		}
 		p := Process{PID: pid, State: f[0]}
 		p.Parent, _ = strconv.Atoi(f[1])
+		p.Group, _ = strconv.Atoi(f[2])
 		if cmdline, err := os.ReadFile("/proc/" + n.Name() + "/cmdline"); err == nil && len(cmdline) > 0 {
 			p.Args = strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
 		}
 		out = append(out, p)
+	}
+	return out
+}
+
+// Group lists the live members of process group pgid: zombies, which
+// only wait to be reaped, are left out.
+func Group(pgid int) []Process {
+	var out []Process
+	for _, p := range Processes() {
+		if p.Group == pgid && p.State != "Z" {
+			out = append(out, p)
+		}
 	}
 	return out
 }

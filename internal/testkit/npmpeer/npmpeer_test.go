@@ -166,7 +166,7 @@ func checkReaped(t *testing.T, pid int) {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		live := liveMembers(t, pid)
+		live := testkit.Group(pid)
 		if len(live) == 0 {
 			return
 		}
@@ -175,34 +175,6 @@ func checkReaped(t *testing.T, pid int) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-// liveMembers lists the processes of group pgid that are not zombies.
-func liveMembers(t *testing.T, pgid int) []int {
-	t.Helper()
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var live []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		data, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue // gone meanwhile
-		}
-		// Past the command's closing parenthesis: state, ppid, pgrp.
-		s := string(data)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(f) < 3 || f[0] == "Z" || f[2] != strconv.Itoa(pgid) {
-			continue
-		}
-		live = append(live, pid)
-	}
-	return live
 }
 
 // TestConformanceRuns checks that the conformance CLI starts under the
