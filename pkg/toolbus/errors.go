@@ -15,42 +15,43 @@ type ErrorType string
 // Error implements error.
 func (t ErrorType) Error() string { return string(t) }
 
-// The error types of a failed call, one per type of the wire contract.
+// The error types of a failed call, one per type of the wire contract,
+// and made from it, so the two cannot drift apart.
 const (
 	// ErrToolNotFound: no active tool has the name (nor alias, nor
 	// export name) the call gave.
-	ErrToolNotFound ErrorType = "TOOL_NOT_FOUND"
+	ErrToolNotFound = ErrorType(events.ErrToolNotFound)
 	// ErrInvalidParams: the arguments do not fit the tool's schema, or
 	// the call was refused as malformed.
-	ErrInvalidParams ErrorType = "INVALID_TOOL_PARAMS"
+	ErrInvalidParams = ErrorType(events.ErrInvalidParams)
 	// ErrPolicyDenied: the policy said DENY, or ASK_USER with no
 	// approver to ask. The message holds the policy's reason.
-	ErrPolicyDenied ErrorType = "POLICY_DENIED"
+	ErrPolicyDenied = ErrorType(events.ErrPolicyDenied)
 	// ErrUserCancelled: the person asked to confirm the call refused it.
-	ErrUserCancelled ErrorType = "USER_CANCELLED"
+	ErrUserCancelled = ErrorType(events.ErrUserCancelled)
 	// ErrConfirmationTimeout: nobody answered the confirmation in time.
-	ErrConfirmationTimeout ErrorType = "CONFIRMATION_TIMEOUT"
+	ErrConfirmationTimeout = ErrorType(events.ErrConfirmationTimeout)
 	// ErrExecutionFailed: the tool ran and failed.
-	ErrExecutionFailed ErrorType = "EXECUTION_FAILED"
+	ErrExecutionFailed = ErrorType(events.ErrExecutionFailed)
 	// ErrTimeout: the call's deadline (the executor's, the call's own
 	// WithTimeout, or the context's) passed; the call was stopped.
-	ErrTimeout ErrorType = "TIMEOUT"
+	ErrTimeout = ErrorType(events.ErrTimeout)
 	// ErrCancelled: the call was cancelled (Cancel, or the context).
-	ErrCancelled ErrorType = "CANCELLED"
+	ErrCancelled = ErrorType(events.ErrCancelled)
 	// ErrExecutorLost: the executor running the call went away.
-	ErrExecutorLost ErrorType = "EXECUTOR_LOST"
+	ErrExecutorLost = ErrorType(events.ErrExecutorLost)
 
 	// Failures of the built-in tools.
-	ErrFileNotFound           ErrorType = "FILE_NOT_FOUND"
-	ErrFileTooLarge           ErrorType = "FILE_TOO_LARGE"
-	ErrPathNotInWorkspace     ErrorType = "PATH_NOT_IN_WORKSPACE"
-	ErrEditNoOccurrence       ErrorType = "EDIT_NO_OCCURRENCE_FOUND"
-	ErrEditOccurrenceMismatch ErrorType = "EDIT_EXPECTED_OCCURRENCE_MISMATCH"
-	ErrShellFailed            ErrorType = "SHELL_EXECUTE_ERROR"
+	ErrFileNotFound           = ErrorType(events.ErrFileNotFound)
+	ErrFileTooLarge           = ErrorType(events.ErrFileTooLarge)
+	ErrPathNotInWorkspace     = ErrorType(events.ErrPathNotInWorkspace)
+	ErrEditNoOccurrence       = ErrorType(events.ErrEditNoOccurrence)
+	ErrEditOccurrenceMismatch = ErrorType(events.ErrEditOccurrenceMismatch)
+	ErrShellFailed            = ErrorType(events.ErrShellFailed)
 
 	// ErrMCPToolError: an MCP server ran the call and reported failure
 	// (isError); the message is the server's text.
-	ErrMCPToolError ErrorType = "MCP_TOOL_ERROR"
+	ErrMCPToolError = ErrorType(events.ErrMCPToolError)
 )
 
 // ToolError is a failed call: the call was made and reached a verdict,
