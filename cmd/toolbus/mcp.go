@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/cli"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/mcp"
@@ -33,25 +34,19 @@ func runMCP(args []string) error {
 	} else if len(rest) > 0 {
 		return usageError{fmt.Errorf("mcp status takes no arguments, got %q", rest)}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	log, _ := cli.Logger("warn")
-	b, err := cli.Connect(ctx, *natsURL, "toolbus-mcp", log)
-	if err != nil {
-		return err
-	}
-	defer cli.Close(b)
-	states, err := mcpStates(ctx, b.JetStream())
-	if err != nil {
-		return err
-	}
-	if *asJSON {
-		if states == nil {
-			states = []*events.MCPServerStatus{}
+	return withBus(*natsURL, "toolbus-mcp", func(ctx context.Context, b *bus.Bus) error {
+		states, err := mcpStates(ctx, b.JetStream())
+		if err != nil {
+			return err
 		}
-		return writeJSON(os.Stdout, states)
-	}
-	return writeMCPTable(os.Stdout, states)
+		if *asJSON {
+			if states == nil {
+				states = []*events.MCPServerStatus{}
+			}
+			return writeJSON(os.Stdout, states)
+		}
+		return writeMCPTable(os.Stdout, states)
+	})
 }
 
 // mcpStates reads every server's state, of every executor; a malformed
