@@ -139,10 +139,6 @@ func (f *Facade) follow() {
 // declaration changed. Call it when the policy changes too: it decides
 // what each caller is shown.
 func (f *Facade) Refresh() {
-	f.refresh(false)
-}
-
-func (f *Facade) refresh(force bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	active := f.replica.Catalog().AllTools()
@@ -157,7 +153,7 @@ func (f *Facade) refresh(force bool) {
 		tools = append(tools, mcpserver.ServerTool{Tool: mt, Handler: f.handler(t.Name)})
 		fmt.Fprintf(&key, "%s\x00%d\x00", t.Name, t.Seq)
 	}
-	if key.String() == f.listed && !force {
+	if key.String() == f.listed {
 		return
 	}
 	f.listed = key.String()
