@@ -153,6 +153,13 @@ func (f *Facade) Refresh() {
 		tools = append(tools, mcpserver.ServerTool{Tool: mt, Handler: f.handler(t.Name)})
 		fmt.Fprintf(&key, "%s\x00%d\x00", t.Name, t.Seq)
 	}
+	// The policy decides what each caller is shown: a new revision is a
+	// change of the list even when the tools are the same.
+	if f.cfg.Policy != nil {
+		if p := f.cfg.Policy(); p != nil {
+			key.WriteString(p.Revision())
+		}
+	}
 	if key.String() == f.listed {
 		return
 	}
