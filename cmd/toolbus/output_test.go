@@ -164,9 +164,12 @@ func TestParallelLargeReadsFromTheCommandLine(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	counts := audittest.Results(t, conn.JetStream(), false)
-	for i := range calls {
-		id := fmt.Sprintf("cli-read-%d", i)
+	ids := make([]string, calls)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("cli-read-%d", i)
+	}
+	counts := audittest.ResultsOf(t, conn.JetStream(), ids)
+	for _, id := range ids {
 		if c := counts[id]; c == nil || c.Terminal != 1 || c.Late != 0 {
 			t.Errorf("%s: %+v results in the audit stream, want exactly one terminal", id, c)
 		}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -87,9 +89,13 @@ func TestParallelLargeReadsGetOneResultEach(t *testing.T) {
 	}
 	t.Logf("%d of %d whole outputs kept in the object store", kept, calls)
 	waitIdle(t, e.exec)
-	counts := audittest.Results(t, e.bus.JetStream(), false)
+	ids := make([]string, calls)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("big-read-%d", i)
+	}
+	counts := audittest.ResultsOf(t, e.bus.JetStream(), ids)
 	for i := range calls {
-		c := counts[fmt.Sprintf("big-read-%d", i)]
+		c := counts[ids[i]]
 		if c == nil || c.Terminal != 1 || c.Late != 0 {
 			t.Errorf("big-read-%d: %+v terminal/late results in the audit stream, want exactly one terminal", i, c)
 		}
@@ -157,7 +163,7 @@ func TestGivingUpMakesTheExecutorsResultLate(t *testing.T) {
 		return c != nil
 	})
 	waitIdle(t, e.exec)
-	counts := audittest.Results(t, e.bus.JetStream(), false)
+	counts := audittest.ResultsOf(t, e.bus.JetStream(), []string{"given-up", "overtaken"})
 	if c := counts["given-up"]; c == nil || c.Terminal != 1 || c.Late != 1 {
 		t.Errorf("given-up: %+v, want the caller's terminal result and the executor's late one", c)
 	}
@@ -342,7 +348,7 @@ func TestAGiveUpThatCrossesTheResultLeavesOneTerminalResult(t *testing.T) {
 		results[id] = res
 	}
 	waitIdle(t, e.exec)
-	counts := audittest.Results(t, e.bus.JetStream(), false)
+	counts := audittest.ResultsOf(t, e.bus.JetStream(), slices.Collect(maps.Keys(results)))
 	took := 0
 	for id, res := range results {
 		c := counts[id]

@@ -16,6 +16,30 @@ import (
 // terminal results (exactly one, when all is well) and its late ones.
 type Count struct{ Terminal, Late int }
 
+// ResultsOf waits until the audit stream holds a result for each of ids,
+// for at most a minute, and then counts as Results does. Results reads the
+// stream as it is when called, and a result published just before (by a
+// caller giving up, on a connection of its own) may not be stored yet:
+// the stream takes in published messages on its own goroutine.
+func ResultsOf(t testing.TB, js jetstream.JetStream, ids []string) map[string]*Count {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		counts := Results(t, js, true)
+		missing := ""
+		for _, id := range ids {
+			if counts[id] == nil {
+				missing = id
+				break
+			}
+		}
+		if missing == "" || time.Now().After(deadline) {
+			return counts
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // Results reads every tool.result in the audit stream, up to the last one
 // there when it is called, with an ordered consumer, and counts them per
 // invocation id. With mayBeEmpty set, an empty stream gives an empty map;
