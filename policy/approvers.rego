@@ -20,10 +20,11 @@ default approver_allowed := false
 
 approver_allowed if count(approver_denied) == 0
 
-# Answering is the approver role's: an agent or an executor naming itself
-# is not a person deciding.
+# Answering is the approver role's, and the agent user's where the rules
+# below let them: an agent or an executor naming itself is not a person
+# deciding.
 approver_denied contains sprintf("%q answers as %q; only the approver role may answer", [approver.id, approver.role]) if {
-	approver.role != "approver"
+	not approver.role in {"approver", "agent-user"}
 }
 
 approver_denied contains "the answer names no approver" if approver.id == ""
@@ -31,6 +32,7 @@ approver_denied contains "the answer names no approver" if approver.id == ""
 approver := {
 	"id": object.get(object.get(input, "approver", {}), "id", ""),
 	"role": object.get(object.get(input, "approver", {}), "role", ""),
+	"session": object.get(object.get(input, "approver", {}), "session", ""),
 }
 
 # Nobody approves a call they made: an agent that answers its own request
@@ -49,6 +51,48 @@ approver_denied contains sprintf("only the security group may approve %s outside
 }
 
 outside_workspace := sort([p | some p in input.paths; not in_workspace_or_harmless(p)])
+
+# --- the agent user: the person in front of the calling agent -------------------
+
+# The executor may put a confirmation request to the person in front of the
+# agent that made the call, through the agent's own client (an MCP
+# elicitation), when the caller says it can. This says for which calls.
+# Off for the kinds that destroy or run things: those go to the fleet's
+# approvers, whom a prompt-injected agent cannot reach through its own
+# client (some clients answer elicitations without asking anyone). An edit
+# is shown to that person as its diff.
+elicitation_off_kinds := {"delete", "move", "execute"}
+
+default elicitation_allowed := false
+
+elicitation_allowed if {
+	not input.tool.kind in elicitation_off_kinds
+	not input.shell
+}
+
+# An agent user answers for the calls of the agent and session they are in
+# front of, and nothing else.
+approver_denied contains "the policy does not let the agent's own user confirm this call" if {
+	approver.role == "agent-user"
+	not elicitation_allowed
+}
+
+approver_denied contains sprintf("%s answers only for the calls of the agent it is in front of, and this is %s's", [approver.id, input.caller.id]) if {
+	approver.role == "agent-user"
+	approver.id != concat("", ["user-of:", input.caller.id])
+}
+
+approver_denied contains sprintf("%s answers only for the calls of its own session", [approver.id]) if {
+	approver.role == "agent-user"
+	approver.session != object.get(input.caller, "session", "")
+}
+
+# Remembering an approval changes what the whole fleet may run, and an
+# edited call is a new call: both are the fleet's approvers' to give.
+approver_denied contains sprintf("the agent's own user may allow a call once or cancel it, not %s", [input.answer.outcome]) if {
+	approver.role == "agent-user"
+	not input.answer.outcome in {"proceed_once", "cancel"}
+}
 
 # --- flagged: the parts of a call an approver is pointed at ----------------------
 

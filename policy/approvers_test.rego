@@ -91,3 +91,63 @@ test_flagged_code_runners_paths_and_writes if {
 test_nothing_flagged_for_other_tools if {
 	count(flags(file_tool("write_file", "edit", ["/etc/x"]))) == 0
 }
+
+# --- the agent user ---------------------------------------------------------------
+
+agent_call(name, kind) := object.union(file_tool(name, kind, ["/w/a.txt"]), {"caller": {"id": "agent:gemini", "role": "agent", "session": "s1"}})
+
+agent_user := {"id": "user-of:agent:gemini", "role": "agent-user", "session": "s1"}
+
+answered(inp, who, outcome) := object.union(inp, {"approver": who, "answer": {"outcome": outcome}})
+
+test_elicitation_is_allowed_for_edits_and_fetches_not_for_destructive_kinds if {
+	toolbus.elicitation_allowed with input as agent_call("write_file", "edit")
+	toolbus.elicitation_allowed with input as agent_call("web_fetch", "fetch")
+	toolbus.elicitation_allowed with input as agent_call("some_mcp_tool", "other")
+	not toolbus.elicitation_allowed with input as agent_call("delete_file", "delete")
+	not toolbus.elicitation_allowed with input as agent_call("move_file", "move")
+	not toolbus.elicitation_allowed with input as agent_call("run_tests", "execute")
+	not toolbus.elicitation_allowed with input as shell_call(["/w"])
+}
+
+test_the_agent_user_may_allow_once_or_cancel_their_agents_call if {
+	inp := agent_call("write_file", "edit")
+	toolbus.approver_allowed with input as answered(inp, agent_user, "proceed_once")
+	toolbus.approver_allowed with input as answered(inp, agent_user, "cancel")
+}
+
+test_the_agent_user_may_not_remember_or_edit if {
+	inp := agent_call("write_file", "edit")
+	every outcome in ["proceed_always", "proceed_always_tool", "proceed_always_server", "modify_with_editor"] {
+		not toolbus.approver_allowed with input as answered(inp, agent_user, outcome)
+	}
+}
+
+test_the_agent_user_answers_for_no_other_agent_or_session if {
+	inp := agent_call("write_file", "edit")
+	other_agent := object.union(agent_user, {"id": "user-of:agent:claude"})
+	not toolbus.approver_allowed with input as answered(inp, other_agent, "proceed_once")
+	some reason in toolbus.approver_denied with input as answered(inp, other_agent, "proceed_once")
+	contains(reason, "answers only for the calls of the agent it is in front of")
+	other_session := object.union(agent_user, {"session": "s2"})
+	not toolbus.approver_allowed with input as answered(inp, other_session, "proceed_once")
+	no_session := {"id": "user-of:agent:gemini", "role": "agent-user"}
+	not toolbus.approver_allowed with input as answered(inp, no_session, "proceed_once")
+}
+
+test_the_agent_user_may_not_answer_where_elicitation_is_off if {
+	inp := object.union(agent_call("delete_file", "delete"), {"caller": {"id": "agent:gemini", "role": "agent", "session": "s1"}})
+	not toolbus.approver_allowed with input as answered(inp, agent_user, "proceed_once")
+	some reason in toolbus.approver_denied with input as answered(inp, agent_user, "proceed_once")
+	contains(reason, "does not let the agent's own user confirm this call")
+
+	# A fleet approver still may.
+	toolbus.approver_allowed with input as answered(inp, approver("approver:ada@dev-1"), "proceed_once")
+}
+
+test_an_agent_naming_itself_agent_user_of_itself_is_still_its_own_caller if {
+	# The agent's own id, with the agent-user role: the self-approval rule
+	# holds whatever the role says.
+	inp := agent_call("write_file", "edit")
+	not toolbus.approver_allowed with input as answered(inp, {"id": "agent:gemini", "role": "agent-user", "session": "s1"}, "proceed_once")
+}

@@ -40,6 +40,7 @@ func runMCPServe(args []string) error {
 	policyDir := fs.String("policy", "", "directory of .rego files that decides which tools a caller is listed (default: the pushed policy, else the default policy)")
 	listen := fs.String("listen", "", "serve streamable HTTP on this address instead of stdio")
 	token := fs.String("token", "", "bearer token for --listen (default $"+mcpTokenEnv+"; generated when listening beyond loopback)")
+	noElicit := fs.Bool("no-elicitation", false, "never ask the MCP client's user to confirm a call; only approvers on tool.confirm answer (the policy's elicitation_allowed decides otherwise)")
 	logLevel := fs.String("log-level", "warn", "debug, info, warn or error (logs go to stderr)")
 	if rest, err := parse(fs, args); err != nil {
 		return err
@@ -70,7 +71,7 @@ func runMCPServe(args []string) error {
 	current.Store(pol)
 	id := cli.Identity("agent")
 	fac, err := mcp.StartFacade(ctx, mcp.FacadeConfig{Conn: b.Conn(), JS: b.JetStream(), Agent: *agent, Session: *session,
-		User: id.User, Host: id.Host, Policy: current.Load, Version: version, Logger: log})
+		User: id.User, Host: id.Host, Policy: current.Load, NoElicitation: *noElicit, Version: version, Logger: log})
 	if err != nil {
 		return err
 	}

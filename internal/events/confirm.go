@@ -39,6 +39,12 @@ type ConfirmRequest struct {
 	Always []AlwaysOption `json:"always,omitempty"`
 	// DeadlineMillis is how long the executor waits for an answer.
 	DeadlineMillis int64 `json:"deadlineMillis"`
+	// CallerMayAnswer says the person in front of the calling agent may
+	// answer this request too: the caller asked to confirm its own calls
+	// (Invocation.CallerConfirms), the policy lets it for this call
+	// (data.toolbus.elicitation_allowed), and the request went to the
+	// caller as well. The first accepted answer still wins.
+	CallerMayAnswer bool `json:"callerMayAnswer,omitempty"`
 	// AnswerTo is the subject an answer is sent to, as a request that the
 	// executor acknowledges. It is in the body, not only the message's
 	// reply subject, so an approver that reads the request back from the
@@ -106,6 +112,21 @@ func (o Outcome) Valid() bool {
 // Always reports whether o asks for the approval to be remembered.
 func (o Outcome) Always() bool {
 	return o == ProceedAlways || o == ProceedAlwaysServer || o == ProceedAlwaysTool
+}
+
+// RoleAgentUser is the role of an answer given by the person in front of
+// the calling agent, asked through the agent's own client (an MCP
+// elicitation), rather than by an approver on tool.confirm. Its identity
+// is AgentUser(caller).
+const RoleAgentUser = "agent-user"
+
+// AgentUser is the approver identity of the person in front of caller's
+// agent: "user-of:" and the caller's id, with the caller's agent, session,
+// user, host and client, so the audit trail shows which client asked whom.
+func AgentUser(caller Identity) Identity {
+	id := caller
+	id.ID, id.Role = "user-of:"+caller.ID, RoleAgentUser
+	return id
 }
 
 // ConfirmAnswer answers a ConfirmRequest; its Sender is the approver.

@@ -12,6 +12,15 @@ type Invocation struct {
 	Args json.RawMessage `json:"args,omitempty"`
 	// TimeoutMillis overrides the executor's deadline for this call.
 	TimeoutMillis int64 `json:"timeoutMillis,omitempty"`
+	// CallerConfirms says the caller can put a confirmation request to
+	// the person in front of it (an MCP client that supports
+	// elicitation). When the policy asks for confirmation and lets that
+	// person answer for this call (data.toolbus.elicitation_allowed), the
+	// executor sends the caller the ConfirmRequest too, as a message of
+	// kind KindConfirm on the reply subject, and the caller answers it as
+	// any approver does, as RoleAgentUser. It widens nothing by itself:
+	// the policy judges the answer like every other (approver_allowed).
+	CallerConfirms bool `json:"callerConfirms,omitempty"`
 }
 
 // EnvelopeType implements Envelope.

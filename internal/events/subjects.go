@@ -97,6 +97,9 @@ const (
 	KindHeader    = "Toolbus-Kind"
 	KindHeartbeat = "heartbeat"
 	KindProgress  = "progress"
+	// KindConfirm carries a ConfirmRequest that the caller may put to its
+	// own user (Invocation.CallerConfirms).
+	KindConfirm = "confirm"
 	// KindFence marks a caller's own message to its own inbox (see
 	// executor.Client): no executor sends it.
 	KindFence = "fence"

@@ -37,9 +37,30 @@ type Client struct {
 // events, which drops what a slow reader has no room for; the result has a
 // slot of its own and is never dropped, and so has the client's own fence.
 type pending struct {
-	result chan *nats.Msg
-	events chan *nats.Msg
-	fence  chan struct{}
+	result  chan *nats.Msg
+	events  chan *nats.Msg
+	confirm chan *nats.Msg
+	fence   chan struct{}
+}
+
+// Watch is what a caller hears of its call before the result. Either
+// field may be nil.
+type Watch struct {
+	// Progress receives output as the tool produces it.
+	Progress func(chunk string)
+	// Confirm receives the confirmation request of a call that asked to
+	// confirm through its own user (Invocation.CallerConfirms) when the
+	// policy lets that user answer it. The caller answers it as any
+	// approver does (to AnswerTo, as events.AgentUser of the caller), or
+	// leaves it to the approvers on tool.confirm. It must not block: the
+	// wait for the result goes on while the user decides.
+	Confirm func(*events.ConfirmRequest)
+}
+
+func (w *Watch) progress(m *nats.Msg) {
+	if w != nil && w.Progress != nil && m.Header.Get(events.KindHeader) == events.KindProgress {
+		w.Progress(string(m.Data))
+	}
 }
 
 // NewClient returns a client that invokes as id over nc.
@@ -69,6 +90,8 @@ func (c *Client) start() error {
 			switch m.Header.Get(events.KindHeader) {
 			case "":
 				ch = p.result
+			case events.KindConfirm:
+				ch = p.confirm
 			case events.KindFence:
 				select {
 				case p.fence <- struct{}{}:
@@ -99,21 +122,21 @@ func (c *Client) start() error {
 // EXECUTOR_LOST.
 func (c *Client) Invoke(ctx context.Context, inv *events.Invocation, progress func(string)) (*events.Result, error) {
 	inv.Sender = c.id
-	return c.invoke(ctx, inv, progress)
+	return c.invoke(ctx, inv, &Watch{Progress: progress})
 }
 
 // InvokeAs is Invoke on behalf of inv.Sender, for a client that calls for
 // many callers (the MCP facade, one caller per MCP session). The sender
-// is still a claim (see policy/README.md).
-func (c *Client) InvokeAs(ctx context.Context, inv *events.Invocation, progress func(string)) (*events.Result, error) {
+// is still a claim (see policy/README.md). w may be nil.
+func (c *Client) InvokeAs(ctx context.Context, inv *events.Invocation, w *Watch) (*events.Result, error) {
 	if inv.Sender.ID == "" {
 		return nil, errors.New("InvokeAs: the invocation names no sender")
 	}
-	return c.invoke(ctx, inv, progress)
+	return c.invoke(ctx, inv, w)
 }
 
 // invoke sends inv with the sender it has.
-func (c *Client) invoke(ctx context.Context, inv *events.Invocation, progress func(string)) (*events.Result, error) {
+func (c *Client) invoke(ctx context.Context, inv *events.Invocation, w *Watch) (*events.Result, error) {
 	if inv.ID == "" {
 		inv.ID = nuid.Next()
 	}
@@ -121,7 +144,7 @@ func (c *Client) invoke(ctx context.Context, inv *events.Invocation, progress fu
 	if err != nil {
 		return nil, err
 	}
-	m, fail, err := c.roundTrip(ctx, events.SubjectInvoke, inv.ID, data, progress)
+	m, fail, err := c.roundTrip(ctx, events.SubjectInvoke, inv.ID, data, w)
 	if err != nil {
 		return nil, err
 	}
@@ -174,11 +197,13 @@ func (c *Client) InvokeBatch(ctx context.Context, b *events.BatchInvocation) (*e
 // waited for. Only when none does is the call lost. Whenever it gives up,
 // it tells the executors first (giveUp), so that a result still to come
 // is recorded as late.
-func (c *Client) roundTrip(ctx context.Context, subject, id string, data []byte, progress func(string)) (*nats.Msg, *failure, error) {
+func (c *Client) roundTrip(ctx context.Context, subject, id string, data []byte, w *Watch) (*nats.Msg, *failure, error) {
 	if err := c.start(); err != nil {
 		return nil, nil, err
 	}
-	p := &pending{result: make(chan *nats.Msg, 1), events: make(chan *nats.Msg, 64), fence: make(chan struct{}, 1)}
+	// A call is asked to confirm once, and again after each edit an
+	// approver makes: a few slots, never dropped in practice.
+	p := &pending{result: make(chan *nats.Msg, 1), events: make(chan *nats.Msg, 64), confirm: make(chan *nats.Msg, 4), fence: make(chan struct{}, 1)}
 	// The reply token is ours, not the invocation id, which may hold dots.
 	token := nuid.Next()
 	c.mu.Lock()
@@ -198,9 +223,7 @@ func (c *Client) roundTrip(ctx context.Context, subject, id string, data []byte,
 		for drained := false; !drained; {
 			select {
 			case ev := <-p.events:
-				if ev.Header.Get(events.KindHeader) == events.KindProgress && progress != nil {
-					progress(string(ev.Data))
-				}
+				w.progress(ev)
 			default:
 				drained = true
 			}
@@ -236,10 +259,12 @@ func (c *Client) roundTrip(ctx context.Context, subject, id string, data []byte,
 		select {
 		case m := <-p.result:
 			return answered(m)
+		case m := <-p.confirm:
+			c.confirm(m, w)
+			heard = time.Now()
+			lost.Reset(LostAfter)
 		case m := <-p.events:
-			if m.Header.Get(events.KindHeader) == events.KindProgress && progress != nil {
-				progress(string(m.Data))
-			}
+			w.progress(m)
 			if x := m.Header.Get(events.ExecutorHeader); x != "" {
 				executor = x
 			}
@@ -286,6 +311,20 @@ func (c *Client) roundTrip(ctx context.Context, subject, id string, data []byte,
 				events.ToolError{Type: t, Message: "The call did not finish before the caller's deadline; it was cancelled."})
 		}
 	}
+}
+
+// confirm hands a confirmation request sent to the caller to w.Confirm.
+// One that does not decode, or a caller with no use for it, leaves it to
+// the approvers on tool.confirm.
+func (c *Client) confirm(m *nats.Msg, w *Watch) {
+	if w == nil || w.Confirm == nil {
+		return
+	}
+	req, err := events.Decode[events.ConfirmRequest](m.Data)
+	if err != nil || req.AnswerTo == "" {
+		return
+	}
+	w.Confirm(req)
 }
 
 // claimWait is how long a caller waits for answers to a claim. An

@@ -24,12 +24,17 @@ import (
 // proceeding.
 func (c *call) confirm(d policy.Decision, args map[string]any) (*events.ConfirmAnswer, events.ErrorType, string) {
 	e := c.e
-	if !e.approverPresent(c.ctx) {
-		return nil, events.ErrPolicyDenied, fmt.Sprintf("The policy asks for confirmation (%s), but no approver is connected to give it, so the call is denied.", d.Reason)
-	}
 	pol := e.policy.Load()
 	in := c.input(args, c.paths, c.hardLinks, c.shell)
+	// The caller's own user is asked too when the caller can ask them
+	// and the policy lets them answer this call; then no approver on
+	// tool.confirm need be connected.
+	callerAsks := c.inv.CallerConfirms && c.reply != "" && pol.ElicitationAllowed(c.ctx, in)
+	if !callerAsks && !e.approverPresent(c.ctx) {
+		return nil, events.ErrPolicyDenied, fmt.Sprintf("The policy asks for confirmation (%s), but no approver is connected to give it, so the call is denied.", d.Reason)
+	}
 	req := c.confirmRequest(d, pol, in)
+	req.CallerMayAnswer = callerAsks
 	// Answers come to an inbox of this call's own, as requests the
 	// executor acknowledges; the request names it in its body too, so an
 	// approver that reads it from the audit stream can answer.
@@ -48,6 +53,14 @@ func (c *call) confirm(d policy.Decision, args map[string]any) (*events.ConfirmA
 	defer cancel()
 	if err := e.nc.PublishMsg(&nats.Msg{Subject: events.SubjectConfirm, Reply: req.AnswerTo, Data: data}); err != nil {
 		return nil, events.ErrPolicyDenied, "confirmation failed, so the call is denied: " + err.Error()
+	}
+	if callerAsks {
+		m := nats.NewMsg(c.reply)
+		m.Header.Set(events.KindHeader, events.KindConfirm)
+		m.Data = data
+		if err := e.nc.PublishMsg(m); err != nil {
+			e.log.Warn("the confirmation request did not reach the caller; the approvers may still answer", "invocation", c.inv.ID, "err", err)
+		}
 	}
 	refusals := 0
 	for {

@@ -44,8 +44,13 @@ type FacadeConfig struct {
 	// Policy returns the policy that decides which tools a caller is shown
 	// (data.toolbus.tool_denied); nil shows every active tool. The
 	// executors enforce their own policy on every call either way.
-	Policy  func() *policy.Policy
-	Version string
+	Policy func() *policy.Policy
+	// NoElicitation keeps confirmation requests away from the MCP
+	// clients: only the approvers on tool.confirm answer them. Otherwise a
+	// client that supports elicitation is asked to put a call's request
+	// to its user, where the policy allows (elicitation_allowed).
+	NoElicitation bool
+	Version       string
 	Logger  *slog.Logger
 }
 
@@ -85,6 +90,7 @@ func StartFacade(ctx context.Context, cfg FacadeConfig) (*Facade, error) {
 	f.srv = mcpserver.NewMCPServer("toolbus", cfg.Version,
 		mcpserver.WithToolCapabilities(true),
 		mcpserver.WithToolFilter(f.visible),
+		mcpserver.WithElicitation(),
 		mcpserver.WithRecovery(),
 		mcpserver.WithInstructions("The tools of a toolbus fleet. Every call is judged by the fleet's policy; some wait for a person to approve them."))
 	f.Refresh()
@@ -286,7 +292,20 @@ func (f *Facade) handler(name string) mcpserver.ToolHandlerFunc {
 			}
 		}
 		inv := &events.Invocation{Header: events.Header{Sender: f.caller(ctx)}, Tool: name, Args: args}
-		res, err := f.client.InvokeAs(ctx, inv, f.progress(ctx, req))
+		watch := &executor.Watch{Progress: f.progress(ctx, req)}
+		// A confirmation put to the client's user ends with the call
+		// (another approver may answer first): the wait is the call's.
+		var asking sync.WaitGroup
+		defer asking.Wait()
+		callCtx, endCall := context.WithCancel(ctx)
+		defer endCall()
+		if !f.cfg.NoElicitation && canElicit(ctx) {
+			inv.CallerConfirms = true
+			watch.Confirm = func(req *events.ConfirmRequest) {
+				asking.Go(func() { f.askUser(callCtx, inv, req) })
+			}
+		}
+		res, err := f.client.InvokeAs(ctx, inv, watch)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()

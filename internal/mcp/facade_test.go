@@ -62,8 +62,9 @@ func startFacade(t *testing.T, pol *policy.Policy, token string) *facadeFleet {
 	return &facadeFleet{Fleet: f, facade: fac, url: srv.URL + toolmcp.HTTPPath, token: token}
 }
 
-// connect is an MCP client of the facade, named name.
-func (ff *facadeFleet) connect(t *testing.T, name string) *mcpclient.Client {
+// connect is an MCP client of the facade, named name, with the client
+// options given (an elicitation handler, say).
+func (ff *facadeFleet) connect(t *testing.T, name string, options ...mcpclient.ClientOption) *mcpclient.Client {
 	t.Helper()
 	// Listening continuously: what the server sends unasked
 	// (list_changed) comes on a GET stream.
@@ -76,7 +77,7 @@ func (ff *facadeFleet) connect(t *testing.T, name string) *mcpclient.Client {
 		t.Fatal(err)
 	}
 	// The protocol the MCP clients of today speak (sessions, initialize).
-	c := mcpclient.NewClient(tr, mcpclient.WithProtocolVersion(mcp.LATEST_LEGACY_PROTOCOL_VERSION))
+	c := mcpclient.NewClient(tr, append([]mcpclient.ClientOption{mcpclient.WithProtocolVersion(mcp.LATEST_LEGACY_PROTOCOL_VERSION)}, options...)...)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := c.Start(ctx); err != nil {

@@ -61,6 +61,12 @@ const FlaggedQuery = "data.toolbus.flagged"
 // the MCP facade leaves such tools out of that caller's list. Optional.
 const ToolDeniedQuery = "data.toolbus.tool_denied"
 
+// ElicitationQuery is the rule that says whether the person in front of
+// the calling agent may answer a call's confirmation request through the
+// agent's own client (an MCP elicitation), evaluated with the call's
+// input. A policy set without it never asks them.
+const ElicitationQuery = "data.toolbus.elicitation_allowed"
+
 // SamplesQuery is the rule that names files the policy deems sensitive
 // (.env, id_x, ...), for judging shell globs that could match them. It is
 // read once, when the set is compiled.
@@ -125,6 +131,7 @@ type Policy struct {
 	refusals rego.PreparedEvalQuery
 	flagged  rego.PreparedEvalQuery
 	toolDeny rego.PreparedEvalQuery
+	elicit   rego.PreparedEvalQuery
 	samples  []string
 	// nondeterministic names a built-in (time, randomness, network) that
 	// makes the same input give different decisions; empty when none.
@@ -191,6 +198,10 @@ func Compile(ctx context.Context, files Files) (*Policy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
+	eq, err := prepare(ElicitationQuery)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
 	sq, err := prepare(SamplesQuery)
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
@@ -200,7 +211,7 @@ func Compile(ctx context.Context, files Files) (*Policy, error) {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
 	return &Policy{revision: files.Revision(), files: files, query: q, paths: pq, remember: rq,
-		approver: aq, refusals: adq, flagged: fq, toolDeny: tq, samples: samples,
+		approver: aq, refusals: adq, flagged: fq, toolDeny: tq, elicit: eq, samples: samples,
 		nondeterministic: nondeterministic(modules)}, nil
 }
 
@@ -595,6 +606,23 @@ func (p *Policy) ApproverAllowed(ctx context.Context, input *Input, approver eve
 	}
 	sort.Strings(reasons)
 	return false, strings.Join(reasons, "; ")
+}
+
+// ElicitationAllowed asks ElicitationQuery whether the person in front of
+// the caller may answer the confirmation request of the call of input.
+// Anything but true, an error included, is no: the request then goes to
+// the approvers on tool.confirm alone.
+func (p *Policy) ElicitationAllowed(ctx context.Context, input *Input) bool {
+	value, err := input.value()
+	if err != nil {
+		return false
+	}
+	rs, err := p.elicit.Eval(ctx, rego.EvalParsedInput(value), rego.EvalMetrics(noMetrics))
+	if err != nil || len(rs) == 0 {
+		return false
+	}
+	ok, _ := rs[0].Expressions[0].Value.(bool)
+	return ok
 }
 
 // Flagged returns the parts of the call of input the policy points an
