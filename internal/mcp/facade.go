@@ -51,7 +51,7 @@ type FacadeConfig struct {
 	// to its user, where the policy allows (elicitation_allowed).
 	NoElicitation bool
 	Version       string
-	Logger  *slog.Logger
+	Logger        *slog.Logger
 }
 
 // Facade is the MCP server in front of the fleet. Serve it over stdio
