@@ -480,13 +480,24 @@ func (c *Client) synthesize(inv *events.Invocation, fail *failure) *events.Resul
 	return res
 }
 
-// Cancel asks for invocation id to be cancelled.
+// Cancel asks for invocation id to be cancelled. It returns once the
+// server has the request (or ctx ends), so a caller that exits right
+// after does not lose it in its connection's buffer.
 func (c *Client) Cancel(ctx context.Context, id, reason string) error {
 	data, err := events.Encode(&events.CancelRequest{Header: events.Header{Sender: c.id}, InvocationID: id, Reason: reason})
 	if err != nil {
 		return err
 	}
-	return c.nc.Publish(events.SubjectCancel, data)
+	if err := c.nc.Publish(events.SubjectCancel, data); err != nil {
+		return err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		// nats.go flushes only under a deadline.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, claimWait)
+		defer cancel()
+	}
+	return c.nc.FlushWithContext(ctx)
 }
 
 // Ping checks that an executor is running, failing at once with

@@ -48,7 +48,7 @@ func respond(action mcp.ElicitationResponseAction, content any) func(context.Con
 
 // answered collects the answers executors acted on, as an auditor
 // following tool.confirm.answered sees them.
-func answered(t *testing.T, ff *facadeFleet) func() []*events.ConfirmAnswer {
+func answered(t *testing.T, ff *facadeFleet) func(want int) []*events.ConfirmAnswer {
 	t.Helper()
 	var mu sync.Mutex
 	var got []*events.ConfirmAnswer
@@ -64,7 +64,20 @@ func answered(t *testing.T, ff *facadeFleet) func() []*events.ConfirmAnswer {
 	}
 	ff.Bus.Conn().Flush()
 	t.Cleanup(func() { sub.Unsubscribe() })
-	return func() []*events.ConfirmAnswer {
+	// The answer acted on is published before the call's result, but
+	// reaches this subscription's callback on its own goroutine: wait
+	// for want of them, then return all there are.
+	return func(want int) []*events.ConfirmAnswer {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			mu.Lock()
+			n := len(got)
+			mu.Unlock()
+			if n >= want || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 		ff.Bus.Conn().Flush()
 		mu.Lock()
 		defer mu.Unlock()
@@ -99,7 +112,7 @@ func TestFacadeAsksTheAgentsUserToConfirm(t *testing.T) {
 		}
 	}
 	var approvers []events.Identity
-	for _, a := range acted() {
+	for _, a := range acted(1) {
 		approvers = append(approvers, a.Sender)
 	}
 	if len(approvers) != 1 || approvers[0].ID != "user-of:agent:editor-client" || approvers[0].Role != events.RoleAgentUser || approvers[0].Client != "editor-client/1.0" {
@@ -195,7 +208,7 @@ func TestFacadeApproverAnswersBeforeTheAgentsUser(t *testing.T) {
 		t.Errorf("the approver's cancel: %v %q", res.IsError, text(res))
 	}
 	close(withdrawn)
-	got := acted()
+	got := acted(1)
 	if len(got) != 1 || got[0].Sender.ID != "approver:ada" {
 		t.Errorf("answers acted on: %d, want the approver's alone", len(got))
 	}

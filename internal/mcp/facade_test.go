@@ -78,11 +78,15 @@ func (ff *facadeFleet) connect(t *testing.T, name string, options ...mcpclient.C
 	}
 	// The protocol the MCP clients of today speak (sessions, initialize).
 	c := mcpclient.NewClient(tr, append([]mcpclient.ClientOption{mcpclient.WithProtocolVersion(mcp.LATEST_LEGACY_PROTOCOL_VERSION)}, options...)...)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := c.Start(ctx); err != nil {
+	// The transport's GET stream lives as long as the context Start is
+	// given: the client's, not the handshake's.
+	life, end := context.WithCancel(context.Background())
+	t.Cleanup(end)
+	if err := c.Start(life); err != nil {
 		t.Fatal(err)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	init := mcp.InitializeRequest{}
 	// The protocol the MCP clients of today speak (sessions, initialize).
 	init.Params.ProtocolVersion = mcp.LATEST_LEGACY_PROTOCOL_VERSION
@@ -332,9 +336,8 @@ func TestFacadeListChangedProgressAndCancel(t *testing.T) {
 	c := ff.connect(t, "test-client")
 	notes := make(chan mcp.JSONRPCNotification, 100)
 	c.OnNotification(func(n mcp.JSONRPCNotification) { notes <- n })
-	// list_changed is checked on a client in process: over streamable
-	// HTTP, mcp-go v1.2.1 does not deliver it on the client's GET stream
-	// (see the closing note of issue 11).
+	// And on a client in process, which has no HTTP stream between it and
+	// the server.
 	local, err := mcpclient.NewInProcessClient(ff.facade.Server())
 	if err != nil {
 		t.Fatal(err)
@@ -375,8 +378,10 @@ func TestFacadeListChangedProgressAndCancel(t *testing.T) {
 			t.Errorf("got %s", m)
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatal("no list_changed")
+		t.Fatal("no list_changed in process")
 	}
+	// Over streamable HTTP it comes on the client's GET stream.
+	waitNote("notifications/tools/list_changed")
 
 	if names := strings.Join(toolNames(t, c), " "); !strings.Contains(names, "facade_probe") {
 		t.Fatalf("the new tool is not listed: %s", names)
