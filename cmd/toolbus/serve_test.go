@@ -10,17 +10,22 @@ import (
 	"time"
 
 	mcpclient "github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 )
 
 // mcpSession initialises c as a named MCP client.
 func mcpSession(t *testing.T, c *mcpclient.Client, name string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := c.Start(ctx); err != nil {
+	// What the transport starts (a stdio subprocess, an HTTP GET
+	// stream) lives as long as the context Start is given.
+	life, end := context.WithCancel(context.Background())
+	t.Cleanup(end)
+	if err := c.Start(life); err != nil {
 		t.Fatal(err)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	init := mcp.InitializeRequest{}
 	init.Params.ProtocolVersion = mcp.LATEST_LEGACY_PROTOCOL_VERSION
 	init.Params.ClientInfo = mcp.Implementation{Name: name, Version: "2.0"}
@@ -84,5 +89,34 @@ func TestMCPServeOverStdioAndHTTP(t *testing.T) {
 			t.Errorf("%s: chained rm: %v %q", name, isErr, text)
 		}
 	}
+
+	// A client whose user confirms through elicitation: with no approver
+	// running, the edit it accepts is made.
+	asked := make(chan string, 4)
+	tr := transport.NewStdio(bin("toolbus"), append(os.Environ(), "TOOLBUS_NATS="), "mcp", "serve", "--nats", url)
+	editor := mcpclient.NewClient(tr, mcpclient.WithElicitationHandler(acceptingUser(asked)))
+	mcpSession(t, editor, "stdio-editor")
+	if isErr, text := mcpCall(t, editor, "write_file", `{"file_path":"hello.txt","content":"hello from the user\n"}`); isErr {
+		t.Errorf("an edit the user accepted: %q", text)
+	}
+	select {
+	case msg := <-asked:
+		if !strings.Contains(msg, "+hello from the user") {
+			t.Errorf("the user was not shown the diff:\n%s", msg)
+		}
+	default:
+		t.Error("the user was not asked")
+	}
+	if data, err := os.ReadFile(filepath.Join(ws, "hello.txt")); err != nil || string(data) != "hello from the user\n" {
+		t.Errorf("hello.txt: %q %v", data, err)
+	}
 	up.stop(t)
+}
+
+// acceptingUser accepts every elicitation, sending its message to asked.
+type acceptingUser chan string
+
+func (u acceptingUser) Elicit(_ context.Context, req mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
+	u <- req.Params.Message
+	return &mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{Action: mcp.ElicitationResponseActionAccept}}, nil
 }
