@@ -1,0 +1,80 @@
+package mcp_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	mcpclient "github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/toolbus/toolbus/internal/bus/bustest"
+	"github.com/toolbus/toolbus/internal/executor/executortest"
+	toolmcp "github.com/toolbus/toolbus/internal/mcp"
+	"github.com/toolbus/toolbus/internal/policy"
+	defaultpolicy "github.com/toolbus/toolbus/policy"
+)
+
+// A new policy that hides a tool from a caller reaches a connected
+// client as list_changed, and its next list leaves the tool out, though
+// the catalogue did not change.
+func TestFacadeRefreshesTheListOnANewPolicy(t *testing.T) {
+	f := executortest.Start(t)
+	conn := bustest.Connect(t, f.Bus)
+	open, err := policy.Compile(context.Background(), policy.Files(defaultpolicy.Default()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := defaultpolicy.Default()
+	files["toolbus.rego"] = strings.Replace(files["toolbus.rego"], "caller_denied_tools := {}", `caller_denied_tools := {"watcher": {"run_shell_command"}}`, 1)
+	locked, err := policy.Compile(context.Background(), policy.Files(files))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var current atomic.Pointer[policy.Policy]
+	current.Store(open)
+	fac, err := toolmcp.StartFacade(context.Background(), toolmcp.FacadeConfig{Conn: conn.Conn(), JS: conn.JetStream(), Policy: current.Load, Logger: bustest.Quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fac.Close()
+	c, err := mcpclient.NewInProcessClient(fac.Server())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	changes := make(chan string, 10)
+	c.OnNotification(func(n mcp.JSONRPCNotification) { changes <- n.Method })
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	init := mcp.InitializeRequest{}
+	init.Params.ProtocolVersion = mcp.LATEST_LEGACY_PROTOCOL_VERSION
+	init.Params.ClientInfo = mcp.Implementation{Name: "watcher", Version: "1"}
+	if _, err := c.Initialize(context.Background(), init); err != nil {
+		t.Fatal(err)
+	}
+	if names := toolNames(t, c); !slices.Contains(names, "run_shell_command") {
+		t.Fatalf("the open policy's list: %v", names)
+	}
+	for len(changes) > 0 {
+		<-changes
+	}
+
+	current.Store(locked)
+	fac.Refresh()
+	select {
+	case m := <-changes:
+		if m != "notifications/tools/list_changed" {
+			t.Errorf("got %s", m)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no list_changed for a new policy")
+	}
+	if names := toolNames(t, c); slices.Contains(names, "run_shell_command") || !slices.Contains(names, "read_file") {
+		t.Errorf("the new policy's list: %v", names)
+	}
+}
