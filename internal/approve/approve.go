@@ -155,7 +155,8 @@ type Approver struct {
 // Start registers the toolbus-approver service on nc, so executors know
 // an approver is present, and follows the confirmation subjects of the
 // audit stream from Window ago. It returns once the requests already in
-// the stream are read.
+// the stream are read and the server knows the service: an executor that
+// asks whether an approver is present after Start returns finds this one.
 func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Approver, error) {
 	if cfg.Identity.ID == "" {
 		return nil, errors.New("approve: the approver needs an identity")
@@ -205,6 +206,20 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 	a.svc, err = micro.AddService(nc, micro.Config{Name: events.ApproverService, Version: cfg.Version,
 		Description: "toolbus approver " + cfg.Identity.ID, Metadata: map[string]string{"id": cfg.Identity.ID}})
 	if err != nil {
+		a.cons.Stop()
+		return nil, fmt.Errorf("approve: register the %s service: %w", events.ApproverService, err)
+	}
+	// The service's subscriptions go out with the connection's next
+	// flush: until the server has them, a presence check from another
+	// connection finds no approver and the call is denied.
+	flushCtx := ctx
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		flushCtx, cancel = context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+	}
+	if err := nc.FlushWithContext(flushCtx); err != nil {
+		a.svc.Stop()
 		a.cons.Stop()
 		return nil, fmt.Errorf("approve: register the %s service: %w", events.ApproverService, err)
 	}

@@ -40,7 +40,7 @@ func appendDecisionKey(b []byte, t *events.Tool, inv *events.Invocation, paths, 
 	b = strconv.AppendUint(b, t.Seq, 10)
 	b = append(b, 0)
 	b = strconv.AppendInt(b, t.UpdatedAt.UnixNano(), 10)
-	for _, s := range [...]string{c.ID, c.Role, c.Agent, c.Session, c.User, c.Host} {
+	for _, s := range [...]string{c.ID, c.Role, c.Agent, c.Session, c.User, c.Host, c.Client} {
 		b = append(b, 0)
 		b = append(b, s...)
 	}

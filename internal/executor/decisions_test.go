@@ -3,6 +3,7 @@ package executor
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"testing"
 
 	"github.com/toolbus/toolbus/internal/events"
@@ -48,5 +49,36 @@ func TestDecisionCacheIsBounded(t *testing.T) {
 	}
 	if len(d.m) != 1 {
 		t.Errorf("after the budget was passed the cache holds %d entries, want 1", len(d.m))
+	}
+}
+
+// TestDecisionCacheTellsClientsApart: the policy sees the program a
+// caller speaks through (input.caller.client), so a decision cached for
+// one client must not answer the same call from another.
+func TestDecisionCacheTellsClientsApart(t *testing.T) {
+	pol, err := policy.Compile(context.Background(), policy.Files{"p.rego": `package toolbus
+
+decision := {"verdict": "DENY", "reason": "not through this client"} if input.caller.client == "locked/1"
+else := {"verdict": "ALLOW", "reason": "ok"}
+`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, func(c *Config) { c.Policy = pol })
+	call := func(client string) *events.Result {
+		t.Helper()
+		inv := &events.Invocation{Header: events.Header{Sender: events.Identity{ID: "agent:a", Role: "agent", Session: "s1", Client: client}},
+			Tool: "read_file", Args: json.RawMessage(`{"file_path":"README.md"}`)}
+		res, err := e.client.InvokeAs(context.Background(), inv, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	if res := call("open/1"); res.Error != nil {
+		t.Fatalf("the allowed client: %s", res.Error.Message)
+	}
+	if res := call("locked/1"); errType(res) != events.ErrPolicyDenied {
+		t.Errorf("the same call through the locked client: got %q %q, want %s", errType(res), res.LLMContent, events.ErrPolicyDenied)
 	}
 }

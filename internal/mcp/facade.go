@@ -66,6 +66,8 @@ type Facade struct {
 	mu     sync.Mutex
 	listed string // the tool set last given to the server, to skip no-op updates
 
+	shown shownCache
+
 	stop chan struct{}
 	done chan struct{}
 }
@@ -220,16 +222,74 @@ func (f *Facade) visible(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
 		if !ok {
 			continue
 		}
-		reasons, err := pol.ToolDenied(ctx, policy.ToolInput{Name: t.Name, Kind: t.Kind, Source: t.Source, Server: t.Server, Trust: t.Trust, ReadOnly: t.ReadOnly}, caller)
-		if err != nil {
-			f.log.Warn("mcp facade: the policy's tool_denied failed; the tool is not listed", "tool", t.Name, "err", err)
-			continue
+		key := shownKey{name: t.Name, kind: t.Kind, source: t.Source, server: t.Server, trust: t.Trust, readOnly: t.ReadOnly, caller: caller}
+		shown, ok := f.shown.get(pol, key)
+		if !ok {
+			reasons, err := pol.ToolDenied(ctx, policy.ToolInput{Name: t.Name, Kind: t.Kind, Source: t.Source, Server: t.Server, Trust: t.Trust, ReadOnly: t.ReadOnly}, caller)
+			if err != nil {
+				f.log.Warn("mcp facade: the policy's tool_denied failed; the tool is not listed", "tool", t.Name, "err", err)
+				continue
+			}
+			shown = len(reasons) == 0
+			f.shown.put(pol, key, shown)
 		}
-		if len(reasons) == 0 {
+		if shown {
 			out = append(out, mt)
 		}
 	}
 	return out
+}
+
+// maxShownCached bounds the cache of what callers are shown; when it is
+// reached the cache starts over.
+const maxShownCached = 10000
+
+// shownKey is everything tool_denied is asked: the fields of the tool
+// that ToolDenied passes on, and the caller.
+type shownKey struct {
+	name            string
+	kind            events.Kind
+	source          events.Source
+	server          string
+	trust, readOnly bool
+	caller          events.Identity
+}
+
+// shownCache remembers what a deterministic policy's tool_denied said for
+// a tool and a caller. mcp-go asks the tool filter again on every
+// tools/call, for the tool called: without the cache every call would pay
+// a policy evaluation the executor then makes again with the arguments.
+// A policy that calls a nondeterministic built-in is asked every time; a
+// new policy starts the cache over.
+type shownCache struct {
+	mu     sync.Mutex
+	policy *policy.Policy
+	m      map[shownKey]bool
+}
+
+func (c *shownCache) get(p *policy.Policy, k shownKey) (shown, ok bool) {
+	if !p.Deterministic() {
+		return false, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.policy != p {
+		return false, false
+	}
+	shown, ok = c.m[k]
+	return shown, ok
+}
+
+func (c *shownCache) put(p *policy.Policy, k shownKey, shown bool) {
+	if !p.Deterministic() {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.policy != p || len(c.m) >= maxShownCached {
+		c.policy, c.m = p, make(map[shownKey]bool)
+	}
+	c.m[k] = shown
 }
 
 // caller is who a request comes from: the configured agent and session,

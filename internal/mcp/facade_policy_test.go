@@ -45,18 +45,9 @@ func TestFacadeRefreshesTheListOnANewPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
 	changes := make(chan string, 10)
 	c.OnNotification(func(n mcp.JSONRPCNotification) { changes <- n.Method })
-	if err := c.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	init := mcp.InitializeRequest{}
-	init.Params.ProtocolVersion = mcp.LATEST_LEGACY_PROTOCOL_VERSION
-	init.Params.ClientInfo = mcp.Implementation{Name: "watcher", Version: "1"}
-	if _, err := c.Initialize(context.Background(), init); err != nil {
-		t.Fatal(err)
-	}
+	initialize(t, c, "watcher")
 	if names := toolNames(t, c); !slices.Contains(names, "run_shell_command") {
 		t.Fatalf("the open policy's list: %v", names)
 	}

@@ -6,8 +6,10 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,7 +37,7 @@ type facadeFleet struct {
 	token  string
 }
 
-func startFacade(t *testing.T, pol *policy.Policy, token string) *facadeFleet {
+func startFacade(t testing.TB, pol *policy.Policy, token string) *facadeFleet {
 	t.Helper()
 	f := executortest.Start(t)
 	conn := bustest.Connect(t, f.Bus)
@@ -64,38 +66,52 @@ func startFacade(t *testing.T, pol *policy.Policy, token string) *facadeFleet {
 
 // connect is an MCP client of the facade, named name, with the client
 // options given (an elicitation handler, say).
-func (ff *facadeFleet) connect(t *testing.T, name string, options ...mcpclient.ClientOption) *mcpclient.Client {
+func (ff *facadeFleet) connect(t testing.TB, name string, options ...mcpclient.ClientOption) *mcpclient.Client {
+	t.Helper()
+	return connectHTTP(t, ff.url, ff.token, name, options...)
+}
+
+// connectHTTP is an initialised MCP client, named name, of the
+// streamable-HTTP endpoint at url.
+func connectHTTP(t testing.TB, url, token, name string, options ...mcpclient.ClientOption) *mcpclient.Client {
 	t.Helper()
 	// Listening continuously: what the server sends unasked
 	// (list_changed) comes on a GET stream.
 	opts := []transport.StreamableHTTPCOption{transport.WithContinuousListening(), transport.WithHTTPLogger(bustest.Quiet())}
-	if ff.token != "" {
-		opts = append(opts, transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + ff.token}))
+	if token != "" {
+		opts = append(opts, transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + token}))
 	}
-	tr, err := transport.NewStreamableHTTP(ff.url, opts...)
+	tr, err := transport.NewStreamableHTTP(url, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The protocol the MCP clients of today speak (sessions, initialize).
 	c := mcpclient.NewClient(tr, append([]mcpclient.ClientOption{mcpclient.WithProtocolVersion(mcp.LATEST_LEGACY_PROTOCOL_VERSION)}, options...)...)
-	// The transport's GET stream lives as long as the context Start is
-	// given: the client's, not the handshake's.
+	initialize(t, c, name)
+	return c
+}
+
+// initialize starts c and initialises its session as name, with the
+// protocol the MCP clients of today speak (sessions, initialize); c is
+// closed when the test ends.
+func initialize(t testing.TB, c *mcpclient.Client, name string) {
+	t.Helper()
+	// What the transport starts (an HTTP GET stream) lives as long as the
+	// context Start is given: the client's, not the handshake's.
 	life, end := context.WithCancel(context.Background())
 	t.Cleanup(end)
 	if err := c.Start(life); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { c.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	init := mcp.InitializeRequest{}
-	// The protocol the MCP clients of today speak (sessions, initialize).
 	init.Params.ProtocolVersion = mcp.LATEST_LEGACY_PROTOCOL_VERSION
 	init.Params.ClientInfo = mcp.Implementation{Name: name, Version: "1.0"}
 	if _, err := c.Initialize(ctx, init); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.Close() })
-	return c
 }
 
 func callTool(t *testing.T, c *mcpclient.Client, name, args string) *mcp.CallToolResult {
@@ -122,7 +138,7 @@ func text(r *mcp.CallToolResult) string {
 	return strings.Join(parts, "\n")
 }
 
-func toolNames(t *testing.T, c *mcpclient.Client) []string {
+func toolNames(t testing.TB, c *mcpclient.Client) []string {
 	t.Helper()
 	res, err := c.ListTools(context.Background(), mcp.ListToolsRequest{})
 	if err != nil {
@@ -267,6 +283,71 @@ func TestFacadeListsWhatThePolicyAllowsTheCaller(t *testing.T) {
 
 // The HTTP endpoint refuses another site's page, a rebound Host name, and,
 // with a token, a request without it.
+// The facade remembers what the policy shows each caller (mcp-go asks
+// again on every call); a new policy is asked afresh, and what one caller
+// may not see stays hidden from it after another was shown it.
+func TestFacadeListFollowsTheCurrentPolicy(t *testing.T) {
+	f := executortest.Start(t)
+	compile := func(denied string) *policy.Policy {
+		t.Helper()
+		files := defaultpolicy.Default()
+		files["toolbus.rego"] = strings.Replace(files["toolbus.rego"], "caller_denied_tools := {}", "caller_denied_tools := "+denied, 1)
+		pol, err := policy.Compile(context.Background(), policy.Files(files))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pol
+	}
+	var current atomic.Pointer[policy.Policy]
+	current.Store(compile(`{}`))
+	conn := bustest.Connect(t, f.Bus)
+	fac, err := toolmcp.StartFacade(context.Background(), toolmcp.FacadeConfig{Conn: conn.Conn(), JS: conn.JetStream(),
+		Policy: current.Load, Logger: bustest.Quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fac.Close()
+	client := func(name string) *mcpclient.Client {
+		c, err := mcpclient.NewInProcessClient(fac.Server())
+		if err != nil {
+			t.Fatal(err)
+		}
+		initialize(t, c, name)
+		return c
+	}
+	alice, bob := client("alice"), client("bob")
+	lists := func(c *mcpclient.Client) bool { return slices.Contains(toolNames(t, c), "read_file") }
+	for deadline := time.Now().Add(30 * time.Second); !lists(alice); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("read_file was never listed")
+		}
+	}
+	if res := callTool(t, alice, "read_file", `{"file_path":"README.md"}`); res.IsError {
+		t.Fatalf("read_file under a policy that allows it: %s", text(res))
+	}
+
+	current.Store(compile(`{"alice": {"read_file"}}`))
+	if lists(alice) {
+		t.Error("a tool the new policy denies alice is still listed to her")
+	}
+	if !lists(bob) {
+		t.Error("bob lost read_file with alice")
+	}
+	req := mcp.CallToolRequest{}
+	req.Params.Name, req.Params.Arguments = "read_file", json.RawMessage(`{"file_path":"README.md"}`)
+	if _, err := alice.CallTool(context.Background(), req); err == nil {
+		t.Error("alice called a tool the new policy hides from her")
+	}
+	if res := callTool(t, bob, "read_file", `{"file_path":"README.md"}`); res.IsError {
+		t.Errorf("bob's call: %s", text(res))
+	}
+
+	current.Store(compile(`{}`))
+	if !lists(alice) {
+		t.Error("read_file is not listed to alice again under a policy that allows it")
+	}
+}
+
 func TestFacadeHTTPRefusesStrangers(t *testing.T) {
 	ff := startFacade(t, nil, "s3cret-token-for-tests")
 	post := func(mutate func(*http.Request)) int {
@@ -342,18 +423,9 @@ func TestFacadeListChangedProgressAndCancel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer local.Close()
 	changes := make(chan string, 10)
 	local.OnNotification(func(n mcp.JSONRPCNotification) { changes <- n.Method })
-	if err := local.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	init := mcp.InitializeRequest{}
-	init.Params.ProtocolVersion = mcp.LATEST_LEGACY_PROTOCOL_VERSION
-	init.Params.ClientInfo = mcp.Implementation{Name: "local", Version: "1"}
-	if _, err := local.Initialize(context.Background(), init); err != nil {
-		t.Fatal(err)
-	}
+	initialize(t, local, "local")
 	waitNote := func(method string) mcp.JSONRPCNotification {
 		t.Helper()
 		timeout := time.After(30 * time.Second)

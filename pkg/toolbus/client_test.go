@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -15,10 +17,13 @@ import (
 
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/pkg/toolbus"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// nats.go leaves a goroutine behind now and then after an object store Put
+// (testkit.NATSObjectPutLeak); any other is a leak.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testkit.NATSObjectPutLeak()) }
 
 // testFleet starts a fleet for the length of the test.
 func testFleet(t *testing.T, configure ...func(*executor.Config)) *fleet {
@@ -96,6 +101,12 @@ func TestErrorTypes(t *testing.T) {
 	})
 	c := connect(t, f)
 	ctx := context.Background()
+	// Sparse: its size is past what the tools read whole, its blocks none.
+	if h, err := os.Create(filepath.Join(f.Workspace, "huge.bin")); err != nil {
+		t.Fatal(err)
+	} else if err := errors.Join(h.Truncate(21<<20), h.Close()); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name, tool, args string
 		want             toolbus.ErrorType
@@ -106,6 +117,7 @@ func TestErrorTypes(t *testing.T) {
 		{"denied", "run_shell_command", `{"command":"ls && rm -rf /"}`, toolbus.ErrPolicyDenied, "recursive removal of /"},
 		{"outside the workspace", "read_file", `{"file_path":"../../x"}`, toolbus.ErrPathNotInWorkspace, "outside the workspace"},
 		{"missing file", "read_file", `{"file_path":"nothing-here.txt"}`, toolbus.ErrFileNotFound, "nothing-here.txt"},
+		{"file too large", "read_file", `{"file_path":"huge.bin"}`, toolbus.ErrFileTooLarge, "larger than the 20 MB"},
 		{"execution failed", "read_file", `{"file_path":"forbidden-by-hook"}`, toolbus.ErrExecutionFailed, "the hook says no"},
 	}
 	for _, tt := range tests {
@@ -126,6 +138,8 @@ func TestErrorTypes(t *testing.T) {
 	checkFailure(t, res, err, toolbus.ErrTimeout, "")
 	res, err = c.Invoke(ctx, "replace", map[string]string{"file_path": "README.md", "old_string": "absent", "new_string": "x"})
 	checkFailure(t, res, err, toolbus.ErrEditNoOccurrence, "could not find old_string")
+	res, err = c.Invoke(ctx, "replace", map[string]any{"file_path": "README.md", "old_string": "hello", "new_string": "x", "expected_replacements": 2})
+	checkFailure(t, res, err, toolbus.ErrEditOccurrenceMismatch, "expected 2 occurrence(s) of old_string in README.md, found 1")
 	// The caller's own deadline: the call is stopped and says TIMEOUT.
 	short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()

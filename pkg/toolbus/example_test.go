@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/toolbus/toolbus/internal/events"
@@ -157,4 +159,38 @@ func ExampleClient_ReadOutput() {
 	// Output:
 	// true true
 	// 10000
+}
+
+// Each model API has its own shape of a tool declaration; the name a
+// model answers with, in any of them, is what Invoke takes.
+func ExampleClient_Declarations() {
+	f, err := startFleet()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer f.Close()
+	ctx := context.Background()
+	c, err := toolbus.Connect(ctx, f.URL)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	for _, format := range []toolbus.Format{toolbus.Gemini, toolbus.Anthropic, toolbus.MCP} {
+		decls, err := c.Declarations(ctx, format)
+		if err != nil {
+			log.Fatal(err)
+		}
+		var first map[string]json.RawMessage
+		if err := json.Unmarshal(decls[0], &first); err != nil {
+			log.Fatal(err)
+		}
+		var name string
+		json.Unmarshal(first["name"], &name)
+		fmt.Println(format, name, slices.Sorted(maps.Keys(first)))
+	}
+	// Output:
+	// gemini list_directory [description name parameters]
+	// anthropic list_directory [description input_schema name]
+	// mcp list_directory [description inputSchema name title]
 }

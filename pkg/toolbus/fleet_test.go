@@ -3,21 +3,30 @@ package toolbus_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
+
+	mcpserver "github.com/mark3labs/mcp-go/server"
 
 	defaultpolicy "github.com/toolbus/toolbus/policy"
 
 	"github.com/toolbus/toolbus/internal/approve"
 	"github.com/toolbus/toolbus/internal/builtin"
 	"github.com/toolbus/toolbus/internal/bus"
+	"github.com/toolbus/toolbus/internal/cli"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
+	toolmcp "github.com/toolbus/toolbus/internal/mcp"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/registry"
+	"github.com/toolbus/toolbus/internal/tool"
 )
 
 // fleet is a whole single-machine fleet in this process — a bus with
@@ -31,9 +40,13 @@ type fleet struct {
 	reg       *registry.Service
 	ws        *builtin.Workspace
 	shells    *builtin.Shells
+	policy    *policy.Policy
 	ex        *executor.Executor
 	dir       string
 	approvers []*autoApprover
+	// stops are what serveMCP and hostElsewhere started, stopped first,
+	// in reverse order.
+	stops []func(context.Context) error
 }
 
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
@@ -70,13 +83,12 @@ func startFleet(configure ...func(*executor.Config)) (f *fleet, err error) {
 		return nil, err
 	}
 	f.Workspace = f.ws.Root()
-	pol, err := policy.Compile(ctx, policy.Files(defaultpolicy.Default()))
-	if err != nil {
+	if f.policy, err = policy.Compile(ctx, policy.Files(defaultpolicy.Default())); err != nil {
 		return nil, err
 	}
 	f.shells = builtin.NewShells(f.ws)
 	cfg := executor.Config{Identity: events.Identity{ID: "executor@test", Role: "executor"}, Tools: builtin.Tools(f.ws, f.shells),
-		Policy: pol, Workspace: f.ws.Root(), Logger: quiet()}
+		Policy: f.policy, Workspace: f.ws.Root(), Logger: quiet()}
 	for _, c := range configure {
 		c(&cfg)
 	}
@@ -110,6 +122,9 @@ func (f *fleet) Close() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	for _, stop := range slices.Backward(f.stops) {
+		errs = append(errs, stop(ctx))
+	}
 	if f.ex != nil {
 		errs = append(errs, f.ex.Stop(ctx))
 	}
@@ -129,6 +144,96 @@ func (f *fleet) Close() error {
 		errs = append(errs, os.RemoveAll(f.dir))
 	}
 	return errors.Join(errs...)
+}
+
+// serveMCP serves tools from an mcp-go server over streamable HTTP on
+// loopback, and has the fleet's executor connect to it as the trusted MCP
+// server name, as an mcpServers entry with an httpUrl would. It returns
+// once the catalogue lists every tool; all of it stops with the fleet.
+func (f *fleet) serveMCP(name string, tools ...mcpserver.ServerTool) error {
+	srv := mcpserver.NewMCPServer(name, "1.0", mcpserver.WithToolCapabilities(true))
+	srv.AddTools(tools...)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	hs := &http.Server{Handler: mcpserver.NewStreamableHTTPServer(srv), ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		hs.Serve(ln)
+	}()
+	f.stops = append(f.stops, func(context.Context) error {
+		err := hs.Close()
+		<-served
+		return err
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg, err := toolmcp.Parse(fmt.Appendf(nil, `{"mcpServers": {%q: {"httpUrl": "http://%s/mcp", "trust": true}}}`, name, ln.Addr()), nil)
+	if err != nil {
+		return err
+	}
+	mgr, err := toolmcp.Start(ctx, cfg, toolmcp.Options{Identity: events.Identity{ID: "executor@test", Role: "executor"},
+		Conn: f.bus.Conn(), JS: f.bus.JetStream(), Host: cli.HostOn(f.ex), Logger: quiet()})
+	if err != nil {
+		return err
+	}
+	f.stops = append(f.stops, func(context.Context) error { mgr.Stop(); return nil })
+	for _, t := range tools {
+		if err := f.waitTool(ctx, t.Tool.Name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// hostElsewhere starts another executor of the fleet on a connection of
+// its own, as another process would be, hosting tools; it returns that
+// connection (closing it is the executor's process dying) once the
+// catalogue lists every tool. It stops with the fleet.
+func (f *fleet) hostElsewhere(id string, tools ...tool.Tool) (*bus.Bus, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := bus.Open(ctx, bus.Config{URL: f.URL, Name: id, Logger: quiet()})
+	if err != nil {
+		return nil, err
+	}
+	ex, err := executor.Start(ctx, conn.Conn(), conn.JetStream(), executor.Config{Identity: events.Identity{ID: id, Role: "executor"},
+		Tools: tools, Policy: f.policy, Logger: quiet()})
+	if err != nil {
+		conn.Close(ctx)
+		return nil, err
+	}
+	f.stops = append(f.stops, func(ctx context.Context) error {
+		// Its connection may be closed already: the executor stops
+		// without a word to the bus.
+		stopCtx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		ex.Stop(stopCtx)
+		conn.Close(ctx)
+		return nil
+	})
+	for _, t := range tools {
+		if err := f.waitTool(ctx, t.Spec().Name); err != nil {
+			return nil, err
+		}
+	}
+	return conn, nil
+}
+
+// waitTool polls until the fleet's executor lists the tool name.
+func (f *fleet) waitTool(ctx context.Context, name string) error {
+	for {
+		if _, ok := f.ex.Catalog().GetTool(name); ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s was never listed: %w", name, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // autoApprover is a real approve.Approver, on a connection of its own,
