@@ -95,8 +95,11 @@ func StartFacade(ctx context.Context, cfg FacadeConfig) (*Facade, error) {
 		mcpserver.WithElicitation(),
 		mcpserver.WithRecovery(),
 		mcpserver.WithInstructions("The tools of a toolbus fleet. Every call is judged by the fleet's policy; some wait for a person to approve them."))
+	// The channel is taken before the catalogue is read, so that a change
+	// in between is not missed.
+	changed := replica.Changed()
 	f.Refresh()
-	go f.follow()
+	go f.follow(changed)
 	return f, nil
 }
 
@@ -128,15 +131,18 @@ func (f *Facade) Close() {
 	f.client.Close()
 }
 
-// follow refreshes the tool list on every catalogue change.
-func (f *Facade) follow() {
+// follow refreshes the tool list on every catalogue change after the one
+// changed announces. The next channel is taken before Refresh reads the
+// catalogue: taken after, a change made while Refresh ran would close a
+// channel no one waits on, and the list would miss it until the next.
+func (f *Facade) follow(changed <-chan struct{}) {
 	defer close(f.done)
 	for {
-		changed := f.replica.Changed()
 		select {
 		case <-f.stop:
 			return
 		case <-changed:
+			changed = f.replica.Changed()
 			f.Refresh()
 		}
 	}

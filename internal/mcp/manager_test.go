@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -684,5 +685,36 @@ func (s *sessionRecorder) WriteHeader(code int) {
 func (s *sessionRecorder) Flush() {
 	if f, ok := s.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
+	}
+}
+
+// TestSchemaKeptAsSent: a tool's input schema reaches the catalogue as the
+// server wrote it, keywords mcp-go's typed schema has no field for
+// ($schema, a top-level oneOf, a description) included, over both pages
+// of a paginated tools/list.
+func TestSchemaKeptAsSent(t *testing.T) {
+	schema := `{"$schema":"https://json-schema.org/draft/2020-12/schema","type":"object","description":"a place",` +
+		`"$defs":{"city":{"type":"string"}},"properties":{"city":{"$ref":"#/$defs/city"},"zip":{"type":"string"}},` +
+		`"oneOf":[{"required":["city"]},{"required":["zip"]}],"additionalProperties":false}`
+	s := server.NewMCPServer("toolbus-test", "1.0", server.WithToolCapabilities(true), server.WithPaginationLimit(1))
+	for _, name := range []string{"locate", "plain"} {
+		s.AddTool(mcp.NewToolWithRawSchema(name, "finds a place", json.RawMessage(schema)),
+			func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				return mcp.NewToolResultText("here"), nil
+			})
+	}
+	f := startFleet(t, parse(t, `{"mcpServers": {"places": {"httpUrl": "`+httpServer(t, s, nil)+`", "trust": true}}}`))
+	if st := f.waitState(t, "places", events.MCPConnected); st.Tools != 2 {
+		t.Errorf("status %+v, want both tools of the two pages hosted", st)
+	}
+	for _, name := range []string{"locate", "plain"} {
+		var got, want any
+		if err := json.Unmarshal(f.waitTool(t, name).Parameters, &got); err != nil {
+			t.Fatal(err)
+		}
+		json.Unmarshal([]byte(schema), &want)
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s's parameters are\n%s\nwant the server's\n%s", name, f.waitTool(t, name).Parameters, schema)
+		}
 	}
 }

@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/mark3labs/mcp-go/mcp"
-
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/tool"
 )
@@ -230,13 +228,13 @@ func (s *server) session() error {
 func (s *server) list(sess *session) discovered {
 	ctx, cancel := s.stepContext(connectTimeout)
 	defer cancel()
-	res, err := sess.client.ListTools(ctx, mcp.ListToolsRequest{})
+	defs, err := sess.listTools(ctx)
 	if err != nil {
 		return discovered{err: fmt.Errorf("list tools: %w", sess.explainIfDead(err))}
 	}
 	var tools []tool.Tool
 	var found discovered
-	for _, def := range res.Tools {
+	for _, def := range defs {
 		if !s.cfg.Keeps(def.Name) {
 			continue
 		}

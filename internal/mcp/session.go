@@ -1,7 +1,9 @@
 package mcp
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -41,6 +43,8 @@ type session struct {
 	progressMu sync.Mutex
 	progress   map[string]func(mcp.ProgressNotificationParams)
 	nextToken  atomic.Uint64
+
+	nextListID atomic.Uint64 // ids of the tools/list requests listTools sends
 
 	// onListChanged is called when the server says its tool list
 	// changed; set before the session starts, as notifications may come
@@ -265,6 +269,76 @@ func (s *session) watchProgress(handle func(mcp.ProgressNotificationParams)) (to
 		delete(s.progress, token)
 		s.progressMu.Unlock()
 	}
+}
+
+// listTools lists the server's tools, every page, with each input schema
+// kept as the server wrote it (Tool.RawInputSchema). mcp-go's
+// Client.ListTools decodes a schema into its ToolInputSchema, which keeps
+// type, properties, required, $defs and additionalProperties and drops
+// every other keyword ($schema, a top-level oneOf or allOf, a
+// description, ...): the catalogue, and every agent after it, would be
+// given a schema other than the server's. So the request goes to the
+// session's transport, under an id of toolbus's own, which mcp-go's
+// numeric ids cannot collide with.
+func (s *session) listTools(ctx context.Context) ([]mcp.Tool, error) {
+	var tools []mcp.Tool
+	seen := map[mcp.Cursor]bool{}
+	var cursor mcp.Cursor
+	for {
+		params := map[string]any{}
+		if cursor != "" {
+			params["cursor"] = cursor
+		}
+		id := mcp.NewRequestId(fmt.Sprintf("toolbus-tools-list-%d", s.nextListID.Add(1)))
+		resp, err := s.client.GetTransport().SendRequest(ctx, mcptransport.JSONRPCRequest{
+			JSONRPC: mcp.JSONRPC_VERSION, ID: id, Method: string(mcp.MethodToolsList), Params: params})
+		if err != nil {
+			return nil, err
+		}
+		if resp.Error != nil {
+			return nil, resp.Error.AsError()
+		}
+		var page struct {
+			Tools      []json.RawMessage `json:"tools"`
+			NextCursor mcp.Cursor        `json:"nextCursor"`
+		}
+		if err := json.Unmarshal(resp.Result, &page); err != nil {
+			return nil, fmt.Errorf("the tools/list result does not decode: %w", err)
+		}
+		for _, raw := range page.Tools {
+			def, err := decodeTool(raw)
+			if err != nil {
+				return nil, err
+			}
+			tools = append(tools, def)
+		}
+		if page.NextCursor == "" {
+			return tools, nil
+		}
+		if seen[page.NextCursor] {
+			return nil, fmt.Errorf("tools/list gave the cursor %q twice", page.NextCursor)
+		}
+		seen[page.NextCursor] = true
+		cursor = page.NextCursor
+	}
+}
+
+// decodeTool is one tools/list entry with its input schema as sent.
+func decodeTool(raw json.RawMessage) (mcp.Tool, error) {
+	var def mcp.Tool
+	if err := json.Unmarshal(raw, &def); err != nil {
+		return def, fmt.Errorf("a tool of the tools/list result does not decode: %w", err)
+	}
+	var schema struct {
+		InputSchema json.RawMessage `json:"inputSchema"`
+	}
+	if err := json.Unmarshal(raw, &schema); err != nil {
+		return def, fmt.Errorf("tool %q: input schema: %w", def.Name, err)
+	}
+	if in := bytes.TrimSpace(schema.InputSchema); len(in) > 0 && !bytes.Equal(in, []byte("null")) {
+		def.InputSchema, def.RawInputSchema = mcp.ToolInputSchema{}, schema.InputSchema
+	}
+	return def, nil
 }
 
 // cancellingHTTP is the streamable-HTTP transport, which tells the server
