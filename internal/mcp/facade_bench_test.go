@@ -63,7 +63,8 @@ func BenchmarkFacade(b *testing.B) {
 		}
 	}
 	directHTTP := httptest.NewServer(mcpserver.NewStreamableHTTPServer(direct, mcpserver.WithStateful(true)))
-	defer directHTTP.Close()
+	// Closed after the clients below, whose GET streams it would wait for.
+	b.Cleanup(directHTTP.Close)
 
 	inProcess := func(s *mcpserver.MCPServer, name string) *mcpclient.Client {
 		c, err := mcpclient.NewInProcessClient(s)
