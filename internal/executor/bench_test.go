@@ -13,8 +13,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,6 +24,7 @@ import (
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/registry/registrytest"
+	"github.com/toolbus/toolbus/internal/testkit/measure"
 	"github.com/toolbus/toolbus/internal/tool"
 )
 
@@ -34,59 +33,10 @@ const (
 	throughputOps  = 40000
 )
 
-// percentiles returns p50 and p99 of samples.
-func percentiles(samples []time.Duration) (time.Duration, time.Duration) {
-	slices.Sort(samples)
-	return samples[len(samples)/2], samples[len(samples)*99/100]
-}
-
-// latencyPair measures two operations alternately, so that whatever else
-// the machine does at the moment weighs on both alike.
+// latencyPair times two operations alternately (measure.Interleaved).
 func latencyPair(n int, a, b func()) (aP50, aP99, bP50, bP99 time.Duration) {
-	for range n / 10 { // warm up
-		a()
-		b()
-	}
-	as, bs := make([]time.Duration, n), make([]time.Duration, n)
-	for i := range n {
-		start := time.Now()
-		a()
-		mid := time.Now()
-		b()
-		as[i], bs[i] = mid.Sub(start), time.Since(mid)
-	}
-	aP50, aP99 = percentiles(as)
-	bP50, bP99 = percentiles(bs)
-	return
-}
-
-func latency(n int, op func()) (time.Duration, time.Duration) {
-	for range n / 10 { // warm up
-		op()
-	}
-	samples := make([]time.Duration, n)
-	for i := range samples {
-		start := time.Now()
-		op()
-		samples[i] = time.Since(start)
-	}
-	return percentiles(samples)
-}
-
-// throughput runs total ops spread over callers goroutines, in ops/s.
-func throughput(callers, total int, op func()) float64 {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	start := time.Now()
-	for range callers {
-		wg.Go(func() {
-			for next.Add(1) <= int64(total) {
-				op()
-			}
-		})
-	}
-	wg.Wait()
-	return float64(total) / time.Since(start).Seconds()
+	l := measure.Interleaved(n, a, b)
+	return l[0].P50, l[0].P99, l[1].P50, l[1].P99
 }
 
 func BenchmarkInvoke(b *testing.B) {
@@ -186,11 +136,12 @@ func BenchmarkInvoke(b *testing.B) {
 		rawP50, rawP99, invP50, invP99 := latencyPair(latencySamples, raw, invoke)
 		rawN50, _, noopP50, noopP99 := latencyPair(latencySamples, raw, invokeNoop)
 		rawA50, _, audP50, audP99 := latencyPair(latencySamples, raw, rawAudited)
-		polP50, polP99 := latency(latencySamples, decide)
-		raw1 := throughput(1, throughputOps/4, raw)
-		inv1 := throughput(1, throughputOps/4, invoke)
-		raw64 := throughput(64, throughputOps, raw)
-		inv64 := throughput(64, throughputOps, invoke)
+		pol := measure.Interleaved(latencySamples, decide)[0]
+		polP50, polP99 := pol.P50, pol.P99
+		raw1 := measure.Throughput(1, throughputOps/4, raw)
+		inv1 := measure.Throughput(1, throughputOps/4, invoke)
+		raw64 := measure.Throughput(64, throughputOps, raw)
+		inv64 := measure.Throughput(64, throughputOps, invoke)
 
 		b.ReportMetric(float64(invP50)/float64(rawP50), "p50-x-raw")
 		b.ReportMetric(inv64, "invokes/s@64")

@@ -14,7 +14,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"slices"
 	"testing"
 	"time"
 
@@ -29,6 +28,7 @@ import (
 	toolmcp "github.com/toolbus/toolbus/internal/mcp"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/registry/registrytest"
+	"github.com/toolbus/toolbus/internal/testkit/measure"
 	defaultpolicy "github.com/toolbus/toolbus/policy"
 )
 
@@ -143,7 +143,8 @@ func BenchmarkMCPCall(b *testing.B) {
 		for i := range idle {
 			idle[i] = afterCall()
 		}
-		i50, i99 := percentiles(idle)
+		idleLatency := measure.Percentiles(idle)
+		i50, i99 := idleLatency.P50, idleLatency.P99
 		added := t50 - d50
 
 		b.ReportMetric(float64(t50.Microseconds()), "toolbus-p50-µs")
@@ -159,31 +160,9 @@ func BenchmarkMCPCall(b *testing.B) {
 	}
 }
 
-// latencyTriple measures three operations in turn, n times each, and
-// returns each one's p50 and p99.
+// latencyTriple times three operations in turn (measure.Interleaved),
+// n times each, and returns each one's p50 and p99.
 func latencyTriple(n int, a, b, c func()) (a50, a99, b50, b99, c50, c99 time.Duration) {
-	for range n / 10 { // warm up
-		a()
-		b()
-		c()
-	}
-	as, bs, cs := make([]time.Duration, n), make([]time.Duration, n), make([]time.Duration, n)
-	for i := range n {
-		t0 := time.Now()
-		a()
-		t1 := time.Now()
-		b()
-		t2 := time.Now()
-		c()
-		as[i], bs[i], cs[i] = t1.Sub(t0), t2.Sub(t1), time.Since(t2)
-	}
-	a50, a99 = percentiles(as)
-	b50, b99 = percentiles(bs)
-	c50, c99 = percentiles(cs)
-	return
-}
-
-func percentiles(s []time.Duration) (time.Duration, time.Duration) {
-	slices.Sort(s)
-	return s[len(s)/2], s[len(s)*99/100]
+	l := measure.Interleaved(n, a, b, c)
+	return l[0].P50, l[0].P99, l[1].P50, l[1].P99, l[2].P50, l[2].P99
 }

@@ -19,7 +19,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -33,6 +32,7 @@ import (
 	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/policy"
+	"github.com/toolbus/toolbus/internal/testkit/measure"
 	"github.com/toolbus/toolbus/internal/tool"
 	defaultpolicy "github.com/toolbus/toolbus/policy"
 )
@@ -136,7 +136,7 @@ func BenchmarkFacade(b *testing.B) {
 		var perSecond [2][3]float64 // 1 and facadeCallers callers: direct, tool.invoke, facade
 		for i, callers := range [2]int{1, facadeCallers} {
 			for j, op := range [3]func(){viaDirect, invoke, viaFacade} {
-				perSecond[i][j] = parallelCalls(callers, facadeThroughput*callers/facadeCallers+facadeThroughput/4, op)
+				perSecond[i][j] = measure.Throughput(callers, facadeThroughput*callers/facadeCallers+facadeThroughput/4, op)
 			}
 		}
 		if failed.Load() {
@@ -182,21 +182,4 @@ func serveTool(t tool.Tool) mcpserver.ToolHandlerFunc {
 		}
 		return mcp.NewToolResultText(out.LLMContent), nil
 	}
-}
-
-// parallelCalls runs total calls of op spread over callers goroutines and
-// returns the calls per second.
-func parallelCalls(callers, total int, op func()) float64 {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	start := time.Now()
-	for range callers {
-		wg.Go(func() {
-			for next.Add(1) <= int64(total) {
-				op()
-			}
-		})
-	}
-	wg.Wait()
-	return float64(total) / time.Since(start).Seconds()
 }
