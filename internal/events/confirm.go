@@ -182,13 +182,7 @@ func (*ConfirmAck) EnvelopeType() string { return "tool.confirm.ack" }
 
 // Validate implements Envelope.
 func (c *ConfirmAck) Validate() error {
-	if err := c.header().validate(); err != nil {
-		return err
-	}
-	if c.InvocationID == "" {
-		return invalid(c.EnvelopeType(), "invocationId is empty")
-	}
-	return nil
+	return c.header().validateAbout(c.EnvelopeType(), c.InvocationID)
 }
 
 // ConfirmRejected records an answer the executor did not act on, published
@@ -205,13 +199,7 @@ func (*ConfirmRejected) EnvelopeType() string { return "tool.confirm.rejected" }
 
 // Validate implements Envelope.
 func (c *ConfirmRejected) Validate() error {
-	if err := c.header().validate(); err != nil {
-		return err
-	}
-	if c.InvocationID == "" {
-		return invalid(c.EnvelopeType(), "invocationId is empty")
-	}
-	return nil
+	return c.header().validateAbout(c.EnvelopeType(), c.InvocationID)
 }
 
 // ConfirmClosed records that a confirmation request ended with no accepted
@@ -230,11 +218,5 @@ func (*ConfirmClosed) EnvelopeType() string { return "tool.confirm.closed" }
 
 // Validate implements Envelope.
 func (c *ConfirmClosed) Validate() error {
-	if err := c.header().validate(); err != nil {
-		return err
-	}
-	if c.InvocationID == "" {
-		return invalid(c.EnvelopeType(), "invocationId is empty")
-	}
-	return nil
+	return c.header().validateAbout(c.EnvelopeType(), c.InvocationID)
 }

@@ -162,6 +162,18 @@ func (h *Header) validate() error {
 	return nil
 }
 
+// validateAbout validates the header of an event about one call, of type
+// typ, and that it names the call.
+func (h *Header) validateAbout(typ, invocationID string) error {
+	if err := h.validate(); err != nil {
+		return err
+	}
+	if invocationID == "" {
+		return invalid(typ, "invocationId is empty")
+	}
+	return nil
+}
+
 func invalid(typ, format string, args ...any) error {
 	return fmt.Errorf("%w: %s: %s", ErrInvalid, typ, fmt.Sprintf(format, args...))
 }

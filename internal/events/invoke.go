@@ -230,13 +230,7 @@ func (*CancelRequest) EnvelopeType() string { return "tool.cancel" }
 
 // Validate implements Envelope.
 func (c *CancelRequest) Validate() error {
-	if err := c.header().validate(); err != nil {
-		return err
-	}
-	if c.InvocationID == "" {
-		return invalid(c.EnvelopeType(), "invocationId is empty")
-	}
-	return nil
+	return c.header().validateAbout(c.EnvelopeType(), c.InvocationID)
 }
 
 // PolicyEvent reports a policy set moving through the fleet: pushed to the
