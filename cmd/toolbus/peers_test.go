@@ -235,24 +235,31 @@ func decode(t *testing.T, what, out string, v any) {
 	}
 }
 
+// listedNames is the tool names of the Inspector's tools/list run, which
+// must have succeeded.
+func listedNames(t *testing.T, run peerRun) []string {
+	t.Helper()
+	if run.code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", run.code, run.stderr)
+	}
+	var out struct {
+		Result struct {
+			Tools []struct{ Name string } `json:"tools"`
+		} `json:"result"`
+	}
+	decode(t, "tools/list", run.stdout, &out)
+	var names []string
+	for _, tool := range out.Result.Tools {
+		names = append(names, tool.Name)
+	}
+	return names
+}
+
 // checkInspectorEverything drives server-everything at target through the
 // Inspector: the tools listed, echo called, an unknown tool refused.
 func checkInspectorEverything(t *testing.T, target []string) {
 	t.Run("tools/list", func(t *testing.T) {
-		run := inspect(t, target, "--method", "tools/list")
-		if run.code != 0 {
-			t.Fatalf("exit %d; stderr:\n%s", run.code, run.stderr)
-		}
-		var out struct {
-			Result struct {
-				Tools []struct{ Name string } `json:"tools"`
-			} `json:"result"`
-		}
-		decode(t, "tools/list", run.stdout, &out)
-		var names []string
-		for _, tool := range out.Result.Tools {
-			names = append(names, tool.Name)
-		}
+		names := listedNames(t, inspect(t, target, "--method", "tools/list"))
 		if !slices.Contains(names, "echo") {
 			t.Errorf("tools/list has no echo: %v", names)
 		}
@@ -402,20 +409,7 @@ func TestInspectorToolbus(t *testing.T) {
 				return inspect(t, transport.target, append(slices.Clone(transport.flags), flags...)...)
 			}
 			t.Run("tools/list", func(t *testing.T) {
-				run := call(t, "--method", "tools/list")
-				if run.code != 0 {
-					t.Fatalf("exit %d; stderr:\n%s", run.code, run.stderr)
-				}
-				var out struct {
-					Result struct {
-						Tools []struct{ Name string } `json:"tools"`
-					} `json:"result"`
-				}
-				decode(t, "tools/list", run.stdout, &out)
-				var names []string
-				for _, tool := range out.Result.Tools {
-					names = append(names, tool.Name)
-				}
+				names := listedNames(t, call(t, "--method", "tools/list"))
 				for _, want := range []string{"read_file", "run_shell_command"} {
 					if !slices.Contains(names, want) {
 						t.Errorf("tools/list has no %s: %v", want, names)

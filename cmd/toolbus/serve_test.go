@@ -2,57 +2,30 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	mcpclient "github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/toolbus/toolbus/internal/testkit/mcptest"
 )
 
-// mcpSession initialises c as a named MCP client.
+// mcpSession initialises c as a named MCP client (version 2.0).
 func mcpSession(t *testing.T, c *mcpclient.Client, name string) {
 	t.Helper()
-	// What the transport starts (a stdio subprocess, an HTTP GET
-	// stream) lives as long as the context Start is given.
-	life, end := context.WithCancel(context.Background())
-	t.Cleanup(end)
-	if err := c.Start(life); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	init := mcp.InitializeRequest{}
-	init.Params.ProtocolVersion = mcp.LATEST_LEGACY_PROTOCOL_VERSION
-	init.Params.ClientInfo = mcp.Implementation{Name: name, Version: "2.0"}
-	if _, err := c.Initialize(ctx, init); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	mcptest.Initialize(t, c, name, "2.0")
 }
 
+// mcpCall calls a tool and returns whether the result is an error, and
+// its text.
 func mcpCall(t *testing.T, c *mcpclient.Client, name, args string) (bool, string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	req := mcp.CallToolRequest{}
-	req.Params.Name = name
-	req.Params.Arguments = json.RawMessage(args)
-	res, err := c.CallTool(ctx, req)
-	if err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	var text []string
-	for _, c := range res.Content {
-		if tc, ok := c.(mcp.TextContent); ok {
-			text = append(text, tc.Text)
-		}
-	}
-	return res.IsError, strings.Join(text, "\n")
+	res := mcptest.Call(t, c, name, args)
+	return res.IsError, mcptest.Text(res)
 }
 
 // An agent that starts `toolbus mcp serve` over stdio, and one that talks

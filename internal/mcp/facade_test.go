@@ -25,6 +25,7 @@ import (
 	"github.com/toolbus/toolbus/internal/executor/executortest"
 	toolmcp "github.com/toolbus/toolbus/internal/mcp"
 	"github.com/toolbus/toolbus/internal/policy"
+	"github.com/toolbus/toolbus/internal/testkit/mcptest"
 	"github.com/toolbus/toolbus/internal/tool"
 	defaultpolicy "github.com/toolbus/toolbus/policy"
 )
@@ -91,52 +92,19 @@ func connectHTTP(t testing.TB, url, token, name string, options ...mcpclient.Cli
 	return c
 }
 
-// initialize starts c and initialises its session as name, with the
-// protocol the MCP clients of today speak (sessions, initialize); c is
-// closed when the test ends.
+// initialize starts c and initialises its session as name
+// (mcptest.Initialize, version 1.0).
 func initialize(t testing.TB, c *mcpclient.Client, name string) {
 	t.Helper()
-	// What the transport starts (an HTTP GET stream) lives as long as the
-	// context Start is given: the client's, not the handshake's.
-	life, end := context.WithCancel(context.Background())
-	t.Cleanup(end)
-	if err := c.Start(life); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	init := mcp.InitializeRequest{}
-	init.Params.ProtocolVersion = mcp.LATEST_LEGACY_PROTOCOL_VERSION
-	init.Params.ClientInfo = mcp.Implementation{Name: name, Version: "1.0"}
-	if _, err := c.Initialize(ctx, init); err != nil {
-		t.Fatal(err)
-	}
+	mcptest.Initialize(t, c, name, "1.0")
 }
 
 func callTool(t *testing.T, c *mcpclient.Client, name, args string) *mcp.CallToolResult {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	req := mcp.CallToolRequest{}
-	req.Params.Name = name
-	req.Params.Arguments = json.RawMessage(args)
-	res, err := c.CallTool(ctx, req)
-	if err != nil {
-		t.Fatalf("call %s: %v", name, err)
-	}
-	return res
+	return mcptest.Call(t, c, name, args)
 }
 
-func text(r *mcp.CallToolResult) string {
-	var parts []string
-	for _, c := range r.Content {
-		if tc, ok := c.(mcp.TextContent); ok {
-			parts = append(parts, tc.Text)
-		}
-	}
-	return strings.Join(parts, "\n")
-}
+func text(r *mcp.CallToolResult) string { return mcptest.Text(r) }
 
 func toolNames(t testing.TB, c *mcpclient.Client) []string {
 	t.Helper()
