@@ -359,13 +359,14 @@ func (f *Facade) handler(name string) mcpserver.ToolHandlerFunc {
 		}
 		inv := &events.Invocation{Header: events.Header{Sender: f.caller(ctx)}, Tool: name, Args: args}
 		watch := &executor.Watch{Progress: f.progress(ctx, req)}
-		// A confirmation put to the client's user ends with the call
-		// (another approver may answer first): the wait is the call's.
-		var asking sync.WaitGroup
-		defer asking.Wait()
-		callCtx, endCall := context.WithCancel(ctx)
-		defer endCall()
 		if !f.cfg.NoElicitation && canElicit(ctx) {
+			// A confirmation put to the client's user ends with the
+			// call (another approver may answer first): the wait is
+			// the call's.
+			var asking sync.WaitGroup
+			defer asking.Wait()
+			callCtx, endCall := context.WithCancel(ctx)
+			defer endCall()
 			inv.CallerConfirms = true
 			watch.Confirm = func(req *events.ConfirmRequest) {
 				asking.Go(func() { f.askUser(callCtx, inv, req) })
