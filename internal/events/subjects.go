@@ -68,7 +68,10 @@ const ExecSubjectPrefix = "toolbus.exec."
 // while asks every executor whether it still runs it; ClaimSubjectPrefix
 // + an encoded executor id asks one executor (the one its heartbeats
 // named). The request is the invocation id; an executor answers
-// ClaimRunning when it runs it, else ClaimUnknown, with ExecutorHeader
+// ClaimRunning when it runs it, ClaimBehind when it does not but has
+// invocations it has not looked at yet (the call may be among them: a
+// caller's invocation and its claim reach the executor in order, but the
+// claim may be handled first), else ClaimUnknown, with ExecutorHeader
 // naming itself. Like ExecSubjectPrefix it is outside tool.>: an
 // executor that is gone gives "no responders" at once, and claims are not
 // audited.
@@ -76,6 +79,7 @@ const (
 	ClaimSubject       = "toolbus.claim"
 	ClaimSubjectPrefix = "toolbus.claim."
 	ClaimRunning       = "running"
+	ClaimBehind        = "behind"
 	ClaimUnknown       = "unknown"
 )
 

@@ -53,11 +53,34 @@ func (e *Executor) handleClaim(m *nats.Msg) {
 	e.mu.Unlock()
 	answer := nats.NewMsg(m.Reply)
 	answer.Header.Set(events.ExecutorHeader, e.id.ID)
-	answer.Data = []byte(events.ClaimUnknown)
-	if running {
+	switch {
+	case running:
 		answer.Data = []byte(events.ClaimRunning)
+	case e.behind():
+		answer.Data = []byte(events.ClaimBehind)
+	default:
+		answer.Data = []byte(events.ClaimUnknown)
 	}
 	_ = m.RespondMsg(answer)
+}
+
+// behind reports whether invocations have reached this executor that it
+// has not looked at yet: waiting in a subscription's queue, or being
+// taken (accept) right now. A caller's invocation and its later claim
+// come to the executor in order, but on separate subscriptions, each
+// handled on its own goroutine: under load the claim can be answered
+// while the invocation still waits its turn, and "unknown" would then
+// make the caller give up on a call that is about to run.
+func (e *Executor) behind() bool {
+	if e.accepting.Load() > 0 {
+		return true
+	}
+	for _, sub := range e.invokeSubs {
+		if n, _, err := sub.Pending(); err == nil && n > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // idMemory is how many ids of calls an executor remembers (see idRing):

@@ -194,7 +194,9 @@ func (c *Client) InvokeBatch(ctx context.Context, b *events.BatchInvocation) (*e
 //
 // After LostAfter without a word it asks whether an executor still runs
 // the call (the one its heartbeats named, or any): one that does is
-// waited for. Only when none does is the call lost. Whenever it gives up,
+// waited for, and so is one that is behind (it has invocations it has not
+// looked at yet, this one perhaps), until UnansweredFor. Only when none
+// does or may is the call lost. Whenever it gives up,
 // it tells the executors first (giveUp), so that a result still to come
 // is recorded as late.
 func (c *Client) roundTrip(ctx context.Context, subject, id string, data []byte, w *Watch) (*nats.Msg, *failure, error) {
@@ -350,7 +352,7 @@ func (c *Client) claim(ctx context.Context, id string, executor *string) claimAn
 	if *executor != "" {
 		subject = ClaimSubject(*executor)
 	}
-	answer := unanswered
+	answer, behind := unanswered, false
 	c.gather(ctx, subject, []byte(id), func(m *nats.Msg) bool {
 		switch {
 		case m.Header.Get("Status") == "503": // no responders
@@ -362,12 +364,19 @@ func (c *Client) claim(ctx context.Context, id string, executor *string) claimAn
 			}
 			answer = claimed
 			return true
+		case string(m.Data) == events.ClaimBehind:
+			// It has invocations it has not looked at yet, and this
+			// call may be one: as good as no answer, for now.
+			behind = true
 		}
 		// Another executor does not run it; when all were asked, the
 		// one that does may still answer.
 		answer = notRunning
 		return subject != events.ClaimSubject
 	})
+	if answer == notRunning && behind {
+		return unanswered
+	}
 	return answer
 }
 

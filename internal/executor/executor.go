@@ -46,9 +46,10 @@ const (
 	// asks whether an executor still runs the call (the one named, else
 	// all of them), and gives EXECUTOR_LOST when none does: at once when
 	// the executor is gone or the executors that answer do not run it,
-	// or once the executors asked have answered nothing for
-	// UnansweredFor (overloaded, frozen, or cut off from the bus while
-	// the server still holds their connection).
+	// or once the executors asked have answered nothing, or only that
+	// they are behind on their invocations, for UnansweredFor
+	// (overloaded, frozen, or cut off from the bus while the server
+	// still holds their connection).
 	HeartbeatEvery = time.Second
 	LostAfter      = 4 * HeartbeatEvery
 	UnansweredFor  = 30 * time.Second
@@ -135,7 +136,14 @@ type Executor struct {
 	finished  idRing                // calls and batches whose results were sent
 
 	subs []*nats.Subscription
-	svc  micro.Service
+	// invokeSubs are those of subs that hand out single invocations, and
+	// accepting counts the invocations being taken from them (behind).
+	invokeSubs []*nats.Subscription
+	accepting  atomic.Int64
+	// beforeAccept, set by tests only, holds an invocation up where load
+	// would: before the executor has looked at it.
+	beforeAccept atomic.Pointer[func(*nats.Msg)]
+	svc          micro.Service
 
 	invokerOnce sync.Once
 	invoker     *Client // runs the calls of batches
@@ -255,9 +263,9 @@ func (e *Executor) subscribe() error {
 		subject, queue string
 		handle         nats.MsgHandler
 	}{
-		{events.SubjectInvoke, queueGroup, func(m *nats.Msg) { e.accept(m, false) }},
+		{events.SubjectInvoke, queueGroup, func(m *nats.Msg) { e.take(m, false) }},
 		{events.SubjectInvokeBatch, queueGroup, e.acceptBatch},
-		{ExecSubject(e.id.ID), "", func(m *nats.Msg) { e.accept(m, true) }},
+		{ExecSubject(e.id.ID), "", func(m *nats.Msg) { e.take(m, true) }},
 		{events.SubjectCancel, "", e.handleCancel},
 		{events.ClaimSubject, "", e.handleClaim},
 		{ClaimSubject(e.id.ID), "", e.handleClaim},
@@ -271,6 +279,9 @@ func (e *Executor) subscribe() error {
 		// them out, so its pending limits can stay generous.
 		_ = sub.SetPendingLimits(1<<20, 1<<30)
 		e.subs = append(e.subs, sub)
+		if h.subject == events.SubjectInvoke || h.subject == ExecSubject(e.id.ID) {
+			e.invokeSubs = append(e.invokeSubs, sub)
+		}
 	}
 	svc, err := micro.AddService(e.nc, micro.Config{Name: events.ExecutorService, Version: registry.ServiceVersion,
 		Description: "toolbus executor", Metadata: map[string]string{"id": e.id.ID}})

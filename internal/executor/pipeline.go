@@ -71,6 +71,17 @@ type call struct {
 	sent bool
 }
 
+// take accepts an invocation message, counted in e.accepting meanwhile
+// (see behind).
+func (e *Executor) take(m *nats.Msg, forwarded bool) {
+	e.accepting.Add(1)
+	defer e.accepting.Add(-1)
+	if hold := e.beforeAccept.Load(); hold != nil {
+		(*hold)(m)
+	}
+	e.accept(m, forwarded)
+}
+
 // accept takes one invocation message. It runs the call on a worker of
 // its own, so the subscription keeps handing out work.
 func (e *Executor) accept(m *nats.Msg, forwarded bool) {

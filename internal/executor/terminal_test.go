@@ -361,3 +361,52 @@ func TestAGiveUpThatCrossesTheResultLeavesOneTerminalResult(t *testing.T) {
 	}
 	t.Logf("%d of %d callers took the executor's result, the rest gave up first", took, calls)
 }
+
+// TestAnExecutorBehindOnItsInvocationsIsNotTakenForLost: a caller that
+// hears nothing asks whether an executor runs its call. An executor that
+// has not looked at the invocation yet (it waits in the executor's queue,
+// as under load) does not say it does not know the call, which would make
+// the caller give up on a call about to run: it says it is behind, and the
+// caller waits on, and gets the call's result.
+func TestAnExecutorBehindOnItsInvocationsIsNotTakenForLost(t *testing.T) {
+	e := newEnv(t)
+	release := make(chan struct{})
+	hold := func(m *nats.Msg) {
+		if strings.Contains(string(m.Data), `"held-up"`) {
+			<-release
+		}
+	}
+	e.exec.beforeAccept.Store(&hold)
+	claims := make(chan string, 16)
+	watcher := bustest.Connect(t, e.bus).Conn()
+	watcher.Subscribe(events.ClaimSubject, func(m *nats.Msg) { claims <- string(m.Data) })
+	watcher.Flush()
+	done := make(chan *events.Result, 1)
+	go func() {
+		res, err := e.client.Invoke(context.Background(), &events.Invocation{Header: events.Header{ID: "held-up"}, Tool: "read_file", Args: json.RawMessage(`{"file_path":"README.md"}`)}, nil)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	// Two claims answered while the invocation is held: with "unknown"
+	// the caller would have given up after the first.
+	for range 2 {
+		select {
+		case id := <-claims:
+			if id != "held-up" {
+				t.Fatalf("claim for %q", id)
+			}
+		case res := <-done:
+			t.Fatalf("the call ended while the executor was behind: %s %s", errType(res), res.LLMContent)
+		}
+	}
+	close(release)
+	if res := <-done; res.Error != nil || !strings.Contains(res.LLMContent, "# hello") {
+		t.Fatalf("got %s %q", errType(res), res.LLMContent)
+	}
+	counts := audittest.ResultsOf(t, e.bus.JetStream(), []string{"held-up"})
+	if c := counts["held-up"]; c == nil || c.Terminal != 1 || c.Late != 0 {
+		t.Errorf("%+v terminal/late results in the audit stream, want exactly one terminal", c)
+	}
+}
