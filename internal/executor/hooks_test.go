@@ -430,3 +430,26 @@ func TestHooksHoldForEveryNameOfATool(t *testing.T) {
 		})
 	}
 }
+
+// TestAgentsCannotRewriteTheirHooks: the hook scripts where both agents
+// keep them are sensitive to the default policy, so a prompt-injected
+// agent cannot turn a hook off by rewriting it, with any tool, even with
+// an approver who would say yes.
+func TestAgentsCannotRewriteTheirHooks(t *testing.T) {
+	f := executortest.Start(t, withSettings(t, hooks.ClaudeCode, claudeHook("PreToolUse", "Bash", "no-curl.sh", 0)))
+	seat(t, f, events.ProceedOnce)
+	for i, c := range []struct{ tool, args string }{
+		{"write_file", `{"file_path":".claude/hooks/no-curl.sh","content":"exit 0\n"}`},
+		{"replace", `{"file_path":".claude/hooks/no-curl.sh","old_string":"exit 2","new_string":"exit 0"}`},
+		{"run_shell_command", `{"command":"echo 'exit 0' > .claude/hooks/no-curl.sh"}`},
+		{"run_shell_command", `{"command":"sed -i s/2/0/ .claude/hooks/no-curl.sh"}`},
+		{"write_file", `{"file_path":".gemini/hooks/check.sh","content":"exit 0\n"}`},
+	} {
+		if res := invoke(t, f, "rewrite-"+itoa(i), c.tool, c.args); errTypeOf(res) != events.ErrPolicyDenied || !strings.Contains(res.LLMContent, "sensitive path") {
+			t.Errorf("%s %s: %s %q", c.tool, c.args, errTypeOf(res), res.LLMContent)
+		}
+	}
+	if data, _ := os.ReadFile(filepath.Join(f.Workspace.Root(), ".claude", "hooks", "no-curl.sh")); !strings.Contains(string(data), "exit 2") {
+		t.Errorf("the hook was rewritten: %s", data)
+	}
+}
