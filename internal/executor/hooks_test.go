@@ -453,3 +453,35 @@ func TestAgentsCannotRewriteTheirHooks(t *testing.T) {
 		t.Errorf("the hook was rewritten: %s", data)
 	}
 }
+
+// TestCancelledWhileAHookRuns: a call cancelled by id while its pre hook
+// runs ends CANCELLED at once, and the hook ends with everything it
+// started.
+func TestCancelledWhileAHookRuns(t *testing.T) {
+	f := executortest.Start(t, withSettings(t, hooks.ClaudeCode, claudeHook("PreToolUse", "Read", "hang.sh", 300)))
+	done := make(chan *events.Result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		res, err := f.Client.Invoke(ctx, &events.Invocation{Header: events.Header{ID: "cancel-hook"}, Tool: "read_file",
+			Args: json.RawMessage(`{"file_path":"README.md"}`)}, nil)
+		if err != nil {
+			res = &events.Result{LLMContent: err.Error()}
+		}
+		done <- res
+	}()
+	pid := testkit.WaitPID(t, filepath.Join(f.Workspace.Root(), "hang.pid"))
+	if err := f.Client.Cancel(context.Background(), "cancel-hook", "the test cancels"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case res := <-done:
+		if errTypeOf(res) != events.ErrCancelled || strings.Contains(res.LLMContent, "# hello") {
+			t.Errorf("got %s %q", errTypeOf(res), res.LLMContent)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the call did not end")
+	}
+	testkit.WaitReaped(t, pid)
+	checkHookRun(t, f, "cancel-hook", events.HookFailed)
+}

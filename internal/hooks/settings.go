@@ -24,7 +24,8 @@ import (
 //	  "hooks": [{"type": "command", "command": "…", "name": "…", "timeout": 60000, "description": "…"}]}]}}
 //
 // with timeout in milliseconds; "enabled" and "disabled" (hook names) may
-// sit beside the events in "hooks" or in "hooksConfig". Events other than
+// sit beside the events in "hooks" or in "hooksConfig" (Claude Code's
+// "disableAllHooks" turns a file's hooks off). Events other than
 // the tool events are left out with a note; a hook of another type than
 // "command", a matcher that does not compile, or a field of the wrong type
 // is an error.
@@ -54,7 +55,8 @@ func Parse(data []byte, d Dialect, file string) (*Set, error) {
 	}
 	var top struct {
 		Hooks       map[string]json.RawMessage `json:"hooks"`
-		HooksConfig *switches                  `json:"hooksConfig"`
+		HooksConfig *switches                  `json:"hooksConfig"`     // Gemini CLI
+		DisableAll  bool                       `json:"disableAllHooks"` // Claude Code
 	}
 	if err := json.Unmarshal(jsonc.StripComments(data), &top); err != nil {
 		return nil, fmt.Errorf("not a settings file: %w", err)
@@ -64,8 +66,11 @@ func Parse(data []byte, d Dialect, file string) (*Set, error) {
 		return s, nil
 	}
 	on := switches{}
-	if top.HooksConfig != nil {
+	if top.HooksConfig != nil && d == GeminiCLI {
 		on = *top.HooksConfig
+	}
+	if top.DisableAll && d == ClaudeCode {
+		on.Enabled = new(false)
 	}
 	keys := make([]string, 0, len(top.Hooks))
 	for k := range top.Hooks {
@@ -106,7 +111,8 @@ func Parse(data []byte, d Dialect, file string) (*Set, error) {
 	}
 	if on.Enabled != nil && !*on.Enabled {
 		if len(raw) > 0 {
-			s.Notes = append(s.Notes, fmt.Sprintf("%s: hooks are turned off (enabled: false); none of its hooks run", file))
+			s.Notes = append(s.Notes, fmt.Sprintf("%s: hooks are turned off (%s); none of its hooks run", file,
+				map[Dialect]string{ClaudeCode: "disableAllHooks", GeminiCLI: "enabled: false"}[d]))
 		}
 		return s, nil
 	}

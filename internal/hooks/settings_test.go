@@ -87,11 +87,16 @@ func TestParseGeminiCLISettings(t *testing.T) {
 }
 
 func TestHooksTurnedOff(t *testing.T) {
-	for _, file := range []string{
-		`{"hooksConfig": {"enabled": false}, "hooks": {"BeforeTool": [{"hooks": [{"type": "command", "command": "x"}]}]}}`,
-		`{"hooks": {"enabled": false, "BeforeTool": [{"hooks": [{"type": "command", "command": "x"}]}]}}`,
+	for _, c := range []struct {
+		d    Dialect
+		file string
+	}{
+		{GeminiCLI, `{"hooksConfig": {"enabled": false}, "hooks": {"BeforeTool": [{"hooks": [{"type": "command", "command": "x"}]}]}}`},
+		{GeminiCLI, `{"hooks": {"enabled": false, "BeforeTool": [{"hooks": [{"type": "command", "command": "x"}]}]}}`},
+		{ClaudeCode, `{"disableAllHooks": true, "hooks": {"PreToolUse": [{"hooks": [{"type": "command", "command": "x"}]}]}}`},
 	} {
-		s, err := Parse([]byte(file), GeminiCLI, "s.json")
+		file := c.file
+		s, err := Parse([]byte(file), c.d, "s.json")
 		if err != nil || !s.Empty() || !strings.Contains(strings.Join(s.Notes, ""), "turned off") {
 			t.Errorf("%s: %+v %v", file, s, err)
 		}
