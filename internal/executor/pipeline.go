@@ -210,10 +210,11 @@ func (c *call) abandon() bool {
 }
 
 // run is the pipeline: resolve, validate, policy, pre hooks (hooks.go),
-// confirmation, execution, post hooks, result. Its events: the invocation itself (the audit stream
-// keeps the request); for ASK_USER the decision, the confirmation request,
-// the answer and a "started" step; progress; and the result, which carries
-// the policy decision and says why a call ended early.
+// confirmation, execution, post hooks, result. Its events: the invocation
+// itself (the audit stream keeps the request); for ASK_USER the decision,
+// the confirmation request, the answer and a "started" step; each hook
+// run; progress; and the result, which carries the policy decision and
+// says why a call ended early.
 func (c *call) run(found bool) {
 	e, inv := c.e, c.inv
 	if !found {
