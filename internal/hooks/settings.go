@@ -111,8 +111,11 @@ func Parse(data []byte, d Dialect, file string) (*Set, error) {
 	}
 	if on.Enabled != nil && !*on.Enabled {
 		if len(raw) > 0 {
-			s.Notes = append(s.Notes, fmt.Sprintf("%s: hooks are turned off (%s); none of its hooks run", file,
-				map[Dialect]string{ClaudeCode: "disableAllHooks", GeminiCLI: "enabled: false"}[d]))
+			how := "enabled: false"
+			if d == ClaudeCode {
+				how = "disableAllHooks"
+			}
+			s.Notes = append(s.Notes, fmt.Sprintf("%s: hooks are turned off (%s); none of its hooks run", file, how))
 		}
 		return s, nil
 	}
@@ -222,12 +225,12 @@ func parseHook(data json.RawMessage, d Dialect, file string) (*Hook, error) {
 	h := &Hook{Name: hj.Name, Command: hj.Command, Description: hj.Description, Dialect: d, File: file}
 	if hj.Timeout != nil {
 		t := *hj.Timeout
-		unit := time.Second // Claude Code: seconds
+		unit, unitName := time.Second, "seconds" // Claude Code
 		if d == GeminiCLI {
-			unit = time.Millisecond
+			unit, unitName = time.Millisecond, "milliseconds"
 		}
 		if !(t > 0) || t*float64(unit) > float64(math.MaxInt64/2) {
-			return nil, fmt.Errorf("timeout %v: want a positive number of %s", t, map[bool]string{true: "milliseconds", false: "seconds"}[d == GeminiCLI])
+			return nil, fmt.Errorf("timeout %v: want a positive number of %s", t, unitName)
 		}
 		h.Timeout = time.Duration(t * float64(unit))
 		if h.Timeout <= 0 {
