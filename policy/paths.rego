@@ -35,6 +35,10 @@ sensitive_path_ends := {
 	# agents' settings (mcpServers, tools.core, tools.exclude), for the same
 	# reason as .mcp.json
 	".gemini/settings.json", ".claude/settings.json", ".claude/settings.local.json", ".cursor/mcp.json",
+	# the agents' hook scripts, where both agents keep them: the executor
+	# runs them around calls, and an agent that could rewrite one could
+	# turn off the hook that guards it
+	".claude/hooks", ".gemini/hooks",
 }
 
 # Files by their absolute path.

@@ -12,6 +12,8 @@ test_sensitive_paths_denied if {
 		"/w/certs/server.key", "/w/ci.kubeconfig", "/home/ada/.gnupg/secring.gpg",
 		# the agents' MCP configuration and settings, which toolbus follows
 		"/w/.mcp.json", "/w/.gemini/settings.json", "/home/ada/.gemini/settings.json", "/w/.claude/settings.local.json",
+		# and their hook scripts, which the executor runs
+		"/w/.claude/hooks/no-curl.sh", "/w/.gemini/hooks/check.js", "/home/ada/.claude/hooks",
 		# case does not matter
 		"/w/.ENV", "/w/Id_Rsa", "/home/ada/.SSH/config", "/w/CERT.PEM", "/ETC/SHADOW",
 	] {
@@ -23,7 +25,7 @@ test_ordinary_paths_allowed if {
 	every p in [
 		"/w/README.md", "/w/.env.example", "/w/.env.sample", "/w/env/config.go", "/w/.envrc.md", "/w/keys.go",
 		"/home/ada/.ssh/id_rsa.pub", "/w/identity.go", "/w/monkey.txt", "/w/pem/README",
-		"/w/docs/mcp.json.md", "/w/.gemini/GEMINI.md",
+		"/w/docs/mcp.json.md", "/w/.gemini/GEMINI.md", "/w/src/hooks/useState.ts", "/w/.claude/agents/review.md",
 	] {
 		verdict(file_tool("read_file", "read", [p])) == "ALLOW"
 	}

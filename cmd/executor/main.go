@@ -28,15 +28,16 @@ func main() {
 	id := fs.String("id", "", "executor id (default executor@HOST)")
 	outputs := cli.AddOutputFlags(fs)
 	mcpFlags := cli.AddMCPFlags(fs, nil)
+	hookFlags := cli.AddHookFlags(fs, mcpFlags.Settings)
 	logLevel := cli.LogFlag(fs)
 	fs.Parse(os.Args[1:])
-	if err := run(*natsURL, *workspace, *policyDir, *id, *timeout, *confirmTimeout, outputs, mcpFlags, *logLevel); err != nil {
+	if err := run(*natsURL, *workspace, *policyDir, *id, *timeout, *confirmTimeout, outputs, mcpFlags, hookFlags, *logLevel); err != nil {
 		fmt.Fprintln(os.Stderr, "executor:", err)
 		os.Exit(1)
 	}
 }
 
-func run(natsURL, workspace, policyDir, id string, timeout, confirmTimeout time.Duration, outputs *cli.OutputFlags, mcpFlags *cli.MCPFlags, logLevel string) error {
+func run(natsURL, workspace, policyDir, id string, timeout, confirmTimeout time.Duration, outputs *cli.OutputFlags, mcpFlags *cli.MCPFlags, hookFlags *cli.HookFlags, logLevel string) error {
 	log, err := cli.Logger(logLevel)
 	if err != nil {
 		return err
@@ -71,6 +72,9 @@ func run(natsURL, workspace, policyDir, id string, timeout, confirmTimeout time.
 		Identity: identity, Tools: builtin.Tools(ws, shells), Policy: pol, PolicyDir: policyDir,
 		Workspace: ws.Root(), Timeout: timeout, ConfirmTimeout: confirmTimeout, Logger: log}
 	outputs.Apply(&cfg)
+	if err := hookFlags.Apply(&cfg, log); err != nil {
+		return err
+	}
 	ex, err := executor.Start(ctx, b.Conn(), b.JetStream(), cfg)
 	if err != nil {
 		return err

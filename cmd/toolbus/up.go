@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	defaultpolicy "github.com/toolbus/toolbus/policy"
@@ -16,6 +17,7 @@ import (
 	"github.com/toolbus/toolbus/internal/cli"
 	"github.com/toolbus/toolbus/internal/console"
 	"github.com/toolbus/toolbus/internal/executor"
+	"github.com/toolbus/toolbus/internal/hooks"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/registry"
 )
@@ -24,12 +26,17 @@ import (
 // up` reads it when present, so an existing project works unchanged.
 var projectSettings = filepath.Join(".gemini", "settings.json")
 
+// claudeSettings is where Claude Code keeps a project's settings; `toolbus
+// up` runs its hooks when present.
+var claudeSettings = filepath.Join(".claude", "settings.json")
+
 func runUp(args []string) error {
 	fs := flag.NewFlagSet("up", flag.ContinueOnError)
 	dataDir := fs.String("data", cli.DefaultDataDir(), "directory for the bus's data (created if missing)")
 	listen := fs.String("listen", bus.DefaultListen, "address the bus listens on")
 	settingsPath := fs.String("settings", "", "Gemini CLI settings.json: tools.core, tools.exclude, mcpServers (default: "+projectSettings+" if present)")
 	mcpFlags := cli.AddMCPFlags(fs, settingsPath)
+	hookFlags := cli.AddHookFlags(fs, settingsPath)
 	workspace := fs.String("workspace", ".", "directory the built-in tools are confined to")
 	policyDir := fs.String("policy", "", "directory of .rego files (default: the built-in default policy)")
 	outputs := cli.AddOutputFlags(fs)
@@ -48,6 +55,11 @@ func runUp(args []string) error {
 	if *settingsPath == "" {
 		if _, err := os.Stat(projectSettings); err == nil {
 			*settingsPath = projectSettings
+		}
+	}
+	if *hookFlags.ClaudeSettings == "" {
+		if _, err := os.Stat(claudeSettings); err == nil {
+			*hookFlags.ClaudeSettings = claudeSettings
 		}
 	}
 	settings, err := registry.LoadSettings(*settingsPath)
@@ -71,7 +83,7 @@ func runUp(args []string) error {
 	}
 	defer reg.Stop()
 
-	exec, err := startExecutor(ctx, b, *workspace, *policyDir, outputs, mcpFlags, log)
+	exec, err := startExecutor(ctx, b, *workspace, *policyDir, outputs, mcpFlags, hookFlags, log)
 	if err != nil {
 		return err
 	}
@@ -108,6 +120,9 @@ func runUp(args []string) error {
 	if *mcpFlags.MCPConfig != "" {
 		fmt.Printf("  mcp:       %s\n", *mcpFlags.MCPConfig)
 	}
+	if h := exec.hooks; !h.Empty() {
+		fmt.Printf("  hooks:     %d pre, %d post hook groups (from %s)\n", len(h.Pre), len(h.Post), strings.Join(hookFiles(hookFlags), ", "))
+	}
 	if exec.mcp != nil {
 		fmt.Printf("  servers:   %d MCP servers, connecting in the background (toolbus mcp status)\n", len(exec.mcp.Manager.Status()))
 	}
@@ -128,13 +143,14 @@ type runningExecutor struct {
 	executor  *executor.Executor
 	workspace *builtin.Workspace
 	shells    *builtin.Shells
-	mcp       *cli.MCP // nil without MCP servers
+	mcp       *cli.MCP   // nil without MCP servers
+	hooks     *hooks.Set // nil without hooks
 }
 
 // startExecutor runs an executor hosting the built-in tools over workspace,
 // enforcing the policy of policyDir, or the default policy, keeping output
 // within outputs.
-func startExecutor(ctx context.Context, b *bus.Bus, workspace, policyDir string, outputs *cli.OutputFlags, mcpFlags *cli.MCPFlags, log *slog.Logger) (*runningExecutor, error) {
+func startExecutor(ctx context.Context, b *bus.Bus, workspace, policyDir string, outputs *cli.OutputFlags, mcpFlags *cli.MCPFlags, hookFlags *cli.HookFlags, log *slog.Logger) (*runningExecutor, error) {
 	files, err := policy.DirFiles(policyDir, policy.Files(defaultpolicy.Default()))
 	if err != nil {
 		return nil, err
@@ -152,18 +168,33 @@ func startExecutor(ctx context.Context, b *bus.Bus, workspace, policyDir string,
 		Identity: cli.Identity("executor"), Tools: builtin.Tools(ws, shells), Policy: pol, PolicyDir: policyDir,
 		Workspace: ws.Root(), Logger: log}
 	outputs.Apply(&cfg)
-	ex, err := executor.Start(ctx, b.Conn(), b.JetStream(), cfg)
+	err = hookFlags.Apply(&cfg, log)
+	var ex *executor.Executor
+	if err == nil {
+		ex, err = executor.Start(ctx, b.Conn(), b.JetStream(), cfg)
+	}
 	if err != nil {
 		shells.Close()
 		ws.Close()
 		return nil, err
 	}
-	r := &runningExecutor{executor: ex, workspace: ws, shells: shells}
+	r := &runningExecutor{executor: ex, workspace: ws, shells: shells, hooks: cfg.Hooks}
 	if r.mcp, err = cli.StartMCP(ctx, b, ex, cfg.Identity, mcpFlags, log); err != nil {
 		r.stop()
 		return nil, err
 	}
 	return r, nil
+}
+
+// hookFiles are the settings files hooks were read from.
+func hookFiles(f *cli.HookFlags) []string {
+	var out []string
+	for _, p := range []*string{f.Settings, f.ClaudeSettings} {
+		if p != nil && *p != "" {
+			out = append(out, *p)
+		}
+	}
+	return out
 }
 
 // stop lets running calls finish for a few seconds, then cancels them and

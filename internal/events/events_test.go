@@ -55,8 +55,14 @@ func examples() map[string]Envelope {
 		"confirm_ack.json":      &ConfirmAck{Header: hdr("ack-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-4", Reason: "approver:bob may not answer: nobody may approve a call they made"},
 		"confirm_rejected.json": &ConfirmRejected{Header: hdr("rj-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-4", Answer: ConfirmAnswer{Header: hdr("ca-3", agent), InvocationID: "inv-4", Outcome: ProceedOnce}, Reason: "nobody may approve a call they made"},
 		"confirm_closed.json":   &ConfirmClosed{Header: hdr("cc-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-5", ErrorType: ErrConfirmationTimeout, Reason: "No approver answered within 5m0s, so the call is denied."},
-		"step.json":             &Step{Header: hdr("st-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-1", Tool: "read_file", Step: "validated"},
-		"cancel.json":           &CancelRequest{Header: hdr("cx-1", Identity{ID: "cli@dev-1", Role: "cli"}), InvocationID: "inv-2", Reason: "taking too long"},
+		"hook_run.json": &HookRun{Header: hdr("hk-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-2", Tool: "run_shell_command",
+			Event: HookPre, AgentEvent: "PreToolUse", Hook: ".claude/hooks/no-curl.sh", Command: ".claude/hooks/no-curl.sh", File: ".claude/settings.json",
+			Outcome: HookDeny, Message: "curl is not allowed here", ExitCode: new(2), DurationMillis: 4},
+		"hook_run_timed_out.json": &HookRun{Header: hdr("hk-2", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-1", Tool: "read_file",
+			Event: HookPost, AgentEvent: "AfterTool", Hook: "audit-log", Command: "node audit.js", File: ".gemini/settings.json",
+			Outcome: HookTimedOut, Message: "did not finish within 1m0s and was killed", DurationMillis: 61002},
+		"step.json":   &Step{Header: hdr("st-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-1", Tool: "read_file", Step: "validated"},
+		"cancel.json": &CancelRequest{Header: hdr("cx-1", Identity{ID: "cli@dev-1", Role: "cli"}), InvocationID: "inv-2", Reason: "taking too long"},
 		// A caller that stopped waiting: it publishes the call's terminal
 		// result itself, and the executor's result comes Late.
 		"cancel_gave_up.json": &CancelRequest{Header: hdr("cx-2", agent), InvocationID: "inv-3", Reason: "the caller stopped waiting: context deadline exceeded", GaveUp: true},
@@ -244,6 +250,7 @@ func FuzzDecode(f *testing.F) {
 		check(Decode[BatchResult](data))
 		check(Decode[PolicyEvent](data))
 		check(Decode[CancelRequest](data))
+		check(Decode[HookRun](data))
 		if tool, err := DecodeTool(data); err == nil {
 			again, err := json.Marshal(tool)
 			if err != nil {
@@ -296,6 +303,8 @@ func decodeAs(e Envelope, data []byte) (Envelope, error) {
 		return Decode[PolicyEvent](data)
 	case *CancelRequest:
 		return Decode[CancelRequest](data)
+	case *HookRun:
+		return Decode[HookRun](data)
 	}
 	panic("decodeAs: unknown envelope")
 }
@@ -339,5 +348,44 @@ func sortFiles(files []txtar.File) {
 		for j := i; j > 0 && files[j].Name < files[j-1].Name; j-- {
 			files[j], files[j-1] = files[j-1], files[j]
 		}
+	}
+}
+
+func TestHookRunValidate(t *testing.T) {
+	base := func() *HookRun {
+		return &HookRun{Header: hdr("h", agent), InvocationID: "inv", Tool: "read_file", Event: HookPre, Hook: "check", Outcome: HookNone}
+	}
+	tests := []struct {
+		name   string
+		mutate func(*HookRun)
+		says   string
+	}{
+		{"ok", func(*HookRun) {}, ""},
+		{"exit code 0 kept", func(h *HookRun) { h.ExitCode = new(0) }, ""},
+		{"no invocation", func(h *HookRun) { h.InvocationID = "" }, "invocationId is empty"},
+		{"bad event", func(h *HookRun) { h.Event = "PreToolUse" }, `event "PreToolUse" is neither`},
+		{"no hook", func(h *HookRun) { h.Hook = "" }, "hook is empty"},
+		{"bad outcome", func(h *HookRun) { h.Outcome = "approve" }, `unknown outcome "approve"`},
+		{"negative duration", func(h *HookRun) { h.DurationMillis = -1 }, "durationMillis is negative"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := base()
+			tt.mutate(h)
+			data, err := Encode(h)
+			if tt.says == "" {
+				if err != nil {
+					t.Fatalf("got %v, want no error", err)
+				}
+				back, err := Decode[HookRun](data)
+				if err != nil || (h.ExitCode != nil) != (back.ExitCode != nil) {
+					t.Fatalf("round trip: %+v %v", back, err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tt.says) {
+				t.Fatalf("got %v, want ErrInvalid saying %q", err, tt.says)
+			}
+		})
 	}
 }

@@ -36,6 +36,9 @@ const (
 	SubjectResult = "tool.result"
 	// SubjectStep carries Step events: an invocation passing a stage.
 	SubjectStep = "tool.step"
+	// SubjectHook carries HookRun events: a user hook run around an
+	// invocation, and what it answered.
+	SubjectHook = "tool.hook"
 	// SubjectConfirmAnswered carries the ConfirmAnswer an executor acted on.
 	SubjectConfirmAnswered = "tool.confirm.answered"
 	// SubjectConfirmRejected carries ConfirmRejected: an answer the

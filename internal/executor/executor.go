@@ -23,6 +23,7 @@ import (
 
 	"github.com/toolbus/toolbus/internal/catalog"
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/hooks"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/registry"
 	"github.com/toolbus/toolbus/internal/tool"
@@ -101,18 +102,14 @@ type Config struct {
 	// already: the last executor to start sets them for the fleet.
 	OutputStoreBytes int64
 	OutputStoreTTL   time.Duration
-	// Hooks run around every execution.
-	Hooks  Hooks
+	// Hooks are the user's hooks (internal/hooks: Claude Code's and Gemini
+	// CLI's, read from their settings files): run around every call
+	// whose tool they match, after the policy's decision and before any
+	// approver is asked, and after the tool ran. A pre hook can block a
+	// call or have a person asked about it; it never makes a call more
+	// allowed than the policy did. Nil for none.
+	Hooks  *hooks.Set
 	Logger *slog.Logger
-}
-
-// Hooks are called around execution (seed 004 tool:pre, tool:post,
-// tool:error). A Pre hook that returns an error stops the call with
-// EXECUTION_FAILED; the others only observe.
-type Hooks struct {
-	Pre   []func(ctx context.Context, inv *events.Invocation, t *events.Tool) error
-	Post  []func(ctx context.Context, inv *events.Invocation, res *events.Result)
-	Error []func(ctx context.Context, inv *events.Invocation, res *events.Result)
 }
 
 // Executor runs the invocations of the tools it hosts. Stop it with Stop.
@@ -129,6 +126,8 @@ type Executor struct {
 	policy    atomic.Pointer[policy.Policy]
 	watcher   *policy.Watcher
 	allowlist *allowlist
+	hooks     *hooks.Set            // nil without hooks
+	hookRuns  *hooks.Runner         // runs them
 	outputs   jetstream.ObjectStore // over bulk
 	bulk      *nats.Conn            // the connection whole outputs take
 	storing   *semaphore.Weighted   // bytes on their way to outputs
@@ -207,6 +206,16 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 		workers: newWorkers(workerIdle), storing: semaphore.NewWeighted(storeInFlight), stopping: make(chan struct{})}
 	if err := e.hostBuiltins(); err != nil { // fills the lookup table
 		return nil, err
+	}
+	if !cfg.Hooks.Empty() {
+		if err := cfg.Hooks.Validate(); err != nil {
+			return nil, fmt.Errorf("executor: %w", err)
+		}
+		runner, err := hooks.NewRunner(cfg.Workspace)
+		if err != nil {
+			return nil, fmt.Errorf("executor: %w", err)
+		}
+		e.hooks, e.hookRuns = cfg.Hooks, runner
 	}
 	e.policy.Store(cfg.Policy)
 
@@ -374,6 +383,9 @@ func (e *Executor) openBulk(ctx context.Context) (jetstream.ObjectStore, error) 
 }
 
 func (e *Executor) closeFollowers() {
+	if e.hookRuns != nil {
+		e.hookRuns.Close()
+	}
 	if e.bulk != nil {
 		e.bulk.Close()
 	}

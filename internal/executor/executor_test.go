@@ -20,6 +20,7 @@ import (
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/hooks"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/registry/registrytest"
 	"github.com/toolbus/toolbus/internal/testkit"
@@ -635,29 +636,35 @@ func waitTool(t testing.TB, ex *Executor, name string) {
 	}
 }
 
-func TestHooksAndProgress(t *testing.T) {
-	var pre, post, failed []string
+// TestFunctionHooksAndProgress: hooks given as Go functions (for programs
+// that embed an executor) run as command hooks do: a pre hook's deny ends
+// the call with POLICY_DENIED naming it, and post hooks see every result
+// of a tool that ran, failed ones too, but not a call that never ran.
+func TestFunctionHooksAndProgress(t *testing.T) {
+	var pre, post []string
 	var mu sync.Mutex
 	e := newEnv(t, func(c *Config) {
-		c.Hooks.Pre = append(c.Hooks.Pre, func(_ context.Context, inv *events.Invocation, tl *events.Tool) error {
-			mu.Lock()
-			defer mu.Unlock()
-			pre = append(pre, tl.Name)
-			if strings.Contains(string(inv.Args), "forbidden-by-hook") {
-				return errors.New("the hook says no")
-			}
-			return nil
-		})
-		c.Hooks.Post = append(c.Hooks.Post, func(_ context.Context, _ *events.Invocation, r *events.Result) {
-			mu.Lock()
-			defer mu.Unlock()
-			post = append(post, r.Tool)
-		})
-		c.Hooks.Error = append(c.Hooks.Error, func(_ context.Context, _ *events.Invocation, r *events.Result) {
-			mu.Lock()
-			defer mu.Unlock()
-			failed = append(failed, string(r.Error.Type))
-		})
+		c.Hooks = &hooks.Set{
+			Pre: []hooks.Group{{Hooks: []*hooks.Hook{{Name: "refuser", Func: func(_ context.Context, in *hooks.Input) hooks.Outcome {
+				mu.Lock()
+				defer mu.Unlock()
+				pre = append(pre, in.Tool.Name)
+				if strings.Contains(string(in.Args), "forbidden-by-hook") {
+					return hooks.Outcome{Decision: hooks.Deny, Message: "the hook says no"}
+				}
+				return hooks.Outcome{}
+			}}}}},
+			Post: []hooks.Group{{Hooks: []*hooks.Hook{{Name: "watcher", Func: func(_ context.Context, in *hooks.Input) hooks.Outcome {
+				mu.Lock()
+				defer mu.Unlock()
+				what := in.Tool.Name
+				if in.Response.Error != nil {
+					what += ":" + string(in.Response.Error.Type)
+				}
+				post = append(post, what)
+				return hooks.Outcome{}
+			}}}}},
+		}
 	})
 	startApprover(t, e.bus, answer(events.ProceedOnce))
 	var chunks []string
@@ -669,13 +676,16 @@ func TestHooksAndProgress(t *testing.T) {
 	if strings.Join(chunks, "") != "one\ntwo\n" {
 		t.Errorf("progress seen by the caller: %q", chunks)
 	}
-	if res := e.call(t, "read_file", `{"file_path":"forbidden-by-hook"}`); errType(res) != events.ErrExecutionFailed || !strings.Contains(res.LLMContent, "the hook says no") {
+	if res := e.call(t, "read_file", `{"file_path":"forbidden-by-hook"}`); errType(res) != events.ErrPolicyDenied || !strings.Contains(res.LLMContent, `blocked by hook "refuser"`) || !strings.Contains(res.LLMContent, "the hook says no") {
 		t.Errorf("pre hook refusal: %s %s", errType(res), res.LLMContent)
+	}
+	if res := e.call(t, "read_file", `{"file_path":"missing.txt"}`); errType(res) != events.ErrFileNotFound {
+		t.Errorf("missing file: %s %s", errType(res), res.LLMContent)
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if strings.Join(pre, ",") != "run_shell_command,read_file" || strings.Join(post, ",") != "run_shell_command" || strings.Join(failed, ",") != "EXECUTION_FAILED" {
-		t.Errorf("hooks saw pre=%v post=%v error=%v", pre, post, failed)
+	if strings.Join(pre, ",") != "run_shell_command,read_file,read_file" || strings.Join(post, ",") != "run_shell_command,read_file:FILE_NOT_FOUND" {
+		t.Errorf("hooks saw pre=%v post=%v", pre, post)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/hooks"
 	"github.com/toolbus/toolbus/internal/policy"
 )
 
@@ -252,26 +253,27 @@ func (c *changes) set(change func() error) {
 	c.mu.Unlock()
 }
 
-// betweenCheckAndOpen is a pre-execution hook that makes the change set
-// in c on the calls of the tools named: after the policy's decision,
-// before the tool opens its file, the window a racing process would use,
-// without the race.
+// betweenCheckAndOpen is a pre hook that makes the change set in c on the
+// calls of the tools named: after the policy's decision, before the tool
+// opens its file, the window a racing process would use, without the
+// race.
 func betweenCheckAndOpen(c *changes, tools ...string) option {
 	return func(cfg *Config) {
-		cfg.Hooks.Pre = append(cfg.Hooks.Pre, func(_ context.Context, _ *events.Invocation, t *events.Tool) error {
-			if !slices.Contains(tools, t.Name) {
-				return nil
-			}
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			if c.change == nil {
-				return nil
-			}
-			if err := c.change(); err != nil {
-				return fmt.Errorf("the test's change: %w", err)
-			}
-			return nil
-		})
+		cfg.Hooks = hooks.Merge(cfg.Hooks, &hooks.Set{Pre: []hooks.Group{{Hooks: []*hooks.Hook{{Name: "between check and open",
+			Func: func(_ context.Context, in *hooks.Input) hooks.Outcome {
+				if !slices.Contains(tools, in.Tool.Name) {
+					return hooks.Outcome{}
+				}
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				if c.change == nil {
+					return hooks.Outcome{}
+				}
+				if err := c.change(); err != nil {
+					return hooks.Outcome{Failure: fmt.Sprintf("the test's change: %v", err)}
+				}
+				return hooks.Outcome{}
+			}}}}}})
 	}
 }
 

@@ -3,6 +3,7 @@ package executor
 import (
 	"encoding/json"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
@@ -22,6 +23,9 @@ type hosted struct {
 	// judged is the policy's view of the tool, all but the name.
 	judged policy.ToolInput
 	schema *jsonschema.Schema
+	// hooks are the user's hooks that match the tool under the catalogue
+	// name it was last called by, worked out on its first call (hooks.go).
+	hooks atomic.Pointer[hookPlan]
 }
 
 func newHosted(t tool.Tool) (*hosted, error) {

@@ -220,11 +220,12 @@ func (c *call) abandon() bool {
 	return true
 }
 
-// run is the pipeline: resolve, validate, policy, confirmation, hooks,
-// execution, result. Its events: the invocation itself (the audit stream
-// keeps the request); for ASK_USER the decision, the confirmation request,
-// the answer and a "started" step; progress; and the result, which carries
-// the policy decision and says why a call ended early.
+// run is the pipeline: resolve, validate, policy, pre hooks (hooks.go),
+// confirmation, execution, post hooks, result. Its events: the invocation
+// itself (the audit stream keeps the request); for ASK_USER the decision,
+// the confirmation request, the answer and a "started" step; each hook
+// run; progress; and the result, which carries the policy decision and
+// says why a call ended early.
 func (c *call) run(found bool) {
 	e, inv := c.e, c.inv
 	if !found {
@@ -247,6 +248,14 @@ func (c *call) run(found bool) {
 	confirmed := false
 	for round := 0; ; round++ {
 		d := c.decide(args)
+		if d.Verdict == events.Allow || d.Verdict == events.AskUser {
+			var errType events.ErrorType
+			var msg string
+			if d, errType, msg = c.preHooks(d); errType != "" {
+				c.fail(errType, msg)
+				return
+			}
+		}
 		switch d.Verdict {
 		case events.Allow:
 		case events.AskUser:
@@ -376,17 +385,11 @@ func (c *call) input(args map[string]any, paths, hardLinks []string, sh *policy.
 	return in
 }
 
-// execute runs the tool under its deadline, between the hooks. A call that
-// waited for an approver gets a "started" step; for any other call the
-// ALLOW decision marks the start.
+// execute runs the tool under its deadline. A call that waited for an
+// approver gets a "started" step; for any other call the ALLOW decision
+// marks the start.
 func (c *call) execute(confirmed bool) {
 	e, inv := c.e, c.inv
-	for _, h := range e.cfg.Hooks.Pre {
-		if err := h(c.ctx, inv, c.tool); err != nil {
-			c.fail(events.ErrExecutionFailed, "pre-execution hook: "+err.Error())
-			return
-		}
-	}
 	c.timeout = c.timeoutOf()
 	if confirmed {
 		c.step("started", fmt.Sprintf("deadline %s", c.timeout))
@@ -409,7 +412,7 @@ func (c *call) ended(out *tool.Output, err error) {
 	case err != nil:
 		c.fail(events.ErrExecutionFailed, err.Error())
 	default:
-		c.finish(out)
+		c.complete(out, true)
 	}
 }
 
@@ -555,7 +558,11 @@ func (c *call) fail(t events.ErrorType, msg string) {
 
 // finish sends the one terminal result of the call, and releases out's
 // spool whether or not it is the one sent.
-func (c *call) finish(out *tool.Output) {
+func (c *call) finish(out *tool.Output) { c.complete(out, false) }
+
+// complete is finish; ran says out is what the tool returned, which the
+// post hooks see before it is sent.
+func (c *call) complete(out *tool.Output, ran bool) {
 	defer out.Whole.Close()
 	c.once.Do(func() {
 		defer c.release()
@@ -572,12 +579,8 @@ func (c *call) finish(out *tool.Output) {
 		// meanwhile, so the caller does not take the call for lost.
 		e.capOutput(c.ctx, res, out.Whole)
 		e.storeParts(c.ctx, res)
-		hooks := e.cfg.Hooks.Post
-		if res.Error != nil {
-			hooks = e.cfg.Hooks.Error
-		}
-		for _, h := range hooks {
-			h(c.ctx, c.inv, res)
+		if ran {
+			c.postHooks(res)
 		}
 		// Encoded once: the same bytes go to the caller and to the trail.
 		data, err := e.fit(res, []*events.Result{res})

@@ -18,6 +18,7 @@ import (
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
 	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/tool"
 	"github.com/toolbus/toolbus/pkg/toolbus"
 )
 
@@ -92,12 +93,8 @@ func checkFailure(t *testing.T, res *toolbus.Result, err error, want toolbus.Err
 func TestErrorTypes(t *testing.T) {
 	f := testFleet(t, func(c *executor.Config) {
 		c.ToolTimeouts = map[string]time.Duration{"run_shell_command": 300 * time.Millisecond}
-		c.Hooks.Pre = append(c.Hooks.Pre, func(_ context.Context, inv *events.Invocation, _ *events.Tool) error {
-			if strings.Contains(string(inv.Args), "forbidden-by-hook") {
-				return errors.New("the hook says no")
-			}
-			return nil
-		})
+		c.Tools = append(c.Tools, tool.Func(events.ToolSpec{Name: "breaks", Kind: events.KindRead, Description: "fails to run"},
+			func(context.Context, *tool.Call) (*tool.Output, error) { return nil, errors.New("the tool broke") }))
 	})
 	c := connect(t, f)
 	ctx := context.Background()
@@ -118,7 +115,7 @@ func TestErrorTypes(t *testing.T) {
 		{"outside the workspace", "read_file", `{"file_path":"../../x"}`, toolbus.ErrPathNotInWorkspace, "outside the workspace"},
 		{"missing file", "read_file", `{"file_path":"nothing-here.txt"}`, toolbus.ErrFileNotFound, "nothing-here.txt"},
 		{"file too large", "read_file", `{"file_path":"huge.bin"}`, toolbus.ErrFileTooLarge, "larger than the 20 MB"},
-		{"execution failed", "read_file", `{"file_path":"forbidden-by-hook"}`, toolbus.ErrExecutionFailed, "the hook says no"},
+		{"execution failed", "breaks", `{}`, toolbus.ErrExecutionFailed, "the tool broke"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -88,3 +88,61 @@ func Results(t testing.TB, js jetstream.JetStream, mayBeEmpty bool) map[string]*
 		}
 	}
 }
+
+// HookRuns waits until the audit stream holds at least want tool.hook
+// events about invocation id, for at most a minute (events are stored on
+// the stream's own goroutine), and returns those it holds then, in order.
+func HookRuns(t testing.TB, js jetstream.JetStream, id string, want int) []*events.HookRun {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var runs []*events.HookRun
+		for _, r := range Envelopes[events.HookRun](t, js, events.SubjectHook) {
+			if r.InvocationID == id {
+				runs = append(runs, r)
+			}
+		}
+		if len(runs) >= want || time.Now().After(deadline) {
+			return runs
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Envelopes reads every envelope of type T on subject in the audit stream,
+// up to the last one there when it is called; none when it holds none.
+func Envelopes[T any, PT interface {
+	*T
+	events.Envelope
+}](t testing.TB, js jetstream.JetStream, subject string) []PT {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	stream, err := js.Stream(ctx, events.AuditStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, err := stream.GetLastMsgForSubject(ctx, subject)
+	if err != nil {
+		return nil // none yet
+	}
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []PT
+	for {
+		m, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
+		if err != nil {
+			t.Fatalf("reading the audit stream: %v", err)
+		}
+		e, err := events.Decode[T, PT](m.Data())
+		if err != nil {
+			t.Fatalf("an envelope on %s in the audit stream does not decode: %v", subject, err)
+		}
+		out = append(out, e)
+		if meta, err := m.Metadata(); err != nil || meta.Sequence.Stream >= last.Sequence {
+			return out
+		}
+	}
+}
