@@ -28,7 +28,7 @@ func runUp(args []string) error {
 	fs := flag.NewFlagSet("up", flag.ContinueOnError)
 	dataDir := fs.String("data", cli.DefaultDataDir(), "directory for the bus's data (created if missing)")
 	listen := fs.String("listen", bus.DefaultListen, "address the bus listens on")
-	settingsPath := fs.String("settings", "", "Gemini CLI settings.json: tools.core, tools.exclude, mcpServers (default: "+projectSettings+" if present)")
+	settingsPath := fs.String("settings", "", "Gemini CLI settings.json: tools.core, tools.exclude, tools.discoveryCommand, mcpServers (default: "+projectSettings+" if present)")
 	mcpFlags := cli.AddMCPFlags(fs, settingsPath)
 	workspace := fs.String("workspace", ".", "directory the built-in tools are confined to")
 	policyDir := fs.String("policy", "", "directory of .rego files (default: the built-in default policy)")
@@ -108,6 +108,9 @@ func runUp(args []string) error {
 	if *mcpFlags.MCPConfig != "" {
 		fmt.Printf("  mcp:       %s\n", *mcpFlags.MCPConfig)
 	}
+	if exec.discovery != nil {
+		fmt.Printf("  discovery: %s\n", exec.discovery.Describe())
+	}
 	if exec.mcp != nil {
 		fmt.Printf("  servers:   %d MCP servers, connecting in the background (toolbus mcp status)\n", len(exec.mcp.Manager.Status()))
 	}
@@ -128,7 +131,8 @@ type runningExecutor struct {
 	executor  *executor.Executor
 	workspace *builtin.Workspace
 	shells    *builtin.Shells
-	mcp       *cli.MCP // nil without MCP servers
+	mcp       *cli.MCP       // nil without MCP servers
+	discovery *cli.Discovery // nil without a settings file
 }
 
 // startExecutor runs an executor hosting the built-in tools over workspace,
@@ -163,6 +167,12 @@ func startExecutor(ctx context.Context, b *bus.Bus, workspace, policyDir string,
 		r.stop()
 		return nil, err
 	}
+	// The tools of the settings' discovery command run in this
+	// executor's workspace, so it hosts them.
+	if r.discovery, err = cli.StartDiscovery(ctx, b, ex, cfg.Identity, *mcpFlags.Settings, ws.Root(), cfg.Tools, log); err != nil {
+		r.stop()
+		return nil, err
+	}
 	return r, nil
 }
 
@@ -173,6 +183,7 @@ func (r *runningExecutor) stop() {
 	defer cancel()
 	r.executor.Stop(ctx)
 	r.mcp.Stop()
+	r.discovery.Stop() // after the calls, which run its commands
 	r.shells.Close()
 	r.workspace.Close()
 }
