@@ -551,3 +551,35 @@ func TestStopRemovesTheStatus(t *testing.T) {
 		t.Error("a stopped source discovered")
 	}
 }
+
+// TestRediscoveryAppliesNewSchemas: a tool found again with the same
+// schema keeps it (the executor does not compile it again), one found
+// with another schema is validated by the new one.
+func TestRediscoveryAppliesNewSchemas(t *testing.T) {
+	f := executortest.Start(t)
+	decl := func(typ string) string {
+		return `[{"name": "echo", "parameters": {"type": "object", "properties": {"n": {"type": "` + typ + `"}}, "required": ["n"]}}]`
+	}
+	p := newProject(t, f.Workspace.Root(), decl("string"))
+	src := start(t, f.Bus, f.Executor, "executor@test", f.Workspace.Root(), p.settings(t))
+	// Validation comes before the policy: INVALID_TOOL_PARAMS when the
+	// schema refuses, POLICY_DENIED (no approver) when it accepts.
+	check := func(args string, want events.ErrorType) {
+		t.Helper()
+		if res := call(t, f.Client, "echo", args); res.Error == nil || res.Error.Type != want {
+			t.Errorf("%s: %+v, want %s", args, res.Error, want)
+		}
+	}
+	check(`{"n": 5}`, events.ErrInvalidParams)
+	check(`{"n": "5"}`, events.ErrPolicyDenied)
+	if _, err := src.Discover(context.Background(), true); err != nil {
+		t.Fatal(err)
+	}
+	check(`{"n": 5}`, events.ErrInvalidParams)
+	p.declare(t, decl("integer"))
+	if _, err := src.Discover(context.Background(), true); err != nil {
+		t.Fatal(err)
+	}
+	check(`{"n": 5}`, events.ErrPolicyDenied)
+	check(`{"n": "5"}`, events.ErrInvalidParams)
+}

@@ -71,25 +71,24 @@ func (c *Caller) NewTool(spec events.ToolSpec, discoveryLine string) *Tool {
 
 // describe is a discovered tool's description: its own, then how it came
 // and how it runs, in the spirit of Gemini CLI's enhanced description, so
-// that a model knows what a failure result looks like.
+// that a model knows what a failure result looks like. Short: it is sent
+// with every declaration, 10,000 times for 10,000 tools.
 func describe(own, name, discoveryLine, callLine string) string {
 	var b strings.Builder
-	b.Grow(len(own) + len(name) + len(discoveryLine) + len(callLine) + 420)
+	b.Grow(len(own) + len(name) + len(discoveryLine) + len(callLine) + 360)
 	b.WriteString(own)
 	if own != "" {
 		b.WriteString("\n\n")
 	}
-	b.WriteString("This tool was discovered in the project by running `")
+	b.WriteString("Discovered by running `")
 	b.WriteString(discoveryLine)
 	b.WriteString("` in the project root. A call runs `")
 	b.WriteString(callLine)
 	b.WriteString(" ")
 	b.WriteString(name)
-	b.WriteString("` there, without a shell, with the arguments as a JSON object on its stdin. ")
-	b.WriteString("When the command exits with code 0 and writes nothing to stderr, its stdout is the result. ")
-	b.WriteString("Otherwise the result is five lines: `Stdout:` and `Stderr:` with what it wrote to each (or `(empty)`), ")
-	b.WriteString("`Error:` why it could not run (or `(none)`), `Exit Code:` its exit code (or `(none)` when a signal ended it) ")
-	b.WriteString("and `Signal:` the signal that ended it (or `(none)`).")
+	b.WriteString("` there, with the arguments as JSON on stdin, and returns its stdout. ")
+	b.WriteString("If it fails (an exit code other than 0, a signal, or output on stderr), the result is five lines instead: ")
+	b.WriteString("`Stdout:`, `Stderr:`, `Error:`, `Exit Code:` and `Signal:`, each `(empty)` or `(none)` when there is nothing to say.")
 	return b.String()
 }
 

@@ -253,9 +253,11 @@ func TestDescription(t *testing.T) {
 	c, _ := NewCaller("sh call.sh", t.TempDir(), nil, newStarter(t))
 	tl := c.NewTool(events.ToolSpec{Name: "calc", Description: "Evaluate an expression.", Kind: events.KindRead, ReadOnly: true}, "sh discover.sh --json")
 	spec := tl.Spec()
-	want := "Evaluate an expression.\n\nThis tool was discovered in the project by running `sh discover.sh --json` in the project root. " +
-		"A call runs `sh call.sh calc` there, without a shell, with the arguments as a JSON object on its stdin."
-	if !strings.HasPrefix(spec.Description, want) || !strings.Contains(spec.Description, "`Exit Code:` its exit code") {
+	want := "Evaluate an expression.\n\nDiscovered by running `sh discover.sh --json` in the project root. " +
+		"A call runs `sh call.sh calc` there, with the arguments as JSON on stdin, and returns its stdout. " +
+		"If it fails (an exit code other than 0, a signal, or output on stderr), the result is five lines instead: " +
+		"`Stdout:`, `Stderr:`, `Error:`, `Exit Code:` and `Signal:`, each `(empty)` or `(none)` when there is nothing to say."
+	if spec.Description != want {
 		t.Errorf("description:\n%s", spec.Description)
 	}
 	if spec.Kind != events.KindOther || spec.ReadOnly {
