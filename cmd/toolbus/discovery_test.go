@@ -221,4 +221,25 @@ func TestDiscoveredCallKilledLeavesNothing(t *testing.T) {
 	for _, pid := range pids {
 		testkit.WaitReaped(t, pid)
 	}
+
+	// The settings file is followed: another discovery command, saved,
+	// replaces the tools.
+	os.WriteFile(filepath.Join(ws, "other.json"), []byte(`[{"name": "lines"}]`), 0o644)
+	write("cat other.json")
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		var names []string
+		for _, tool := range listJSON(t, url) {
+			if tool["source"] == "discovered" {
+				names = append(names, tool["name"].(string))
+			}
+		}
+		if strings.Join(names, ",") == "lines" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the new discovery command was not applied: %v", names)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -542,7 +543,19 @@ func TestStopRemovesTheStatus(t *testing.T) {
 	f := executortest.Start(t)
 	p := newProject(t, f.Workspace.Root(), `[{"name": "echo"}]`)
 	src := start(t, f.Bus, f.Executor, "executor@test", f.Workspace.Root(), p.settings(t))
+	// A discovery request in flight, and the loop, end with Stop.
+	data, err := events.Encode(&events.DiscoverRequest{Header: events.Header{Sender: events.Identity{ID: "cli@test"}}, Force: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqCtx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go f.Bus.Conn().RequestWithContext(reqCtx, events.DiscoverSubject("executor@test"), data) // its answer does not matter
+	eventually(t, "the request arrives", func() bool { return p.runs() >= 2 })
 	src.Stop()
+	if leaks := sourceGoroutines(); leaks != "" {
+		t.Errorf("goroutines left after Stop:\n%s", leaks)
+	}
 	ctx := context.Background()
 	if states, _, _ := ReadStatus(ctx, f.Bus.JetStream()); len(states) != 0 {
 		t.Errorf("status entries after Stop: %+v", states)
@@ -582,4 +595,17 @@ func TestRediscoveryAppliesNewSchemas(t *testing.T) {
 	}
 	check(`{"n": 5}`, events.ErrPolicyDenied)
 	check(`{"n": "5"}`, events.ErrInvalidParams)
+}
+
+// sourceGoroutines are the stacks of goroutines running a Source's code.
+func sourceGoroutines() string {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	var out []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "discovery.(*Source)") || strings.Contains(g, "discovery.(*feeder)") {
+			out = append(out, g)
+		}
+	}
+	return strings.Join(out, "\n\n")
 }
