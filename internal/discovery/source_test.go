@@ -19,6 +19,7 @@ import (
 	"github.com/toolbus/toolbus/internal/executor"
 	"github.com/toolbus/toolbus/internal/executor/executortest"
 	"github.com/toolbus/toolbus/internal/policy"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/tool"
 	defaultpolicy "github.com/toolbus/toolbus/policy"
 )
@@ -608,4 +609,25 @@ func sourceGoroutines() string {
 		}
 	}
 	return strings.Join(out, "\n\n")
+}
+
+// TestDiscoveredCallDeadlineKillsTheTree: a discovered tool that does not
+// end by the executor's deadline gets TIMEOUT, and every process it
+// started, in its group or not, is gone.
+func TestDiscoveredCallDeadlineKillsTheTree(t *testing.T) {
+	f := executortest.Start(t, func(c *executor.Config) { c.Timeout = 3 * time.Second })
+	p := newProject(t, f.Workspace.Root(), `[{"name": "hang"}]`)
+	start(t, f.Bus, f.Executor, "executor@test", f.Workspace.Root(), p.settings(t))
+	allow(t, f.Bus, "hang", f.Workspace.Root())
+	var res *events.Result
+	eventually(t, "hang allowed", func() bool {
+		res = call(t, f.Client, "hang", `{}`)
+		return res.Policy != nil && res.Policy.Verdict == events.Allow
+	})
+	if res.Error == nil || res.Error.Type != events.ErrTimeout {
+		t.Errorf("got %+v, want TIMEOUT", res.Error)
+	}
+	for _, file := range []string{"child.pid", "setsid.pid", "orphan.pid"} {
+		testkit.WaitReaped(t, testkit.WaitPID(t, filepath.Join(f.Workspace.Root(), file)))
+	}
 }
