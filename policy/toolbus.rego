@@ -2,7 +2,9 @@
 # reading, searching and thinking are allowed; edits, deletions, moves,
 # commands and fetches ask the user; tools of a trusted MCP server are
 # allowed; dangerous commands and sensitive paths are denied, whatever the
-# kind, the trust or the allowlist says. See README.md for the input and
+# kind, the trust or the allowlist says. Tools found by a project's
+# discovery command ask, whatever they call themselves, and an "always"
+# for one holds in its executor's workspace only. See README.md for the input and
 # output shapes. shell.rego holds the rules about shell lines, paths.rego
 # those about sensitive files.
 package toolbus
@@ -46,11 +48,17 @@ untrusted_mcp if {
 	not input.tool.trust
 }
 
+# A tool of a project's discovery command runs the project's own code. Its
+# executor declares it of kind other whatever the declaration says; this
+# keeps it asking even if a kind it should not have reached the input.
+discovered if input.tool.source == "discovered"
+
 # --- allow -----------------------------------------------------------------
 
 allow contains concat("", [input.tool.kind, " tools are allowed"]) if {
 	input.tool.kind in safe_kinds
 	not untrusted_mcp
+	not discovered
 }
 
 allow contains sprintf("MCP server %q is trusted", [input.tool.server]) if {
@@ -63,6 +71,8 @@ allow contains sprintf("MCP server %q is trusted", [input.tool.server]) if {
 ask contains concat("", [input.tool.kind, " tools ask the user"]) if input.tool.kind in asking_kinds
 
 ask contains sprintf("tools of MCP server %q ask the user: the server is not trusted", [input.tool.server]) if untrusted_mcp
+
+ask contains "discovered tools ask the user: they run the project's own call command" if discovered
 
 # ask_always holds reasons to ask that neither the kind nor a remembered
 # approval can turn into ALLOW. Other files of the set add to it.
@@ -80,12 +90,27 @@ allowlisted contains sprintf("MCP server %q is on the allowlist", [input.tool.se
 }
 
 # A whole tool, but never a shell tool: those are remembered command by
-# command (shell.rego).
+# command (shell.rego); nor a discovered tool, nor by an entry kept for a
+# discovered tool (one with a path).
 allowlisted contains sprintf("%q is on the allowlist", [input.tool.name]) if {
 	not input.shell
+	not discovered
 	some e in input.allowlist
 	e.scope == "tool"
 	e.tool == input.tool.name
+	object.get(e, "path", "") == ""
+}
+
+# A discovered tool, by an entry kept for the tool of that name in the
+# same workspace: another executor's discovery command may give the name to
+# other code, and so may an MCP server.
+allowlisted contains sprintf("%q is on the allowlist for the workspace %s", [input.tool.name, input.env.workspace]) if {
+	discovered
+	input.env.workspace != ""
+	some e in input.allowlist
+	e.scope == "tool"
+	e.tool == input.tool.name
+	e.path == input.env.workspace
 }
 
 # A shell line: every command on the allowlist, and nothing else in the
@@ -120,6 +145,8 @@ remember_entries(outcome) := set() if {
 	input.tool.source == "mcp"
 } else := shell_remember if {
 	input.shell
+} else := {{"scope": "tool", "tool": input.tool.name, "path": input.env.workspace} | input.env.workspace != ""} if {
+	discovered
 } else := {{"scope": "path", "tool": input.tool.name, "path": p} | some p in input.paths} if {
 	input.tool.kind in {"edit", "delete", "move"}
 	count(input.paths) > 0

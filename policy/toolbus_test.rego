@@ -150,3 +150,68 @@ test_tool_denied_needs_no_arguments if {
 	count(toolbus.tool_denied) > 0 with input as inp with toolbus.caller_denied_tools as {"x": {"run_shell_command"}}
 	count(toolbus.tool_denied) == 0 with input as inp
 }
+
+# --- discovered tools ------------------------------------------------------------
+
+# discovered is a tool of a project's discovery command, hosted by the
+# executor of workspace ws.
+discovered(name, kind, ws) := {
+	"tool": {"name": name, "kind": kind, "source": "discovered", "server": "", "trust": false},
+	"args": {"expression": "1+2"},
+	"caller": {"id": "agent:test"},
+	"allowlist": [],
+	"paths": [],
+	"env": {"home": home, "workspace": ws},
+}
+
+test_discovered_tool_asks if {
+	d := toolbus.decision with input as discovered("calc", "other", "/w")
+	d.verdict == "ASK_USER"
+	d.reason == "discovered tools ask the user: they run the project's own call command"
+	d.remember == true
+}
+
+test_discovered_tool_asks_whatever_its_kind if {
+	# The executor declares every discovered tool of kind other; were a
+	# read kind to reach the policy, it still asks.
+	every k in ["read", "search", "think"] {
+		verdict(discovered("calc", k, "/w")) == "ASK_USER"
+	}
+}
+
+test_remember_a_discovered_tool_in_its_workspace if {
+	remembered(discovered("calc", "other", "/w"), "proceed_always") == {{"scope": "tool", "tool": "calc", "path": "/w"}}
+	remembered(discovered("calc", "other", "/w"), "proceed_always_tool") == {{"scope": "tool", "tool": "calc", "path": "/w"}}
+	count(remembered(discovered("calc", "other", ""), "proceed_always")) == 0
+}
+
+test_discovered_allowlist_holds_in_its_workspace_only if {
+	entries := [{"scope": "tool", "tool": "calc", "path": "/w"}]
+	verdict(object.union(discovered("calc", "other", "/w"), {"allowlist": entries})) == "ALLOW"
+	# Another executor's discovery command, in another workspace, may give
+	# the name to other code.
+	verdict(object.union(discovered("calc", "other", "/elsewhere"), {"allowlist": entries})) == "ASK_USER"
+	verdict(object.union(discovered("calc2", "other", "/w"), {"allowlist": entries})) == "ASK_USER"
+}
+
+test_a_plain_tool_entry_does_not_cover_a_discovered_tool if {
+	# Kept for an MCP tool or a built-in of the same name.
+	entries := [{"scope": "tool", "tool": "calc", "server": "gh"}, {"scope": "tool", "tool": "calc"}]
+	verdict(object.union(discovered("calc", "other", "/w"), {"allowlist": entries})) == "ASK_USER"
+	verdict(object.union(discovered("calc", "other", ""), {"allowlist": entries})) == "ASK_USER"
+}
+
+test_a_discovered_entry_does_not_cover_another_tool_of_its_name if {
+	entries := [{"scope": "tool", "tool": "gh__issue", "path": "/w"}]
+	verdict(object.union(mcp(false, "other"), {"allowlist": entries})) == "ASK_USER"
+	builtin_entries := [{"scope": "tool", "tool": "write_file", "path": "/w"}]
+	verdict(object.union(file_tool("write_file", "edit", ["/w/a"]), {"allowlist": builtin_entries})) == "ASK_USER"
+}
+
+test_discovered_allowlist_never_overrides_deny if {
+	inp := object.union(discovered("calc", "other", "/w"), {
+		"allowlist": [{"scope": "tool", "tool": "calc", "path": "/w"}],
+		"caller": {"id": "agent:gemini", "agent": "gemini-cli"},
+	})
+	verdict(inp) == "DENY" with toolbus.caller_denied_tools as {"gemini-cli": {"calc"}}
+}

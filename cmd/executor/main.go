@@ -85,11 +85,22 @@ func run(natsURL, workspace, policyDir, id string, timeout, confirmTimeout time.
 		defer cancel()
 		return errors.Join(err, ex.Stop(stopCtx))
 	}
+	// The tools of the settings' discovery command run in this
+	// executor's workspace, so it hosts them.
+	discovered, err := cli.StartDiscovery(ctx, b, ex, identity, *mcpFlags.Settings, ws.Root(), cfg.Tools, log)
+	if err != nil {
+		stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		err = errors.Join(err, ex.Stop(stopCtx))
+		servers.Stop()
+		return err
+	}
 	log.Info("executor running", "id", identity.ID, "bus", natsURL, "workspace", ws.Root(), "policy", pol.Revision())
 	<-ctx.Done()
 	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err = ex.Stop(stopCtx)
 	servers.Stop() // after the calls, which may use them
+	discovered.Stop()
 	return err
 }

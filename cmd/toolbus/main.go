@@ -24,6 +24,7 @@ Usage:
   toolbus tools list [--json] [--active] [--server NAME] [--format gemini|openai|anthropic|mcp]
   toolbus tools get NAME [--json] [--format gemini|openai|anthropic|mcp]
   toolbus tools enable|disable [NAME...] [--kind KIND] [--category CATEGORY]
+  toolbus tools discover [--force] [--json]       run every executor's discovery command again
   toolbus tools discover --server NAME [--json]   list an MCP server's tools again
   toolbus mcp status [--json]         every MCP server's state, on every executor
   toolbus mcp serve [--agent ID] [--session ID] [--listen HOST:PORT] [--token T]

@@ -88,11 +88,13 @@ func writeMCPTable(w io.Writer, states []*events.MCPServerStatus) error {
 }
 
 // toolsDiscover asks every executor hosting a server to list its tools
-// again (seed 000 discoverToolsForServer).
+// again (seed 000 discoverToolsForServer); without --server, every
+// executor with a discovery command to run it again (discover.go).
 func toolsDiscover(args []string) error {
 	fs := flag.NewFlagSet("tools discover", flag.ContinueOnError)
 	natsURL := cli.NATSFlag(fs)
-	server := fs.String("server", "", "the MCP server whose tools to discover again (required)")
+	server := fs.String("server", "", "the MCP server whose tools to discover again (default: run every executor's discovery command)")
+	force := fs.Bool("force", false, "without --server: run the discovery commands even within their cache TTL")
 	asJSON := fs.Bool("json", false, "print the executors' replies as JSON")
 	if rest, err := parse(fs, args); err != nil {
 		return err
@@ -100,7 +102,10 @@ func toolsDiscover(args []string) error {
 		return usageError{fmt.Errorf("tools discover takes no arguments, got %q", rest)}
 	}
 	if *server == "" {
-		return usageError{errors.New("tools discover: --server NAME is required")}
+		return commandDiscover(*natsURL, *force, *asJSON)
+	}
+	if *force {
+		return usageError{errors.New("tools discover: --force is for discovery commands, not with --server")}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()

@@ -34,7 +34,7 @@ func runUp(args []string) error {
 	fs := flag.NewFlagSet("up", flag.ContinueOnError)
 	dataDir := fs.String("data", cli.DefaultDataDir(), "directory for the bus's data (created if missing)")
 	listen := fs.String("listen", bus.DefaultListen, "address the bus listens on")
-	settingsPath := fs.String("settings", "", "Gemini CLI settings.json: tools.core, tools.exclude, mcpServers (default: "+projectSettings+" if present)")
+	settingsPath := fs.String("settings", "", "Gemini CLI settings.json: tools.core, tools.exclude, tools.discoveryCommand, mcpServers (default: "+projectSettings+" if present)")
 	mcpFlags := cli.AddMCPFlags(fs, settingsPath)
 	hookFlags := cli.AddHookFlags(fs, settingsPath)
 	workspace := fs.String("workspace", ".", "directory the built-in tools are confined to")
@@ -123,6 +123,9 @@ func runUp(args []string) error {
 	if h := exec.hooks; !h.Empty() {
 		fmt.Printf("  hooks:     %d pre, %d post hook groups (from %s)\n", len(h.Pre), len(h.Post), strings.Join(hookFiles(hookFlags), ", "))
 	}
+	if exec.discovery != nil {
+		fmt.Printf("  discovery: %s\n", exec.discovery.Describe())
+	}
 	if exec.mcp != nil {
 		fmt.Printf("  servers:   %d MCP servers, connecting in the background (toolbus mcp status)\n", len(exec.mcp.Manager.Status()))
 	}
@@ -143,8 +146,9 @@ type runningExecutor struct {
 	executor  *executor.Executor
 	workspace *builtin.Workspace
 	shells    *builtin.Shells
-	mcp       *cli.MCP   // nil without MCP servers
-	hooks     *hooks.Set // nil without hooks
+	mcp       *cli.MCP       // nil without MCP servers
+	hooks     *hooks.Set     // nil without hooks
+	discovery *cli.Discovery // nil without a settings file
 }
 
 // startExecutor runs an executor hosting the built-in tools over workspace,
@@ -183,6 +187,12 @@ func startExecutor(ctx context.Context, b *bus.Bus, workspace, policyDir string,
 		r.stop()
 		return nil, err
 	}
+	// The tools of the settings' discovery command run in this
+	// executor's workspace, so it hosts them.
+	if r.discovery, err = cli.StartDiscovery(ctx, b, ex, cfg.Identity, *mcpFlags.Settings, ws.Root(), cfg.Tools, log); err != nil {
+		r.stop()
+		return nil, err
+	}
 	return r, nil
 }
 
@@ -204,6 +214,7 @@ func (r *runningExecutor) stop() {
 	defer cancel()
 	r.executor.Stop(ctx)
 	r.mcp.Stop()
+	r.discovery.Stop() // after the calls, which run its commands
 	r.shells.Close()
 	r.workspace.Close()
 }

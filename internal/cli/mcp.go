@@ -31,7 +31,7 @@ type MCPFlags struct {
 // registry).
 func AddMCPFlags(fs *flag.FlagSet, settings *string) *MCPFlags {
 	if settings == nil {
-		settings = fs.String("settings", "", "Gemini CLI settings.json whose mcpServers this executor connects to")
+		settings = fs.String("settings", "", "Gemini CLI settings.json whose mcpServers this executor connects to and whose tools.discoveryCommand it runs")
 	}
 	return &MCPFlags{Settings: settings,
 		MCPConfig: fs.String("mcp-config", "", "Claude Code .mcp.json whose mcpServers this executor connects to")}

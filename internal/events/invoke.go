@@ -115,6 +115,13 @@ const (
 	// server ran the call and says it failed (Gemini CLI's
 	// MCP_TOOL_ERROR); the message is the server's text.
 	ErrMCPToolError ErrorType = "MCP_TOOL_ERROR"
+
+	// ErrDiscoveredToolExecution is a discovered tool's call that failed
+	// (Gemini CLI's DISCOVERED_TOOL_EXECUTION_ERROR): the call command
+	// could not start, exited non-zero, was killed by a signal or wrote
+	// to stderr; the message is the Stdout/Stderr/Error/Exit Code/Signal
+	// block.
+	ErrDiscoveredToolExecution ErrorType = "DISCOVERED_TOOL_EXECUTION_ERROR"
 )
 
 // ToolError is the error part of a failed Result.

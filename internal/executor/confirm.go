@@ -228,6 +228,9 @@ func describeEntries(entries []policy.AllowEntry) string {
 			parts[i] = "the MCP server " + e.Server
 		default:
 			parts[i] = "the tool " + e.Tool
+			if e.Path != "" { // a discovered tool, in its executor's workspace
+				parts[i] += " in " + e.Path
+			}
 		}
 	}
 	return strings.Join(parts, "; ")

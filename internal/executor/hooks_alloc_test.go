@@ -20,7 +20,7 @@ func TestCallsNoHookMatchesAllocateNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	noop := tool.Func(events.ToolSpec{Name: "read_file", Kind: events.KindRead}, nil)
-	h, err := newHosted(noop)
+	h, err := newHosted(noop, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"sync/atomic"
@@ -28,7 +29,12 @@ type hosted struct {
 	hooks atomic.Pointer[hookPlan]
 }
 
-func newHosted(t tool.Tool) (*hosted, error) {
+// newHosted makes the hosted form of t. prev, when not nil, is the tool
+// of the same name that the scope hosted before: when its schema is the
+// same, its compiled form is taken over, so that re-hosting a set (an MCP
+// server or a discovery command found the same tools again) does not
+// compile every schema again.
+func newHosted(t tool.Tool, prev *hosted) (*hosted, error) {
 	spec := t.Spec()
 	h := &hosted{impl: t, spec: spec}
 	kind := spec.Kind
@@ -46,6 +52,10 @@ func newHosted(t tool.Tool) (*hosted, error) {
 		if ro, _ := h.judged.Annotations["readOnlyHint"].(bool); ro {
 			h.judged.ReadOnly = true
 		}
+	}
+	if prev != nil && prev.spec.Name == spec.Name && bytes.Equal(prev.spec.Parameters, spec.Parameters) {
+		h.schema = prev.schema
+		return h, nil
 	}
 	sch, err := compileSchema(spec.Name, spec.Parameters)
 	if err != nil {

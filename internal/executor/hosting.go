@@ -88,9 +88,18 @@ func (e *Executor) hostedFor(t *events.Tool) *hosted {
 // refuses: a server with one broken tool still has the others.
 func (e *Executor) Host(ctx context.Context, scope Scope, tools []tool.Tool) (*events.RegisterReply, error) {
 	set := &toolSet{scope: scope}
+	var before map[string]*hosted
+	e.hostMu.Lock()
+	if prev := e.sets[scope.key()]; prev != nil { // its tools never change
+		before = make(map[string]*hosted, len(prev.tools))
+		for _, h := range prev.tools {
+			before[h.spec.Name] = h
+		}
+	}
+	e.hostMu.Unlock()
 	var refused []events.ToolOutcome
 	for _, t := range tools {
-		h, err := newHosted(t)
+		h, err := newHosted(t, before[t.Spec().Name])
 		if err == nil && (h.judged.Source != scope.Source || h.judged.Server != scope.Server) {
 			err = fmt.Errorf("tool %s is of %s %q, not of %s", h.spec.Name, h.judged.Source, h.judged.Server, scope)
 		}
@@ -222,7 +231,7 @@ func (e *Executor) hostBuiltins() error {
 	scope := Scope{Source: events.SourceBuiltin}
 	set := &toolSet{scope: scope, names: make(map[string]*hosted)}
 	for _, t := range e.cfg.Tools {
-		h, err := newHosted(t)
+		h, err := newHosted(t, nil)
 		if err != nil {
 			return fmt.Errorf("executor: %w", err)
 		}
