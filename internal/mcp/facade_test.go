@@ -349,8 +349,10 @@ func TestFacadeHTTPRefusesStrangers(t *testing.T) {
 	}
 }
 
-// probe is a tool of the test's own: it reports progress, and with
-// {"wait":true} runs until it is cancelled, saying so on cancelled.
+// probe is a tool of the test's own, hosted as a tool of a trusted MCP
+// server so that the default policy allows it without an approver: it
+// reports progress, and with {"wait":true} runs until it is cancelled,
+// saying so on cancelled.
 type probe struct{ started, cancelled chan string }
 
 func (probe) Spec() events.ToolSpec {
@@ -358,7 +360,7 @@ func (probe) Spec() events.ToolSpec {
 		Parameters: json.RawMessage(`{"type":"object","properties":{"wait":{"type":"boolean"}}}`)}
 }
 
-func (probe) Origin() (events.Source, string, bool) { return events.SourceDiscovered, "", false }
+func (probe) Origin() (events.Source, string, bool) { return events.SourceMCP, "probe", true }
 
 func (p probe) Run(ctx context.Context, call *tool.Call) (*tool.Output, error) {
 	for _, chunk := range []string{"one ", "two ", "three"} {
@@ -409,7 +411,7 @@ func TestFacadeListChangedProgressAndCancel(t *testing.T) {
 		}
 	}
 	p := probe{started: make(chan string, 1), cancelled: make(chan string, 1)}
-	if _, err := ff.Executor.Host(context.Background(), executor.Scope{Source: events.SourceDiscovered}, []tool.Tool{p}); err != nil {
+	if _, err := ff.Executor.Host(context.Background(), executor.Scope{Source: events.SourceMCP, Server: "probe", Trust: true}, []tool.Tool{p}); err != nil {
 		t.Fatal(err)
 	}
 	select {
