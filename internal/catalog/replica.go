@@ -2,11 +2,9 @@ package catalog
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime"
 	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -23,7 +21,7 @@ var ErrNoCatalog = errors.New("no tool catalogue on this bus (has a registry run
 func BucketConfig() jetstream.KeyValueConfig {
 	return jetstream.KeyValueConfig{
 		Bucket:      events.CatalogBucket,
-		Description: "toolbus tool catalogue: one entry per tool, written by the registry",
+		Description: "toolbus tool catalogue in shards of catalogue entries, written by the registry",
 		History:     1,
 		Storage:     jetstream.FileStorage,
 	}
@@ -60,41 +58,29 @@ func Load(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (*Catal
 	// goroutine waiting on it.
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	entries, w, err := start(ctx, wctx, js, kv, log, false)
+	set, w, err := start(ctx, wctx, kv, log, false)
 	if err != nil {
 		return nil, err
 	}
 	w.Stop()
-	return New(values(entries)), nil
+	return New(values(set.entries)), nil
 }
 
-// start reads the whole catalogue: from the latest snapshot when there is a
-// usable one, then from the bucket from the snapshot's revision on, or the
-// whole bucket when there is none. It returns the entries, keyed by bucket
-// key, and the watcher, which goes on delivering changes after them until
-// wctx ends; ctx bounds only the initial read.
-func start(ctx, wctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, log *slog.Logger, follow bool) (map[string]*Entry, jetstream.KeyWatcher, error) {
-	entries, rev, err := readSnapshot(ctx, js, kv, log)
-	if err != nil {
-		if !errors.Is(err, jetstream.ErrStreamNotFound) && !errors.Is(err, jetstream.ErrBucketNotFound) && !errors.Is(err, jetstream.ErrObjectNotFound) {
-			log.Warn("catalogue snapshot not used; reading the whole bucket", "err", err)
-		}
-		entries, rev = make(map[string]*Entry), 0
-	}
+// start reads every shard of the catalogue. It returns them and the
+// watcher, which goes on delivering changes after them until wctx ends;
+// ctx bounds only the initial read.
+func start(ctx, wctx context.Context, kv jetstream.KeyValue, log *slog.Logger, follow bool) (*shardSet, jetstream.KeyWatcher, error) {
 	var opts []jetstream.WatchOpt
-	switch {
-	case rev > 0:
-		opts = append(opts, jetstream.ResumeFromRevision(rev+1))
-	case !follow:
+	if !follow {
 		opts = append(opts, jetstream.IgnoreDeletes())
 	}
 	w, err := kv.WatchAll(wctx, opts...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read catalogue: %w", err)
 	}
-	// Entries are collected first and decoded once all are in: decoding in
+	// Shards are collected first and decoded once all are in: decoding in
 	// the receive loop would hold up the watcher's flow control.
-	pending := make(map[string]jetstream.KeyValueEntry)
+	pending := make(map[string][]byte)
 	for {
 		select {
 		case <-ctx.Done():
@@ -105,26 +91,23 @@ func start(ctx, wctx context.Context, js jetstream.JetStream, kv jetstream.KeyVa
 				return nil, nil, errors.New("read catalogue: watcher closed")
 			}
 			if kve == nil {
-				keys := make([]string, 0, len(pending))
-				raw := make([][]byte, 0, len(pending))
-				for k, e := range pending {
-					keys = append(keys, k)
-					raw = append(raw, e.Value())
+				raw := make([]rawShard, 0, len(pending))
+				for key, data := range pending {
+					raw = append(raw, rawShard{key: key, data: data})
 				}
-				for i, e := range decodeAll(raw, func(i int) string { return toolNameOf(keys[i]) }, log) {
-					if e != nil {
-						entries[keys[i]] = e
-					} else {
-						delete(entries, keys[i])
-					}
+				set := newShardSet()
+				for i, sh := range set.decode(raw, log) {
+					set.put(raw[i].key, sh)
 				}
-				return entries, w, nil
+				return set, w, nil
+			}
+			if !IsShardKey(kve.Key()) {
+				continue
 			}
 			if kve.Operation() == jetstream.KeyValuePut {
-				pending[kve.Key()] = kve
+				pending[kve.Key()] = kve.Value()
 			} else {
 				delete(pending, kve.Key())
-				delete(entries, kve.Key())
 			}
 		}
 	}
@@ -138,52 +121,11 @@ func values(entries map[string]*Entry) []*Entry {
 	return list
 }
 
-// decodeAll decodes entries on every core. An entry that does not decode is
-// reported, under the name what gives it, and left nil.
-func decodeAll(raw [][]byte, what func(int) string, log *slog.Logger) []*Entry {
-	out := make([]*Entry, len(raw))
-	workers := min(runtime.GOMAXPROCS(0), len(raw)/256+1)
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			for i := w; i < len(raw); i += workers {
-				t, err := events.DecodeTool(raw[i])
-				if err != nil {
-					log.Warn("skipping a catalogue entry that does not decode", "entry", what(i), "err", err)
-					continue
-				}
-				out[i] = NewEntry(t)
-			}
-		})
-	}
-	wg.Wait()
-	return out
-}
+// maxBatch bounds the changes a follower takes together.
+const maxBatch = 1024
 
-func toolNameOf(key string) string {
-	name, err := base64.RawURLEncoding.DecodeString(key)
-	if err != nil {
-		return key
-	}
-	return string(name)
-}
-
-func apply(entries map[string]*Entry, kve jetstream.KeyValueEntry, log *slog.Logger) {
-	if kve.Operation() != jetstream.KeyValuePut {
-		delete(entries, kve.Key())
-		return
-	}
-	t, err := events.DecodeTool(kve.Value())
-	if err != nil {
-		log.Warn("skipping a catalogue entry that does not decode", "entry", toolNameOf(kve.Key()), "revision", kve.Revision(), "err", err)
-		delete(entries, kve.Key())
-		return
-	}
-	entries[kve.Key()] = NewEntry(t)
-}
-
-// Replica is a catalogue kept up to date from the bus: it reads the whole
-// bucket once, then follows every change. Close stops it.
+// Replica is a catalogue kept up to date from the bus: it reads every
+// shard once, then follows every change. Close stops it.
 type Replica struct {
 	log     *slog.Logger
 	watcher jetstream.KeyWatcher
@@ -191,7 +133,7 @@ type Replica struct {
 	done    chan struct{}
 
 	mu      sync.Mutex
-	entries map[string]*Entry
+	set     *shardSet
 	snaps   Snapshots
 	changed chan struct{} // closed at the next change, then replaced
 }
@@ -204,24 +146,69 @@ func Follow(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (*Rep
 		return nil, err
 	}
 	wctx, stop := context.WithCancel(context.Background())
-	entries, w, err := start(ctx, wctx, js, kv, log, true)
+	set, w, err := start(ctx, wctx, kv, log, true)
 	if err != nil {
 		stop()
 		return nil, err
 	}
-	r := &Replica{log: log, watcher: w, stop: stop, done: make(chan struct{}), entries: entries, changed: make(chan struct{})}
+	r := &Replica{log: log, watcher: w, stop: stop, done: make(chan struct{}), set: set, changed: make(chan struct{})}
 	go r.follow()
 	return r, nil
 }
 
+// follow applies the bucket's changes as they come. The changes waiting
+// are taken together, decoded outside the lock and applied as one, so a
+// set of many tools rewritten in every shard reaches readers as few
+// changes, not hundreds.
 func (r *Replica) follow() {
 	defer close(r.done)
-	for kve := range r.watcher.Updates() {
-		if kve == nil {
+	updates := r.watcher.Updates()
+	for kve := range updates {
+		batch := []jetstream.KeyValueEntry{kve}
+	more:
+		for len(batch) < maxBatch {
+			select {
+			case next, ok := <-updates:
+				if !ok {
+					break more
+				}
+				batch = append(batch, next)
+			default:
+				break more
+			}
+		}
+		// The last change of each shard in the batch is what it holds.
+		last := make(map[string]jetstream.KeyValueEntry)
+		var touched []string
+		for _, e := range batch {
+			if e == nil || !IsShardKey(e.Key()) {
+				continue
+			}
+			if _, ok := last[e.Key()]; !ok {
+				touched = append(touched, e.Key())
+			}
+			last[e.Key()] = e
+		}
+		if len(touched) == 0 {
 			continue
 		}
+		var raw []rawShard
+		for _, key := range touched {
+			if last[key].Operation() == jetstream.KeyValuePut {
+				raw = append(raw, rawShard{key: key, data: last[key].Value()})
+			}
+		}
+		// Only this goroutine changes the set: it may read it unlocked.
+		decoded := r.set.decode(raw, r.log)
 		r.mu.Lock()
-		apply(r.entries, kve, r.log)
+		for _, key := range touched {
+			if last[key].Operation() != jetstream.KeyValuePut {
+				r.set.put(key, nil)
+			}
+		}
+		for i, sh := range decoded {
+			r.set.put(raw[i].key, sh)
+		}
 		r.snaps.Invalidate()
 		close(r.changed)
 		r.changed = make(chan struct{})
@@ -238,7 +225,7 @@ func (r *Replica) Changed() <-chan struct{} {
 }
 
 // Catalog is the current snapshot.
-func (r *Replica) Catalog() *Catalog { return r.snaps.Get(&r.mu, r.entries) }
+func (r *Replica) Catalog() *Catalog { return r.snaps.Get(&r.mu, r.set.entries) }
 
 // Close stops following and waits for the follower goroutine to end.
 func (r *Replica) Close() error {

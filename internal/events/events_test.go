@@ -190,20 +190,6 @@ func TestRegisterRequestValidate(t *testing.T) {
 	}
 }
 
-func TestCatalogKey(t *testing.T) {
-	for _, name := range []string{"read_file", "a.b", "weird name/with*stars", "ü", ""} {
-		k := CatalogKey(name)
-		for _, c := range k {
-			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-				t.Errorf("CatalogKey(%q) = %q has %q, not allowed in a KV key", name, k, c)
-			}
-		}
-	}
-	if CatalogKey("a") == CatalogKey("b") {
-		t.Error("distinct names share a key")
-	}
-}
-
 // FuzzDecode feeds arbitrary bytes to every decoder of untrusted input: none
 // may panic, and whatever decodes must re-encode and decode to itself.
 func FuzzDecode(f *testing.F) {

@@ -119,13 +119,9 @@ const (
 const (
 	// AuditStream is the stream that captures SubjectAll.
 	AuditStream = "TOOLBUS_EVENTS"
-	// CatalogBucket is the KV bucket holding one Tool entry per registered
-	// tool, keyed by CatalogKey(name).
+	// CatalogBucket is the KV bucket holding the catalogue: its Tool
+	// entries in shards, one entry per line (internal/catalog says how).
 	CatalogBucket = "TOOLBUS_CATALOG"
-	// CatalogSnapshotBucket is the object store where the registry keeps a
-	// recent copy of the whole catalogue in one object, so a reader fetches
-	// it in a few large messages and catches up from the bucket's revision.
-	CatalogSnapshotBucket = "TOOLBUS_CATALOG_SNAPSHOT"
 	// OutputBucket is the object store holding whole outputs that were too
 	// long for a result, named by invocation id.
 	OutputBucket = "TOOLBUS_OUTPUTS"

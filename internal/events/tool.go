@@ -2,7 +2,6 @@ package events
 
 import (
 	"bytes"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 
@@ -91,8 +90,8 @@ type ToolSpec struct {
 	CanUpdateOutput bool            `json:"canUpdateOutput,omitempty"`
 }
 
-// Tool is one catalogue entry: the value kept under CatalogKey(Name) in the
-// CatalogBucket and the element of every --json listing. Any process reads
+// Tool is one catalogue entry: a line of its shard in the CatalogBucket
+// and the element of every --json listing. Any process reads
 // the catalogue from the bucket without asking the registry.
 type Tool struct {
 	V int `json:"v"`
@@ -180,13 +179,6 @@ func DecodeTool(data []byte) (*Tool, error) {
 // Invalid UTF-8 becomes U+FFFD, as encoding/json would make it.
 func EncodeTool(t *Tool) ([]byte, error) {
 	return jsonv2.Marshal(t, jsontext.AllowInvalidUTF8(true))
-}
-
-// CatalogKey is the KV key of the catalogue entry named name. Tool names may
-// hold characters a KV key may not (a discovered tool keeps the name its
-// command gave), so the key is the name in unpadded base64url.
-func CatalogKey(name string) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(name))
 }
 
 // isJSONObject reports whether raw, already known to be valid JSON (it came

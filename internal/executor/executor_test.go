@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"sync"
 	"testing"
 	"time"
@@ -804,5 +805,41 @@ func TestProgressIsBounded(t *testing.T) {
 	}
 	if whole, err := obs.GetString(context.Background(), res.InvocationID); err != nil || strings.Count(whole, "x") < 3000000 {
 		t.Errorf("the result does not hold what was printed: %d x's, %v (%s %q)", strings.Count(whole, "x"), err, errType(res), res.LLMContent[:min(200, len(res.LLMContent))])
+	}
+}
+
+// TestASchemaThatDoesNotCompileRefusesEveryCall: a tool is hosted without
+// compiling its schema (that waits for its first call); a schema that
+// then does not compile refuses the call with the compiler's reason, runs
+// nothing, and refuses the next call the same way. A schema that is not
+// even a JSON object is left out at hosting.
+func TestASchemaThatDoesNotCompileRefusesEveryCall(t *testing.T) {
+	e := newEnv(t)
+	var runs atomic.Int32
+	run := func(context.Context, *tool.Call) (*tool.Output, error) {
+		runs.Add(1)
+		return tool.Text("ran"), nil
+	}
+	broken := tool.Func(events.ToolSpec{Name: "broken_schema", Kind: events.KindRead,
+		Parameters: json.RawMessage(`{"type":"object","properties":{"n":{"type":"integer","minimum":"zero"}}}`)}, run)
+	e.hostTools(t, "executor@broken", []tool.Tool{broken})
+	for range 2 {
+		res := e.call(t, "broken_schema", `{"n":1}`)
+		if errType(res) != events.ErrInvalidParams || !strings.Contains(res.LLMContent, "parameter schema cannot check them") {
+			t.Errorf("got %s %q", errType(res), res.LLMContent)
+		}
+	}
+	if n := runs.Load(); n != 0 {
+		t.Errorf("the tool ran %d times", n)
+	}
+
+	notObject := tool.Func(events.ToolSpec{Name: "array_schema", Kind: events.KindRead, Parameters: json.RawMessage(`["type"]`)}, run)
+	ex := e.startExecutor(t, e.bus)
+	reply, err := ex.Host(context.Background(), Scope{Source: events.SourceBuiltin}, []tool.Tool{notObject})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(reply.Tools) != 1 || !strings.Contains(reply.Tools[0].Error, "not a JSON object") {
+		t.Errorf("outcomes %+v", reply.Tools)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -23,7 +24,7 @@ type hosted struct {
 	spec events.ToolSpec
 	// judged is the policy's view of the tool, all but the name.
 	judged policy.ToolInput
-	schema *jsonschema.Schema
+	schema *lazySchema
 	// hooks are the user's hooks that match the tool under the catalogue
 	// name it was last called by, worked out on its first call (hooks.go).
 	hooks atomic.Pointer[hookPlan]
@@ -33,7 +34,7 @@ type hosted struct {
 // of the same name that the scope hosted before: when its schema is the
 // same, its compiled form is taken over, so that re-hosting a set (an MCP
 // server or a discovery command found the same tools again) does not
-// compile every schema again.
+// compile any schema again.
 func newHosted(t tool.Tool, prev *hosted) (*hosted, error) {
 	spec := t.Spec()
 	h := &hosted{impl: t, spec: spec}
@@ -57,10 +58,29 @@ func newHosted(t tool.Tool, prev *hosted) (*hosted, error) {
 		h.schema = prev.schema
 		return h, nil
 	}
-	sch, err := compileSchema(spec.Name, spec.Parameters)
-	if err != nil {
+	if err := checkSchema(spec.Name, spec.Parameters); err != nil {
 		return nil, err
 	}
-	h.schema = sch
+	h.schema = &lazySchema{name: spec.Name, params: spec.Parameters}
 	return h, nil
+}
+
+// lazySchema is a tool's parameter schema, compiled on the tool's first
+// call. Compiling one takes 50-100 µs here (the library validates it
+// against its meta-schema): for a discovery command's 10,000 tools, a
+// second or more before any of them could be listed, and most are never
+// called. A schema that does not compile refuses every call of its tool,
+// with the compiler's reason; it never lets arguments through unchecked.
+type lazySchema struct {
+	name   string
+	params json.RawMessage
+	once   sync.Once
+	sch    *jsonschema.Schema
+	err    error
+}
+
+// compiled is the compiled schema, or why it does not compile.
+func (l *lazySchema) compiled() (*jsonschema.Schema, error) {
+	l.once.Do(func() { l.sch, l.err = compileSchema(l.name, l.params) })
+	return l.sch, l.err
 }

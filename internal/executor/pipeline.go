@@ -297,7 +297,11 @@ func (c *call) validate(raw json.RawMessage) (map[string]any, string) {
 	if err != nil {
 		return nil, err.Error()
 	}
-	if err := validateArgs(c.host.schema, args); err != nil {
+	sch, err := c.host.schema.compiled()
+	if err != nil {
+		return nil, fmt.Sprintf("Invalid parameters for %s: its own parameter schema cannot check them: %v", c.tool.Name, err)
+	}
+	if err := validateArgs(sch, args); err != nil {
 		return nil, fmt.Sprintf("Invalid parameters for %s: %v", c.tool.Name, err)
 	}
 	if v, ok := c.impl.(tool.Validator); ok {

@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/internal/bus/bustest"
+	"github.com/toolbus/toolbus/internal/catalog"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/registry"
 )
@@ -102,7 +104,20 @@ func TestAnExecutorTrustsOnlyItselfAboutItsTools(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kv.Put(ctx, events.CatalogKey(forged.Name), data); err != nil {
+	// The forged entry takes the real one's line in its shard.
+	key := catalog.ShardOf(&forged)
+	shard, err := kv.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines [][]byte
+	for line := range bytes.Lines(shard.Value()) {
+		if got, err := events.DecodeTool(line); err == nil && got.Name == forged.Name {
+			line = data
+		}
+		lines = append(lines, bytes.TrimSuffix(line, []byte("\n")))
+	}
+	if _, err := kv.Put(ctx, key, catalog.AppendShard(nil, lines)); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)

@@ -12,9 +12,21 @@ import (
 	"golang.org/x/text/message"
 )
 
-// compileSchema compiles a tool's parameter schema, once, when the
-// executor starts hosting the tool; no schema means an object with any
-// properties.
+// checkSchema is what hosting a tool checks of its schema at once, cheaply:
+// none, or a JSON object. The rest is compileSchema's, on the first call.
+func checkSchema(name string, params json.RawMessage) error {
+	trimmed := bytes.TrimSpace(params)
+	if len(trimmed) == 0 || bytes.Equal(trimmed, []byte("null")) {
+		return nil
+	}
+	if trimmed[0] != '{' || !json.Valid(trimmed) {
+		return fmt.Errorf("the schema of %s is not a JSON object", name)
+	}
+	return nil
+}
+
+// compileSchema compiles a tool's parameter schema, once, on the tool's
+// first call (lazySchema); no schema means an object with any properties.
 func compileSchema(name string, params json.RawMessage) (*jsonschema.Schema, error) {
 	if len(bytes.TrimSpace(params)) == 0 || bytes.Equal(bytes.TrimSpace(params), []byte("null")) {
 		params = json.RawMessage(`{"type":"object"}`)

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -49,7 +50,10 @@ type Registry struct {
 	byExport   map[string]string         // export name -> catalogue name
 	state      State
 	batches    map[string]*batch
-	dirty      map[string]bool // names whose bucket entry is stale
+	dirty      map[string]bool   // names whose shard in the bucket is stale
+	lines      map[string][]byte // encoded entries, by name, as the bucket holds them
+	shardOf    map[string]string // name -> the key of the shard the tool belongs in now
+	savedIn    map[string]string // name -> the key of the shard the bucket holds it in
 	stateDirty bool
 
 	snaps catalog.Snapshots
@@ -78,6 +82,9 @@ func New(settings Settings, log *slog.Logger) *Registry {
 		byExport:   make(map[string]string),
 		batches:    make(map[string]*batch),
 		dirty:      make(map[string]bool),
+		lines:      make(map[string][]byte),
+		shardOf:    make(map[string]string),
+		savedIn:    make(map[string]string),
 	}
 	for _, e := range settings.Exclude {
 		r.exclude[strings.TrimSpace(e)] = true
@@ -103,7 +110,9 @@ func (r *Registry) Restore(tools []*events.Tool, st State) []events.Change {
 			r.state.Seq = t.Seq
 		}
 	}
+	// What was loaded is saved where it was read.
 	clear(r.dirty)
+	maps.Copy(r.savedIn, r.shardOf)
 	return r.reactivate()
 }
 
@@ -213,14 +222,6 @@ func (r *Registry) registerOne(req *events.RegisterRequest, spec *events.ToolSpe
 	if err != nil {
 		return reject("%v", err)
 	}
-	gemini, changed, err := SanitizeForGemini(params)
-	if err != nil {
-		return reject("%v", err)
-	}
-	if !changed {
-		gemini = nil
-	}
-
 	name := spec.Name
 	if req.Source == events.SourceMCP {
 		name = GenerateValidName(spec.Name)
@@ -261,6 +262,21 @@ func (r *Registry) registerOne(req *events.RegisterRequest, spec *events.ToolSpe
 			return reject("tool %q is hosted by %s %s; a provider cannot change or replace a tool that others host (register it under another name)",
 				prev.Name, strings.Join(others, ", "), what)
 		}
+	}
+
+	// The same declaration again from a host of it (a provider hosting
+	// its set again, a re-discovery) changes nothing: no write, no event.
+	if op == events.OpUpdated && slices.Contains(prev.Hosts, req.Provider) && sameDeclaration(prev, spec, kind, params, req) &&
+		slices.Equal(prev.Aliases, r.aliasesFor(name, spec)) {
+		out.Name = name
+		return out, id
+	}
+	gemini, changed, err := SanitizeForGemini(params)
+	if err != nil {
+		return reject("%v", err)
+	}
+	if !changed {
+		gemini = nil
 	}
 
 	t := &events.Tool{
@@ -424,6 +440,8 @@ func (r *Registry) put(t *events.Tool) {
 	r.byIdentity[identityOf(t)] = t.Name
 	r.byExport[t.ExportName] = t.Name
 	r.dirty[t.Name] = true
+	delete(r.lines, t.Name)
+	r.shardOf[t.Name] = catalog.ShardOf(t)
 	r.snaps.Invalidate()
 }
 
@@ -437,6 +455,8 @@ func (r *Registry) drop(t *events.Tool) {
 		delete(r.byExport, t.ExportName)
 	}
 	r.dirty[t.Name] = true
+	delete(r.lines, t.Name)
+	delete(r.shardOf, t.Name)
 	r.snaps.Invalidate()
 }
 

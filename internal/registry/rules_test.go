@@ -192,6 +192,36 @@ func TestRegistrationCannotRelabelAnotherProvidersTool(t *testing.T) {
 	}
 }
 
+// A provider hosting the same declarations again (a re-discovery that
+// found nothing new) changes nothing: no change, no write, the same entry.
+func TestTheSameDeclarationAgainChangesNothing(t *testing.T) {
+	r := newRegistry(t, Settings{})
+	first := mcpReq("github", spec("search"), spec("issue"))
+	first.Replace = true
+	mustRegister(t, r, first)
+	before, _ := r.Catalog().Lookup("search")
+	clear(r.dirty)
+	res := mustRegister(t, r, first)
+	if len(res.Changes) != 0 || len(res.Removed) != 0 {
+		t.Errorf("changes %+v, removed %v; want none", res.Changes, res.Removed)
+	}
+	if len(res.Outcomes) != 2 || res.Outcomes[0].Name != "search" || res.Outcomes[0].Error != "" {
+		t.Errorf("outcomes %+v", res.Outcomes)
+	}
+	if len(r.dirty) != 0 {
+		t.Errorf("%d entries marked to be written again", len(r.dirty))
+	}
+	if after, _ := r.Catalog().Lookup("search"); after != before {
+		t.Error("the entry was replaced")
+	}
+	// One field changed is an update of that tool alone.
+	first.Tools[1].Description = "issues, better"
+	res = mustRegister(t, r, first)
+	if len(res.Changes) != 1 || res.Changes[0].Name != "issue" || res.Changes[0].Op != events.OpUpdated {
+		t.Errorf("changes %+v, want issue updated", res.Changes)
+	}
+}
+
 func TestRegisterConflicts(t *testing.T) {
 	tests := []struct {
 		name     string
@@ -237,7 +267,8 @@ func TestRegisterConflicts(t *testing.T) {
 			},
 		},
 		{
-			name: "the same MCP tool again is an update, not a rename", first: mcpReq("github", spec("search")), second: mcpReq("github", spec("search")),
+			name: "the same MCP tool again is an update, not a rename", first: mcpReq("github", spec("search")),
+			second:   mcpReq("github", events.ToolSpec{Name: "search", Description: "searches better"}),
 			wantName: "search", wantOp: events.OpUpdated, wantLen: 1,
 		},
 		{

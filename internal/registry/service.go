@@ -10,7 +10,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
-	"github.com/toolbus/toolbus/internal/catalog"
 	"github.com/toolbus/toolbus/internal/events"
 )
 
@@ -40,17 +39,7 @@ type Service struct {
 	svc   micro.Service
 	id    events.Identity
 	log   *slog.Logger
-
-	// The snapshot writer: kicked after every saved change, it writes at
-	// most one catalogue snapshot per snapshotEvery.
-	kick     chan struct{}
-	stop     chan struct{}
-	stopped  chan struct{}
-	snapshot uint64 // revision of the last snapshot written
 }
-
-// snapshotEvery bounds how often the registry rewrites the snapshot.
-const snapshotEvery = time.Second
 
 // Start loads the catalogue an earlier registry left on the bus, applies the
 // settings to it and starts answering requests. Stop it with Stop.
@@ -73,8 +62,7 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 	if err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
 	}
-	s := &Service{reg: New(cfg.Settings, log), nc: nc, js: js, store: st, id: cfg.Identity, log: log,
-		kick: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{})}
+	s := &Service{reg: New(cfg.Settings, log), nc: nc, js: js, store: st, id: cfg.Identity, log: log}
 	changes := s.reg.Restore(tools, state)
 	if err := s.reg.flush(ctx, st); err != nil {
 		return nil, fmt.Errorf("registry: save restored catalogue: %w", err)
@@ -82,16 +70,12 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 	s.publishChanges("restore", changes)
 	log.Info("registry loaded catalogue", "tools", len(tools), "changed_by_settings", len(changes))
 
-	go s.snapshots()
-	s.kickSnapshot()
-
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        events.RegistryService,
 		Version:     ServiceVersion,
 		Description: "toolbus tool registry",
 	})
 	if err != nil {
-		s.stopSnapshots()
 		return nil, fmt.Errorf("registry: %w", err)
 	}
 	s.svc = svc
@@ -115,62 +99,8 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 // Registry is the service's registry, for in-process readers.
 func (s *Service) Registry() *Registry { return s.reg }
 
-// Stop stops answering requests, letting requests being handled finish,
-// and stops the snapshot writer.
-func (s *Service) Stop() error {
-	err := s.svc.Stop()
-	s.stopSnapshots()
-	return err
-}
-
-func (s *Service) stopSnapshots() {
-	select {
-	case <-s.stop:
-	default:
-		close(s.stop)
-	}
-	<-s.stopped
-}
-
-func (s *Service) kickSnapshot() {
-	select {
-	case s.kick <- struct{}{}:
-	default:
-	}
-}
-
-func (s *Service) snapshots() {
-	defer close(s.stopped)
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-s.kick:
-		}
-		s.writeSnapshot()
-		select {
-		case <-s.stop:
-			return
-		case <-time.After(snapshotEvery):
-		}
-	}
-}
-
-// writeSnapshot writes the catalogue as saved; readers catch up from its
-// revision, so a snapshot that lags behind costs them time, never truth.
-func (s *Service) writeSnapshot() {
-	tools, rev, ok := s.reg.saved(s.store)
-	if !ok || rev == s.snapshot {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), saveTimeout)
-	defer cancel()
-	if err := catalog.WriteSnapshot(ctx, s.js, tools, rev); err != nil {
-		s.log.Warn("catalogue snapshot not written; readers read the whole bucket", "err", err)
-		return
-	}
-	s.snapshot = rev
-}
+// Stop stops answering requests, letting requests being handled finish.
+func (s *Service) Stop() error { return s.svc.Stop() }
 
 func (s *Service) handleRegister(req micro.Request) {
 	in, err := events.Decode[events.RegisterRequest](req.Data())
@@ -187,7 +117,6 @@ func (s *Service) handleRegister(req micro.Request) {
 		reply.Error = err.Error()
 	}
 	s.publishChanges(in.ID, res.Changes)
-	s.kickSnapshot()
 	s.respond(req, reply)
 }
 
@@ -217,7 +146,6 @@ func (s *Service) finishChange(req micro.Request, requestID string, changes []ev
 		reply.Error = err.Error()
 	}
 	s.publishChanges(requestID, changes)
-	s.kickSnapshot()
 	s.respond(req, reply)
 }
 

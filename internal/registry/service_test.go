@@ -317,33 +317,6 @@ func TestRegistrationLargerThanOneMessageIsChunked(t *testing.T) {
 	}
 }
 
-// waitSnapshot waits until the registry's snapshot covers everything saved.
-func waitSnapshot(t testing.TB, svc *Service) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		_, rev, ok := svc.reg.saved(svc.store)
-		obs, err := svc.js.ObjectStore(context.Background(), events.CatalogSnapshotBucket)
-		if err == nil && ok {
-			if data, err := obs.GetBytes(context.Background(), "catalog"); err == nil {
-				var h snapshotHeaderForTest
-				line, _, _ := strings.Cut(string(data), "\n")
-				if json.Unmarshal([]byte(line), &h) == nil && h.Revision == rev {
-					return
-				}
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the registry wrote no current snapshot")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-type snapshotHeaderForTest struct {
-	Revision uint64 `json:"revision"`
-}
-
 func sameCatalogue(t *testing.T, got, want *catalog.Catalog) {
 	t.Helper()
 	g, w := got.All(), want.All()
@@ -359,35 +332,16 @@ func sameCatalogue(t *testing.T, got, want *catalog.Catalog) {
 	}
 }
 
-func TestReadersStartFromTheSnapshotAndCatchUp(t *testing.T) {
+func TestReadersSeeTheRegistrysCatalogue(t *testing.T) {
 	b := bustest.Start(t, "")
 	svc := startService(t, b, Settings{})
 	c := client(b)
 	req := discoveredReq()
-	for i := range 200 {
-		req.Tools = append(req.Tools, spec(fmt.Sprintf("tool_%03d", i)))
+	for i := range 2000 {
+		req.Tools = append(req.Tools, spec(fmt.Sprintf("tool_%04d", i)))
 	}
 	registerAll(t, c, req)
-	waitSnapshot(t, svc)
-
-	// Changes after the snapshot: a reader must see them all the same.
-	registerAll(t, c, mcpReq("gh", spec("issue"), spec("tool_001")))
-	if _, err := c.Remove(ctxT(t), &events.RemoveRequest{Names: []string{"tool_002", "tool_003"}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Toggle(ctxT(t), &events.ToggleRequest{Enable: false, Names: []string{"tool_004"}}); err != nil {
-		t.Fatal(err)
-	}
 	reader := bustest.Connect(t, b)
-	var logged bytes.Buffer
-	fromSnapshot, err := catalog.Load(ctxT(t), reader.JetStream(), slog.New(slog.NewTextHandler(&logged, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if logged.Len() > 0 {
-		t.Errorf("the snapshot was not used: %s", logged.String())
-	}
-	sameCatalogue(t, fromSnapshot, svc.Registry().Catalog())
 	rep, err := catalog.Follow(ctxT(t), reader.JetStream(), bustest.Quiet())
 	if err != nil {
 		t.Fatal(err)
@@ -395,17 +349,59 @@ func TestReadersStartFromTheSnapshotAndCatchUp(t *testing.T) {
 	defer rep.Close()
 	sameCatalogue(t, rep.Catalog(), svc.Registry().Catalog())
 
-	// A snapshot that is damaged, or that claims a revision the bucket
-	// never reached, is not used; the reader reads the whole bucket.
-	obs, err := b.JetStream().ObjectStore(ctxT(t), events.CatalogSnapshotBucket)
+	// Changes after the first read: a follower and a new reader see them
+	// all the same.
+	registerAll(t, c, mcpReq("gh", spec("issue"), spec("tool_0001")))
+	if _, err := c.Remove(ctxT(t), &events.RemoveRequest{Names: []string{"tool_0002", "tool_0003"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Toggle(ctxT(t), &events.ToggleRequest{Enable: false, Names: []string{"tool_0004"}}); err != nil {
+		t.Fatal(err)
+	}
+	var logged bytes.Buffer
+	loaded, err := catalog.Load(ctxT(t), reader.JetStream(), slog.New(slog.NewTextHandler(&logged, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, bad := range []string{"garbage", `{"v":1,"revision":999999,"count":0}` + "\n", `{"v":1,"revision":1,"count":5}` + "\n{}\n",
-		`{"v":1,"revision":1,"count":1}` + "\n" + `{"v":1,"name":"broken"}` + "\n"} {
-		if _, err := obs.PutBytes(ctxT(t), "catalog", []byte(bad)); err != nil {
-			t.Fatal(err)
+	if logged.Len() > 0 {
+		t.Errorf("a clean catalogue logged: %s", logged.String())
+	}
+	sameCatalogue(t, loaded, svc.Registry().Catalog())
+	waitFor(t, "the follower to catch up", func() bool { return rep.Catalog().Len() == svc.Registry().Catalog().Len() })
+	sameCatalogue(t, rep.Catalog(), svc.Registry().Catalog())
+
+	// A shard with a line that does not decode, or with a tool that
+	// belongs to another shard, costs that line only; a key that is no
+	// shard is ignored.
+	kv, err := b.JetStream().KeyValue(ctxT(t), events.CatalogBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target, _ := svc.Registry().Catalog().Lookup("tool_0010")
+	victim := catalog.ShardOf(target)
+	entry, err := kv.Get(ctxT(t), victim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stray := "stray" // a tool of another shard: no host
+	forged, _ := json.Marshal(&events.Tool{V: events.Version, Name: stray, Kind: events.KindRead, Source: events.SourceBuiltin,
+		ExportName: stray, Parameters: json.RawMessage(`{}`)})
+	damaged := append(append(slices.Clone(entry.Value()), "not json\n"...), append(forged, '\n')...)
+	if _, err := kv.Put(ctxT(t), victim, damaged); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctxT(t), "tool_0010", forged); err != nil {
+		t.Fatal(err)
+	}
+	logged.Reset()
+	loaded, err = catalog.Load(ctxT(t), reader.JetStream(), slog.New(slog.NewTextHandler(&logged, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameCatalogue(t, loaded, svc.Registry().Catalog())
+	for _, says := range []string{"does not decode", "wrong shard"} {
+		if !strings.Contains(logged.String(), says) {
+			t.Errorf("the reader did not say %q: %s", says, logged.String())
 		}
-		sameCatalogue(t, load(t, reader), svc.Registry().Catalog())
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -18,15 +19,12 @@ import (
 
 const stateKey = "state"
 
-// store keeps the catalogue and the registry state in KV buckets on the bus.
+// store keeps the catalogue, in shards (catalog.NumShards), and the
+// registry state in KV buckets on the bus.
 type store struct {
 	js      jetstream.JetStream
 	catalog jetstream.KeyValue
 	state   jetstream.KeyValue
-	// lastSeq is the catalogue bucket's revision after the last save.
-	// The registry is the bucket's only writer, so the bucket then holds
-	// exactly the registry's catalogue.
-	lastSeq uint64
 }
 
 func openStore(ctx context.Context, js jetstream.JetStream) (*store, error) {
@@ -64,13 +62,44 @@ func (s *store) load(ctx context.Context, log *slog.Logger) ([]*events.Tool, Sta
 			return nil, st, fmt.Errorf("registry state in %s/%s does not decode: %w", events.RegistryStateBucket, stateKey, err)
 		}
 	}
-	status, err := s.catalog.Status(ctx)
-	if err != nil {
-		return nil, st, fmt.Errorf("catalogue bucket: %w", err)
+	if err := s.dropOldFormat(ctx, log); err != nil {
+		return nil, st, err
 	}
-	s.lastSeq = status.(*jetstream.KeyValueBucketStatus).StreamInfo().State.LastSeq
 	return cat.All(), st, nil
 }
+
+// dropOldFormat empties a catalogue bucket that an older toolbus left,
+// with one key per tool, and deletes its snapshot store: no reader reads
+// them, and the providers register their tools again when they start.
+func (s *store) dropOldFormat(ctx context.Context, log *slog.Logger) error {
+	lister, err := s.catalog.ListKeys(ctx)
+	if err != nil {
+		return fmt.Errorf("catalogue bucket: %w", err)
+	}
+	old := 0
+	for key := range lister.Keys() {
+		if !catalog.IsShardKey(key) {
+			old++
+		}
+	}
+	if old > 0 {
+		log.Info("emptying a catalogue bucket of an older format (a key per tool)", "keys", old)
+		if err := s.js.DeleteKeyValue(ctx, events.CatalogBucket); err != nil {
+			return fmt.Errorf("catalogue bucket of an older format: %w", err)
+		}
+		if s.catalog, err = catalog.EnsureBucket(ctx, s.js); err != nil {
+			return err
+		}
+	}
+	if err := s.js.DeleteObjectStore(ctx, oldSnapshotStore); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) && !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return fmt.Errorf("delete the old catalogue snapshot store: %w", err)
+	}
+	return nil
+}
+
+// oldSnapshotStore is the object store where an older toolbus cached the
+// catalogue.
+const oldSnapshotStore = "TOOLBUS_CATALOG_SNAPSHOT"
 
 // inFlight bounds the publishes waiting for their acknowledgement while
 // saving. Synchronous publishes from a few goroutines pipeline as well as
@@ -79,26 +108,23 @@ func (s *store) load(ctx context.Context, log *slog.Logger) ([]*events.Tool, Sta
 // asynchronous publish.
 const inFlight = 32
 
-// save writes changed entries, deletes removed ones, and writes the state.
-func (s *store) save(ctx context.Context, puts []*events.Tool, deletes []string, st *State) error {
+// save writes the shards given (a nil value deletes the shard) and the
+// state.
+func (s *store) save(ctx context.Context, shards map[string][]byte, st *State) error {
 	prefix := "$KV." + events.CatalogBucket + "."
-	msgs := make([]*nats.Msg, 0, len(puts)+len(deletes))
-	for _, t := range puts {
-		data, err := events.EncodeTool(t)
-		if err != nil {
-			return fmt.Errorf("encode %q: %w", t.Name, err)
+	msgs := make([]*nats.Msg, 0, len(shards))
+	for key, data := range shards {
+		m := nats.NewMsg(prefix + key)
+		if data == nil {
+			m.Header.Set("KV-Operation", "DEL") // the KV protocol's delete marker
+		} else {
+			m.Data = data
 		}
-		msgs = append(msgs, &nats.Msg{Subject: prefix + events.CatalogKey(t.Name), Data: data})
-	}
-	for _, name := range deletes {
-		m := nats.NewMsg(prefix + events.CatalogKey(name))
-		m.Header.Set("KV-Operation", "DEL") // the KV protocol's delete marker
 		msgs = append(msgs, m)
 	}
 	var (
 		mu   sync.Mutex
 		errs []error
-		last uint64
 		next atomic.Int64
 		wg   sync.WaitGroup
 	)
@@ -109,14 +135,11 @@ func (s *store) save(ctx context.Context, puts []*events.Tool, deletes []string,
 				if i >= len(msgs) || ctx.Err() != nil {
 					return
 				}
-				ack, err := s.js.PublishMsg(ctx, msgs[i])
-				mu.Lock()
-				if err != nil {
-					errs = append(errs, fmt.Errorf("%s: %w", msgs[i].Subject, err))
-				} else {
-					last = max(last, ack.Sequence)
+				if _, err := s.js.PublishMsg(ctx, msgs[i]); err != nil {
+					mu.Lock()
+					errs = append(errs, fmt.Errorf("%s (%d bytes): %w", msgs[i].Subject, len(msgs[i].Data), err))
+					mu.Unlock()
 				}
-				mu.Unlock()
 			}
 		})
 	}
@@ -127,7 +150,6 @@ func (s *store) save(ctx context.Context, puts []*events.Tool, deletes []string,
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	s.lastSeq = max(s.lastSeq, last)
 	if st != nil {
 		data, err := json.Marshal(st)
 		if err != nil {
@@ -140,47 +162,89 @@ func (s *store) save(ctx context.Context, puts []*events.Tool, deletes []string,
 	return nil
 }
 
-// flush writes every change not yet saved. A failure leaves the changes
-// marked, so the next flush tries them again.
+// flush writes every shard with a change not yet saved. A failure leaves
+// the changes marked, so the next flush tries them again.
 func (r *Registry) flush(ctx context.Context, s *store) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.dirty) == 0 && !r.stateDirty {
 		return nil
 	}
-	var puts []*events.Tool
-	var deletes []string
-	for name := range r.dirty {
-		if e, ok := r.tools[name]; ok {
-			puts = append(puts, e.Tool())
-		} else {
-			deletes = append(deletes, name)
-		}
+	shards, err := r.dirtyShards()
+	if err != nil {
+		return err
 	}
 	var st *State
 	if r.stateDirty {
 		c := r.state
 		st = &c
 	}
-	if err := s.save(ctx, puts, deletes, st); err != nil {
+	if err := s.save(ctx, shards, st); err != nil {
 		return err
+	}
+	for name := range r.dirty {
+		if key, ok := r.shardOf[name]; ok {
+			r.savedIn[name] = key
+		} else {
+			delete(r.savedIn, name)
+		}
 	}
 	clear(r.dirty)
 	r.stateDirty = false
 	return nil
 }
 
-// saved returns the catalogue as the bucket holds it at revision rev, or
-// ok=false while changes are not yet saved.
-func (r *Registry) saved(s *store) (tools []*events.Tool, rev uint64, ok bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.dirty) > 0 {
-		return nil, 0, false
+// dirtyShards builds the value of every shard with a changed name, where
+// it is now and where the bucket has it: the shard's tools' entries,
+// encoded once per version of a tool, sorted by name; nil for a shard
+// left empty. The caller holds mu.
+func (r *Registry) dirtyShards() (map[string][]byte, error) {
+	members := make(map[string][]string)
+	for name := range r.dirty {
+		if key, ok := r.savedIn[name]; ok {
+			members[key] = nil
+		}
+		if key, ok := r.shardOf[name]; ok {
+			members[key] = nil
+		}
 	}
-	tools = make([]*events.Tool, 0, len(r.tools))
-	for _, e := range r.tools {
-		tools = append(tools, e.Tool())
+	for name, key := range r.shardOf {
+		if names, ok := members[key]; ok {
+			members[key] = append(names, name)
+		}
 	}
-	return tools, s.lastSeq, true
+	shards := make(map[string][]byte, len(members))
+	for key, names := range members {
+		if len(names) == 0 {
+			shards[key] = nil
+			continue
+		}
+		slices.Sort(names)
+		lines := make([][]byte, len(names))
+		size := 0
+		for i, name := range names {
+			line, err := r.encoded(name)
+			if err != nil {
+				return nil, err
+			}
+			lines[i] = line
+			size += len(line) + 1
+		}
+		shards[key] = catalog.AppendShard(make([]byte, 0, size), lines)
+	}
+	return shards, nil
+}
+
+// encoded is the catalogue entry of the tool named name as the bucket
+// holds it, encoded on first use after each change. The caller holds mu.
+func (r *Registry) encoded(name string) ([]byte, error) {
+	if line, ok := r.lines[name]; ok {
+		return line, nil
+	}
+	line, err := events.EncodeTool(r.tools[name].Tool())
+	if err != nil {
+		return nil, fmt.Errorf("encode %q: %w", name, err)
+	}
+	r.lines[name] = line
+	return line, nil
 }
