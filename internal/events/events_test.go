@@ -3,6 +3,7 @@ package events
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"errors"
 	"flag"
 	"reflect"
@@ -373,5 +374,63 @@ func TestHookRunValidate(t *testing.T) {
 				t.Fatalf("got %v, want ErrInvalid saying %q", err, tt.says)
 			}
 		})
+	}
+}
+
+// EncodeRegister against Encode: one envelope is byte for byte what Encode
+// makes; chunks each fit the limit, decode as requests of one batch, and
+// hold every tool once, in order.
+func TestEncodeRegisterChunks(t *testing.T) {
+	req := &RegisterRequest{Header: Header{Sender: Identity{ID: "p"}}, Provider: "p", Source: SourceDiscovered, Replace: true}
+	for i := range 500 {
+		req.Tools = append(req.Tools, ToolSpec{Name: fmt.Sprintf("t%03d", i), Description: strings.Repeat("<d>\u2028", i%40),
+			Parameters: json.RawMessage(`{"type":"object","properties":{"x":{"type":"string"}}}`)})
+	}
+	whole, err := EncodeRegister(req, 1<<30, "b")
+	if err != nil || len(whole) != 1 {
+		t.Fatalf("%v, %d envelopes", err, len(whole))
+	}
+	want, err := Encode(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(whole[0], want) {
+		t.Fatalf("one envelope differs from Encode's:\n%s\n%s", whole[0][:200], want[:200])
+	}
+	const limit = 20_000
+	chunks, err := EncodeRegister(req, limit, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(chunks) < 3 {
+		t.Fatalf("%d chunks", len(chunks))
+	}
+	var got []ToolSpec
+	ids := make(map[string]bool)
+	for i, c := range chunks {
+		if len(c) > limit {
+			t.Errorf("chunk %d has %d bytes", i, len(c))
+		}
+		r, err := Decode[RegisterRequest](c)
+		if err != nil {
+			t.Fatalf("chunk %d: %v", i, err)
+		}
+		if r.Batch == nil || r.Batch.ID != "b" || r.Batch.Seq != i || r.Batch.Last != (i == len(chunks)-1) || r.Provider != "p" || !r.Replace {
+			t.Errorf("chunk %d: %+v %+v", i, r.Header, r.Batch)
+		}
+		ids[r.ID] = true
+		got = append(got, r.Tools...)
+	}
+	if len(ids) != len(chunks) {
+		t.Errorf("%d ids for %d chunks", len(ids), len(chunks))
+	}
+	a, _ := json.Marshal(got)
+	b, _ := json.Marshal(req.Tools)
+	if !bytes.Equal(a, b) {
+		t.Error("the chunks' tools are not the request's")
+	}
+	req.Tools = append(req.Tools, ToolSpec{Name: "huge", Description: strings.Repeat("x", limit)})
+	if _, err := EncodeRegister(req, limit, "b"); err == nil || !strings.Contains(err.Error(), `"huge"`) {
+		t.Errorf("a tool larger than the limit: %v", err)
 	}
 }

@@ -1,5 +1,12 @@
 package events
 
+import (
+	"bytes"
+	"fmt"
+
+	jsonv2 "github.com/go-json-experiment/json"
+)
+
 // Batch ties together the chunks of one registration that was too large for
 // a single message. Chunks are numbered from 0; the last has Last set.
 type Batch struct {
@@ -223,4 +230,86 @@ func (c *CatalogChanged) Validate() error {
 		return invalid(c.EnvelopeType(), "no changes")
 	}
 	return nil
+}
+
+// EncodeRegister encodes req as envelopes of at most limit bytes each: one
+// when it fits, else chunks of its tools that share a Batch, each its own
+// envelope with its own id. Each tool is encoded once, and each chunk's
+// envelope around the tools already encoded, so that a set of 10,000 tools
+// costs one encoding of its bytes however it is cut.
+func EncodeRegister(req *RegisterRequest, limit int, batchID string) ([][]byte, error) {
+	Stamp(req)
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	specs := make([][]byte, len(req.Tools))
+	total := 0
+	for i := range req.Tools {
+		b, err := jsonv2.Marshal(&req.Tools[i], encodeOptions)
+		if err != nil {
+			return nil, fmt.Errorf("tool %q: %w", req.Tools[i].Name, err)
+		}
+		specs[i], total = b, total+len(b)+1
+	}
+	// Room for the envelope around the tools (its header, the batch).
+	const envelope = 4096
+	if total+envelope <= limit {
+		data, err := wrapTools(req, nil, specs)
+		if err != nil {
+			return nil, err
+		}
+		return [][]byte{data}, nil
+	}
+	var chunks [][]byte
+	for start := 0; start < len(specs); {
+		end, size := start, 0
+		for end < len(specs) && (end == start || size+len(specs[end])+1+envelope <= limit) {
+			if len(specs[end])+envelope > limit {
+				return nil, fmt.Errorf("tool %q: its declaration (%d bytes) is larger than the bus allows in one message (%d)", req.Tools[end].Name, len(specs[end]), limit-envelope)
+			}
+			size += len(specs[end]) + 1
+			end++
+		}
+		batch := &Batch{ID: batchID, Seq: len(chunks), Last: end == len(specs)}
+		data, err := wrapTools(req, batch, specs[start:end])
+		if err != nil {
+			return nil, err
+		}
+		chunks = append(chunks, data)
+		start = end
+	}
+	return chunks, nil
+}
+
+// wrapTools is the envelope of req, with batch and with specs (each an
+// encoded ToolSpec) as its tools.
+func wrapTools(req *RegisterRequest, batch *Batch, specs [][]byte) ([]byte, error) {
+	head := *req
+	head.Tools = []ToolSpec{}
+	if batch != nil {
+		head.Header.ID, head.Batch = "", batch
+		Stamp(&head)
+	}
+	data, err := jsonv2.Marshal(&head, encodeOptions)
+	if err != nil {
+		return nil, err
+	}
+	// Tools is the envelope's last field: its empty array ends the JSON.
+	const empty = `"tools":[]}`
+	if !bytes.HasSuffix(data, []byte(empty)) {
+		return nil, fmt.Errorf("register request: its encoding does not end with %s", empty)
+	}
+	size := len(data)
+	for _, s := range specs {
+		size += len(s) + 1
+	}
+	out := make([]byte, 0, size)
+	out = append(out, data[:len(data)-2]...)
+	for i, s := range specs {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, s...)
+	}
+	return append(out, "]}"...), nil
 }

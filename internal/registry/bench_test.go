@@ -137,17 +137,11 @@ func startBenchService(b *testing.B, bb *bus.Bus) *Service {
 func rawChunks(b *testing.B, c *Client, reqs []*events.RegisterRequest) [][]byte {
 	var out [][]byte
 	for _, req := range reqs {
-		chunks, err := c.split(req)
+		chunks, err := events.EncodeRegister(req, int(c.nc.MaxPayload()), "bench")
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, chunk := range chunks {
-			data, err := events.Encode(chunk)
-			if err != nil {
-				b.Fatal(err)
-			}
-			out = append(out, data)
-		}
+		out = append(out, chunks...)
 	}
 	return out
 }

@@ -2,7 +2,6 @@ package registry
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -35,13 +34,13 @@ func NewClient(nc *nats.Conn, id events.Identity) *Client { return &Client{nc: n
 // refusal by the registry is returned as an error, with the reply.
 func (c *Client) Register(ctx context.Context, req *events.RegisterRequest) (*events.RegisterReply, error) {
 	req.Sender = c.id
-	chunks, err := c.split(req)
+	chunks, err := events.EncodeRegister(req, int(c.nc.MaxPayload()), nuid.Next())
 	if err != nil {
 		return nil, err
 	}
 	total := &events.RegisterReply{}
 	for _, chunk := range chunks {
-		reply, err := request[events.RegisterReply](ctx, c, events.SubjectRegister, chunk)
+		reply, err := requestData[events.RegisterReply](ctx, c, events.SubjectRegister, chunk)
 		if err != nil {
 			return nil, err
 		}
@@ -54,45 +53,6 @@ func (c *Client) Register(ctx context.Context, req *events.RegisterRequest) (*ev
 		}
 	}
 	return total, nil
-}
-
-// split cuts req into requests that each fit the bus's max payload.
-func (c *Client) split(req *events.RegisterRequest) ([]*events.RegisterRequest, error) {
-	data, err := events.Encode(req)
-	if err != nil {
-		return nil, err
-	}
-	limit := int(c.nc.MaxPayload()) - 4096 // room for the header and the batch marker
-	if len(data) <= limit {
-		return []*events.RegisterRequest{req}, nil
-	}
-	batchID := nuid.Next()
-	var chunks []*events.RegisterRequest
-	newChunk := func() *events.RegisterRequest {
-		c := *req
-		c.Header.ID = ""
-		c.Tools = nil
-		c.Batch = &events.Batch{ID: batchID, Seq: len(chunks)}
-		chunks = append(chunks, &c)
-		return &c
-	}
-	cur, size := newChunk(), 0
-	for _, spec := range req.Tools {
-		b, err := json.Marshal(spec)
-		if err != nil {
-			return nil, err
-		}
-		if len(b) > limit {
-			return nil, fmt.Errorf("tool %q: its declaration (%d bytes) is larger than the bus allows in one message (%d)", spec.Name, len(b), limit)
-		}
-		if size+len(b)+1 > limit && len(cur.Tools) > 0 {
-			cur, size = newChunk(), 0
-		}
-		cur.Tools = append(cur.Tools, spec)
-		size += len(b) + 1
-	}
-	cur.Batch.Last = true
-	return chunks, nil
 }
 
 // Remove sends a RemoveRequest.
@@ -126,16 +86,24 @@ func request[T any, PT interface {
 	*T
 	events.Envelope
 }](ctx context.Context, c *Client, subject string, req events.Envelope) (PT, error) {
+	data, err := events.Encode(req)
+	if err != nil {
+		return nil, err
+	}
+	return requestData[T, PT](ctx, c, subject, data)
+}
+
+// requestData sends one encoded envelope and decodes the reply.
+func requestData[T any, PT interface {
+	*T
+	events.Envelope
+}](ctx context.Context, c *Client, subject string, data []byte) (PT, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout)
 		defer cancel()
 	}
 	if err := c.Ping(ctx); err != nil {
-		return nil, err
-	}
-	data, err := events.Encode(req)
-	if err != nil {
 		return nil, err
 	}
 	msg, err := c.nc.RequestWithContext(ctx, subject, data)

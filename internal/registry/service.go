@@ -111,10 +111,14 @@ func (s *Service) handleRegister(req micro.Request) {
 	res := s.reg.Register(in)
 	reply := &events.RegisterReply{Header: events.Header{Sender: s.id}, RequestID: in.ID,
 		Tools: res.Outcomes, Removed: res.Removed}
+	// A set sent in chunks is saved once, with its last chunk: saved after
+	// each, every chunk would rewrite the shards the whole set spans.
 	if res.Err != nil {
 		reply.Error = res.Err.Error()
-	} else if err := s.save(); err != nil {
-		reply.Error = err.Error()
+	} else if in.Batch == nil || in.Batch.Last {
+		if err := s.save(); err != nil {
+			reply.Error = err.Error()
+		}
 	}
 	s.publishChanges(in.ID, res.Changes)
 	s.respond(req, reply)
