@@ -3,9 +3,9 @@ package events
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"errors"
 	"flag"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
