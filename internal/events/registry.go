@@ -3,6 +3,8 @@ package events
 import (
 	"bytes"
 	"fmt"
+	"runtime"
+	"sync"
 
 	jsonv2 "github.com/go-json-experiment/json"
 )
@@ -242,14 +244,13 @@ func EncodeRegister(req *RegisterRequest, limit int, batchID string) ([][]byte, 
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
-	specs := make([][]byte, len(req.Tools))
+	specs, err := encodeSpecs(req.Tools)
+	if err != nil {
+		return nil, err
+	}
 	total := 0
-	for i := range req.Tools {
-		b, err := jsonv2.Marshal(&req.Tools[i], encodeOptions)
-		if err != nil {
-			return nil, fmt.Errorf("tool %q: %w", req.Tools[i].Name, err)
-		}
-		specs[i], total = b, total+len(b)+1
+	for _, s := range specs {
+		total += len(s) + 1
 	}
 	// Room for the envelope around the tools (its header, the batch).
 	const envelope = 4096
@@ -312,4 +313,26 @@ func wrapTools(req *RegisterRequest, batch *Batch, specs [][]byte) ([]byte, erro
 		out = append(out, s...)
 	}
 	return append(out, "]}"...), nil
+}
+
+// encodeSpecs encodes each tool, on every core when there are many.
+func encodeSpecs(tools []ToolSpec) ([][]byte, error) {
+	specs := make([][]byte, len(tools))
+	errs := make([]error, len(tools))
+	workers := min(runtime.GOMAXPROCS(0), len(tools)/256+1)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < len(tools); i += workers {
+				specs[i], errs[i] = jsonv2.Marshal(&tools[i], encodeOptions)
+			}
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return nil, fmt.Errorf("tool %q: %w", tools[i].Name, err)
+		}
+	}
+	return specs, nil
 }

@@ -32,15 +32,60 @@ func NewClient(nc *nats.Conn, id events.Identity) *Client { return &Client{nc: n
 // Register sends req, split into chunks when it is larger than the bus
 // allows in one message, and returns the registry's combined reply. A
 // refusal by the registry is returned as an error, with the reply.
+//
+// The chunks go out one after another without waiting for each reply, on
+// one connection, so the registry gets them in order and works on one
+// while the next is on its way; the replies are read in the same order.
 func (c *Client) Register(ctx context.Context, req *events.RegisterRequest) (*events.RegisterReply, error) {
 	req.Sender = c.id
 	chunks, err := events.EncodeRegister(req, int(c.nc.MaxPayload()), nuid.Next())
 	if err != nil {
 		return nil, err
 	}
+	if len(chunks) == 1 {
+		reply, err := requestData[events.RegisterReply](ctx, c, events.SubjectRegister, chunks[0])
+		if err == nil && reply.Error != "" {
+			err = fmt.Errorf("registry refused: %s", reply.Error)
+		}
+		return reply, err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout)
+		defer cancel()
+	}
+	if err := c.Ping(ctx); err != nil {
+		return nil, err
+	}
+	inbox := c.nc.NewInbox()
+	replies := make(chan *nats.Msg, len(chunks))
+	sub, err := c.nc.ChanSubscribe(inbox+".*", replies)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", events.SubjectRegister, err)
+	}
+	defer sub.Unsubscribe()
+	for i, chunk := range chunks {
+		if err := c.nc.PublishRequest(events.SubjectRegister, fmt.Sprintf("%s.%d", inbox, i), chunk); err != nil {
+			return nil, fmt.Errorf("%s: chunk %d: %w", events.SubjectRegister, i, err)
+		}
+	}
+	got := make([]*nats.Msg, len(chunks))
+	for n := 0; n < len(chunks); {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%s: %d of %d chunks answered: %w", events.SubjectRegister, n, len(chunks), ctx.Err())
+		case msg := <-replies:
+			var i int
+			if _, err := fmt.Sscanf(msg.Subject[len(inbox)+1:], "%d", &i); err != nil || i < 0 || i >= len(chunks) || got[i] != nil {
+				continue
+			}
+			got[i] = msg
+			n++
+		}
+	}
 	total := &events.RegisterReply{}
-	for _, chunk := range chunks {
-		reply, err := requestData[events.RegisterReply](ctx, c, events.SubjectRegister, chunk)
+	for _, msg := range got {
+		reply, err := decodeReply[events.RegisterReply](msg)
 		if err != nil {
 			return nil, err
 		}
@@ -110,6 +155,14 @@ func requestData[T any, PT interface {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", subject, err)
 	}
+	return decodeReply[T, PT](msg)
+}
+
+// decodeReply decodes a registry's reply, or says why it refused.
+func decodeReply[T any, PT interface {
+	*T
+	events.Envelope
+}](msg *nats.Msg) (PT, error) {
 	if desc := msg.Header.Get(micro.ErrorHeader); desc != "" {
 		return nil, fmt.Errorf("registry refused the request: %s", desc)
 	}

@@ -374,6 +374,12 @@ func compactSchema(raw json.RawMessage) (json.RawMessage, error) {
 	if trimmed[0] != '{' {
 		return nil, fmt.Errorf("parameters must be a JSON Schema object, got %.20s", trimmed)
 	}
+	// Without a byte of whitespace it is compact already: kept as it is
+	// when it is valid JSON (the request's decoder checked that of every
+	// schema it decoded; Valid checks the rest).
+	if !bytes.ContainsAny(trimmed, " \t\r\n") && json.Valid(trimmed) {
+		return trimmed, nil
+	}
 	var b bytes.Buffer
 	if err := json.Compact(&b, trimmed); err != nil {
 		return nil, fmt.Errorf("parameters: %v", err)
@@ -463,14 +469,18 @@ func (r *Registry) drop(t *events.Tool) {
 // dropUnseen ends a Replace request: the provider stops hosting the tools of
 // the request's scope it did not name; a tool no one hosts is removed.
 func (r *Registry) dropUnseen(req *events.RegisterRequest, seen map[string]bool, changes *[]events.Change) []string {
-	var removed []string
-	for _, name := range r.sortedNames() {
-		t := r.tools[name].Tool()
-		if t.Source != req.Source || t.Server != req.Server || !slices.Contains(t.Hosts, req.Provider) || seen[identityOf(t)] {
-			continue
+	var unseen []*events.Tool
+	for _, e := range r.tools {
+		t := e.Tool()
+		if t.Source == req.Source && t.Server == req.Server && slices.Contains(t.Hosts, req.Provider) && !seen[identityOf(t)] {
+			unseen = append(unseen, t)
 		}
+	}
+	slices.SortFunc(unseen, func(a, b *events.Tool) int { return strings.Compare(a.Name, b.Name) })
+	var removed []string
+	for _, t := range unseen {
 		if r.unhost(t, req.Provider, changes) {
-			removed = append(removed, name)
+			removed = append(removed, t.Name)
 		}
 	}
 	return removed

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -213,6 +214,9 @@ func (r *Registry) dirtyShards() (map[string][]byte, error) {
 			members[key] = append(names, name)
 		}
 	}
+	if err := r.encodeMissing(members); err != nil {
+		return nil, err
+	}
 	shards := make(map[string][]byte, len(members))
 	for key, names := range members {
 		if len(names) == 0 {
@@ -233,6 +237,38 @@ func (r *Registry) dirtyShards() (map[string][]byte, error) {
 		shards[key] = catalog.AppendShard(make([]byte, 0, size), lines)
 	}
 	return shards, nil
+}
+
+// encodeMissing encodes, on every core, the entries of members's tools
+// that changed since they were last encoded. The caller holds mu.
+func (r *Registry) encodeMissing(members map[string][]string) error {
+	var todo []string
+	for _, names := range members {
+		for _, name := range names {
+			if _, ok := r.lines[name]; !ok {
+				todo = append(todo, name)
+			}
+		}
+	}
+	lines := make([][]byte, len(todo))
+	errs := make([]error, len(todo))
+	workers := min(runtime.GOMAXPROCS(0), len(todo)/256+1)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < len(todo); i += workers {
+				lines[i], errs[i] = events.EncodeTool(r.tools[todo[i]].Tool())
+			}
+		})
+	}
+	wg.Wait()
+	for i, name := range todo {
+		if errs[i] != nil {
+			return fmt.Errorf("encode %q: %w", name, errs[i])
+		}
+		r.lines[name] = lines[i]
+	}
+	return nil
 }
 
 // encoded is the catalogue entry of the tool named name as the bucket
