@@ -7,6 +7,7 @@ import (
 	"maps"
 	"time"
 
+	"github.com/toolbus/toolbus/internal/catalog"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/registry"
 	"github.com/toolbus/toolbus/internal/tool"
@@ -111,9 +112,9 @@ func (e *Executor) Host(ctx context.Context, scope Scope, tools []tool.Tool) (*e
 		set.tools = append(set.tools, h)
 	}
 	e.hostMu.Lock()
-	defer e.hostMu.Unlock()
 	select {
 	case <-e.stopping:
+		e.hostMu.Unlock()
 		return nil, errShutdown
 	default:
 	}
@@ -122,10 +123,59 @@ func (e *Executor) Host(ctx context.Context, scope Scope, tools []tool.Tool) (*e
 	if errors.Is(err, registry.ErrNoRegistry) {
 		e.wakeRegistrar()
 	}
+	e.hostMu.Unlock()
+	if err == nil {
+		e.awaitListed(ctx, reply)
+	}
 	if reply != nil {
 		reply.Tools = append(reply.Tools, refused...)
 	}
 	return reply, err
+}
+
+// awaitListed waits until this executor's catalogue holds every tool the
+// registry took in reply, so that they are callable through it once Host
+// (or Start) returns: the registry answers once the catalogue bucket has
+// them, and the executor's replica gets them a moment later. It waits at
+// most listedWait, or until ctx ends; then a call may still find a tool
+// missing for that moment, which it reports as not found.
+func (e *Executor) awaitListed(ctx context.Context, reply *events.RegisterReply) {
+	if e.catalog == nil || reply == nil {
+		return
+	}
+	timeout := time.NewTimer(listedWait)
+	defer timeout.Stop()
+	for {
+		changed := e.catalog.Changed()
+		if holdsAll(e.catalog.Catalog(), reply.Tools) {
+			return
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return
+		case <-timeout.C:
+			e.log.Warn("the catalogue does not list every tool the registry took yet", "after", listedWait)
+			return
+		case <-e.stopping:
+			return
+		}
+	}
+}
+
+// listedWait bounds awaitListed.
+const listedWait = 10 * time.Second
+
+// holdsAll reports whether c lists every tool outcomes name.
+func holdsAll(c *catalog.Catalog, outcomes []events.ToolOutcome) bool {
+	for _, o := range outcomes {
+		if o.Name != "" && o.Error == "" {
+			if _, ok := c.Lookup(o.Name); !ok {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // registerSet sends set to the registry and, once it answers, puts the
@@ -252,18 +302,21 @@ func (e *Executor) hostBuiltins() error {
 // registry is up yet.
 func (e *Executor) registerBuiltins(ctx context.Context) error {
 	e.hostMu.Lock()
-	defer e.hostMu.Unlock()
 	set := e.sets[Scope{Source: events.SourceBuiltin}.key()]
 	if len(set.tools) == 0 {
+		e.hostMu.Unlock()
 		return nil
 	}
-	_, err := e.registerSet(ctx, set)
+	reply, err := e.registerSet(ctx, set)
 	if errors.Is(err, registry.ErrNoRegistry) {
 		e.wakeRegistrar()
+		e.hostMu.Unlock()
 		return nil
 	}
+	e.hostMu.Unlock()
 	if err != nil {
 		return fmt.Errorf("executor: register tools: %w", err)
 	}
+	e.awaitListed(ctx, reply)
 	return nil
 }
