@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -78,37 +79,71 @@ func start(ctx, wctx context.Context, kv jetstream.KeyValue, log *slog.Logger, f
 	if err != nil {
 		return nil, nil, fmt.Errorf("read catalogue: %w", err)
 	}
-	// Shards are collected first and decoded once all are in: decoding in
-	// the receive loop would hold up the watcher's flow control.
-	pending := make(map[string][]byte)
+	// Shards are decoded as they arrive, by workers beside the receive
+	// loop (decoding in the loop would hold up the watcher's flow
+	// control). A shard that comes again before the end is decoded again;
+	// only the decoding of its last value counts.
+	type job struct {
+		raw     rawShard
+		version int
+	}
+	type done struct {
+		sh      *shard
+		version int
+	}
+	var (
+		latest  = make(map[string]int) // key -> version of its last value; 0: deleted
+		version int
+		mu      sync.Mutex
+		decoded = make(map[string]done)
+		jobs    = make(chan job, 64)
+		wg      sync.WaitGroup
+		empty   = newShardSet() // decode reads it: nothing to reuse
+	)
+	for range runtime.GOMAXPROCS(0) {
+		wg.Go(func() {
+			for j := range jobs {
+				sh := empty.decode([]rawShard{j.raw}, log)[0]
+				mu.Lock()
+				if decoded[j.raw.key].version < j.version {
+					decoded[j.raw.key] = done{sh: sh, version: j.version}
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	finish := func() { close(jobs); wg.Wait() }
 	for {
 		select {
 		case <-ctx.Done():
+			finish()
 			w.Stop()
 			return nil, nil, fmt.Errorf("read catalogue: %w", ctx.Err())
 		case kve, ok := <-w.Updates():
 			if !ok {
+				finish()
 				return nil, nil, errors.New("read catalogue: watcher closed")
 			}
 			if kve == nil {
-				raw := make([]rawShard, 0, len(pending))
-				for key, data := range pending {
-					raw = append(raw, rawShard{key: key, data: data})
-				}
+				finish()
 				set := newShardSet()
-				for i, sh := range set.decode(raw, log) {
-					set.put(raw[i].key, sh)
+				for key, v := range latest {
+					if d := decoded[key]; v > 0 && d.version == v {
+						set.put(key, d.sh)
+					}
 				}
 				return set, w, nil
 			}
 			if !IsShardKey(kve.Key()) {
 				continue
 			}
-			if kve.Operation() == jetstream.KeyValuePut {
-				pending[kve.Key()] = kve.Value()
-			} else {
-				delete(pending, kve.Key())
+			if kve.Operation() != jetstream.KeyValuePut {
+				latest[kve.Key()] = 0
+				continue
 			}
+			version++
+			latest[kve.Key()] = version
+			jobs <- job{raw: rawShard{key: kve.Key(), data: kve.Value()}, version: version}
 		}
 	}
 }

@@ -14,20 +14,21 @@ import (
 )
 
 // The catalogue bucket holds the catalogue in shards. A tool belongs to
-// the shard ShardOf(tool): one of NameShards shards of the provider that
-// registered it first (its first host). A shard's value is its tools'
-// catalogue entries (events.EncodeTool), one per line, sorted by name; a
-// shard with no tools has no key.
+// the shard ShardOf(tool): one of NameShards shards of its set, the tools
+// of one source (and MCP server) that the provider that registered it
+// first (its first host) hosts. A shard's value is its tools' catalogue
+// entries (events.EncodeTool), one per line, sorted by name; a shard with
+// no tools has no key.
 //
-// Why shards, and why by provider: a project's discovery command can
-// declare 10,000 tools at once, and the registry must make them visible to
-// every reader fast. Kept one key per tool, that is 10,000 JetStream writes
-// and 10,000 messages to every reader (about a second here); in shards it
-// is a few dozen messages of some KiB. By provider, a set that changes
-// whole (a re-discovery, an MCP server's tools/list) rewrites its own
-// provider's shards and no other's; a change to one tool rewrites
-// 1/NameShards of its provider's tools. The bucket is still a plain KV
-// bucket that any NATS client can watch.
+// Why shards, and why by set: a project's discovery command can declare
+// 10,000 tools at once, and the registry must make them visible to every
+// reader fast. Kept one key per tool, that is 10,000 JetStream writes and
+// 10,000 messages to every reader (about a second here); in shards it is
+// a few dozen messages of some KiB. By set, a set that changes whole (a
+// re-discovery, an MCP server's new tools/list) rewrites its own shards
+// and no other's, however many other sets its provider hosts; a change to
+// one tool rewrites 1/NameShards of its set. The bucket is still a plain
+// KV bucket that any NATS client can watch.
 const NameShards = 64
 
 // shardPrefix starts every shard key; keys without it are not the
@@ -41,18 +42,22 @@ func ShardOf(t *events.Tool) string {
 	if len(t.Hosts) > 0 {
 		first = t.Hosts[0]
 	}
-	return ShardKey(first, t.Name)
+	return ShardKey(first, t.Source, t.Server, t.Name)
 }
 
-// ShardKey is the key of the shard that holds the tool named name whose
-// first host is host.
-func ShardKey(host, name string) string {
+// ShardKey is the key of the shard that holds the tool named name of
+// source and server whose first host is host.
+func ShardKey(host string, source events.Source, server, name string) string {
 	h := fnv.New32a()
 	h.Write([]byte(host))
-	p := h.Sum32()
+	h.Write([]byte{0})
+	h.Write([]byte(source))
+	h.Write([]byte{0})
+	h.Write([]byte(server))
+	set := h.Sum32()
 	h.Reset()
 	h.Write([]byte(name))
-	return fmt.Sprintf("%s%08x.%02x", shardPrefix, p, h.Sum32()%NameShards)
+	return fmt.Sprintf("%s%08x.%02x", shardPrefix, set, h.Sum32()%NameShards)
 }
 
 // IsShardKey reports whether key is the bucket key of a shard.

@@ -24,7 +24,7 @@ func entryLine(t testing.TB, name, host string) []byte {
 // registry may have put anything there), decoding it never panics, and
 // every tool it yields belongs in that shard, once.
 func FuzzShard(f *testing.F) {
-	key := ShardKey("h", "a")
+	key := ShardKey("h", events.SourceBuiltin, "", "a")
 	f.Add([]byte(nil))
 	f.Add(AppendShard(nil, [][]byte{entryLine(f, "a", "h")}))
 	f.Add(AppendShard(nil, [][]byte{entryLine(f, "a", "h"), entryLine(f, "a", "h"), []byte("{"), entryLine(f, "b", "other")}))
@@ -60,7 +60,7 @@ func FuzzShard(f *testing.F) {
 // is written to both, and readers may get them in either order: it stays
 // in the catalogue either way, and goes when its last shard drops it.
 func TestAToolMovingBetweenShardsStays(t *testing.T) {
-	from, to := ShardKey("old-host", "x"), ShardKey("new-host", "x")
+	from, to := ShardKey("old-host", events.SourceBuiltin, "", "x"), ShardKey("new-host", events.SourceBuiltin, "", "x")
 	old := AppendShard(nil, [][]byte{entryLine(t, "x", "old-host")})
 	moved := AppendShard(nil, [][]byte{entryLine(t, "x", "new-host")})
 	for _, newFirst := range []bool{true, false} {

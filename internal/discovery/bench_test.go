@@ -167,7 +167,7 @@ func BenchmarkDiscovery(b *testing.B) {
 		seen := make(map[string]bool)
 		for _, t := range set {
 			spec := t.Spec()
-			key := catalog.ShardOf(&events.Tool{Name: spec.Name, Hosts: []string{"executor@bench"}})
+			key := catalog.ShardOf(&events.Tool{Name: spec.Name, Source: events.SourceDiscovered, Hosts: []string{"executor@bench"}})
 			if !seen[key] {
 				seen[key] = true
 				out = append(out, spec)
@@ -316,6 +316,14 @@ func BenchmarkDiscoveredCall(b *testing.B) {
 			if _, err := ex.Host(ctx, executor.Scope{Source: events.SourceDiscovered}, tools); err != nil {
 				b.Fatal(err)
 			}
+			// A tool that does nothing, through the same pipeline: what
+			// the bus and the pipeline cost a call by themselves.
+			noop := tool.Func(events.ToolSpec{Name: "bench_noop", Kind: events.KindRead}, func(context.Context, *tool.Call) (*tool.Output, error) {
+				return tool.Text("ok"), nil
+			})
+			if _, err := ex.Host(ctx, executor.Scope{Source: events.SourceBuiltin}, []tool.Tool{noop}); err != nil {
+				b.Fatal(err)
+			}
 			name := specs[n/2].Name
 			client := executor.NewClient(bustest.Connect(b, bb).Conn(), events.Identity{ID: "agent:bench", Role: "agent"})
 			through := func() {
@@ -339,12 +347,19 @@ func BenchmarkDiscoveredCall(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			l := measure.Interleaved(samples, direct, through, run)
+			nothing := func() {
+				res, err := client.Invoke(ctx, &events.Invocation{Tool: "bench_noop", Args: json.RawMessage(`{}`)}, nil)
+				if err != nil || res.Error != nil {
+					b.Fatalf("%v %+v", err, res)
+				}
+			}
+			l := measure.Interleaved(samples, direct, through, run, nothing)
 			fmt.Printf("\na discovered tool's call, %d discovered tools registered, %d calls each (machine loaded: 2 cores shared)\n", n, samples)
 			fmt.Printf("%-52s %10s %10s %8s\n", "", "p50", "p99", "p50 ×")
 			fmt.Printf("%-52s %10s %10s %8s\n", "the call command run directly (baseline)", l[0].P50, l[0].P99, "1.00×")
 			fmt.Printf("%-52s %10s %10s %8s   goal ≤ 1.15×\n", "through toolbus", l[1].P50, l[1].P99, ratio(l[1].P50, l[0].P50))
 			fmt.Printf("%-52s %10s %10s %8s\n", "  the tool's Run alone (process tree, no bus)", l[2].P50, l[2].P99, ratio(l[2].P50, l[0].P50))
+			fmt.Printf("%-52s %10s %10s\n", "  a tool that does nothing, through toolbus", l[3].P50, l[3].P99)
 			b.ReportMetric(float64(l[1].P50)/float64(l[0].P50), fmt.Sprintf("x-direct@%d", n))
 			client.Close()
 		}
