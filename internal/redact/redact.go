@@ -78,7 +78,7 @@ var valuePatterns = []string{
 // Both keep the name and hide the value: "password=...", "TOKEN: ...",
 // `"api_key": "..."`, and the password of a URL's user info.
 var (
-	assignment = regexp.MustCompile(`(?i)([A-Za-z0-9_.-]*(?:password|passwd|passphrase|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|credential|authorization|cookie)[A-Za-z0-9_.-]*)("?\s*[=:]\s*"?)([^\s"',;&]+)`)
+	assignment  = regexp.MustCompile(`(?i)([A-Za-z0-9_.-]*(?:password|passwd|passphrase|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|credential|authorization|cookie)[A-Za-z0-9_.-]*)("?\s*[=:]\s*"?)([^\s"',;&]+)`)
 	urlUserInfo = regexp.MustCompile(`(://[^/\s:@]+):([^/\s@]+)@`)
 )
 
