@@ -1,0 +1,445 @@
+// Package audit reads the audit stream (TOOLBUS_EVENTS, every event under
+// tool.>) back as invocations: each joined from its own events, the
+// invocation, the policy's decision, the confirmation and the answer acted
+// on, the hooks, the steps, the terminal result. It reads straight from
+// the stream with an ordered consumer, from a start time to the end the
+// stream had when the read began (or an end time), and never writes.
+// What it returns is as recorded; Redact makes a record fit to show.
+package audit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/redact"
+)
+
+// Subjects are the subjects an audit read takes in: everything about an
+// invocation but its progress output, which only Show reads.
+var Subjects = []string{
+	events.SubjectInvoke, events.SubjectDecision, events.SubjectConfirm, events.SubjectConfirmOutcomes,
+	events.SubjectResult, events.SubjectStep, events.SubjectHook, events.SubjectCancel,
+}
+
+// Query selects invocations. Zero fields select everything.
+type Query struct {
+	// Since and Until bound the invocations' times (Until exclusive).
+	Since, Until time.Time
+	// Tool, Caller (an identity's id, agent or user), Approver and
+	// Outcome (OK, an error type, or PENDING) select by equality;
+	// Verdict is ALLOW, DENY or ASK_USER.
+	Tool, Caller, Verdict, Outcome, Approver string
+	// ID selects one invocation.
+	ID string
+}
+
+// Record is one invocation and what happened to it.
+type Record struct {
+	ID     string          `json:"id"`
+	Time   time.Time       `json:"time"`
+	Tool   string          `json:"tool"`
+	Caller events.Identity `json:"caller"`
+	Args   json.RawMessage `json:"args,omitempty"`
+	// Verdict, Reason and PolicyRevision are the policy's decision.
+	Verdict        events.Verdict `json:"verdict,omitempty"`
+	Reason         string         `json:"reason,omitempty"`
+	PolicyRevision string         `json:"policyRevision,omitempty"`
+	// Cached is set when the executor reused a decision for an identical
+	// input.
+	Cached bool `json:"cachedDecision,omitempty"`
+	// Approver and Answer are the confirmation answer the executor acted
+	// on; Rejected counts the answers it refused.
+	Approver *events.Identity `json:"approver,omitempty"`
+	Answer   events.Outcome   `json:"answer,omitempty"`
+	Rejected int              `json:"rejectedAnswers,omitempty"`
+	// Outcome is OK, the result's error type, or PENDING while the stream
+	// holds no terminal result.
+	Outcome string `json:"outcome"`
+	// Executor is who sent the terminal result.
+	Executor string `json:"executor,omitempty"`
+	// DurationMillis is from the invocation to its terminal result.
+	DurationMillis int64 `json:"durationMillis,omitempty"`
+	Error          string `json:"error,omitempty"`
+	Truncated      bool   `json:"truncated,omitempty"`
+	// OutputRef names the whole output in the output store, when the
+	// result was cut.
+	OutputRef string `json:"outputRef,omitempty"`
+	// LateResults counts results sent after the terminal one.
+	LateResults int `json:"lateResults,omitempty"`
+	// Events is the invocation's timeline, in stream order; Show fills it.
+	Events []Event `json:"events,omitempty"`
+
+	result *events.Result
+}
+
+// Outcome values besides error types.
+const (
+	OutcomeOK      = "OK"
+	OutcomePending = "PENDING"
+)
+
+// Event is one entry of an invocation's timeline.
+type Event struct {
+	Seq     uint64    `json:"seq"`
+	Time    time.Time `json:"time"`
+	Subject string    `json:"subject"`
+	Type    string    `json:"type"`
+	Sender  string    `json:"sender,omitempty"`
+	// Summary says what the event says, in one line.
+	Summary string `json:"summary"`
+	// Data is the event as recorded (Show only).
+	Data json.RawMessage `json:"data,omitempty"`
+}
+
+// Stats says how much a read went through.
+type Stats struct {
+	Messages  int           // messages read from the stream
+	Malformed int           // of them, those that did not decode
+	Elapsed   time.Duration // the read's time
+}
+
+// Read reads the invocations q selects, in the order they were made.
+func Read(ctx context.Context, js jetstream.JetStream, q Query) ([]*Record, Stats, error) {
+	return read(ctx, js, q, Subjects, false)
+}
+
+// Show reads the whole story of invocation id: every event about it, its
+// progress output's sizes included, with the events as recorded.
+func Show(ctx context.Context, js jetstream.JetStream, id string, since time.Time) (*Record, error) {
+	recs, _, err := read(ctx, js, Query{ID: id, Since: since}, append(slices.Clone(Subjects), events.SubjectProgressPrefix+">"), true)
+	if err != nil {
+		return nil, err
+	}
+	if len(recs) == 0 {
+		return nil, fmt.Errorf("no invocation %s in the audit stream", id)
+	}
+	return recs[0], nil
+}
+
+func read(ctx context.Context, js jetstream.JetStream, q Query, subjects []string, timeline bool) ([]*Record, Stats, error) {
+	start := time.Now()
+	var st Stats
+	stream, err := js.Stream(ctx, events.AuditStream)
+	if err != nil {
+		return nil, st, fmt.Errorf("audit stream %s: %w", events.AuditStream, err)
+	}
+	// The read ends at the last message under subjects as the stream
+	// holds it now.
+	var (
+		last     uint64
+		lastTime time.Time
+	)
+	for _, subj := range subjects {
+		m, err := stream.GetLastMsgForSubject(ctx, subj)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, st, fmt.Errorf("audit stream %s: %w", events.AuditStream, err)
+		}
+		last = max(last, m.Sequence)
+		if m.Time.After(lastTime) {
+			lastTime = m.Time
+		}
+	}
+	if last == 0 || lastTime.Before(q.Since) {
+		return nil, st, nil
+	}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: subjects, DeliverPolicy: jetstream.DeliverAllPolicy}
+	if !q.Since.IsZero() {
+		// Events of an invocation come after it: starting at its time
+		// misses none of them.
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &q.Since
+	}
+	cons, err := stream.OrderedConsumer(ctx, cfg)
+	if err != nil {
+		return nil, st, fmt.Errorf("audit stream %s: %w", events.AuditStream, err)
+	}
+	j := newJoiner(q, timeline)
+	for done := false; !done; {
+		batch, err := cons.Fetch(fetchBatch, jetstream.FetchMaxWait(fetchWait))
+		if err != nil {
+			return nil, st, fmt.Errorf("read the audit stream: %w", err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			meta, err := m.Metadata()
+			if err != nil {
+				continue
+			}
+			st.Messages++
+			if !j.add(m.Subject(), m.Data(), meta.Sequence.Stream, meta.Timestamp) {
+				st.Malformed++
+			}
+			if meta.Sequence.Stream >= last {
+				done = true
+				break
+			}
+		}
+		if done {
+			break
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+			return nil, st, fmt.Errorf("read the audit stream: %w", err)
+		}
+		if n == 0 {
+			// Nothing came within fetchWait: the messages up to last
+			// were removed meanwhile (retention), or there were none
+			// after Since.
+			break
+		}
+	}
+	st.Elapsed = time.Since(start)
+	return j.records(), st, nil
+}
+
+// A read fetches up to fetchBatch messages at a time, waiting at most
+// fetchWait for them.
+const (
+	fetchBatch = 2000
+	fetchWait  = 5 * time.Second
+)
+
+// joiner joins events into records as they are read.
+type joiner struct {
+	q        Query
+	timeline bool
+	byID     map[string]*Record
+	order    []*Record
+}
+
+func newJoiner(q Query, timeline bool) *joiner {
+	return &joiner{q: q, timeline: timeline, byID: make(map[string]*Record)}
+}
+
+// add takes in one message; false when it does not decode.
+func (j *joiner) add(subject string, data []byte, seq uint64, at time.Time) bool {
+	if id, ok := strings.CutPrefix(subject, events.SubjectProgressPrefix); ok {
+		if r := j.byID[id]; r != nil && j.timeline {
+			r.Events = append(r.Events, Event{Seq: seq, Time: at, Subject: subject, Type: "tool.progress",
+				Summary: fmt.Sprintf("%d bytes of output", len(data))})
+		}
+		return true
+	}
+	var (
+		r       *Record
+		sender  events.Identity
+		typ     string
+		summary string
+	)
+	switch subject {
+	case events.SubjectInvoke:
+		inv, err := events.Decode[events.Invocation](data)
+		if err != nil {
+			return false
+		}
+		if j.q.ID != "" && inv.ID != j.q.ID || !j.q.Until.IsZero() && !inv.Time.Before(j.q.Until) || inv.Time.Before(j.q.Since) {
+			return true
+		}
+		if j.byID[inv.ID] != nil {
+			return true // the same invocation again (a retry): the first counts
+		}
+		r = &Record{ID: inv.ID, Time: inv.Time, Tool: inv.Tool, Caller: inv.Sender, Args: inv.Args, Outcome: OutcomePending}
+		j.byID[inv.ID] = r
+		j.order = append(j.order, r)
+		sender, typ = inv.Sender, inv.Type
+		summary = fmt.Sprintf("%s asks for %s", inv.Sender.ID, inv.Tool)
+		if inv.TimeoutMillis > 0 {
+			summary += fmt.Sprintf(" (timeout %s)", time.Duration(inv.TimeoutMillis)*time.Millisecond)
+		}
+	case events.SubjectDecision:
+		d, err := events.Decode[events.Decision](data)
+		if err != nil {
+			return false
+		}
+		if r = j.byID[d.InvocationID]; r == nil {
+			return true
+		}
+		r.Verdict, r.Reason, r.PolicyRevision = d.Verdict, d.Reason, d.PolicyRevision
+		sender, typ = d.Sender, d.Type
+		summary = fmt.Sprintf("policy %s: %s (revision %s)", d.Verdict, d.Reason, d.PolicyRevision)
+	case events.SubjectConfirm:
+		c, err := events.Decode[events.ConfirmRequest](data)
+		if err != nil {
+			return false
+		}
+		if r = j.byID[c.InvocationID]; r == nil {
+			return true
+		}
+		sender, typ = c.Sender, c.Type
+		summary = "confirmation asked: " + c.Reason
+		if c.Command != "" {
+			summary += "; command: " + c.Command
+		}
+	case events.SubjectConfirmAnswered:
+		a, err := events.Decode[events.ConfirmAnswer](data)
+		if err != nil {
+			return false
+		}
+		if r = j.byID[a.InvocationID]; r == nil {
+			return true
+		}
+		approver := a.Sender
+		r.Approver, r.Answer = &approver, a.Outcome
+		sender, typ = a.Sender, a.Type
+		summary = fmt.Sprintf("%s answered %s", a.Sender.ID, a.Outcome)
+		if a.Message != "" {
+			summary += ": " + a.Message
+		}
+	case events.SubjectConfirmRejected:
+		c, err := events.Decode[events.ConfirmRejected](data)
+		if err != nil {
+			return false
+		}
+		if r = j.byID[c.InvocationID]; r == nil {
+			return true
+		}
+		r.Rejected++
+		sender, typ = c.Sender, c.Type
+		summary = fmt.Sprintf("answer %s of %s refused: %s", c.Answer.Outcome, c.Answer.Sender.ID, c.Reason)
+	case events.SubjectConfirmClosed:
+		c, err := events.Decode[events.ConfirmClosed](data)
+		if err != nil {
+			return false
+		}
+		if r = j.byID[c.InvocationID]; r == nil {
+			return true
+		}
+		sender, typ = c.Sender, c.Type
+		summary = fmt.Sprintf("confirmation closed, %s: %s", c.ErrorType, c.Reason)
+	case events.SubjectStep:
+		s, err := events.Decode[events.Step](data)
+		if err != nil {
+			return false
+		}
+		if r = j.byID[s.InvocationID]; r == nil {
+			return true
+		}
+		sender, typ = s.Sender, s.Type
+		summary = "step " + s.Step
+	case events.SubjectHook:
+		h, err := events.Decode[events.HookRun](data)
+		if err != nil {
+			return false
+		}
+		if r = j.byID[h.InvocationID]; r == nil {
+			return true
+		}
+		sender, typ = h.Sender, h.Type
+		summary = fmt.Sprintf("%s hook %s: %s", h.Event, h.Hook, h.Outcome)
+		if h.Message != "" {
+			summary += ": " + h.Message
+		}
+	case events.SubjectCancel:
+		c, err := events.Decode[events.CancelRequest](data)
+		if err != nil {
+			return false
+		}
+		if r = j.byID[c.InvocationID]; r == nil {
+			return true
+		}
+		sender, typ = c.Sender, c.Type
+		summary = fmt.Sprintf("%s cancels", c.Sender.ID)
+	case events.SubjectResult:
+		res, err := events.Decode[events.Result](data)
+		if err != nil {
+			return false
+		}
+		if r = j.byID[res.InvocationID]; r == nil {
+			return true
+		}
+		sender, typ = res.Sender, res.Type
+		if res.Late || r.result != nil {
+			r.LateResults++
+			summary = "late result: " + outcomeOf(res)
+			break
+		}
+		r.result = res
+		r.Outcome, r.Executor = outcomeOf(res), res.Sender.ID
+		r.DurationMillis = res.Time.Sub(r.Time).Milliseconds()
+		r.Truncated, r.OutputRef = res.Truncated, res.OutputRef
+		if res.Error != nil {
+			r.Error = res.Error.Message
+		}
+		// Only an ASK_USER decision is an event of its own; the result
+		// carries every decision.
+		if p := res.Policy; p != nil {
+			r.Verdict, r.Reason, r.PolicyRevision, r.Cached = p.Verdict, p.Reason, p.Revision, p.Cached
+		}
+		summary = fmt.Sprintf("result %s after %s", r.Outcome, time.Duration(r.DurationMillis)*time.Millisecond)
+		if res.OutputRef != "" {
+			summary += "; whole output in " + events.OutputBucket + "/" + res.OutputRef
+		}
+	default:
+		return true
+	}
+	if j.timeline && r != nil {
+		r.Events = append(r.Events, Event{Seq: seq, Time: at, Subject: subject, Type: typ, Sender: sender.ID, Summary: summary, Data: data})
+	}
+	return true
+}
+
+func outcomeOf(res *events.Result) string {
+	if res.Error == nil {
+		return OutcomeOK
+	}
+	return string(res.Error.Type)
+}
+
+// records are the joined records q selects, in invocation order.
+func (j *joiner) records() []*Record {
+	out := make([]*Record, 0, len(j.order))
+	for _, r := range j.order {
+		if j.q.matches(r) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func (q Query) matches(r *Record) bool {
+	switch {
+	case q.Tool != "" && r.Tool != q.Tool:
+		return false
+	case q.Caller != "" && r.Caller.ID != q.Caller && r.Caller.Agent != q.Caller && r.Caller.User != q.Caller:
+		return false
+	case q.Verdict != "" && string(r.Verdict) != q.Verdict:
+		return false
+	case q.Outcome != "" && r.Outcome != q.Outcome:
+		return false
+	case q.Approver != "" && (r.Approver == nil || r.Approver.ID != q.Approver):
+		return false
+	}
+	return true
+}
+
+// Redact is r fit to show: its arguments, reason, error, and timeline
+// (summaries and recorded events) through red. r is left as it is.
+func Redact(r *Record, red *redact.Redactor) *Record {
+	c := *r
+	c.result = nil
+	c.Args = red.JSON(r.Args)
+	c.Reason = red.Text(r.Reason)
+	c.Error = red.Text(r.Error)
+	c.Events = make([]Event, len(r.Events))
+	for i, e := range r.Events {
+		e.Summary = red.Text(e.Summary)
+		if e.Data != nil {
+			e.Data = red.JSON(e.Data)
+		}
+		c.Events[i] = e
+	}
+	if len(r.Events) == 0 {
+		c.Events = nil
+	}
+	return &c
+}
