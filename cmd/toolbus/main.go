@@ -37,6 +37,10 @@ Usage:
   toolbus policy show [--json]        the pushed policy's revision
   toolbus allowlist list [--json] | revoke KEY...
   toolbus confirm [--as ID] [--json]  answer confirmation requests in the terminal (--json: JSON lines, for scripts)
+  toolbus audit list [--since D|T] [--until T] [--tool NAME] [--caller ID] [--verdict V] [--outcome TYPE] [--approver ID] [--json]
+      every invocation in the audit stream with its decision, approver and outcome, secrets hidden
+  toolbus audit show ID [--json]      one invocation's whole story, event by event
+  toolbus audit export [--since D|T] [--format jsonl]   one invocation a line, for a SIEM
   toolbus version
 
 Every command that talks to a bus takes --nats URL (default $TOOLBUS_NATS,
@@ -79,6 +83,8 @@ func run(args []string) error {
 		return runConsole(args[1:])
 	case "confirm":
 		return runConfirm(args[1:])
+	case "audit":
+		return runAudit(args[1:])
 	case "version":
 		fmt.Println("toolbus", version)
 		return nil

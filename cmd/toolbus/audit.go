@@ -1,0 +1,264 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/toolbus/toolbus/internal/audit"
+	"github.com/toolbus/toolbus/internal/bus"
+	"github.com/toolbus/toolbus/internal/cli"
+	"github.com/toolbus/toolbus/internal/redact"
+)
+
+func runAudit(args []string) error {
+	if len(args) == 0 {
+		return usageError{errors.New("audit: want list, show or export")}
+	}
+	switch args[0] {
+	case "list":
+		return auditList(args[1:], false)
+	case "export":
+		return auditList(args[1:], true)
+	case "show":
+		return auditShow(args[1:])
+	}
+	return usageError{fmt.Errorf("audit: unknown sub-command %q (want list, show or export)", args[0])}
+}
+
+// auditFlags are the flags every audit command shares.
+type auditFlags struct {
+	natsURL, since, until, redactFile *string
+	patterns                          *stringList
+}
+
+func newAuditFlags(fs *flag.FlagSet) *auditFlags {
+	f := &auditFlags{natsURL: cli.NATSFlag(fs), patterns: &stringList{}}
+	f.since = fs.String("since", "", "from this time (RFC 3339) or this long ago (24h, 7d)")
+	f.until = fs.String("until", "", "before this time (RFC 3339) or this long ago")
+	f.redactFile = fs.String("redact-patterns", "", "a file of further patterns (RE2, one a line) whose matches are hidden")
+	fs.Var(f.patterns, "redact", "a further pattern (RE2) whose matches are hidden; may repeat")
+	return f
+}
+
+// redactor is the built-in rules plus the configured patterns.
+func (f *auditFlags) redactor() (*redact.Redactor, error) {
+	patterns := append([]string(nil), *f.patterns...)
+	if *f.redactFile != "" {
+		data, err := os.ReadFile(*f.redactFile)
+		if err != nil {
+			return nil, usageError{fmt.Errorf("--redact-patterns: %w", err)}
+		}
+		for line := range strings.Lines(string(data)) {
+			if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+				patterns = append(patterns, line)
+			}
+		}
+	}
+	r, err := redact.New(patterns...)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	return r, nil
+}
+
+// parseWhen reads an RFC 3339 time, or a duration back from now ("7d"
+// counts days).
+func parseWhen(flagName, s string, now time.Time) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t, nil
+	}
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		var n int
+		if _, err := fmt.Sscanf(days, "%d", &n); err == nil && n >= 0 && fmt.Sprint(n) == days {
+			return now.Add(-time.Duration(n) * 24 * time.Hour), nil
+		}
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return time.Time{}, usageError{fmt.Errorf("--%s %q: want an RFC 3339 time or how long ago (90m, 24h, 7d)", flagName, s)}
+	}
+	return now.Add(-d), nil
+}
+
+func auditList(args []string, export bool) error {
+	name := "audit list"
+	if export {
+		name = "audit export"
+	}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	af := newAuditFlags(fs)
+	tool := fs.String("tool", "", "only calls of this tool")
+	caller := fs.String("caller", "", "only calls of this caller (its id, agent or user)")
+	verdict := fs.String("verdict", "", "only calls the policy judged ALLOW, DENY or ASK_USER")
+	outcome := fs.String("outcome", "", "only calls that ended so: OK, an error type (POLICY_DENIED, ...) or PENDING")
+	approver := fs.String("approver", "", "only calls this approver answered")
+	asJSON := fs.Bool("json", false, "print a JSON array of invocations")
+	format := fs.String("format", "jsonl", "export format: jsonl, one invocation a line")
+	if rest, err := parse(fs, args); err != nil {
+		return err
+	} else if len(rest) > 0 {
+		return usageError{fmt.Errorf("%s takes no arguments, got %q", name, rest)}
+	}
+	if export && *format != "jsonl" {
+		return usageError{fmt.Errorf("audit export --format %q: jsonl is the one format", *format)}
+	}
+	if *verdict != "" && *verdict != "ALLOW" && *verdict != "DENY" && *verdict != "ASK_USER" {
+		return usageError{fmt.Errorf("--verdict %q: want ALLOW, DENY or ASK_USER", *verdict)}
+	}
+	now := time.Now()
+	q := audit.Query{Tool: *tool, Caller: *caller, Verdict: *verdict, Outcome: *outcome, Approver: *approver}
+	var err error
+	if q.Since, err = parseWhen("since", *af.since, now); err != nil {
+		return err
+	}
+	if q.Until, err = parseWhen("until", *af.until, now); err != nil {
+		return err
+	}
+	red, err := af.redactor()
+	if err != nil {
+		return err
+	}
+	return withAuditBus(*af.natsURL, func(ctx context.Context, b *bus.Bus) error {
+		recs, _, err := audit.Read(ctx, b.JetStream(), q)
+		if err != nil {
+			return err
+		}
+		shown := make([]*audit.Record, len(recs))
+		for i, r := range recs {
+			shown[i] = audit.Redact(r, red)
+		}
+		switch {
+		case export:
+			return writeJSONLines(os.Stdout, shown)
+		case *asJSON:
+			return writeJSON(os.Stdout, shown)
+		}
+		return writeAuditTable(os.Stdout, shown)
+	})
+}
+
+func auditShow(args []string) error {
+	fs := flag.NewFlagSet("audit show", flag.ContinueOnError)
+	af := newAuditFlags(fs)
+	asJSON := fs.Bool("json", false, "print the invocation and its events as JSON")
+	rest, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 1 {
+		return usageError{errors.New("audit show takes one invocation id")}
+	}
+	since, err := parseWhen("since", *af.since, time.Now())
+	if err != nil {
+		return err
+	}
+	red, err := af.redactor()
+	if err != nil {
+		return err
+	}
+	return withAuditBus(*af.natsURL, func(ctx context.Context, b *bus.Bus) error {
+		r, err := audit.Show(ctx, b.JetStream(), rest[0], since)
+		if err != nil {
+			return err
+		}
+		r = audit.Redact(r, red)
+		if *asJSON {
+			return writeJSON(os.Stdout, r)
+		}
+		return writeStory(os.Stdout, r)
+	})
+}
+
+// withAuditBus is withBus with the time a read of a long history takes.
+func withAuditBus(natsURL string, f func(ctx context.Context, b *bus.Bus) error) error {
+	log, _ := cli.Logger("warn")
+	ctx, cancel := cli.SignalContext()
+	defer cancel()
+	connectCtx, cancelConnect := context.WithTimeout(ctx, 30*time.Second)
+	defer cancelConnect()
+	b, err := cli.Connect(connectCtx, natsURL, "toolbus-audit", log)
+	if err != nil {
+		return err
+	}
+	defer cli.Close(b)
+	return f(ctx, b)
+}
+
+func writeJSONLines(w io.Writer, recs []*audit.Record) error {
+	bw := bufio.NewWriter(w)
+	enc := json.NewEncoder(bw)
+	for _, r := range recs {
+		if err := enc.Encode(r); err != nil {
+			return err
+		}
+	}
+	return bw.Flush()
+}
+
+func writeAuditTable(w io.Writer, recs []*audit.Record) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TIME\tID\tTOOL\tCALLER\tVERDICT\tAPPROVER\tOUTCOME\tDURATION\tREASON")
+	for _, r := range recs {
+		approver, verdict := "-", string(r.Verdict)
+		if r.Approver != nil {
+			approver = r.Approver.ID + " (" + string(r.Answer) + ")"
+		}
+		if verdict == "" {
+			verdict = "-"
+		}
+		duration := "-"
+		if r.Outcome != audit.OutcomePending {
+			duration = (time.Duration(r.DurationMillis) * time.Millisecond).String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Time.Local().Format(time.DateTime), r.ID, r.Tool, r.Caller.ID,
+			verdict, approver, r.Outcome, duration, oneLine(r.Reason, 60))
+	}
+	return tw.Flush()
+}
+
+func writeStory(w io.Writer, r *audit.Record) error {
+	bw := bufio.NewWriter(w)
+	fmt.Fprintf(bw, "invocation %s: %s by %s\n", r.ID, r.Tool, r.Caller.ID)
+	if len(r.Args) > 0 {
+		fmt.Fprintf(bw, "arguments: %s\n", r.Args)
+	}
+	if r.Verdict != "" {
+		fmt.Fprintf(bw, "policy:    %s (revision %s): %s\n", r.Verdict, r.PolicyRevision, r.Reason)
+	}
+	fmt.Fprintf(bw, "outcome:   %s", r.Outcome)
+	if r.Executor != "" {
+		fmt.Fprintf(bw, " from %s after %s", r.Executor, time.Duration(r.DurationMillis)*time.Millisecond)
+	}
+	fmt.Fprintln(bw)
+	for _, e := range r.Events {
+		fmt.Fprintf(bw, "  #%-8d %s  %-22s %-22s %s\n", e.Seq, e.Time.Local().Format("15:04:05.000"), e.Type, e.Sender, e.Summary)
+	}
+	return bw.Flush()
+}
+
+// oneLine is s on one line, cut to at most n runes.
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}
+
+// stringList is a flag that may repeat.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ", ") }
+func (l *stringList) Set(s string) error { *l = append(*l, s); return nil }
