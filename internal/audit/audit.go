@@ -66,7 +66,7 @@ type Record struct {
 	// Executor is who sent the terminal result.
 	Executor string `json:"executor,omitempty"`
 	// DurationMillis is from the invocation to its terminal result.
-	DurationMillis int64 `json:"durationMillis,omitempty"`
+	DurationMillis int64  `json:"durationMillis,omitempty"`
 	Error          string `json:"error,omitempty"`
 	Truncated      bool   `json:"truncated,omitempty"`
 	// OutputRef names the whole output in the output store, when the
