@@ -1,0 +1,73 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestAuditThroughUp: calls made through `toolbus up` are listed by
+// `toolbus audit list` with their verdict and outcome, told whole by
+// `audit show`, exported one a line, and no secret of their arguments
+// appears in any of it.
+func TestAuditThroughUp(t *testing.T) {
+	ws := t.TempDir()
+	os.WriteFile(filepath.Join(ws, "README.md"), []byte("# readme\n"), 0o644)
+	up := startDaemon(t, "toolbus", "up", "--listen", "127.0.0.1:0", "--data", t.TempDir(), "--workspace", ws, "--console", "off", "--mcp-listen", "off")
+	url := busURL(t, up.waitLine(t, "bus:"))
+	up.waitLine(t, "Press Ctrl-C to stop.")
+	const token = "ghp_0123456789abcdefghijABCDEFGHIJ0123456789"
+
+	if _, errOut, code := toolbus(t, "call", "read_file", "--args", `{"file_path":"README.md"}`, "--nats", url); code != 0 {
+		t.Fatalf("read_file: %s", errOut)
+	}
+	if _, errOut, code := toolbus(t, "call", "run_shell_command", "--args", `{"command":"rm -rf / # GITHUB_TOKEN=`+token+`"}`, "--nats", url); code == 0 || !strings.Contains(errOut, "POLICY_DENIED") {
+		t.Fatalf("the dangerous line: exit %d %s", code, errOut)
+	}
+
+	var recs []map[string]any
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, errOut, code := toolbus(t, "audit", "list", "--json", "--since", "1h", "--nats", url)
+		if code != 0 {
+			t.Fatalf("audit list: exit %d %s", code, errOut)
+		}
+		if err := json.Unmarshal([]byte(out), &recs); err != nil {
+			t.Fatalf("audit list --json: %v: %s", err, out)
+		}
+		if len(recs) == 2 && recs[1]["outcome"] != "PENDING" || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if len(recs) != 2 || recs[0]["tool"] != "read_file" || recs[0]["verdict"] != "ALLOW" || recs[0]["outcome"] != "OK" ||
+		recs[1]["verdict"] != "DENY" || recs[1]["outcome"] != "POLICY_DENIED" {
+		t.Fatalf("audit list: %v", recs)
+	}
+	table, _, _ := toolbus(t, "audit", "list", "--verdict", "DENY", "--nats", url)
+	story, _, code := toolbus(t, "audit", "show", recs[1]["id"].(string), "--nats", url)
+	if code != 0 || !strings.Contains(story, "tool.invocation") || !strings.Contains(story, "tool.result") {
+		t.Errorf("audit show: exit %d\n%s", code, story)
+	}
+	export, _, code := toolbus(t, "audit", "export", "--nats", url)
+	if code != 0 || strings.Count(export, "\n") != 2 {
+		t.Errorf("audit export: exit %d\n%s", code, export)
+	}
+	for what, out := range map[string]string{"list": table, "show": story, "export": export} {
+		if strings.Contains(out, token) {
+			t.Errorf("audit %s shows the token:\n%s", what, out)
+		}
+	}
+	if !strings.Contains(table, "run_shell_command") || strings.Contains(table, "read_file") {
+		t.Errorf("audit list --verdict DENY:\n%s", table)
+	}
+	if _, errOut, code := toolbus(t, "audit", "list", "--since", "yesterday", "--nats", url); code != 2 || !strings.Contains(errOut, "--since") {
+		t.Errorf("a bad --since: exit %d %s", code, errOut)
+	}
+	if _, errOut, code := toolbus(t, "audit", "show", "no-such-id", "--nats", url); code != 1 || !strings.Contains(errOut, "no invocation") {
+		t.Errorf("show of nothing: exit %d %s", code, errOut)
+	}
+}
