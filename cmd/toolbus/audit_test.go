@@ -16,7 +16,9 @@ import (
 func TestAuditThroughUp(t *testing.T) {
 	ws := t.TempDir()
 	os.WriteFile(filepath.Join(ws, "README.md"), []byte("# readme\n"), 0o644)
-	up := startDaemon(t, "toolbus", "up", "--listen", "127.0.0.1:0", "--data", t.TempDir(), "--workspace", ws, "--console", "off", "--mcp-listen", "off")
+	data := t.TempDir()
+	up := startDaemon(t, "toolbus", "up", "--listen", "127.0.0.1:0", "--data", data, "--workspace", ws, "--console", "off", "--mcp-listen", "off",
+		"--audit-checkpoint", "100ms")
 	url := busURL(t, up.waitLine(t, "bus:"))
 	up.waitLine(t, "Press Ctrl-C to stop.")
 	const token = "ghp_0123456789abcdefghijABCDEFGHIJ0123456789"
@@ -69,5 +71,26 @@ func TestAuditThroughUp(t *testing.T) {
 	}
 	if _, errOut, code := toolbus(t, "audit", "show", "no-such-id", "--nats", url); code != 1 || !strings.Contains(errOut, "no invocation") {
 		t.Errorf("show of nothing: exit %d %s", code, errOut)
+	}
+
+	// The bus's owner signs checkpoints; verify checks them with its
+	// public key, and refuses to trust a key it cannot read.
+	key := filepath.Join(data, "audit-signing.pub")
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		out, errOut, code := toolbus(t, "audit", "verify", "--key", key, "--nats", url)
+		if code != 0 {
+			t.Fatalf("audit verify: exit %d\n%s%s", code, out, errOut)
+		}
+		if !strings.Contains(out, "checkpoints matching 0") || time.Now().After(deadline) {
+			if !strings.Contains(out, "ok: no sequence is missing") {
+				t.Errorf("audit verify:\n%s", out)
+			}
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if _, errOut, code := toolbus(t, "audit", "verify", "--key", filepath.Join(data, "nothing.pub"), "--nats", url); code != 2 || !strings.Contains(errOut, "public key") {
+		t.Errorf("verify without a key: exit %d %s", code, errOut)
 	}
 }

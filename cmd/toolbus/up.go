@@ -41,6 +41,7 @@ func runUp(args []string) error {
 	policyDir := fs.String("policy", "", "directory of .rego files (default: the built-in default policy)")
 	outputs := cli.AddOutputFlags(fs)
 	mcpListen := fs.String("mcp-listen", "", "address the MCP endpoint (toolbus as an MCP server, streamable HTTP) listens on, or off (default "+defaultMCPListen+", else a free loopback port)")
+	auditOpts := cli.AuditFlags(fs)
 	consoleAddr := fs.String("console", "", "address the web console listens on, or off (default "+console.DefaultListen+", else a free loopback port); token from env "+consoleTokenEnv)
 	logLevel := cli.LogFlag(fs)
 	if rest, err := parse(fs, args); err != nil {
@@ -70,11 +71,20 @@ func runUp(args []string) error {
 	ctx, stop := cli.SignalContext()
 	defer stop()
 
-	b, err := bus.Open(ctx, bus.Config{Listen: *listen, DataDir: *dataDir, Name: "toolbus-up", Logger: log})
+	busCfg := bus.Config{Listen: *listen, DataDir: *dataDir, Name: "toolbus-up", Logger: log}
+	if err := auditOpts.Apply(&busCfg); err != nil {
+		return usageError{err}
+	}
+	b, err := bus.Open(ctx, busCfg)
 	if err != nil {
 		return err
 	}
 	defer cli.Close(b)
+	stopCheckpoints, err := auditOpts.StartCheckpoints(b, *dataDir, log)
+	if err != nil {
+		return err
+	}
+	defer stopCheckpoints()
 
 	reg, err := registry.Start(ctx, b.Conn(), b.JetStream(), registry.Config{
 		Settings: settings, Identity: cli.Identity("registry"), Logger: log})

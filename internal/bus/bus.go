@@ -49,6 +49,12 @@ type Config struct {
 	AuditMaxAge time.Duration
 	// AuditMaxBytes bounds the audit stream's size; 0 means 1 GiB.
 	AuditMaxBytes int64
+	// AuditAllowDelete lets clients delete and purge messages of the
+	// audit stream. By default the stream refuses both (JetStream's
+	// deny-delete and deny-purge), which cannot be undone for the stream:
+	// only its age and size limits remove events. For tests of tamper
+	// evidence, which must be able to tamper.
+	AuditAllowDelete bool
 }
 
 // Bus is an open connection to the toolbus NATS, and the embedded server
@@ -181,6 +187,10 @@ func ensureAudit(ctx context.Context, js jetstream.JetStream, cfg Config) error 
 	if maxBytes == 0 {
 		maxBytes = 1 << 30
 	}
+	deny := !cfg.AuditAllowDelete
+	if s, err := js.Stream(ctx, events.AuditStream); err == nil && s.CachedInfo().Config.DenyDelete {
+		deny = true // once refused, for good: JetStream cannot take it back
+	}
 	_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        events.AuditStream,
 		Description: "toolbus audit trail: every event under tool.>",
@@ -190,6 +200,8 @@ func ensureAudit(ctx context.Context, js jetstream.JetStream, cfg Config) error 
 		MaxAge:      cfg.AuditMaxAge,
 		MaxBytes:    maxBytes,
 		Discard:     jetstream.DiscardOld,
+		DenyDelete:  deny,
+		DenyPurge:   deny,
 	})
 	if err != nil {
 		return fmt.Errorf("audit stream %s: %w", events.AuditStream, err)

@@ -62,6 +62,8 @@ func examples() map[string]Envelope {
 		"hook_run_timed_out.json": &HookRun{Header: hdr("hk-2", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-1", Tool: "read_file",
 			Event: HookPost, AgentEvent: "AfterTool", Hook: "audit-log", Command: "node audit.js", File: ".gemini/settings.json",
 			Outcome: HookTimedOut, Message: "did not finish within 1m0s and was killed", DurationMillis: 61002},
+		"audit_checkpoint.json": &AuditCheckpoint{Header: hdr("ck-1", Identity{ID: "bus@dev-1", Role: "bus"}), From: 1, To: 5000, Count: 5000,
+			Digest: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", Previous: "", Key: "3b1f0c2d9e8a7b6c", Signature: "c2lnbmF0dXJl"},
 		"step.json":   &Step{Header: hdr("st-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-1", Tool: "read_file", Step: "validated"},
 		"cancel.json": &CancelRequest{Header: hdr("cx-1", Identity{ID: "cli@dev-1", Role: "cli"}), InvocationID: "inv-2", Reason: "taking too long"},
 		// A caller that stopped waiting: it publishes the call's terminal
@@ -224,6 +226,7 @@ func FuzzDecode(f *testing.F) {
 		check(Decode[ToggleRequest](data))
 		check(Decode[ChangeReply](data))
 		check(Decode[CatalogChanged](data))
+		check(Decode[AuditCheckpoint](data))
 		check(Decode[Invocation](data))
 		check(Decode[Decision](data))
 		check(Decode[ConfirmRequest](data))
@@ -290,6 +293,8 @@ func decodeAs(e Envelope, data []byte) (Envelope, error) {
 		return Decode[PolicyEvent](data)
 	case *CancelRequest:
 		return Decode[CancelRequest](data)
+	case *AuditCheckpoint:
+		return Decode[AuditCheckpoint](data)
 	case *HookRun:
 		return Decode[HookRun](data)
 	}

@@ -56,6 +56,9 @@ const (
 	// SubjectPolicyPrefix + status (pushed, applied, rejected) carries
 	// PolicyEvent.
 	SubjectPolicyPrefix = "tool.policy."
+	// SubjectAuditCheckpoint carries AuditCheckpoint: a signed digest of
+	// a range of the audit stream.
+	SubjectAuditCheckpoint = "tool.audit.checkpoint"
 	// SubjectProgressPrefix + invocation id carries a call's output as the
 	// tool produces it.
 	SubjectProgressPrefix = "tool.progress."

@@ -1,0 +1,404 @@
+package audit
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/events"
+)
+
+// Tamper evidence. The audit stream refuses deletes and purges (bus.Config
+// AuditAllowDelete); what is left to catch is a stream changed behind
+// JetStream's back, or one whose deny-delete was never set. The bus's
+// owner publishes, every so often, a checkpoint: a digest over the
+// messages since the last one, chained to it and signed with its ed25519
+// key. Verify reads the stream, recomputes each digest and checks each
+// signature with the public key it trusts, and reports every gap in the
+// sequence and every checkpoint that no longer matches.
+//
+// A range's digest is the SHA-256 of, for each message in sequence order,
+// its sequence (8 bytes, big-endian) and its leaf: the SHA-256 of its
+// subject's length (4 bytes), its subject and its data.
+
+// Key files in the bus's data directory.
+const (
+	PrivateKeyFile = "audit-signing.key"
+	PublicKeyFile  = "audit-signing.pub"
+)
+
+// LoadOrCreateKey reads the signing key in dir, making one (and its
+// public half, for verifiers) when there is none.
+func LoadOrCreateKey(dir string) (ed25519.PrivateKey, error) {
+	path := filepath.Join(dir, PrivateKeyFile)
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		pub, priv, err := ed25519.GenerateKey(rand.Reader)
+		if err != nil {
+			return nil, err
+		}
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, err
+		}
+		block := pem.EncodeToMemory(&pem.Block{Type: "TOOLBUS AUDIT SIGNING KEY", Bytes: priv.Seed()})
+		if err := os.WriteFile(path, block, 0o600); err != nil {
+			return nil, fmt.Errorf("audit signing key: %w", err)
+		}
+		pubBlock := pem.EncodeToMemory(&pem.Block{Type: "TOOLBUS AUDIT PUBLIC KEY", Bytes: pub})
+		if err := os.WriteFile(filepath.Join(dir, PublicKeyFile), pubBlock, 0o644); err != nil {
+			return nil, fmt.Errorf("audit public key: %w", err)
+		}
+		return priv, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("audit signing key: %w", err)
+	}
+	block, _ := pem.Decode(data)
+	if block == nil || block.Type != "TOOLBUS AUDIT SIGNING KEY" || len(block.Bytes) != ed25519.SeedSize {
+		return nil, fmt.Errorf("audit signing key %s: not a toolbus audit signing key", path)
+	}
+	return ed25519.NewKeyFromSeed(block.Bytes), nil
+}
+
+// ReadPublicKey reads a public key file LoadOrCreateKey wrote.
+func ReadPublicKey(path string) (ed25519.PublicKey, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("audit public key: %w", err)
+	}
+	block, _ := pem.Decode(data)
+	if block == nil || block.Type != "TOOLBUS AUDIT PUBLIC KEY" || len(block.Bytes) != ed25519.PublicKeySize {
+		return nil, fmt.Errorf("audit public key %s: not a toolbus audit public key", path)
+	}
+	return ed25519.PublicKey(block.Bytes), nil
+}
+
+// KeyID names a public key in checkpoints.
+func KeyID(pub ed25519.PublicKey) string {
+	sum := sha256.Sum256(pub)
+	return hex.EncodeToString(sum[:8])
+}
+
+// leaf is a message's hash in a range's digest.
+func leaf(subject string, data []byte) [32]byte {
+	h := sha256.New()
+	var n [4]byte
+	binary.BigEndian.PutUint32(n[:], uint32(len(subject)))
+	h.Write(n[:])
+	h.Write([]byte(subject))
+	h.Write(data)
+	var out [32]byte
+	h.Sum(out[:0])
+	return out
+}
+
+// rangeDigest is the digest of leaves, each with its sequence.
+type rangeDigest struct {
+	h     interface{ Write([]byte) (int, error) }
+	sum   func() []byte
+	count uint64
+}
+
+func newRangeDigest() *rangeDigest {
+	h := sha256.New()
+	return &rangeDigest{h: h, sum: func() []byte { return h.Sum(nil) }}
+}
+
+func (d *rangeDigest) add(seq uint64, l [32]byte) {
+	var s [8]byte
+	binary.BigEndian.PutUint64(s[:], seq)
+	d.h.Write(s[:])
+	d.h.Write(l[:])
+	d.count++
+}
+
+func (d *rangeDigest) hex() string { return hex.EncodeToString(d.sum()) }
+
+// Checkpointer publishes checkpoints of the audit stream. The bus's owner
+// runs one; Stop ends it.
+type Checkpointer struct {
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	key   ed25519.PrivateKey
+	id    events.Identity
+	every time.Duration
+	log   *slog.Logger
+
+	mu   sync.Mutex // one checkpoint at a time
+	stop chan struct{}
+	done chan struct{}
+}
+
+// StartCheckpointer publishes a checkpoint every every (when the stream
+// grew), signed with key, as id.
+func StartCheckpointer(nc *nats.Conn, js jetstream.JetStream, key ed25519.PrivateKey, id events.Identity, every time.Duration, log *slog.Logger) *Checkpointer {
+	c := &Checkpointer{nc: nc, js: js, key: key, id: id, every: every, log: log, stop: make(chan struct{}), done: make(chan struct{})}
+	go c.loop()
+	return c
+}
+
+func (c *Checkpointer) loop() {
+	defer close(c.done)
+	t := time.NewTicker(c.every)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), c.every)
+		if _, err := c.Checkpoint(ctx); err != nil {
+			c.log.Warn("audit checkpoint not published", "err", err)
+		}
+		cancel()
+	}
+}
+
+// Stop ends the checkpointer and waits for it.
+func (c *Checkpointer) Stop() {
+	select {
+	case <-c.stop:
+	default:
+		close(c.stop)
+	}
+	<-c.done
+}
+
+// Checkpoint publishes a checkpoint of what the stream holds after the
+// last one, and returns it; nil when nothing came since.
+func (c *Checkpointer) Checkpoint(ctx context.Context) (*events.AuditCheckpoint, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	stream, err := c.js.Stream(ctx, events.AuditStream)
+	if err != nil {
+		return nil, err
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	from, previous, lastCheckpoint := info.State.FirstSeq, "", uint64(0)
+	if m, err := stream.GetLastMsgForSubject(ctx, events.SubjectAuditCheckpoint); err == nil {
+		if last, err := events.Decode[events.AuditCheckpoint](m.Data); err == nil && last.Key == KeyID(c.key.Public().(ed25519.PublicKey)) {
+			from, previous, lastCheckpoint = max(from, last.To+1), last.Digest, m.Sequence
+		}
+	} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, err
+	}
+	to := info.State.LastSeq
+	// Nothing since, or only the last checkpoint itself: a quiet bus gets
+	// no checkpoint of checkpoints.
+	if info.State.Msgs == 0 || to < from || to == lastCheckpoint {
+		return nil, nil
+	}
+	d := newRangeDigest()
+	if err := scan(ctx, stream, from, to, func(seq uint64, subject string, data []byte) { d.add(seq, leaf(subject, data)) }); err != nil {
+		return nil, err
+	}
+	cp := &events.AuditCheckpoint{Header: events.Header{Sender: c.id}, From: from, To: to, Count: d.count, Digest: d.hex(),
+		Previous: previous, Key: KeyID(c.key.Public().(ed25519.PublicKey))}
+	events.Stamp(cp)
+	cp.Signature = base64.StdEncoding.EncodeToString(ed25519.Sign(c.key, cp.SignedText()))
+	data, err := events.Encode(cp)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.nc.Publish(events.SubjectAuditCheckpoint, data); err != nil {
+		return nil, err
+	}
+	return cp, c.nc.Flush()
+}
+
+// scan reads the stream's messages from..to (every subject), in order.
+func scan(ctx context.Context, stream jetstream.Stream, from, to uint64, f func(seq uint64, subject string, data []byte)) error {
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from})
+	if err != nil {
+		return err
+	}
+	for {
+		batch, err := cons.Fetch(fetchBatch, jetstream.FetchMaxWait(fetchWait))
+		if err != nil {
+			return err
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			meta, err := m.Metadata()
+			if err != nil {
+				return err
+			}
+			if meta.Sequence.Stream > to {
+				return nil
+			}
+			f(meta.Sequence.Stream, m.Subject(), m.Data())
+			if meta.Sequence.Stream == to {
+				return nil
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+			return err
+		}
+		if n == 0 {
+			return nil // the rest up to to is gone
+		}
+	}
+}
+
+// Report is what Verify found.
+type Report struct {
+	FirstSeq, LastSeq uint64
+	Messages          uint64
+	// Gaps are the ranges of sequences missing between the first message
+	// read and the last.
+	Gaps [][2]uint64
+	// Checkpoints counts the checkpoints that match; Problems says what
+	// does not (a digest, a count, a signature, the chain).
+	Checkpoints int
+	Problems    []string
+	// Unchecked counts the messages after the last checkpoint.
+	Unchecked uint64
+}
+
+// OK reports whether nothing is missing and every checkpoint matches.
+func (r *Report) OK() bool { return len(r.Gaps) == 0 && len(r.Problems) == 0 }
+
+// Verify reads the stream (from since, or all of it) and checks it
+// against its checkpoints, trusting checkpoints signed with pub only.
+func Verify(ctx context.Context, js jetstream.JetStream, since time.Time, pub ed25519.PublicKey) (*Report, error) {
+	stream, err := js.Stream(ctx, events.AuditStream)
+	if err != nil {
+		return nil, fmt.Errorf("audit stream %s: %w", events.AuditStream, err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rep := &Report{}
+	if info.State.Msgs == 0 {
+		return rep, nil
+	}
+	from := info.State.FirstSeq
+	if !since.IsZero() {
+		m, err := firstSince(ctx, stream, since)
+		if err != nil {
+			return nil, err
+		}
+		if m == 0 {
+			return rep, nil
+		}
+		from = m
+	}
+	to := info.State.LastSeq
+	keyID := KeyID(pub)
+	type leafAt struct {
+		seq  uint64
+		leaf [32]byte
+	}
+	var (
+		leaves       []leafAt // since the last checkpoint's range
+		next         uint64   // the sequence expected next
+		lastDigest   string
+		haveCheckpnt bool
+	)
+	err = scan(ctx, stream, from, to, func(seq uint64, subject string, data []byte) {
+		if rep.Messages == 0 {
+			rep.FirstSeq = seq
+		} else if seq != next {
+			rep.Gaps = append(rep.Gaps, [2]uint64{next, seq - 1})
+		}
+		rep.Messages++
+		rep.LastSeq, next = seq, seq+1
+		if subject == events.SubjectAuditCheckpoint {
+			cp, err := events.Decode[events.AuditCheckpoint](data)
+			switch {
+			case err != nil:
+				rep.Problems = append(rep.Problems, fmt.Sprintf("#%d: a checkpoint that does not decode: %v", seq, err))
+			case cp.Key != keyID:
+				rep.Problems = append(rep.Problems, fmt.Sprintf("#%d: a checkpoint signed with key %s, not the trusted %s", seq, cp.Key, keyID))
+			case !verifySignature(pub, cp):
+				rep.Problems = append(rep.Problems, fmt.Sprintf("#%d: checkpoint %d..%d: the signature does not match", seq, cp.From, cp.To))
+			default:
+				if haveCheckpnt && cp.Previous != lastDigest {
+					rep.Problems = append(rep.Problems, fmt.Sprintf("#%d: checkpoint %d..%d does not follow the one before (a checkpoint is missing or forged)", seq, cp.From, cp.To))
+				}
+				if cp.From < rep.FirstSeq {
+					// Partly before what is read (retention or --since):
+					// its digest cannot be recomputed.
+				} else {
+					d := newRangeDigest()
+					for _, l := range leaves {
+						if l.seq >= cp.From && l.seq <= cp.To {
+							d.add(l.seq, l.leaf)
+						}
+					}
+					switch {
+					case d.count != cp.Count:
+						rep.Problems = append(rep.Problems, fmt.Sprintf("#%d: checkpoint %d..%d counted %d messages, the stream holds %d of them", seq, cp.From, cp.To, cp.Count, d.count))
+					case d.hex() != cp.Digest:
+						rep.Problems = append(rep.Problems, fmt.Sprintf("#%d: checkpoint %d..%d: the messages no longer match its digest", seq, cp.From, cp.To))
+					default:
+						rep.Checkpoints++
+					}
+				}
+				haveCheckpnt, lastDigest = true, cp.Digest
+				kept := leaves[:0]
+				for _, l := range leaves {
+					if l.seq > cp.To {
+						kept = append(kept, l)
+					}
+				}
+				leaves = kept
+			}
+		}
+		leaves = append(leaves, leafAt{seq: seq, leaf: leaf(subject, data)})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the audit stream: %w", err)
+	}
+	if next <= to && rep.Messages > 0 {
+		rep.Gaps = append(rep.Gaps, [2]uint64{next, to})
+	}
+	rep.Unchecked = uint64(len(leaves))
+	return rep, nil
+}
+
+func verifySignature(pub ed25519.PublicKey, cp *events.AuditCheckpoint) bool {
+	sig, err := base64.StdEncoding.DecodeString(cp.Signature)
+	return err == nil && ed25519.Verify(pub, cp.SignedText(), sig)
+}
+
+// firstSince is the first sequence stored at or after t; 0 when none is.
+func firstSince(ctx context.Context, stream jetstream.Stream, t time.Time) (uint64, error) {
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &t})
+	if err != nil {
+		return 0, err
+	}
+	m, err := cons.Next(jetstream.FetchMaxWait(time.Second))
+	if errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, nats.ErrTimeout) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	meta, err := m.Metadata()
+	if err != nil {
+		return 0, err
+	}
+	return meta.Sequence.Stream, nil
+}

@@ -1,0 +1,52 @@
+package cli
+
+import (
+	"flag"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/toolbus/toolbus/internal/audit"
+	"github.com/toolbus/toolbus/internal/bus"
+)
+
+// AuditOptions are the audit stream's settings of the process that owns
+// the bus (toolbus up, bus): retention and checkpoints.
+type AuditOptions struct {
+	MaxAge     *time.Duration
+	MaxBytes   *int64
+	Checkpoint *time.Duration
+}
+
+// AuditFlags registers --audit-max-age, --audit-max-bytes and
+// --audit-checkpoint on fs.
+func AuditFlags(fs *flag.FlagSet) *AuditOptions {
+	return &AuditOptions{
+		MaxAge:     fs.Duration("audit-max-age", 0, "keep audit events this long (0: until --audit-max-bytes is reached)"),
+		MaxBytes:   fs.Int64("audit-max-bytes", 0, "keep at most this many bytes of audit events, dropping the oldest (0: 1 GiB)"),
+		Checkpoint: fs.Duration("audit-checkpoint", time.Minute, "publish a signed checkpoint of the audit stream this often (0: never); toolbus audit verify checks them"),
+	}
+}
+
+// Apply puts the retention into cfg.
+func (o *AuditOptions) Apply(cfg *bus.Config) error {
+	if *o.MaxAge < 0 || *o.MaxBytes < 0 || *o.Checkpoint < 0 {
+		return fmt.Errorf("--audit-max-age, --audit-max-bytes and --audit-checkpoint cannot be negative")
+	}
+	cfg.AuditMaxAge, cfg.AuditMaxBytes = *o.MaxAge, *o.MaxBytes
+	return nil
+}
+
+// StartCheckpoints publishes the audit stream's checkpoints, signed with
+// the key in dataDir (made on first use); the returned stop ends it.
+func (o *AuditOptions) StartCheckpoints(b *bus.Bus, dataDir string, log *slog.Logger) (stop func(), err error) {
+	if *o.Checkpoint == 0 {
+		return func() {}, nil
+	}
+	key, err := audit.LoadOrCreateKey(dataDir)
+	if err != nil {
+		return nil, err
+	}
+	c := audit.StartCheckpointer(b.Conn(), b.JetStream(), key, Identity("bus"), *o.Checkpoint, log)
+	return c.Stop, nil
+}
