@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,7 +23,7 @@ import (
 
 func runAudit(args []string) error {
 	if len(args) == 0 {
-		return usageError{errors.New("audit: want list, show, export or verify")}
+		return usageError{errors.New("audit: want list, show, export, tail or verify")}
 	}
 	switch args[0] {
 	case "list":
@@ -33,8 +34,10 @@ func runAudit(args []string) error {
 		return auditShow(args[1:])
 	case "verify":
 		return auditVerify(args[1:])
+	case "tail":
+		return auditTail(args[1:])
 	}
-	return usageError{fmt.Errorf("audit: unknown sub-command %q (want list, show, export or verify)", args[0])}
+	return usageError{fmt.Errorf("audit: unknown sub-command %q (want list, show, export, tail or verify)", args[0])}
 }
 
 // auditFlags are the flags every audit command shares.
@@ -306,4 +309,59 @@ func auditVerify(args []string) error {
 		fmt.Println("ok: no sequence is missing and every checkpoint matches")
 		return nil
 	})
+}
+
+func auditTail(args []string) error {
+	fs := flag.NewFlagSet("audit tail", flag.ContinueOnError)
+	af := newAuditFlags(fs)
+	tool := fs.String("tool", "", "only calls of this tool")
+	caller := fs.String("caller", "", "only calls of this caller (its id, agent or user)")
+	verdict := fs.String("verdict", "", "only calls the policy judged ALLOW, DENY or ASK_USER")
+	outcome := fs.String("outcome", "", "only calls that ended so: OK, an error type or PENDING")
+	approver := fs.String("approver", "", "only calls this approver answered")
+	asJSON := fs.Bool("json", false, "print each invocation as a JSON line")
+	if rest, err := parse(fs, args); err != nil {
+		return err
+	} else if len(rest) > 0 {
+		return usageError{fmt.Errorf("audit tail takes no arguments, got %q", rest)}
+	}
+	red, err := af.redactor()
+	if err != nil {
+		return err
+	}
+	q := audit.Query{Tool: *tool, Caller: *caller, Verdict: *verdict, Outcome: *outcome, Approver: *approver}
+	return withAuditBus(*af.natsURL, func(ctx context.Context, b *bus.Bus) error {
+		enc := json.NewEncoder(os.Stdout)
+		fmt.Fprintln(os.Stderr, "following the audit stream; Ctrl-C to stop")
+		return audit.Tail(ctx, b.JetStream(), q, func(r *audit.Record) {
+			r = audit.Redact(r, red)
+			if *asJSON {
+				enc.Encode(r)
+				return
+			}
+			writeAuditTable(&skipHeader{w: os.Stdout}, []*audit.Record{r})
+		})
+	})
+}
+
+// skipHeader drops the first line written to it: a table's header, for
+// rows printed one at a time.
+type skipHeader struct {
+	w       io.Writer
+	skipped bool
+}
+
+func (s *skipHeader) Write(p []byte) (int, error) {
+	if !s.skipped {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		s.skipped = true
+		if _, err := s.w.Write(p[i+1:]); err != nil {
+			return 0, err
+		}
+		return len(p), nil
+	}
+	return s.w.Write(p)
 }

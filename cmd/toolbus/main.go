@@ -41,6 +41,7 @@ Usage:
       every invocation in the audit stream with its decision, approver and outcome, secrets hidden
   toolbus audit show ID [--json]      one invocation's whole story, event by event
   toolbus audit export [--since D|T] [--format jsonl]   one invocation a line, for a SIEM
+  toolbus audit tail [filters] [--json]               invocations as they end, live
   toolbus audit verify [--since D|T] [--key FILE]      no event missing, every signed checkpoint matching
   toolbus version
 

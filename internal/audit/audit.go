@@ -443,3 +443,56 @@ func Redact(r *Record, red *redact.Redactor) *Record {
 	}
 	return &c
 }
+
+// Tail follows the stream from now on and calls f with each invocation q
+// selects once its terminal result is in (or it has waited a minute for
+// one, as PENDING), until ctx ends.
+func Tail(ctx context.Context, js jetstream.JetStream, q Query, f func(*Record)) error {
+	stream, err := js.Stream(ctx, events.AuditStream)
+	if err != nil {
+		return fmt.Errorf("audit stream %s: %w", events.AuditStream, err)
+	}
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: Subjects, DeliverPolicy: jetstream.DeliverNewPolicy})
+	if err != nil {
+		return fmt.Errorf("audit stream %s: %w", events.AuditStream, err)
+	}
+	j := newJoiner(q, false)
+	flush := func(now time.Time) {
+		kept := j.order[:0]
+		for _, r := range j.order {
+			switch {
+			case r.result != nil || now.Sub(r.Time) > tailWait:
+				if q.matches(r) {
+					f(r)
+				}
+				delete(j.byID, r.ID)
+			default:
+				kept = append(kept, r)
+			}
+		}
+		j.order = kept
+	}
+	for ctx.Err() == nil {
+		batch, err := cons.Fetch(fetchBatch, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("read the audit stream: %w", err)
+		}
+		for m := range batch.Messages() {
+			if meta, err := m.Metadata(); err == nil {
+				j.add(m.Subject(), m.Data(), meta.Sequence.Stream, meta.Timestamp)
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && ctx.Err() == nil {
+			return fmt.Errorf("read the audit stream: %w", err)
+		}
+		flush(time.Now())
+	}
+	return nil
+}
+
+// tailWait is how long Tail waits for an invocation's result before it
+// shows it as PENDING.
+const tailWait = time.Minute

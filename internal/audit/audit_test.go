@@ -208,3 +208,57 @@ func TestListJoinsEachInvocationWithItsDecisionAndOutcome(t *testing.T) {
 		t.Error("the record itself lost the arguments")
 	}
 }
+
+// Tail shows each invocation once its result is in, with its verdict,
+// and only those its query selects.
+func TestTailFollowsNewInvocations(t *testing.T) {
+	f := executortest.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan *audit.Record, 10)
+	done := make(chan error, 1)
+	go func() {
+		done <- audit.Tail(ctx, bustest.Connect(t, f.Bus).JetStream(), audit.Query{Tool: "run_shell_command"}, func(r *audit.Record) { got <- r })
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	// The consumer starts at the stream's end whenever it gets there:
+	// calls made before are not followed, so the calls go on until one is.
+	var r *audit.Record
+	for attempt := 0; r == nil && attempt < 20; attempt++ {
+		for _, c := range []struct{ tool, args string }{
+			{"read_file", `{"file_path":"README.md"}`},
+			{"run_shell_command", `{"command":"rm -rf /"}`},
+		} {
+			cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
+			if _, err := f.Client.Invoke(cctx, &events.Invocation{Tool: c.tool, Args: json.RawMessage(c.args)}, nil); err != nil {
+				t.Fatal(err)
+			}
+			ccancel()
+		}
+		select {
+		case r = <-got:
+		case <-time.After(3 * time.Second):
+		}
+	}
+	if r == nil {
+		t.Fatal("tail showed nothing")
+	}
+	if r.Tool != "run_shell_command" || r.Verdict != events.Deny || r.Outcome != string(events.ErrPolicyDenied) {
+		t.Errorf("tail: %+v", r)
+	}
+	for wait := time.After(1500 * time.Millisecond); ; {
+		select {
+		case r := <-got:
+			if r.Tool != "run_shell_command" {
+				t.Errorf("tail showed %s too", r.Tool)
+			}
+			continue
+		case <-wait:
+		}
+		break
+	}
+}
