@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -49,6 +50,12 @@ type Config struct {
 	AuditMaxAge time.Duration
 	// AuditMaxBytes bounds the audit stream's size; 0 means 1 GiB.
 	AuditMaxBytes int64
+	// StoreKey, when set, encrypts the embedded server's JetStream files
+	// at rest (the audit stream and every bucket) with JetStream's own
+	// encryption (ChaCha20-Poly1305, the key derived from this one). The
+	// same key must be given at every start: a store written with another
+	// key, or with none, cannot be read and the bus does not start.
+	StoreKey string
 	// AuditAllowDelete lets clients delete and purge messages of the
 	// audit stream. By default the stream refuses both (JetStream's
 	// deny-delete and deny-purge), which cannot be undone for the stream:
@@ -114,11 +121,43 @@ func Open(ctx context.Context, cfg Config) (*Bus, error) {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
 	b.js = js
+	if b.srv != nil {
+		if err := checkLoaded(ctx, js, cfg.DataDir); err != nil {
+			b.Close(ctx)
+			return nil, err
+		}
+	}
 	if err := ensureAudit(ctx, js, cfg); err != nil {
 		b.Close(ctx)
 		return nil, err
 	}
 	return b, nil
+}
+
+// checkLoaded fails when the embedded server did not load a stream its
+// store holds (written with another store key, or damaged): creating the
+// audit stream or a bucket anew would then write over it.
+func checkLoaded(ctx context.Context, js jetstream.JetStream, dir string) error {
+	dirs, err := filepath.Glob(filepath.Join(dir, "jetstream", "$G", "streams", "*"))
+	if err != nil {
+		return err
+	}
+	for _, d := range dirs {
+		name := filepath.Base(d)
+		if _, err := js.Stream(ctx, name); errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("embedded bus: the store in %s holds stream %s, which the server could not read (was it written with another store key?); nothing was changed", dir, name)
+		} else if err != nil {
+			return fmt.Errorf("embedded bus: stream %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// storeIsEncrypted reports whether a JetStream store in dir was written
+// encrypted: its streams keep their keys in meta.key files.
+func storeIsEncrypted(dir string) (bool, error) {
+	keys, err := filepath.Glob(filepath.Join(dir, "jetstream", "*", "streams", "*", "meta.key"))
+	return len(keys) > 0, err
 }
 
 func startServer(cfg Config, log *slog.Logger) (*server.Server, error) {
@@ -150,6 +189,15 @@ func startServer(cfg Config, log *slog.Logger) (*server.Server, error) {
 		JetStream:  true,
 		StoreDir:   cfg.DataDir,
 		NoSigs:     true, // the owning process handles signals
+	}
+	if cfg.StoreKey != "" {
+		opts.JetStreamKey, opts.JetStreamCipher = cfg.StoreKey, server.ChaCha
+	} else if encrypted, err := storeIsEncrypted(cfg.DataDir); err != nil {
+		return nil, fmt.Errorf("embedded bus: %w", err)
+	} else if encrypted {
+		// Started without its key, the server would not read the store
+		// and the parts would make empty streams and buckets over it.
+		return nil, fmt.Errorf("embedded bus: the store in %s is encrypted: give its key", cfg.DataDir)
 	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
