@@ -55,6 +55,22 @@ func newAuditFlags(fs *flag.FlagSet) *auditFlags {
 	return f
 }
 
+// queryFlags registers the filters of list, export and tail; the
+// returned function makes their query.
+func queryFlags(fs *flag.FlagSet) func() (audit.Query, error) {
+	tool := fs.String("tool", "", "only calls of this tool")
+	caller := fs.String("caller", "", "only calls of this caller (its id, agent or user)")
+	verdict := fs.String("verdict", "", "only calls the policy judged ALLOW, DENY or ASK_USER")
+	outcome := fs.String("outcome", "", "only calls that ended so: OK, an error type (POLICY_DENIED, ...) or PENDING")
+	approver := fs.String("approver", "", "only calls this approver answered")
+	return func() (audit.Query, error) {
+		if *verdict != "" && *verdict != "ALLOW" && *verdict != "DENY" && *verdict != "ASK_USER" {
+			return audit.Query{}, usageError{fmt.Errorf("--verdict %q: want ALLOW, DENY or ASK_USER", *verdict)}
+		}
+		return audit.Query{Tool: *tool, Caller: *caller, Verdict: *verdict, Outcome: *outcome, Approver: *approver}, nil
+	}
+}
+
 // redactor is the built-in rules plus the configured patterns.
 func (f *auditFlags) redactor() (*redact.Redactor, error) {
 	patterns := append([]string(nil), *f.patterns...)
@@ -105,11 +121,7 @@ func auditList(args []string, export bool) error {
 	}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	af := newAuditFlags(fs)
-	tool := fs.String("tool", "", "only calls of this tool")
-	caller := fs.String("caller", "", "only calls of this caller (its id, agent or user)")
-	verdict := fs.String("verdict", "", "only calls the policy judged ALLOW, DENY or ASK_USER")
-	outcome := fs.String("outcome", "", "only calls that ended so: OK, an error type (POLICY_DENIED, ...) or PENDING")
-	approver := fs.String("approver", "", "only calls this approver answered")
+	query := queryFlags(fs)
 	asJSON := fs.Bool("json", false, "print a JSON array of invocations")
 	format := fs.String("format", "jsonl", "export format: jsonl, one invocation a line")
 	if rest, err := parse(fs, args); err != nil {
@@ -120,12 +132,11 @@ func auditList(args []string, export bool) error {
 	if export && *format != "jsonl" {
 		return usageError{fmt.Errorf("audit export --format %q: jsonl is the one format", *format)}
 	}
-	if *verdict != "" && *verdict != "ALLOW" && *verdict != "DENY" && *verdict != "ASK_USER" {
-		return usageError{fmt.Errorf("--verdict %q: want ALLOW, DENY or ASK_USER", *verdict)}
+	q, err := query()
+	if err != nil {
+		return err
 	}
 	now := time.Now()
-	q := audit.Query{Tool: *tool, Caller: *caller, Verdict: *verdict, Outcome: *outcome, Approver: *approver}
-	var err error
 	if q.Since, err = parseWhen("since", *af.since, now); err != nil {
 		return err
 	}
@@ -314,22 +325,21 @@ func auditVerify(args []string) error {
 func auditTail(args []string) error {
 	fs := flag.NewFlagSet("audit tail", flag.ContinueOnError)
 	af := newAuditFlags(fs)
-	tool := fs.String("tool", "", "only calls of this tool")
-	caller := fs.String("caller", "", "only calls of this caller (its id, agent or user)")
-	verdict := fs.String("verdict", "", "only calls the policy judged ALLOW, DENY or ASK_USER")
-	outcome := fs.String("outcome", "", "only calls that ended so: OK, an error type or PENDING")
-	approver := fs.String("approver", "", "only calls this approver answered")
+	query := queryFlags(fs)
 	asJSON := fs.Bool("json", false, "print each invocation as a JSON line")
 	if rest, err := parse(fs, args); err != nil {
 		return err
 	} else if len(rest) > 0 {
 		return usageError{fmt.Errorf("audit tail takes no arguments, got %q", rest)}
 	}
+	q, err := query()
+	if err != nil {
+		return err
+	}
 	red, err := af.redactor()
 	if err != nil {
 		return err
 	}
-	q := audit.Query{Tool: *tool, Caller: *caller, Verdict: *verdict, Outcome: *outcome, Approver: *approver}
 	return withAuditBus(*af.natsURL, func(ctx context.Context, b *bus.Bus) error {
 		enc := json.NewEncoder(os.Stdout)
 		fmt.Fprintln(os.Stderr, "following the audit stream; Ctrl-C to stop")
