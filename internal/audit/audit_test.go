@@ -3,17 +3,24 @@ package audit_test
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/approve"
 	"github.com/toolbus/toolbus/internal/audit"
 	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/executor"
 	"github.com/toolbus/toolbus/internal/executor/executortest"
 	"github.com/toolbus/toolbus/internal/redact"
 	"github.com/toolbus/toolbus/internal/testkit/audittest"
+	"github.com/toolbus/toolbus/internal/tool"
 )
 
 // The secrets the session's arguments carry: no output of the audit may
@@ -43,7 +50,7 @@ func approver(t *testing.T, f *executortest.Fleet) {
 			s, changed := a.Snapshot()
 			for _, r := range s.Pending {
 				outcome := events.ProceedOnce
-				if r.Tool == "run_shell_command" {
+				if r.Tool == "run_shell_command" && !strings.HasPrefix(r.Command, "sleep") {
 					outcome = events.Cancel
 				}
 				a.Answer(ctx, r.InvocationID, approve.Answer{Outcome: outcome})
@@ -260,5 +267,137 @@ func TestTailFollowsNewInvocations(t *testing.T) {
 		case <-wait:
 		}
 		break
+	}
+}
+
+// TestAPlainConsumerFindsOneTerminalResultPerInvocation: after a session
+// of calls allowed, denied, approved, refused, timed out, cancelled by
+// their caller and lost with their executor, a consumer written with
+// plain nats.go (no toolbus code) finds exactly one terminal result for
+// every invocation, and audit.Read gives each its verdict and outcome.
+func TestAPlainConsumerFindsOneTerminalResultPerInvocation(t *testing.T) {
+	f := executortest.Start(t)
+	approver(t, f)
+	ids := session(t, f)
+	invoke := func(name string, inv *events.Invocation, ctx context.Context) {
+		t.Helper()
+		f.Client.Invoke(ctx, inv, nil) // the outcome is read back from the stream
+		ids[name] = inv.ID
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	invoke("timed out", &events.Invocation{Tool: "run_shell_command", Args: json.RawMessage(`{"command":"sleep 5"}`), TimeoutMillis: 500}, ctx)
+
+	// Cancelled by its caller once it runs.
+	started := make(chan struct{})
+	cctx, ccancel := context.WithCancel(context.Background())
+	go func() {
+		for {
+			if _, err := os.Stat(filepath.Join(f.Workspace.Root(), "started")); err == nil {
+				close(started)
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	go func() { <-started; ccancel() }()
+	invoke("cancelled", &events.Invocation{Tool: "run_shell_command", Args: json.RawMessage(`{"command":"sleep 0.1; touch started; sleep 30"}`)}, cctx)
+	ccancel()
+
+	// Lost with the executor that ran it.
+	blocked := make(chan struct{})
+	hang := tool.Func(events.ToolSpec{Name: "hang", Kind: events.KindRead, Description: "blocks"}, func(ctx context.Context, c *tool.Call) (*tool.Output, error) {
+		close(blocked)
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	conn := bustest.Connect(t, f.Bus)
+	doomed, err := executor.Start(context.Background(), conn.Conn(), conn.JetStream(), executor.Config{Identity: events.Identity{ID: "executor@doomed", Role: "executor"},
+		Tools: []tool.Tool{hang}, Policy: f.Executor.Policy(), Workspace: t.TempDir(), Logger: bustest.Quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		sctx, scancel := context.WithTimeout(context.Background(), time.Second)
+		defer scancel()
+		doomed.Stop(sctx)
+	}()
+	go func() { <-blocked; conn.Conn().Close() }()
+	invoke("lost", &events.Invocation{Tool: "hang", Args: json.RawMessage(`{}`)}, ctx)
+
+	var all []string
+	for _, id := range ids {
+		all = append(all, id)
+	}
+	audittest.ResultsOf(t, f.Bus.JetStream(), all)
+
+	// The plain consumer.
+	nc, err := nats.Connect(f.Bus.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(ctx, "TOOLBUS_EVENTS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, err := stream.GetLastMsgForSubject(ctx, "tool.result")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"tool.result"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	terminal := make(map[string]int)
+	for {
+		m, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r struct {
+			InvocationID string `json:"invocationId"`
+			Late         bool   `json:"late"`
+		}
+		if err := json.Unmarshal(m.Data(), &r); err != nil {
+			t.Fatalf("a result that is not JSON: %v", err)
+		}
+		if !r.Late {
+			terminal[r.InvocationID]++
+		}
+		if meta, err := m.Metadata(); err != nil || meta.Sequence.Stream >= last.Sequence {
+			break
+		}
+	}
+	for name, id := range ids {
+		if terminal[id] != 1 {
+			t.Errorf("%s: %d terminal results", name, terminal[id])
+		}
+	}
+
+	recs, _, err := audit.Read(ctx, js, audit.Query{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(map[string]string)
+	for _, r := range recs {
+		got[r.ID] = string(r.Verdict) + " " + r.Outcome
+	}
+	for name, want := range map[string]string{
+		"timed out": "ASK_USER TIMEOUT",
+		"cancelled": "ASK_USER CANCELLED",
+		// An ALLOW is recorded with the executor's result: a call lost
+		// with its executor has no verdict on record, only the caller's
+		// EXECUTOR_LOST.
+		"lost":   " EXECUTOR_LOST",
+		"denied": "DENY POLICY_DENIED",
+	} {
+		if got[ids[name]] != want {
+			t.Errorf("%s: %q, want %q", name, got[ids[name]], want)
+		}
 	}
 }
