@@ -156,10 +156,23 @@ func TestCatalogueSurvivesRegistryAndBusRestarts(t *testing.T) {
 		}
 	}
 
-	// Registry restart on the same bus.
+	// Registry restart on the same bus, with a key in the bucket that is
+	// no shard (an older format's, or another writer's): it is purged,
+	// and the catalogue stays as it was.
+	kv, err := b.JetStream().KeyValue(ctxT(t), events.CatalogBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctxT(t), "cmVhZF9maWxl", []byte(`{"v":1,"name":"read_file"}`)); err != nil {
+		t.Fatal(err)
+	}
 	svc.Stop()
 	svc = startService(t, b, Settings{})
 	same(t, svc.Registry().Catalog().All())
+	same(t, load(t, b).All())
+	if _, err := kv.Get(ctxT(t), "cmVhZF9maWxl"); err == nil {
+		t.Error("the stray key is still there")
+	}
 	if _, active := svc.Registry().Catalog().GetTool("glob"); active {
 		t.Error("the run-time toggle of glob was lost")
 	}

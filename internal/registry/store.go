@@ -69,27 +69,28 @@ func (s *store) load(ctx context.Context, log *slog.Logger) ([]*events.Tool, Sta
 	return cat.All(), st, nil
 }
 
-// dropOldFormat empties a catalogue bucket that an older toolbus left,
-// with one key per tool, and deletes its snapshot store: no reader reads
-// them, and the providers register their tools again when they start.
+// dropOldFormat purges the keys of the catalogue bucket that are not
+// shards: what an older toolbus kept there, one key per tool, or anything
+// another writer put there. Readers ignore such keys; purging them one by
+// one leaves the shards, and so the catalogue, as they are. It also
+// deletes the older toolbus's snapshot store.
 func (s *store) dropOldFormat(ctx context.Context, log *slog.Logger) error {
 	lister, err := s.catalog.ListKeys(ctx)
 	if err != nil {
 		return fmt.Errorf("catalogue bucket: %w", err)
 	}
-	old := 0
+	var stray []string
 	for key := range lister.Keys() {
 		if !catalog.IsShardKey(key) {
-			old++
+			stray = append(stray, key)
 		}
 	}
-	if old > 0 {
-		log.Info("emptying a catalogue bucket of an older format (a key per tool)", "keys", old)
-		if err := s.js.DeleteKeyValue(ctx, events.CatalogBucket); err != nil {
-			return fmt.Errorf("catalogue bucket of an older format: %w", err)
-		}
-		if s.catalog, err = catalog.EnsureBucket(ctx, s.js); err != nil {
-			return err
+	if len(stray) > 0 {
+		log.Info("purging catalogue keys that are not shards (an older format, or another writer)", "keys", len(stray))
+	}
+	for _, key := range stray {
+		if err := s.catalog.Purge(ctx, key); err != nil {
+			return fmt.Errorf("catalogue bucket: purge %s: %w", key, err)
 		}
 	}
 	if err := s.js.DeleteObjectStore(ctx, oldSnapshotStore); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) && !errors.Is(err, jetstream.ErrBucketNotFound) {
