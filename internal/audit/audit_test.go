@@ -19,6 +19,7 @@ import (
 	"github.com/toolbus/toolbus/internal/executor"
 	"github.com/toolbus/toolbus/internal/executor/executortest"
 	"github.com/toolbus/toolbus/internal/redact"
+	"github.com/toolbus/toolbus/internal/testkit/approvetest"
 	"github.com/toolbus/toolbus/internal/testkit/audittest"
 	"github.com/toolbus/toolbus/internal/tool"
 )
@@ -30,38 +31,16 @@ const (
 	dbPassword = "hunter2-very-secret"
 )
 
-// approver answers as the seat of "approver:ada": proceed_once to edits,
-// cancel to shell lines.
+// approver answers as the seat of "approver:ada": proceed_once to edits
+// and to shell lines that sleep, cancel to other shell lines.
 func approver(t *testing.T, f *executortest.Fleet) {
 	t.Helper()
-	conn := bustest.Connect(t, f.Bus)
-	a, err := approve.Start(context.Background(), conn.Conn(), conn.JetStream(), approve.Config{
-		Identity: events.Identity{ID: "approver:ada", Role: "approver"}, Logger: bustest.Quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(a.Stop)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	t.Cleanup(func() { cancel(); <-done })
-	go func() {
-		defer close(done)
-		for {
-			s, changed := a.Snapshot()
-			for _, r := range s.Pending {
-				outcome := events.ProceedOnce
-				if r.Tool == "run_shell_command" && !strings.HasPrefix(r.Command, "sleep") {
-					outcome = events.Cancel
-				}
-				a.Answer(ctx, r.InvocationID, approve.Answer{Outcome: outcome})
-			}
-			select {
-			case <-changed:
-			case <-ctx.Done():
-				return
-			}
+	approvetest.Seat(t, f.Bus, "approver:ada", func(r approve.Request) events.Outcome {
+		if r.Tool == "run_shell_command" && !strings.HasPrefix(r.Command, "sleep") {
+			return events.Cancel
 		}
-	}()
+		return events.ProceedOnce
+	})
 }
 
 // session runs a scripted session and returns its invocation ids, by

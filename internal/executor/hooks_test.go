@@ -16,6 +16,7 @@ import (
 	"github.com/toolbus/toolbus/internal/executor/executortest"
 	"github.com/toolbus/toolbus/internal/hooks"
 	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/approvetest"
 	"github.com/toolbus/toolbus/internal/testkit/audittest"
 	"github.com/toolbus/toolbus/internal/tool"
 )
@@ -93,31 +94,7 @@ func errTypeOf(r *events.Result) events.ErrorType {
 // seat starts an approver that answers every request with outcome.
 func seat(t *testing.T, f *executortest.Fleet, outcome events.Outcome) *approve.Approver {
 	t.Helper()
-	conn := bustest.Connect(t, f.Bus)
-	a, err := approve.Start(context.Background(), conn.Conn(), conn.JetStream(), approve.Config{
-		Identity: events.Identity{ID: "approver:ada", Role: "approver"}, Logger: bustest.Quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(a.Stop)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	t.Cleanup(func() { cancel(); <-done })
-	go func() {
-		defer close(done)
-		for {
-			s, changed := a.Snapshot()
-			for _, r := range s.Pending {
-				a.Answer(ctx, r.InvocationID, approve.Answer{Outcome: outcome})
-			}
-			select {
-			case <-changed:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	return a
+	return approvetest.Seat(t, f.Bus, "approver:ada", func(approve.Request) events.Outcome { return outcome })
 }
 
 // confirmRequests is the confirmation requests the audit stream holds for
