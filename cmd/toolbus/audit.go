@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -43,11 +42,11 @@ func runAudit(args []string) error {
 // auditFlags are the flags every audit command shares.
 type auditFlags struct {
 	natsURL, since, until, redactFile *string
-	patterns                          *stringList
+	patterns                          *multiFlag
 }
 
 func newAuditFlags(fs *flag.FlagSet) *auditFlags {
-	f := &auditFlags{natsURL: cli.NATSFlag(fs), patterns: &stringList{}}
+	f := &auditFlags{natsURL: cli.NATSFlag(fs), patterns: &multiFlag{}}
 	f.since = fs.String("since", "", "from this time (RFC 3339) or this long ago (24h, 7d)")
 	f.until = fs.String("until", "", "before this time (RFC 3339) or this long ago")
 	f.redactFile = fs.String("redact-patterns", "", "a file of further patterns (RE2, one a line) whose matches are hidden")
@@ -69,6 +68,16 @@ func queryFlags(fs *flag.FlagSet) func() (audit.Query, error) {
 		}
 		return audit.Query{Tool: *tool, Caller: *caller, Verdict: *verdict, Outcome: *outcome, Approver: *approver}, nil
 	}
+}
+
+// run connects to the bus of the flags and runs f with the redactor they
+// configure.
+func (f *auditFlags) run(fn func(ctx context.Context, b *bus.Bus, red *redact.Redactor) error) error {
+	red, err := f.redactor()
+	if err != nil {
+		return err
+	}
+	return withAuditBus(*f.natsURL, func(ctx context.Context, b *bus.Bus) error { return fn(ctx, b, red) })
 }
 
 // redactor is the built-in rules plus the configured patterns.
@@ -143,11 +152,7 @@ func auditList(args []string, export bool) error {
 	if q.Until, err = parseWhen("until", *af.until, now); err != nil {
 		return err
 	}
-	red, err := af.redactor()
-	if err != nil {
-		return err
-	}
-	return withAuditBus(*af.natsURL, func(ctx context.Context, b *bus.Bus) error {
+	return af.run(func(ctx context.Context, b *bus.Bus, red *redact.Redactor) error {
 		recs, _, err := audit.Read(ctx, b.JetStream(), q)
 		if err != nil {
 			return err
@@ -181,11 +186,7 @@ func auditShow(args []string) error {
 	if err != nil {
 		return err
 	}
-	red, err := af.redactor()
-	if err != nil {
-		return err
-	}
-	return withAuditBus(*af.natsURL, func(ctx context.Context, b *bus.Bus) error {
+	return af.run(func(ctx context.Context, b *bus.Bus, red *redact.Redactor) error {
 		r, err := audit.Show(ctx, b.JetStream(), rest[0], since)
 		if err != nil {
 			return err
@@ -228,21 +229,25 @@ func writeAuditTable(w io.Writer, recs []*audit.Record) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TIME\tID\tTOOL\tCALLER\tVERDICT\tAPPROVER\tOUTCOME\tDURATION\tREASON")
 	for _, r := range recs {
-		approver, verdict := "-", string(r.Verdict)
-		if r.Approver != nil {
-			approver = r.Approver.ID + " (" + string(r.Answer) + ")"
-		}
-		if verdict == "" {
-			verdict = "-"
-		}
-		duration := "-"
-		if r.Outcome != audit.OutcomePending {
-			duration = (time.Duration(r.DurationMillis) * time.Millisecond).String()
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Time.Local().Format(time.DateTime), r.ID, r.Tool, r.Caller.ID,
-			verdict, approver, r.Outcome, duration, oneLine(r.Reason, 60))
+		fmt.Fprintln(tw, strings.Join(auditRow(r), "\t"))
 	}
 	return tw.Flush()
+}
+
+// auditRow is a record's columns in the table of audit list.
+func auditRow(r *audit.Record) []string {
+	approver, verdict := "-", string(r.Verdict)
+	if r.Approver != nil {
+		approver = r.Approver.ID + " (" + string(r.Answer) + ")"
+	}
+	if verdict == "" {
+		verdict = "-"
+	}
+	duration := "-"
+	if r.Outcome != audit.OutcomePending {
+		duration = (time.Duration(r.DurationMillis) * time.Millisecond).String()
+	}
+	return []string{r.Time.Local().Format(time.DateTime), r.ID, r.Tool, r.Caller.ID, verdict, approver, r.Outcome, duration, oneLine(r.Reason, 60)}
 }
 
 func writeStory(w io.Writer, r *audit.Record) error {
@@ -265,20 +270,8 @@ func writeStory(w io.Writer, r *audit.Record) error {
 	return bw.Flush()
 }
 
-// oneLine is s on one line, cut to at most n runes.
-func oneLine(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if r := []rune(s); len(r) > n {
-		return string(r[:n-1]) + "…"
-	}
-	return s
-}
-
-// stringList is a flag that may repeat.
-type stringList []string
-
-func (l *stringList) String() string     { return strings.Join(*l, ", ") }
-func (l *stringList) Set(s string) error { *l = append(*l, s); return nil }
+// oneLine is s with its whitespace collapsed, cut as firstLine cuts.
+func oneLine(s string, n int) string { return firstLine(strings.Join(strings.Fields(s), " "), n) }
 
 // errTampered is verify's failure: the report says what.
 var errTampered = errors.New("the audit stream does not match its checkpoints")
@@ -336,11 +329,7 @@ func auditTail(args []string) error {
 	if err != nil {
 		return err
 	}
-	red, err := af.redactor()
-	if err != nil {
-		return err
-	}
-	return withAuditBus(*af.natsURL, func(ctx context.Context, b *bus.Bus) error {
+	return af.run(func(ctx context.Context, b *bus.Bus, red *redact.Redactor) error {
 		enc := json.NewEncoder(os.Stdout)
 		fmt.Fprintln(os.Stderr, "following the audit stream; Ctrl-C to stop")
 		return audit.Tail(ctx, b.JetStream(), q, func(r *audit.Record) {
@@ -349,29 +338,7 @@ func auditTail(args []string) error {
 				enc.Encode(r)
 				return
 			}
-			writeAuditTable(&skipHeader{w: os.Stdout}, []*audit.Record{r})
+			fmt.Println(strings.Join(auditRow(r), "  "))
 		})
 	})
-}
-
-// skipHeader drops the first line written to it: a table's header, for
-// rows printed one at a time.
-type skipHeader struct {
-	w       io.Writer
-	skipped bool
-}
-
-func (s *skipHeader) Write(p []byte) (int, error) {
-	if !s.skipped {
-		i := bytes.IndexByte(p, '\n')
-		if i < 0 {
-			return len(p), nil
-		}
-		s.skipped = true
-		if _, err := s.w.Write(p[i+1:]); err != nil {
-			return 0, err
-		}
-		return len(p), nil
-	}
-	return s.w.Write(p)
 }

@@ -77,7 +77,7 @@ type Record struct {
 	// Events is the invocation's timeline, in stream order; Show fills it.
 	Events []Event `json:"events,omitempty"`
 
-	result *events.Result
+	terminal bool // the terminal result is in
 }
 
 // Outcome values besides error types.
@@ -358,12 +358,12 @@ func (j *joiner) add(subject string, data []byte, seq uint64, at time.Time) bool
 			return true
 		}
 		sender, typ = res.Sender, res.Type
-		if res.Late || r.result != nil {
+		if res.Late || r.terminal {
 			r.LateResults++
 			summary = "late result: " + outcomeOf(res)
 			break
 		}
-		r.result = res
+		r.terminal = true
 		r.Outcome, r.Executor = outcomeOf(res), res.Sender.ID
 		r.DurationMillis = res.Time.Sub(r.Time).Milliseconds()
 		r.Truncated, r.OutputRef = res.Truncated, res.OutputRef
@@ -426,7 +426,6 @@ func (q Query) matches(r *Record) bool {
 // (summaries and recorded events) through red. r is left as it is.
 func Redact(r *Record, red *redact.Redactor) *Record {
 	c := *r
-	c.result = nil
 	c.Args = red.JSON(r.Args)
 	c.Reason = red.Text(r.Reason)
 	c.Error = red.Text(r.Error)
@@ -461,7 +460,7 @@ func Tail(ctx context.Context, js jetstream.JetStream, q Query, f func(*Record))
 		kept := j.order[:0]
 		for _, r := range j.order {
 			switch {
-			case r.result != nil || now.Sub(r.Time) > tailWait:
+			case r.terminal || now.Sub(r.Time) > tailWait:
 				if q.matches(r) {
 					f(r)
 				}

@@ -11,6 +11,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"hash"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -97,37 +98,27 @@ func KeyID(pub ed25519.PublicKey) string {
 // leaf is a message's hash in a range's digest.
 func leaf(subject string, data []byte) [32]byte {
 	h := sha256.New()
-	var n [4]byte
-	binary.BigEndian.PutUint32(n[:], uint32(len(subject)))
-	h.Write(n[:])
+	h.Write(binary.BigEndian.AppendUint32(nil, uint32(len(subject))))
 	h.Write([]byte(subject))
 	h.Write(data)
-	var out [32]byte
-	h.Sum(out[:0])
-	return out
+	return [32]byte(h.Sum(nil))
 }
 
 // rangeDigest is the digest of leaves, each with its sequence.
 type rangeDigest struct {
-	h     interface{ Write([]byte) (int, error) }
-	sum   func() []byte
+	h     hash.Hash
 	count uint64
 }
 
-func newRangeDigest() *rangeDigest {
-	h := sha256.New()
-	return &rangeDigest{h: h, sum: func() []byte { return h.Sum(nil) }}
-}
+func newRangeDigest() *rangeDigest { return &rangeDigest{h: sha256.New()} }
 
 func (d *rangeDigest) add(seq uint64, l [32]byte) {
-	var s [8]byte
-	binary.BigEndian.PutUint64(s[:], seq)
-	d.h.Write(s[:])
+	d.h.Write(binary.BigEndian.AppendUint64(nil, seq))
 	d.h.Write(l[:])
 	d.count++
 }
 
-func (d *rangeDigest) hex() string { return hex.EncodeToString(d.sum()) }
+func (d *rangeDigest) hex() string { return hex.EncodeToString(d.h.Sum(nil)) }
 
 // Checkpointer publishes checkpoints of the audit stream. The bus's owner
 // runs one; Stop ends it.
@@ -311,10 +302,10 @@ func Verify(ctx context.Context, js jetstream.JetStream, since time.Time, pub ed
 		leaf [32]byte
 	}
 	var (
-		leaves       []leafAt // since the last checkpoint's range
-		next         uint64   // the sequence expected next
-		lastDigest   string
-		haveCheckpnt bool
+		leaves         []leafAt // since the last checkpoint's range
+		next           uint64   // the sequence expected next
+		lastDigest     string
+		haveCheckpoint bool
 	)
 	err = scan(ctx, stream, from, to, func(seq uint64, subject string, data []byte) {
 		if rep.Messages == 0 {
@@ -334,7 +325,7 @@ func Verify(ctx context.Context, js jetstream.JetStream, since time.Time, pub ed
 			case !verifySignature(pub, cp):
 				rep.Problems = append(rep.Problems, fmt.Sprintf("#%d: checkpoint %d..%d: the signature does not match", seq, cp.From, cp.To))
 			default:
-				if haveCheckpnt && cp.Previous != lastDigest {
+				if haveCheckpoint && cp.Previous != lastDigest {
 					rep.Problems = append(rep.Problems, fmt.Sprintf("#%d: checkpoint %d..%d does not follow the one before (a checkpoint is missing or forged)", seq, cp.From, cp.To))
 				}
 				if cp.From < rep.FirstSeq {
@@ -356,7 +347,7 @@ func Verify(ctx context.Context, js jetstream.JetStream, since time.Time, pub ed
 						rep.Checkpoints++
 					}
 				}
-				haveCheckpnt, lastDigest = true, cp.Digest
+				haveCheckpoint, lastDigest = true, cp.Digest
 				kept := leaves[:0]
 				for _, l := range leaves {
 					if l.seq > cp.To {

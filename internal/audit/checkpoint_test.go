@@ -28,12 +28,11 @@ func steps(t *testing.T, b *bus.Bus, n int) {
 	}
 	info, _ := stream.Info(ctx)
 	want := info.State.Msgs + uint64(n)
-	for i := range n {
+	for range n {
 		data, err := events.Encode(&events.Step{Header: events.Header{Sender: events.Identity{ID: "executor@test"}}, InvocationID: "inv", Tool: "read_file", Step: "validated"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		_ = i
 		if err := b.Conn().Publish(events.SubjectStep, data); err != nil {
 			t.Fatal(err)
 		}

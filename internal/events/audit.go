@@ -1,5 +1,7 @@
 package events
 
+import "strconv"
+
 // AuditCheckpoint is published on SubjectAuditCheckpoint by the bus's
 // owner (toolbus up, cmd/bus) every so often: a digest over the audit
 // stream's messages From..To (sequences, both included), chained to the
@@ -49,19 +51,5 @@ func (c *AuditCheckpoint) Validate() error {
 // fixed form.
 func (c *AuditCheckpoint) SignedText() []byte {
 	return []byte("toolbus audit checkpoint v1\n" + c.Sender.ID + "\n" + c.Time.UTC().Format("2006-01-02T15:04:05.000000000Z") + "\n" +
-		uitoa(c.From) + "\n" + uitoa(c.To) + "\n" + uitoa(c.Count) + "\n" + c.Digest + "\n" + c.Previous + "\n" + c.Key + "\n")
-}
-
-func uitoa(n uint64) string {
-	if n == 0 {
-		return "0"
-	}
-	var b [20]byte
-	i := len(b)
-	for n > 0 {
-		i--
-		b[i] = byte('0' + n%10)
-		n /= 10
-	}
-	return string(b[i:])
+		strconv.FormatUint(c.From, 10) + "\n" + strconv.FormatUint(c.To, 10) + "\n" + strconv.FormatUint(c.Count, 10) + "\n" + c.Digest + "\n" + c.Previous + "\n" + c.Key + "\n")
 }

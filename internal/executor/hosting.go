@@ -302,16 +302,16 @@ func (e *Executor) hostBuiltins() error {
 // registry is up yet.
 func (e *Executor) registerBuiltins(ctx context.Context) error {
 	e.hostMu.Lock()
-	set := e.sets[Scope{Source: events.SourceBuiltin}.key()]
-	if len(set.tools) == 0 {
-		e.hostMu.Unlock()
-		return nil
-	}
-	reply, err := e.registerSet(ctx, set)
-	if errors.Is(err, registry.ErrNoRegistry) {
-		e.wakeRegistrar()
-		e.hostMu.Unlock()
-		return nil
+	var (
+		reply *events.RegisterReply
+		err   error
+	)
+	if set := e.sets[Scope{Source: events.SourceBuiltin}.key()]; len(set.tools) > 0 {
+		reply, err = e.registerSet(ctx, set)
+		if errors.Is(err, registry.ErrNoRegistry) {
+			e.wakeRegistrar()
+			reply, err = nil, nil
+		}
 	}
 	e.hostMu.Unlock()
 	if err != nil {

@@ -131,9 +131,6 @@ func (r *Redactor) JSON(raw json.RawMessage) json.RawMessage {
 	return out
 }
 
-// Value hides the secrets in a decoded JSON value, returning a new one.
-func (r *Redactor) Value(v any) any { return r.value(v) }
-
 func (r *Redactor) value(v any) any {
 	switch t := v.(type) {
 	case map[string]any:

@@ -197,8 +197,9 @@ func (r *Registry) flush(ctx context.Context, s *store) error {
 }
 
 // dirtyShards builds the value of every shard with a changed name, where
-// it is now and where the bucket has it: the shard's tools' entries,
-// encoded once per version of a tool, sorted by name; nil for a shard
+// it is now and where the bucket has it: the shard's tools' entries
+// (r.lines, encoded once per version of a tool by encodeMissing), sorted
+// by name; nil for a shard
 // left empty. The caller holds mu.
 func (r *Registry) dirtyShards() (map[string][]byte, error) {
 	members := make(map[string][]string)
@@ -228,12 +229,8 @@ func (r *Registry) dirtyShards() (map[string][]byte, error) {
 		lines := make([][]byte, len(names))
 		size := 0
 		for i, name := range names {
-			line, err := r.encoded(name)
-			if err != nil {
-				return nil, err
-			}
-			lines[i] = line
-			size += len(line) + 1
+			lines[i] = r.lines[name]
+			size += len(lines[i]) + 1
 		}
 		shards[key] = catalog.AppendShard(make([]byte, 0, size), lines)
 	}
@@ -270,18 +267,4 @@ func (r *Registry) encodeMissing(members map[string][]string) error {
 		r.lines[name] = lines[i]
 	}
 	return nil
-}
-
-// encoded is the catalogue entry of the tool named name as the bucket
-// holds it, encoded on first use after each change. The caller holds mu.
-func (r *Registry) encoded(name string) ([]byte, error) {
-	if line, ok := r.lines[name]; ok {
-		return line, nil
-	}
-	line, err := events.EncodeTool(r.tools[name].Tool())
-	if err != nil {
-		return nil, fmt.Errorf("encode %q: %w", name, err)
-	}
-	r.lines[name] = line
-	return line, nil
 }
