@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/policy"
 )
 
 // acceptBatch coordinates a BatchInvocation. Each call goes over the bus
@@ -153,7 +154,7 @@ func substitute(raw json.RawMessage, results []events.Result, i int) (json.RawMe
 	if !bytes.Contains(raw, []byte(`"$`)) {
 		return raw, nil
 	}
-	args, err := decodeArgs(raw)
+	args, err := policy.DecodeArgs(raw)
 	if err != nil {
 		return raw, nil // the pipeline reports bad arguments
 	}

@@ -293,7 +293,7 @@ func (c *call) validate(raw json.RawMessage) (map[string]any, string) {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		raw = json.RawMessage(`{}`)
 	}
-	args, err := decodeArgs(raw)
+	args, err := policy.DecodeArgs(raw)
 	if err != nil {
 		return nil, err.Error()
 	}

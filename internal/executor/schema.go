@@ -50,7 +50,7 @@ func compileSchema(name string, params json.RawMessage) (*jsonschema.Schema, err
 	return sch, nil
 }
 
-// validateArgs checks args, decoded by decodeArgs, against sch and says
+// validateArgs checks args, decoded by policy.DecodeArgs, against sch and says
 // what is wrong in one line a model can act on.
 func validateArgs(sch *jsonschema.Schema, args map[string]any) error {
 	if err := caseTwins(sch, args); err != nil {

@@ -1,4 +1,4 @@
-package executor
+package policy
 
 import (
 	"encoding/json"
@@ -23,7 +23,7 @@ func TestDecodeArgs(t *testing.T) {
 		{`{"a":`, "do not decode", nil},
 	}
 	for _, tt := range tests {
-		got, err := decodeArgs([]byte(tt.raw))
+		got, err := DecodeArgs([]byte(tt.raw))
 		if tt.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tt.err) {
 				t.Errorf("%s: error %v, want one saying %q", tt.raw, err, tt.err)
@@ -49,7 +49,7 @@ func FuzzDecodeArgs(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		args, err := decodeArgs(raw)
+		args, err := DecodeArgs(raw)
 		if err != nil {
 			return
 		}
