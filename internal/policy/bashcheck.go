@@ -43,10 +43,23 @@ func (s *Shell) checkWithBash(ctx context.Context) string {
 }
 
 func bashDisagrees(ctx context.Context, line string) string {
+	if reason, ok := bashReadings.get(line); ok {
+		return reason
+	}
 	printed, err := bashPrint(ctx, line)
 	if err != nil {
+		// Not kept: bash may be there next time, or the call was
+		// cancelled.
 		return "bash's own parser could not be asked how it reads the line: " + err.Error()
 	}
+	reason := comparedReading(line, printed)
+	bashReadings.put(line, reason)
+	return reason
+}
+
+// comparedReading says why bash, which printed line as printed, reads it
+// differently than the analyser, or "".
+func comparedReading(line, printed string) string {
 	want, ok := signature(line)
 	if !ok {
 		return "the line does not parse"
@@ -56,6 +69,39 @@ func bashDisagrees(ctx context.Context, line string) string {
 		return "bash reads the line differently than the analyser"
 	}
 	return ""
+}
+
+// bashReadings keeps what bash's parser said of the lines it was shown:
+// the same bytes always read the same, and a replay of recorded calls
+// (toolbus audit whatif) shows bash the same lines many times. Bounded;
+// it starts over when full.
+var bashReadings = readings{max: 4096, maxBytes: 4 << 20}
+
+type readings struct {
+	mu            sync.Mutex
+	m             map[string]string
+	bytes         int
+	max, maxBytes int
+}
+
+func (r *readings) get(line string) (string, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	reason, ok := r.m[line]
+	return reason, ok
+}
+
+func (r *readings) put(line, reason string) {
+	if len(line) > r.maxBytes/64 {
+		return // a line that long is seldom seen twice
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil || len(r.m) >= r.max || r.bytes+len(line) > r.maxBytes {
+		r.m, r.bytes = make(map[string]string), 0
+	}
+	r.m[line] = reason
+	r.bytes += len(line) + len(reason)
 }
 
 // bashPrint is bash's canonical form of line, from its own parser.

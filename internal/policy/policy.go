@@ -447,25 +447,39 @@ type Decision struct {
 // checkWithBash): when bash reads it differently than the analysis, the
 // line is marked opaque and judged again.
 func (p *Policy) Decide(ctx context.Context, input *Input) Decision {
-	d := p.decide(ctx, input)
+	d, _ := p.decideInput(ctx, input)
+	return d
+}
+
+// decideInput is Decide, and the input document it decided on last (nil
+// when input could not be made one).
+func (p *Policy) decideInput(ctx context.Context, input *Input) (Decision, ast.Value) {
+	value, err := input.value()
+	if err != nil {
+		return p.policyError("input: %v", err), nil
+	}
+	d := p.decideValue(ctx, value)
 	if sh := input.Shell; d.Verdict == events.Allow && sh != nil && !sh.checked {
 		sh.checked = true
 		if reason := sh.checkWithBash(ctx); reason != "" {
 			sh.opaque(reason)
-			d = p.decide(ctx, input)
+			if value, err = input.value(); err != nil {
+				return p.policyError("input: %v", err), nil
+			}
+			d = p.decideValue(ctx, value)
 		}
 	}
-	return d
+	return d, value
 }
 
-func (p *Policy) decide(ctx context.Context, input *Input) Decision {
-	deny := func(format string, args ...any) Decision {
-		return Decision{Verdict: events.Deny, Reason: "policy error: " + fmt.Sprintf(format, args...), Revision: p.revision}
-	}
-	value, err := input.value()
-	if err != nil {
-		return deny("input: %v", err)
-	}
+// policyError is the DENY of a decision that could not be made.
+func (p *Policy) policyError(format string, args ...any) Decision {
+	return Decision{Verdict: events.Deny, Reason: "policy error: " + fmt.Sprintf(format, args...), Revision: p.revision}
+}
+
+// decideValue evaluates the decision query on an input document.
+func (p *Policy) decideValue(ctx context.Context, value ast.Value) Decision {
+	deny := p.policyError
 	rs, err := p.query.Eval(ctx, rego.EvalParsedInput(value), rego.EvalMetrics(noMetrics))
 	if err != nil {
 		var halt *topdown.Error
