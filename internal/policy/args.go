@@ -40,4 +40,3 @@ var argsOptions = jsonv2.WithUnmarshalers(jsonv2.UnmarshalFromFunc(func(dec *jso
 	*v = json.Number(tok)
 	return nil
 }))
-
