@@ -56,10 +56,16 @@ const (
 // Valid reports whether v is one of the three verdicts.
 func (v Verdict) Valid() bool { return v == Allow || v == Deny || v == AskUser }
 
-// Decision records what the policy said about an invocation, published on
-// SubjectDecision when the verdict is ASK_USER: the call then waits for a
+// Decision records what the policy said about an invocation and what it
+// was shown, published on SubjectDecision for every call the policy
+// judged, before the call goes on: an ASK_USER call then waits for a
 // person, and the trail shows why before the result does. Every result
-// carries its decision too (Result.Policy).
+// carries its decision too (Result.Policy), a hook's change included.
+//
+// Input makes the decision reproducible from the record (toolbus audit
+// whatif, toolbus policy explain): the policy input document as evaluated,
+// without its arguments, which are the invocation's, or Args when an
+// approver modified them. policy.Recorded says what the other fields are.
 type Decision struct {
 	Header
 	InvocationID string  `json:"invocationId"`
@@ -68,6 +74,17 @@ type Decision struct {
 	Reason       string  `json:"reason"`
 	// PolicyRevision identifies the policy set that decided.
 	PolicyRevision string `json:"policyRevision"`
+	// Cached is set when the executor reused the decision of an identical
+	// input.
+	Cached bool `json:"cached,omitempty"`
+	// Input is the policy input document, JSON, without "args".
+	Input json.RawMessage `json:"input,omitempty"`
+	// Args are the arguments judged, when they are not the invocation's.
+	Args json.RawMessage `json:"args,omitempty"`
+	// ShellLine, BashChecked and InputLossy: see policy.Recorded.
+	ShellLine   string `json:"shellLine,omitempty"`
+	BashChecked bool   `json:"bashChecked,omitempty"`
+	InputLossy  bool   `json:"inputLossy,omitempty"`
 }
 
 // EnvelopeType implements Envelope.

@@ -26,8 +26,15 @@ type decisions struct {
 	mu        sync.Mutex
 	policy    *policy.Policy
 	allowlist uint64
-	m         map[string]policy.Decision
-	bytes     int // of the keys in m
+	m         map[string]judged
+	bytes     int // of the keys and records in m
+}
+
+// judged is a decision and the input it was made on, as the audit trail
+// records it (policy.Recorded).
+type judged struct {
+	policy.Decision
+	rec policy.Recorded
 }
 
 // appendDecisionKey appends to b everything the policy input is made of
@@ -60,28 +67,29 @@ func appendDecisionKey(b []byte, t *events.Tool, inv *events.Invocation, paths, 
 	return append(b, inv.Args...)
 }
 
-func (d *decisions) get(p *policy.Policy, allowlist uint64, key []byte) (policy.Decision, bool) {
+func (d *decisions) get(p *policy.Policy, allowlist uint64, key []byte) (judged, bool) {
 	if !p.Deterministic() || len(key) > maxCachedKey {
-		return policy.Decision{}, false
+		return judged{}, false
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.policy != p || d.allowlist != allowlist {
-		return policy.Decision{}, false
+		return judged{}, false
 	}
 	v, ok := d.m[string(key)]
 	return v, ok
 }
 
-func (d *decisions) put(p *policy.Policy, allowlist uint64, key []byte, v policy.Decision) {
+func (d *decisions) put(p *policy.Policy, allowlist uint64, key []byte, v judged) {
 	if !p.Deterministic() || len(key) > maxCachedKey {
 		return
 	}
+	size := len(key) + len(v.rec.Input) + len(v.rec.ShellLine)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.policy != p || d.allowlist != allowlist || len(d.m) >= maxCachedDecisions || d.bytes+len(key) > maxCachedBytes {
-		d.policy, d.allowlist, d.m, d.bytes = p, allowlist, make(map[string]policy.Decision), 0
+	if d.policy != p || d.allowlist != allowlist || len(d.m) >= maxCachedDecisions || d.bytes+size > maxCachedBytes {
+		d.policy, d.allowlist, d.m, d.bytes = p, allowlist, make(map[string]judged), 0
 	}
 	d.m[string(key)] = v
-	d.bytes += len(key)
+	d.bytes += size
 }

@@ -15,11 +15,11 @@ import (
 // budget, and forgets everything when the policy or the allowlist changes.
 func TestDecisionCacheIsBounded(t *testing.T) {
 	pol := defaultPol(t)
-	allow := policy.Decision{Verdict: events.Allow, Reason: "r"}
+	allow := judged{Decision: policy.Decision{Verdict: events.Allow, Reason: "r"}}
 	var d decisions
 	small := []byte("read_file\x00small")
 	d.put(pol, 1, small, allow)
-	if got, ok := d.get(pol, 1, small); !ok || got != allow {
+	if got, ok := d.get(pol, 1, small); !ok || got.Decision != allow.Decision {
 		t.Fatal("a small key was not kept")
 	}
 	if _, ok := d.get(pol, 2, small); ok {

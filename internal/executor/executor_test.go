@@ -585,7 +585,7 @@ func TestEveryStepIsAnEvent(t *testing.T) {
 		}
 	}
 	res := e.call(t, "read_file", `{"file_path":"README.md"}`)
-	if got := trail(res, events.Allow); strings.Join(got, " ") != "tool.invoke tool.result" {
+	if got := trail(res, events.Allow); strings.Join(got, " ") != "tool.invoke tool.decision:ALLOW tool.result" {
 		t.Errorf("allowed call: events %v", got)
 	}
 	res = e.call(t, "write_file", `{"file_path":"x","content":"y"}`)

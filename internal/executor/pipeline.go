@@ -37,9 +37,11 @@ type call struct {
 	// the policy is asked.
 	verdict events.PolicyVerdict
 	args    map[string]any // the decoded arguments the policy judged
-	paths   []string       // and the files it was shown
-	shell   *policy.Shell  // and the analysis of its shell line
-	tc      tool.Call
+	// modified: args are an approver's, not the invocation's.
+	modified bool
+	paths    []string      // and the files it was shown
+	shell    *policy.Shell // and the analysis of its shell line
+	tc       tool.Call
 
 	// What the policy was shown of the files on disk (see judged.go).
 	judgedMu  sync.Mutex
@@ -275,7 +277,7 @@ func (c *call) run(found bool) {
 					c.fail(events.ErrInvalidParams, "modified arguments: "+failure)
 					return
 				}
-				c.inv.Args = answer.Args
+				c.inv.Args, c.modified = answer.Args, true
 				continue
 			}
 		default:
@@ -313,7 +315,8 @@ func (c *call) validate(raw json.RawMessage) (map[string]any, string) {
 	return args, ""
 }
 
-// decide asks the policy in force and records its decision.
+// decide asks the policy in force and records its decision, with the
+// input it was made on (events.Decision).
 func (c *call) decide(args map[string]any) policy.Decision {
 	e, t := c.e, c.tool
 	c.args = args
@@ -322,16 +325,20 @@ func (c *call) decide(args map[string]any) policy.Decision {
 	c.paths, c.shell = paths, sh
 	var buf [512]byte
 	key := appendDecisionKey(buf[:0], t, c.inv, paths, c.hardLinks)
-	d, cached := e.decisions.get(pol, gen, key)
+	j, cached := e.decisions.get(pol, gen, key)
 	if !cached {
-		d = pol.Decide(c.ctx, c.input(args, paths, c.hardLinks, sh))
-		e.decisions.put(pol, gen, key, d)
+		j.Decision, j.rec = pol.DecideRecorded(c.ctx, c.input(args, paths, c.hardLinks, sh))
+		e.decisions.put(pol, gen, key, j)
 	}
+	d := j.Decision
 	c.verdict = events.PolicyVerdict{Verdict: d.Verdict, Reason: d.Reason, Revision: d.Revision, Cached: cached}
-	if d.Verdict == events.AskUser {
-		e.publish(events.SubjectDecision, &events.Decision{Header: events.Header{Sender: e.id}, InvocationID: c.inv.ID,
-			Tool: t.Name, Verdict: d.Verdict, Reason: d.Reason, PolicyRevision: d.Revision})
+	ev := &events.Decision{Header: events.Header{Sender: e.id}, InvocationID: c.inv.ID, Tool: t.Name,
+		Verdict: d.Verdict, Reason: d.Reason, PolicyRevision: d.Revision, Cached: cached,
+		Input: j.rec.Input, ShellLine: j.rec.ShellLine, BashChecked: j.rec.BashChecked, InputLossy: j.rec.Lossy}
+	if c.modified {
+		ev.Args = c.inv.Args
 	}
+	e.publish(events.SubjectDecision, ev)
 	return d
 }
 
