@@ -44,7 +44,7 @@ func examples() map[string]Envelope {
 		"change_reply.json":    &ChangeReply{Header: hdr("rep-3", registry), RequestID: "req-3", Changes: []Change{{Op: OpDeactivated, Name: "run_shell_command"}}, Unknown: []string{"nope"}},
 		"catalog_changed.json": &CatalogChanged{Header: hdr("ev-1", registry), Cause: "req-1", Changes: []Change{{Op: OpAdded, Name: "github__create_issue"}}},
 		"invocation.json":      &Invocation{Header: hdr("inv-1", agent), Tool: "read_file", Args: json.RawMessage(`{"file_path":"README.md"}`), TimeoutMillis: 120000},
-		"decision.json":        &Decision{Header: hdr("dec-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-1", Tool: "read_file", Verdict: Allow, Reason: "read kind is allowed", PolicyRevision: "sha256:0f3a",
+		"decision.json": &Decision{Header: hdr("dec-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-1", Tool: "read_file", Verdict: Allow, Reason: "read kind is allowed", PolicyRevision: "sha256:0f3a",
 			Input: json.RawMessage(`{"allowlist":[],"caller":{"id":"agent:claude@dev-1"},"env":{"home":"/home/ada","workspace":"/w"},"paths":["/w/README.md"],"tool":{"kind":"read","name":"read_file","source":"builtin"}}`)},
 		"confirm_request.json": &ConfirmRequest{Header: hdr("cr-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-2", Tool: "run_shell_command", Kind: KindExecute,
 			Caller: agent, Args: json.RawMessage(`{"command":"make test"}`), Reason: "execute kind asks the user", Command: "make test", DeadlineMillis: 300000},
