@@ -39,7 +39,7 @@ func withBus(natsURL, name string, f func(ctx context.Context, b *bus.Bus) error
 
 func runPolicy(args []string) error {
 	if len(args) == 0 {
-		return usageError{errors.New("policy: want test, push or show")}
+		return usageError{errors.New("policy: want test, push, show or explain")}
 	}
 	switch args[0] {
 	case "test":
@@ -48,8 +48,10 @@ func runPolicy(args []string) error {
 		return policyPush(args[1:])
 	case "show":
 		return policyShow(args[1:])
+	case "explain":
+		return policyExplain(args[1:])
 	}
-	return usageError{fmt.Errorf("policy: unknown sub-command %q (want test, push or show)", args[0])}
+	return usageError{fmt.Errorf("policy: unknown sub-command %q (want test, push, show or explain)", args[0])}
 }
 
 // policyTest runs a policy set's Rego tests with OPA's tester.

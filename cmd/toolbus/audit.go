@@ -22,7 +22,7 @@ import (
 
 func runAudit(args []string) error {
 	if len(args) == 0 {
-		return usageError{errors.New("audit: want list, show, export, tail or verify")}
+		return usageError{errors.New("audit: want list, show, export, tail, verify or whatif")}
 	}
 	switch args[0] {
 	case "list":
@@ -35,8 +35,10 @@ func runAudit(args []string) error {
 		return auditVerify(args[1:])
 	case "tail":
 		return auditTail(args[1:])
+	case "whatif":
+		return auditWhatIf(args[1:])
 	}
-	return usageError{fmt.Errorf("audit: unknown sub-command %q (want list, show, export, tail or verify)", args[0])}
+	return usageError{fmt.Errorf("audit: unknown sub-command %q (want list, show, export, tail, verify or whatif)", args[0])}
 }
 
 // auditFlags are the flags every audit command shares.
@@ -175,12 +177,18 @@ func auditShow(args []string) error {
 	fs := flag.NewFlagSet("audit show", flag.ContinueOnError)
 	af := newAuditFlags(fs)
 	asJSON := fs.Bool("json", false, "print the invocation and its events as JSON")
+	explained := fs.Bool("explain", false, "say which rules of the policy make the call's decision (toolbus policy explain)")
+	dir := fs.String("policy", "", "with --explain: explain under this policy set; default: the pushed policy, else the built-in one")
+	trace := fs.Bool("trace", false, "with --explain: print OPA's whole trace too")
 	rest, err := parse(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(rest) != 1 {
 		return usageError{errors.New("audit show takes one invocation id")}
+	}
+	if *explained {
+		return explain(af, rest[0], *dir, *trace, *asJSON)
 	}
 	since, err := parseWhen("since", *af.since, time.Now())
 	if err != nil {

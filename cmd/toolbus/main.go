@@ -35,14 +35,18 @@ Usage:
   toolbus policy test [DIR] [-v]      run a policy set's Rego tests (default: the built-in policy)
   toolbus policy push DIR             test, then enforce DIR's policy on every executor
   toolbus policy show [--json]        the pushed policy's revision
+  toolbus policy explain ID [--policy DIR] [--trace] [--json]
+      which rules of the pushed (or DIR's) policy make a recorded call's decision, from OPA's trace
   toolbus allowlist list [--json] | revoke KEY...
   toolbus confirm [--as ID] [--json]  answer confirmation requests in the terminal (--json: JSON lines, for scripts)
   toolbus audit list [--since D|T] [--until T] [--tool NAME] [--caller ID] [--verdict V] [--outcome TYPE] [--approver ID] [--json]
       every invocation in the audit stream with its decision, approver and outcome, secrets hidden
-  toolbus audit show ID [--json]      one invocation's whole story, event by event
+  toolbus audit show ID [--json] [--explain]   one invocation's whole story, event by event
   toolbus audit export [--since D|T] [--format jsonl]   one invocation a line, for a SIEM
   toolbus audit tail [filters] [--json]               invocations as they end, live
   toolbus audit verify [--since D|T] [--key FILE]      no event missing, every signed checkpoint matching
+  toolbus audit whatif --policy DIR [--since D|T] [filters] [--json] [--fail-on-change]
+      judge the recorded calls again under DIR's policy, executing nothing: which decisions would change
   toolbus version
 
 Every command that talks to a bus takes --nats URL (default $TOOLBUS_NATS,

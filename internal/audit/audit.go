@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/redact"
 )
 
@@ -78,6 +79,33 @@ type Record struct {
 	Events []Event `json:"events,omitempty"`
 
 	terminal bool // the terminal result is in
+	// judged are the decisions recorded with their inputs, in stream
+	// order, kept by reads that replay them (whatif, explain).
+	judged []*judgedCall
+}
+
+// judgedCall is one recorded decision about an invocation, with what a
+// replay of it gave.
+type judgedCall struct {
+	d        *events.Decision
+	replayed policy.Decision
+	err      error
+}
+
+// decision is the recorded decision that a replay of r starts from: the
+// last one of the executor that sent the terminal result (a decision
+// published by anyone else is not the one acted on), or the last one when
+// there is no result.
+func (r *Record) decision() *judgedCall {
+	for i := len(r.judged) - 1; i >= 0; i-- {
+		if r.judged[i].d.Sender.ID == r.Executor {
+			return r.judged[i]
+		}
+	}
+	if len(r.judged) > 0 && r.Executor == "" {
+		return r.judged[len(r.judged)-1]
+	}
+	return nil
 }
 
 // Outcome values besides error types.
@@ -108,13 +136,15 @@ type Stats struct {
 
 // Read reads the invocations q selects, in the order they were made.
 func Read(ctx context.Context, js jetstream.JetStream, q Query) ([]*Record, Stats, error) {
-	return read(ctx, js, q, Subjects, false)
+	return read(ctx, js, Subjects, newJoiner(q, false))
 }
 
 // Show reads the whole story of invocation id: every event about it, its
 // progress output's sizes included, with the events as recorded.
 func Show(ctx context.Context, js jetstream.JetStream, id string, since time.Time) (*Record, error) {
-	recs, _, err := read(ctx, js, Query{ID: id, Since: since}, append(slices.Clone(Subjects), events.SubjectProgressPrefix+">"), true)
+	j := newJoiner(Query{ID: id, Since: since}, true)
+	j.judged = func(*Record, *judgedCall) {} // kept for Explain
+	recs, _, err := read(ctx, js, append(slices.Clone(Subjects), events.SubjectProgressPrefix+">"), j)
 	if err != nil {
 		return nil, err
 	}
@@ -124,7 +154,8 @@ func Show(ctx context.Context, js jetstream.JetStream, id string, since time.Tim
 	return recs[0], nil
 }
 
-func read(ctx context.Context, js jetstream.JetStream, q Query, subjects []string, timeline bool) ([]*Record, Stats, error) {
+func read(ctx context.Context, js jetstream.JetStream, subjects []string, j *joiner) ([]*Record, Stats, error) {
+	q := j.q
 	start := time.Now()
 	var st Stats
 	stream, err := js.Stream(ctx, events.AuditStream)
@@ -163,7 +194,6 @@ func read(ctx context.Context, js jetstream.JetStream, q Query, subjects []strin
 	if err != nil {
 		return nil, st, fmt.Errorf("audit stream %s: %w", events.AuditStream, err)
 	}
-	j := newJoiner(q, timeline)
 	for done := false; !done; {
 		batch, err := cons.Fetch(fetchBatch, jetstream.FetchMaxWait(fetchWait))
 		if err != nil {
@@ -215,6 +245,9 @@ type joiner struct {
 	timeline bool
 	byID     map[string]*Record
 	order    []*Record
+	// judged, when set, is given every decision recorded with its input,
+	// once it is attached to its record.
+	judged func(*Record, *judgedCall)
 }
 
 func newJoiner(q Query, timeline bool) *joiner {
@@ -264,9 +297,14 @@ func (j *joiner) add(subject string, data []byte, seq uint64, at time.Time) bool
 		if r = j.byID[d.InvocationID]; r == nil {
 			return true
 		}
-		r.Verdict, r.Reason, r.PolicyRevision = d.Verdict, d.Reason, d.PolicyRevision
+		r.Verdict, r.Reason, r.PolicyRevision, r.Cached = d.Verdict, d.Reason, d.PolicyRevision, d.Cached
 		sender, typ = d.Sender, d.Type
 		summary = fmt.Sprintf("policy %s: %s (revision %s)", d.Verdict, d.Reason, d.PolicyRevision)
+		if j.judged != nil && len(d.Input) > 0 {
+			jc := &judgedCall{d: d}
+			r.judged = append(r.judged, jc)
+			j.judged(r, jc)
+		}
 	case events.SubjectConfirm:
 		c, err := events.Decode[events.ConfirmRequest](data)
 		if err != nil {
@@ -370,8 +408,8 @@ func (j *joiner) add(subject string, data []byte, seq uint64, at time.Time) bool
 		if res.Error != nil {
 			r.Error = res.Error.Message
 		}
-		// Only an ASK_USER decision is an event of its own; the result
-		// carries every decision.
+		// The result carries the decision acted on, a hook's change
+		// included.
 		if p := res.Policy; p != nil {
 			r.Verdict, r.Reason, r.PolicyRevision, r.Cached = p.Verdict, p.Reason, p.Revision, p.Cached
 		}

@@ -1,0 +1,215 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/audit"
+	"github.com/toolbus/toolbus/internal/bus"
+	"github.com/toolbus/toolbus/internal/policy"
+	"github.com/toolbus/toolbus/internal/redact"
+	defaultpolicy "github.com/toolbus/toolbus/policy"
+)
+
+// errWouldChange is whatif's failure under --fail-on-change.
+var errWouldChange = errors.New("decisions would change")
+
+// auditWhatIf judges recorded calls again under another policy set.
+func auditWhatIf(args []string) error {
+	fs := flag.NewFlagSet("audit whatif", flag.ContinueOnError)
+	af := newAuditFlags(fs)
+	query := queryFlags(fs)
+	dir := fs.String("policy", "", "the policy set (a directory of .rego files) to judge the recorded calls under; required")
+	asJSON := fs.Bool("json", false, "print the report as JSON, every change with its call")
+	calls := fs.Int("calls", 20, "calls shown for each kind of change (0: all)")
+	failOnChange := fs.Bool("fail-on-change", false, "exit with status 1 when any verdict would change (for CI)")
+	if rest, err := parse(fs, args); err != nil {
+		return err
+	} else if len(rest) > 0 {
+		return usageError{fmt.Errorf("audit whatif takes no arguments, got %q", rest)}
+	}
+	if *dir == "" {
+		return usageError{errors.New("audit whatif needs --policy DIR, the policy set to judge the recorded calls under")}
+	}
+	q, err := query()
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	if q.Since, err = parseWhen("since", *af.since, now); err != nil {
+		return err
+	}
+	if q.Until, err = parseWhen("until", *af.until, now); err != nil {
+		return err
+	}
+	files, err := policy.LoadDir(*dir)
+	if err != nil {
+		return usageError{err}
+	}
+	return af.run(func(ctx context.Context, b *bus.Bus, red *redact.Redactor) error {
+		pol, err := policy.Compile(ctx, files)
+		if err != nil {
+			return fmt.Errorf("the policy set %s is refused: %w", *dir, err)
+		}
+		w, err := audit.RunWhatIf(ctx, b.JetStream(), q, pol)
+		if err != nil {
+			return err
+		}
+		for i := range w.Changes {
+			w.Changes[i].Record = audit.Redact(w.Changes[i].Record, red)
+			w.Changes[i].Reason = red.Text(w.Changes[i].Reason)
+		}
+		if *asJSON {
+			err = writeJSON(os.Stdout, w)
+		} else {
+			err = writeWhatIf(os.Stdout, w, *dir, *calls)
+		}
+		if err == nil && *failOnChange && len(w.Changes) > 0 {
+			return fmt.Errorf("%d %w", len(w.Changes), errWouldChange)
+		}
+		return err
+	})
+}
+
+func writeWhatIf(w io.Writer, r *audit.WhatIf, dir string, calls int) error {
+	bw := bufio.NewWriter(w)
+	fmt.Fprintf(bw, "%d invocations; %d decisions judged again under %s (%s) in %s: %d would change, %d unchanged, %d keep their verdict with another reason",
+		r.Invocations, r.Replayed, dir, r.Revision, r.Stats.Elapsed.Round(time.Millisecond), len(r.Changes), r.Unchanged, r.SameVerdict)
+	if r.NotJudged > 0 {
+		fmt.Fprintf(bw, "; %d never judged (no decision with its input on record)", r.NotJudged)
+	}
+	fmt.Fprintln(bw)
+	if r.Lossy > 0 {
+		fmt.Fprintf(bw, "%d of the inputs held a file name that is not UTF-8, recorded approximately\n", r.Lossy)
+	}
+	for i := 0; i < len(r.Changes); {
+		from, to := r.Changes[i].From, r.Changes[i].To
+		n := i
+		for n < len(r.Changes) && r.Changes[n].From == from && r.Changes[n].To == to {
+			n++
+		}
+		fmt.Fprintf(bw, "\n%s → %s: %d\n", from, to, n-i)
+		for k, c := range r.Changes[i:n] {
+			if calls > 0 && k == calls {
+				fmt.Fprintf(bw, "  ... and %d more (--calls 0 shows all)\n", n-i-calls)
+				break
+			}
+			rec := c.Record
+			fmt.Fprintf(bw, "  %s  %s  %s  %s  %s\n      was: %s\n      now: %s\n", rec.Time.Local().Format(time.DateTime), rec.ID, rec.Tool, rec.Caller.ID,
+				oneLine(string(rec.Args), 100), oneLine(rec.Reason, 120), oneLine(c.Reason, 120))
+		}
+		i = n
+	}
+	if len(r.Failed) > 0 {
+		fmt.Fprintf(bw, "\n%d recorded decisions could not be judged again:\n", len(r.Failed))
+		for _, f := range r.Failed {
+			fmt.Fprintf(bw, "  %s: %s\n", f.ID, f.Reason)
+		}
+	}
+	return bw.Flush()
+}
+
+// policyExplain: which rules made a recorded call's decision.
+func policyExplain(args []string) error {
+	fs := flag.NewFlagSet("policy explain", flag.ContinueOnError)
+	af := newAuditFlags(fs)
+	dir := fs.String("policy", "", "explain under this policy set (a directory of .rego files); default: the pushed policy, else the built-in one")
+	trace := fs.Bool("trace", false, "print OPA's whole trace too")
+	asJSON := fs.Bool("json", false, "print the explanation as JSON")
+	rest, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 1 {
+		return usageError{errors.New("policy explain takes one invocation id")}
+	}
+	return explain(af, rest[0], *dir, *trace, *asJSON)
+}
+
+// explain prints why the policy of dir (or the active one) decides as it
+// does about the recorded call id.
+func explain(af *auditFlags, id, dir string, trace, asJSON bool) error {
+	since, err := parseWhen("since", *af.since, time.Now())
+	if err != nil {
+		return err
+	}
+	var files policy.Files
+	if dir != "" {
+		if files, err = policy.LoadDir(dir); err != nil {
+			return usageError{err}
+		}
+	}
+	return af.run(func(ctx context.Context, b *bus.Bus, red *redact.Redactor) error {
+		pol, source, err := explainingPolicy(ctx, b.JetStream(), files, dir)
+		if err != nil {
+			return err
+		}
+		r, ex, err := audit.Explain(ctx, b.JetStream(), id, since, pol)
+		if err != nil {
+			return err
+		}
+		ex.Trace = red.Text(ex.Trace)
+		ex.Decision.Reason = red.Text(ex.Decision.Reason)
+		r = audit.Redact(r, red)
+		if asJSON {
+			out := struct {
+				ID       string           `json:"id"`
+				Recorded any              `json:"recorded"`
+				Policy   string           `json:"policy"`
+				Decision policy.Decision  `json:"decision"`
+				Rules    []policy.RuleHit `json:"rules"`
+				Trace    string           `json:"trace,omitempty"`
+			}{ID: r.ID, Recorded: map[string]string{"verdict": string(r.Verdict), "reason": r.Reason, "revision": r.PolicyRevision},
+				Policy: source, Decision: ex.Decision, Rules: ex.Rules}
+			if trace {
+				out.Trace = ex.Trace
+			}
+			return writeJSON(os.Stdout, out)
+		}
+		bw := bufio.NewWriter(os.Stdout)
+		fmt.Fprintf(bw, "invocation %s: %s by %s, arguments %s\n", r.ID, r.Tool, r.Caller.ID, oneLine(string(r.Args), 200))
+		fmt.Fprintf(bw, "recorded: %s (revision %s): %s\n", r.Verdict, r.PolicyRevision, r.Reason)
+		fmt.Fprintf(bw, "%s (revision %s) decides: %s: %s\n", source, pol.Revision(), ex.Decision.Verdict, ex.Decision.Reason)
+		if pol.Revision() != r.PolicyRevision {
+			fmt.Fprintln(bw, "  (another revision than the one that decided)")
+		}
+		fmt.Fprintln(bw, "rules that held, in the order the evaluation reached them:")
+		for _, h := range ex.Rules {
+			fmt.Fprintf(bw, "  %s:%d  %s\n", h.File, h.Row, h.Rule)
+		}
+		if trace {
+			fmt.Fprintf(bw, "\nOPA's trace:\n%s", ex.Trace)
+		}
+		return bw.Flush()
+	})
+}
+
+// explainingPolicy compiles files when given, else the policy pushed to
+// the fleet, else the built-in default, and says which it is.
+func explainingPolicy(ctx context.Context, js jetstream.JetStream, files policy.Files, dir string) (*policy.Policy, string, error) {
+	source := "the policy set " + dir
+	if files == nil {
+		active, err := policy.Active(ctx, js)
+		if err != nil {
+			return nil, "", err
+		}
+		if active != nil {
+			files, source = active.Files, "the pushed policy"
+		} else {
+			files, source = policy.Files(defaultpolicy.Default()), "the built-in policy"
+		}
+	}
+	pol, err := policy.Compile(ctx, files)
+	if err != nil {
+		return nil, "", fmt.Errorf("%s is refused: %w", source, err)
+	}
+	return pol, source, nil
+}
