@@ -369,10 +369,9 @@ func TestAPlainConsumerFindsOneTerminalResultPerInvocation(t *testing.T) {
 	for name, want := range map[string]string{
 		"timed out": "ASK_USER TIMEOUT",
 		"cancelled": "ASK_USER CANCELLED",
-		// An ALLOW is recorded with the executor's result: a call lost
-		// with its executor has no verdict on record, only the caller's
-		// EXECUTOR_LOST.
-		"lost":   " EXECUTOR_LOST",
+		// Every decision is an event of its own, sent before the tool
+		// runs: a call lost with its executor keeps its verdict.
+		"lost":   "ALLOW EXECUTOR_LOST",
 		"denied": "DENY POLICY_DENIED",
 	} {
 		if got[ids[name]] != want {

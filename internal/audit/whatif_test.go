@@ -2,8 +2,8 @@ package audit_test
 
 import (
 	"context"
-	"errors"
 	"encoding/json"
+	"errors"
 	"maps"
 	"os"
 	"path/filepath"
