@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"runtime"
@@ -79,10 +81,11 @@ func RunWhatIf(ctx context.Context, js jetstream.JetStream, q Query, pol *policy
 	start := time.Now()
 	jobs := make(chan job, 1024)
 	var wg sync.WaitGroup
+	m := newMemo(pol)
 	for range runtime.GOMAXPROCS(0) {
 		wg.Go(func() {
 			for jb := range jobs {
-				jb.jc.replayed, jb.jc.err = replay(ctx, pol, jb.r, jb.jc.d)
+				jb.jc.replayed, jb.jc.err = m.replay(ctx, pol, jb.r, jb.jc.d)
 				jb.jc.d.Input = nil // judged: the memory can go
 			}
 		})
@@ -127,6 +130,67 @@ func RunWhatIf(ctx context.Context, js jetstream.JetStream, q Query, pol *policy
 	})
 	w.Stats.Elapsed = time.Since(start)
 	return w, nil
+}
+
+// memo keeps the decisions a deterministic policy made on exact recorded
+// inputs: agents repeat themselves (the same file read, the same test
+// run), and the same input judged again gives the same decision. Keyed by
+// a SHA-256 of everything a replay reads, so that no one can make two
+// inputs share an entry; bounded.
+type memo struct {
+	mu sync.Mutex
+	m  map[[sha256.Size]byte]policy.Decision
+}
+
+const maxMemo = 1 << 20
+
+func newMemo(pol *policy.Policy) *memo {
+	if !pol.Deterministic() {
+		return nil
+	}
+	return &memo{m: make(map[[sha256.Size]byte]policy.Decision)}
+}
+
+func (m *memo) replay(ctx context.Context, pol *policy.Policy, r *Record, d *events.Decision) (policy.Decision, error) {
+	if m == nil {
+		return replay(ctx, pol, r, d)
+	}
+	h := sha256.New()
+	args := []byte(r.Args)
+	if d.Args != nil {
+		args = d.Args
+	}
+	for _, part := range [][]byte{d.Input, args, []byte(d.ShellLine)} {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
+		h.Write(n[:])
+		h.Write(part)
+	}
+	h.Write([]byte{boolByte(d.BashChecked)})
+	var key [sha256.Size]byte
+	h.Sum(key[:0])
+	m.mu.Lock()
+	got, ok := m.m[key]
+	m.mu.Unlock()
+	if ok {
+		return got, nil
+	}
+	got, err := replay(ctx, pol, r, d)
+	if err == nil {
+		m.mu.Lock()
+		if len(m.m) < maxMemo {
+			m.m[key] = got
+		}
+		m.mu.Unlock()
+	}
+	return got, err
+}
+
+func boolByte(b bool) byte {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // replay judges one recorded decision of r again under pol.
