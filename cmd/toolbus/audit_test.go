@@ -93,4 +93,77 @@ func TestAuditThroughUp(t *testing.T) {
 	if _, errOut, code := toolbus(t, "audit", "verify", "--key", filepath.Join(data, "nothing.pub"), "--nats", url); code != 2 || !strings.Contains(errOut, "public key") {
 		t.Errorf("verify without a key: exit %d %s", code, errOut)
 	}
+
+	// What another policy would have decided: a stricter one denies the
+	// read, and only it; one that allows everything would have let the
+	// dangerous line run, which whatif reports without its token and
+	// without running anything.
+	stricter := policyDir(t, `package toolbus
+
+deny contains "reads of this workspace are frozen" if {
+	input.tool.name == "read_file"
+	some p in input.paths
+	startswith(p, "`+ws+`")
+}
+`, true)
+	out, errOut, code := toolbus(t, "audit", "whatif", "--policy", stricter, "--nats", url)
+	if code != 0 || !strings.Contains(out, "1 would change") || !strings.Contains(out, "ALLOW → DENY: 1") || !strings.Contains(out, recs[0]["id"].(string)) ||
+		!strings.Contains(out, "reads of this workspace are frozen") || strings.Contains(out, recs[1]["id"].(string)) {
+		t.Errorf("whatif, stricter: exit %d %s\n%s", code, errOut, out)
+	}
+	if _, errOut, code := toolbus(t, "audit", "whatif", "--policy", stricter, "--fail-on-change", "--nats", url); code != 1 || !strings.Contains(errOut, "1 decisions would change") {
+		t.Errorf("whatif --fail-on-change: exit %d %s", code, errOut)
+	}
+	loose := policyDir(t, `package toolbus
+
+decision := {"verdict": "ALLOW", "reason": "anything goes", "remember": false}
+`, false)
+	out, errOut, code = toolbus(t, "audit", "whatif", "--policy", loose, "--json", "--nats", url)
+	var w struct {
+		Replayed int `json:"replayed"`
+		Changes  []struct {
+			From, To string
+			Call     struct{ ID string }
+		} `json:"changes"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &w) != nil || w.Replayed != 2 || len(w.Changes) != 1 || w.Changes[0].Call.ID != recs[1]["id"] ||
+		w.Changes[0].From != "DENY" || w.Changes[0].To != "ALLOW" || strings.Contains(out, token) {
+		t.Errorf("whatif, loose: exit %d %s\n%s", code, errOut, out)
+	}
+	broken := policyDir(t, "package toolbus\n\ndecision := {\n", false)
+	if _, errOut, code := toolbus(t, "audit", "whatif", "--policy", broken, "--nats", url); code != 1 || !strings.Contains(errOut, "refused") {
+		t.Errorf("whatif with broken Rego: exit %d %s", code, errOut)
+	}
+
+	// Why the line was denied, from OPA's trace.
+	for _, args := range [][]string{{"policy", "explain", recs[1]["id"].(string), "--trace"}, {"audit", "show", recs[1]["id"].(string), "--explain", "--trace"}} {
+		out, errOut, code := toolbus(t, append(args, "--nats", url)...)
+		if code != 0 || !strings.Contains(out, "decides: DENY") || !strings.Contains(out, "shell.rego:") || !strings.Contains(out, "deny contains") ||
+			!strings.Contains(out, "OPA's trace") || strings.Contains(out, token) {
+			t.Errorf("%v: exit %d %s\n%.3000s", args, code, errOut, out)
+		}
+	}
+	out, _, code = toolbus(t, "policy", "explain", recs[0]["id"].(string), "--policy", stricter, "--nats", url)
+	if code != 0 || !strings.Contains(out, "decides: DENY") || !strings.Contains(out, "frozen.rego:") || !strings.Contains(out, "another revision") {
+		t.Errorf("explain under the stricter policy: exit %d\n%s", code, out)
+	}
+}
+
+// policyDir writes a policy set: src as frozen.rego, after the built-in
+// policy's files when withDefault.
+func policyDir(t *testing.T, src string, withDefault bool) string {
+	t.Helper()
+	dir := t.TempDir()
+	if withDefault {
+		files, _ := filepath.Glob("../../policy/*.rego")
+		for _, f := range files {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			os.WriteFile(filepath.Join(dir, filepath.Base(f)), data, 0o644)
+		}
+	}
+	os.WriteFile(filepath.Join(dir, "frozen.rego"), []byte(src), 0o644)
+	return dir
 }
