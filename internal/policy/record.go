@@ -294,10 +294,21 @@ type Explanation struct {
 	Decision Decision
 	// Rules are the rules whose bodies held, in the order the evaluation
 	// reached them: the decision's own branch and every rule it read
-	// that held (each reason to deny, ask or allow).
+	// that held (each reason to deny, ask or allow). Values without
+	// conditions (sets of names, patterns) are left out.
 	Rules []RuleHit
 	// Trace is OPA's whole trace, with locations.
 	Trace string
+}
+
+// constant reports whether r is a value without conditions (a set of
+// names, a pattern): it holds for every input and explains nothing.
+func constant(r *ast.Rule) bool {
+	if r.Default || len(r.Head.Args) > 0 || len(r.Body) != 1 {
+		return false
+	}
+	t, ok := r.Body[0].Terms.(*ast.Term)
+	return ok && t.Value.Compare(ast.Boolean(true)) == 0
 }
 
 // RuleHit is one rule that held.
@@ -324,7 +335,7 @@ func (p *Policy) Explain(ctx context.Context, rec Recorded, args map[string]any)
 	seen := make(map[*ast.Rule]bool)
 	for _, ev := range *buf {
 		r, ok := ev.Node.(*ast.Rule)
-		if !ok || ev.Op != topdown.ExitOp || seen[r] || r.Location == nil {
+		if !ok || ev.Op != topdown.ExitOp || seen[r] || r.Location == nil || constant(r) {
 			continue
 		}
 		seen[r] = true
