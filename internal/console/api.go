@@ -68,7 +68,7 @@ func (s *Server) index(w http.ResponseWriter, r *http.Request, c caller) {
 func (s *Server) current() (state, <-chan struct{}, <-chan struct{}) {
 	st, changed := s.cfg.Approver.Snapshot()
 	allow, allowChanged := s.allow.snapshot()
-	return newState(st, allow, s.cfg.Approver.Identity().ID), changed, allowChanged
+	return newState(st, allow, s.cfg.Approver.Identity().ID, s.cfg.Redact), changed, allowChanged
 }
 
 func (s *Server) getState(w http.ResponseWriter, _ *http.Request, _ caller) {

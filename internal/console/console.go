@@ -28,6 +28,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/approve"
+	"github.com/toolbus/toolbus/internal/redact"
 )
 
 // DefaultListen is where the console listens unless told otherwise. When
@@ -60,6 +61,9 @@ type Config struct {
 	// MinTokenLength characters.
 	Token  string
 	Logger *slog.Logger
+	// Redact hides the secrets of the requests answered (see newState);
+	// nil means redact.Default.
+	Redact *redact.Redactor
 }
 
 // Server serves the console until Close.
@@ -86,6 +90,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Redact == nil {
+		cfg.Redact = redact.Default
 	}
 	if cfg.Token == "" {
 		t, err := newToken()

@@ -12,8 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolbus/toolbus/internal/approve"
 	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/redact"
 )
 
 func readAll(t *testing.T, resp *http.Response) string {
@@ -369,5 +371,51 @@ func TestDefaultAddressFallsBack(t *testing.T) {
 	a := s.Addr().(*net.TCPAddr)
 	if !a.IP.IsLoopback() || a.String() == DefaultListen {
 		t.Errorf("the console listens on %s, want another loopback port", a)
+	}
+}
+
+// TestAnsweredRequestsHideTheirSecrets: a request waiting for an answer
+// shows the approver every byte they decide on, a payload under a key
+// named like a secret included; once answered, the page's history hides
+// the secrets of its arguments, diff and answer.
+func TestAnsweredRequestsHideTheirSecrets(t *testing.T) {
+	e := newEnv(t)
+	const token = "ghp_0123456789abcdefghijABCDEFGHIJ0123456789"
+	args := `{"file_path":"deploy.env","content":"GITHUB_TOKEN=` + token + `\n"}`
+	c := e.callAsync(t, "inv-secret", "write_file", args)
+	e.waitPending(t, "inv-secret")
+	state := func() (state, string) {
+		t.Helper()
+		status, body := do(t, http.DefaultClient, httpReq(t, "GET", e.console.BaseURL()+"api/state", "", map[string]string{"Authorization": "Bearer " + e.console.Token()}))
+		var s state
+		if status != http.StatusOK || json.Unmarshal([]byte(body), &s) != nil {
+			t.Fatalf("state: %d %s", status, body)
+		}
+		return s, body
+	}
+	s, _ := state()
+	if len(s.Pending) != 1 || !strings.Contains(string(s.Pending[0].Args), token) || !strings.Contains(s.Pending[0].Diff, token) {
+		t.Fatalf("the pending request hides what the approver decides on: %+v", s.Pending)
+	}
+	if _, err := e.approver.Answer(context.Background(), "inv-secret", approve.Answer{Outcome: events.ProceedOnce, Message: "ok, token " + token}); err != nil {
+		t.Fatal(err)
+	}
+	c.wait(t)
+	for deadline := time.Now().Add(wait); ; {
+		s, body := state()
+		if len(s.Recent) == 1 && s.Recent[0].Answer != nil {
+			r := s.Recent[0]
+			if strings.Contains(body, token) || !strings.Contains(string(r.Args), redact.Mask) || !strings.Contains(r.Diff, redact.Mask) || !strings.Contains(r.Answer.Message, redact.Mask) {
+				t.Errorf("the history shows the secret:\n%s", body)
+			}
+			if !strings.Contains(string(r.Args), "deploy.env") {
+				t.Errorf("the history hides more than the secret: %s", r.Args)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the answered request is not in the history: %s", body)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -2,10 +2,12 @@ package console
 
 import (
 	"encoding/json"
+	"slices"
 	"time"
 
 	"github.com/toolbus/toolbus/internal/approve"
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/redact"
 )
 
 // state is what the page shows, sent whole on every change: the queue is
@@ -60,16 +62,47 @@ type rejected struct {
 	Reason  string         `json:"reason"`
 }
 
-func newState(s approve.State, allow []allowEntry, approver string) state {
+// newState is the page's state. The requests waiting for an answer are
+// shown whole: the approver decides on exactly these bytes, and hiding
+// what looks like a secret would let an agent hide a payload from them
+// behind a key named "token". The requests answered are history, which
+// anyone at the page may read over the approver's shoulder: their
+// secrets are hidden, as toolbus audit hides them.
+func newState(s approve.State, allow []allowEntry, approver string, red *redact.Redactor) state {
 	out := state{Now: time.Now().UTC(), Approver: approver, Pending: make([]request, len(s.Pending)),
 		Recent: make([]request, len(s.Recent)), Allowlist: allow}
 	for i, r := range s.Pending {
 		out.Pending[i] = newRequest(r)
 	}
 	for i, r := range s.Recent {
-		out.Recent[i] = newRequest(r)
+		out.Recent[i] = redacted(newRequest(r), red)
 	}
 	return out
+}
+
+// redacted is v with the secrets of everything it shows hidden.
+func redacted(v request, red *redact.Redactor) request {
+	v.Args = red.JSON(v.Args)
+	v.Diff, v.Command, v.Reason = red.Text(v.Diff), red.Text(v.Command), red.Text(v.Reason)
+	v.Flagged = slices.Clone(v.Flagged)
+	for i := range v.Flagged {
+		v.Flagged[i].Text, v.Flagged[i].Why = red.Text(v.Flagged[i].Text), red.Text(v.Flagged[i].Why)
+	}
+	if v.Answer != nil {
+		a := *v.Answer
+		a.Message = red.Text(a.Message)
+		v.Answer = &a
+	}
+	if v.Closed != nil {
+		c := *v.Closed
+		c.Reason = red.Text(c.Reason)
+		v.Closed = &c
+	}
+	v.Rejected = slices.Clone(v.Rejected)
+	for i := range v.Rejected {
+		v.Rejected[i].Reason = red.Text(v.Rejected[i].Reason)
+	}
+	return v
 }
 
 func newRequest(r approve.Request) request {
