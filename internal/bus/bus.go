@@ -127,7 +127,7 @@ func Open(ctx context.Context, cfg Config) (*Bus, error) {
 			return nil, err
 		}
 	}
-	if err := ensureAudit(ctx, js, cfg); err != nil {
+	if err := ensureAudit(ctx, js, cfg, b.srv != nil); err != nil {
 		b.Close(ctx)
 		return nil, err
 	}
@@ -227,10 +227,20 @@ func startServer(cfg Config, log *slog.Logger) (*server.Server, error) {
 	return srv, nil
 }
 
-// ensureAudit creates or updates the stream that keeps every event. It does
-// not ack what it stores: requests on captured subjects must get only the
+// ensureAudit creates the stream that keeps every event, or, for the bus's
+// owner (the process that runs the server), updates it to cfg's retention.
+// A part that only connects leaves an existing stream as it is: its own
+// defaults must not undo the owner's --audit-max-age. The stream does not
+// ack what it stores: requests on captured subjects must get only the
 // responder's answer.
-func ensureAudit(ctx context.Context, js jetstream.JetStream, cfg Config) error {
+func ensureAudit(ctx context.Context, js jetstream.JetStream, cfg Config, owner bool) error {
+	if !owner {
+		if _, err := js.Stream(ctx, events.AuditStream); err == nil {
+			return nil
+		} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("audit stream %s: %w", events.AuditStream, err)
+		}
+	}
 	maxBytes := cfg.AuditMaxBytes
 	if maxBytes == 0 {
 		maxBytes = 1 << 30

@@ -107,3 +107,28 @@ func TestCloseTwice(t *testing.T) {
 		t.Errorf("server still answers after Close: %v", err)
 	}
 }
+
+// TestAClientKeepsTheOwnersRetention: the bus's owner sets the audit
+// stream's retention; a part that only connects, with its own defaults,
+// leaves it as it is.
+func TestAClientKeepsTheOwnersRetention(t *testing.T) {
+	ctx := context.Background()
+	owner, err := bus.Open(ctx, bus.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Name: "owner", Logger: bustest.Quiet(),
+		AuditMaxAge: time.Hour, AuditMaxBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer owner.Close(ctx)
+	client, err := bus.Open(ctx, bus.Config{URL: owner.URL(), Name: "client", Logger: bustest.Quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close(ctx)
+	s, err := client.JetStream().Stream(ctx, events.AuditStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg := s.CachedInfo().Config; cfg.MaxAge != time.Hour || cfg.MaxBytes != 1<<20 || !cfg.DenyDelete {
+		t.Errorf("after a client connected: max age %s, max bytes %d, deny delete %v", cfg.MaxAge, cfg.MaxBytes, cfg.DenyDelete)
+	}
+}
