@@ -56,12 +56,38 @@ type Config struct {
 	// same key must be given at every start: a store written with another
 	// key, or with none, cannot be read and the bus does not start.
 	StoreKey string
+	// Cluster, when its Name is set, makes the embedded server a node of
+	// a NATS cluster with clustered JetStream.
+	Cluster Cluster
+	// Replicas is how many copies the cluster keeps of the audit stream
+	// and, through EnsureKeyValue and EnsureObjectStore, of every bucket
+	// the parts create. 0 means 3 in a cluster, else 1.
+	Replicas int
+	// CredsFile, CAFile, CertFile and KeyFile configure the connection to
+	// an existing deployment: a NATS credentials file (user JWT and nkey
+	// seed), the CA that signed the servers' certificates, and a client
+	// certificate for TLS with client authentication.
+	CredsFile, CAFile, CertFile, KeyFile string
 	// AuditAllowDelete lets clients delete and purge messages of the
 	// audit stream. By default the stream refuses both (JetStream's
 	// deny-delete and deny-purge), which cannot be undone for the stream:
 	// only its age and size limits remove events. For tests of tamper
 	// evidence, which must be able to tamper.
 	AuditAllowDelete bool
+}
+
+// Cluster makes the embedded server a node of a NATS cluster.
+type Cluster struct {
+	// Name is the cluster's name, the same on every node.
+	Name string
+	// Listen is host:port for the routes of the other nodes.
+	Listen string
+	// Routes are the other nodes' route URLs (nats-route://host:port);
+	// a node may list itself.
+	Routes []string
+	// ServerName names this node, unique in the cluster; defaults to
+	// the cluster name and Listen's port.
+	ServerName string
 }
 
 // Bus is an open connection to the toolbus NATS, and the embedded server
@@ -99,6 +125,15 @@ func Open(ctx context.Context, cfg Config) (*Bus, error) {
 			log.Error("bus error", "subject", subject, "err", err)
 		}),
 	}
+	if cfg.CredsFile != "" {
+		opts = append(opts, nats.UserCredentials(cfg.CredsFile))
+	}
+	if cfg.CAFile != "" {
+		opts = append(opts, nats.RootCAs(cfg.CAFile))
+	}
+	if cfg.CertFile != "" || cfg.KeyFile != "" {
+		opts = append(opts, nats.ClientCert(cfg.CertFile, cfg.KeyFile))
+	}
 	if cfg.URL == "" {
 		srv, err := startServer(cfg, log)
 		if err != nil {
@@ -127,7 +162,10 @@ func Open(ctx context.Context, cfg Config) (*Bus, error) {
 			return nil, err
 		}
 	}
-	if err := ensureAudit(ctx, js, cfg, b.srv != nil); err != nil {
+	// A node of a cluster waits for the cluster's JetStream: until a
+	// quorum of nodes is up, nothing can be stored.
+	err = untilJetStream(ctx, log, cfg.Cluster.Name != "", func(ctx context.Context) error { return ensureAudit(ctx, js, cfg, b.srv != nil) })
+	if err != nil {
 		b.Close(ctx)
 		return nil, err
 	}
@@ -189,6 +227,11 @@ func startServer(cfg Config, log *slog.Logger) (*server.Server, error) {
 		JetStream:  true,
 		StoreDir:   cfg.DataDir,
 		NoSigs:     true, // the owning process handles signals
+	}
+	if c := cfg.Cluster; c.Name != "" {
+		if err := clusterOptions(opts, c); err != nil {
+			return nil, fmt.Errorf("embedded bus: %w", err)
+		}
 	}
 	if cfg.StoreKey != "" {
 		opts.JetStreamKey, opts.JetStreamCipher = cfg.StoreKey, server.ChaCha
@@ -260,6 +303,7 @@ func ensureAudit(ctx context.Context, js jetstream.JetStream, cfg Config, owner 
 		Discard:     jetstream.DiscardOld,
 		DenyDelete:  deny,
 		DenyPurge:   deny,
+		Replicas:    replicas(cfg),
 	})
 	if err != nil {
 		return fmt.Errorf("audit stream %s: %w", events.AuditStream, err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/events"
 )
 
@@ -30,7 +31,7 @@ func BucketConfig() jetstream.KeyValueConfig {
 
 // EnsureBucket creates the catalogue bucket if it is missing.
 func EnsureBucket(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
-	kv, err := js.CreateOrUpdateKeyValue(ctx, BucketConfig())
+	kv, err := bus.EnsureKeyValue(ctx, js, BucketConfig())
 	if err != nil {
 		return nil, fmt.Errorf("catalogue bucket: %w", err)
 	}

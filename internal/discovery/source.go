@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/proctree"
 	"github.com/toolbus/toolbus/internal/tool"
@@ -127,7 +128,7 @@ func Start(ctx context.Context, opts Options) (*Source, error) {
 	}
 	s.status = events.DiscoveryStatus{Executor: opts.Identity.ID, Workspace: opts.Workspace, State: events.DiscoveryPending}
 	var err error
-	s.kv, err = opts.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	s.kv, err = bus.EnsureKeyValue(ctx, opts.JS, jetstream.KeyValueConfig{
 		Bucket:      events.DiscoveryStatusBucket,
 		Description: "toolbus: the state of every executor's discovery command",
 		TTL:         events.DiscoveryStatusTTL,

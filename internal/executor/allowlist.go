@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/policy"
 )
@@ -42,7 +43,7 @@ func (r AllowRecord) Key() string {
 
 // OpenAllowlistBucket creates the allowlist bucket if it is missing.
 func OpenAllowlistBucket(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
-	return js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	return bus.EnsureKeyValue(ctx, js, jetstream.KeyValueConfig{
 		Bucket:      events.AllowlistBucket,
 		Description: "toolbus allowlist: approvals remembered fleet-wide",
 		History:     5,

@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"golang.org/x/sync/semaphore"
 
+	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/catalog"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/hooks"
@@ -224,7 +225,7 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 	// refuses the chunks of a new object (and Put removes those it took)
 	// instead of dropping the oldest chunks, which would corrupt objects
 	// stored before. An existing bucket gets the limits on update.
-	if _, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+	if _, err = bus.EnsureObjectStore(ctx, js, jetstream.ObjectStoreConfig{
 		Bucket:      events.OutputBucket,
 		Description: "toolbus: whole outputs of calls whose result was capped",
 		Storage:     jetstream.FileStorage,

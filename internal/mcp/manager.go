@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/proctree"
 	"github.com/toolbus/toolbus/internal/tool"
@@ -77,7 +78,7 @@ func Start(ctx context.Context, cfg *Config, opts Options) (*Manager, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	kv, err := opts.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	kv, err := bus.EnsureKeyValue(ctx, opts.JS, jetstream.KeyValueConfig{
 		Bucket:      events.MCPStatusBucket,
 		Description: "toolbus: the state of every MCP server on the executor that hosts it",
 		TTL:         events.MCPStatusTTL,

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/catalog"
 	"github.com/toolbus/toolbus/internal/events"
 )
@@ -33,7 +34,7 @@ func openStore(ctx context.Context, js jetstream.JetStream) (*store, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	st, err := bus.EnsureKeyValue(ctx, js, jetstream.KeyValueConfig{
 		Bucket:      events.RegistryStateBucket,
 		Description: "toolbus registry state: sequence counter and run-time toggles",
 		History:     5,

@@ -4,8 +4,12 @@ package bustest
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -57,3 +61,71 @@ func Connect(tb testing.TB, b *bus.Bus) *bus.Bus {
 
 // Quiet is a logger that drops everything, for parts under test.
 func Quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// StartCluster runs n embedded buses as the nodes of one NATS cluster with
+// clustered JetStream (the fleet's stores kept in replicas copies), each
+// on free loopback ports with a store of its own, for the length of the
+// test. It returns once every node is up and the cluster's JetStream
+// answers.
+func StartCluster(tb testing.TB, n, replicas int) []*bus.Bus {
+	tb.Helper()
+	routes := make([]string, n)
+	listens := make([]string, n)
+	for i := range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		listens[i] = l.Addr().String()
+		routes[i] = "nats-route://" + listens[i]
+		l.Close()
+	}
+	nodes := make([]*bus.Bus, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			nodes[i], errs[i] = bus.Open(ctx, bus.Config{
+				Listen: "127.0.0.1:0", DataDir: tb.TempDir(), Name: fmt.Sprintf("%s-node%d", tb.Name(), i+1),
+				Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+				Cluster:  bus.Cluster{Name: "toolbus-test", Listen: listens[i], Routes: routes, ServerName: fmt.Sprintf("node%d", i+1)},
+				Replicas: replicas,
+			})
+		})
+	}
+	wg.Wait()
+	for i, b := range nodes {
+		if b != nil {
+			tb.Cleanup(func() { Stop(tb, b) })
+		}
+		if errs[i] != nil {
+			tb.Fatalf("start node %d of the cluster: %v", i+1, errs[i])
+		}
+	}
+	return nodes
+}
+
+// URLs is the client URLs of nodes, comma-separated, as a part of a fleet
+// is given them: it connects to one and moves to another when that one
+// goes.
+func URLs(nodes []*bus.Bus) string {
+	urls := make([]string, len(nodes))
+	for i, b := range nodes {
+		urls[i] = b.URL()
+	}
+	return strings.Join(urls, ",")
+}
+
+// ConnectURL opens a connection to the bus at url (several URLs,
+// comma-separated), closed when the test ends.
+func ConnectURL(tb testing.TB, url string) *bus.Bus {
+	tb.Helper()
+	c, err := bus.Open(context.Background(), bus.Config{URL: url, Name: tb.Name() + "-client", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		tb.Fatalf("connect to bus: %v", err)
+	}
+	tb.Cleanup(func() { Stop(tb, c) })
+	return c
+}

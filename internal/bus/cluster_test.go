@@ -1,0 +1,95 @@
+package bus_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/bus"
+	"github.com/toolbus/toolbus/internal/bus/bustest"
+	"github.com/toolbus/toolbus/internal/events"
+)
+
+// TestClusterKeepsThreeCopies: three nodes make one cluster whose audit
+// stream and buckets keep three copies; a bucket made by a part that
+// knows nothing of the cluster gets them too, and a part's defaults never
+// shrink one. With a node gone, what a client publishes is still kept,
+// and the client moves to another node.
+func TestClusterKeepsThreeCopies(t *testing.T) {
+	nodes := bustest.StartCluster(t, 3, 0)
+	ctx := context.Background()
+	client := bustest.ConnectURL(t, bustest.URLs(nodes))
+	stream, err := client.JetStream().Stream(ctx, events.AuditStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info := stream.CachedInfo(); info.Config.Replicas != 3 || info.Cluster == nil || len(info.Cluster.Replicas) != 2 {
+		t.Fatalf("audit stream: %d replicas, cluster %+v", info.Config.Replicas, info.Cluster)
+	}
+	kv, err := bus.EnsureKeyValue(ctx, client.JetStream(), jetstream.KeyValueConfig{Bucket: "TEST_FLEET", History: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := kv.Status(ctx); st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config.Replicas != 3 {
+		t.Errorf("a new bucket keeps %d copies", st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config.Replicas)
+	}
+	obj, err := bus.EnsureObjectStore(ctx, client.JetStream(), jetstream.ObjectStoreConfig{Bucket: "TEST_OBJECTS"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := obj.Status(ctx); st.Replicas() != 3 {
+		t.Errorf("a new object store keeps %d copies", st.Replicas())
+	}
+	// The bucket's config applied again by a part keeps its copies.
+	if _, err := bus.EnsureKeyValue(ctx, client.JetStream(), jetstream.KeyValueConfig{Bucket: "TEST_FLEET", History: 2, Replicas: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := kv.Status(ctx); st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config.Replicas != 3 || st.History() != 2 {
+		t.Errorf("after a part applied its config: %d copies, history %d", st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config.Replicas, st.History())
+	}
+
+	// The node the client talks to goes; the client moves, and what it
+	// publishes is kept.
+	var gone int
+	for i, n := range nodes {
+		if n.URL() == client.Conn().ConnectedUrl() {
+			gone = i
+		}
+	}
+	bustest.Stop(t, nodes[gone])
+	deadline := time.Now().Add(30 * time.Second)
+	for i := 0; ; i++ {
+		subject := fmt.Sprintf("tool.test.%d", i)
+		if err := client.Conn().Publish(subject, []byte("after")); err == nil {
+			client.Conn().Flush()
+			s, err := client.JetStream().Stream(ctx, events.AuditStream)
+			if err == nil {
+				if m, err := s.GetLastMsgForSubject(ctx, subject); err == nil && string(m.Data) == "after" {
+					break
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("nothing is kept with one node of three gone")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if client.Conn().ConnectedUrl() == nodes[gone].URL() {
+		t.Error("the client is still on the node that went")
+	}
+}
+
+// TestClusterConfigErrors: a node needs a fixed route port.
+func TestClusterConfigErrors(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, c := range []bus.Cluster{{Name: "c"}, {Name: "c", Listen: "127.0.0.1:0"}, {Name: "c", Listen: "nonsense"}, {Name: "c", Listen: "127.0.0.1:7000", Routes: []string{"::::"}}} {
+		if b, err := bus.Open(ctx, bus.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Cluster: c, Logger: bustest.Quiet()}); err == nil {
+			b.Close(ctx)
+			t.Errorf("%+v: started", c)
+		}
+	}
+}
