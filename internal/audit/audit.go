@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/events"
@@ -194,6 +195,7 @@ func read(ctx context.Context, js jetstream.JetStream, subjects []string, j *joi
 	if err != nil {
 		return nil, st, fmt.Errorf("audit stream %s: %w", events.AuditStream, err)
 	}
+	var unknown unknownConsumer
 	for done := false; !done; {
 		batch, err := cons.Fetch(fetchBatch, jetstream.FetchMaxWait(fetchWait))
 		if err != nil {
@@ -218,7 +220,9 @@ func read(ctx context.Context, js jetstream.JetStream, subjects []string, j *joi
 		if done {
 			break
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+		if err := batch.Error(); n == 0 && unknown.again(ctx, err) {
+			continue
+		} else if err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
 			return nil, st, fmt.Errorf("read the audit stream: %w", err)
 		}
 		if n == 0 {
@@ -230,6 +234,26 @@ func read(ctx context.Context, js jetstream.JetStream, subjects []string, j *joi
 	}
 	st.Elapsed = time.Since(start)
 	return j.records(), st, nil
+}
+
+// unknownConsumer counts the fetches a cluster answered with "no
+// responders": a consumer just made on another node is not yet known to
+// the node this connection is on (its interest crosses the routes on its
+// own time), or it moved with the stream's leader. The fetch is made
+// again, a few times, a little later each time.
+type unknownConsumer struct{ tries int }
+
+func (u *unknownConsumer) again(ctx context.Context, err error) bool {
+	if !errors.Is(err, nats.ErrNoResponders) || u.tries >= 20 {
+		return false
+	}
+	u.tries++
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(time.Duration(u.tries) * 50 * time.Millisecond):
+		return true
+	}
 }
 
 // A read fetches up to fetchBatch messages at a time, waiting at most
@@ -509,6 +533,7 @@ func Tail(ctx context.Context, js jetstream.JetStream, q Query, f func(*Record))
 		}
 		j.order = kept
 	}
+	var unknown unknownConsumer
 	for ctx.Err() == nil {
 		batch, err := cons.Fetch(fetchBatch, jetstream.FetchMaxWait(time.Second))
 		if err != nil {
@@ -517,12 +542,16 @@ func Tail(ctx context.Context, js jetstream.JetStream, q Query, f func(*Record))
 			}
 			return fmt.Errorf("read the audit stream: %w", err)
 		}
+		n := 0
 		for m := range batch.Messages() {
+			n++
 			if meta, err := m.Metadata(); err == nil {
 				j.add(m.Subject(), m.Data(), meta.Sequence.Stream, meta.Timestamp)
 			}
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && ctx.Err() == nil {
+		if err := batch.Error(); n == 0 && unknown.again(ctx, err) {
+			continue
+		} else if err != nil && !errors.Is(err, jetstream.ErrNoMessages) && ctx.Err() == nil {
 			return fmt.Errorf("read the audit stream: %w", err)
 		}
 		flush(time.Now())

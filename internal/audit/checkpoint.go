@@ -222,6 +222,7 @@ func scan(ctx context.Context, stream jetstream.Stream, from, to uint64, f func(
 	if err != nil {
 		return err
 	}
+	var unknown unknownConsumer
 	for {
 		batch, err := cons.Fetch(fetchBatch, jetstream.FetchMaxWait(fetchWait))
 		if err != nil {
@@ -242,7 +243,9 @@ func scan(ctx context.Context, stream jetstream.Stream, from, to uint64, f func(
 				return nil
 			}
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+		if err := batch.Error(); n == 0 && unknown.again(ctx, err) {
+			continue
+		} else if err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
 			return err
 		}
 		if n == 0 {

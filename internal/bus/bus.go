@@ -111,6 +111,10 @@ func Open(ctx context.Context, cfg Config) (*Bus, error) {
 	opts := []nats.Option{
 		nats.Name(cfg.Name),
 		nats.MaxReconnects(-1),
+		// In a cluster, a part whose node goes moves to another: the
+		// sooner, the fewer calls find no executor in between.
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.ReconnectJitter(100*time.Millisecond, time.Second),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
 				log.Warn("bus disconnected", "err", err)

@@ -4,9 +4,12 @@ package audittest
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/events"
@@ -46,45 +49,81 @@ func ResultsOf(t testing.TB, js jetstream.JetStream, ids []string) map[string]*C
 // otherwise it fails the test.
 func Results(t testing.TB, js jetstream.JetStream, mayBeEmpty bool) map[string]*Count {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	// In a cluster that just lost a node, the stream's new leader may not
+	// answer reads for a while: a read that fails is made again.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		counts, empty, err := results(js)
+		switch {
+		case err == nil && empty && !mayBeEmpty:
+			t.Fatal("no result in the audit stream")
+		case err == nil:
+			return counts
+		case time.Now().After(deadline):
+			t.Fatalf("reading the audit stream: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func results(js jetstream.JetStream) (counts map[string]*Count, empty bool, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	stream, err := js.Stream(ctx, events.AuditStream)
 	if err != nil {
-		t.Fatal(err)
+		return nil, false, err
 	}
-	counts := map[string]*Count{}
+	counts = map[string]*Count{}
 	last, err := stream.GetLastMsgForSubject(ctx, events.SubjectResult)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return counts, true, nil
+	}
 	if err != nil {
-		if mayBeEmpty {
-			return counts
-		}
-		t.Fatalf("no result in the audit stream: %v", err)
+		return nil, false, err
 	}
 	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.SubjectResult}})
 	if err != nil {
-		t.Fatal(err)
+		return nil, false, err
 	}
-	for {
-		m, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
+	for tries := 0; ; {
+		batch, err := cons.Fetch(2000, jetstream.FetchMaxWait(10*time.Second))
 		if err != nil {
-			t.Fatalf("reading the audit stream: %v", err)
+			return nil, false, err
 		}
-		res, err := events.Decode[events.Result](m.Data())
-		if err != nil {
-			t.Fatalf("a result in the audit stream does not decode: %v", err)
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			res, err := events.Decode[events.Result](m.Data())
+			if err != nil {
+				return nil, false, fmt.Errorf("a result in the audit stream does not decode: %w", err)
+			}
+			c := counts[res.InvocationID]
+			if c == nil {
+				c = &Count{}
+				counts[res.InvocationID] = c
+			}
+			if res.Late {
+				c.Late++
+			} else {
+				c.Terminal++
+			}
+			if meta, err := m.Metadata(); err != nil || meta.Sequence.Stream >= last.Sequence {
+				return counts, false, nil
+			}
 		}
-		c := counts[res.InvocationID]
-		if c == nil {
-			c = &Count{}
-			counts[res.InvocationID] = c
+		err = batch.Error()
+		if n == 0 && errors.Is(err, nats.ErrNoResponders) && tries < 20 {
+			// The consumer is on another node of a cluster, whose
+			// interest has not reached this connection's node yet.
+			tries++
+			time.Sleep(time.Duration(tries) * 50 * time.Millisecond)
+			continue
 		}
-		if res.Late {
-			c.Late++
-		} else {
-			c.Terminal++
+		if err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+			return nil, false, err
 		}
-		if meta, err := m.Metadata(); err != nil || meta.Sequence.Stream >= last.Sequence {
-			return counts
+		if n == 0 {
+			return nil, false, errors.New("the audit stream ended before its last result")
 		}
 	}
 }
