@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/cli"
@@ -18,6 +19,11 @@ func main() {
 	listen := fs.String("listen", bus.DefaultListen, "address to listen on")
 	logLevel := cli.LogFlag(fs)
 	auditOpts := cli.AuditFlags(fs)
+	clusterName := fs.String("cluster-name", "", "join a NATS cluster of this name, with clustered JetStream (the same on every node)")
+	clusterListen := fs.String("cluster-listen", "", "with --cluster-name: address for the other nodes' routes (a fixed port)")
+	routes := fs.String("routes", "", "with --cluster-name: the nodes' route URLs, comma-separated (nats-route://host:port); a node may list itself")
+	serverName := fs.String("server-name", "", "with --cluster-name: this node's name, unique in the cluster and the same at every start (default: the cluster name and the route port)")
+	replicas := fs.Int("replicas", 0, "copies the cluster keeps of the audit stream and every bucket (default 3 in a cluster, 1 alone)")
 	fs.Parse(os.Args[1:])
 	log, err := cli.Logger(*logLevel)
 	if err != nil {
@@ -26,7 +32,18 @@ func main() {
 	}
 	ctx, stop := cli.SignalContext()
 	defer stop()
-	cfg := bus.Config{Listen: *listen, DataDir: *dataDir, Name: "toolbus-bus", Logger: log}
+	cfg := bus.Config{Listen: *listen, DataDir: *dataDir, Name: "toolbus-bus", Logger: log, Replicas: *replicas}
+	if *clusterName != "" {
+		cfg.Cluster = bus.Cluster{Name: *clusterName, Listen: *clusterListen, ServerName: *serverName}
+		for _, r := range strings.Split(*routes, ",") {
+			if r = strings.TrimSpace(r); r != "" {
+				cfg.Cluster.Routes = append(cfg.Cluster.Routes, r)
+			}
+		}
+	} else if *clusterListen != "" || *routes != "" || *serverName != "" {
+		fmt.Fprintln(os.Stderr, "bus: --cluster-listen, --routes and --server-name need --cluster-name")
+		os.Exit(2)
+	}
 	if err := auditOpts.Apply(&cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "bus:", err)
 		os.Exit(2)

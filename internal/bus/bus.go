@@ -166,9 +166,11 @@ func Open(ctx context.Context, cfg Config) (*Bus, error) {
 			return nil, err
 		}
 	}
-	// A node of a cluster waits for the cluster's JetStream: until a
-	// quorum of nodes is up, nothing can be stored.
-	err = untilJetStream(ctx, log, cfg.Cluster.Name != "", func(ctx context.Context) error { return ensureAudit(ctx, js, cfg, b.srv != nil) })
+	// A node of a cluster, and a part connecting to one, waits for the
+	// cluster's JetStream: until a quorum of nodes is up, nothing can be
+	// stored. (A part cannot tell a cluster from a single server: it
+	// waits as long as ctx lets it.)
+	err = untilJetStream(ctx, log, cfg.Cluster.Name != "" || b.srv == nil, func(ctx context.Context) error { return ensureAudit(ctx, js, cfg, b.srv != nil) })
 	if err != nil {
 		b.Close(ctx)
 		return nil, err
@@ -281,7 +283,14 @@ func startServer(cfg Config, log *slog.Logger) (*server.Server, error) {
 // ack what it stores: requests on captured subjects must get only the
 // responder's answer.
 func ensureAudit(ctx context.Context, js jetstream.JetStream, cfg Config, owner bool) error {
+	copies := replicas(cfg)
 	if !owner {
+		// A part that makes the stream for a deployment with no bus
+		// owner (or before the owner got to it) keeps as many copies as
+		// the owner would: 3 when the connection knows of 3 servers.
+		if cfg.Replicas == 0 && len(js.Conn().Servers()) >= 3 {
+			copies = 3
+		}
 		if _, err := js.Stream(ctx, events.AuditStream); err == nil {
 			return nil
 		} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -307,7 +316,7 @@ func ensureAudit(ctx context.Context, js jetstream.JetStream, cfg Config, owner 
 		Discard:     jetstream.DiscardOld,
 		DenyDelete:  deny,
 		DenyPurge:   deny,
-		Replicas:    replicas(cfg),
+		Replicas:    copies,
 	})
 	if err != nil {
 		return fmt.Errorf("audit stream %s: %w", events.AuditStream, err)

@@ -58,11 +58,11 @@ func replicas(cfg Config) int {
 	return 1
 }
 
-// untilJetStream runs f, and in a cluster runs it again until it works or
-// ctx ends: a node's JetStream answers only once a quorum of the cluster
-// is up and has chosen a leader.
-func untilJetStream(ctx context.Context, log *slog.Logger, clustered bool, f func(context.Context) error) error {
-	if !clustered {
+// untilJetStream runs f, and when wait is set runs it again until it
+// works or ctx ends: a node's JetStream answers only once a quorum of the
+// cluster is up and has chosen a leader.
+func untilJetStream(ctx context.Context, log *slog.Logger, wait bool, f func(context.Context) error) error {
+	if !wait {
 		return f(ctx)
 	}
 	// Each try is bounded: a request no leader answers would wait for

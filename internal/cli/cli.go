@@ -74,8 +74,15 @@ func SignalContext() (context.Context, context.CancelFunc) {
 
 // Connect opens the bus at url for a short-lived command, with an error
 // that says what to do when nothing is there.
+//
+// The connection's credentials come from the environment, as every
+// command and daemon reads them: TOOLBUS_NATS_CREDS (a NATS credentials
+// file), TOOLBUS_NATS_CA (the CA of the servers' certificates), and
+// TOOLBUS_NATS_CERT and TOOLBUS_NATS_KEY (a client certificate).
 func Connect(ctx context.Context, url, name string, log *slog.Logger) (*bus.Bus, error) {
-	b, err := bus.Open(ctx, bus.Config{URL: url, Name: name, Logger: log})
+	b, err := bus.Open(ctx, bus.Config{URL: url, Name: name, Logger: log,
+		CredsFile: os.Getenv("TOOLBUS_NATS_CREDS"), CAFile: os.Getenv("TOOLBUS_NATS_CA"),
+		CertFile: os.Getenv("TOOLBUS_NATS_CERT"), KeyFile: os.Getenv("TOOLBUS_NATS_KEY")})
 	if err != nil {
 		hint := ""
 		if url == bus.DefaultURL {
