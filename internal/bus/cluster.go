@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/events"
@@ -91,15 +92,58 @@ func untilJetStream(ctx context.Context, log *slog.Logger, wait bool, f func(con
 // one keeps its number of replicas, a new one gets the fleet's (those of
 // the audit stream, which the bus's owner made). A part's own defaults
 // must neither leave a cluster's bucket with one copy nor shrink one.
+//
+// A cluster that has just started, or lost a node, may take longer than
+// one request's timeout to place a new bucket's copies: such a failure is
+// tried again, for up to a minute while ctx lasts.
 func EnsureKeyValue(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
-	cfg.Replicas = fleetReplicas(ctx, js, "KV_"+cfg.Bucket)
-	return js.CreateOrUpdateKeyValue(ctx, cfg)
+	var kv jetstream.KeyValue
+	err := retryTransient(ctx, func() (err error) {
+		cfg.Replicas = fleetReplicas(ctx, js, "KV_"+cfg.Bucket)
+		kv, err = js.CreateOrUpdateKeyValue(ctx, cfg)
+		return err
+	})
+	return kv, err
 }
 
 // EnsureObjectStore is EnsureKeyValue for an object store.
 func EnsureObjectStore(ctx context.Context, js jetstream.JetStream, cfg jetstream.ObjectStoreConfig) (jetstream.ObjectStore, error) {
-	cfg.Replicas = fleetReplicas(ctx, js, "OBJ_"+cfg.Bucket)
-	return js.CreateOrUpdateObjectStore(ctx, cfg)
+	var obj jetstream.ObjectStore
+	err := retryTransient(ctx, func() (err error) {
+		cfg.Replicas = fleetReplicas(ctx, js, "OBJ_"+cfg.Bucket)
+		obj, err = js.CreateOrUpdateObjectStore(ctx, cfg)
+		return err
+	})
+	return obj, err
+}
+
+// retryTransient runs f until it succeeds, fails for good, ctx ends or a
+// minute has passed.
+func retryTransient(ctx context.Context, f func() error) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := f()
+		if err == nil || !transient(err) || ctx.Err() != nil || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// transient reports an error a cluster gives while it settles: a request
+// no leader answered in time, or JetStream saying it is not available yet
+// (API error 10008).
+func transient(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == 10008 {
+		return true
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
+		strings.Contains(err.Error(), "temporarily unavailable")
 }
 
 // fleetReplicas is the number of replicas of stream when it exists, else

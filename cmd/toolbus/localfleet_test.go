@@ -1,0 +1,102 @@
+package main
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// freeRun finds n consecutive free loopback ports and returns the first.
+func freeRun(t *testing.T, n int) int {
+	t.Helper()
+	for range 100 {
+		base := 20000 + rand.IntN(40000)
+		ok := true
+		for i := range n {
+			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(base+i))
+			if err != nil {
+				ok = false
+				break
+			}
+			l.Close()
+		}
+		if ok {
+			return base
+		}
+	}
+	t.Fatal("no run of free ports")
+	return 0
+}
+
+// TestLocalFleetScript: deploy/local-fleet.sh starts three bus nodes, a
+// registry, two executors and the console as local processes; a call
+// works through every node; stop ends every process it started.
+func TestLocalFleetScript(t *testing.T) {
+	dir := t.TempDir()
+	port, route, consolePort := freeRun(t, 3), freeRun(t, 3), freeRun(t, 1)
+	env := append(os.Environ(), "TOOLBUS_NATS=", fmt.Sprintf("TOOLBUS_FLEET_PORT=%d", port), fmt.Sprintf("TOOLBUS_FLEET_ROUTE_PORT=%d", route),
+		fmt.Sprintf("TOOLBUS_FLEET_CONSOLE=127.0.0.1:%d", consolePort))
+	script := func(args ...string) (string, error) {
+		cmd := exec.Command("../../deploy/local-fleet.sh", append(args, dir)...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	out, err := script("start")
+	t.Cleanup(func() {
+		if out, err := script("stop"); err != nil {
+			t.Errorf("stop: %v\n%s", err, out)
+		}
+	})
+	if err != nil {
+		t.Fatalf("start: %v\n%s", err, out)
+	}
+	pids, _ := filepath.Glob(filepath.Join(dir, "run", "*.pid"))
+	if len(pids) != 7 {
+		t.Fatalf("%d parts started, want 7: %v\n%s", len(pids), pids, out)
+	}
+	node := func(i int) string { return fmt.Sprintf("nats://127.0.0.1:%d", port+i) }
+	call := func(url string) (string, string, int) {
+		return toolbus(t, "call", "read_file", "--args", `{"file_path":"README.md"}`, "--nats", url)
+	}
+	for deadline := time.Now().Add(2 * time.Minute); ; {
+		if _, _, code := call(node(2)); code == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			logs, _ := os.ReadFile(filepath.Join(dir, "log", "executor1.log"))
+			t.Fatalf("no call succeeded through the fleet in two minutes; executor1:\n%s", logs)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	for i := range 3 {
+		if out, errOut, code := call(node(i)); code != 0 || !strings.Contains(out, "# workspace") {
+			t.Errorf("through node %d: exit %d %s %s", i+1, code, out, errOut)
+		}
+	}
+	if out, _ := script("status"); strings.Count(out, "running") != 7 {
+		t.Errorf("status:\n%s", out)
+	}
+	var running []int
+	for _, p := range pids {
+		data, _ := os.ReadFile(p)
+		pid, _ := strconv.Atoi(strings.TrimSpace(string(data)))
+		running = append(running, pid)
+	}
+	if out, err := script("stop"); err != nil || !strings.Contains(out, "fleet stopped") {
+		t.Fatalf("stop: %v\n%s", err, out)
+	}
+	for _, pid := range running {
+		if syscall.Kill(pid, 0) == nil {
+			t.Errorf("process %d still runs after stop", pid)
+		}
+	}
+}

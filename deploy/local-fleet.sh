@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# local-fleet.sh starts the fleet of deploy/compose.yaml as local processes
+# on loopback, for machines without a container engine:
+#
+#   three bus nodes in one NATS cluster (JetStream, 3 copies of every store),
+#   the registry, two executors (each with a workspace of its own), and the
+#   web console.
+#
+#   deploy/local-fleet.sh start [DIR]    build the commands into DIR/bin and start the fleet
+#   deploy/local-fleet.sh status [DIR]   which parts run
+#   deploy/local-fleet.sh stop [DIR]     stop every part (SIGINT, then SIGKILL after 30 s)
+#
+# DIR (default: $TOOLBUS_FLEET_DIR, else ./.local-fleet) holds the
+# binaries, each part's data, log (DIR/log/NAME.log) and pid, and the
+# workspaces. The ports are TOOLBUS_FLEET_PORT (client ports, default
+# 4301..4303), TOOLBUS_FLEET_ROUTE_PORT (6301..6303) and
+# TOOLBUS_FLEET_CONSOLE (127.0.0.1:4380). Any command reaches the fleet
+# through any node:
+#
+#   toolbus call read_file --args '{"file_path":"README.md"}' --nats "$(deploy/local-fleet.sh urls)"
+set -euo pipefail
+
+cmd=${1:-}
+dir=${2:-${TOOLBUS_FLEET_DIR:-./.local-fleet}}
+port=${TOOLBUS_FLEET_PORT:-4301}
+route=${TOOLBUS_FLEET_ROUTE_PORT:-6301}
+console=${TOOLBUS_FLEET_CONSOLE:-127.0.0.1:4380}
+repo=$(cd "$(dirname "$0")/.." && pwd)
+
+urls() {
+	echo "nats://127.0.0.1:$port,nats://127.0.0.1:$((port + 1)),nats://127.0.0.1:$((port + 2))"
+}
+
+# start_part NAME COMMAND ARGS...: runs a part in the background, its
+# output in DIR/log/NAME.log, its pid in DIR/run/NAME.pid.
+start_part() {
+	local name=$1
+	shift
+	"$@" >"$dir/log/$name.log" 2>&1 &
+	echo $! >"$dir/run/$name.pid"
+}
+
+running() {
+	local pidfile=$1
+	[ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null
+}
+
+wait_port() {
+	for _ in $(seq 1 300); do
+		if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then
+			return 0
+		fi
+		sleep 0.1
+	done
+	echo "local-fleet: nothing listens on port $1 after 30 s" >&2
+	return 1
+}
+
+start() {
+	mkdir -p "$dir/bin" "$dir/log" "$dir/run" "$dir/ws1" "$dir/ws2"
+	dir=$(cd "$dir" && pwd)
+	for pidfile in "$dir"/run/*.pid; do
+		if running "$pidfile"; then
+			echo "local-fleet: already running ($pidfile); stop it first" >&2
+			exit 1
+		fi
+	done
+	echo "building into $dir/bin"
+	(cd "$repo" && go build -o "$dir/bin/" ./cmd/bus ./cmd/registry ./cmd/executor ./cmd/toolbus)
+	local routes="nats-route://127.0.0.1:$route,nats-route://127.0.0.1:$((route + 1)),nats-route://127.0.0.1:$((route + 2))"
+	for i in 0 1 2; do
+		start_part "bus$((i + 1))" "$dir/bin/bus" --listen "127.0.0.1:$((port + i))" --data "$dir/data/bus$((i + 1))" \
+			--cluster-name toolbus-fleet --cluster-listen "127.0.0.1:$((route + i))" --routes "$routes" --server-name "bus$((i + 1))" \
+			--audit-checkpoint "$([ $i = 0 ] && echo 1m || echo 0)"
+	done
+	for i in 0 1 2; do
+		wait_port $((port + i))
+	done
+	local all
+	all=$(urls)
+	[ -f "$dir/ws1/README.md" ] || echo "# workspace one" >"$dir/ws1/README.md"
+	[ -f "$dir/ws2/README.md" ] || echo "# workspace two" >"$dir/ws2/README.md"
+	start_part registry "$dir/bin/registry" --nats "$all"
+	start_part executor1 "$dir/bin/executor" --nats "$all" --workspace "$dir/ws1" --id executor1@local-fleet
+	start_part executor2 "$dir/bin/executor" --nats "$all" --workspace "$dir/ws2" --id executor2@local-fleet
+	start_part console "$dir/bin/toolbus" console --nats "$all" --listen "$console" --as approver:local-fleet
+	wait_port "${console##*:}"
+	echo "fleet up: $all"
+	echo "console:  $(grep -o 'http://[^ ]*' "$dir/log/console.log" | head -1)"
+}
+
+stop() {
+	local pids=() names=()
+	for pidfile in "$dir"/run/*.pid; do
+		[ -f "$pidfile" ] || continue
+		if running "$pidfile"; then
+			pids+=("$(cat "$pidfile")")
+			names+=("$(basename "$pidfile" .pid)")
+		fi
+	done
+	# The parts first, the bus nodes last.
+	for order in parts nodes; do
+		local wait=()
+		for k in "${!pids[@]}"; do
+			case "${names[$k]}" in bus*) [ $order = nodes ] || continue ;; *) [ $order = parts ] || continue ;; esac
+			kill -INT "${pids[$k]}" 2>/dev/null || true
+			wait+=("${pids[$k]}")
+		done
+		for pid in "${wait[@]}"; do
+			for _ in $(seq 1 300); do
+				kill -0 "$pid" 2>/dev/null || break
+				sleep 0.1
+			done
+			if kill -0 "$pid" 2>/dev/null; then
+				echo "local-fleet: $pid did not stop on SIGINT in 30 s; killed" >&2
+				kill -KILL "$pid" 2>/dev/null || true
+			fi
+		done
+	done
+	rm -f "$dir"/run/*.pid
+	echo "fleet stopped"
+}
+
+status() {
+	local any=1
+	for pidfile in "$dir"/run/*.pid; do
+		[ -f "$pidfile" ] || continue
+		if running "$pidfile"; then
+			echo "$(basename "$pidfile" .pid): running (pid $(cat "$pidfile"))"
+			any=0
+		else
+			echo "$(basename "$pidfile" .pid): stopped"
+		fi
+	done
+	return $any
+}
+
+case "$cmd" in
+start) start ;;
+stop) stop ;;
+status) status ;;
+urls) urls ;;
+*)
+	sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
+	exit 2
+	;;
+esac
