@@ -185,7 +185,7 @@ func read(ctx context.Context, js jetstream.JetStream, subjects []string, j *joi
 	if last == 0 || lastTime.Before(q.Since) {
 		return nil, st, nil
 	}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: subjects, DeliverPolicy: jetstream.DeliverAllPolicy}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: subjects, DeliverPolicy: jetstream.DeliverAllPolicy, InactiveThreshold: readerIdle}
 	if !q.Since.IsZero() {
 		// Events of an invocation come after it: starting at its time
 		// misses none of them.
@@ -255,6 +255,12 @@ func (u *unknownConsumer) again(ctx context.Context, err error) bool {
 		return true
 	}
 }
+
+// readerIdle is how long the server keeps a reader's consumer once it
+// stops fetching. A read never says it is done, and nats-server keeps at
+// most 1,000 consumers a stream by default: with its default of five
+// minutes, a few audit reads a second would reach that limit.
+const readerIdle = 30 * time.Second
 
 // A read fetches up to fetchBatch messages at a time, waiting at most
 // fetchWait for them.
@@ -513,7 +519,7 @@ func Tail(ctx context.Context, js jetstream.JetStream, q Query, f func(*Record))
 	if err != nil {
 		return fmt.Errorf("audit stream %s: %w", events.AuditStream, err)
 	}
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: Subjects, DeliverPolicy: jetstream.DeliverNewPolicy})
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: Subjects, DeliverPolicy: jetstream.DeliverNewPolicy, InactiveThreshold: readerIdle})
 	if err != nil {
 		return fmt.Errorf("audit stream %s: %w", events.AuditStream, err)
 	}

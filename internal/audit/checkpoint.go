@@ -218,7 +218,7 @@ func (c *Checkpointer) Checkpoint(ctx context.Context) (*events.AuditCheckpoint,
 
 // scan reads the stream's messages from..to (every subject), in order.
 func scan(ctx context.Context, stream jetstream.Stream, from, to uint64, f func(seq uint64, subject string, data []byte)) error {
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from})
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from, InactiveThreshold: readerIdle})
 	if err != nil {
 		return err
 	}
@@ -379,7 +379,7 @@ func verifySignature(pub ed25519.PublicKey, cp *events.AuditCheckpoint) bool {
 
 // firstSince is the first sequence stored at or after t; 0 when none is.
 func firstSince(ctx context.Context, stream jetstream.Stream, t time.Time) (uint64, error) {
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &t})
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &t, InactiveThreshold: readerIdle})
 	if err != nil {
 		return 0, err
 	}
