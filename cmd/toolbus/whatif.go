@@ -161,14 +161,15 @@ func explain(af *auditFlags, id, dir string, trace, asJSON bool) error {
 		r = audit.Redact(r, red)
 		if asJSON {
 			out := struct {
-				ID       string           `json:"id"`
-				Recorded any              `json:"recorded"`
-				Policy   string           `json:"policy"`
-				Decision policy.Decision  `json:"decision"`
-				Rules    []policy.RuleHit `json:"rules"`
-				Trace    string           `json:"trace,omitempty"`
+				ID       string            `json:"id"`
+				Recorded map[string]string `json:"recorded"`
+				Policy   string            `json:"policy"`
+				Decision map[string]string `json:"decision"`
+				Rules    []policy.RuleHit  `json:"rules"`
+				Trace    string            `json:"trace,omitempty"`
 			}{ID: r.ID, Recorded: map[string]string{"verdict": string(r.Verdict), "reason": r.Reason, "revision": r.PolicyRevision},
-				Policy: source, Decision: ex.Decision, Rules: ex.Rules}
+				Policy: source, Rules: ex.Rules,
+				Decision: map[string]string{"verdict": string(ex.Decision.Verdict), "reason": ex.Decision.Reason, "revision": ex.Decision.Revision}}
 			if trace {
 				out.Trace = ex.Trace
 			}
