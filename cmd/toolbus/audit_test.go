@@ -143,6 +143,14 @@ decision := {"verdict": "ALLOW", "reason": "anything goes", "remember": false}
 			t.Errorf("%v: exit %d %s\n%.3000s", args, code, errOut, out)
 		}
 	}
+	out, _, code = toolbus(t, "policy", "explain", recs[1]["id"].(string), "--json", "--nats", url)
+	var ex struct {
+		Recorded, Decision map[string]string
+		Rules              []struct{ File, Rule string }
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &ex) != nil || ex.Decision["verdict"] != "DENY" || ex.Recorded["verdict"] != "DENY" || len(ex.Rules) == 0 {
+		t.Errorf("policy explain --json: exit %d\n%s", code, out)
+	}
 	out, _, code = toolbus(t, "policy", "explain", recs[0]["id"].(string), "--policy", stricter, "--nats", url)
 	if code != 0 || !strings.Contains(out, "decides: DENY") || !strings.Contains(out, "frozen.rego:") || !strings.Contains(out, "another revision") {
 		t.Errorf("explain under the stricter policy: exit %d\n%s", code, out)
