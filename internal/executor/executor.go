@@ -154,6 +154,9 @@ type Executor struct {
 	sets      map[string]*toolSet
 	table     atomic.Pointer[toolTable]
 	registrar bool // the goroutine registering pending sets runs
+	// tableChanged is closed, and replaced, each time table is: a call
+	// for a tool whose registration is in flight waits for it (awaitHosted).
+	tableChanged atomic.Pointer[chan struct{}]
 
 	// toolRuns counts tool runs still going, including those whose call
 	// ended without them because they ignored their deadline.

@@ -217,7 +217,35 @@ func (e *Executor) rebuildTable() {
 		maps.Copy(table, set.names)
 	}
 	e.table.Store(&table)
+	next := make(chan struct{})
+	if old := e.tableChanged.Swap(&next); old != nil {
+		close(*old)
+	}
 }
+
+// awaitHosted is hostedFor(t) once this executor's table has it, for a
+// tool the catalogue says this executor hosts: the registry's reply, after
+// which the executor adds a tool to its table, may come after the
+// catalogue's change reached this executor's replica, and a caller may
+// call the tool in between. It waits at most hostedWait.
+func (e *Executor) awaitHosted(t *events.Tool) *hosted {
+	deadline := time.NewTimer(hostedWait)
+	defer deadline.Stop()
+	for {
+		changed := e.tableChanged.Load()
+		if h := e.hostedFor(t); h != nil || changed == nil {
+			return h
+		}
+		select {
+		case <-*changed:
+		case <-deadline.C:
+			return e.hostedFor(t)
+		}
+	}
+}
+
+// hostedWait bounds awaitHosted.
+const hostedWait = 2 * time.Second
 
 // wakeRegistrar starts, unless it runs, the goroutine that registers the
 // sets the registry has not taken yet, every 2 seconds until it has taken

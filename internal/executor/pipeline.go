@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -94,6 +95,9 @@ func (e *Executor) accept(m *nats.Msg, forwarded bool) {
 	}
 	t, ok := e.catalog.Catalog().GetTool(inv.Tool)
 	h := e.hostedFor(t)
+	if ok && h == nil && slices.Contains(t.Hosts, e.id.ID) {
+		h = e.awaitHosted(t) // this executor's registration of it is in flight
+	}
 	if ok && h == nil && !forwarded {
 		e.forward(m, inv, t)
 		return
