@@ -103,6 +103,16 @@ func (f *auditFlags) redactor() (*redact.Redactor, error) {
 	return r, nil
 }
 
+// window sets q's Since and Until from --since and --until.
+func (f *auditFlags) window(q *audit.Query) (err error) {
+	now := time.Now()
+	if q.Since, err = parseWhen("since", *f.since, now); err != nil {
+		return err
+	}
+	q.Until, err = parseWhen("until", *f.until, now)
+	return err
+}
+
 // parseWhen reads an RFC 3339 time, or a duration back from now ("7d"
 // counts days).
 func parseWhen(flagName, s string, now time.Time) (time.Time, error) {
@@ -147,11 +157,7 @@ func auditList(args []string, export bool) error {
 	if err != nil {
 		return err
 	}
-	now := time.Now()
-	if q.Since, err = parseWhen("since", *af.since, now); err != nil {
-		return err
-	}
-	if q.Until, err = parseWhen("until", *af.until, now); err != nil {
+	if err := af.window(&q); err != nil {
 		return err
 	}
 	return af.run(func(ctx context.Context, b *bus.Bus, red *redact.Redactor) error {

@@ -43,11 +43,7 @@ func auditWhatIf(args []string) error {
 	if err != nil {
 		return err
 	}
-	now := time.Now()
-	if q.Since, err = parseWhen("since", *af.since, now); err != nil {
-		return err
-	}
-	if q.Until, err = parseWhen("until", *af.until, now); err != nil {
+	if err := af.window(&q); err != nil {
 		return err
 	}
 	files, err := policy.LoadDir(*dir)

@@ -147,27 +147,10 @@ func addOpaque(input ast.Object, reason string) error {
 // appendInputJSON appends the input document v, without "args", as JSON.
 // lossy reports a string that was not valid UTF-8.
 func appendInputJSON(b []byte, v ast.Value) (out []byte, lossy bool) {
-	obj, ok := v.(ast.Object)
-	if !ok {
-		return appendJSON(b, v)
+	if obj, ok := v.(ast.Object); ok {
+		return appendObject(b, obj, k.args)
 	}
-	b = append(b, '{')
-	first := true
-	obj.Foreach(func(key, val *ast.Term) {
-		if key.Equal(k.args) {
-			return
-		}
-		if !first {
-			b = append(b, ',')
-		}
-		first = false
-		var l1, l2 bool
-		b, l1 = appendJSON(b, key.Value)
-		b = append(b, ':')
-		b, l2 = appendJSON(b, val.Value)
-		lossy = lossy || l1 || l2
-	})
-	return append(b, '}'), lossy
+	return appendJSON(b, v)
 }
 
 // appendJSON appends v as JSON. An input document holds only JSON values:
@@ -198,22 +181,30 @@ func appendJSON(b []byte, v ast.Value) (out []byte, lossy bool) {
 		}
 		return append(b, ']'), lossy
 	case ast.Object:
-		b = append(b, '{')
-		first := true
-		v.Foreach(func(key, val *ast.Term) {
-			if !first {
-				b = append(b, ',')
-			}
-			first = false
-			var l1, l2 bool
-			b, l1 = appendJSON(b, key.Value)
-			b = append(b, ':')
-			b, l2 = appendJSON(b, val.Value)
-			lossy = lossy || l1 || l2
-		})
-		return append(b, '}'), lossy
+		return appendObject(b, v, nil)
 	}
 	return append(b, "null"...), false
+}
+
+// appendObject appends obj as JSON, leaving out the member skip names.
+func appendObject(b []byte, obj ast.Object, skip *ast.Term) (out []byte, lossy bool) {
+	b = append(b, '{')
+	first := true
+	obj.Foreach(func(key, val *ast.Term) {
+		if skip != nil && key.Equal(skip) {
+			return
+		}
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		var l1, l2 bool
+		b, l1 = appendJSON(b, key.Value)
+		b = append(b, ':')
+		b, l2 = appendJSON(b, val.Value)
+		lossy = lossy || l1 || l2
+	})
+	return append(b, '}'), lossy
 }
 
 // ValueFromJSON reads one JSON value as an OPA value, numbers kept as
