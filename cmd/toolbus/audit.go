@@ -145,10 +145,8 @@ func auditList(args []string, export bool) error {
 	query := queryFlags(fs)
 	asJSON := fs.Bool("json", false, "print a JSON array of invocations")
 	format := fs.String("format", "jsonl", "export format: jsonl, one invocation a line")
-	if rest, err := parse(fs, args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
-	} else if len(rest) > 0 {
-		return usageError{fmt.Errorf("%s takes no arguments, got %q", name, rest)}
 	}
 	if export && *format != "jsonl" {
 		return usageError{fmt.Errorf("audit export --format %q: jsonl is the one format", *format)}
@@ -295,10 +293,8 @@ func auditVerify(args []string) error {
 	natsURL := cli.NATSFlag(fs)
 	since := fs.String("since", "", "from this time (RFC 3339) or this long ago (24h, 7d); default: the whole stream")
 	keyFile := fs.String("key", filepath.Join(cli.DefaultDataDir(), audit.PublicKeyFile), "the bus owner's public key, which checkpoints must be signed with")
-	if rest, err := parse(fs, args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
-	} else if len(rest) > 0 {
-		return usageError{fmt.Errorf("audit verify takes no arguments, got %q", rest)}
 	}
 	from, err := parseWhen("since", *since, time.Now())
 	if err != nil {
@@ -334,10 +330,8 @@ func auditTail(args []string) error {
 	af := newAuditFlags(fs)
 	query := queryFlags(fs)
 	asJSON := fs.Bool("json", false, "print each invocation as a JSON line")
-	if rest, err := parse(fs, args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
-	} else if len(rest) > 0 {
-		return usageError{fmt.Errorf("audit tail takes no arguments, got %q", rest)}
 	}
 	q, err := query()
 	if err != nil {

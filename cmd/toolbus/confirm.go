@@ -61,10 +61,8 @@ func runConfirm(args []string) error {
 		fmt.Fprint(fs.Output(), confirmUsage)
 		fs.PrintDefaults()
 	}
-	if rest, err := parse(fs, args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
-	} else if len(rest) > 0 {
-		return usageError{fmt.Errorf("confirm takes no arguments, got %q", rest)}
 	}
 	if !*asJSON && !(term.IsTerminal(int(os.Stdout.Fd())) && term.IsTerminal(int(os.Stdin.Fd()))) {
 		return usageError{errors.New("confirm needs a terminal; for scripts use --json")}

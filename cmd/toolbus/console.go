@@ -27,10 +27,8 @@ func runConsole(args []string) error {
 	token := fs.String("token", "", "access token (env "+consoleTokenEnv+"; default: a new random one)")
 	as := fs.String("as", "", "approver identity (default approver:USER@HOST)")
 	logLevel := cli.LogFlag(fs)
-	if rest, err := parse(fs, args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
-	} else if len(rest) > 0 {
-		return usageError{fmt.Errorf("console takes no arguments, got %q", rest)}
 	}
 	log, err := cli.Logger(*logLevel)
 	if err != nil {

@@ -115,6 +115,15 @@ func exitCode(err error) int {
 	return 1
 }
 
+// parseFlags parses the flags of a sub-command that takes nothing else.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	rest, err := parse(fs, args)
+	if err == nil && len(rest) > 0 {
+		err = usageError{fmt.Errorf("%s takes no arguments, got %q", fs.Name(), rest)}
+	}
+	return err
+}
+
 // parse parses a sub-command's flags, letting flags and positional
 // arguments mix ("tools get NAME --json").
 func parse(fs *flag.FlagSet, args []string) ([]string, error) {

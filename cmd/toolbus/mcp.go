@@ -29,10 +29,8 @@ func runMCP(args []string) error {
 	fs := flag.NewFlagSet("mcp status", flag.ContinueOnError)
 	natsURL := cli.NATSFlag(fs)
 	asJSON := fs.Bool("json", false, "print a JSON array of server states")
-	if rest, err := parse(fs, args[1:]); err != nil {
+	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
-	} else if len(rest) > 0 {
-		return usageError{fmt.Errorf("mcp status takes no arguments, got %q", rest)}
 	}
 	return withBus(*natsURL, "toolbus-mcp", func(ctx context.Context, b *bus.Bus) error {
 		states, err := mcpStates(ctx, b.JetStream())
@@ -96,10 +94,8 @@ func toolsDiscover(args []string) error {
 	server := fs.String("server", "", "the MCP server whose tools to discover again (default: run every executor's discovery command)")
 	force := fs.Bool("force", false, "without --server: run the discovery commands even within their cache TTL")
 	asJSON := fs.Bool("json", false, "print the executors' replies as JSON")
-	if rest, err := parse(fs, args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
-	} else if len(rest) > 0 {
-		return usageError{fmt.Errorf("tools discover takes no arguments, got %q", rest)}
 	}
 	if *server == "" {
 		return commandDiscover(*natsURL, *force, *asJSON)

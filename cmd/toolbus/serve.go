@@ -42,10 +42,8 @@ func runMCPServe(args []string) error {
 	token := fs.String("token", "", "bearer token for --listen (default $"+mcpTokenEnv+"; generated when listening beyond loopback)")
 	noElicit := fs.Bool("no-elicitation", false, "never ask the MCP client's user to confirm a call; only approvers on tool.confirm answer (the policy's elicitation_allowed decides otherwise)")
 	logLevel := fs.String("log-level", "warn", "debug, info, warn or error (logs go to stderr)")
-	if rest, err := parse(fs, args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
-	} else if len(rest) > 0 {
-		return usageError{fmt.Errorf("mcp serve takes no arguments, got %q", rest)}
 	}
 	log, err := cli.Logger(*logLevel)
 	if err != nil {

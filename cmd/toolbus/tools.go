@@ -62,10 +62,8 @@ func toolsList(args []string) error {
 	activeOnly := fs.Bool("active", false, "only active tools")
 	server := fs.String("server", "", "only the tools of this MCP server")
 	format := formatFlag(fs)
-	if rest, err := parse(fs, args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
-	} else if len(rest) > 0 {
-		return usageError{fmt.Errorf("tools list takes no arguments, got %q", rest)}
 	}
 	var f catalog.Format
 	if *format != "" {

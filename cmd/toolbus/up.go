@@ -44,10 +44,8 @@ func runUp(args []string) error {
 	auditOpts := cli.AuditFlags(fs)
 	consoleAddr := fs.String("console", "", "address the web console listens on, or off (default "+console.DefaultListen+", else a free loopback port); token from env "+consoleTokenEnv)
 	logLevel := cli.LogFlag(fs)
-	if rest, err := parse(fs, args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
-	} else if len(rest) > 0 {
-		return usageError{fmt.Errorf("up takes no arguments, got %q", rest)}
 	}
 	log, err := cli.Logger(*logLevel)
 	if err != nil {

@@ -31,10 +31,8 @@ func auditWhatIf(args []string) error {
 	asJSON := fs.Bool("json", false, "print the report as JSON, every change with its call")
 	calls := fs.Int("calls", 20, "calls shown for each kind of change (0: all)")
 	failOnChange := fs.Bool("fail-on-change", false, "exit with status 1 when any verdict would change (for CI)")
-	if rest, err := parse(fs, args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
-	} else if len(rest) > 0 {
-		return usageError{fmt.Errorf("audit whatif takes no arguments, got %q", rest)}
 	}
 	if *dir == "" {
 		return usageError{errors.New("audit whatif needs --policy DIR, the policy set to judge the recorded calls under")}

@@ -116,7 +116,7 @@ func benchCall(i int) call {
 	case 1:
 		return call{"read_file", json.RawMessage(fmt.Sprintf(`{"file_path":"src/file_%d.go"}`, i))}
 	}
-	lines := []string{"go test ./pkg%d/...", "git log -n %d", "grep -rn TODO src/mod%d", "rm -rf /tmp/build%d && rm -rf /", "cat .env.%d"}
+	lines := []string{"go test ./pkg%d/...", "git log -n %d", "grep -rn unused src/mod%d", "rm -rf /tmp/build%d && rm -rf /", "cat .env.%d"}
 	line := fmt.Sprintf(lines[(i/3)%len(lines)], i)
 	data, _ := json.Marshal(map[string]string{"command": line})
 	return call{"run_shell_command", data}
