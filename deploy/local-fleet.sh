@@ -4,7 +4,8 @@
 #
 #   three bus nodes in one NATS cluster (JetStream, 3 copies of every store),
 #   the registry, two executors (each with a workspace of its own), and the
-#   web console.
+#   web console, each connected with an identity of its own (`toolbus
+#   init`, in DIR/identities), which the bus nodes enforce.
 #
 #   deploy/local-fleet.sh start [DIR]    build the commands into DIR/bin and start the fleet
 #   deploy/local-fleet.sh status [DIR]   which parts run
@@ -17,7 +18,12 @@
 # TOOLBUS_FLEET_CONSOLE (127.0.0.1:4380). Any command reaches the fleet
 # through any node:
 #
-#   toolbus call read_file --args '{"file_path":"README.md"}' --nats "$(deploy/local-fleet.sh urls)"
+#   TOOLBUS_IDENTITY=DIR/identities/agent.nk \
+#     toolbus call read_file --args '{"file_path":"README.md"}' --nats "$(deploy/local-fleet.sh urls)"
+#
+# The identities are bus, admin, registry, executor1, executor2, approver
+# (the console), auditor and agent; `toolbus init DIR/identities --add
+# agent:NAME` adds another, which the nodes admit once restarted.
 set -euo pipefail
 
 cmd=${1:-}
@@ -67,10 +73,14 @@ start() {
 	done
 	echo "building into $dir/bin"
 	(cd "$repo" && go build -o "$dir/bin/" ./cmd/bus ./cmd/registry ./cmd/executor ./cmd/toolbus)
+	local ids="$dir/identities"
+	"$dir/bin/toolbus" init "$ids" --add bus:bus --add admin:admin --add registry:registry --add executor:executor1 \
+		--add executor:executor2 --add approver:approver --add auditor:auditor --add agent:agent >/dev/null
 	local routes="nats-route://127.0.0.1:$route,nats-route://127.0.0.1:$((route + 1)),nats-route://127.0.0.1:$((route + 2))"
 	for i in 0 1 2; do
 		start_part "bus$((i + 1))" "$dir/bin/bus" --listen "127.0.0.1:$((port + i))" --data "$dir/data/bus$((i + 1))" \
 			--cluster-name toolbus-fleet --cluster-listen "127.0.0.1:$((route + i))" --routes "$routes" --server-name "bus$((i + 1))" \
+			--identities "$ids" \
 			--audit-checkpoint "$([ $i = 0 ] && echo 1m || echo 0)"
 	done
 	for i in 0 1 2; do
@@ -80,12 +90,13 @@ start() {
 	all=$(urls)
 	[ -f "$dir/ws1/README.md" ] || echo "# workspace one" >"$dir/ws1/README.md"
 	[ -f "$dir/ws2/README.md" ] || echo "# workspace two" >"$dir/ws2/README.md"
-	start_part registry "$dir/bin/registry" --nats "$all"
-	start_part executor1 "$dir/bin/executor" --nats "$all" --workspace "$dir/ws1" --id executor1@local-fleet
-	start_part executor2 "$dir/bin/executor" --nats "$all" --workspace "$dir/ws2" --id executor2@local-fleet
-	start_part console "$dir/bin/toolbus" console --nats "$all" --listen "$console" --as approver:local-fleet
+	TOOLBUS_IDENTITY="$ids/registry.nk" start_part registry "$dir/bin/registry" --nats "$all"
+	TOOLBUS_IDENTITY="$ids/executor1.nk" start_part executor1 "$dir/bin/executor" --nats "$all" --workspace "$dir/ws1"
+	TOOLBUS_IDENTITY="$ids/executor2.nk" start_part executor2 "$dir/bin/executor" --nats "$all" --workspace "$dir/ws2"
+	TOOLBUS_IDENTITY="$ids/approver.nk" start_part console "$dir/bin/toolbus" console --nats "$all" --listen "$console"
 	wait_port "${console##*:}"
 	echo "fleet up: $all"
+	echo "identities: $ids (TOOLBUS_IDENTITY=$ids/agent.nk to call as the agent)"
 	echo "console:  $(grep -o 'http://[^ ]*' "$dir/log/console.log" | head -1)"
 }
 

@@ -7,8 +7,10 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
+	"github.com/toolbus/toolbus/internal/auth"
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/cli"
 )
@@ -24,6 +26,8 @@ func main() {
 	routes := fs.String("routes", "", "with --cluster-name: the nodes' route URLs, comma-separated (nats-route://host:port); a node may list itself")
 	serverName := fs.String("server-name", "", "with --cluster-name: this node's name, unique in the cluster and the same at every start (default: the cluster name and the route port)")
 	replicas := fs.Int("replicas", 0, "copies the cluster keeps of the audit stream and every bucket (default 3 in a cluster, 1 alone)")
+	identities := fs.String("identities", "", "directory of the fleet's identities (`toolbus init`): admit only its members, each with its role's permissions; the bus connects as DIR/bus.nk unless --nkey says otherwise")
+	nkey := fs.String("nkey", "", "with --identities: the bus's own seed file (default DIR/bus.nk)")
 	fs.Parse(os.Args[1:])
 	log, err := cli.Logger(*logLevel)
 	if err != nil {
@@ -42,6 +46,16 @@ func main() {
 		}
 	} else if *clusterListen != "" || *routes != "" || *serverName != "" {
 		fmt.Fprintln(os.Stderr, "bus: --cluster-listen, --routes and --server-name need --cluster-name")
+		os.Exit(2)
+	}
+	if *identities != "" {
+		cfg.AuthConfig = filepath.Join(*identities, auth.ServerConfigFile)
+		cfg.NkeyFile = *nkey
+		if cfg.NkeyFile == "" {
+			cfg.NkeyFile = auth.SeedFile(*identities, string(auth.RoleBus))
+		}
+	} else if *nkey != "" {
+		fmt.Fprintln(os.Stderr, "bus: --nkey needs --identities")
 		os.Exit(2)
 	}
 	if err := auditOpts.Apply(&cfg); err != nil {

@@ -65,11 +65,13 @@ func run(natsURL, workspace, policyDir, id string, timeout, confirmTimeout time.
 	identity := cli.Identity("executor")
 	if id != "" {
 		identity.ID = id
+	} else if b.Principal() != "" {
+		identity.ID = b.Principal()
 	}
 	shells := builtin.NewShells(ws)
 	defer shells.Close()
 	cfg := executor.Config{
-		Identity: identity, Tools: builtin.Tools(ws, shells), Policy: pol, PolicyDir: policyDir,
+		Identity: identity, IdentitiesEnforced: b.Principal() != "", Tools: builtin.Tools(ws, shells), Policy: pol, PolicyDir: policyDir,
 		Workspace: ws.Root(), Timeout: timeout, ConfirmTimeout: confirmTimeout, Logger: log}
 	outputs.Apply(&cfg)
 	if err := hookFlags.Apply(&cfg, log); err != nil {

@@ -57,7 +57,7 @@ func runCall(args []string) error {
 		return err
 	}
 	defer cli.Close(b)
-	client := executor.NewClient(b.Conn(), cli.Identity("cli"))
+	client := executor.NewClient(b.Conn(), cli.Identity("cli"), b.Principal())
 	defer client.Close()
 	if err := client.Ping(ctx); err != nil {
 		return err

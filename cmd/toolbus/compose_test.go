@@ -23,9 +23,10 @@ func TestComposeDescribesTheLocalFleet(t *testing.T) {
 	}
 	var compose struct {
 		Services map[string]struct {
-			Build   map[string]string `yaml:"build"`
-			Command []string          `yaml:"command"`
-			Volumes []string          `yaml:"volumes"`
+			Build       map[string]string `yaml:"build"`
+			Command     []string          `yaml:"command"`
+			Volumes     []string          `yaml:"volumes"`
+			Environment map[string]string `yaml:"environment"`
 		} `yaml:"services"`
 		Volumes map[string]any `yaml:"volumes"`
 	}
@@ -37,7 +38,7 @@ func TestComposeDescribesTheLocalFleet(t *testing.T) {
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	if got := strings.Join(names, " "); got != "bus1 bus2 bus3 console executor1 executor2 registry" {
+	if got := strings.Join(names, " "); got != "bus1 bus2 bus3 console executor1 executor2 identities registry" {
 		t.Errorf("services: %s", got)
 	}
 	script, _ := os.ReadFile("../../deploy/local-fleet.sh")
@@ -63,6 +64,22 @@ func TestComposeDescribesTheLocalFleet(t *testing.T) {
 				if _, ok := compose.Volumes[vol]; !ok {
 					t.Errorf("%s mounts volume %s, which is not declared", name, vol)
 				}
+			}
+		}
+		// Every part but the one making them connects with an identity
+		// it makes; the nodes enforce them.
+		if name != "identities" {
+			made := strings.Join(compose.Services["identities"].Command, " ")
+			if !slices.Contains(svc.Volumes, "identities:/identities:ro") {
+				t.Errorf("%s does not mount the identities read-only: %v", name, svc.Volumes)
+			}
+			if strings.HasPrefix(name, "bus") {
+				if !slices.Contains(svc.Command, "--identities") || !strings.Contains(made, "bus:bus") {
+					t.Errorf("%s does not enforce the identities: %v", name, svc.Command)
+				}
+			} else if id := svc.Environment["TOOLBUS_IDENTITY"]; !strings.HasPrefix(id, "/identities/") ||
+				!strings.Contains(made, ":"+strings.TrimSuffix(strings.TrimPrefix(id, "/identities/"), ".nk")+" ") && !strings.HasSuffix(made, ":"+strings.TrimSuffix(strings.TrimPrefix(id, "/identities/"), ".nk")) {
+				t.Errorf("%s connects as %q, which the identities service does not make (%s)", name, id, made)
 			}
 		}
 		if strings.HasPrefix(name, "bus") {

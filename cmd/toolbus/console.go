@@ -64,11 +64,15 @@ type runningConsole struct {
 // startConsole takes an approver's seat on b as the identity as and
 // serves the console over it on listen.
 func startConsole(ctx context.Context, b *bus.Bus, listen, token, as string, log *slog.Logger) (*runningConsole, error) {
-	kv, err := executor.OpenAllowlistBucket(ctx, b.JetStream())
+	open := executor.OpenAllowlistBucket
+	if b.Principal() != "" {
+		open = executor.AwaitAllowlistBucket // an approver's identity reads it only
+	}
+	kv, err := open(ctx, b.JetStream())
 	if err != nil {
 		return nil, fmt.Errorf("console: the allowlist: %w", err)
 	}
-	a, err := approve.Start(ctx, b.Conn(), b.JetStream(), approve.Config{Identity: cli.ApproverIdentity(as), Logger: log})
+	a, err := approve.Start(ctx, b.Conn(), b.JetStream(), approve.Config{Identity: cli.ApproverIdentity(as), Principal: b.Principal(), Logger: log})
 	if err != nil {
 		return nil, err
 	}

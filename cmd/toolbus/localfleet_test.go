@@ -64,8 +64,9 @@ func TestLocalFleetScript(t *testing.T) {
 		t.Fatalf("%d parts started, want 7: %v\n%s", len(pids), pids, out)
 	}
 	node := func(i int) string { return fmt.Sprintf("nats://127.0.0.1:%d", port+i) }
+	agent := "TOOLBUS_IDENTITY=" + filepath.Join(dir, "identities", "agent.nk")
 	call := func(url string) (string, string, int) {
-		return toolbus(t, "call", "read_file", "--args", `{"file_path":"README.md"}`, "--nats", url)
+		return toolbusWith(t, []string{agent}, "call", "read_file", "--args", `{"file_path":"README.md"}`, "--nats", url)
 	}
 	for deadline := time.Now().Add(2 * time.Minute); ; {
 		if _, _, code := call(node(2)); code == 0 {
@@ -81,6 +82,10 @@ func TestLocalFleetScript(t *testing.T) {
 		if out, errOut, code := call(node(i)); code != 0 || !strings.Contains(out, "# workspace") {
 			t.Errorf("through node %d: exit %d %s %s", i+1, code, out, errOut)
 		}
+	}
+	// The nodes admit only the fleet's members.
+	if _, errOut, code := toolbusWith(t, []string{"TOOLBUS_IDENTITY="}, "call", "read_file", "--args", `{"file_path":"README.md"}`, "--nats", node(0)); code == 0 || !strings.Contains(strings.ToLower(errOut), "authorization") {
+		t.Errorf("a call with no identity: exit %d %s", code, errOut)
 	}
 	if out, _ := script("status"); strings.Count(out, "running") != 7 {
 		t.Errorf("status:\n%s", out)

@@ -19,6 +19,9 @@ Usage:
       run the bus, the registry and an executor with the built-in tools and the MCP servers
       of settings.json (Gemini CLI) and .mcp.json (Claude Code) in one process,
       the web console (--console ADDR|off) and the MCP endpoint (--mcp-listen ADDR|off)
+  toolbus init DIR [--add ROLE:NAME]...
+      make a fleet's identities: a seed per member (DIR/NAME.nk), the roster, and the bus's
+      authorization config (bus --identities DIR); parts connect with $TOOLBUS_IDENTITY=DIR/NAME.nk
   toolbus console [--listen HOST:PORT] [--token TOKEN] [--as ID]
       the web console for a fleet's bus: answer confirmation requests, revoke allowlist entries
   toolbus tools list [--json] [--active] [--server NAME] [--format gemini|openai|anthropic|mcp]
@@ -73,6 +76,8 @@ func run(args []string) error {
 	switch args[0] {
 	case "up":
 		return runUp(args[1:])
+	case "init":
+		return runInit(args[1:])
 	case "tools":
 		return runTools(args[1:])
 	case "call":

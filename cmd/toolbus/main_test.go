@@ -127,7 +127,14 @@ func (d *daemon) stop(t *testing.T) {
 // toolbus runs one short command and returns stdout, stderr and exit code.
 func toolbus(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
+	return toolbusWith(t, nil, args...)
+}
+
+// toolbusWith is toolbus with env added to the environment.
+func toolbusWith(t *testing.T, env []string, args ...string) (string, string, int) {
+	t.Helper()
 	cmd := exec.Command(bin("toolbus"), args...)
+	cmd.Env = append(os.Environ(), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

@@ -62,7 +62,7 @@ func TestShellFloodStaysSmall(t *testing.T) {
 	registrytest.Start(t, b)
 	execd := startDaemon(t, "executor", "--nats", b.URL(), "--workspace", t.TempDir(), "--policy", allowAll(t),
 		"--id", "executor@flood", "--max-output", "512MiB")
-	client := executor.NewClient(bustest.Connect(t, b).Conn(), events.Identity{ID: "agent:flood"})
+	client := executor.NewClient(bustest.Connect(t, b).Conn(), events.Identity{ID: "agent:flood"}, "")
 	defer client.Close()
 	call := func(id, line string) *events.Result {
 		t.Helper()

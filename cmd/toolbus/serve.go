@@ -68,7 +68,7 @@ func runMCPServe(args []string) error {
 	}
 	current.Store(pol)
 	id := cli.Identity("agent")
-	fac, err := mcp.StartFacade(ctx, mcp.FacadeConfig{Conn: b.Conn(), JS: b.JetStream(), Agent: *agent, Session: *session,
+	fac, err := mcp.StartFacade(ctx, mcp.FacadeConfig{Conn: b.Conn(), JS: b.JetStream(), Principal: b.Principal(), Agent: *agent, Session: *session,
 		User: id.User, Host: id.Host, Policy: current.Load, NoElicitation: *noElicit, Version: version, Logger: log})
 	if err != nil {
 		return err
@@ -152,7 +152,7 @@ func (ep *mcpEndpoint) stop() error {
 // default port, or a free loopback port when that is taken.
 func upMCPEndpoint(ctx context.Context, b *bus.Bus, listen string, pol func() *policy.Policy, log *slog.Logger) (*mcp.Facade, *mcpEndpoint, error) {
 	id := cli.Identity("agent")
-	fac, err := mcp.StartFacade(ctx, mcp.FacadeConfig{Conn: b.Conn(), JS: b.JetStream(), User: id.User, Host: id.Host, Policy: pol, Version: version, Logger: log})
+	fac, err := mcp.StartFacade(ctx, mcp.FacadeConfig{Conn: b.Conn(), JS: b.JetStream(), Principal: b.Principal(), User: id.User, Host: id.Host, Policy: pol, Version: version, Logger: log})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -43,6 +43,10 @@ type Config struct {
 	// Identity names the approver in every answer it sends and in the
 	// audit trail. ID is required; Role defaults to "approver".
 	Identity events.Identity
+	// Principal is the fleet identity the approver's connection uses
+	// (bus.Bus's Principal; "" for none): answers go on its subject, and
+	// with one the executor takes Identity.ID to be it.
+	Principal string
 	// Window is how far back the audit stream is read at start for
 	// requests still pending (default DefaultWindow).
 	Window time.Duration
@@ -158,6 +162,10 @@ type Approver struct {
 // the stream are read and the server knows the service: an executor that
 // asks whether an approver is present after Start returns finds this one.
 func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Approver, error) {
+	if cfg.Principal != "" {
+		// The bus vouches for the principal: it is who answers.
+		cfg.Identity.ID = cfg.Principal
+	}
 	if cfg.Identity.ID == "" {
 		return nil, errors.New("approve: the approver needs an identity")
 	}
@@ -296,7 +304,7 @@ func (a *Approver) Answer(ctx context.Context, invocationID string, ans Answer) 
 		ctx, cancel = context.WithTimeout(ctx, answerTimeout)
 		defer cancel()
 	}
-	reply, err := a.nc.RequestWithContext(ctx, to, data)
+	reply, err := a.nc.RequestWithContext(ctx, events.AnswerSubject(to, events.AnswerAsApprover, a.cfg.Principal), data)
 	if errors.Is(err, nats.ErrNoResponders) {
 		return nil, ErrNotPending
 	}

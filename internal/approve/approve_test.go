@@ -321,7 +321,7 @@ func TestAnswerSubjectUnderAttack(t *testing.T) {
 	nc := bustest.Connect(t, f.Bus).Conn()
 	send := func(data []byte) *events.ConfirmAck {
 		t.Helper()
-		msg, err := nc.Request(req.AnswerTo, data, 10*time.Second)
+		msg, err := nc.Request(events.AnswerSubject(req.AnswerTo, events.AnswerAsApprover, ""), data, 10*time.Second)
 		if err != nil {
 			t.Fatalf("request: %v", err)
 		}

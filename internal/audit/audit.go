@@ -27,8 +27,24 @@ import (
 // Subjects are the subjects an audit read takes in: everything about an
 // invocation but its progress output, which only Show reads.
 var Subjects = []string{
-	events.SubjectInvoke, events.SubjectDecision, events.SubjectConfirm, events.SubjectConfirmOutcomes,
-	events.SubjectResult, events.SubjectStep, events.SubjectHook, events.SubjectCancel,
+	events.InvokeSubject("*"), events.SubjectDecision, events.SubjectConfirm, events.SubjectConfirmOutcomes,
+	events.SubjectResult, events.CallerResultSubject("*"), events.SubjectStep, events.SubjectHook,
+	events.SubjectCancel, events.CancelSubject("*"),
+}
+
+// bySender are the subjects that carry their sender's principal in a
+// last token (events.InvokeSubject and the like).
+var bySender = []string{events.SubjectInvoke, events.SubjectCancel, events.SubjectResult}
+
+// kindOf is the subject an event of subject is joined as, and the
+// principal its subject names ("" for none).
+func kindOf(subject string) (kind, principal string) {
+	for _, base := range bySender {
+		if p, ok := strings.CutPrefix(subject, base+"."); ok && p != "" && !strings.Contains(p, ".") {
+			return base, p
+		}
+	}
+	return subject, ""
 }
 
 // Query selects invocations. Zero fields select everything.
@@ -45,6 +61,11 @@ type Query struct {
 
 // Record is one invocation and what happened to it.
 type Record struct {
+	// principal is the token of the subject the invocation came on: a
+	// caller's cancel and its own record of a result count only for its
+	// own calls.
+	principal string
+
 	ID     string          `json:"id"`
 	Time   time.Time       `json:"time"`
 	Tool   string          `json:"tool"`
@@ -299,7 +320,8 @@ func (j *joiner) add(subject string, data []byte, seq uint64, at time.Time) bool
 		typ     string
 		summary string
 	)
-	switch subject {
+	kind, principal := kindOf(subject)
+	switch kind {
 	case events.SubjectInvoke:
 		inv, err := events.Decode[events.Invocation](data)
 		if err != nil {
@@ -311,7 +333,7 @@ func (j *joiner) add(subject string, data []byte, seq uint64, at time.Time) bool
 		if j.byID[inv.ID] != nil {
 			return true // the same invocation again (a retry): the first counts
 		}
-		r = &Record{ID: inv.ID, Time: inv.Time, Tool: inv.Tool, Caller: inv.Sender, Args: inv.Args, Outcome: OutcomePending}
+		r = &Record{ID: inv.ID, Time: inv.Time, Tool: inv.Tool, Caller: inv.Sender, Args: inv.Args, Outcome: OutcomePending, principal: principal}
 		j.byID[inv.ID] = r
 		j.order = append(j.order, r)
 		sender, typ = inv.Sender, inv.Type
@@ -340,8 +362,8 @@ func (j *joiner) add(subject string, data []byte, seq uint64, at time.Time) bool
 		if err != nil {
 			return false
 		}
-		if r = j.byID[c.InvocationID]; r == nil {
-			return true
+		if r = j.byID[c.InvocationID]; r == nil || principal != "" && principal != r.principal {
+			return true // another principal's cancel does not reach the call
 		}
 		sender, typ = c.Sender, c.Type
 		summary = "confirmation asked: " + c.Reason
@@ -422,7 +444,9 @@ func (j *joiner) add(subject string, data []byte, seq uint64, at time.Time) bool
 		if err != nil {
 			return false
 		}
-		if r = j.byID[res.InvocationID]; r == nil {
+		if r = j.byID[res.InvocationID]; r == nil || principal != "" && principal != r.principal {
+			// A caller records only its own calls' results; one for
+			// another principal's call is not the call's.
 			return true
 		}
 		sender, typ = res.Sender, res.Type

@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/internal/auth"
 	"github.com/toolbus/toolbus/internal/events"
 )
 
@@ -68,6 +69,15 @@ type Config struct {
 	// seed), the CA that signed the servers' certificates, and a client
 	// certificate for TLS with client authentication.
 	CredsFile, CAFile, CertFile, KeyFile string
+	// NkeyFile is this part's identity in a fleet: the seed file of a
+	// member made by `toolbus init` (DIR/<name>.nk). The connection
+	// authenticates with it, takes its replies under the member's own
+	// inbox prefix, and Principal is the member's name.
+	NkeyFile string
+	// AuthConfig, for an embedded server, is the authorization config
+	// of a fleet's identities (DIR/auth.conf of `toolbus init`): the
+	// server admits only its members, each with its role's permissions.
+	AuthConfig string
 	// AuditAllowDelete lets clients delete and purge messages of the
 	// audit stream. By default the stream refuses both (JetStream's
 	// deny-delete and deny-purge), which cannot be undone for the stream:
@@ -98,6 +108,8 @@ type Bus struct {
 	js  jetstream.JetStream
 	url string
 	log *slog.Logger
+	// principal is the member name of NkeyFile, "" without one.
+	principal string
 }
 
 // Open starts or connects to the bus described by cfg and ensures the audit
@@ -132,11 +144,26 @@ func Open(ctx context.Context, cfg Config) (*Bus, error) {
 	if cfg.CredsFile != "" {
 		opts = append(opts, nats.UserCredentials(cfg.CredsFile))
 	}
+	if cfg.NkeyFile != "" {
+		name, err := auth.NameOfSeedFile(cfg.NkeyFile)
+		if err != nil {
+			return nil, err
+		}
+		nkey, err := nats.NkeyOptionFromSeed(cfg.NkeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("identity %s: %w", cfg.NkeyFile, err)
+		}
+		b.principal = name
+		opts = append(opts, nkey, nats.CustomInboxPrefix(auth.InboxPrefix(name)))
+	}
 	if cfg.CAFile != "" {
 		opts = append(opts, nats.RootCAs(cfg.CAFile))
 	}
 	if cfg.CertFile != "" || cfg.KeyFile != "" {
 		opts = append(opts, nats.ClientCert(cfg.CertFile, cfg.KeyFile))
+	}
+	if cfg.URL == "" && cfg.AuthConfig != "" && cfg.NkeyFile == "" {
+		return nil, errors.New("embedded bus: with identities, the bus connects as one of them too: give its seed file (DIR/bus.nk)")
 	}
 	if cfg.URL == "" {
 		srv, err := startServer(cfg, log)
@@ -170,6 +197,20 @@ func Open(ctx context.Context, cfg Config) (*Bus, error) {
 	// cluster's JetStream: until a quorum of nodes is up, nothing can be
 	// stored. (A part cannot tell a cluster from a single server: it
 	// waits as long as ctx lets it.)
+	if b.principal != "" && b.srv == nil {
+		// A member of a fleet leaves the audit stream to the bus: its
+		// identity may not even look at it. It waits for the cluster's
+		// JetStream all the same, asking what every identity may ask.
+		err := untilJetStream(ctx, log, true, func(ctx context.Context) error {
+			_, err := js.AccountInfo(ctx)
+			return err
+		})
+		if err != nil {
+			b.Close(ctx)
+			return nil, err
+		}
+		return b, nil
+	}
 	err = untilJetStream(ctx, log, cfg.Cluster.Name != "" || b.srv == nil, func(ctx context.Context) error { return ensureAudit(ctx, js, cfg, b.srv != nil) })
 	if err != nil {
 		b.Close(ctx)
@@ -238,6 +279,13 @@ func startServer(cfg Config, log *slog.Logger) (*server.Server, error) {
 		if err := clusterOptions(opts, c); err != nil {
 			return nil, fmt.Errorf("embedded bus: %w", err)
 		}
+	}
+	if cfg.AuthConfig != "" {
+		users, err := auth.ServerUsers(cfg.AuthConfig)
+		if err != nil {
+			return nil, fmt.Errorf("embedded bus: %w", err)
+		}
+		opts.Nkeys = users
 	}
 	if cfg.StoreKey != "" {
 		opts.JetStreamKey, opts.JetStreamCipher = cfg.StoreKey, server.ChaCha
@@ -332,6 +380,10 @@ func (b *Bus) JetStream() jetstream.JetStream { return b.js }
 
 // URL is where other processes reach this bus.
 func (b *Bus) URL() string { return b.url }
+
+// Principal is the member name this part connects as in a fleet with
+// identities, "" when it connects without one.
+func (b *Bus) Principal() string { return b.principal }
 
 // Embedded reports whether this Bus runs its own server.
 func (b *Bus) Embedded() bool { return b.srv != nil }

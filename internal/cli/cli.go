@@ -78,11 +78,13 @@ func SignalContext() (context.Context, context.CancelFunc) {
 // The connection's credentials come from the environment, as every
 // command and daemon reads them: TOOLBUS_NATS_CREDS (a NATS credentials
 // file), TOOLBUS_NATS_CA (the CA of the servers' certificates), and
-// TOOLBUS_NATS_CERT and TOOLBUS_NATS_KEY (a client certificate).
+// TOOLBUS_NATS_CERT and TOOLBUS_NATS_KEY (a client certificate), and
+// TOOLBUS_IDENTITY (the seed file of a fleet member, `toolbus init`).
 func Connect(ctx context.Context, url, name string, log *slog.Logger) (*bus.Bus, error) {
 	b, err := bus.Open(ctx, bus.Config{URL: url, Name: name, Logger: log,
 		CredsFile: os.Getenv("TOOLBUS_NATS_CREDS"), CAFile: os.Getenv("TOOLBUS_NATS_CA"),
-		CertFile: os.Getenv("TOOLBUS_NATS_CERT"), KeyFile: os.Getenv("TOOLBUS_NATS_KEY")})
+		CertFile: os.Getenv("TOOLBUS_NATS_CERT"), KeyFile: os.Getenv("TOOLBUS_NATS_KEY"),
+		NkeyFile: os.Getenv(IdentityEnv)})
 	if err != nil {
 		hint := ""
 		if url == bus.DefaultURL {
@@ -100,6 +102,10 @@ func unwrapConnect(err error) error {
 	}
 	return err
 }
+
+// IdentityEnv names the seed file a part connects with in a fleet with
+// identities.
+const IdentityEnv = "TOOLBUS_IDENTITY"
 
 // Close closes b, giving it ten seconds to drain.
 func Close(b *bus.Bus) error {

@@ -325,7 +325,7 @@ func BenchmarkDiscoveredCall(b *testing.B) {
 				b.Fatal(err)
 			}
 			name := specs[n/2].Name
-			client := executor.NewClient(bustest.Connect(b, bb).Conn(), events.Identity{ID: "agent:bench", Role: "agent"})
+			client := executor.NewClient(bustest.Connect(b, bb).Conn(), events.Identity{ID: "agent:bench", Role: "agent"}, "")
 			through := func() {
 				res, err := client.Invoke(ctx, &events.Invocation{Tool: name, Args: args}, nil)
 				if err != nil || res.Error != nil || res.LLMContent != string(args) {

@@ -47,6 +47,10 @@ type Identity struct {
 	// itself: an MCP client's name/version from its initialize request
 	// ("gemini-cli-mcp-client/0.61.0").
 	Client string `json:"client,omitempty"`
+	// Proven is set by the executor, never by the sender: the bus
+	// vouched that the message came from the identity ID names (see
+	// Caller). Whatever a sender puts here is overwritten.
+	Proven bool `json:"proven,omitempty"`
 }
 
 // Header is the part every envelope shares.

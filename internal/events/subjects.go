@@ -116,6 +116,9 @@ const (
 	// ExecutorHeader names the executor that sends a heartbeat or answers
 	// a claim: the one to ask whether the call still runs.
 	ExecutorHeader = "Toolbus-Executor"
+	// PrincipalHeader carries the principal of a call one executor
+	// forwards to another (see principal.go).
+	PrincipalHeader = "Toolbus-Principal"
 )
 
 // Names of the JetStream assets that hold the shared state.

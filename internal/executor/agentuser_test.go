@@ -22,7 +22,11 @@ func answerAs(t *testing.T, nc *nats.Conn, req *events.ConfirmRequest, approver 
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg, err := nc.Request(req.AnswerTo, data, 10*time.Second)
+	as := events.AnswerAsApprover
+	if approver.Role == events.RoleAgentUser {
+		as = events.AnswerAsCaller
+	}
+	msg, err := nc.Request(events.AnswerSubject(req.AnswerTo, as, ""), data, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

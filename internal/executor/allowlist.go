@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -41,8 +42,38 @@ func (r AllowRecord) Key() string {
 	return hex.EncodeToString(h.Sum(nil)[:12])
 }
 
-// OpenAllowlistBucket creates the allowlist bucket if it is missing.
+// OpenAllowlistBucket opens the allowlist bucket, and creates it if it is
+// missing. An existing bucket is only looked up: a reader of it (the
+// console, an approver in a fleet with identities) may not change it.
 func OpenAllowlistBucket(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
+	if kv, err := js.KeyValue(ctx, events.AllowlistBucket); err == nil {
+		return kv, nil
+	} else if !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, err
+	}
+	return ensureAllowlistBucket(ctx, js)
+}
+
+// AwaitAllowlistBucket opens the allowlist bucket once an executor has
+// made it: for a part whose identity may read the bucket but not make
+// it (an approver in a fleet with identities), which starts before the
+// executors do. It waits as long as ctx lets it.
+func AwaitAllowlistBucket(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
+	for {
+		kv, err := js.KeyValue(ctx, events.AllowlistBucket)
+		if !errors.Is(err, jetstream.ErrBucketNotFound) {
+			return kv, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("no executor has made the allowlist bucket yet: %w", ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// ensureAllowlistBucket creates or updates the allowlist bucket.
+func ensureAllowlistBucket(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
 	return bus.EnsureKeyValue(ctx, js, jetstream.KeyValueConfig{
 		Bucket:      events.AllowlistBucket,
 		Description: "toolbus allowlist: approvals remembered fleet-wide",
@@ -66,7 +97,7 @@ type allowlist struct {
 }
 
 func openAllowlist(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (*allowlist, error) {
-	kv, err := OpenAllowlistBucket(ctx, js)
+	kv, err := ensureAllowlistBucket(ctx, js)
 	if err != nil {
 		return nil, fmt.Errorf("allowlist: %w", err)
 	}

@@ -27,6 +27,12 @@ func (e *Executor) acceptBatch(m *nats.Msg) {
 		e.respondBatch(m.Reply, &events.BatchResult{Header: events.Header{Sender: e.id}, BatchID: "unknown", Results: []events.Result{*bad}})
 		return
 	}
+	principal, err := e.bindCaller(m, &b.Sender, false)
+	if err != nil {
+		bad := e.result(&events.Invocation{Header: events.Header{ID: b.ID + ".0"}}, "", events.ErrInvalidParams, err.Error())
+		e.respondBatch(m.Reply, &events.BatchResult{Header: events.Header{Sender: e.id}, BatchID: b.ID, Results: []events.Result{*bad}})
+		return
+	}
 	e.mu.Lock()
 	select {
 	case <-e.stopping:
@@ -40,14 +46,14 @@ func (e *Executor) acceptBatch(m *nats.Msg) {
 	// sent; its caller publishes no result of its own (GaveUpSent).
 	ctx, cancel := context.WithCancelCause(context.Background())
 	if _, dup := e.batches[b.ID]; !dup {
-		e.batches[b.ID] = cancel
+		e.batches[b.ID] = batchRun{stop: cancel, principal: principal}
 	}
 	e.wg.Add(1)
 	e.mu.Unlock()
 	go func() {
 		defer e.wg.Done()
 		stop := e.beatUntilDone(m.Reply)
-		res := e.runBatch(ctx, b)
+		res := e.runBatch(ctx, b, principal)
 		stop()
 		e.mu.Lock()
 		delete(e.batches, b.ID)
@@ -79,7 +85,16 @@ func (e *Executor) beatUntilDone(reply string) func() {
 	return func() { close(done) }
 }
 
-func (e *Executor) runBatch(ctx context.Context, b *events.BatchInvocation) *events.BatchResult {
+// batchRun is a batch this executor coordinates: how to stop it, and
+// whose it is.
+type batchRun struct {
+	stop      context.CancelCauseFunc
+	principal string
+}
+
+// runBatch runs b's calls, each sent as an invocation of the batch's
+// principal: the executor that takes one binds its caller again.
+func (e *Executor) runBatch(ctx context.Context, b *events.BatchInvocation, principal string) *events.BatchResult {
 	n := len(b.Calls)
 	results := make([]events.Result, n)
 	invoker := e.batchClient()
@@ -90,7 +105,7 @@ func (e *Executor) runBatch(ctx context.Context, b *events.BatchInvocation) *eve
 			results[i] = *e.result(inv, inv.Tool, events.ErrCancelled, "Not run: the batch's caller gave up.")
 			return
 		}
-		res, err := invoker.invoke(ctx, inv, nil)
+		res, err := invoker.invokeAs(ctx, inv, principal, nil)
 		if err != nil {
 			res = e.result(inv, inv.Tool, events.ErrExecutionFailed, err.Error())
 		}

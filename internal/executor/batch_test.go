@@ -184,7 +184,7 @@ func TestResultFitsASmallMaxPayload(t *testing.T) {
 	}
 	defer ex.Stop(context.Background())
 	waitTool(t, ex, "wide")
-	client := NewClient(b.Conn(), events.Identity{ID: "agent:small"})
+	client := NewClient(b.Conn(), events.Identity{ID: "agent:small"}, "")
 	defer client.Close()
 	res, err := client.Invoke(ctx, &events.Invocation{Tool: "wide", Args: json.RawMessage(`{}`)}, nil)
 	if err != nil {

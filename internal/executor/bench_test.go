@@ -67,7 +67,7 @@ func BenchmarkInvoke(b *testing.B) {
 	waitTool(b, ex, "noop")
 
 	callerConn := bustest.Connect(b, bb).Conn()
-	client := NewClient(callerConn, events.Identity{ID: "agent:bench"})
+	client := NewClient(callerConn, events.Identity{ID: "agent:bench"}, "")
 	defer client.Close()
 	args := json.RawMessage(`{"file_path":"small.txt"}`)
 	ctx := context.Background()

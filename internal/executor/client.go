@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,6 +25,13 @@ type Client struct {
 	nc     *nats.Conn
 	id     events.Identity
 	prefix string
+	// principal is the fleet identity nc connects with ("" without
+	// one): the subjects its calls go on name it (events.InvokeSubject).
+	principal string
+	// forOthers: an executor's client, sending the calls of batches for
+	// their callers; it gives them up on SubjectCancel and records their
+	// results on SubjectResult, as executors do.
+	forOthers bool
 
 	once sync.Once
 	sub  *nats.Subscription
@@ -63,9 +71,28 @@ func (w *Watch) progress(m *nats.Msg) {
 	}
 }
 
-// NewClient returns a client that invokes as id over nc.
-func NewClient(nc *nats.Conn, id events.Identity) *Client {
-	return &Client{nc: nc, id: id, prefix: nats.NewInbox() + ".", calls: make(map[string]*pending)}
+// NewClient returns a client that invokes as id over nc, which connects
+// with the fleet identity principal ("" for none: bus.Bus.Principal).
+// With one, the caller is who the identity is: id's ID becomes principal
+// unless it names it already (principal, or principal/…), since the
+// executor refuses a caller that names another.
+func NewClient(nc *nats.Conn, id events.Identity, principal string) *Client {
+	id.ID = underPrincipal(id.ID, principal, false)
+	return &Client{nc: nc, id: id, prefix: nc.NewInbox() + ".", principal: principal, calls: make(map[string]*pending)}
+}
+
+// underPrincipal is the caller id that id becomes under principal: id
+// itself when it names principal, else principal (replace) or
+// principal/id.
+func underPrincipal(id, principal string, keep bool) string {
+	switch {
+	case principal == "" || id == principal || strings.HasPrefix(id, principal+"/"):
+		return id
+	case keep && id != "":
+		return principal + "/" + id
+	default:
+		return principal
+	}
 }
 
 // Close stops the client's subscription. Calls in flight end with
@@ -132,11 +159,20 @@ func (c *Client) InvokeAs(ctx context.Context, inv *events.Invocation, w *Watch)
 	if inv.Sender.ID == "" {
 		return nil, errors.New("InvokeAs: the invocation names no sender")
 	}
+	// With an identity, the callers a client speaks for are its own:
+	// "principal/<their id>".
+	inv.Sender.ID = underPrincipal(inv.Sender.ID, c.principal, true)
 	return c.invoke(ctx, inv, w)
 }
 
-// invoke sends inv with the sender it has.
+// invoke sends inv with the sender it has, on the client's subject.
 func (c *Client) invoke(ctx context.Context, inv *events.Invocation, w *Watch) (*events.Result, error) {
+	return c.invokeAs(ctx, inv, c.principal, w)
+}
+
+// invokeAs sends inv on the subject of principal: an executor's client
+// sends a batch's calls for the batch's principal.
+func (c *Client) invokeAs(ctx context.Context, inv *events.Invocation, principal string, w *Watch) (*events.Result, error) {
 	if inv.ID == "" {
 		inv.ID = nuid.Next()
 	}
@@ -144,7 +180,7 @@ func (c *Client) invoke(ctx context.Context, inv *events.Invocation, w *Watch) (
 	if err != nil {
 		return nil, err
 	}
-	m, fail, err := c.roundTrip(ctx, events.SubjectInvoke, inv.ID, data, w)
+	m, fail, err := c.roundTrip(ctx, events.InvokeSubject(principal), inv.ID, data, w)
 	if err != nil {
 		return nil, err
 	}
@@ -169,7 +205,7 @@ func (c *Client) InvokeBatch(ctx context.Context, b *events.BatchInvocation) (*e
 	if err != nil {
 		return nil, err
 	}
-	m, fail, err := c.roundTrip(ctx, events.SubjectInvokeBatch, b.ID, data, nil)
+	m, fail, err := c.roundTrip(ctx, events.InvokeBatchSubject(c.principal), b.ID, data, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -384,7 +420,7 @@ func (c *Client) claim(ctx context.Context, id string, executor *string) claimAn
 // each answer, "no responders" included, to settled until it reports that
 // one settles the question, for at most claimWait.
 func (c *Client) gather(ctx context.Context, subject string, data []byte, settled func(*nats.Msg) bool) {
-	inbox := nats.NewInbox()
+	inbox := c.nc.NewInbox()
 	sub, err := c.nc.SubscribeSync(inbox)
 	if err != nil {
 		return
@@ -454,7 +490,7 @@ func (c *Client) giveUp(id, reason string) (recorded bool) {
 	if err != nil {
 		return false
 	}
-	c.gather(context.Background(), events.SubjectCancel, data, func(m *nats.Msg) bool {
+	c.gather(context.Background(), c.cancelSubject(), data, func(m *nats.Msg) bool {
 		switch {
 		case m.Header.Get("Status") == "503": // no executor at all
 			return true
@@ -483,8 +519,12 @@ func (c *Client) synthesize(inv *events.Invocation, fail *failure) *events.Resul
 	if fail.recorded {
 		return res
 	}
+	subject := events.CallerResultSubject(c.principal)
+	if c.forOthers {
+		subject = events.SubjectResult
+	}
 	if data, err := events.Encode(res); err == nil {
-		_ = c.nc.Publish(events.SubjectResult, data)
+		_ = c.nc.Publish(subject, data)
 	}
 	return res
 }
@@ -497,7 +537,7 @@ func (c *Client) Cancel(ctx context.Context, id, reason string) error {
 	if err != nil {
 		return err
 	}
-	if err := c.nc.Publish(events.SubjectCancel, data); err != nil {
+	if err := c.nc.Publish(c.cancelSubject(), data); err != nil {
 		return err
 	}
 	if _, ok := ctx.Deadline(); !ok {
@@ -507,6 +547,14 @@ func (c *Client) Cancel(ctx context.Context, id, reason string) error {
 		defer cancel()
 	}
 	return c.nc.FlushWithContext(ctx)
+}
+
+// cancelSubject is where this client cancels and gives up its calls.
+func (c *Client) cancelSubject() string {
+	if c.forOthers {
+		return events.SubjectCancel
+	}
+	return events.CancelSubject(c.principal)
 }
 
 // Ping checks that an executor is running, failing at once with

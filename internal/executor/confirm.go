@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/nats-io/nuid"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -38,8 +39,11 @@ func (c *call) confirm(d policy.Decision, args map[string]any) (*events.ConfirmA
 	// Answers come to an inbox of this call's own, as requests the
 	// executor acknowledges; the request names it in its body too, so an
 	// approver that reads it from the audit stream can answer.
-	req.AnswerTo = e.nc.NewInbox()
-	answers, err := e.nc.SubscribeSync(req.AnswerTo)
+	// Each answerer sends on a subject below it that names its role and
+	// its principal (events.AnswerSubject), which the bus lets each
+	// identity publish only with its own name.
+	req.AnswerTo = events.AnswerSubjectPrefix + nuid.Next()
+	answers, err := e.nc.SubscribeSync(req.AnswerTo + ".>")
 	if err != nil {
 		return nil, events.ErrPolicyDenied, "confirmation failed, so the call is denied: " + err.Error()
 	}
@@ -51,7 +55,9 @@ func (c *call) confirm(d policy.Decision, args map[string]any) (*events.ConfirmA
 	c.step("confirming", d.Reason)
 	ctx, cancel := context.WithTimeout(c.ctx, e.cfg.ConfirmTimeout)
 	defer cancel()
-	if err := e.nc.PublishMsg(&nats.Msg{Subject: events.SubjectConfirm, Reply: req.AnswerTo, Data: data}); err != nil {
+	// Replying to the request answers as an approver the bus vouches
+	// for nothing about (which a fleet with identities refuses).
+	if err := e.nc.PublishMsg(&nats.Msg{Subject: events.SubjectConfirm, Reply: events.AnswerSubject(req.AnswerTo, events.AnswerAsApprover, ""), Data: data}); err != nil {
 		return nil, events.ErrPolicyDenied, "confirmation failed, so the call is denied: " + err.Error()
 	}
 	if callerAsks {
@@ -86,6 +92,13 @@ func (c *call) confirm(d policy.Decision, args map[string]any) (*events.ConfirmA
 			c.ack(msg, false, fmt.Sprintf("the answer is for invocation %q, not %q", answer.InvocationID, c.inv.ID))
 			continue
 		}
+		if err := c.bindAnswerer(req, msg.Subject, &answer.Sender, callerAsks); err != nil {
+			c.ack(msg, false, err.Error())
+			if refusals++; refusals <= maxRecordedRefusals {
+				e.publish(events.SubjectConfirmRejected, &events.ConfirmRejected{Header: events.Header{Sender: e.id}, InvocationID: c.inv.ID, Answer: *answer, Reason: err.Error()})
+			}
+			continue
+		}
 		if ok, reason := pol.ApproverAllowed(ctx, in, answer.Sender, answer.Outcome); !ok {
 			c.ack(msg, false, reason)
 			// Each refusal is recorded, up to a bound: a client that sends
@@ -113,6 +126,48 @@ func (c *call) confirm(d policy.Decision, args map[string]any) (*events.ConfirmA
 		}
 		return answer, "", ""
 	}
+}
+
+// bindAnswerer checks who sent an answer against the subject it came on,
+// and marks the approver proven when the bus vouched for it. On the
+// approvers' subject the approver must be the principal and no agent's
+// user; on the caller's, it must be the user of this call's caller, sent
+// with the caller's own identity, and only when the caller was asked.
+// Without identities the subject vouches for nothing, and the policy
+// judges the answerer as it claims to be.
+func (c *call) bindAnswerer(req *events.ConfirmRequest, subject string, who *events.Identity, callerAsked bool) error {
+	who.Proven = false
+	as, principal, _, err := events.SplitAnswerSubject(req.AnswerTo, subject)
+	if err != nil || !c.e.cfg.IdentitiesEnforced {
+		return err
+	}
+	if principal == events.Unproven {
+		// Where the bus enforces identities, only one that publishes
+		// everywhere (an admin) can send this, or one replying to the
+		// request: neither is an approver the bus vouches for.
+		return errors.New("in a fleet with identities an answer must be sent on the answerer's own subject (events.AnswerSubject)")
+	}
+	switch as {
+	case events.AnswerAsCaller:
+		if !callerAsked {
+			return errors.New("this call's caller was not asked to confirm it")
+		}
+		if who.ID != events.AgentUser(c.inv.Sender).ID || who.Role != events.RoleAgentUser {
+			return fmt.Errorf("an answer on the caller's subject must come from %q", events.AgentUser(c.inv.Sender).ID)
+		}
+		if principal != c.principal {
+			return fmt.Errorf("the answer was sent with the identity %q, not the caller's", principal)
+		}
+	case events.AnswerAsApprover:
+		if who.Role == events.RoleAgentUser {
+			return errors.New("an agent's user answers on the caller's subject, not the approvers'")
+		}
+		if who.ID != principal {
+			return fmt.Errorf("the answer names its approver %q, but was sent with the identity %q", who.ID, principal)
+		}
+	}
+	who.Proven = true
+	return nil
 }
 
 // maxRecordedRefusals bounds the refused answers recorded for one

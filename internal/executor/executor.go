@@ -67,6 +67,13 @@ const queueGroup = "executors"
 // Config configures an Executor.
 type Config struct {
 	Identity events.Identity
+	// IdentitiesEnforced says the bus enforces a fleet's identities
+	// (`toolbus init`): the principal on a binding subject is then
+	// proven, and a caller naming another is refused. Without it every
+	// sender is a claim (Identity.Proven is never set), whatever subject
+	// it used: anyone may publish any. Set it exactly when the executor
+	// itself connects with an identity of the fleet.
+	IdentitiesEnforced bool
 	// Tools are the built-in tools this executor hosts from the start;
 	// Host adds other sets at run time (an MCP server's tools).
 	Tools []tool.Tool
@@ -164,9 +171,9 @@ type Executor struct {
 
 	mu       sync.Mutex
 	running  map[string]*call
-	batches  map[string]context.CancelCauseFunc // batches coordinated here, by id
-	wg       sync.WaitGroup                     // every call and background goroutine
-	workers  *workers                           // the goroutines calls and tool runs run on
+	batches  map[string]batchRun // batches coordinated here, by id
+	wg       sync.WaitGroup      // every call and background goroutine
+	workers  *workers            // the goroutines calls and tool runs run on
 	stopping chan struct{}
 }
 
@@ -206,7 +213,7 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 	}
 	home, _ := os.UserHomeDir()
 	e := &Executor{cfg: cfg, nc: nc, js: js, id: cfg.Identity, log: log, sets: make(map[string]*toolSet),
-		home: home, running: make(map[string]*call), batches: make(map[string]context.CancelCauseFunc),
+		home: home, running: make(map[string]*call), batches: make(map[string]batchRun),
 		workers: newWorkers(workerIdle), storing: semaphore.NewWeighted(storeInFlight), stopping: make(chan struct{})}
 	if err := e.hostBuiltins(); err != nil { // fills the lookup table
 		return nil, err
@@ -276,10 +283,11 @@ func (e *Executor) subscribe() error {
 		subject, queue string
 		handle         nats.MsgHandler
 	}{
-		{events.SubjectInvoke, queueGroup, func(m *nats.Msg) { e.take(m, false) }},
-		{events.SubjectInvokeBatch, queueGroup, e.acceptBatch},
+		{events.InvokeSubject("*"), queueGroup, func(m *nats.Msg) { e.take(m, false) }},
+		{events.InvokeBatchSubject("*"), queueGroup, e.acceptBatch},
 		{ExecSubject(e.id.ID), "", func(m *nats.Msg) { e.take(m, true) }},
 		{events.SubjectCancel, "", e.handleCancel},
+		{events.CancelSubject("*"), "", e.handleCancel},
 		{events.ClaimSubject, "", e.handleClaim},
 		{ClaimSubject(e.id.ID), "", e.handleClaim},
 	}
@@ -292,7 +300,7 @@ func (e *Executor) subscribe() error {
 		// them out, so its pending limits can stay generous.
 		_ = sub.SetPendingLimits(1<<20, 1<<30)
 		e.subs = append(e.subs, sub)
-		if h.subject == events.SubjectInvoke || h.subject == ExecSubject(e.id.ID) {
+		if h.subject == events.InvokeSubject("*") || h.subject == ExecSubject(e.id.ID) {
 			e.invokeSubs = append(e.invokeSubs, sub)
 		}
 	}
@@ -406,6 +414,19 @@ func (e *Executor) closeFollowers() {
 
 var errShutdown = errors.New("the executor is shutting down")
 
+// anyPrincipal stands for the sender of a cancel that may cancel any
+// call; it is no principal's token (those never hold a space).
+const anyPrincipal = "any call"
+
+// mayCancel says a cancel from canceller reaches a call of owner.
+func mayCancel(canceller, owner string) bool {
+	return canceller == anyPrincipal || canceller == owner
+}
+
+// abandonKey is how a call given up before it came is remembered: with
+// who gave it up, so that nobody else's call of that id is refused.
+func abandonKey(canceller, id string) string { return canceller + "\x00" + id }
+
 // reportPolicy publishes what became of a policy set here.
 func (e *Executor) reportPolicy(status, revision, source string, err error) {
 	ev := &events.PolicyEvent{Header: events.Header{Sender: e.id}, Status: status, Revision: revision, Source: source}
@@ -421,13 +442,26 @@ func (e *Executor) handleCancel(m *nats.Msg) {
 		e.log.Warn("ignoring a malformed cancel request", "err", err)
 		return
 	}
+	// A cancel on SubjectCancel itself may cancel any call: only admins
+	// and executors may send one in a fleet. One on CancelSubject only
+	// the calls of the principal it names.
+	canceller := anyPrincipal
+	if m.Subject != events.SubjectCancel {
+		canceller = e.principalOf(m, false)
+	}
 	e.mu.Lock()
 	c := e.running[req.InvocationID]
-	stopBatch := e.batches[req.InvocationID]
+	if c != nil && !mayCancel(canceller, c.principal) {
+		c = nil
+	}
+	var stopBatch context.CancelCauseFunc
+	if b, ok := e.batches[req.InvocationID]; ok && mayCancel(canceller, b.principal) {
+		stopBatch = b.stop
+	}
 	finished := c == nil && stopBatch == nil && e.finished.has(req.InvocationID)
 	if req.GaveUp && c == nil && stopBatch == nil && !finished {
 		// The call may still be on its way here: it will be refused.
-		e.abandoned.add(req.InvocationID)
+		e.abandoned.add(abandonKey(canceller, req.InvocationID))
 	}
 	e.mu.Unlock()
 	reason := req.Reason

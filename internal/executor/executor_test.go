@@ -25,6 +25,7 @@ import (
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/registry/registrytest"
 	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/audittest"
 	"github.com/toolbus/toolbus/internal/tool"
 	defaultpolicy "github.com/toolbus/toolbus/policy"
 )
@@ -63,7 +64,7 @@ func newEnv(t *testing.T, opts ...option) *env {
 	t.Cleanup(func() { ws.Close() })
 	e := &env{bus: b, ws: ws}
 	e.exec = e.startExecutor(t, b, opts...)
-	e.client = NewClient(bustest.Connect(t, b).Conn(), events.Identity{ID: "agent:test", Role: "agent", Session: "s1"})
+	e.client = NewClient(bustest.Connect(t, b).Conn(), events.Identity{ID: "agent:test", Role: "agent", Session: "s1"}, "")
 	t.Cleanup(func() { e.client.Close() })
 	return e
 }
@@ -242,7 +243,7 @@ func TestArgumentsCannotBeSmuggled(t *testing.T) {
 		`{"file_path":".env","file_path":"README.md"}`,
 	} {
 		data := fmt.Sprintf(`{"v":1,"type":"tool.invocation","id":"dup-%d","time":"2026-01-01T00:00:00Z","sender":{"id":"agent:raw"},"tool":"read_file","args":%s}`, len(args), args)
-		m, err := e.client.nc.Request(events.SubjectInvoke, []byte(data), 5*time.Second)
+		m, err := e.client.nc.Request(events.InvokeSubject(""), []byte(data), 5*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -462,7 +463,7 @@ func TestCancelByID(t *testing.T) {
 		done <- res
 	}()
 	pid := testkit.WaitPID(t, filepath.Join(e.ws.Root(), "c.pid"))
-	other := NewClient(bustest.Connect(t, e.bus).Conn(), events.Identity{ID: "cli@test"})
+	other := NewClient(bustest.Connect(t, e.bus).Conn(), events.Identity{ID: "cli@test"}, "")
 	// A second call under the same id is refused while the first runs:
 	// a cancel could not tell them apart.
 	dup := &events.Invocation{Header: events.Header{ID: "cancel-me"}, Tool: "read_file", Args: json.RawMessage(`{"file_path":"README.md"}`)}
@@ -585,11 +586,11 @@ func TestEveryStepIsAnEvent(t *testing.T) {
 		}
 	}
 	res := e.call(t, "read_file", `{"file_path":"README.md"}`)
-	if got := trail(res, events.Allow); strings.Join(got, " ") != "tool.invoke tool.decision:ALLOW tool.result" {
+	if got := trail(res, events.Allow); strings.Join(got, " ") != "tool.invoke._ tool.decision:ALLOW tool.result" {
 		t.Errorf("allowed call: events %v", got)
 	}
 	res = e.call(t, "write_file", `{"file_path":"x","content":"y"}`)
-	if got := trail(res, events.AskUser); strings.Join(got, " ") != "tool.invoke tool.decision:ASK_USER tool.result" {
+	if got := trail(res, events.AskUser); strings.Join(got, " ") != "tool.invoke._ tool.decision:ASK_USER tool.result" {
 		t.Errorf("call that asks: events %v", got)
 	}
 }
@@ -598,7 +599,7 @@ func TestMalformedInvocationGetsAnError(t *testing.T) {
 	e := newEnv(t)
 	nc := bustest.Connect(t, e.bus).Conn()
 	for _, body := range []string{`garbage`, `{"v":1,"type":"tool.invocation"}`, `{"v":3}`} {
-		m, err := nc.Request(events.SubjectInvoke, []byte(body), 10*time.Second)
+		m, err := nc.Request(events.InvokeSubject(""), []byte(body), 10*time.Second)
 		if err != nil {
 			t.Fatalf("%s: %v", body, err)
 		}
@@ -614,7 +615,7 @@ func TestMalformedInvocationGetsAnError(t *testing.T) {
 
 func TestNoExecutorIsReportedAtOnce(t *testing.T) {
 	b := bustest.Start(t, "")
-	c := NewClient(b.Conn(), events.Identity{ID: "cli@test"})
+	c := NewClient(b.Conn(), events.Identity{ID: "cli@test"}, "")
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
@@ -842,4 +843,41 @@ func TestASchemaThatDoesNotCompileRefusesEveryCall(t *testing.T) {
 	if len(reply.Tools) != 1 || !strings.Contains(reply.Tools[0].Error, "not a JSON object") {
 		t.Errorf("outcomes %+v", reply.Tools)
 	}
+}
+
+// Without identities nothing is proven: a sender that says it is, or
+// sends on the subject of another principal, is judged as the claim it
+// is, and the decision on record says so.
+func TestWithoutIdentitiesEveryCallerIsAClaim(t *testing.T) {
+	e := newEnv(t)
+	nc := bustest.Connect(t, e.bus).Conn()
+	inv := &events.Invocation{Header: events.Header{ID: "claims-proof", Sender: events.Identity{ID: "root", Role: "agent", Proven: true}},
+		Tool: "read_file", Args: json.RawMessage(`{"file_path":"README.md"}`)}
+	data, err := events.Encode(inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := nc.Request(events.InvokeSubject("admin"), data, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := events.Decode[events.Result](m.Data); err != nil || res.Error != nil {
+		t.Fatalf("the call: %+v %v", res, err)
+	}
+	for _, d := range audittest.Envelopes[events.Decision](t, e.bus.JetStream(), events.SubjectDecision) {
+		if d.InvocationID != "claims-proof" {
+			continue
+		}
+		var in struct {
+			Caller map[string]any `json:"caller"`
+		}
+		if err := json.Unmarshal(d.Input, &in); err != nil {
+			t.Fatal(err)
+		}
+		if in.Caller["id"] != "root" || in.Caller["proven"] != false {
+			t.Fatalf("the policy saw the caller as %v, want root, not proven", in.Caller)
+		}
+		return
+	}
+	t.Fatal("no decision on record")
 }

@@ -25,9 +25,12 @@ type call struct {
 	e     *Executor
 	inv   *events.Invocation
 	reply string
-	tool  *events.Tool // the catalogue's entry: its name, aliases, hosts
-	host  *hosted      // the tool as this executor runs it, nil if another does
-	impl  tool.Tool
+	// principal is who the bus vouches sent the call (events.Unproven
+	// when nobody does); only it may cancel the call.
+	principal string
+	tool      *events.Tool // the catalogue's entry: its name, aliases, hosts
+	host      *hosted      // the tool as this executor runs it, nil if another does
+	impl      tool.Tool
 
 	// ctx is the call's context, also the tool's: the deadline, a cancel
 	// by id and the executor's shutdown end it through stop, with a cause.
@@ -93,6 +96,14 @@ func (e *Executor) accept(m *nats.Msg, forwarded bool) {
 		e.respondRaw(m.Reply, e.result(&events.Invocation{Header: events.Header{ID: "unknown"}}, "", events.ErrInvalidParams, "malformed invocation: "+err.Error()))
 		return
 	}
+	principal, err := e.bindCaller(m, &inv.Sender, forwarded)
+	if err != nil {
+		// An impersonation is refused, and recorded as refused.
+		c := &call{e: e, inv: inv, reply: m.Reply, principal: principal}
+		c.ctx, c.cancel = context.WithCancelCause(context.Background())
+		c.fail(events.ErrInvalidParams, err.Error())
+		return
+	}
 	t, ok := e.catalog.Catalog().GetTool(inv.Tool)
 	h := e.hostedFor(t)
 	if ok && h == nil && slices.Contains(t.Hosts, e.id.ID) {
@@ -102,7 +113,7 @@ func (e *Executor) accept(m *nats.Msg, forwarded bool) {
 		e.forward(m, inv, t)
 		return
 	}
-	c := &call{e: e, inv: inv, reply: m.Reply, tool: t, host: h}
+	c := &call{e: e, inv: inv, reply: m.Reply, principal: principal, tool: t, host: h}
 	if h != nil {
 		c.impl = h.impl
 	}
@@ -115,7 +126,7 @@ func (e *Executor) accept(m *nats.Msg, forwarded bool) {
 		return
 	default:
 	}
-	if e.abandoned.take(inv.ID) {
+	if e.abandoned.take(abandonKey(principal, inv.ID)) || e.abandoned.take(abandonKey(anyPrincipal, inv.ID)) {
 		e.mu.Unlock()
 		c.abandon()
 		c.fail(events.ErrCancelled, "The caller gave up on this call before it reached the executor; it was not run.")
@@ -169,6 +180,39 @@ func (c *call) release() {
 	e.wg.Done()
 }
 
+// principalOf is the principal token of an invocation message: the last
+// token of the subject it was sent on, or, for a call another executor
+// forwarded, what that executor read from it.
+func (e *Executor) principalOf(m *nats.Msg, forwarded bool) string {
+	if !e.cfg.IdentitiesEnforced {
+		return events.Unproven
+	}
+	if forwarded {
+		if p := m.Header.Get(events.PrincipalHeader); p != "" {
+			return p
+		}
+		return events.Unproven
+	}
+	if i := strings.LastIndexByte(m.Subject, '.'); i >= 0 && i+1 < len(m.Subject) {
+		return m.Subject[i+1:]
+	}
+	return events.Unproven
+}
+
+// bindCaller makes sender the identity the policy judges: proven when
+// the bus vouched for its principal, refused when it claims another's.
+// It returns the principal token.
+func (e *Executor) bindCaller(m *nats.Msg, sender *events.Identity, forwarded bool) (string, error) {
+	p := e.principalOf(m, forwarded)
+	id, err := events.Caller(*sender, p, p != events.Unproven)
+	if err != nil {
+		sender.Proven = false
+		return p, err
+	}
+	*sender = id
+	return p, nil
+}
+
 func nameOf(t *events.Tool) string {
 	if t == nil {
 		return ""
@@ -190,7 +234,12 @@ func (e *Executor) forward(m *nats.Msg, inv *events.Invocation, t *events.Tool) 
 		return
 	}
 	host := hosts[rand.IntN(len(hosts))]
-	if err := e.nc.PublishMsg(&nats.Msg{Subject: ExecSubject(host), Reply: m.Reply, Data: m.Data}); err != nil {
+	// The executor that takes it cannot see the subject the caller sent
+	// it on: the principal read from it goes along. Only executors may
+	// publish on the executors' own subjects.
+	fwd := &nats.Msg{Subject: ExecSubject(host), Reply: m.Reply, Data: m.Data, Header: nats.Header{}}
+	fwd.Header.Set(events.PrincipalHeader, e.principalOf(m, false))
+	if err := e.nc.PublishMsg(fwd); err != nil {
 		e.respondRaw(m.Reply, e.result(inv, t.Name, events.ErrExecutorLost, "forward to "+host+": "+err.Error()))
 	}
 }

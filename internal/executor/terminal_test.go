@@ -52,7 +52,7 @@ func TestParallelLargeReadsGetOneResultEach(t *testing.T) {
 	const calls = 64
 	clients := make([]*Client, calls)
 	for i := range clients {
-		clients[i] = NewClient(bustest.Connect(t, e.bus).Conn(), events.Identity{ID: fmt.Sprintf("agent:%d", i)})
+		clients[i] = NewClient(bustest.Connect(t, e.bus).Conn(), events.Identity{ID: fmt.Sprintf("agent:%d", i)}, "")
 		defer clients[i].Close()
 	}
 	results := make([]*events.Result, calls)
@@ -145,7 +145,7 @@ func TestGivingUpMakesTheExecutorsResultLate(t *testing.T) {
 	waitFor(t, func() bool {
 		for _, ex := range []*Executor{e.exec, slowHost} {
 			ex.mu.Lock()
-			_, ok := ex.abandoned.ids["overtaken"]
+			_, ok := ex.abandoned.ids[abandonKey(events.Unproven, "overtaken")]
 			ex.mu.Unlock()
 			if !ok {
 				return false
@@ -155,7 +155,7 @@ func TestGivingUpMakesTheExecutorsResultLate(t *testing.T) {
 	})
 	nc := bustest.Connect(t, e.bus).Conn()
 	inv, _ := events.Encode(&events.Invocation{Header: events.Header{ID: "overtaken", Sender: events.Identity{ID: "agent:test"}}, Tool: "slow", Args: json.RawMessage(`{}`)})
-	if err := nc.Publish(events.SubjectInvoke, inv); err != nil {
+	if err := nc.Publish(events.InvokeSubject(""), inv); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool {
@@ -207,7 +207,7 @@ func startStandIn(t *testing.T, b *bus.Bus) *standIn {
 		subject string
 		handle  nats.MsgHandler
 	}{
-		{events.SubjectInvoke, func(m *nats.Msg) {
+		{events.InvokeSubject("*"), func(m *nats.Msg) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			s.reply = m.Reply
@@ -240,7 +240,7 @@ func startStandIn(t *testing.T, b *bus.Bus) *standIn {
 			}
 			m.Respond(answer)
 		}},
-		{events.SubjectCancel, func(m *nats.Msg) {
+		{events.CancelSubject("*"), func(m *nats.Msg) {
 			req, err := events.Decode[events.CancelRequest](m.Data)
 			if err == nil {
 				s.mu.Lock()
@@ -264,7 +264,7 @@ func startStandIn(t *testing.T, b *bus.Bus) *standIn {
 func TestACallThatIsClaimedIsNotLost(t *testing.T) {
 	b := bustest.Start(t, "")
 	s := startStandIn(t, b)
-	c := NewClient(bustest.Connect(t, b).Conn(), events.Identity{ID: "agent:test"})
+	c := NewClient(bustest.Connect(t, b).Conn(), events.Identity{ID: "agent:test"}, "")
 	defer c.Close()
 	done := make(chan *events.Result, 1)
 	go func() {

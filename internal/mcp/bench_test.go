@@ -76,7 +76,7 @@ func BenchmarkMCPCall(b *testing.B) {
 	}
 
 	// The agent's side: a client on its own connection.
-	agent := executor.NewClient(bustest.Connect(b, bb).Conn(), events.Identity{ID: "agent:bench", Role: "agent"})
+	agent := executor.NewClient(bustest.Connect(b, bb).Conn(), events.Identity{ID: "agent:bench", Role: "agent"}, "")
 	defer agent.Close()
 	args := json.RawMessage(`{"message":"hi"}`)
 	viaToolbus := func() {

@@ -34,6 +34,10 @@ import (
 type FacadeConfig struct {
 	Conn *nats.Conn
 	JS   jetstream.JetStream
+	// Principal is the fleet identity Conn connects with (bus.Bus's
+	// Principal; "" for none). Its callers are then "<principal>/agent:…":
+	// the bus vouches for the facade, which vouches for its sessions.
+	Principal string
 	// Agent and Session, when set, name every caller of this facade (an
 	// agent id configured for it); otherwise the MCP client's name (from
 	// initialize) and the MCP session id do.
@@ -88,7 +92,7 @@ func StartFacade(ctx context.Context, cfg FacadeConfig) (*Facade, error) {
 		return nil, fmt.Errorf("mcp facade: %w", err)
 	}
 	f := &Facade{cfg: cfg, log: cfg.Logger, replica: replica, stop: make(chan struct{}), done: make(chan struct{}),
-		client: executor.NewClient(cfg.Conn, events.Identity{ID: "mcp-facade@" + cfg.Host, Role: "agent", Host: cfg.Host})}
+		client: executor.NewClient(cfg.Conn, events.Identity{ID: "mcp-facade@" + cfg.Host, Role: "agent", Host: cfg.Host}, cfg.Principal)}
 	f.srv = mcpserver.NewMCPServer("toolbus", cfg.Version,
 		mcpserver.WithToolCapabilities(true),
 		mcpserver.WithToolFilter(f.visible),
@@ -325,6 +329,9 @@ func (f *Facade) caller(ctx context.Context) events.Identity {
 		id.Agent = "mcp-client"
 	}
 	id.ID = "agent:" + id.Agent
+	if f.cfg.Principal != "" {
+		id.ID = f.cfg.Principal + "/" + id.ID
+	}
 	return id
 }
 

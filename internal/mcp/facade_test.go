@@ -125,7 +125,7 @@ func invocations(t *testing.T, ff *facadeFleet) func() []*events.Invocation {
 	t.Helper()
 	var mu sync.Mutex
 	var got []*events.Invocation
-	sub, err := ff.Bus.Conn().Subscribe(events.SubjectInvoke, func(m *nats.Msg) {
+	sub, err := ff.Bus.Conn().Subscribe(events.InvokeSubject("*"), func(m *nats.Msg) {
 		if inv, err := events.Decode[events.Invocation](m.Data); err == nil {
 			mu.Lock()
 			got = append(got, inv)

@@ -146,7 +146,7 @@ func startFleet(t *testing.T, cfg *toolmcp.Config) *fleet {
 		mgr.Stop()
 	})
 	f := &fleet{bus: b, exec: ex, mgr: mgr, js: b.JetStream()}
-	f.client = executor.NewClient(bustest.Connect(t, b).Conn(), events.Identity{ID: "agent:test", Role: "agent"})
+	f.client = executor.NewClient(bustest.Connect(t, b).Conn(), events.Identity{ID: "agent:test", Role: "agent"}, "")
 	t.Cleanup(func() { f.client.Close() })
 	return f
 }

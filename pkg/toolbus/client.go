@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/internal/auth"
 	"github.com/toolbus/toolbus/internal/catalog"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
@@ -36,6 +37,7 @@ type config struct {
 	id       Identity
 	name     string
 	creds    string
+	nkey     string
 	natsOpts []nats.Option
 	log      *slog.Logger
 }
@@ -49,6 +51,13 @@ func WithName(name string) Option { return func(c *config) { c.name = name } }
 // WithCredentials authenticates with a NATS credentials file (JWT and
 // nkey seed).
 func WithCredentials(file string) Option { return func(c *config) { c.creds = file } }
+
+// WithIdentityFile connects with the seed file of a fleet member made by
+// `toolbus init` (DIR/<name>.nk): the bus then vouches that the calls
+// are that member's, and the policy sees the caller as proven. The
+// caller's ID becomes the member's name (or stays "<name>/…" when it
+// says so already).
+func WithIdentityFile(seedFile string) Option { return func(c *config) { c.nkey = seedFile } }
 
 // WithNATSOptions passes further options to nats.Connect (TLS, tokens,
 // reconnect behaviour). They are applied after this package's own.
@@ -101,6 +110,19 @@ func Connect(ctx context.Context, url string, opts ...Option) (*Client, error) {
 	if cfg.creds != "" {
 		nopts = append(nopts, nats.UserCredentials(cfg.creds))
 	}
+	principal := ""
+	if cfg.nkey != "" {
+		name, err := auth.NameOfSeedFile(cfg.nkey)
+		if err != nil {
+			return nil, fmt.Errorf("toolbus: %w", err)
+		}
+		opt, err := nats.NkeyOptionFromSeed(cfg.nkey)
+		if err != nil {
+			return nil, fmt.Errorf("toolbus: identity %s: %w", cfg.nkey, err)
+		}
+		principal = name
+		nopts = append(nopts, opt, nats.CustomInboxPrefix(auth.InboxPrefix(name)))
+	}
 	nopts = append(nopts, cfg.natsOpts...)
 	if d, ok := ctx.Deadline(); ok {
 		// nats.Connect takes no context; its dial timeout is the nearest
@@ -121,7 +143,7 @@ func Connect(ctx context.Context, url string, opts ...Option) (*Client, error) {
 	}
 	host, _ := os.Hostname()
 	id := events.Identity{ID: cfg.id.ID, Role: "agent", Agent: cfg.id.Agent, Session: cfg.id.Session, User: cfg.id.User, Host: host}
-	return &Client{nc: nc, js: js, log: log, id: id, inv: executor.NewClient(nc, id)}, nil
+	return &Client{nc: nc, js: js, log: log, id: id, inv: executor.NewClient(nc, id, principal)}, nil
 }
 
 // Close stops the client: calls in flight end, the catalogue replica

@@ -67,7 +67,7 @@ func Start(tb testing.TB, configure ...func(*executor.Config)) *Fleet {
 		shells.Close()
 	})
 	f := &Fleet{Bus: b, Workspace: ws, Executor: ex, Caller: events.Identity{ID: "agent:test", Role: "agent", Session: "s1", User: "ada"}}
-	f.Client = executor.NewClient(bustest.Connect(tb, b).Conn(), f.Caller)
+	f.Client = executor.NewClient(bustest.Connect(tb, b).Conn(), f.Caller, "")
 	tb.Cleanup(func() { f.Client.Close() })
 	return f
 }

@@ -74,14 +74,24 @@ func results(js jetstream.JetStream) (counts map[string]*Count, empty bool, err 
 		return nil, false, err
 	}
 	counts = map[string]*Count{}
-	last, err := stream.GetLastMsgForSubject(ctx, events.SubjectResult)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
+	// Results are the executors' (SubjectResult) and the callers' own
+	// records of calls no executor could end (CallerResultSubject).
+	subjects := []string{events.SubjectResult, events.CallerResultSubject("*")}
+	var last uint64
+	for _, subject := range subjects {
+		m, err := stream.GetLastMsgForSubject(ctx, subject)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		last = max(last, m.Sequence)
+	}
+	if last == 0 {
 		return counts, true, nil
 	}
-	if err != nil {
-		return nil, false, err
-	}
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.SubjectResult}})
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: subjects, InactiveThreshold: 30 * time.Second})
 	if err != nil {
 		return nil, false, err
 	}
@@ -113,7 +123,7 @@ func results(js jetstream.JetStream) (counts map[string]*Count, empty bool, err 
 			} else {
 				c.Terminal++
 			}
-			if meta, err := m.Metadata(); err != nil || meta.Sequence.Stream >= last.Sequence {
+			if meta, err := m.Metadata(); err != nil || meta.Sequence.Stream >= last {
 				done = true
 			}
 		}

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/toolbus/toolbus/internal/auth"
+	"github.com/toolbus/toolbus/internal/cli"
+)
+
+// runInit makes a fleet's identities: `toolbus init DIR [--add ROLE:NAME]...`.
+// With no --add it makes one member of each role, named after it; run
+// again, it adds members and keeps every existing key.
+func runInit(args []string) error {
+	fs := flag.NewFlagSet("init", flag.ContinueOnError)
+	var add memberFlags
+	fs.Var(&add, "add", "a member to make, ROLE:NAME (repeatable); roles: bus, admin, registry, executor, approver, auditor, agent")
+	rest, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 1 {
+		return usageError{fmt.Errorf("init takes one directory, got %q", rest)}
+	}
+	dir := rest[0]
+	want := []auth.Member(add)
+	if len(want) == 0 {
+		want = auth.DefaultMembers()
+	}
+	added, err := auth.Init(dir, want)
+	if err != nil {
+		return err
+	}
+	for _, m := range added {
+		fmt.Printf("made %-9s %-16s %s\n", m.Role, m.Name, auth.SeedFile(dir, m.Name))
+	}
+	if len(added) == 0 {
+		fmt.Println("nothing to make: every member exists")
+	}
+	fmt.Printf("\nThe bus admits only these members:  bus --identities %s\n", dir)
+	fmt.Printf("Each part connects as one of them:  %s=%s toolbus ...\n", cli.IdentityEnv, filepath.Join(dir, "NAME"+auth.SeedSuffix))
+	fmt.Printf("An operator's own nats-server.conf can include %s.\n", filepath.Join(dir, auth.ServerConfigFile))
+	return nil
+}
+
+// memberFlags collects --add ROLE:NAME.
+type memberFlags []auth.Member
+
+func (m *memberFlags) String() string { return "" }
+
+func (m *memberFlags) Set(v string) error {
+	role, name, ok := strings.Cut(v, ":")
+	if !ok {
+		return fmt.Errorf("%q: want ROLE:NAME", v)
+	}
+	r, err := auth.ParseRole(role)
+	if err != nil {
+		return err
+	}
+	*m = append(*m, auth.Member{Name: name, Role: r})
+	return nil
+}

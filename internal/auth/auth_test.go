@@ -1,0 +1,548 @@
+package auth_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	defaultpolicy "github.com/toolbus/toolbus/policy"
+
+	"github.com/toolbus/toolbus/internal/approve"
+	"github.com/toolbus/toolbus/internal/audit"
+	"github.com/toolbus/toolbus/internal/auth"
+	"github.com/toolbus/toolbus/internal/builtin"
+	"github.com/toolbus/toolbus/internal/bus"
+	"github.com/toolbus/toolbus/internal/bus/bustest"
+	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/executor"
+	"github.com/toolbus/toolbus/internal/policy"
+	"github.com/toolbus/toolbus/internal/registry"
+)
+
+// fleet is a bus that enforces a fleet's identities, with a registry, an
+// executor and an approver each connected as its own member, and a way
+// to connect as any member.
+type fleet struct {
+	dir       string
+	bus       *bus.Bus
+	workspace string
+	executor  *executor.Executor
+	approver  *approve.Approver
+	// violations holds every permissions violation a member's connection
+	// was told of, by member.
+	mu         sync.Mutex
+	violations map[string][]string
+}
+
+// members: the default one of each role, and an attacker of each role
+// that could attack.
+var members = append(auth.DefaultMembers(),
+	auth.Member{Name: "mallory", Role: auth.RoleAgent},
+	auth.Member{Name: "eve", Role: auth.RoleApprover},
+	auth.Member{Name: "trent", Role: auth.RoleAuditor},
+)
+
+func startFleet(t *testing.T) *fleet {
+	t.Helper()
+	f := &fleet{dir: t.TempDir(), violations: map[string][]string{}}
+	if _, err := auth.Init(f.dir, members); err != nil {
+		t.Fatal(err)
+	}
+	b, err := bus.Open(context.Background(), bus.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Name: "bus",
+		AuthConfig: filepath.Join(f.dir, auth.ServerConfigFile), NkeyFile: auth.SeedFile(f.dir, "bus"), Logger: f.logger("bus")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bustest.Stop(t, b) })
+	f.bus = b
+
+	reg := f.as(t, "registry")
+	svc, err := registry.Start(context.Background(), reg.Conn(), reg.JetStream(), registry.Config{
+		Identity: events.Identity{ID: reg.Principal(), Role: "registry"}, Logger: f.logger("registry")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { svc.Stop() })
+
+	f.workspace = t.TempDir()
+	if err := os.WriteFile(filepath.Join(f.workspace, "README.md"), []byte("# hello\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ws, err := builtin.NewWorkspace(f.workspace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ws.Close() })
+	shells := builtin.NewShells(ws)
+	pol, err := policy.Compile(context.Background(), policy.Files(defaultpolicy.Default()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex := f.as(t, "executor")
+	f.executor, err = executor.Start(context.Background(), ex.Conn(), ex.JetStream(), executor.Config{
+		Identity: events.Identity{ID: ex.Principal(), Role: "executor"}, IdentitiesEnforced: true,
+		Tools: builtin.Tools(ws, shells), Policy: pol, Workspace: ws.Root(), Logger: f.logger("executor")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		f.executor.Stop(ctx)
+		shells.Close()
+	})
+
+	ap := f.as(t, "approver")
+	f.approver, err = approve.Start(context.Background(), ap.Conn(), ap.JetStream(), approve.Config{
+		Identity: events.Identity{Role: "approver"}, Principal: ap.Principal(), Logger: f.logger("approver")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.approver.Stop)
+	return f
+}
+
+// as connects as member name, closed when the test ends.
+func (f *fleet) as(t *testing.T, name string) *bus.Bus {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := bus.Open(ctx, bus.Config{URL: f.bus.URL(), Name: name, NkeyFile: auth.SeedFile(f.dir, name), Logger: f.logger(name)})
+	if err != nil {
+		t.Fatalf("connect as %s: %v", name, err)
+	}
+	t.Cleanup(func() { bustest.Stop(t, c) })
+	return c
+}
+
+// logger records the permissions violations member's connection hears of.
+func (f *fleet) logger(member string) *slog.Logger {
+	return slog.New(&violationLog{f: f, member: member})
+}
+
+type violationLog struct {
+	f      *fleet
+	member string
+}
+
+func (h *violationLog) Enabled(context.Context, slog.Level) bool { return true }
+func (h *violationLog) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *violationLog) WithGroup(string) slog.Handler            { return h }
+func (h *violationLog) Handle(_ context.Context, r slog.Record) error {
+	text := r.Message
+	r.Attrs(func(a slog.Attr) bool {
+		text += " " + a.Key + "=" + a.Value.String()
+		return true
+	})
+	if strings.Contains(strings.ToLower(text), "permissions violation") {
+		h.f.mu.Lock()
+		h.f.violations[h.member] = append(h.f.violations[h.member], text)
+		h.f.mu.Unlock()
+	}
+	return nil
+}
+
+// violated waits for member's connection to be told it may not use
+// subject, and fails the test if it is not within 5 s.
+func (f *fleet) violated(t *testing.T, member, what, subject string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		f.mu.Lock()
+		for _, v := range f.violations[member] {
+			if strings.Contains(v, fmt.Sprintf("%q", subject)) {
+				f.mu.Unlock()
+				return
+			}
+		}
+		seen := f.violations[member]
+		f.mu.Unlock()
+		if time.Now().After(deadline) {
+			t.Errorf("%s could %s: the bus did not refuse %s (violations seen: %q)", member, what, subject, seen)
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// clean fails the test if any of the members was refused anything.
+func (f *fleet) clean(t *testing.T, names ...string) {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, n := range names {
+		if v := f.violations[n]; len(v) > 0 {
+			t.Errorf("%s was refused what its role needs: %q", n, v)
+		}
+	}
+}
+
+// Every role does its work with nothing but its own permissions: the
+// registry keeps the catalogue, the executor runs calls and asks, the
+// approver answers, the agent invokes, reads the catalogue and cancels
+// its own call, the auditor reads the trail. Nobody is refused anything,
+// and the policy sees the agent as proven.
+func TestEveryRoleDoesItsWorkWithItsOwnPermissions(t *testing.T) {
+	f := startFleet(t)
+	agent := f.as(t, "agent")
+	client := executor.NewClient(agent.Conn(), events.Identity{ID: "whoever", Role: "agent"}, agent.Principal())
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := client.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	read := &events.Invocation{Tool: "read_file", Args: json.RawMessage(`{"file_path":"README.md"}`)}
+	res, err := client.Invoke(ctx, read, nil)
+	if err != nil || res.Error != nil {
+		t.Fatalf("read_file: %+v %v", res, err)
+	}
+
+	// An edit asks; the approver, a member of its own, answers.
+	write := &events.Invocation{Tool: "write_file", Args: json.RawMessage(`{"file_path":"new.txt","content":"x"}`)}
+	done := make(chan *events.Result, 1)
+	go func() {
+		r, err := client.Invoke(ctx, write, nil)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- r
+	}()
+	answered := false
+	for !answered {
+		s, changed := f.approver.Snapshot()
+		for _, r := range s.Pending {
+			ack, err := f.approver.Answer(ctx, r.InvocationID, approve.Answer{Outcome: events.ProceedOnce})
+			if err != nil || !ack.Accepted {
+				t.Fatalf("answer: %+v %v", ack, err)
+			}
+			answered = true
+		}
+		if !answered {
+			select {
+			case <-changed:
+			case <-ctx.Done():
+				t.Fatal("no confirmation request reached the approver")
+			}
+		}
+	}
+	if r := <-done; r == nil || r.Error != nil {
+		t.Fatalf("write_file: %+v", r)
+	}
+
+	// The agent cancels its own call.
+	long := &events.Invocation{Header: events.Header{ID: "agent-long"}, Tool: "run_shell_command", Args: json.RawMessage(`{"command":"sleep 30"}`)}
+	go func() {
+		time.Sleep(500 * time.Millisecond)
+		client.Cancel(ctx, long.ID, "changed my mind")
+	}()
+	go func() {
+		// The shell asks: answer it, so the call runs and is cancelled
+		// while it runs, not while it waits.
+		for ctx.Err() == nil {
+			s, changed := f.approver.Snapshot()
+			for _, r := range s.Pending {
+				f.approver.Answer(ctx, r.InvocationID, approve.Answer{Outcome: events.ProceedOnce})
+			}
+			select {
+			case <-changed:
+			case <-ctx.Done():
+			}
+		}
+	}()
+	if r, err := client.Invoke(ctx, long, nil); err != nil || r.Error == nil || r.Error.Type != events.ErrCancelled {
+		t.Fatalf("the agent's cancel of its own call: %+v %v", r, err)
+	}
+
+	// The auditor reads the trail: each call proven as the agent.
+	auditor := f.as(t, "auditor")
+	var recs []*audit.Record
+	for {
+		recs, _, err = audit.Read(ctx, auditor.JetStream(), audit.Query{})
+		if err == nil && len(recs) == 3 && !slices.ContainsFunc(recs, func(r *audit.Record) bool { return r.Outcome == audit.OutcomePending }) {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the auditor read %d records, want 3 ended: %v", len(recs), err)
+		}
+		time.Sleep(50 * time.Millisecond) // polling with a deadline, not synchronising
+	}
+	for _, r := range recs {
+		if r.Caller.ID != "agent" {
+			t.Errorf("%s: caller %q, want the agent's identity", r.Tool, r.Caller.ID)
+		}
+	}
+	d := lastDecision(t, auditor.JetStream(), read.ID)
+	var in struct {
+		Caller events.Identity `json:"caller"`
+	}
+	if err := json.Unmarshal(d.Input, &in); err != nil || !in.Caller.Proven || in.Caller.ID != "agent" {
+		t.Errorf("the policy saw the caller as %+v (%v), want proven as agent", in.Caller, err)
+	}
+	f.clean(t, "bus", "registry", "executor", "approver", "agent", "auditor")
+}
+
+// lastDecision is the decision recorded for invocation id.
+func lastDecision(t *testing.T, js jetstream.JetStream, id string) *events.Decision {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	stream, err := js.Stream(ctx, events.AuditStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.SubjectDecision}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			t.Fatalf("no decision for %s: %v", id, err)
+		}
+		d, err := events.Decode[events.Decision](m.Data())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.InvocationID == id {
+			return d
+		}
+	}
+}
+
+// What an injected agent with a member's credentials tries: each attempt
+// is refused by the bus itself, and the one that reaches the executor
+// (naming another caller on its own subject) is refused there.
+func TestAnAgentCannotStepOutOfItsRole(t *testing.T) {
+	f := startFleet(t)
+	m := f.as(t, "mallory")
+	nc := m.Conn()
+	publish := func(subject string, data []byte) {
+		t.Helper()
+		if err := nc.Publish(subject, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	subscribe := func(subject string) {
+		t.Helper()
+		sub, err := nc.SubscribeSync(subject)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sub.Unsubscribe() })
+	}
+	body := []byte(`{}`)
+
+	subscribe(events.SubjectConfirm)
+	f.violated(t, "mallory", "hear confirmation requests", events.SubjectConfirm)
+	publish(events.AnswerSubject(events.AnswerSubjectPrefix+"x", events.AnswerAsApprover, "mallory"), body)
+	f.violated(t, "mallory", "answer as an approver", events.AnswerSubjectPrefix+"x.approver.mallory")
+	publish(events.AnswerSubject(events.AnswerSubjectPrefix+"x", events.AnswerAsCaller, "agent"), body)
+	f.violated(t, "mallory", "answer as another caller", events.AnswerSubjectPrefix+"x.caller.agent")
+	publish("$KV."+events.AllowlistBucket+".sneaky", body)
+	f.violated(t, "mallory", "write the allowlist", "$KV."+events.AllowlistBucket+".sneaky")
+	publish(events.SubjectRegister, body)
+	f.violated(t, "mallory", "register a tool", events.SubjectRegister)
+	publish("$KV."+events.PolicyBucket+".active", body)
+	f.violated(t, "mallory", "push a policy", "$KV."+events.PolicyBucket+".active")
+	publish(events.SubjectResult, body)
+	f.violated(t, "mallory", "publish a result", events.SubjectResult)
+	publish(events.CallerResultSubject("agent"), body)
+	f.violated(t, "mallory", "record a result as another caller", events.CallerResultSubject("agent"))
+	publish(events.InvokeSubject("agent"), body)
+	f.violated(t, "mallory", "invoke as another caller", events.InvokeSubject("agent"))
+	publish(events.InvokeSubject(""), body)
+	f.violated(t, "mallory", "invoke as nobody in particular", events.InvokeSubject(""))
+	publish(events.SubjectCancel, body)
+	f.violated(t, "mallory", "cancel any call", events.SubjectCancel)
+	publish(events.ExecSubjectPrefix+"x", body)
+	f.violated(t, "mallory", "send a call straight to an executor, with a principal of its choosing", events.ExecSubjectPrefix+"x")
+	publish("$JS.API.STREAM.INFO."+events.AuditStream, nil)
+	f.violated(t, "mallory", "look at the audit stream", "$JS.API.STREAM.INFO."+events.AuditStream)
+	publish("$JS.API.CONSUMER.CREATE."+events.AuditStream, body)
+	f.violated(t, "mallory", "read the audit stream", "$JS.API.CONSUMER.CREATE."+events.AuditStream)
+	publish("$JS.API.STREAM.DELETE."+"KV_"+events.CatalogBucket, nil)
+	f.violated(t, "mallory", "delete the catalogue", "$JS.API.STREAM.DELETE.KV_"+events.CatalogBucket)
+	subscribe("_INBOX.>")
+	f.violated(t, "mallory", "hear every member's replies", "_INBOX.>")
+	subscribe(auth.InboxPrefix("agent") + ".>")
+	f.violated(t, "mallory", "hear another agent's results", auth.InboxPrefix("agent")+".>")
+	subscribe(events.SubjectProgressPrefix + ">")
+	f.violated(t, "mallory", "hear every call's output", events.SubjectProgressPrefix+">")
+
+	// On its own subject, naming another caller: refused by the executor,
+	// and the refusal is on record.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	inv := &events.Invocation{Header: events.Header{ID: "impersonation", Sender: events.Identity{ID: "agent", Role: "agent", Proven: true}},
+		Tool: "read_file", Args: json.RawMessage(`{"file_path":"README.md"}`)}
+	data, err := events.Encode(inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reply, err := nc.RequestWithContext(ctx, events.InvokeSubject("mallory"), data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := events.Decode[events.Result](reply.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Error == nil || res.Error.Type != events.ErrInvalidParams || !strings.Contains(res.Error.Message, `"mallory"`) {
+		t.Fatalf("an invocation naming another caller: %+v", res)
+	}
+	auditor := f.as(t, "auditor").JetStream()
+	for {
+		// The trail stores what the executor sent a moment after the
+		// caller has it.
+		recs, _, err := audit.Read(ctx, auditor, audit.Query{ID: "impersonation"})
+		if err == nil && len(recs) == 1 && recs[0].Outcome == string(events.ErrInvalidParams) {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the refused impersonation on record: %+v %v", recs, err)
+		}
+		time.Sleep(50 * time.Millisecond) // polling with a deadline, not synchronising
+	}
+
+	// Its own calls work: it is an agent, not a prisoner.
+	client := executor.NewClient(nc, events.Identity{Role: "agent"}, m.Principal())
+	defer client.Close()
+	if r, err := client.Invoke(ctx, &events.Invocation{Tool: "read_file", Args: json.RawMessage(`{"file_path":"README.md"}`)}, nil); err != nil || r.Error != nil {
+		t.Fatalf("mallory's own call: %+v %v", r, err)
+	}
+}
+
+// An agent cannot cancel another agent's call, even knowing its id: its
+// cancel names itself, and the executor lets it reach only its own calls.
+func TestAnAgentCannotCancelAnothersCall(t *testing.T) {
+	f := startFleet(t)
+	agent := f.as(t, "agent")
+	client := executor.NewClient(agent.Conn(), events.Identity{Role: "agent"}, agent.Principal())
+	defer client.Close()
+	mallory := executor.NewClient(f.as(t, "mallory").Conn(), events.Identity{Role: "agent"}, "mallory")
+	defer mallory.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	go func() {
+		for ctx.Err() == nil {
+			s, changed := f.approver.Snapshot()
+			for _, r := range s.Pending {
+				f.approver.Answer(ctx, r.InvocationID, approve.Answer{Outcome: events.ProceedOnce})
+			}
+			select {
+			case <-changed:
+			case <-ctx.Done():
+			}
+		}
+	}()
+	marker := filepath.Join(f.workspace, "finished")
+	inv := &events.Invocation{Header: events.Header{ID: "victim"}, Tool: "run_shell_command", Args: json.RawMessage(`{"command":"sleep 2; touch finished"}`)}
+	go func() {
+		time.Sleep(700 * time.Millisecond)
+		// Before the call is there, and while it runs.
+		mallory.Cancel(ctx, "victim", "mine now")
+		data, _ := events.Encode(&events.CancelRequest{Header: events.Header{Sender: events.Identity{ID: "mallory"}}, InvocationID: "victim", GaveUp: true})
+		agent.Conn().Publish(events.CancelSubject("mallory"), data) // refused by the bus: not its subject
+	}()
+	res, err := client.Invoke(ctx, inv, nil)
+	if err != nil || res.Error != nil {
+		t.Fatalf("the agent's call, which mallory tried to cancel: %+v %v", res, err)
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Fatalf("the call did not run to its end: %v", err)
+	}
+	f.violated(t, "agent", "cancel as mallory", events.CancelSubject("mallory"))
+}
+
+// An approver answers as itself: naming another approver is refused by
+// the executor, and the approver's answers as the caller's user, or its
+// own invocations, by the bus.
+func TestAnApproverCannotPoseAsAnotherOrInvoke(t *testing.T) {
+	f := startFleet(t)
+	eve := f.as(t, "eve")
+	nc := eve.Conn()
+	body, _ := events.Encode(&events.Invocation{Header: events.Header{Sender: events.Identity{ID: "eve"}}, Tool: "read_file", Args: json.RawMessage(`{}`)})
+	nc.Publish(events.InvokeSubject("eve"), body)
+	f.violated(t, "eve", "invoke", events.InvokeSubject("eve"))
+
+	agent := f.as(t, "agent")
+	client := executor.NewClient(agent.Conn(), events.Identity{Role: "agent"}, agent.Principal())
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	done := make(chan *events.Result, 1)
+	go func() {
+		r, _ := client.Invoke(ctx, &events.Invocation{Header: events.Header{ID: "edit"}, Tool: "write_file", Args: json.RawMessage(`{"file_path":"e.txt","content":"x"}`)}, nil)
+		done <- r
+	}()
+	var req *approve.Request
+	for req == nil {
+		s, changed := f.approver.Snapshot()
+		if r, ok := s.Find("edit"); ok && r.Pending() {
+			req = &r
+			break
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			t.Fatal("no request")
+		}
+	}
+	answer := func(subject string, who events.Identity) *events.ConfirmAck {
+		t.Helper()
+		data, _ := events.Encode(&events.ConfirmAnswer{Header: events.Header{Sender: who}, InvocationID: "edit", Outcome: events.ProceedOnce})
+		m, err := nc.RequestWithContext(ctx, subject, data)
+		if err != nil {
+			t.Fatalf("answer on %s: %v", subject, err)
+		}
+		ack, err := events.Decode[events.ConfirmAck](m.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ack
+	}
+	mine := events.AnswerSubject(req.AnswerTo, events.AnswerAsApprover, "eve")
+	if ack := answer(mine, events.Identity{ID: "approver", Role: "approver"}); ack.Accepted || !strings.Contains(ack.Reason, `"eve"`) {
+		t.Errorf("eve answering as the approver: %+v", ack)
+	}
+	if ack := answer(mine, events.AgentUser(events.Identity{ID: "agent"})); ack.Accepted {
+		t.Errorf("eve answering as the agent's user: %+v", ack)
+	}
+	nc.Publish(events.AnswerSubject(req.AnswerTo, events.AnswerAsCaller, "agent"), []byte(`{}`))
+	f.violated(t, "eve", "answer as the caller", events.AnswerSubject(req.AnswerTo, events.AnswerAsCaller, "agent"))
+	// As itself, it decides.
+	if ack := answer(mine, events.Identity{ID: "eve", Role: "approver"}); !ack.Accepted {
+		t.Errorf("eve answering as eve: %+v", ack)
+	}
+	if r := <-done; r == nil || r.Error != nil {
+		t.Fatalf("the call: %+v", r)
+	}
+}
+
+// An auditor reads the trail and does nothing else.
+func TestAnAuditorOnlyReads(t *testing.T) {
+	f := startFleet(t)
+	trent := f.as(t, "trent")
+	nc := trent.Conn()
+	nc.Publish(events.InvokeSubject("trent"), []byte(`{}`))
+	f.violated(t, "trent", "invoke", events.InvokeSubject("trent"))
+	nc.Publish(events.SubjectCatalogChanged, []byte(`{}`))
+	f.violated(t, "trent", "publish an event", events.SubjectCatalogChanged)
+	nc.Publish("$JS.API.STREAM.PURGE."+events.AuditStream, nil)
+	f.violated(t, "trent", "purge the audit stream", "$JS.API.STREAM.PURGE."+events.AuditStream)
+	if _, _, err := audit.Read(context.Background(), trent.JetStream(), audit.Query{}); err != nil {
+		t.Fatalf("the auditor's read: %v", err)
+	}
+}

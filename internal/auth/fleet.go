@@ -1,0 +1,220 @@
+package auth
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nkeys"
+
+	"github.com/toolbus/toolbus/internal/events"
+)
+
+// The files of a fleet's directory.
+const (
+	// RosterFile lists the members: name, role, public key.
+	RosterFile = "fleet.json"
+	// ServerConfigFile is the nats-server authorization block for the
+	// members: the embedded bus loads it, and an operator's own
+	// nats-server.conf can include it.
+	ServerConfigFile = "auth.conf"
+	// SeedSuffix ends a member's seed file: DIR/<name>.nk.
+	SeedSuffix = ".nk"
+)
+
+// Member is one identity of a fleet.
+type Member struct {
+	Name      string `json:"name"`
+	Role      Role   `json:"role"`
+	PublicKey string `json:"publicKey"`
+}
+
+// Roster is a fleet's members, as DIR/fleet.json holds them.
+type Roster struct {
+	Members []Member `json:"members"`
+}
+
+// DefaultMembers is who `toolbus init` makes when asked for nobody in
+// particular: one of each role, named after it.
+func DefaultMembers() []Member {
+	out := make([]Member, len(Roles))
+	for i, r := range Roles {
+		out[i] = Member{Name: string(r), Role: r}
+	}
+	return out
+}
+
+// Init makes (or adds to) the fleet in dir: a seed file for each member
+// of want not there yet, the roster, and the server's authorization
+// config. Existing members keep their keys; a name that exists with
+// another role is refused. It returns the members it added.
+func Init(dir string, want []Member) ([]Member, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	roster, err := LoadRoster(dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	// Every member asked for is checked before anything is written: a
+	// bad one leaves the fleet as it was.
+	var todo []Member
+	for _, m := range want {
+		if err := events.ValidPrincipal(m.Name); err != nil {
+			return nil, err
+		}
+		if _, err := ParseRole(string(m.Role)); err != nil {
+			return nil, fmt.Errorf("member %s: %w", m.Name, err)
+		}
+		if i := slices.IndexFunc(roster.Members, func(o Member) bool { return o.Name == m.Name }); i >= 0 {
+			if roster.Members[i].Role != m.Role {
+				return nil, fmt.Errorf("member %s is a %s already; a name has one role", m.Name, roster.Members[i].Role)
+			}
+			continue
+		}
+		if i := slices.IndexFunc(todo, func(o Member) bool { return o.Name == m.Name }); i >= 0 {
+			if todo[i].Role != m.Role {
+				return nil, fmt.Errorf("member %s is asked for twice, with two roles", m.Name)
+			}
+			continue
+		}
+		if _, err := os.Stat(SeedFile(dir, m.Name)); err == nil {
+			return nil, fmt.Errorf("member %s: %s exists with no entry in %s: remove it or add it back by hand", m.Name, SeedFile(dir, m.Name), RosterFile)
+		}
+		todo = append(todo, m)
+	}
+	var added []Member
+	for _, m := range todo {
+		kp, err := nkeys.CreateUser()
+		if err != nil {
+			return nil, err
+		}
+		seed, _ := kp.Seed()
+		pub, _ := kp.PublicKey()
+		// O_EXCL: a seed file left by an earlier run is not overwritten.
+		f, err := os.OpenFile(SeedFile(dir, m.Name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("member %s: %w (a seed file with no entry in %s: remove it or add it back by hand)", m.Name, err, RosterFile)
+		}
+		_, err = f.Write(append(seed, '\n'))
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, err
+		}
+		m.PublicKey = pub
+		roster.Members = append(roster.Members, m)
+		added = append(added, m)
+	}
+	data, err := json.MarshalIndent(roster, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	if err := writeFile(filepath.Join(dir, RosterFile), append(data, '\n')); err != nil {
+		return nil, err
+	}
+	if err := writeFile(filepath.Join(dir, ServerConfigFile), []byte(ServerConfig(roster))); err != nil {
+		return nil, err
+	}
+	return added, nil
+}
+
+// writeFile replaces path whole: a reader never sees half of it.
+func writeFile(path string, data []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// SeedFile is where member name's seed is kept in dir.
+func SeedFile(dir, name string) string { return filepath.Join(dir, name+SeedSuffix) }
+
+// LoadRoster reads dir/fleet.json.
+func LoadRoster(dir string) (Roster, error) {
+	var r Roster
+	data, err := os.ReadFile(filepath.Join(dir, RosterFile))
+	if err != nil {
+		return r, err
+	}
+	if err := json.Unmarshal(data, &r); err != nil {
+		return r, fmt.Errorf("%s: %w", filepath.Join(dir, RosterFile), err)
+	}
+	for _, m := range r.Members {
+		if err := events.ValidPrincipal(m.Name); err != nil {
+			return r, fmt.Errorf("%s: %w", RosterFile, err)
+		}
+		if _, err := ParseRole(string(m.Role)); err != nil {
+			return r, fmt.Errorf("%s: member %s: %w", RosterFile, m.Name, err)
+		}
+		if !nkeys.IsValidPublicUserKey(m.PublicKey) {
+			return r, fmt.Errorf("%s: member %s: %q is not a user's public nkey", RosterFile, m.Name, m.PublicKey)
+		}
+	}
+	return r, nil
+}
+
+// ServerConfig is the nats-server authorization block for r's members,
+// in nats-server's own config syntax: one nkey user per member with its
+// role's permissions.
+func ServerConfig(r Roster) string {
+	var b strings.Builder
+	b.WriteString("# toolbus fleet identities, written by `toolbus init`; regenerate rather than edit.\n")
+	b.WriteString("# Each member may publish its binding subjects only with its own name: see internal/auth.\n")
+	b.WriteString("authorization {\n  users = [\n")
+	for _, m := range r.Members {
+		p := Permissions(m.Role, m.Name)
+		fmt.Fprintf(&b, "    # %s (%s)\n    {\n      nkey: %q\n      permissions: {\n", m.Name, m.Role, m.PublicKey)
+		fmt.Fprintf(&b, "        publish: { allow: %s }\n", list(p.Publish.Allow))
+		fmt.Fprintf(&b, "        subscribe: { allow: %s }\n", list(p.Subscribe.Allow))
+		if p.Response != nil {
+			fmt.Fprintf(&b, "        allow_responses: { max: %d, expires: %q }\n", p.Response.MaxMsgs, p.Response.Expires.String())
+		}
+		b.WriteString("      }\n    }\n")
+	}
+	b.WriteString("  ]\n}\n")
+	return b.String()
+}
+
+func list(subjects []string) string {
+	q := make([]string, len(subjects))
+	for i, s := range subjects {
+		q[i] = fmt.Sprintf("%q", s)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
+}
+
+// ServerUsers reads the nkey users of an authorization config with
+// nats-server's own parser: what the embedded bus enforces is exactly
+// what a standalone nats-server given the same file would.
+func ServerUsers(configFile string) ([]*server.NkeyUser, error) {
+	opts, err := server.ProcessConfigFile(configFile)
+	if err != nil {
+		return nil, fmt.Errorf("identities: %w", err)
+	}
+	if len(opts.Nkeys) == 0 {
+		return nil, fmt.Errorf("identities: %s names no nkey users", configFile)
+	}
+	return opts.Nkeys, nil
+}
+
+// NameOfSeedFile is the member a seed file is of: its name without
+// SeedSuffix. The name only picks the subjects a part publishes on; the
+// bus lets the key publish only its own member's.
+func NameOfSeedFile(path string) (string, error) {
+	name, ok := strings.CutSuffix(filepath.Base(path), SeedSuffix)
+	if !ok {
+		return "", fmt.Errorf("identity %s: a seed file's name is the member's name and %s", path, SeedSuffix)
+	}
+	if err := events.ValidPrincipal(name); err != nil {
+		return "", fmt.Errorf("identity %s: %w", path, err)
+	}
+	return name, nil
+}

@@ -1,0 +1,58 @@
+package events
+
+import (
+	"strings"
+	"testing"
+)
+
+// The subjects an executor reads principals from are untrusted: whatever
+// a sender makes of them, the reading is either refused or the principal
+// a sender of that name would have put there.
+func FuzzPrincipalSubjects(f *testing.F) {
+	for _, s := range []string{"tool.invoke.alice", "tool.invoke._", "tool.invoke.", "tool.invoke.a.b", "toolbus.answer.X.approver.bob",
+		"toolbus.answer.X.caller._", "toolbus.answer.X.root.bob", "toolbus.answer.X.approver", "toolbus.answer.X.approver.a.b"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, subject string) {
+		if p, proven, err := PrincipalOf(SubjectInvoke, subject); err == nil {
+			if InvokeSubject(p) != subject && !(p == Unproven && subject == InvokeSubject("")) {
+				t.Fatalf("%q read as %q", subject, p)
+			}
+			if proven != (p != Unproven) || strings.Contains(p, ".") || p == "" {
+				t.Fatalf("%q: principal %q proven %v", subject, p, proven)
+			}
+		}
+		const answerTo = "toolbus.answer.X"
+		if as, p, proven, err := SplitAnswerSubject(answerTo, subject); err == nil {
+			if AnswerSubject(answerTo, as, p) != subject {
+				t.Fatalf("%q read as %s %q", subject, as, p)
+			}
+			if as != AnswerAsApprover && as != AnswerAsCaller || proven != (p != Unproven) || strings.Contains(p, ".") {
+				t.Fatalf("%q: %s %q %v", subject, as, p, proven)
+			}
+		}
+	})
+}
+
+func TestCallerIsBoundToItsPrincipal(t *testing.T) {
+	for _, c := range []struct {
+		claimed, principal string
+		proven, ok, want   bool
+	}{
+		{"alice", "alice", true, true, true},
+		{"alice/agent:x", "alice", true, true, true},
+		{"alicex", "alice", true, false, false},
+		{"bob", "alice", true, false, false},
+		{"alice/", "alice", true, true, true},
+		{"bob", Unproven, false, true, false},
+		{"bob", "alice", false, true, false}, // no identities: a claim
+	} {
+		id, err := Caller(Identity{ID: c.claimed, Proven: true}, c.principal, c.proven)
+		if (err == nil) != c.ok || err == nil && id.Proven != c.want {
+			t.Errorf("%+v: %+v %v", c, id, err)
+		}
+	}
+	if err := ValidPrincipal("_"); err == nil {
+		t.Error("the unproven token is a valid name")
+	}
+}
