@@ -189,7 +189,8 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 
 	start := time.Now().Add(-cfg.Window)
 	cons, err := js.OrderedConsumer(ctx, events.AuditStream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{events.SubjectConfirm, events.SubjectConfirmOutcomes},
+		// One filter: a fleet's approver may read only this of the stream.
+		FilterSubjects: []string{events.SubjectConfirmAll},
 		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
 		OptStartTime:   &start,
 	})

@@ -27,7 +27,7 @@ import (
 // Subjects are the subjects an audit read takes in: everything about an
 // invocation but its progress output, which only Show reads.
 var Subjects = []string{
-	events.InvokeSubject("*"), events.SubjectDecision, events.SubjectConfirm, events.SubjectConfirmOutcomes,
+	events.InvokeSubject("*"), events.SubjectDecision, events.SubjectConfirmLegacy, events.SubjectConfirmAll,
 	events.SubjectResult, events.CallerResultSubject("*"), events.SubjectStep, events.SubjectHook,
 	events.SubjectCancel, events.CancelSubject("*"),
 }
@@ -39,6 +39,9 @@ var bySender = []string{events.SubjectInvoke, events.SubjectCancel, events.Subje
 // kindOf is the subject an event of subject is joined as, and the
 // principal its subject names ("" for none).
 func kindOf(subject string) (kind, principal string) {
+	if subject == events.SubjectConfirmLegacy {
+		return events.SubjectConfirm, ""
+	}
 	for _, base := range bySender {
 		if p, ok := strings.CutPrefix(subject, base+"."); ok && p != "" && !strings.Contains(p, ".") {
 			return base, p
@@ -362,8 +365,8 @@ func (j *joiner) add(subject string, data []byte, seq uint64, at time.Time) bool
 		if err != nil {
 			return false
 		}
-		if r = j.byID[c.InvocationID]; r == nil || principal != "" && principal != r.principal {
-			return true // another principal's cancel does not reach the call
+		if r = j.byID[c.InvocationID]; r == nil {
+			return true
 		}
 		sender, typ = c.Sender, c.Type
 		summary = "confirmation asked: " + c.Reason
@@ -434,8 +437,8 @@ func (j *joiner) add(subject string, data []byte, seq uint64, at time.Time) bool
 		if err != nil {
 			return false
 		}
-		if r = j.byID[c.InvocationID]; r == nil {
-			return true
+		if r = j.byID[c.InvocationID]; r == nil || principal != "" && principal != r.principal {
+			return true // another principal's cancel does not reach the call
 		}
 		sender, typ = c.Sender, c.Type
 		summary = fmt.Sprintf("%s cancels", c.Sender.ID)

@@ -344,8 +344,8 @@ func TestAnAgentCannotStepOutOfItsRole(t *testing.T) {
 	}
 	body := []byte(`{}`)
 
-	subscribe(events.SubjectConfirm)
-	f.violated(t, "mallory", "hear confirmation requests", events.SubjectConfirm)
+	subscribe(events.SubjectConfirmAll)
+	f.violated(t, "mallory", "hear confirmation requests", events.SubjectConfirmAll)
 	publish(events.AnswerSubject(events.AnswerSubjectPrefix+"x", events.AnswerAsApprover, "mallory"), body)
 	f.violated(t, "mallory", "answer as an approver", events.AnswerSubjectPrefix+"x.approver.mallory")
 	publish(events.AnswerSubject(events.AnswerSubjectPrefix+"x", events.AnswerAsCaller, "agent"), body)
@@ -476,6 +476,19 @@ func TestAnApproverCannotPoseAsAnotherOrInvoke(t *testing.T) {
 	body, _ := events.Encode(&events.Invocation{Header: events.Header{Sender: events.Identity{ID: "eve"}}, Tool: "read_file", Args: json.RawMessage(`{}`)})
 	nc.Publish(events.InvokeSubject("eve"), body)
 	f.violated(t, "eve", "invoke", events.InvokeSubject("eve"))
+	// It reads the confirmation story of the audit stream, nothing else.
+	nc.Publish("$JS.API.CONSUMER.CREATE."+events.AuditStream+".x."+events.SubjectResult, []byte(`{}`))
+	f.violated(t, "eve", "read the results", "$JS.API.CONSUMER.CREATE."+events.AuditStream+".x."+events.SubjectResult)
+	nc.Publish("$JS.API.STREAM.MSG.GET."+events.AuditStream, []byte(`{"seq":1}`))
+	f.violated(t, "eve", "read any message", "$JS.API.STREAM.MSG.GET."+events.AuditStream)
+	// A consumer named for the confirmations that asks for everything
+	// is refused by the server.
+	sneaky := []byte(`{"stream_name":"` + events.AuditStream + `","config":{"name":"x","filter_subject":"tool.>","ack_policy":"none","deliver_policy":"all"}}`)
+	if m, err := nc.Request("$JS.API.CONSUMER.CREATE."+events.AuditStream+".x."+events.SubjectConfirmAll, sneaky, 10*time.Second); err != nil {
+		t.Errorf("a consumer of everything under the confirmations' name: %v", err)
+	} else if !strings.Contains(string(m.Data), `"error"`) {
+		t.Errorf("a consumer of everything under the confirmations' name was made: %s", m.Data)
+	}
 
 	agent := f.as(t, "agent")
 	client := executor.NewClient(agent.Conn(), events.Identity{Role: "agent"}, agent.Principal())

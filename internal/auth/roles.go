@@ -108,15 +108,14 @@ func Permissions(role Role, name string) *server.Permissions {
 		p.createKV(events.PolicyBucket, events.CatalogBucket)
 		p.readKV(events.PolicyBucket, events.CatalogBucket)
 	case RoleApprover:
-		p.sub(events.SubjectConfirm, events.SubjectConfirmOutcomes, "$SRV.>")
+		p.sub(events.SubjectConfirmAll, "$SRV.>")
 		p.pub(events.AnswerSubject(events.AnswerSubjectPrefix+"*", events.AnswerAsApprover, name), "$SRV.PING.>")
 		p.respond()
 		p.jsInfo()
-		// Approvers follow the confirmation subjects of the audit stream
-		// with one consumer of two filters, which the server cannot
-		// confine by subject (it can only a consumer of one filter): they
-		// may read the stream. See the README's note on identities.
-		p.readStream(events.AuditStream)
+		// Approvers follow the confirmation subjects of the audit stream,
+		// and read nothing else of it: the server checks the filter named
+		// in a consumer's create subject against its config.
+		p.readStreamFiltered(events.AuditStream, events.SubjectConfirmAll)
 		p.readKV(events.CatalogBucket, events.AllowlistBucket)
 	case RoleAuditor:
 		p.respond()
@@ -162,6 +161,17 @@ func (p *perms) readStream(s string) {
 		"$JS.API.CONSUMER.CREATE."+s, "$JS.API.CONSUMER.CREATE."+s+".>",
 		"$JS.API.CONSUMER.INFO."+s+".>", "$JS.API.CONSUMER.DELETE."+s+".>", "$JS.API.CONSUMER.MSG.NEXT."+s+".>",
 		"$JS.API.STREAM.MSG.GET."+s, "$JS.API.DIRECT.GET."+s, "$JS.API.DIRECT.GET."+s+".>",
+		"$JS.ACK."+s+".>", "$JS.FC."+s+".>")
+}
+
+// readStreamFiltered lets the member read stream s only through
+// consumers of one filter among subjects; no single messages.
+func (p *perms) readStreamFiltered(s string, subjects ...string) {
+	p.pub("$JS.API.STREAM.INFO." + s)
+	for _, f := range subjects {
+		p.pub("$JS.API.CONSUMER.CREATE." + s + ".*." + f)
+	}
+	p.pub("$JS.API.CONSUMER.INFO."+s+".>", "$JS.API.CONSUMER.DELETE."+s+".>", "$JS.API.CONSUMER.MSG.NEXT."+s+".>",
 		"$JS.ACK."+s+".>", "$JS.FC."+s+".>")
 }
 

@@ -29,8 +29,15 @@ const (
 	// SubjectDecision carries Decision events: what the policy said about an
 	// invocation.
 	SubjectDecision = "tool.decision"
-	// SubjectConfirm carries ConfirmRequest (request/reply, ConfirmAnswer).
-	SubjectConfirm = "tool.confirm"
+	// SubjectConfirm carries ConfirmRequest; answers go to its AnswerTo.
+	// It is below tool.confirm with the outcomes, so that one consumer
+	// filter (SubjectConfirmAll) reads the whole confirmation story and
+	// a fleet can let approvers read that, and nothing else, of the audit
+	// stream.
+	SubjectConfirm = "tool.confirm.request"
+	// SubjectConfirmLegacy is where confirmation requests were published
+	// before: audit reads of older streams still take them in.
+	SubjectConfirmLegacy = "tool.confirm"
 	// SubjectResult carries the terminal Result of every invocation as an
 	// event, whether or not the caller is still waiting for it.
 	SubjectResult = "tool.result"
@@ -47,9 +54,9 @@ const (
 	// SubjectConfirmClosed carries ConfirmClosed: a request that ended
 	// with no accepted answer.
 	SubjectConfirmClosed = "tool.confirm.closed"
-	// SubjectConfirmOutcomes matches the answered, rejected and closed
-	// events, which approvers follow beside SubjectConfirm.
-	SubjectConfirmOutcomes = "tool.confirm.>"
+	// SubjectConfirmAll matches the requests and the answered, rejected
+	// and closed events, which approvers follow.
+	SubjectConfirmAll = "tool.confirm.>"
 	// SubjectCancel carries CancelRequest: every executor hears it, the one
 	// running the invocation cancels it.
 	SubjectCancel = "tool.cancel"
