@@ -15,7 +15,9 @@
 # binaries, each part's data, log (DIR/log/NAME.log) and pid, and the
 # workspaces. The ports are TOOLBUS_FLEET_PORT (client ports, default
 # 4301..4303), TOOLBUS_FLEET_ROUTE_PORT (6301..6303) and
-# TOOLBUS_FLEET_CONSOLE (127.0.0.1:4380). Any command reaches the fleet
+# TOOLBUS_FLEET_CONSOLE (127.0.0.1:4380); every part serves /metrics,
+# /healthz and /readyz on TOOLBUS_FLEET_METRICS.. (default 9401..9407:
+# bus1-3, registry, executor1-2, console). Any command reaches the fleet
 # through any node:
 #
 #   TOOLBUS_IDENTITY=DIR/identities/agent.nk \
@@ -31,6 +33,7 @@ dir=${2:-${TOOLBUS_FLEET_DIR:-./.local-fleet}}
 port=${TOOLBUS_FLEET_PORT:-4301}
 route=${TOOLBUS_FLEET_ROUTE_PORT:-6301}
 console=${TOOLBUS_FLEET_CONSOLE:-127.0.0.1:4380}
+metrics=${TOOLBUS_FLEET_METRICS:-9401}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 
 urls() {
@@ -80,7 +83,7 @@ start() {
 	for i in 0 1 2; do
 		start_part "bus$((i + 1))" "$dir/bin/bus" --listen "127.0.0.1:$((port + i))" --data "$dir/data/bus$((i + 1))" \
 			--cluster-name toolbus-fleet --cluster-listen "127.0.0.1:$((route + i))" --routes "$routes" --server-name "bus$((i + 1))" \
-			--identities "$ids" \
+			--identities "$ids" --metrics "127.0.0.1:$((metrics + i))" \
 			--audit-checkpoint "$([ $i = 0 ] && echo 1m || echo 0)"
 	done
 	for i in 0 1 2; do
@@ -90,14 +93,15 @@ start() {
 	all=$(urls)
 	[ -f "$dir/ws1/README.md" ] || echo "# workspace one" >"$dir/ws1/README.md"
 	[ -f "$dir/ws2/README.md" ] || echo "# workspace two" >"$dir/ws2/README.md"
-	TOOLBUS_IDENTITY="$ids/registry.nk" start_part registry "$dir/bin/registry" --nats "$all"
-	TOOLBUS_IDENTITY="$ids/executor1.nk" start_part executor1 "$dir/bin/executor" --nats "$all" --workspace "$dir/ws1"
-	TOOLBUS_IDENTITY="$ids/executor2.nk" start_part executor2 "$dir/bin/executor" --nats "$all" --workspace "$dir/ws2"
-	TOOLBUS_IDENTITY="$ids/approver.nk" start_part console "$dir/bin/toolbus" console --nats "$all" --listen "$console"
+	TOOLBUS_IDENTITY="$ids/registry.nk" start_part registry "$dir/bin/registry" --nats "$all" --metrics "127.0.0.1:$((metrics + 3))"
+	TOOLBUS_IDENTITY="$ids/executor1.nk" start_part executor1 "$dir/bin/executor" --nats "$all" --workspace "$dir/ws1" --metrics "127.0.0.1:$((metrics + 4))"
+	TOOLBUS_IDENTITY="$ids/executor2.nk" start_part executor2 "$dir/bin/executor" --nats "$all" --workspace "$dir/ws2" --metrics "127.0.0.1:$((metrics + 5))"
+	TOOLBUS_IDENTITY="$ids/approver.nk" start_part console "$dir/bin/toolbus" console --nats "$all" --listen "$console" --metrics "127.0.0.1:$((metrics + 6))"
 	wait_port "${console##*:}"
 	echo "fleet up: $all"
+	echo "metrics:  http://127.0.0.1:$metrics/metrics .. :$((metrics + 6))"
 	echo "identities: $ids (TOOLBUS_IDENTITY=$ids/agent.nk to call as the agent)"
-	echo "console:  $(grep -o 'http://[^ ]*' "$dir/log/console.log" | head -1)"
+	echo "console:  $(grep -o 'http://[^ ]*token=[^ ]*' "$dir/log/console.log" | head -1)"
 }
 
 stop() {

@@ -27,6 +27,7 @@ func main() {
 	serverName := fs.String("server-name", "", "with --cluster-name: this node's name, unique in the cluster and the same at every start (default: the cluster name and the route port)")
 	replicas := fs.Int("replicas", 0, "copies the cluster keeps of the audit stream and every bucket (default 3 in a cluster, 1 alone)")
 	identities := fs.String("identities", "", "directory of the fleet's identities (`toolbus init`): admit only its members, each with its role's permissions; the bus connects as DIR/bus.nk unless --nkey says otherwise")
+	metricsAddr := cli.MetricsFlag(fs)
 	nkey := fs.String("nkey", "", "with --identities: the bus's own seed file (default DIR/bus.nk)")
 	fs.Parse(os.Args[1:])
 	log, err := cli.Logger(*logLevel)
@@ -62,11 +63,21 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bus:", err)
 		os.Exit(2)
 	}
-	b, err := bus.Open(ctx, cfg)
+	// Served before the node joins its cluster: /healthz answers and
+	// /readyz says why not while it waits for the other nodes.
+	m, stopMetrics, err := cli.ServeMetrics(*metricsAddr, "bus", log)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bus:", err)
 		os.Exit(1)
 	}
+	defer stopMetrics()
+	b, err := bus.Open(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bus:", err)
+		stopMetrics()
+		os.Exit(1)
+	}
+	cli.WatchBus(m, b)
 	stopCheckpoints, err := auditOpts.StartCheckpoints(b, *dataDir, log)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bus:", err)

@@ -30,14 +30,15 @@ func main() {
 	mcpFlags := cli.AddMCPFlags(fs, nil)
 	hookFlags := cli.AddHookFlags(fs, mcpFlags.Settings)
 	logLevel := cli.LogFlag(fs)
+	metricsAddr := cli.MetricsFlag(fs)
 	fs.Parse(os.Args[1:])
-	if err := run(*natsURL, *workspace, *policyDir, *id, *timeout, *confirmTimeout, outputs, mcpFlags, hookFlags, *logLevel); err != nil {
+	if err := run(*natsURL, *workspace, *policyDir, *id, *timeout, *confirmTimeout, outputs, mcpFlags, hookFlags, *logLevel, *metricsAddr); err != nil {
 		fmt.Fprintln(os.Stderr, "executor:", err)
 		os.Exit(1)
 	}
 }
 
-func run(natsURL, workspace, policyDir, id string, timeout, confirmTimeout time.Duration, outputs *cli.OutputFlags, mcpFlags *cli.MCPFlags, hookFlags *cli.HookFlags, logLevel string) error {
+func run(natsURL, workspace, policyDir, id string, timeout, confirmTimeout time.Duration, outputs *cli.OutputFlags, mcpFlags *cli.MCPFlags, hookFlags *cli.HookFlags, logLevel, metricsAddr string) error {
 	log, err := cli.Logger(logLevel)
 	if err != nil {
 		return err
@@ -68,9 +69,14 @@ func run(natsURL, workspace, policyDir, id string, timeout, confirmTimeout time.
 	} else if b.Principal() != "" {
 		identity.ID = b.Principal()
 	}
+	m, stopMetrics, err := cli.StartMetrics(metricsAddr, "executor", b, log)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	shells := builtin.NewShells(ws)
 	defer shells.Close()
-	cfg := executor.Config{
+	cfg := executor.Config{Observer: m,
 		Identity: identity, IdentitiesEnforced: b.Principal() != "", Tools: builtin.Tools(ws, shells), Policy: pol, PolicyDir: policyDir,
 		Workspace: ws.Root(), Timeout: timeout, ConfirmTimeout: confirmTimeout, Logger: log}
 	outputs.Apply(&cfg)
@@ -86,6 +92,9 @@ func run(natsURL, workspace, policyDir, id string, timeout, confirmTimeout time.
 		stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		return errors.Join(err, ex.Stop(stopCtx))
+	}
+	if servers != nil {
+		m.WatchMCP(servers.Manager.Status)
 	}
 	// The tools of the settings' discovery command run in this
 	// executor's workspace, so it hosts them.

@@ -16,14 +16,15 @@ func main() {
 	natsURL := cli.NATSFlag(fs)
 	settingsPath := fs.String("settings", "", "Gemini CLI settings.json with tools.core / tools.exclude")
 	logLevel := cli.LogFlag(fs)
+	metricsAddr := cli.MetricsFlag(fs)
 	fs.Parse(os.Args[1:])
-	if err := run(*natsURL, *settingsPath, *logLevel); err != nil {
+	if err := run(*natsURL, *settingsPath, *logLevel, *metricsAddr); err != nil {
 		fmt.Fprintln(os.Stderr, "registry:", err)
 		os.Exit(1)
 	}
 }
 
-func run(natsURL, settingsPath, logLevel string) error {
+func run(natsURL, settingsPath, logLevel, metricsAddr string) error {
 	log, err := cli.Logger(logLevel)
 	if err != nil {
 		return err
@@ -39,6 +40,11 @@ func run(natsURL, settingsPath, logLevel string) error {
 		return err
 	}
 	defer cli.Close(b)
+	_, stopMetrics, err := cli.StartMetrics(metricsAddr, "registry", b, log)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	svc, err := registry.Start(ctx, b.Conn(), b.JetStream(), registry.Config{
 		Settings: settings, Identity: cli.Identity("registry"), Logger: log})
 	if err != nil {

@@ -27,6 +27,7 @@ func runConsole(args []string) error {
 	token := fs.String("token", "", "access token (env "+consoleTokenEnv+"; default: a new random one)")
 	as := fs.String("as", "", "approver identity (default approver:USER@HOST)")
 	logLevel := cli.LogFlag(fs)
+	metricsAddr := cli.MetricsFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -44,6 +45,11 @@ func runConsole(args []string) error {
 		return err
 	}
 	defer cli.Close(b)
+	_, stopMetrics, err := cli.StartMetrics(*metricsAddr, "console", b, log)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	c, err := startConsole(ctx, b, *listen, *token, *as, log)
 	if err != nil {
 		return err

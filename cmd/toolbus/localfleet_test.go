@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"net/http"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -13,6 +15,17 @@ import (
 	"testing"
 	"time"
 )
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
 
 // freeRun finds n consecutive free loopback ports and returns the first.
 func freeRun(t *testing.T, n int) int {
@@ -41,9 +54,9 @@ func freeRun(t *testing.T, n int) int {
 // works through every node; stop ends every process it started.
 func TestLocalFleetScript(t *testing.T) {
 	dir := t.TempDir()
-	port, route, consolePort := freeRun(t, 3), freeRun(t, 3), freeRun(t, 1)
+	port, route, consolePort, metricsPort := freeRun(t, 3), freeRun(t, 3), freeRun(t, 1), freeRun(t, 7)
 	env := append(os.Environ(), "TOOLBUS_NATS=", fmt.Sprintf("TOOLBUS_FLEET_PORT=%d", port), fmt.Sprintf("TOOLBUS_FLEET_ROUTE_PORT=%d", route),
-		fmt.Sprintf("TOOLBUS_FLEET_CONSOLE=127.0.0.1:%d", consolePort))
+		fmt.Sprintf("TOOLBUS_FLEET_CONSOLE=127.0.0.1:%d", consolePort), fmt.Sprintf("TOOLBUS_FLEET_METRICS=%d", metricsPort))
 	script := func(args ...string) (string, error) {
 		cmd := exec.Command("../../deploy/local-fleet.sh", append(args, dir)...)
 		cmd.Env = env
@@ -86,6 +99,34 @@ func TestLocalFleetScript(t *testing.T) {
 	// The nodes admit only the fleet's members.
 	if _, errOut, code := toolbusWith(t, []string{"TOOLBUS_IDENTITY="}, "call", "read_file", "--args", `{"file_path":"README.md"}`, "--nats", node(0)); code == 0 || !strings.Contains(strings.ToLower(errOut), "authorization") {
 		t.Errorf("a call with no identity: exit %d %s", code, errOut)
+	}
+	// Every part is ready, and the executors count the calls they ran.
+	served := 0.0
+	for i := range 7 {
+		base := fmt.Sprintf("http://127.0.0.1:%d", metricsPort+i)
+		for deadline := time.Now().Add(30 * time.Second); ; {
+			code, body := httpGet(t, base+"/readyz")
+			if code == 200 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("part %d not ready in 30 s: %d %s", i, code, body)
+				break
+			}
+			time.Sleep(100 * time.Millisecond) // polling with a deadline, not synchronising
+		}
+		if i == 4 || i == 5 {
+			_, body := httpGet(t, base+"/metrics")
+			for _, line := range strings.Split(body, "\n") {
+				if strings.HasPrefix(line, `toolbus_invocations_total{outcome="OK",tool="read_file",verdict="ALLOW"}`) {
+					n, _ := strconv.ParseFloat(strings.Fields(line)[1], 64)
+					served += n
+				}
+			}
+		}
+	}
+	if served < 4 {
+		t.Errorf("the executors' metrics count %v read_file calls; at least 4 were made", served)
 	}
 	if out, _ := script("status"); strings.Count(out, "running") != 7 {
 		t.Errorf("status:\n%s", out)

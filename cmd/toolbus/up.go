@@ -18,6 +18,7 @@ import (
 	"github.com/toolbus/toolbus/internal/console"
 	"github.com/toolbus/toolbus/internal/executor"
 	"github.com/toolbus/toolbus/internal/hooks"
+	"github.com/toolbus/toolbus/internal/metrics"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/registry"
 )
@@ -44,6 +45,7 @@ func runUp(args []string) error {
 	auditOpts := cli.AuditFlags(fs)
 	consoleAddr := fs.String("console", "", "address the web console listens on, or off (default "+console.DefaultListen+", else a free loopback port); token from env "+consoleTokenEnv)
 	logLevel := cli.LogFlag(fs)
+	metricsAddr := cli.MetricsFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -83,6 +85,11 @@ func runUp(args []string) error {
 		return err
 	}
 	defer stopCheckpoints()
+	m, stopMetrics, err := cli.StartMetrics(*metricsAddr, "up", b, log)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 
 	reg, err := registry.Start(ctx, b.Conn(), b.JetStream(), registry.Config{
 		Settings: settings, Identity: cli.Identity("registry"), Logger: log})
@@ -91,7 +98,7 @@ func runUp(args []string) error {
 	}
 	defer reg.Stop()
 
-	exec, err := startExecutor(ctx, b, *workspace, *policyDir, outputs, mcpFlags, hookFlags, log)
+	exec, err := startExecutor(ctx, b, *workspace, *policyDir, outputs, mcpFlags, hookFlags, m, log)
 	if err != nil {
 		return err
 	}
@@ -143,6 +150,9 @@ func runUp(args []string) error {
 	if mcpEP != nil {
 		fmt.Printf("  mcp serve: %s\n", mcpEP.describe())
 	}
+	if *metricsAddr != "" {
+		fmt.Printf("  metrics:   http://%s/metrics\n", *metricsAddr)
+	}
 	fmt.Println("Press Ctrl-C to stop.")
 	<-ctx.Done()
 	fmt.Println("toolbus: stopping")
@@ -162,7 +172,7 @@ type runningExecutor struct {
 // startExecutor runs an executor hosting the built-in tools over workspace,
 // enforcing the policy of policyDir, or the default policy, keeping output
 // within outputs.
-func startExecutor(ctx context.Context, b *bus.Bus, workspace, policyDir string, outputs *cli.OutputFlags, mcpFlags *cli.MCPFlags, hookFlags *cli.HookFlags, log *slog.Logger) (*runningExecutor, error) {
+func startExecutor(ctx context.Context, b *bus.Bus, workspace, policyDir string, outputs *cli.OutputFlags, mcpFlags *cli.MCPFlags, hookFlags *cli.HookFlags, m *metrics.Metrics, log *slog.Logger) (*runningExecutor, error) {
 	files, err := policy.DirFiles(policyDir, policy.Files(defaultpolicy.Default()))
 	if err != nil {
 		return nil, err
@@ -178,7 +188,7 @@ func startExecutor(ctx context.Context, b *bus.Bus, workspace, policyDir string,
 	shells := builtin.NewShells(ws)
 	cfg := executor.Config{
 		Identity: cli.Identity("executor"), Tools: builtin.Tools(ws, shells), Policy: pol, PolicyDir: policyDir,
-		Workspace: ws.Root(), Logger: log}
+		Workspace: ws.Root(), Observer: m, Logger: log}
 	outputs.Apply(&cfg)
 	err = hookFlags.Apply(&cfg, log)
 	var ex *executor.Executor
@@ -194,6 +204,9 @@ func startExecutor(ctx context.Context, b *bus.Bus, workspace, policyDir string,
 	if r.mcp, err = cli.StartMCP(ctx, b, ex, cfg.Identity, mcpFlags, log); err != nil {
 		r.stop()
 		return nil, err
+	}
+	if r.mcp != nil {
+		m.WatchMCP(r.mcp.Manager.Status)
 	}
 	// The tools of the settings' discovery command run in this
 	// executor's workspace, so it hosts them.

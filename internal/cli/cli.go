@@ -17,6 +17,7 @@ import (
 
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/metrics"
 )
 
 // NATSFlag registers --nats on fs: the URL of the bus, defaulting to
@@ -34,13 +35,67 @@ func LogFlag(fs *flag.FlagSet) *string {
 	return fs.String("log-level", "info", "log level: debug, info, warn or error")
 }
 
-// Logger is a text logger on stderr at the named level.
+// LogFormatEnv names the log format: text (the default) or json, one
+// object a line, for a log collector.
+const LogFormatEnv = "TOOLBUS_LOG_FORMAT"
+
+// Logger is a logger on stderr at the named level, in the format
+// $TOOLBUS_LOG_FORMAT names.
 func Logger(level string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+	opts := &slog.HandlerOptions{Level: l}
+	switch f := os.Getenv(LogFormatEnv); f {
+	case "", "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	default:
+		return nil, fmt.Errorf("%s=%q: want text or json", LogFormatEnv, f)
+	}
+}
+
+// MetricsFlag registers --metrics on fs: where a daemon serves /metrics,
+// /healthz and /readyz.
+func MetricsFlag(fs *flag.FlagSet) *string {
+	return fs.String("metrics", "", "address to serve /metrics (Prometheus), /healthz and /readyz on, e.g. 127.0.0.1:9464 (default: none)")
+}
+
+// StartMetrics serves the metrics of daemon, which runs over b, on addr
+// (ServeMetrics, then WatchBus).
+func StartMetrics(addr, daemon string, b *bus.Bus, log *slog.Logger) (m *metrics.Metrics, stop func(), err error) {
+	m, stop, err = ServeMetrics(addr, daemon, log)
+	if err == nil {
+		WatchBus(m, b)
+	}
+	return m, stop, err
+}
+
+// ServeMetrics serves the metrics of daemon on addr; with addr empty it
+// serves nothing but still returns metrics to report to. Until WatchBus,
+// /readyz says the daemon is still connecting. stop stops serving.
+func ServeMetrics(addr, daemon string, log *slog.Logger) (m *metrics.Metrics, stop func(), err error) {
+	m = metrics.New(daemon)
+	if addr == "" {
+		return m, func() {}, nil
+	}
+	srv, err := m.Serve(addr, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	return m, srv.Stop, nil
+}
+
+// WatchBus makes m report b's connection, and /readyz check it and its
+// JetStream.
+func WatchBus(m *metrics.Metrics, b *bus.Bus) {
+	m.WatchConn(b.Conn())
+	m.Ready("jetstream", func(ctx context.Context) error {
+		_, err := b.JetStream().AccountInfo(ctx)
+		return err
+	})
 }
 
 // Identity is this process's identity in the given role: role@host.

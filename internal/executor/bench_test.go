@@ -21,6 +21,7 @@ import (
 
 	"github.com/toolbus/toolbus/internal/builtin"
 	"github.com/toolbus/toolbus/internal/bus/bustest"
+	"github.com/toolbus/toolbus/internal/metrics"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/registry/registrytest"
@@ -57,8 +58,9 @@ func BenchmarkInvoke(b *testing.B) {
 	// noop splits the pipeline's cost from the file read's.
 	noop := tool.Func(events.ToolSpec{Name: "noop", Kind: events.KindThink, Description: "does nothing"},
 		func(context.Context, *tool.Call) (*tool.Output, error) { return tool.Text("ok"), nil })
+	// With the metrics every daemon keeps (executor --metrics, toolbus up).
 	ex, err := Start(context.Background(), execConn.Conn(), execConn.JetStream(), Config{Identity: events.Identity{ID: "executor@bench"},
-		Tools: append(builtin.Tools(ws, shells), noop), Policy: pol, Workspace: ws.Root(), Logger: bustest.Quiet()})
+		Tools: append(builtin.Tools(ws, shells), noop), Policy: pol, Workspace: ws.Root(), Logger: bustest.Quiet(), Observer: metrics.New("bench")})
 	if err != nil {
 		b.Fatal(err)
 	}

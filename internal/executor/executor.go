@@ -67,6 +67,8 @@ const queueGroup = "executors"
 // Config configures an Executor.
 type Config struct {
 	Identity events.Identity
+	// Observer hears what the pipeline does, for metrics; nil for none.
+	Observer Observer
 	// IdentitiesEnforced says the bus enforces a fleet's identities
 	// (`toolbus init`): the principal on a binding subject is then
 	// proven, and a caller naming another is refused. Without it every
@@ -123,6 +125,7 @@ type Config struct {
 // Executor runs the invocations of the tools it hosts. Stop it with Stop.
 type Executor struct {
 	cfg       Config
+	observer  Observer
 	nc        *nats.Conn
 	js        jetstream.JetStream
 	id        events.Identity
@@ -228,7 +231,11 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 		}
 		e.hooks, e.hookRuns = cfg.Hooks, runner
 	}
-	e.policy.Store(cfg.Policy)
+	e.observer = cfg.Observer
+	if e.observer == nil {
+		e.observer = noObserver{}
+	}
+	e.SetPolicy(cfg.Policy)
 
 	var err error
 	// nats.go makes an object store's stream with DiscardNew: a full store
@@ -315,7 +322,32 @@ func (e *Executor) subscribe() error {
 
 // SetPolicy puts p in force for every call that reaches the policy step
 // from now on.
-func (e *Executor) SetPolicy(p *policy.Policy) { e.policy.Store(p) }
+func (e *Executor) SetPolicy(p *policy.Policy) {
+	e.policy.Store(p)
+	e.observer.PolicyRevision(p.Revision())
+}
+
+// Observer hears what the pipeline does, for metrics (internal/metrics).
+// Its methods are called on the invoke path: they must be cheap, and
+// safe for concurrent use.
+type Observer interface {
+	// Stage reports the time a call spent in a stage: validate, policy,
+	// confirm (waiting for an answer) or execute.
+	Stage(stage string, d time.Duration)
+	// Finished reports a call's terminal result: its tool, the policy's
+	// last verdict ("" when the call ended before the policy was asked)
+	// and its outcome, OK or the error type.
+	Finished(tool string, verdict events.Verdict, outcome string)
+	// PolicyRevision reports the policy revision put in force.
+	PolicyRevision(revision string)
+}
+
+// noObserver is the Observer of an executor given none.
+type noObserver struct{}
+
+func (noObserver) Stage(string, time.Duration)             {}
+func (noObserver) Finished(string, events.Verdict, string) {}
+func (noObserver) PolicyRevision(string)                   {}
 
 // Policy is the policy in force.
 func (e *Executor) Policy() *policy.Policy { return e.policy.Load() }

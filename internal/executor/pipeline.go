@@ -295,14 +295,19 @@ func (c *call) run(found bool) {
 		c.fail(events.ErrInvalidParams, fmt.Sprintf("timeoutMillis asks for %s; a call may ask for at most %s", d, e.cfg.MaxTimeout))
 		return
 	}
+	obs := e.observer
+	start := time.Now()
 	args, failure := c.validate(inv.Args)
+	obs.Stage("validate", time.Since(start))
 	if failure != "" {
 		c.fail(events.ErrInvalidParams, failure)
 		return
 	}
 	confirmed := false
 	for round := 0; ; round++ {
+		start = time.Now()
 		d := c.decide(args)
+		obs.Stage("policy", time.Since(start))
 		if d.Verdict == events.Allow || d.Verdict == events.AskUser {
 			var errType events.ErrorType
 			var msg string
@@ -315,7 +320,9 @@ func (c *call) run(found bool) {
 		case events.Allow:
 		case events.AskUser:
 			confirmed = true
+			start = time.Now()
 			answer, errType, msg := c.confirm(d, args)
+			obs.Stage("confirm", time.Since(start))
 			if errType != "" {
 				c.fail(errType, msg)
 				return
@@ -339,7 +346,9 @@ func (c *call) run(found bool) {
 		}
 		break
 	}
+	start = time.Now()
 	c.execute(confirmed)
+	obs.Stage("execute", time.Since(start))
 }
 
 // validate checks the arguments against the schema, then the tool's own
@@ -663,6 +672,17 @@ func (c *call) complete(out *tool.Output, ran bool) {
 			e.log.Error("result does not encode", "invocation", res.InvocationID, "err", err)
 			return
 		}
+		outcome := "OK"
+		if res.Error != nil {
+			outcome = string(res.Error.Type)
+		}
+		// The catalogue's name, never the caller's: a caller naming
+		// tools that do not exist must not grow the metrics without end.
+		known := nameOf(c.tool)
+		if known == "" {
+			known = "(unknown)"
+		}
+		e.observer.Finished(known, c.verdict.Verdict, outcome)
 		if !late && !c.admitted {
 			// Not in e.running, where a caller giving up would find it
 			// done: remembered before it is sent instead.
