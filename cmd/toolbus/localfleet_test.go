@@ -3,9 +3,9 @@ package main
 import (
 	"fmt"
 	"io"
-	"net/http"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
