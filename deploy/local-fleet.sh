@@ -20,8 +20,11 @@
 # bus1-3, registry, executor1-2, console). Any command reaches the fleet
 # through any node:
 #
-#   TOOLBUS_IDENTITY=DIR/identities/agent.nk \
-#     toolbus call read_file --args '{"file_path":"README.md"}' --nats "$(deploy/local-fleet.sh urls)"
+#   TOOLBUS_IDENTITY=DIR/identities/agent.nk toolbus call read_file --workspace one \
+#     --args '{"file_path":"README.md"}' --nats "$(deploy/local-fleet.sh urls)"
+#
+# executor1's workspace is named one, executor2's two: a file or shell
+# call names one of them (--workspace), and runs there only.
 #
 # The identities are bus, admin, registry, executor1, executor2, approver
 # (the console), auditor and agent; `toolbus init DIR/identities --add
@@ -94,8 +97,8 @@ start() {
 	[ -f "$dir/ws1/README.md" ] || echo "# workspace one" >"$dir/ws1/README.md"
 	[ -f "$dir/ws2/README.md" ] || echo "# workspace two" >"$dir/ws2/README.md"
 	TOOLBUS_IDENTITY="$ids/registry.nk" start_part registry "$dir/bin/registry" --nats "$all" --metrics "127.0.0.1:$((metrics + 3))"
-	TOOLBUS_IDENTITY="$ids/executor1.nk" start_part executor1 "$dir/bin/executor" --nats "$all" --workspace "$dir/ws1" --metrics "127.0.0.1:$((metrics + 4))"
-	TOOLBUS_IDENTITY="$ids/executor2.nk" start_part executor2 "$dir/bin/executor" --nats "$all" --workspace "$dir/ws2" --metrics "127.0.0.1:$((metrics + 5))"
+	TOOLBUS_IDENTITY="$ids/executor1.nk" start_part executor1 "$dir/bin/executor" --nats "$all" --workspace "$dir/ws1" --workspace-name one --metrics "127.0.0.1:$((metrics + 4))"
+	TOOLBUS_IDENTITY="$ids/executor2.nk" start_part executor2 "$dir/bin/executor" --nats "$all" --workspace "$dir/ws2" --workspace-name two --metrics "127.0.0.1:$((metrics + 5))"
 	TOOLBUS_IDENTITY="$ids/approver.nk" start_part console "$dir/bin/toolbus" console --nats "$all" --listen "$console" --metrics "127.0.0.1:$((metrics + 6))"
 	wait_port "${console##*:}"
 	echo "fleet up: $all"

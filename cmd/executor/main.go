@@ -22,6 +22,7 @@ func main() {
 	fs := flag.NewFlagSet("executor", flag.ExitOnError)
 	natsURL := cli.NATSFlag(fs)
 	workspace := fs.String("workspace", ".", "directory the built-in tools are confined to")
+	workspaceName := fs.String("workspace-name", "", "what callers name this workspace by (toolbus call --workspace); default: its directory")
 	policyDir := fs.String("policy", "", "directory of .rego files to enforce and follow (default: the built-in policy)")
 	timeout := fs.Duration("timeout", executor.DefaultTimeout, "deadline of a call")
 	confirmTimeout := fs.Duration("confirm-timeout", executor.DefaultConfirmTimeout, "how long an approver may take")
@@ -32,13 +33,13 @@ func main() {
 	logLevel := cli.LogFlag(fs)
 	metricsAddr := cli.MetricsFlag(fs)
 	fs.Parse(os.Args[1:])
-	if err := run(*natsURL, *workspace, *policyDir, *id, *timeout, *confirmTimeout, outputs, mcpFlags, hookFlags, *logLevel, *metricsAddr); err != nil {
+	if err := run(*natsURL, *workspace, *workspaceName, *policyDir, *id, *timeout, *confirmTimeout, outputs, mcpFlags, hookFlags, *logLevel, *metricsAddr); err != nil {
 		fmt.Fprintln(os.Stderr, "executor:", err)
 		os.Exit(1)
 	}
 }
 
-func run(natsURL, workspace, policyDir, id string, timeout, confirmTimeout time.Duration, outputs *cli.OutputFlags, mcpFlags *cli.MCPFlags, hookFlags *cli.HookFlags, logLevel, metricsAddr string) error {
+func run(natsURL, workspace, workspaceName, policyDir, id string, timeout, confirmTimeout time.Duration, outputs *cli.OutputFlags, mcpFlags *cli.MCPFlags, hookFlags *cli.HookFlags, logLevel, metricsAddr string) error {
 	log, err := cli.Logger(logLevel)
 	if err != nil {
 		return err
@@ -78,7 +79,7 @@ func run(natsURL, workspace, policyDir, id string, timeout, confirmTimeout time.
 	defer shells.Close()
 	cfg := executor.Config{Observer: m,
 		Identity: identity, IdentitiesEnforced: b.Principal() != "", Tools: builtin.Tools(ws, shells), Policy: pol, PolicyDir: policyDir,
-		Workspace: ws.Root(), Timeout: timeout, ConfirmTimeout: confirmTimeout, Logger: log}
+		Workspace: ws.Root(), WorkspaceName: workspaceName, Timeout: timeout, ConfirmTimeout: confirmTimeout, Logger: log}
 	outputs.Apply(&cfg)
 	if err := hookFlags.Apply(&cfg, log); err != nil {
 		return err

@@ -29,6 +29,7 @@ func runCall(args []string) error {
 	timeout := fs.Duration("timeout", 0, "give up (and cancel the call) after this long; default: the executor's deadline")
 	stream := fs.Bool("stream", false, "print output to stderr as the tool produces it")
 	id := fs.String("id", "", "the invocation id (default: a new unique one), for `toolbus cancel`")
+	workspace := fs.String("workspace", os.Getenv("TOOLBUS_WORKSPACE"), "the workspace a file or shell tool acts on, as its executors name it (env TOOLBUS_WORKSPACE; default: the one there is)")
 	rest, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -66,7 +67,7 @@ func runCall(args []string) error {
 	if *stream {
 		progress = func(s string) { fmt.Fprint(os.Stderr, s) }
 	}
-	inv := &events.Invocation{Header: events.Header{ID: *id}, Tool: rest[0], Args: json.RawMessage(*argsJSON)}
+	inv := &events.Invocation{Header: events.Header{ID: *id}, Tool: rest[0], Args: json.RawMessage(*argsJSON), Workspace: *workspace}
 	if *timeout > 0 {
 		inv.TimeoutMillis = timeout.Milliseconds()
 	}

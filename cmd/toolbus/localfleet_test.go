@@ -78,11 +78,11 @@ func TestLocalFleetScript(t *testing.T) {
 	}
 	node := func(i int) string { return fmt.Sprintf("nats://127.0.0.1:%d", port+i) }
 	agent := "TOOLBUS_IDENTITY=" + filepath.Join(dir, "identities", "agent.nk")
-	call := func(url string) (string, string, int) {
-		return toolbusWith(t, []string{agent}, "call", "read_file", "--args", `{"file_path":"README.md"}`, "--nats", url)
+	call := func(url string, more ...string) (string, string, int) {
+		return toolbusWith(t, []string{agent}, append([]string{"call", "read_file", "--args", `{"file_path":"README.md"}`, "--nats", url}, more...)...)
 	}
 	for deadline := time.Now().Add(2 * time.Minute); ; {
-		if _, _, code := call(node(2)); code == 0 {
+		if _, _, code := call(node(2), "--workspace", "one"); code == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -91,10 +91,22 @@ func TestLocalFleetScript(t *testing.T) {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+	// Every node takes calls, and each runs in the workspace it names,
+	// whichever executor took it.
 	for i := range 3 {
-		if out, errOut, code := call(node(i)); code != 0 || !strings.Contains(out, "# workspace") {
-			t.Errorf("through node %d: exit %d %s %s", i+1, code, out, errOut)
+		for _, ws := range []string{"one", "two"} {
+			if out, errOut, code := call(node(i), "--workspace", ws); code != 0 || !strings.Contains(out, "# workspace "+ws) {
+				t.Errorf("through node %d, workspace %s: exit %d %s %s", i+1, ws, code, out, errOut)
+			}
 		}
+	}
+	// An agent reads the catalogue, which lists each host's workspace.
+	if out, errOut, code := toolbusWith(t, []string{agent}, "tools", "get", "read_file", "--json", "--nats", node(1)); code != 0 ||
+		!strings.Contains(out, `"one"`) || !strings.Contains(out, `"two"`) {
+		t.Errorf("the agent's tools get: exit %d %s %s", code, out, errOut)
+	}
+	if _, errOut, code := call(node(0)); code == 0 || !strings.Contains(errOut, `"one", "two"`) {
+		t.Errorf("a call naming no workspace, with two: exit %d %s", code, errOut)
 	}
 	// The nodes admit only the fleet's members.
 	if _, errOut, code := toolbusWith(t, []string{"TOOLBUS_IDENTITY="}, "call", "read_file", "--args", `{"file_path":"README.md"}`, "--nats", node(0)); code == 0 || !strings.Contains(strings.ToLower(errOut), "authorization") {

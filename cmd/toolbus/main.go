@@ -32,7 +32,7 @@ Usage:
   toolbus mcp status [--json]         every MCP server's state, on every executor
   toolbus mcp serve [--agent ID] [--session ID] [--listen HOST:PORT] [--token T]
       the fleet's tools as one MCP server: over stdio for an agent, or over HTTP
-  toolbus call NAME --args JSON [--json] [--timeout D] [--stream] [--id ID]
+  toolbus call NAME --args JSON [--json] [--timeout D] [--stream] [--id ID] [--workspace NAME]
       run a tool; exit 0 on success, 1 with the error type on stderr on failure
   toolbus cancel INVOCATION_ID
   toolbus policy test [DIR] [-v]      run a policy set's Rego tests (default: the built-in policy)

@@ -37,6 +37,7 @@ func runMCPServe(args []string) error {
 	natsURL := cli.NATSFlag(fs)
 	agent := fs.String("agent", "", "agent id every caller is named by (default: the MCP client's name)")
 	session := fs.String("session", "", "session id every caller is named by (default: the MCP session)")
+	workspace := fs.String("workspace", os.Getenv("TOOLBUS_WORKSPACE"), "the workspace the file and shell tools act on, as the executors name it (env TOOLBUS_WORKSPACE; default: the one there is)")
 	policyDir := fs.String("policy", "", "directory of .rego files that decides which tools a caller is listed (default: the pushed policy, else the default policy)")
 	listen := fs.String("listen", "", "serve streamable HTTP on this address instead of stdio")
 	token := fs.String("token", "", "bearer token for --listen (default $"+mcpTokenEnv+"; generated when listening beyond loopback)")
@@ -68,7 +69,7 @@ func runMCPServe(args []string) error {
 	}
 	current.Store(pol)
 	id := cli.Identity("agent")
-	fac, err := mcp.StartFacade(ctx, mcp.FacadeConfig{Conn: b.Conn(), JS: b.JetStream(), Principal: b.Principal(), Agent: *agent, Session: *session,
+	fac, err := mcp.StartFacade(ctx, mcp.FacadeConfig{Conn: b.Conn(), JS: b.JetStream(), Principal: b.Principal(), Workspace: *workspace, Agent: *agent, Session: *session,
 		User: id.User, Host: id.Host, Policy: current.Load, NoElicitation: *noElicit, Version: version, Logger: log})
 	if err != nil {
 		return err

@@ -3,6 +3,7 @@ package auth_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -27,6 +28,7 @@ import (
 	"github.com/toolbus/toolbus/internal/executor"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/registry"
+	"github.com/toolbus/toolbus/pkg/toolbus"
 )
 
 // fleet is a bus that enforces a fleet's identities, with a registry, an
@@ -558,4 +560,34 @@ func TestAnAuditorOnlyReads(t *testing.T) {
 	if _, _, err := audit.Read(context.Background(), trent.JetStream(), audit.Query{}); err != nil {
 		t.Fatalf("the auditor's read: %v", err)
 	}
+}
+
+// The Go client connects as a member: its calls are the member's, proven,
+// and a workspace it names is the one its call acts on.
+func TestTheGoClientCallsAsAMember(t *testing.T) {
+	f := startFleet(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := toolbus.Connect(ctx, f.bus.URL(), toolbus.WithIdentityFile(auth.SeedFile(f.dir, "agent")),
+		toolbus.WithIdentity(toolbus.Identity{ID: "someone-else", Agent: "bot"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	res, err := c.Invoke(ctx, "read_file", map[string]string{"file_path": "README.md"}, toolbus.WithInvocationID("go-client"))
+	if err != nil || !strings.Contains(res.LLMContent, "# hello") {
+		t.Fatalf("read_file: %+v %v", res, err)
+	}
+	d := lastDecision(t, f.as(t, "auditor").JetStream(), "go-client")
+	var in struct {
+		Caller events.Identity `json:"caller"`
+	}
+	if err := json.Unmarshal(d.Input, &in); err != nil || !in.Caller.Proven || in.Caller.ID != "agent" || in.Caller.Agent != "bot" {
+		t.Errorf("the policy saw the Go client's caller as %+v (%v), want proven as agent, agent bot", in.Caller, err)
+	}
+	if _, err := c.Invoke(ctx, "read_file", map[string]string{"file_path": "README.md"}, toolbus.WithWorkspace("elsewhere")); !errors.Is(err, toolbus.ErrInvalidParams) ||
+		!strings.Contains(err.Error(), `workspace "elsewhere"`) {
+		t.Errorf("a call for a workspace no executor has: %v", err)
+	}
+	f.clean(t, "agent")
 }

@@ -106,6 +106,18 @@ func EnsureKeyValue(ctx context.Context, js jetstream.JetStream, cfg jetstream.K
 	return kv, err
 }
 
+// OpenKeyValue opens the bucket cfg names, and makes it (EnsureKeyValue)
+// only when it is missing: a part that reads a bucket of the fleet must
+// not need the permission to change it (an agent, an approver, in a fleet
+// with identities).
+func OpenKeyValue(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return EnsureKeyValue(ctx, js, cfg)
+	}
+	return kv, err
+}
+
 // EnsureObjectStore is EnsureKeyValue for an object store.
 func EnsureObjectStore(ctx context.Context, js jetstream.JetStream, cfg jetstream.ObjectStoreConfig) (jetstream.ObjectStore, error) {
 	var obj jetstream.ObjectStore

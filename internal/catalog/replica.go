@@ -175,9 +175,14 @@ type Replica struct {
 }
 
 // Follow starts a Replica of the catalogue on the bus, creating the bucket
-// if no registry has yet. It returns once the whole catalogue is read.
+// if no registry has yet. It returns once the whole catalogue is read. An
+// existing bucket is only looked up: a reader (an agent, in a fleet with
+// identities) may not change it.
 func Follow(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (*Replica, error) {
-	kv, err := EnsureBucket(ctx, js)
+	kv, err := openBucket(ctx, js)
+	if errors.Is(err, ErrNoCatalog) {
+		kv, err = EnsureBucket(ctx, js)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,11 @@ type Invocation struct {
 	Args json.RawMessage `json:"args,omitempty"`
 	// TimeoutMillis overrides the executor's deadline for this call.
 	TimeoutMillis int64 `json:"timeoutMillis,omitempty"`
+	// Workspace names the workspace a call of a workspace-bound tool
+	// (Tool.WorkspaceBound) acts on: it runs only on an executor of that
+	// workspace. Empty: the one workspace the tool's hosts have; a call
+	// that leaves several to choose from is refused, never sent to one.
+	Workspace string `json:"workspace,omitempty"`
 	// CallerConfirms says the caller can put a confirmation request to
 	// the person in front of it (an MCP client that supports
 	// elicitation). When the policy asks for confirmation and lets that

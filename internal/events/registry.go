@@ -30,6 +30,9 @@ type RegisterRequest struct {
 	Server string `json:"server,omitempty"`
 	// Trust is the MCP server's trust setting.
 	Trust bool `json:"trust,omitempty"`
+	// Workspace names the workspace the provider runs these tools in
+	// (an executor's --workspace-name); empty for none.
+	Workspace string `json:"workspace,omitempty"`
 	// Replace makes the request the provider's whole set for (Source,
 	// Server): once the last chunk is in, the provider's tools of that
 	// scope that the request did not name are removed. This is how a

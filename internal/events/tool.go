@@ -131,10 +131,22 @@ type Tool struct {
 	// Hosts are the ids of the providers (executors, MCP managers) that
 	// serve the tool.
 	Hosts []string `json:"hosts,omitempty"`
+	// Workspaces names, for each host that registered the tool with one,
+	// the workspace it runs the tool in (RegisterRequest.Workspace): a
+	// call for a workspace-bound tool goes to a host of its workspace.
+	Workspaces map[string]string `json:"workspaces,omitempty"`
 	// Seq is the registration order; an overwrite keeps the old Seq, as a
 	// JavaScript Map keeps a key's position.
 	Seq       uint64    `json:"seq"`
 	UpdatedAt time.Time `json:"updatedAt"`
+}
+
+// WorkspaceBound says calls of t act on a workspace: the built-in file
+// and shell tools and the tools a discovery command found, which run
+// in the workspace of the executor that hosts them. Such a call must
+// reach an executor of the workspace it names (Invocation.Workspace).
+func (t *Tool) WorkspaceBound() bool {
+	return t.Source == SourceBuiltin || t.Source == SourceDiscovered
 }
 
 // Validate checks the entry against the contract.

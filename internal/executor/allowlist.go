@@ -46,12 +46,7 @@ func (r AllowRecord) Key() string {
 // missing. An existing bucket is only looked up: a reader of it (the
 // console, an approver in a fleet with identities) may not change it.
 func OpenAllowlistBucket(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
-	if kv, err := js.KeyValue(ctx, events.AllowlistBucket); err == nil {
-		return kv, nil
-	} else if !errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, err
-	}
-	return ensureAllowlistBucket(ctx, js)
+	return bus.OpenKeyValue(ctx, js, allowlistConfig)
 }
 
 // AwaitAllowlistBucket opens the allowlist bucket once an executor has
@@ -72,14 +67,12 @@ func AwaitAllowlistBucket(ctx context.Context, js jetstream.JetStream) (jetstrea
 	}
 }
 
-// ensureAllowlistBucket creates or updates the allowlist bucket.
-func ensureAllowlistBucket(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
-	return bus.EnsureKeyValue(ctx, js, jetstream.KeyValueConfig{
-		Bucket:      events.AllowlistBucket,
-		Description: "toolbus allowlist: approvals remembered fleet-wide",
-		History:     5,
-		Storage:     jetstream.FileStorage,
-	})
+// allowlistConfig is the allowlist bucket's; executors make or update it.
+var allowlistConfig = jetstream.KeyValueConfig{
+	Bucket:      events.AllowlistBucket,
+	Description: "toolbus allowlist: approvals remembered fleet-wide",
+	History:     5,
+	Storage:     jetstream.FileStorage,
 }
 
 // allowlist follows the bucket, so every executor of the fleet sees an
@@ -97,7 +90,7 @@ type allowlist struct {
 }
 
 func openAllowlist(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (*allowlist, error) {
-	kv, err := ensureAllowlistBucket(ctx, js)
+	kv, err := bus.EnsureKeyValue(ctx, js, allowlistConfig)
 	if err != nil {
 		return nil, fmt.Errorf("allowlist: %w", err)
 	}

@@ -87,6 +87,10 @@ type Config struct {
 	PolicyDir string
 	// Workspace is the root the tools are confined to, shown to the policy.
 	Workspace string
+	// WorkspaceName is what callers name the workspace by
+	// (Invocation.Workspace); the catalogue lists it for each
+	// workspace-bound tool this executor hosts. Defaults to Workspace.
+	WorkspaceName string
 	// Timeout is the deadline of a call (default 120 s); ToolTimeouts and
 	// ServerTimeouts override it per tool and per MCP server; a call's own
 	// timeoutMillis overrides all.
@@ -382,6 +386,7 @@ func (e *Executor) Stop(ctx context.Context) error {
 	if e.svc != nil {
 		errs = append(errs, e.svc.Stop())
 	}
+	e.leave()
 	done := make(chan struct{})
 	go func() { e.wg.Wait(); close(done) }()
 	select {
@@ -404,6 +409,21 @@ func (e *Executor) Stop(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// leave takes this executor off the hosts of its tools, once it takes
+// no more calls: a tool it alone hosted leaves the catalogue, and comes
+// back when an executor hosts it again (this one, restarted). Calls for
+// a workspace only this executor had then fail at once, saying so,
+// instead of being sent to it. A registry that is not there, or slow,
+// is not waited for long: the executor is stopping either way.
+func (e *Executor) leave() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	req := &events.RemoveRequest{Header: events.Header{Sender: e.id}, Provider: e.id.ID}
+	if _, err := registry.NewClient(e.nc, e.id).Remove(ctx, req); err != nil && !errors.Is(err, nats.ErrNoResponders) {
+		e.log.Warn("leaving: the registry did not take this executor off its tools' hosts", "err", err)
+	}
+}
+
 // openBulk opens the executor's second connection, for whole outputs, and
 // the output store over it. Megabytes of an output queued on the
 // executor's own connection would hold up every heartbeat, claim and
@@ -414,6 +434,13 @@ func (e *Executor) Stop(ctx context.Context) error {
 func (e *Executor) openBulk(ctx context.Context) (jetstream.ObjectStore, error) {
 	opts := e.nc.Opts
 	opts.Name += " (outputs)"
+	// Not its handlers: they are the first connection's, and other
+	// parts' too (nats.go's micro services stop every service of a
+	// connection from its closed handler, so closing this copy stopped
+	// the registry and approver that share the first connection in
+	// `toolbus up`).
+	opts.ClosedCB, opts.DisconnectedErrCB, opts.ReconnectedCB, opts.AsyncErrorCB = nil, nil, nil, nil
+	opts.DisconnectedCB, opts.ConnectedCB, opts.DiscoveredServersCB, opts.LameDuckModeHandler = nil, nil, nil, nil
 	bulk, err := opts.Connect()
 	if err != nil {
 		return nil, err

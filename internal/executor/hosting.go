@@ -182,6 +182,9 @@ func holdsAll(c *catalog.Catalog, outcomes []events.ToolOutcome) bool {
 // set's tools under their catalogue names. Called with hostMu held.
 func (e *Executor) registerSet(ctx context.Context, set *toolSet) (*events.RegisterReply, error) {
 	req := &events.RegisterRequest{Provider: e.id.ID, Source: set.scope.Source, Replace: true}
+	if (&events.Tool{Source: set.scope.Source}).WorkspaceBound() {
+		req.Workspace = e.workspaceName()
+	}
 	if set.scope.Source == events.SourceMCP {
 		req.Server, req.Trust = set.scope.Server, set.scope.Trust
 	}
@@ -347,4 +350,12 @@ func (e *Executor) registerBuiltins(ctx context.Context) error {
 	}
 	e.awaitListed(ctx, reply)
 	return nil
+}
+
+// workspaceName is what callers name this executor's workspace by.
+func (e *Executor) workspaceName() string {
+	if e.cfg.WorkspaceName != "" {
+		return e.cfg.WorkspaceName
+	}
+	return e.cfg.Workspace
 }

@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -99,18 +101,32 @@ func (e *Executor) accept(m *nats.Msg, forwarded bool) {
 	principal, err := e.bindCaller(m, &inv.Sender, forwarded)
 	if err != nil {
 		// An impersonation is refused, and recorded as refused.
-		c := &call{e: e, inv: inv, reply: m.Reply, principal: principal}
-		c.ctx, c.cancel = context.WithCancelCause(context.Background())
-		c.fail(events.ErrInvalidParams, err.Error())
+		e.refuse(m, inv, principal, nil, events.ErrInvalidParams, err.Error())
 		return
 	}
 	t, ok := e.catalog.Catalog().GetTool(inv.Tool)
+	// The executors that may run the call: all the tool's hosts, or,
+	// for a workspace-bound tool, those of the call's workspace.
+	var hosts []string
+	if ok {
+		if hosts, err = hostsFor(t, inv.Workspace); err != nil {
+			e.refuse(m, inv, principal, t, events.ErrInvalidParams, err.Error())
+			return
+		}
+	}
+	mine := ok && slices.Contains(hosts, e.id.ID)
 	h := e.hostedFor(t)
-	if ok && h == nil && slices.Contains(t.Hosts, e.id.ID) {
+	if mine && h == nil {
 		h = e.awaitHosted(t) // this executor's registration of it is in flight
 	}
-	if ok && h == nil && !forwarded {
-		e.forward(m, inv, t)
+	switch {
+	case ok && !forwarded && (h == nil || !mine):
+		e.forward(m, inv, t, hosts)
+		return
+	case ok && forwarded && h != nil && !mine:
+		// Sent here for a workspace this executor does not have (the
+		// catalogue changed on the way): never run it in another.
+		e.refuse(m, inv, principal, t, events.ErrExecutorLost, fmt.Sprintf("executor %s does not host %s for this call's workspace", e.id.ID, t.Name))
 		return
 	}
 	c := &call{e: e, inv: inv, reply: m.Reply, principal: principal, tool: t, host: h}
@@ -220,11 +236,53 @@ func nameOf(t *events.Tool) string {
 	return t.Name
 }
 
-// forward sends an invocation for a tool this executor does not host to
-// one that does; that executor answers the caller directly.
-func (e *Executor) forward(m *nats.Msg, inv *events.Invocation, t *events.Tool) {
-	var hosts []string
+// refuse ends a call before it is admitted, recorded like any other.
+func (e *Executor) refuse(m *nats.Msg, inv *events.Invocation, principal string, t *events.Tool, errType events.ErrorType, msg string) {
+	c := &call{e: e, inv: inv, reply: m.Reply, principal: principal, tool: t}
+	c.ctx, c.cancel = context.WithCancelCause(context.Background())
+	c.fail(errType, msg)
+}
+
+// hostsFor is the executors that may run a call of t for workspace: all
+// t's hosts, or for a workspace-bound tool those of workspace; with no
+// workspace named, those of the one workspace t's hosts have. A call
+// that leaves several workspaces to choose from is refused: it must
+// never act on one silently.
+func hostsFor(t *events.Tool, workspace string) ([]string, error) {
+	if !t.WorkspaceBound() {
+		return t.Hosts, nil
+	}
+	by := map[string][]string{}
 	for _, h := range t.Hosts {
+		ws := t.Workspaces[h]
+		by[ws] = append(by[ws], h)
+	}
+	names := slices.Sorted(maps.Keys(by))
+	if workspace != "" {
+		if hosts := by[workspace]; len(hosts) > 0 {
+			return hosts, nil
+		}
+		return nil, fmt.Errorf("no executor hosts %s for workspace %q; it is hosted for %s", t.Name, workspace, quoteAll(names))
+	}
+	if len(by) > 1 {
+		return nil, fmt.Errorf("%s acts on a workspace and is hosted for %d: %s; name one in the invocation's workspace", t.Name, len(by), quoteAll(names))
+	}
+	return t.Hosts, nil
+}
+
+func quoteAll(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = strconv.Quote(n)
+	}
+	return strings.Join(q, ", ")
+}
+
+// forward sends an invocation this executor may not run to one of hosts
+// that may; that executor answers the caller directly.
+func (e *Executor) forward(m *nats.Msg, inv *events.Invocation, t *events.Tool, candidates []string) {
+	var hosts []string
+	for _, h := range candidates {
 		if h != e.id.ID {
 			hosts = append(hosts, h)
 		}

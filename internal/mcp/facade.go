@@ -34,6 +34,9 @@ import (
 type FacadeConfig struct {
 	Conn *nats.Conn
 	JS   jetstream.JetStream
+	// Workspace names the workspace every call of a file or shell tool
+	// acts on (Invocation.Workspace); empty for the one there is.
+	Workspace string
 	// Principal is the fleet identity Conn connects with (bus.Bus's
 	// Principal; "" for none). Its callers are then "<principal>/agent:…":
 	// the bus vouches for the facade, which vouches for its sessions.
@@ -364,7 +367,7 @@ func (f *Facade) handler(name string) mcpserver.ToolHandlerFunc {
 				args = json.RawMessage(`{}`)
 			}
 		}
-		inv := &events.Invocation{Header: events.Header{Sender: f.caller(ctx)}, Tool: name, Args: args}
+		inv := &events.Invocation{Header: events.Header{Sender: f.caller(ctx)}, Tool: name, Args: args, Workspace: f.cfg.Workspace}
 		watch := &executor.Watch{Progress: f.progress(ctx, req)}
 		if !f.cfg.NoElicitation && canElicit(ctx) {
 			// A confirmation put to the client's user ends with the

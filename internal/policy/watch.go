@@ -28,9 +28,9 @@ type Pushed struct {
 	At       time.Time `json:"at"`
 }
 
-// Bucket creates the policy bucket if it is missing.
+// Bucket opens the policy bucket, and creates it if it is missing.
 func Bucket(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
-	kv, err := bus.EnsureKeyValue(ctx, js, jetstream.KeyValueConfig{
+	kv, err := bus.OpenKeyValue(ctx, js, jetstream.KeyValueConfig{
 		Bucket:      events.PolicyBucket,
 		Description: "toolbus policy: the set pushed to the fleet, with its history",
 		History:     16,

@@ -267,7 +267,7 @@ func (r *Registry) registerOne(req *events.RegisterRequest, spec *events.ToolSpe
 	// The same declaration again from a host of it (a provider hosting
 	// its set again, a re-discovery) changes nothing: no write, no event.
 	if op == events.OpUpdated && slices.Contains(prev.Hosts, req.Provider) && sameDeclaration(prev, spec, kind, params, req) &&
-		slices.Equal(prev.Aliases, r.aliasesFor(name, spec)) {
+		slices.Equal(prev.Aliases, r.aliasesFor(name, spec)) && prev.Workspaces[req.Provider] == req.Workspace {
 		out.Name = name
 		return out, id
 	}
@@ -313,8 +313,10 @@ func (r *Registry) registerOne(req *events.RegisterRequest, spec *events.ToolSpe
 	t.Aliases = r.aliasesFor(name, spec)
 	if op == events.OpUpdated {
 		t.Hosts = addHost(prev.Hosts, req.Provider)
+		t.Workspaces = withWorkspace(prev.Workspaces, req.Provider, req.Workspace)
 	} else {
 		t.Hosts = []string{req.Provider}
+		t.Workspaces = withWorkspace(nil, req.Provider, req.Workspace)
 	}
 	if prev != nil {
 		t.Seq = prev.Seq // an overwrite keeps the position, as Map.set does
@@ -333,6 +335,24 @@ func (r *Registry) registerOne(req *events.RegisterRequest, spec *events.ToolSpe
 	out.Name = name
 	*changes = append(*changes, events.Change{Op: op, Name: name, Warning: out.Warning})
 	return out, id
+}
+
+// withWorkspace is a copy of m with host's workspace set to ws (removed
+// when ws is empty); nil when nothing is left.
+func withWorkspace(m map[string]string, host, ws string) map[string]string {
+	out := make(map[string]string, len(m)+1)
+	for h, w := range m {
+		out[h] = w
+	}
+	if ws == "" {
+		delete(out, host)
+	} else {
+		out[host] = ws
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 // otherHosts are t's hosts other than provider.
@@ -497,6 +517,7 @@ func (r *Registry) unhost(t *events.Tool, host string, changes *[]events.Change)
 	}
 	c := *t
 	c.Hosts = hosts
+	c.Workspaces = withWorkspace(t.Workspaces, host, "")
 	c.UpdatedAt = r.now()
 	r.put(&c)
 	*changes = append(*changes, events.Change{Op: events.OpUpdated, Name: t.Name, Warning: "no longer hosted by " + host})

@@ -18,9 +18,10 @@ const flushTimeout = 10 * time.Second
 type CallOption func(*callConfig)
 
 type callConfig struct {
-	id       string
-	progress func(string)
-	timeout  time.Duration
+	id        string
+	progress  func(string)
+	timeout   time.Duration
+	workspace string
 }
 
 // WithInvocationID makes the call under id instead of a fresh unique one,
@@ -33,6 +34,11 @@ func WithInvocationID(id string) CallOption { return func(c *callConfig) { c.id 
 // before Invoke returns. fn runs on the calling goroutine's behalf and
 // must not block for long: the call waits for it.
 func WithProgress(fn func(chunk string)) CallOption { return func(c *callConfig) { c.progress = fn } }
+
+// WithWorkspace names the workspace a file or shell tool acts on, as its
+// executors name it (executor --workspace-name). Without it the call goes
+// to the one workspace there is, and is refused when there are several.
+func WithWorkspace(name string) CallOption { return func(c *callConfig) { c.workspace = name } }
 
 // WithTimeout asks the executor to stop the call after d (within the
 // fleet's maximum) and report ErrTimeout. The context's deadline bounds
@@ -67,7 +73,7 @@ func (c *Client) Invoke(ctx context.Context, name string, args any, opts ...Call
 	if cfg.timeout < 0 {
 		return nil, fmt.Errorf("toolbus: negative timeout %s", cfg.timeout)
 	}
-	inv := &events.Invocation{Header: events.Header{ID: cfg.id}, Tool: c.toolName(ctx, name), Args: raw}
+	inv := &events.Invocation{Header: events.Header{ID: cfg.id}, Tool: c.toolName(ctx, name), Args: raw, Workspace: cfg.workspace}
 	if cfg.timeout > 0 {
 		inv.TimeoutMillis = max(cfg.timeout.Milliseconds(), 1)
 	}

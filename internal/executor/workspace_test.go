@@ -1,0 +1,141 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/toolbus/toolbus/internal/builtin"
+	"github.com/toolbus/toolbus/internal/bus/bustest"
+	"github.com/toolbus/toolbus/internal/events"
+)
+
+// startWorkspace starts another executor, on a connection of its own,
+// hosting the built-in tools over a new workspace named name whose
+// README.md says so.
+func (e *env) startWorkspace(t *testing.T, id, name string) *Executor {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "README.md"), []byte("# workspace "+name+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ws, err := builtin.NewWorkspace(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shells := builtin.NewShells(ws)
+	conn := bustest.Connect(t, e.bus)
+	ex, err := Start(context.Background(), conn.Conn(), conn.JetStream(), Config{Identity: events.Identity{ID: id}, Tools: builtin.Tools(ws, shells),
+		Policy: defaultPol(t), Workspace: ws.Root(), WorkspaceName: name, Logger: bustest.Quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		ex.Stop(ctx)
+		shells.Close()
+		ws.Close()
+	})
+	return ex
+}
+
+// hostedFor waits until every executor's catalogue says read_file's
+// hosts are want (by workspace).
+func hostedFor(t *testing.T, want map[string]string, exs ...*Executor) {
+	t.Helper()
+	waitFor(t, func() bool {
+		for _, ex := range exs {
+			rf, ok := ex.Catalog().GetTool("read_file")
+			if !ok || len(rf.Workspaces) != len(want) {
+				return false
+			}
+			for h, w := range want {
+				if rf.Workspaces[h] != w {
+					return false
+				}
+			}
+		}
+		return true
+	})
+}
+
+// A call of a workspace-bound tool runs in the workspace it names, on
+// any executor of that workspace and on no other; one that names none
+// while there are several is refused, never sent to one of them; one
+// whose workspace has no executor left fails at once, saying so.
+func TestCallsGoToTheirWorkspace(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.WorkspaceName = "one" })
+	two := e.startWorkspace(t, "executor@two", "two")
+	twoAgain := e.startWorkspace(t, "executor@two-again", "two")
+	hostedFor(t, map[string]string{"executor@test": "one", "executor@two": "two", "executor@two-again": "two"}, e.exec, two, twoAgain)
+
+	read := func(workspace string) *events.Result {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		res, err := e.client.Invoke(ctx, &events.Invocation{Tool: "read_file", Workspace: workspace, Args: json.RawMessage(`{"file_path":"README.md"}`)}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	served := map[string]int{}
+	for range 30 {
+		res := read("two")
+		if res.Error != nil || !strings.Contains(res.LLMContent, "# workspace two") {
+			t.Fatalf("a call for workspace two: %+v", res)
+		}
+		served[res.Sender.ID]++
+	}
+	if served["executor@two"] == 0 || served["executor@two-again"] == 0 || len(served) != 2 {
+		t.Errorf("workspace two's executors did not share its calls: %v", served)
+	}
+	if res := read("one"); res.Error != nil || !strings.Contains(res.LLMContent, "# hello") {
+		t.Fatalf("a call for workspace one: %+v", res)
+	}
+	if res := read(""); errType(res) != events.ErrInvalidParams || !strings.Contains(res.Error.Message, `"one", "two"`) {
+		t.Errorf("a call naming no workspace, with two to choose from: %+v", res.Error)
+	}
+	if res := read("three"); errType(res) != events.ErrInvalidParams || !strings.Contains(res.Error.Message, `workspace "three"`) {
+		t.Errorf("a call for a workspace nobody has: %+v", res.Error)
+	}
+
+	// Workspace two's executors go: its calls fail at once; a call that
+	// names none now has one workspace to go to.
+	for _, ex := range []*Executor{two, twoAgain} {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ex.Stop(ctx)
+		cancel()
+	}
+	hostedFor(t, map[string]string{"executor@test": "one"}, e.exec)
+	start := time.Now()
+	if res := read("two"); errType(res) != events.ErrInvalidParams || !strings.Contains(res.Error.Message, `workspace "two"`) {
+		t.Errorf("a call for a workspace whose executors are gone: %+v", res.Error)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Logf("note: the refusal took %s", d) // reported, not asserted: tests do not assert on time
+	}
+	if res := read(""); res.Error != nil || !strings.Contains(res.LLMContent, "# hello") {
+		t.Errorf("a call naming no workspace, with one left: %+v", res)
+	}
+}
+
+// An executor that stops leaves the parts that share its connection
+// running (`toolbus up` runs the registry, an executor and the console's
+// approver over one): its second connection, for outputs, used to carry
+// the first one's closed handler, through which nats.go's micro package
+// stopped every service of the first connection.
+func TestStoppingAnExecutorLeavesItsNeighboursRunning(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	e.exec.Stop(ctx)
+	if _, err := e.bus.Conn().Request("$SRV.PING."+events.RegistryService, nil, 2*time.Second); err != nil {
+		t.Fatalf("the registry on the executor's connection: %v", err)
+	}
+}
