@@ -69,6 +69,13 @@ func Quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 // answers.
 func StartCluster(tb testing.TB, n, replicas int) []*bus.Bus {
 	tb.Helper()
+	return StartClusterWith(tb, n, replicas, nil)
+}
+
+// StartClusterWith is StartCluster with configure applied to each node's
+// config (identities, say) before it starts.
+func StartClusterWith(tb testing.TB, n, replicas int, configure func(*bus.Config)) []*bus.Bus {
+	tb.Helper()
 	routes := make([]string, n)
 	listens := make([]string, n)
 	for i := range n {
@@ -87,12 +94,16 @@ func StartCluster(tb testing.TB, n, replicas int) []*bus.Bus {
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			nodes[i], errs[i] = bus.Open(ctx, bus.Config{
+			cfg := bus.Config{
 				Listen: "127.0.0.1:0", DataDir: tb.TempDir(), Name: fmt.Sprintf("%s-node%d", tb.Name(), i+1),
 				Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
 				Cluster:  bus.Cluster{Name: "toolbus-test", Listen: listens[i], Routes: routes, ServerName: fmt.Sprintf("node%d", i+1)},
 				Replicas: replicas,
-			})
+			}
+			if configure != nil {
+				configure(&cfg)
+			}
+			nodes[i], errs[i] = bus.Open(ctx, cfg)
 		})
 	}
 	wg.Wait()
