@@ -73,8 +73,14 @@ func main() {
 	defer stopMetrics()
 	b, err := bus.Open(ctx, cfg)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "bus:", err)
 		stopMetrics()
+		if ctx.Err() != nil {
+			// Told to stop while it waited for its cluster: a stop, not
+			// a failure.
+			log.Info("bus stopped before its cluster was up", "err", err)
+			return
+		}
+		fmt.Fprintln(os.Stderr, "bus:", err)
 		os.Exit(1)
 	}
 	cli.WatchBus(m, b)

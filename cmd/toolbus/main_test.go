@@ -398,10 +398,12 @@ func TestFleetDaemons(t *testing.T) {
 	// An executor daemon joins; a call from the command line reaches it.
 	ws := t.TempDir()
 	os.WriteFile(filepath.Join(ws, "hello.txt"), []byte("hello from the fleet\n"), 0o644)
-	execd := startDaemon(t, "executor", "--nats", url, "--workspace", ws, "--id", "executor@fleet-test")
+	execd := startDaemon(t, "executor", "--nats", url, "--workspace", ws, "--workspace-name", "fleet", "--id", "executor@fleet-test")
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		out, errOut, code := toolbus(t, "call", "read_file", "--args", `{"file_path":"hello.txt"}`, "--nats", url)
+		// The provider registered the built-ins for no workspace: the
+		// call names the executor's.
+		out, errOut, code := toolbus(t, "call", "read_file", "--workspace", "fleet", "--args", `{"file_path":"hello.txt"}`, "--nats", url)
 		if code == 0 && out == "hello from the fleet\n" {
 			break
 		}

@@ -75,7 +75,9 @@ func Permissions(role Role, name string) *server.Permissions {
 		return &server.Permissions{Publish: &server.SubjectPermission{Allow: []string{">"}}, Subscribe: &server.SubjectPermission{Allow: []string{">"}}}
 	case RoleRegistry:
 		p.sub(events.SubjectRegister, events.SubjectRegistryRemove, events.SubjectRegistryToggle, "$SRV.>")
-		p.pub(events.SubjectCatalogChanged)
+		// It pings the executors, and takes one that stops answering off
+		// its tools' hosts.
+		p.pub(events.SubjectCatalogChanged, "$SRV.PING."+events.ExecutorService)
 		p.respond()
 		p.jsInfo()
 		p.makesBuckets()
@@ -84,7 +86,8 @@ func Permissions(role Role, name string) *server.Permissions {
 	case RoleExecutor:
 		p.sub(events.InvokeSubject("*"), events.InvokeBatchSubject("*"), events.ExecSubjectPrefix+"*",
 			events.SubjectCancel, events.CancelSubject("*"), events.ClaimSubject, events.ClaimSubjectPrefix+"*",
-			events.AnswerSubjectPrefix+">", events.SubjectDiscoverPrefix+"*", events.SubjectMCPDiscoverPrefix+"*", "$SRV.>")
+			events.AnswerSubjectPrefix+">", events.SubjectDiscoverPrefix+"*", events.SubjectMCPDiscoverPrefix+"*", "$SRV.>",
+			events.SubjectCatalogChanged) // to hear that the registry took it for lost
 		// Results, heartbeats and progress go to the callers' inboxes,
 		// many per call: an executor may publish to any inbox.
 		p.pub("_INBOX.>",

@@ -339,3 +339,8 @@ func encodeSpecs(tools []ToolSpec) ([][]byte, error) {
 	}
 	return specs, nil
 }
+
+// LostCause is the CatalogChanged cause of the registry taking executor
+// off its tools' hosts after it stopped answering: the executor, if it is
+// there after all (its connection came back), registers its tools again.
+func LostCause(executor string) string { return "lost:" + executor }

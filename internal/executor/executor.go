@@ -300,6 +300,7 @@ func (e *Executor) subscribe() error {
 		{events.SubjectCancel, "", e.handleCancel},
 		{events.CancelSubject("*"), "", e.handleCancel},
 		{events.ClaimSubject, "", e.handleClaim},
+		{events.SubjectCatalogChanged, "", e.handleCatalogChanged},
 		{ClaimSubject(e.id.ID), "", e.handleClaim},
 	}
 	for _, h := range handlers {

@@ -23,6 +23,7 @@ import (
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/hooks"
 	"github.com/toolbus/toolbus/internal/policy"
+	"github.com/toolbus/toolbus/internal/registry"
 	"github.com/toolbus/toolbus/internal/registry/registrytest"
 	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/audittest"
@@ -38,6 +39,7 @@ type env struct {
 	ws     *builtin.Workspace
 	exec   *Executor
 	client *Client
+	reg    *registry.Service
 }
 
 type option func(*Config)
@@ -54,7 +56,7 @@ func defaultPol(t testing.TB) *policy.Policy {
 func newEnv(t *testing.T, opts ...option) *env {
 	t.Helper()
 	b := bustest.Start(t, "")
-	registrytest.Start(t, b)
+	reg := registrytest.Start(t, b)
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "README.md"), []byte("# hello\n"), 0o644)
 	ws, err := builtin.NewWorkspace(dir)
@@ -62,7 +64,7 @@ func newEnv(t *testing.T, opts ...option) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ws.Close() })
-	e := &env{bus: b, ws: ws}
+	e := &env{bus: b, ws: ws, reg: reg}
 	e.exec = e.startExecutor(t, b, opts...)
 	e.client = NewClient(bustest.Connect(t, b).Conn(), events.Identity{ID: "agent:test", Role: "agent", Session: "s1"}, "")
 	t.Cleanup(func() { e.client.Close() })

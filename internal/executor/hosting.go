@@ -7,6 +7,8 @@ import (
 	"maps"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/toolbus/toolbus/internal/catalog"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/registry"
@@ -358,4 +360,26 @@ func (e *Executor) workspaceName() string {
 		return e.cfg.WorkspaceName
 	}
 	return e.cfg.Workspace
+}
+
+// handleCatalogChanged hears the registry say it took this executor off
+// its tools' hosts because it stopped answering (events.LostCause): it
+// answers again, so it registers its tools again.
+func (e *Executor) handleCatalogChanged(m *nats.Msg) {
+	ev, err := events.Decode[events.CatalogChanged](m.Data)
+	if err != nil || ev.Cause != events.LostCause(e.id.ID) {
+		return
+	}
+	e.hostMu.Lock()
+	defer e.hostMu.Unlock()
+	select {
+	case <-e.stopping:
+		return
+	default:
+	}
+	e.log.Warn("the registry took this executor for lost; registering its tools again")
+	for _, set := range e.sets {
+		set.registered = false
+	}
+	e.wakeRegistrar()
 }

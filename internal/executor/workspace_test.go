@@ -12,6 +12,7 @@ import (
 	"github.com/toolbus/toolbus/internal/builtin"
 	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/registry"
 )
 
 // startWorkspace starts another executor, on a connection of its own,
@@ -138,4 +139,75 @@ func TestStoppingAnExecutorLeavesItsNeighboursRunning(t *testing.T) {
 	if _, err := e.bus.Conn().Request("$SRV.PING."+events.RegistryService, nil, 2*time.Second); err != nil {
 		t.Fatalf("the registry on the executor's connection: %v", err)
 	}
+}
+
+// An executor that dies without stopping is taken off its tools' hosts
+// by the registry once it misses its pings: calls for its workspace then
+// fail at once, saying so, and the others' go on. One that comes back
+// registers again: restarted, or, its connection back, when it hears
+// that the registry took it for lost.
+func TestALostExecutorLeavesAndComesBack(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.WorkspaceName = "one" })
+	conn := bustest.Connect(t, e.bus)
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "README.md"), []byte("# workspace two\n"), 0o644)
+	ws, err := builtin.NewWorkspace(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	shells := builtin.NewShells(ws)
+	defer shells.Close()
+	doomed, err := Start(context.Background(), conn.Conn(), conn.JetStream(), Config{Identity: events.Identity{ID: "executor@doomed"}, Tools: builtin.Tools(ws, shells),
+		Policy: defaultPol(t), Workspace: ws.Root(), WorkspaceName: "two", Logger: bustest.Quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostedFor(t, map[string]string{"executor@test": "one", "executor@doomed": "two"}, e.exec)
+	read := func(workspace string) *events.Result {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		res, err := e.client.Invoke(ctx, &events.Invocation{Tool: "read_file", Workspace: workspace, Args: json.RawMessage(`{"file_path":"README.md"}`)}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	if res := read("two"); res.Error != nil {
+		t.Fatalf("before: %+v", res.Error)
+	}
+	// Its connection drops, with no goodbye, once the registry knows it.
+	waitFor(t, func() bool { return e.reg.Watching("executor@doomed") })
+	conn.Conn().Close()
+	hostedFor(t, map[string]string{"executor@test": "one"}, e.exec)
+	if res := read("two"); errType(res) != events.ErrInvalidParams || !strings.Contains(res.Error.Message, `workspace "two"`) {
+		t.Errorf("a call for the lost executor's workspace: %+v", res.Error)
+	}
+	if res := read("one"); res.Error != nil {
+		t.Errorf("a call for the other workspace: %+v", res.Error)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	doomed.Stop(ctx)
+	cancel()
+
+	// It comes back: restarted, it registers at start.
+	back := e.startWorkspace(t, "executor@doomed", "two")
+	hostedFor(t, map[string]string{"executor@test": "one", "executor@doomed": "two"}, e.exec, back)
+	if res := read("two"); res.Error != nil || !strings.Contains(res.LLMContent, "# workspace two") {
+		t.Errorf("after it came back: %+v", res)
+	}
+
+	// Taken for lost while it was there after all: it registers again.
+	reg := registry.NewClient(e.bus.Conn(), events.Identity{ID: "test"})
+	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := reg.Remove(ctx, &events.RemoveRequest{Header: events.Header{Sender: events.Identity{ID: "test"}}, Provider: "executor@doomed"}); err != nil {
+		t.Fatal(err)
+	}
+	hostedFor(t, map[string]string{"executor@test": "one"}, e.exec)
+	data, _ := events.Encode(&events.CatalogChanged{Header: events.Header{Sender: events.Identity{ID: "registry"}}, Cause: events.LostCause("executor@doomed"),
+		Changes: []events.Change{{Op: events.OpUpdated, Name: "read_file"}}})
+	e.bus.Conn().Publish(events.SubjectCatalogChanged, data)
+	hostedFor(t, map[string]string{"executor@test": "one", "executor@doomed": "two"}, e.exec)
 }

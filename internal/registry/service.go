@@ -2,8 +2,10 @@ package registry
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -39,6 +41,12 @@ type Service struct {
 	svc   micro.Service
 	id    events.Identity
 	log   *slog.Logger
+
+	stop    chan struct{} // closed by Stop: the executors' watch ends
+	watched chan struct{} // closed when it has
+
+	watchMu sync.Mutex
+	misses  map[string]int // executors seen answering, by id: pings missed since
 }
 
 // Start loads the catalogue an earlier registry left on the bus, applies the
@@ -62,7 +70,8 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 	if err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
 	}
-	s := &Service{reg: New(cfg.Settings, log), nc: nc, js: js, store: st, id: cfg.Identity, log: log}
+	s := &Service{reg: New(cfg.Settings, log), nc: nc, js: js, store: st, id: cfg.Identity, log: log,
+		stop: make(chan struct{}), watched: make(chan struct{}), misses: map[string]int{}}
 	changes := s.reg.Restore(tools, state)
 	if err := s.reg.flush(ctx, st); err != nil {
 		return nil, fmt.Errorf("registry: save restored catalogue: %w", err)
@@ -79,6 +88,7 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 		return nil, fmt.Errorf("registry: %w", err)
 	}
 	s.svc = svc
+	go s.watchExecutors()
 	endpoints := []struct {
 		name, subject string
 		handle        micro.HandlerFunc
@@ -99,8 +109,111 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 // Registry is the service's registry, for in-process readers.
 func (s *Service) Registry() *Registry { return s.reg }
 
-// Stop stops answering requests, letting requests being handled finish.
-func (s *Service) Stop() error { return s.svc.Stop() }
+// Stop stops answering requests, letting requests being handled finish,
+// and stops watching the executors.
+func (s *Service) Stop() error {
+	select {
+	case <-s.stop:
+	default:
+		close(s.stop)
+	}
+	<-s.watched
+	return s.svc.Stop()
+}
+
+// Executors are pinged every PingEvery; one that answered before and
+// misses LostAfter pings in a row is taken off its tools' hosts.
+const (
+	PingEvery = 2 * time.Second
+	LostAfter = 3
+)
+
+// watchExecutors takes an executor that stops answering off the hosts of
+// its tools: a tool only it hosted leaves the catalogue, and calls are
+// no longer sent to it. An executor that comes back registers its tools
+// again (at its start, or when it hears LostCause about itself). Only
+// providers seen answering as executors are judged: other registrants'
+// tools are never touched.
+func (s *Service) watchExecutors() {
+	defer close(s.watched)
+	tick := time.NewTicker(PingEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-tick.C:
+		}
+		alive, err := s.pingExecutors()
+		if err != nil {
+			continue // the bus is away: nobody is judged by it
+		}
+		var lost []string
+		s.watchMu.Lock()
+		for id := range alive {
+			s.misses[id] = 0
+		}
+		for id := range s.misses {
+			if alive[id] {
+				continue
+			}
+			if s.misses[id]++; s.misses[id] >= LostAfter {
+				delete(s.misses, id)
+				lost = append(lost, id)
+			}
+		}
+		s.watchMu.Unlock()
+		for _, id := range lost {
+			changes, _ := s.reg.Remove(&events.RemoveRequest{Provider: id})
+			if len(changes) == 0 {
+				continue
+			}
+			s.log.Warn("an executor stopped answering; taken off its tools' hosts", "executor", id, "changes", len(changes))
+			if err := s.save(); err == nil {
+				s.publishChanges(events.LostCause(id), changes)
+			}
+		}
+	}
+}
+
+// Watching says whether the registry has seen executor id answer, and
+// would take it off its tools' hosts were it to stop.
+func (s *Service) Watching(id string) bool {
+	s.watchMu.Lock()
+	defer s.watchMu.Unlock()
+	_, ok := s.misses[id]
+	return ok
+}
+
+// pingExecutors asks every executor's service for its id, and gathers
+// the answers that come within a quarter of a second.
+func (s *Service) pingExecutors() (map[string]bool, error) {
+	subject, err := micro.ControlSubject(micro.PingVerb, events.ExecutorService, "")
+	if err != nil {
+		return nil, err
+	}
+	inbox := s.nc.NewInbox()
+	sub, err := s.nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, err
+	}
+	defer sub.Unsubscribe()
+	if err := s.nc.PublishRequest(subject, inbox, nil); err != nil {
+		return nil, err
+	}
+	alive := map[string]bool{}
+	deadline := time.Now().Add(250 * time.Millisecond)
+	for {
+		m, err := sub.NextMsg(time.Until(deadline))
+		if err != nil {
+			return alive, nil
+		}
+		var ping micro.Ping
+		if json.Unmarshal(m.Data, &ping) == nil && ping.Metadata["id"] != "" {
+			alive[ping.Metadata["id"]] = true
+		}
+	}
+}
 
 func (s *Service) handleRegister(req micro.Request) {
 	in, err := events.Decode[events.RegisterRequest](req.Data())
