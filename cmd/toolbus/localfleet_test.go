@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+
+	"github.com/toolbus/toolbus/internal/events"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -140,6 +142,7 @@ func TestLocalFleetScript(t *testing.T) {
 	if served < 4 {
 		t.Errorf("the executors' metrics count %v read_file calls; at least 4 were made", served)
 	}
+	lostExecutor(t, dir, agent, node)
 	if out, _ := script("status"); strings.Count(out, "running") != 7 {
 		t.Errorf("status:\n%s", out)
 	}
@@ -155,6 +158,90 @@ func TestLocalFleetScript(t *testing.T) {
 	for _, pid := range running {
 		if syscall.Kill(pid, 0) == nil {
 			t.Errorf("process %d still runs after stop", pid)
+		}
+	}
+}
+
+// lostExecutor kills executor2 (workspace two) while a call of its waits
+// for confirmation: that call ends as EXECUTOR_LOST, workspace one's calls
+// go on, workspace two's fail at once once the registry has taken the
+// executor for lost, and work again when it is back.
+func lostExecutor(t *testing.T, dir, agent string, node func(int) string) {
+	t.Helper()
+	pidFile := filepath.Join(dir, "run", "executor2.pid")
+	data, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(data)))
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+	call := func(ws, tool, argsJSON string) (string, string, int) {
+		return toolbusWith(t, []string{agent}, "call", tool, "--workspace", ws, "--args", argsJSON, "--nats", node(0)+","+node(1)+","+node(2))
+	}
+	type outcome struct {
+		errOut string
+		code   int
+	}
+	pending := make(chan outcome, 1)
+	go func() {
+		_, errOut, code := call("two", "run_shell_command", `{"command":"sleep 30"}`)
+		pending <- outcome{errOut, code}
+	}()
+	// Mid-call: the policy asked, and the call waits for an answer.
+	auditor := "TOOLBUS_IDENTITY=" + filepath.Join(dir, "identities", "auditor.nk")
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		out, _, _ := toolbusWith(t, []string{auditor}, "audit", "list", "--tool", "run_shell_command", "--verdict", "ASK_USER", "--json", "--nats", node(1))
+		if strings.Contains(strings.ReplaceAll(out, " ", ""), `"outcome":"PENDING"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the shell call never waited for confirmation: %s", out)
+		}
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if o := <-pending; o.code == 0 || !strings.Contains(o.errOut, string(events.ErrExecutorLost)) {
+		t.Errorf("the call its executor died under: exit %d %s", o.code, o.errOut)
+	}
+	if out, errOut, code := call("one", "read_file", `{"file_path":"README.md"}`); code != 0 || !strings.Contains(out, "# workspace one") {
+		t.Errorf("workspace one with executor2 gone: exit %d %s %s", code, out, errOut)
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		_, errOut, code := call("two", "read_file", `{"file_path":"README.md"}`)
+		if code != 0 && strings.Contains(errOut, `no executor hosts read_file for workspace "two"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("workspace two with its executor gone for a minute: exit %d %s", code, errOut)
+		}
+	}
+	// It comes back, as it was started.
+	back := exec.Command(args[0], args[1:]...)
+	back.Env = append(os.Environ(), "TOOLBUS_IDENTITY="+filepath.Join(dir, "identities", "executor2.nk"))
+	logf, err := os.OpenFile(filepath.Join(dir, "log", "executor2.log"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	back.Stdout, back.Stderr = logf, logf
+	if err := back.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// The script's stop stops it, as the part it replaces.
+	os.WriteFile(pidFile, []byte(strconv.Itoa(back.Process.Pid)+"\n"), 0o644)
+	go back.Wait()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		out, errOut, code := call("two", "read_file", `{"file_path":"README.md"}`)
+		if code == 0 && strings.Contains(out, "# workspace two") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("workspace two with its executor back: exit %d %s", code, errOut)
 		}
 	}
 }
