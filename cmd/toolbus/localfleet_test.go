@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 
 	"github.com/toolbus/toolbus/internal/events"
@@ -143,6 +144,7 @@ func TestLocalFleetScript(t *testing.T) {
 		t.Errorf("the executors' metrics count %v read_file calls; at least 4 were made", served)
 	}
 	lostExecutor(t, dir, agent, node)
+	restartEverything(t, dir, agent, node, script)
 	if out, _ := script("status"); strings.Count(out, "running") != 7 {
 		t.Errorf("status:\n%s", out)
 	}
@@ -243,5 +245,107 @@ func lostExecutor(t *testing.T, dir, agent string, node func(int) string) {
 		if time.Now().After(deadline) {
 			t.Fatalf("workspace two with its executor back: exit %d %s", code, errOut)
 		}
+	}
+}
+
+// restartEverything pushes a policy, remembers an approval and makes some
+// history, stops every part and starts the fleet again: the catalogue,
+// the allowlist, the policy and the history are all there.
+func restartEverything(t *testing.T, dir, agent string, node func(int) string, script func(...string) (string, error)) {
+	t.Helper()
+	id := func(name string) []string {
+		return []string{"TOOLBUS_IDENTITY=" + filepath.Join(dir, "identities", name+".nk")}
+	}
+	all := node(0) + "," + node(1) + "," + node(2)
+	run := func(as string, args ...string) string {
+		t.Helper()
+		out, errOut, code := toolbusWith(t, id(as), append(args, "--nats", all)...)
+		if code != 0 {
+			t.Fatalf("%s: toolbus %v: exit %d %s", as, args, code, errOut)
+		}
+		return out
+	}
+	run("admin", "policy", "push", "../../policy")
+	policyBefore := run("admin", "policy", "show", "--json")
+
+	// An approval remembered: an approver of its own says always.
+	confirm := exec.Command(bin("toolbus"), "confirm", "--json", "--nats", all)
+	confirm.Env = append(os.Environ(), id("approver")...)
+	stdin, _ := confirm.StdinPipe()
+	stdout, _ := confirm.StdoutPipe()
+	if err := confirm.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stdin.Close(); confirm.Wait() }()
+	go func() {
+		dec := json.NewDecoder(stdout)
+		for {
+			var ev struct {
+				Event        string                 `json:"event"`
+				InvocationID string                 `json:"invocationId"`
+				Request      *events.ConfirmRequest `json:"request"`
+			}
+			if dec.Decode(&ev) != nil {
+				return
+			}
+			if ev.Event == "request" && ev.Request != nil && len(ev.Request.Always) > 0 {
+				fmt.Fprintf(stdin, "{\"invocationId\":%q,\"outcome\":%q}\n", ev.InvocationID, ev.Request.Always[0].Outcome)
+			}
+		}
+	}()
+	if out, errOut, code := toolbusWith(t, []string{agent}, "call", "write_file", "--workspace", "one", "--args", `{"file_path":"kept.txt","content":"kept"}`, "--nats", all); code != 0 {
+		t.Fatalf("the call remembered: exit %d %s %s", code, out, errOut)
+	}
+	allowBefore := run("admin", "allowlist", "list", "--json")
+	if !strings.Contains(allowBefore, `"write_file"`) {
+		t.Fatalf("no approval remembered: %s", allowBefore)
+	}
+	tools := run("agent", "tools", "list", "--json")
+	history := run("auditor", "audit", "list", "--json")
+
+	if out, err := script("stop"); err != nil {
+		t.Fatalf("stop: %v\n%s", err, out)
+	}
+	if out, err := script("start"); err != nil {
+		t.Fatalf("start again: %v\n%s", err, out)
+	}
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(500 * time.Millisecond) {
+		_, _, code := toolbusWith(t, []string{agent}, "call", "read_file", "--workspace", "two", "--args", `{"file_path":"README.md"}`, "--nats", all)
+		if code == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no call after the restart in two minutes")
+		}
+	}
+	if got := run("admin", "policy", "show", "--json"); got != policyBefore {
+		t.Errorf("the pushed policy after the restart:\n%s\nbefore:\n%s", got, policyBefore)
+	}
+	if got := run("admin", "allowlist", "list", "--json"); got != allowBefore {
+		t.Errorf("the allowlist after the restart:\n%s\nbefore:\n%s", got, allowBefore)
+	}
+	// The catalogue: the same tools, the executors registered again.
+	var before, after []map[string]any
+	json.Unmarshal([]byte(tools), &before)
+	json.Unmarshal([]byte(run("agent", "tools", "list", "--json")), &after)
+	if len(after) != len(before) || len(before) == 0 {
+		t.Errorf("%d tools after the restart, %d before", len(after), len(before))
+	}
+	// The history: every invocation recorded before is still there, with
+	// its outcome.
+	var old, now []map[string]any
+	json.Unmarshal([]byte(history), &old)
+	json.Unmarshal([]byte(run("auditor", "audit", "list", "--json")), &now)
+	outcome := map[any]any{}
+	for _, r := range now {
+		outcome[r["id"]] = r["outcome"]
+	}
+	for _, r := range old {
+		if r["outcome"] != "PENDING" && outcome[r["id"]] != r["outcome"] {
+			t.Errorf("invocation %v: %v after the restart, %v before", r["id"], outcome[r["id"]], r["outcome"])
+		}
+	}
+	if len(old) == 0 || len(now) <= len(old) {
+		t.Errorf("%d invocations recorded before the restart, %d after", len(old), len(now))
 	}
 }

@@ -131,7 +131,9 @@ func Permissions(role Role, name string) *server.Permissions {
 			"$SRV.PING.>", "$SRV.INFO.>")
 		p.respond()
 		p.jsInfo()
-		p.readKV(events.CatalogBucket, events.PolicyBucket)
+		// The catalogue and the state of the MCP servers and discovery
+		// commands behind it (toolbus tools list), the pushed policy.
+		p.readKV(events.CatalogBucket, events.PolicyBucket, events.MCPStatusBucket, events.DiscoveryStatusBucket)
 		p.readObjects(events.OutputBucket)
 	}
 	return p.permissions()

@@ -187,7 +187,10 @@ func Open(ctx context.Context, cfg Config) (*Bus, error) {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
 	b.js = js
-	if b.srv != nil {
+	// A node of a cluster leaves its streams to the cluster's meta layer,
+	// which may not have a leader yet at this point (every node restarted
+	// at once); only a lone server's store is checked here.
+	if b.srv != nil && cfg.Cluster.Name == "" {
 		if err := checkLoaded(ctx, js, cfg.DataDir); err != nil {
 			b.Close(ctx)
 			return nil, err
