@@ -114,6 +114,26 @@ func startFleet(t *testing.T) *fleet {
 	return f
 }
 
+// approveAll has the fleet's approver answer every request "proceed once"
+// until ctx ends; the test waits for it to stop.
+func (f *fleet) approveAll(t *testing.T, ctx context.Context) {
+	done := make(chan struct{})
+	t.Cleanup(func() { <-done })
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			s, changed := f.approver.Snapshot()
+			for _, r := range s.Pending {
+				f.approver.Answer(ctx, r.InvocationID, approve.Answer{Outcome: events.ProceedOnce})
+			}
+			select {
+			case <-changed:
+			case <-ctx.Done():
+			}
+		}
+	}()
+}
+
 // as connects as member name, closed when the test ends.
 func (f *fleet) as(t *testing.T, name string) *bus.Bus {
 	t.Helper()
@@ -249,20 +269,9 @@ func TestEveryRoleDoesItsWorkWithItsOwnPermissions(t *testing.T) {
 		time.Sleep(500 * time.Millisecond)
 		client.Cancel(ctx, long.ID, "changed my mind")
 	}()
-	go func() {
-		// The shell asks: answer it, so the call runs and is cancelled
-		// while it runs, not while it waits.
-		for ctx.Err() == nil {
-			s, changed := f.approver.Snapshot()
-			for _, r := range s.Pending {
-				f.approver.Answer(ctx, r.InvocationID, approve.Answer{Outcome: events.ProceedOnce})
-			}
-			select {
-			case <-changed:
-			case <-ctx.Done():
-			}
-		}
-	}()
+	// The shell asks: answered, the call runs and is cancelled while it
+	// runs, not while it waits.
+	f.approveAll(t, ctx)
 	if r, err := client.Invoke(ctx, long, nil); err != nil || r.Error == nil || r.Error.Type != events.ErrCancelled {
 		t.Fatalf("the agent's cancel of its own call: %+v %v", r, err)
 	}
@@ -437,18 +446,7 @@ func TestAnAgentCannotCancelAnothersCall(t *testing.T) {
 	defer mallory.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	go func() {
-		for ctx.Err() == nil {
-			s, changed := f.approver.Snapshot()
-			for _, r := range s.Pending {
-				f.approver.Answer(ctx, r.InvocationID, approve.Answer{Outcome: events.ProceedOnce})
-			}
-			select {
-			case <-changed:
-			case <-ctx.Done():
-			}
-		}
-	}()
+	f.approveAll(t, ctx)
 	marker := filepath.Join(f.workspace, "finished")
 	inv := &events.Invocation{Header: events.Header{ID: "victim"}, Tool: "run_shell_command", Args: json.RawMessage(`{"command":"sleep 2; touch finished"}`)}
 	go func() {

@@ -45,6 +45,18 @@ func (e *env) startWorkspace(t *testing.T, id, name string) *Executor {
 	return ex
 }
 
+// readIn reads README.md in workspace through the env's client.
+func (e *env) readIn(t *testing.T, workspace string) *events.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := e.client.Invoke(ctx, &events.Invocation{Tool: "read_file", Workspace: workspace, Args: json.RawMessage(`{"file_path":"README.md"}`)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
 // hostedFor waits until every executor's catalogue says read_file's
 // hosts are want (by workspace).
 func hostedFor(t *testing.T, want map[string]string, exs ...*Executor) {
@@ -75,16 +87,7 @@ func TestCallsGoToTheirWorkspace(t *testing.T) {
 	twoAgain := e.startWorkspace(t, "executor@two-again", "two")
 	hostedFor(t, map[string]string{"executor@test": "one", "executor@two": "two", "executor@two-again": "two"}, e.exec, two, twoAgain)
 
-	read := func(workspace string) *events.Result {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		res, err := e.client.Invoke(ctx, &events.Invocation{Tool: "read_file", Workspace: workspace, Args: json.RawMessage(`{"file_path":"README.md"}`)}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res
-	}
+	read := func(workspace string) *events.Result { return e.readIn(t, workspace) }
 	served := map[string]int{}
 	for range 30 {
 		res := read("two")
@@ -164,16 +167,7 @@ func TestALostExecutorLeavesAndComesBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	hostedFor(t, map[string]string{"executor@test": "one", "executor@doomed": "two"}, e.exec)
-	read := func(workspace string) *events.Result {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		res, err := e.client.Invoke(ctx, &events.Invocation{Tool: "read_file", Workspace: workspace, Args: json.RawMessage(`{"file_path":"README.md"}`)}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res
-	}
+	read := func(workspace string) *events.Result { return e.readIn(t, workspace) }
 	if res := read("two"); res.Error != nil {
 		t.Fatalf("before: %+v", res.Error)
 	}
