@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	defaultpolicy "github.com/toolbus/toolbus/policy"
@@ -588,4 +589,35 @@ func TestTheGoClientCallsAsAMember(t *testing.T) {
 		t.Errorf("a call for a workspace no executor has: %v", err)
 	}
 	f.clean(t, "agent")
+}
+
+// A call another executor forwards carries the principal that executor
+// read from the caller's subject; only executors may publish on an
+// executor's own subject, so the one that runs it takes it as proven.
+func TestAForwardedCallKeepsItsProvenCaller(t *testing.T) {
+	f := startFleet(t)
+	ex := f.as(t, "executor")
+	inv := &events.Invocation{Header: events.Header{ID: "forwarded", Sender: events.Identity{ID: "agent", Role: "agent"}},
+		Tool: "read_file", Args: json.RawMessage(`{"file_path":"README.md"}`)}
+	data, err := events.Encode(inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &nats.Msg{Subject: executor.ExecSubject("executor"), Data: data, Header: nats.Header{}}
+	m.Header.Set(events.PrincipalHeader, "agent")
+	reply, err := ex.Conn().RequestMsg(m, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := events.Decode[events.Result](reply.Data); err != nil || res.Error != nil {
+		t.Fatalf("the forwarded call: %+v %v", res, err)
+	}
+	d := lastDecision(t, f.as(t, "auditor").JetStream(), "forwarded")
+	var in struct {
+		Caller events.Identity `json:"caller"`
+	}
+	if err := json.Unmarshal(d.Input, &in); err != nil || !in.Caller.Proven || in.Caller.ID != "agent" {
+		t.Errorf("the policy saw the forwarded call's caller as %+v (%v)", in.Caller, err)
+	}
+	f.clean(t, "executor")
 }

@@ -51,6 +51,11 @@ func appendDecisionKey(b []byte, t *events.Tool, inv *events.Invocation, paths, 
 		b = append(b, 0)
 		b = append(b, s...)
 	}
+	// Whether the bus vouched for the caller is part of the input: a
+	// claim must never reuse the verdict given to the proven caller of
+	// the same name.
+	b = append(b, 0)
+	b = strconv.AppendBool(b, c.Proven)
 	b = append(b, 0)
 	b = strconv.AppendInt(b, int64(len(paths)), 10)
 	for _, p := range paths {

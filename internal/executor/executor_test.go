@@ -866,8 +866,23 @@ func TestWithoutIdentitiesEveryCallerIsAClaim(t *testing.T) {
 	if res, err := events.Decode[events.Result](m.Data); err != nil || res.Error != nil {
 		t.Fatalf("the call: %+v %v", res, err)
 	}
+	// Nor does a forwarded call's principal header prove anything here:
+	// anyone can publish on an executor's own subject.
+	inv.ID = "claims-forwarded"
+	if data, err = events.Encode(inv); err != nil {
+		t.Fatal(err)
+	}
+	fwd := &nats.Msg{Subject: ExecSubject("executor@test"), Data: data, Header: nats.Header{}}
+	fwd.Header.Set(events.PrincipalHeader, "root")
+	if m, err = nc.RequestMsg(fwd, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := events.Decode[events.Result](m.Data); err != nil || res.Error != nil {
+		t.Fatalf("the forwarded call: %+v %v", res, err)
+	}
+	checked := 0
 	for _, d := range audittest.Envelopes[events.Decision](t, e.bus.JetStream(), events.SubjectDecision) {
-		if d.InvocationID != "claims-proof" {
+		if d.InvocationID != "claims-proof" && d.InvocationID != "claims-forwarded" {
 			continue
 		}
 		var in struct {
@@ -877,9 +892,11 @@ func TestWithoutIdentitiesEveryCallerIsAClaim(t *testing.T) {
 			t.Fatal(err)
 		}
 		if in.Caller["id"] != "root" || in.Caller["proven"] != false {
-			t.Fatalf("the policy saw the caller as %v, want root, not proven", in.Caller)
+			t.Fatalf("%s: the policy saw the caller as %v, want root, not proven", d.InvocationID, in.Caller)
 		}
-		return
+		checked++
 	}
-	t.Fatal("no decision on record")
+	if checked != 2 {
+		t.Fatalf("%d of 2 decisions on record", checked)
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/toolbus/toolbus/internal/builtin"
 	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/registry"
 )
 
@@ -204,4 +205,44 @@ func TestALostExecutorLeavesAndComesBack(t *testing.T) {
 		Changes: []events.Change{{Op: events.OpUpdated, Name: "read_file"}}})
 	e.bus.Conn().Publish(events.SubjectCatalogChanged, data)
 	hostedFor(t, map[string]string{"executor@test": "one", "executor@doomed": "two"}, e.exec)
+}
+
+// The decision cache keeps a proven caller and a claim to its name apart:
+// a policy that allows only proven callers must deny the claim, even
+// right after it allowed the same call to the caller itself.
+func TestAClaimNeverReusesAProvenCallersVerdict(t *testing.T) {
+	pol, err := policy.Compile(context.Background(), policy.Files{"p.rego": `package toolbus
+
+decision := {"verdict": "ALLOW", "reason": "proven", "remember": false} if {
+	input.caller.proven
+} else := {"verdict": "DENY", "reason": "a claim", "remember": false}
+`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, func(c *Config) { c.Policy, c.IdentitiesEnforced = pol, true })
+	nc := bustest.Connect(t, e.bus).Conn()
+	call := func(subject, id string) *events.Result {
+		t.Helper()
+		data, err := events.Encode(&events.Invocation{Header: events.Header{ID: id, Sender: events.Identity{ID: "agent"}},
+			Tool: "read_file", Args: json.RawMessage(`{"file_path":"README.md"}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := nc.Request(subject, data, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := events.Decode[events.Result](m.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	if res := call(events.InvokeSubject("agent"), "proven"); res.Error != nil {
+		t.Fatalf("the proven caller: %+v", res.Error)
+	}
+	if res := call(events.InvokeSubject(""), "claim"); errType(res) != events.ErrPolicyDenied {
+		t.Fatalf("a claim to the proven caller's name got %s: %s", errType(res), res.LLMContent)
+	}
 }
