@@ -28,6 +28,9 @@ func main() {
 	replicas := fs.Int("replicas", 0, "copies the cluster keeps of the audit stream and every bucket (default 3 in a cluster, 1 alone)")
 	identities := fs.String("identities", "", "directory of the fleet's identities (`toolbus init`): admit only its members, each with its role's permissions; the bus connects as DIR/bus.nk unless --nkey says otherwise")
 	metricsAddr := cli.MetricsFlag(fs)
+	tlsCert := fs.String("tls-cert", "", "certificate (PEM) of the client port, which then speaks TLS only; parts connect with TOOLBUS_NATS_CA")
+	tlsKey := fs.String("tls-key", "", "with --tls-cert: its private key (PEM)")
+	tlsClientCA := fs.String("tls-client-ca", "", "with --tls-cert: CA (PEM) whose certificates clients must show (TOOLBUS_NATS_CERT, TOOLBUS_NATS_KEY)")
 	nkey := fs.String("nkey", "", "with --identities: the bus's own seed file (default DIR/bus.nk)")
 	fs.Parse(os.Args[1:])
 	log, err := cli.Logger(*logLevel)
@@ -37,7 +40,8 @@ func main() {
 	}
 	ctx, stop := cli.SignalContext()
 	defer stop()
-	cfg := bus.Config{Listen: *listen, DataDir: *dataDir, Name: "toolbus-bus", Logger: log, Replicas: *replicas}
+	cfg := bus.Config{Listen: *listen, DataDir: *dataDir, Name: "toolbus-bus", Logger: log, Replicas: *replicas,
+		TLSCertFile: *tlsCert, TLSKeyFile: *tlsKey, TLSClientCAFile: *tlsClientCA}
 	if *clusterName != "" {
 		cfg.Cluster = bus.Cluster{Name: *clusterName, Listen: *clusterListen, ServerName: *serverName}
 		for _, r := range strings.Split(*routes, ",") {

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -74,6 +75,11 @@ type Config struct {
 	// authenticates with it, takes its replies under the member's own
 	// inbox prefix, and Principal is the member's name.
 	NkeyFile string
+	// TLSCertFile and TLSKeyFile, for an embedded server, make its client
+	// port speak TLS only, with this certificate; with TLSClientCAFile,
+	// clients must show a certificate that CA signed. Parts reach it with
+	// CAFile (and CertFile, KeyFile).
+	TLSCertFile, TLSKeyFile, TLSClientCAFile string
 	// AuthConfig, for an embedded server, is the authorization config
 	// of a fleet's identities (DIR/auth.conf of `toolbus init`): the
 	// server admits only its members, each with its role's permissions.
@@ -175,7 +181,13 @@ func Open(ctx context.Context, cfg Config) (*Bus, error) {
 		// The embedding process talks to its own server without TCP.
 		opts = append(opts, nats.InProcessServer(srv))
 	}
-	nc, err := nats.Connect(b.url, opts...)
+	connectTo := b.url
+	if b.srv != nil {
+		// The process's own connection is in-process, where the server
+		// takes plain NATS even when its port speaks only TLS.
+		connectTo = "nats://" + strings.TrimPrefix(b.url, "tls://")
+	}
+	nc, err := nats.Connect(connectTo, opts...)
 	if err != nil {
 		b.shutdownServer()
 		return nil, fmt.Errorf("connect to bus %s: %w", b.url, err)
@@ -282,6 +294,17 @@ func startServer(cfg Config, log *slog.Logger) (*server.Server, error) {
 		if err := clusterOptions(opts, c); err != nil {
 			return nil, fmt.Errorf("embedded bus: %w", err)
 		}
+	}
+	if cfg.TLSCertFile != "" || cfg.TLSKeyFile != "" {
+		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: cfg.TLSCertFile, KeyFile: cfg.TLSKeyFile,
+			CaFile: cfg.TLSClientCAFile, Verify: cfg.TLSClientCAFile != ""})
+		if err != nil {
+			return nil, fmt.Errorf("embedded bus: TLS: %w", err)
+		}
+		opts.TLSConfig, opts.TLS, opts.TLSVerify = tc, true, cfg.TLSClientCAFile != ""
+		opts.TLSTimeout = 2
+	} else if cfg.TLSClientCAFile != "" {
+		return nil, errors.New("embedded bus: a client CA needs the server's own certificate and key too")
 	}
 	if cfg.AuthConfig != "" {
 		users, err := auth.ServerUsers(cfg.AuthConfig)
