@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -149,7 +150,7 @@ func (e *Executor) awaitListed(ctx context.Context, reply *events.RegisterReply)
 	defer timeout.Stop()
 	for {
 		changed := e.catalog.Changed()
-		if holdsAll(e.catalog.Catalog(), reply.Tools) {
+		if holdsAll(e.catalog.Catalog(), reply.Tools, e.id.ID) {
 			return
 		}
 		select {
@@ -168,11 +169,15 @@ func (e *Executor) awaitListed(ctx context.Context, reply *events.RegisterReply)
 // listedWait bounds awaitListed.
 const listedWait = 10 * time.Second
 
-// holdsAll reports whether c lists every tool outcomes name.
-func holdsAll(c *catalog.Catalog, outcomes []events.ToolOutcome) bool {
+// holdsAll reports whether c lists every tool outcomes name, with host
+// among its hosts: a tool other executors host already is listed before
+// this executor's registration of it reaches the replica, and a call
+// taken meanwhile would be judged on the entry without this executor
+// (its workspace unknown there).
+func holdsAll(c *catalog.Catalog, outcomes []events.ToolOutcome, host string) bool {
 	for _, o := range outcomes {
 		if o.Name != "" && o.Error == "" {
-			if _, ok := c.Lookup(o.Name); !ok {
+			if t, ok := c.Lookup(o.Name); !ok || !slices.Contains(t.Hosts, host) {
 				return false
 			}
 		}
