@@ -252,6 +252,22 @@ func hostsFor(t *events.Tool, workspace string) ([]string, error) {
 	if !t.WorkspaceBound() {
 		return t.Hosts, nil
 	}
+	// The common call allocates nothing: every host has the workspace
+	// asked for, or, asked for none, all hosts have the same one.
+	want := workspace
+	if want == "" && len(t.Hosts) > 0 {
+		want = t.Workspaces[t.Hosts[0]]
+	}
+	same := true
+	for _, h := range t.Hosts {
+		if t.Workspaces[h] != want {
+			same = false
+			break
+		}
+	}
+	if same && len(t.Hosts) > 0 {
+		return t.Hosts, nil
+	}
 	by := map[string][]string{}
 	for _, h := range t.Hosts {
 		ws := t.Workspaces[h]
@@ -264,10 +280,7 @@ func hostsFor(t *events.Tool, workspace string) ([]string, error) {
 		}
 		return nil, fmt.Errorf("no executor hosts %s for workspace %q; it is hosted for %s", t.Name, workspace, quoteAll(names))
 	}
-	if len(by) > 1 {
-		return nil, fmt.Errorf("%s acts on a workspace and is hosted for %d: %s; name one in the invocation's workspace", t.Name, len(by), quoteAll(names))
-	}
-	return t.Hosts, nil
+	return nil, fmt.Errorf("%s acts on a workspace and is hosted for %d: %s; name one in the invocation's workspace", t.Name, len(by), quoteAll(names))
 }
 
 func quoteAll(names []string) string {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -244,5 +245,52 @@ decision := {"verdict": "ALLOW", "reason": "proven", "remember": false} if {
 	}
 	if res := call(events.InvokeSubject(""), "claim"); errType(res) != events.ErrPolicyDenied {
 		t.Fatalf("a claim to the proven caller's name got %s: %s", errType(res), res.LLMContent)
+	}
+}
+
+// hostsFor against the plain grouping it stands for, on every small
+// catalogue entry: two hosts, each with no workspace or one of two.
+func TestHostsForMatchesTheGrouping(t *testing.T) {
+	wss := []string{"", "a", "b"}
+	for _, w1 := range wss {
+		for _, w2 := range wss {
+			for _, asked := range wss {
+				tl := &events.Tool{Name: "read_file", Source: events.SourceBuiltin, Hosts: []string{"x", "y"}, Workspaces: map[string]string{}}
+				if w1 != "" {
+					tl.Workspaces["x"] = w1
+				}
+				if w2 != "" {
+					tl.Workspaces["y"] = w2
+				}
+				var want []string
+				switch {
+				case asked != "":
+					for h, w := range map[string]string{"x": w1, "y": w2} {
+						if w == asked {
+							want = append(want, h)
+						}
+					}
+				case w1 == w2:
+					want = []string{"x", "y"}
+				}
+				got, err := hostsFor(tl, asked)
+				slices.Sort(got)
+				slices.Sort(want)
+				if !slices.Equal(got, want) || (err == nil) != (len(want) > 0) {
+					t.Errorf("hosts x:%q y:%q, asked %q: %v %v, want %v", w1, w2, asked, got, err, want)
+				}
+			}
+		}
+	}
+}
+
+// The invoke path's common case, every host of the one workspace, costs
+// no allocation.
+func TestHostsForAllocatesNothingInTheCommonCase(t *testing.T) {
+	tl := &events.Tool{Name: "read_file", Source: events.SourceBuiltin, Hosts: []string{"x", "y"}, Workspaces: map[string]string{"x": "a", "y": "a"}}
+	for _, asked := range []string{"", "a"} {
+		if n := testing.AllocsPerRun(100, func() { hostsFor(tl, asked) }); n != 0 {
+			t.Errorf("asked %q: %v allocations", asked, n)
+		}
 	}
 }
