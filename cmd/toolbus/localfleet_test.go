@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 
@@ -271,13 +272,16 @@ func restartEverything(t *testing.T, dir, agent string, node func(int) string, s
 	// An approval remembered: an approver of its own says always.
 	confirm := exec.Command(bin("toolbus"), "confirm", "--json", "--nats", all)
 	confirm.Env = append(os.Environ(), id("approver")...)
+	var confirmErr bytes.Buffer
+	confirm.Stderr = &confirmErr
 	stdin, _ := confirm.StdinPipe()
 	stdout, _ := confirm.StdoutPipe()
 	if err := confirm.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { stdin.Close(); confirm.Wait() }()
+	ready, answered := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(answered)
 		dec := json.NewDecoder(stdout)
 		for {
 			var ev struct {
@@ -288,13 +292,25 @@ func restartEverything(t *testing.T, dir, agent string, node func(int) string, s
 			if dec.Decode(&ev) != nil {
 				return
 			}
-			if ev.Event == "request" && ev.Request != nil && len(ev.Request.Always) > 0 {
+			switch {
+			case ev.Event == "ready":
+				close(ready)
+			case ev.Event == "request" && ev.Request != nil && len(ev.Request.Always) > 0:
 				fmt.Fprintf(stdin, "{\"invocationId\":%q,\"outcome\":%q}\n", ev.InvocationID, ev.Request.Always[0].Outcome)
 			}
 		}
 	}()
-	if out, errOut, code := toolbusWith(t, []string{agent}, "call", "write_file", "--workspace", "one", "--args", `{"file_path":"kept.txt","content":"kept"}`, "--nats", all); code != 0 {
-		t.Fatalf("the call remembered: exit %d %s %s", code, out, errOut)
+	defer func() { stdin.Close(); confirm.Wait(); <-answered }()
+	select {
+	case <-ready:
+	case <-answered:
+		t.Fatalf("toolbus confirm ended before it was ready: %s", confirmErr.String())
+	case <-time.After(time.Minute):
+		t.Fatalf("toolbus confirm not ready in a minute: %s", confirmErr.String())
+	}
+	if out, errOut, code := toolbusWith(t, []string{agent}, "call", "write_file", "--workspace", "one", "--timeout", "90s",
+		"--args", `{"file_path":"kept.txt","content":"kept"}`, "--nats", all); code != 0 {
+		t.Fatalf("the call remembered: exit %d %s %s; the approver said: %s", code, out, errOut, confirmErr.String())
 	}
 	allowBefore := run("admin", "allowlist", "list", "--json")
 	if !strings.Contains(allowBefore, `"write_file"`) {
