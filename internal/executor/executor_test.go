@@ -880,11 +880,20 @@ func TestWithoutIdentitiesEveryCallerIsAClaim(t *testing.T) {
 	if res, err := events.Decode[events.Result](m.Data); err != nil || res.Error != nil {
 		t.Fatalf("the forwarded call: %+v %v", res, err)
 	}
-	checked := 0
-	for _, d := range audittest.Envelopes[events.Decision](t, e.bus.JetStream(), events.SubjectDecision) {
-		if d.InvocationID != "claims-proof" && d.InvocationID != "claims-forwarded" {
-			continue
+	// The trail stores the second decision a moment after its result:
+	// read until both are there.
+	var decisions []*events.Decision
+	waitFor(t, func() bool {
+		decisions = decisions[:0]
+		for _, d := range audittest.Envelopes[events.Decision](t, e.bus.JetStream(), events.SubjectDecision) {
+			if d.InvocationID == "claims-proof" || d.InvocationID == "claims-forwarded" {
+				decisions = append(decisions, d)
+			}
 		}
+		return len(decisions) == 2
+	})
+	checked := 0
+	for _, d := range decisions {
 		var in struct {
 			Caller map[string]any `json:"caller"`
 		}
