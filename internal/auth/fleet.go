@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
 	"github.com/toolbus/toolbus/internal/events"
@@ -217,4 +218,18 @@ func NameOfSeedFile(path string) (string, error) {
 		return "", fmt.Errorf("identity %s: %w", path, err)
 	}
 	return name, nil
+}
+
+// Connect is how a part connects as the member whose seed file is
+// seedFile: the member's name, and the NATS options that authenticate
+// with the seed and take replies under the member's own inbox prefix.
+func Connect(seedFile string) (name string, opts []nats.Option, err error) {
+	if name, err = NameOfSeedFile(seedFile); err != nil {
+		return "", nil, err
+	}
+	nkey, err := nats.NkeyOptionFromSeed(seedFile)
+	if err != nil {
+		return "", nil, fmt.Errorf("identity %s: %w", seedFile, err)
+	}
+	return name, []nats.Option{nkey, nats.CustomInboxPrefix(InboxPrefix(name))}, nil
 }

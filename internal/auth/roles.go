@@ -58,8 +58,8 @@ func ParseRole(s string) (Role, error) {
 // results. Parts connecting with an identity set it on their connection.
 func InboxPrefix(name string) string { return "_INBOX." + name }
 
-// confirmTimeoutBound is how long an approver or agent may answer a
-// message with a reply subject: at least as long as a confirmation waits.
+// responseWindow is how long a member may answer a message sent to it
+// with a reply subject: at least as long as a confirmation waits.
 const responseWindow = 24 * time.Hour
 
 // Permissions is what member name of role may publish and subscribe to.

@@ -151,16 +151,12 @@ func Open(ctx context.Context, cfg Config) (*Bus, error) {
 		opts = append(opts, nats.UserCredentials(cfg.CredsFile))
 	}
 	if cfg.NkeyFile != "" {
-		name, err := auth.NameOfSeedFile(cfg.NkeyFile)
+		name, as, err := auth.Connect(cfg.NkeyFile)
 		if err != nil {
 			return nil, err
 		}
-		nkey, err := nats.NkeyOptionFromSeed(cfg.NkeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("identity %s: %w", cfg.NkeyFile, err)
-		}
 		b.principal = name
-		opts = append(opts, nkey, nats.CustomInboxPrefix(auth.InboxPrefix(name)))
+		opts = append(opts, as...)
 	}
 	if cfg.CAFile != "" {
 		opts = append(opts, nats.RootCAs(cfg.CAFile))

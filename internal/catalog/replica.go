@@ -179,12 +179,9 @@ type Replica struct {
 // existing bucket is only looked up: a reader (an agent, in a fleet with
 // identities) may not change it.
 func Follow(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (*Replica, error) {
-	kv, err := openBucket(ctx, js)
-	if errors.Is(err, ErrNoCatalog) {
-		kv, err = EnsureBucket(ctx, js)
-	}
+	kv, err := bus.OpenKeyValue(ctx, js, BucketConfig())
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("catalogue bucket: %w", err)
 	}
 	wctx, stop := context.WithCancel(context.Background())
 	set, w, err := start(ctx, wctx, kv, log, true)

@@ -73,9 +73,17 @@ func newEnv(t *testing.T, opts ...option) *env {
 
 func (e *env) startExecutor(t *testing.T, b *bus.Bus, opts ...option) *Executor {
 	t.Helper()
-	shells := builtin.NewShells(e.ws)
-	cfg := Config{Identity: events.Identity{ID: "executor@test", Role: "executor"}, Tools: builtin.Tools(e.ws, shells),
-		Policy: defaultPol(t), Workspace: e.ws.Root(), Logger: bustest.Quiet()}
+	return startOn(t, b, e.ws, opts...)
+}
+
+// startOn starts an executor over conn hosting the built-in tools over ws,
+// as "executor@test" unless opts say otherwise; it stops when the test
+// ends.
+func startOn(t *testing.T, b *bus.Bus, ws *builtin.Workspace, opts ...option) *Executor {
+	t.Helper()
+	shells := builtin.NewShells(ws)
+	cfg := Config{Identity: events.Identity{ID: "executor@test", Role: "executor"}, Tools: builtin.Tools(ws, shells),
+		Policy: defaultPol(t), Workspace: ws.Root(), Logger: bustest.Quiet()}
 	for _, o := range opts {
 		o(&cfg)
 	}

@@ -11,16 +11,17 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/internal/builtin"
+	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/registry"
 )
 
-// startWorkspace starts another executor, on a connection of its own,
-// hosting the built-in tools over a new workspace named name whose
-// README.md says so.
-func (e *env) startWorkspace(t *testing.T, id, name string) *Executor {
+// startWorkspace starts another executor as id, on a connection of its
+// own (returned, for a test to cut), hosting the built-in tools over a
+// new workspace named name whose README.md says so.
+func (e *env) startWorkspace(t *testing.T, id, name string) (*Executor, *bus.Bus) {
 	t.Helper()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "README.md"), []byte("# workspace "+name+"\n"), 0o644); err != nil {
@@ -30,21 +31,9 @@ func (e *env) startWorkspace(t *testing.T, id, name string) *Executor {
 	if err != nil {
 		t.Fatal(err)
 	}
-	shells := builtin.NewShells(ws)
+	t.Cleanup(func() { ws.Close() })
 	conn := bustest.Connect(t, e.bus)
-	ex, err := Start(context.Background(), conn.Conn(), conn.JetStream(), Config{Identity: events.Identity{ID: id}, Tools: builtin.Tools(ws, shells),
-		Policy: defaultPol(t), Workspace: ws.Root(), WorkspaceName: name, Logger: bustest.Quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		ex.Stop(ctx)
-		shells.Close()
-		ws.Close()
-	})
-	return ex
+	return startOn(t, conn, ws, func(c *Config) { c.Identity, c.WorkspaceName = events.Identity{ID: id}, name }), conn
 }
 
 // readIn reads README.md in workspace through the env's client.
@@ -85,8 +74,8 @@ func hostedFor(t *testing.T, want map[string]string, exs ...*Executor) {
 // whose workspace has no executor left fails at once, saying so.
 func TestCallsGoToTheirWorkspace(t *testing.T) {
 	e := newEnv(t, func(c *Config) { c.WorkspaceName = "one" })
-	two := e.startWorkspace(t, "executor@two", "two")
-	twoAgain := e.startWorkspace(t, "executor@two-again", "two")
+	two, _ := e.startWorkspace(t, "executor@two", "two")
+	twoAgain, _ := e.startWorkspace(t, "executor@two-again", "two")
 	hostedFor(t, map[string]string{"executor@test": "one", "executor@two": "two", "executor@two-again": "two"}, e.exec, two, twoAgain)
 
 	read := func(workspace string) *events.Result { return e.readIn(t, workspace) }
@@ -153,21 +142,7 @@ func TestStoppingAnExecutorLeavesItsNeighboursRunning(t *testing.T) {
 // that the registry took it for lost.
 func TestALostExecutorLeavesAndComesBack(t *testing.T) {
 	e := newEnv(t, func(c *Config) { c.WorkspaceName = "one" })
-	conn := bustest.Connect(t, e.bus)
-	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "README.md"), []byte("# workspace two\n"), 0o644)
-	ws, err := builtin.NewWorkspace(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ws.Close()
-	shells := builtin.NewShells(ws)
-	defer shells.Close()
-	doomed, err := Start(context.Background(), conn.Conn(), conn.JetStream(), Config{Identity: events.Identity{ID: "executor@doomed"}, Tools: builtin.Tools(ws, shells),
-		Policy: defaultPol(t), Workspace: ws.Root(), WorkspaceName: "two", Logger: bustest.Quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	doomed, conn := e.startWorkspace(t, "executor@doomed", "two")
 	hostedFor(t, map[string]string{"executor@test": "one", "executor@doomed": "two"}, e.exec)
 	read := func(workspace string) *events.Result { return e.readIn(t, workspace) }
 	if res := read("two"); res.Error != nil {
@@ -188,7 +163,7 @@ func TestALostExecutorLeavesAndComesBack(t *testing.T) {
 	cancel()
 
 	// It comes back: restarted, it registers at start.
-	back := e.startWorkspace(t, "executor@doomed", "two")
+	back, _ := e.startWorkspace(t, "executor@doomed", "two")
 	hostedFor(t, map[string]string{"executor@test": "one", "executor@doomed": "two"}, e.exec, back)
 	if res := read("two"); res.Error != nil || !strings.Contains(res.LLMContent, "# workspace two") {
 		t.Errorf("after it came back: %+v", res)

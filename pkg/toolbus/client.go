@@ -112,16 +112,12 @@ func Connect(ctx context.Context, url string, opts ...Option) (*Client, error) {
 	}
 	principal := ""
 	if cfg.nkey != "" {
-		name, err := auth.NameOfSeedFile(cfg.nkey)
+		name, as, err := auth.Connect(cfg.nkey)
 		if err != nil {
 			return nil, fmt.Errorf("toolbus: %w", err)
 		}
-		opt, err := nats.NkeyOptionFromSeed(cfg.nkey)
-		if err != nil {
-			return nil, fmt.Errorf("toolbus: identity %s: %w", cfg.nkey, err)
-		}
 		principal = name
-		nopts = append(nopts, opt, nats.CustomInboxPrefix(auth.InboxPrefix(name)))
+		nopts = append(nopts, as...)
 	}
 	nopts = append(nopts, cfg.natsOpts...)
 	if d, ok := ctx.Deadline(); ok {
