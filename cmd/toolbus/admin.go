@@ -15,6 +15,7 @@ import (
 	"unicode"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/cli"
@@ -120,8 +121,9 @@ func policyPush(args []string) error {
 		}
 		ev := &events.PolicyEvent{Header: events.Header{Sender: id}, Status: "pushed", Revision: pushed.Revision, Source: "bucket"}
 		if data, err := events.Encode(ev); err == nil {
-			b.Conn().Publish(events.SubjectPolicyPrefix+"pushed", data)
-			b.Conn().Flush()
+			if err := bus.RecordOnce(ctx, b.Conn(), events.SubjectPolicyPrefix+"pushed", "policy-pushed."+pushed.Revision+"."+nuid.Next(), data); err != nil {
+				fmt.Fprintf(os.Stderr, "pushed, but the push was not recorded in the audit stream: %v\n", err)
+			}
 		}
 		fmt.Printf("pushed %s (%d files); executors apply it as they receive it\n", pushed.Revision, len(files))
 		return nil
@@ -276,7 +278,7 @@ func runCancel(args []string) error {
 			return err
 		}
 		defer sub.Unsubscribe()
-		if err := b.Conn().PublishRequest(events.SubjectCancel, inbox, data); err != nil {
+		if err := b.Conn().PublishRequest(events.Request(events.SubjectCancel), inbox, data); err != nil {
 			return err
 		}
 		deadline := time.Now().Add(2 * time.Second)

@@ -72,6 +72,15 @@ func TestLocalFleetScript(t *testing.T) {
 		if out, err := script("stop"); err != nil {
 			t.Errorf("stop: %v\n%s", err, out)
 		}
+		if t.Failed() {
+			// What the parts said last, to go on with.
+			logs, _ := filepath.Glob(filepath.Join(dir, "log", "*.log"))
+			for _, l := range logs {
+				data, _ := os.ReadFile(l)
+				lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+				t.Logf("%s, last lines:\n%s", filepath.Base(l), strings.Join(lines[max(0, len(lines)-30):], "\n"))
+			}
+		}
 	})
 	if err != nil {
 		t.Fatalf("start: %v\n%s", err, out)
@@ -145,6 +154,7 @@ func TestLocalFleetScript(t *testing.T) {
 		t.Errorf("the executors' metrics count %v read_file calls; at least 4 were made", served)
 	}
 	lostExecutor(t, dir, agent, node)
+	lostNode(t, dir, node)
 	restartEverything(t, dir, agent, node, script)
 	if out, _ := script("status"); strings.Count(out, "running") != 7 {
 		t.Errorf("status:\n%s", out)

@@ -120,7 +120,7 @@ func TestToolCallRoundTrip(t *testing.T) {
 		t.Errorf("the model's own tool call is not in the conversation: %+v", prev)
 	}
 	// The call went through toolbus, as the agent: the audit stream has it.
-	inv := audited(t, f, events.InvokeSubject("*"), func(inv *events.Invocation) bool { return inv.Tool == "read_file" })
+	inv := audited(t, f, events.SubjectInvoke+".*", func(inv *events.Invocation) bool { return inv.Tool == "read_file" })
 	if inv.Tool != "read_file" || inv.Sender.ID != "agent:example-test" || inv.Sender.Session != "s9" {
 		t.Errorf("audited invocation: %+v", inv)
 	}

@@ -27,13 +27,13 @@ import (
 // Subjects are the subjects an audit read takes in: everything about an
 // invocation but its progress output, which only Show reads.
 var Subjects = []string{
-	events.InvokeSubject("*"), events.SubjectDecision, events.SubjectConfirmLegacy, events.SubjectConfirmAll,
+	events.SubjectInvoke + ".*", events.SubjectDecision, events.SubjectConfirmLegacy, events.SubjectConfirmAll,
 	events.SubjectResult, events.CallerResultSubject("*"), events.SubjectStep, events.SubjectHook,
-	events.SubjectCancel, events.CancelSubject("*"),
+	events.SubjectCancel, events.SubjectCancel + ".*",
 }
 
 // bySender are the subjects that carry their sender's principal in a
-// last token (events.InvokeSubject and the like).
+// last token (the records of events.InvokeSubject and the like).
 var bySender = []string{events.SubjectInvoke, events.SubjectCancel, events.SubjectResult}
 
 // kindOf is the subject an event of subject is joined as, and the
@@ -302,10 +302,43 @@ type joiner struct {
 	// judged, when set, is given every decision recorded with its input,
 	// once it is attached to its record.
 	judged func(*Record, *judgedCall)
+	// held are events read before the invocation they belong to, by its
+	// id, and heldIDs their ids in the order they came: a record sent
+	// again after a node was lost is stored after the events that were
+	// not (bus.Recorder). They are taken in when the invocation comes.
+	held    map[string][]heldEvent
+	heldIDs []string
 }
 
+type heldEvent struct {
+	subject string
+	data    []byte
+	seq     uint64
+	at      time.Time
+}
+
+// maxHeld bounds the invocations events are held for: the oldest are
+// let go (events of invocations outside the read, or of none).
+const maxHeld = 4096
+
 func newJoiner(q Query, timeline bool) *joiner {
-	return &joiner{q: q, timeline: timeline, byID: make(map[string]*Record)}
+	return &joiner{q: q, timeline: timeline, byID: make(map[string]*Record), held: make(map[string][]heldEvent)}
+}
+
+// hold keeps an event of invocation id, not read yet, for when it is.
+func (j *joiner) hold(id, subject string, data []byte, seq uint64, at time.Time) bool {
+	if j.q.ID != "" && id != j.q.ID {
+		return true
+	}
+	if _, ok := j.held[id]; !ok {
+		j.heldIDs = append(j.heldIDs, id)
+		if len(j.heldIDs) > maxHeld {
+			delete(j.held, j.heldIDs[0])
+			j.heldIDs = j.heldIDs[1:]
+		}
+	}
+	j.held[id] = append(j.held[id], heldEvent{subject, data, seq, at})
+	return true
 }
 
 // add takes in one message; false when it does not decode.
@@ -339,6 +372,14 @@ func (j *joiner) add(subject string, data []byte, seq uint64, at time.Time) bool
 		r = &Record{ID: inv.ID, Time: inv.Time, Tool: inv.Tool, Caller: inv.Sender, Args: inv.Args, Outcome: OutcomePending, principal: principal}
 		j.byID[inv.ID] = r
 		j.order = append(j.order, r)
+		if held, ok := j.held[inv.ID]; ok {
+			delete(j.held, inv.ID)
+			defer func() {
+				for _, ev := range held {
+					j.add(ev.subject, ev.data, ev.seq, ev.at)
+				}
+			}()
+		}
 		sender, typ = inv.Sender, inv.Type
 		summary = fmt.Sprintf("%s asks for %s", inv.Sender.ID, inv.Tool)
 		if inv.TimeoutMillis > 0 {
@@ -350,7 +391,7 @@ func (j *joiner) add(subject string, data []byte, seq uint64, at time.Time) bool
 			return false
 		}
 		if r = j.byID[d.InvocationID]; r == nil {
-			return true
+			return j.hold(d.InvocationID, subject, data, seq, at)
 		}
 		r.Verdict, r.Reason, r.PolicyRevision, r.Cached = d.Verdict, d.Reason, d.PolicyRevision, d.Cached
 		sender, typ = d.Sender, d.Type
@@ -366,7 +407,7 @@ func (j *joiner) add(subject string, data []byte, seq uint64, at time.Time) bool
 			return false
 		}
 		if r = j.byID[c.InvocationID]; r == nil {
-			return true
+			return j.hold(c.InvocationID, subject, data, seq, at)
 		}
 		sender, typ = c.Sender, c.Type
 		summary = "confirmation asked: " + c.Reason
@@ -379,7 +420,7 @@ func (j *joiner) add(subject string, data []byte, seq uint64, at time.Time) bool
 			return false
 		}
 		if r = j.byID[a.InvocationID]; r == nil {
-			return true
+			return j.hold(a.InvocationID, subject, data, seq, at)
 		}
 		approver := a.Sender
 		r.Approver, r.Answer = &approver, a.Outcome
@@ -394,7 +435,7 @@ func (j *joiner) add(subject string, data []byte, seq uint64, at time.Time) bool
 			return false
 		}
 		if r = j.byID[c.InvocationID]; r == nil {
-			return true
+			return j.hold(c.InvocationID, subject, data, seq, at)
 		}
 		r.Rejected++
 		sender, typ = c.Sender, c.Type
@@ -405,7 +446,7 @@ func (j *joiner) add(subject string, data []byte, seq uint64, at time.Time) bool
 			return false
 		}
 		if r = j.byID[c.InvocationID]; r == nil {
-			return true
+			return j.hold(c.InvocationID, subject, data, seq, at)
 		}
 		sender, typ = c.Sender, c.Type
 		summary = fmt.Sprintf("confirmation closed, %s: %s", c.ErrorType, c.Reason)
@@ -415,7 +456,7 @@ func (j *joiner) add(subject string, data []byte, seq uint64, at time.Time) bool
 			return false
 		}
 		if r = j.byID[s.InvocationID]; r == nil {
-			return true
+			return j.hold(s.InvocationID, subject, data, seq, at)
 		}
 		sender, typ = s.Sender, s.Type
 		summary = "step " + s.Step
@@ -425,7 +466,7 @@ func (j *joiner) add(subject string, data []byte, seq uint64, at time.Time) bool
 			return false
 		}
 		if r = j.byID[h.InvocationID]; r == nil {
-			return true
+			return j.hold(h.InvocationID, subject, data, seq, at)
 		}
 		sender, typ = h.Sender, h.Type
 		summary = fmt.Sprintf("%s hook %s: %s", h.Event, h.Hook, h.Outcome)
@@ -437,7 +478,9 @@ func (j *joiner) add(subject string, data []byte, seq uint64, at time.Time) bool
 		if err != nil {
 			return false
 		}
-		if r = j.byID[c.InvocationID]; r == nil || principal != "" && principal != r.principal {
+		if r = j.byID[c.InvocationID]; r == nil {
+			return j.hold(c.InvocationID, subject, data, seq, at)
+		} else if principal != "" && principal != r.principal {
 			return true // another principal's cancel does not reach the call
 		}
 		sender, typ = c.Sender, c.Type
@@ -447,7 +490,9 @@ func (j *joiner) add(subject string, data []byte, seq uint64, at time.Time) bool
 		if err != nil {
 			return false
 		}
-		if r = j.byID[res.InvocationID]; r == nil || principal != "" && principal != r.principal {
+		if r = j.byID[res.InvocationID]; r == nil {
+			return j.hold(res.InvocationID, subject, data, seq, at)
+		} else if principal != "" && principal != r.principal {
 			// A caller records only its own calls' results; one for
 			// another principal's call is not the call's.
 			return true

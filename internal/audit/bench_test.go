@@ -60,7 +60,7 @@ func record(b *testing.B, bb *bus.Bus, n int, pol *policy.Policy) int {
 	for i := range n {
 		id := fmt.Sprintf("inv-%06d", i)
 		c := benchCall(i)
-		publish(events.InvokeSubject(""), &events.Invocation{Header: events.Header{ID: id, Sender: caller}, Tool: c.tool, Args: c.args})
+		publish(events.SubjectInvoke+"._", &events.Invocation{Header: events.Header{ID: id, Sender: caller}, Tool: c.tool, Args: c.args})
 		d := decisions[i]
 		publish(events.SubjectDecision, &events.Decision{Header: events.Header{Sender: exec}, InvocationID: id, Tool: c.tool,
 			Verdict: d.Verdict, Reason: d.Reason, PolicyRevision: d.Revision,

@@ -20,7 +20,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
+	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/events"
 )
 
@@ -210,10 +212,10 @@ func (c *Checkpointer) Checkpoint(ctx context.Context) (*events.AuditCheckpoint,
 	if err != nil {
 		return nil, err
 	}
-	if err := c.nc.Publish(events.SubjectAuditCheckpoint, data); err != nil {
+	if err := bus.RecordOnce(ctx, c.nc, events.SubjectAuditCheckpoint, "checkpoint."+nuid.Next(), data); err != nil {
 		return nil, err
 	}
-	return cp, c.nc.Flush()
+	return cp, nil
 }
 
 // scan reads the stream's messages from..to (every subject), in order.

@@ -24,16 +24,16 @@ func TestOnlyTheCallersOwnCancelsAndResultsCount(t *testing.T) {
 		}
 	}
 	alice := events.Identity{ID: "alice"}
-	add(events.InvokeSubject("alice"), &events.Invocation{Header: events.Header{ID: "c1", Sender: alice}, Tool: "read_file"})
+	add(events.SubjectInvoke+".alice", &events.Invocation{Header: events.Header{ID: "c1", Sender: alice}, Tool: "read_file"})
 	mallory := events.Identity{ID: "mallory"}
-	add(events.CancelSubject("mallory"), &events.CancelRequest{Header: events.Header{Sender: mallory}, InvocationID: "c1"})
+	add(events.SubjectCancel+".mallory", &events.CancelRequest{Header: events.Header{Sender: mallory}, InvocationID: "c1"})
 	add(events.CallerResultSubject("mallory"), &events.Result{Header: events.Header{Sender: mallory}, InvocationID: "c1", Tool: "read_file",
 		Error: &events.ToolError{Type: events.ErrExecutorLost, Message: "forged"}})
 	r := j.records()[0]
 	if r.Outcome != OutcomePending || len(r.Events) != 1 {
 		t.Fatalf("another principal's cancel or result counted: outcome %s, %d events", r.Outcome, len(r.Events))
 	}
-	add(events.CancelSubject("alice"), &events.CancelRequest{Header: events.Header{Sender: alice}, InvocationID: "c1"})
+	add(events.SubjectCancel+".alice", &events.CancelRequest{Header: events.Header{Sender: alice}, InvocationID: "c1"})
 	add(events.CallerResultSubject("alice"), &events.Result{Header: events.Header{Sender: alice}, InvocationID: "c1", Tool: "read_file",
 		Error: &events.ToolError{Type: events.ErrExecutorLost, Message: "lost"}})
 	if r = j.records()[0]; r.Outcome != string(events.ErrExecutorLost) || len(r.Events) != 3 {

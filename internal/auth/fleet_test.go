@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/toolbus/toolbus/internal/auth"
+	"github.com/toolbus/toolbus/internal/events"
 )
 
 func TestInitMakesAFleetAndAddsToIt(t *testing.T) {
@@ -93,7 +94,7 @@ func TestOnlyExecutorsSendForOthers(t *testing.T) {
 	for _, r := range auth.Roles {
 		p := auth.Permissions(r, "m")
 		for _, s := range p.Publish.Allow {
-			for _, binding := range []string{"tool.invoke.", "tool.cancel.", "tool.result.", "toolbus.answer."} {
+			for _, binding := range []string{"tool.invoke.", "tool.cancel.", "tool.result.", "toolbus.answer.", events.RequestPrefix + "tool.invoke.", events.RequestPrefix + "tool.cancel."} {
 				if !strings.HasPrefix(s, binding) || r == auth.RoleExecutor || r == auth.RoleBus || r == auth.RoleAdmin {
 					continue
 				}

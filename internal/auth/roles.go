@@ -74,10 +74,12 @@ func Permissions(role Role, name string) *server.Permissions {
 		// holds the fleet's keys. Neither is confined.
 		return &server.Permissions{Publish: &server.SubjectPermission{Allow: []string{">"}}, Subscribe: &server.SubjectPermission{Allow: []string{">"}}}
 	case RoleRegistry:
-		p.sub(events.SubjectRegister, events.SubjectRegistryRemove, events.SubjectRegistryToggle, "$SRV.>")
-		// It pings the executors, and takes one that stops answering off
+		p.sub(events.Request(events.SubjectRegister), events.Request(events.SubjectRegistryRemove), events.Request(events.SubjectRegistryToggle), "$SRV.>")
+		// It records the requests it takes and the changes they make;
+		// it pings the executors, and takes one that stops answering off
 		// its tools' hosts.
-		p.pub(events.SubjectCatalogChanged, "$SRV.PING."+events.ExecutorService)
+		p.pub(events.SubjectRegister, events.SubjectRegistryRemove, events.SubjectRegistryToggle,
+			events.SubjectCatalogChanged, "$SRV.PING."+events.ExecutorService)
 		p.respond()
 		p.jsInfo()
 		p.makesBuckets()
@@ -85,19 +87,21 @@ func Permissions(role Role, name string) *server.Permissions {
 		p.pub("$JS.API.STREAM.INFO.OBJ_TOOLBUS_CATALOG_SNAPSHOT", "$JS.API.STREAM.DELETE.OBJ_TOOLBUS_CATALOG_SNAPSHOT")
 	case RoleExecutor:
 		p.sub(events.InvokeSubject("*"), events.InvokeBatchSubject("*"), events.ExecSubjectPrefix+"*",
-			events.SubjectCancel, events.CancelSubject("*"), events.ClaimSubject, events.ClaimSubjectPrefix+"*",
-			events.AnswerSubjectPrefix+">", events.SubjectDiscoverPrefix+"*", events.SubjectMCPDiscoverPrefix+"*", "$SRV.>",
+			events.Request(events.SubjectCancel), events.CancelSubject("*"), events.ClaimSubject, events.ClaimSubjectPrefix+"*",
+			events.AnswerSubjectPrefix+">", events.Request(events.SubjectDiscoverPrefix+"*"), events.Request(events.SubjectMCPDiscoverPrefix+"*"), "$SRV.>",
 			events.SubjectCatalogChanged) // to hear that the registry took it for lost
 		// Results, heartbeats and progress go to the callers' inboxes,
 		// many per call: an executor may publish to any inbox.
 		p.pub("_INBOX.>",
+			// The records of the requests it takes.
+			events.SubjectInvoke+".*", events.SubjectInvokeBatch+".*", events.SubjectCancel, events.SubjectCancel+".*",
 			events.SubjectResult, events.SubjectDecision, events.SubjectStep, events.SubjectHook, events.SubjectProgressPrefix+">",
 			events.SubjectConfirm, events.SubjectConfirmAnswered, events.SubjectConfirmRejected, events.SubjectConfirmClosed,
 			events.ExecSubjectPrefix+"*", events.ClaimSubject, events.ClaimSubjectPrefix+"*",
 			// A batch's calls are sent, and given up, by the executor
 			// that coordinates the batch, for the batch's caller.
-			events.InvokeSubject("*"), events.SubjectCancel,
-			events.SubjectRegister, events.SubjectRegistryRemove, events.SubjectRegistryToggle,
+			events.InvokeSubject("*"), events.Request(events.SubjectCancel),
+			events.Request(events.SubjectRegister), events.Request(events.SubjectRegistryRemove), events.Request(events.SubjectRegistryToggle),
 			events.SubjectPolicyPrefix+"applied", events.SubjectPolicyPrefix+"rejected",
 			events.SubjectDiscoveryStatus, events.SubjectMCPStatus,
 			"$SRV.PING.>", "$SRV.INFO.>")

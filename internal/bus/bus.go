@@ -349,9 +349,11 @@ func startServer(cfg Config, log *slog.Logger) (*server.Server, error) {
 // ensureAudit creates the stream that keeps every event, or, for the bus's
 // owner (the process that runs the server), updates it to cfg's retention.
 // A part that only connects leaves an existing stream as it is: its own
-// defaults must not undo the owner's --audit-max-age. The stream does not
-// ack what it stores: requests on captured subjects must get only the
-// responder's answer.
+// defaults must not undo the owner's --audit-max-age; it only turns on
+// the acknowledgements of a stream made before records were acknowledged
+// (Recorder), which would otherwise never get one. No request is sent on
+// a captured subject (events.Request), so acknowledgements go only to
+// recorders.
 func ensureAudit(ctx context.Context, js jetstream.JetStream, cfg Config, owner bool) error {
 	copies := replicas(cfg)
 	if !owner {
@@ -361,7 +363,15 @@ func ensureAudit(ctx context.Context, js jetstream.JetStream, cfg Config, owner 
 		if cfg.Replicas == 0 && len(js.Conn().Servers()) >= 3 {
 			copies = 3
 		}
-		if _, err := js.Stream(ctx, events.AuditStream); err == nil {
+		if s, err := js.Stream(ctx, events.AuditStream); err == nil {
+			cfg := s.CachedInfo().Config
+			if !cfg.NoAck {
+				return nil
+			}
+			cfg.NoAck = false
+			if _, err := js.UpdateStream(ctx, cfg); err != nil {
+				return fmt.Errorf("audit stream %s does not acknowledge records, and could not be changed to: %w", events.AuditStream, err)
+			}
 			return nil
 		} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
 			return fmt.Errorf("audit stream %s: %w", events.AuditStream, err)
@@ -380,7 +390,6 @@ func ensureAudit(ctx context.Context, js jetstream.JetStream, cfg Config, owner 
 		Description: "toolbus audit trail: every event under tool.>",
 		Subjects:    []string{events.SubjectAll},
 		Storage:     jetstream.FileStorage,
-		NoAck:       true,
 		MaxAge:      cfg.AuditMaxAge,
 		MaxBytes:    maxBytes,
 		Discard:     jetstream.DiscardOld,

@@ -23,7 +23,7 @@ const (
 	// SubjectDiscoveryStatus carries a DiscoveryStatus at every change.
 	SubjectDiscoveryStatus = "tool.discovery.status"
 	// SubjectDiscoverPrefix + an encoded executor id carries
-	// DiscoverRequest to that executor (request/reply, DiscoverReply).
+	// DiscoverRequest to that executor (request, DiscoverReply).
 	SubjectDiscoverPrefix = "tool.discovery.discover."
 )
 
@@ -34,7 +34,7 @@ func DiscoveryStatusKey(executor string) string {
 
 // DiscoverSubject is where executor takes discovery requests.
 func DiscoverSubject(executor string) string {
-	return SubjectDiscoverPrefix + base64.RawURLEncoding.EncodeToString([]byte(executor))
+	return RequestPrefix + SubjectDiscoverPrefix + base64.RawURLEncoding.EncodeToString([]byte(executor))
 }
 
 // DiscoveryState is how an executor's last discovery went.

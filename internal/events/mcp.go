@@ -22,7 +22,7 @@ const (
 	// server's state.
 	SubjectMCPStatus = "tool.mcp.status"
 	// SubjectMCPDiscoverPrefix + an encoded executor id carries
-	// MCPDiscoverRequest to that executor (request/reply,
+	// MCPDiscoverRequest to that executor (request,
 	// MCPDiscoverReply).
 	SubjectMCPDiscoverPrefix = "tool.mcp.discover."
 )
@@ -45,7 +45,7 @@ func MCPStatusKey(executor, server string) string {
 
 // MCPDiscoverSubject is where executor takes discovery requests.
 func MCPDiscoverSubject(executor string) string {
-	return SubjectMCPDiscoverPrefix + base64.RawURLEncoding.EncodeToString([]byte(executor))
+	return RequestPrefix + SubjectMCPDiscoverPrefix + base64.RawURLEncoding.EncodeToString([]byte(executor))
 }
 
 // MCPServerStatus is one server's state on the executor that hosts it.

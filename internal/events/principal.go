@@ -41,20 +41,21 @@ func principalToken(principal string) string {
 	return principal
 }
 
-// InvokeSubject is where principal sends its invocations.
+// InvokeSubject is where principal sends its invocations. The executor
+// that takes one records it on Recorded(InvokeSubject(principal)).
 func InvokeSubject(principal string) string {
-	return SubjectInvoke + "." + principalToken(principal)
+	return RequestPrefix + SubjectInvoke + "." + principalToken(principal)
 }
 
 // InvokeBatchSubject is where principal sends its batches.
 func InvokeBatchSubject(principal string) string {
-	return SubjectInvokeBatch + "." + principalToken(principal)
+	return RequestPrefix + SubjectInvokeBatch + "." + principalToken(principal)
 }
 
 // CancelSubject is where principal cancels its own calls. A cancel on
-// SubjectCancel itself may cancel any call; only admins may send one.
+// Request(SubjectCancel) may cancel any call; only admins may send one.
 func CancelSubject(principal string) string {
-	return SubjectCancel + "." + principalToken(principal)
+	return RequestPrefix + SubjectCancel + "." + principalToken(principal)
 }
 
 // CallerResultSubject is where a caller records the terminal result of a

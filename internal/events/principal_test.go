@@ -9,12 +9,13 @@ import (
 // a sender makes of them, the reading is either refused or the principal
 // a sender of that name would have put there.
 func FuzzPrincipalSubjects(f *testing.F) {
-	for _, s := range []string{"tool.invoke.alice", "tool.invoke._", "tool.invoke.", "tool.invoke.a.b", "toolbus.answer.X.approver.bob",
+	for _, s := range []string{"toolbus.request.tool.invoke.alice", "toolbus.request.tool.invoke._", "toolbus.request.tool.invoke.",
+		"toolbus.request.tool.invoke.a.b", "tool.invoke.alice", "toolbus.answer.X.approver.bob",
 		"toolbus.answer.X.caller._", "toolbus.answer.X.root.bob", "toolbus.answer.X.approver", "toolbus.answer.X.approver.a.b"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, subject string) {
-		if p, proven, err := PrincipalOf(SubjectInvoke, subject); err == nil {
+		if p, proven, err := PrincipalOf(Request(SubjectInvoke), subject); err == nil {
 			if InvokeSubject(p) != subject && !(p == Unproven && subject == InvokeSubject("")) {
 				t.Fatalf("%q read as %q", subject, p)
 			}

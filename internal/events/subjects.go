@@ -4,32 +4,44 @@
 // an envelope shape.
 package events
 
+import "strings"
+
 // Subjects. Every subject under "tool.>" is captured by the audit stream, so a
 // replay of the stream is a replay of everything that happened.
+//
+// Requests are not sent on them. A request for the subjects marked
+// "(request)" below goes to Request(subject), outside the stream, and the
+// part that answers it records it on subject itself (bus.Recorder): the
+// stream acknowledges what it stores, so a record that is not stored,
+// because a node was lost or the stream was electing a leader, is sent
+// again until it is, and a requester hears only its responder. Records
+// and events are sent by the parts of the fleet, never by a requester.
 const (
 	// SubjectAll matches every toolbus subject; the audit stream captures it.
 	SubjectAll = "tool.>"
 
-	// SubjectRegister carries RegisterRequest (request/reply, answered with a
+	// SubjectRegister carries RegisterRequest (request, answered with a
 	// RegisterReply by the registry service).
 	SubjectRegister = "tool.register"
-	// SubjectRegistryRemove carries RemoveRequest (request/reply, ChangeReply).
+	// SubjectRegistryRemove carries RemoveRequest (request, ChangeReply).
 	SubjectRegistryRemove = "tool.registry.remove"
-	// SubjectRegistryToggle carries ToggleRequest (request/reply, ChangeReply).
+	// SubjectRegistryToggle carries ToggleRequest (request, ChangeReply).
 	SubjectRegistryToggle = "tool.registry.toggle"
 	// SubjectCatalogChanged carries CatalogChanged events, one per accepted
 	// request that changed the catalogue.
 	SubjectCatalogChanged = "tool.catalog.changed"
 
-	// SubjectInvoke carries Invocation requests (answered with a Result).
+	// SubjectInvoke + "." + principal carries Invocation (request,
+	// answered with a Result; see InvokeSubject).
 	SubjectInvoke = "tool.invoke"
-	// SubjectInvokeBatch carries BatchInvocation requests (answered with a
-	// BatchResult).
+	// SubjectInvokeBatch + "." + principal carries BatchInvocation
+	// (request, answered with a BatchResult).
 	SubjectInvokeBatch = "tool.invoke.batch"
 	// SubjectDecision carries Decision events: what the policy said about an
 	// invocation.
 	SubjectDecision = "tool.decision"
-	// SubjectConfirm carries ConfirmRequest; answers go to its AnswerTo.
+	// SubjectConfirm carries ConfirmRequest, an event: answers go to
+	// AnswerSubject of its AnswerTo.
 	// It is below tool.confirm with the outcomes, so that one consumer
 	// filter (SubjectConfirmAll) reads the whole confirmation story and
 	// a fleet can let approvers read that, and nothing else, of the audit
@@ -57,8 +69,9 @@ const (
 	// SubjectConfirmAll matches the requests and the answered, rejected
 	// and closed events, which approvers follow.
 	SubjectConfirmAll = "tool.confirm.>"
-	// SubjectCancel carries CancelRequest: every executor hears it, the one
-	// running the invocation cancels it.
+	// SubjectCancel carries CancelRequest (request; see CancelSubject):
+	// every executor hears it, the one running the invocation cancels it
+	// and records it.
 	SubjectCancel = "tool.cancel"
 	// SubjectPolicyPrefix + status (pushed, applied, rejected) carries
 	// PolicyEvent.
@@ -70,6 +83,17 @@ const (
 	// tool produces it.
 	SubjectProgressPrefix = "tool.progress."
 )
+
+// RequestPrefix + a subject of the audit stream is where a request to be
+// recorded on that subject is sent.
+const RequestPrefix = "toolbus.request."
+
+// Request is where a request recorded on subject is sent.
+func Request(subject string) string { return RequestPrefix + subject }
+
+// Recorded is the subject of the audit stream where a request sent on
+// subject is recorded, and false when subject is not a request's.
+func Recorded(subject string) (string, bool) { return strings.CutPrefix(subject, RequestPrefix) }
 
 // ExecSubjectPrefix + an encoded executor id is where an executor takes
 // invocations forwarded to it by another. It is outside tool.>, so the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/nats-io/nuid"
 
+	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/events"
 )
 
@@ -524,10 +526,19 @@ func (c *Client) synthesize(inv *events.Invocation, fail *failure) *events.Resul
 		subject = events.SubjectResult
 	}
 	if data, err := events.Encode(res); err == nil {
-		_ = c.nc.Publish(subject, data)
+		// Waited for: the caller may exit right after, and a node may
+		// have been lost with the executor.
+		ctx, cancel := context.WithTimeout(context.Background(), callerRecordWait)
+		if err := bus.RecordOnce(ctx, c.nc, subject, "caller-result."+inv.ID, data); err != nil {
+			slog.Default().Warn("the terminal result of a lost call was not recorded", "invocation", inv.ID, "err", err)
+		}
+		cancel()
 	}
 	return res
 }
+
+// callerRecordWait bounds how long a caller tries to record a result.
+const callerRecordWait = 15 * time.Second
 
 // Cancel asks for invocation id to be cancelled. It returns once the
 // server has the request (or ctx ends), so a caller that exits right
@@ -552,7 +563,7 @@ func (c *Client) Cancel(ctx context.Context, id, reason string) error {
 // cancelSubject is where this client cancels and gives up its calls.
 func (c *Client) cancelSubject() string {
 	if c.forOthers {
-		return events.SubjectCancel
+		return events.Request(events.SubjectCancel)
 	}
 	return events.CancelSubject(c.principal)
 }

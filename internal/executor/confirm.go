@@ -55,9 +55,10 @@ func (c *call) confirm(d policy.Decision, args map[string]any) (*events.ConfirmA
 	c.step("confirming", d.Reason)
 	ctx, cancel := context.WithTimeout(c.ctx, e.cfg.ConfirmTimeout)
 	defer cancel()
-	// Replying to the request answers as an approver the bus vouches
-	// for nothing about (which a fleet with identities refuses).
-	if err := e.nc.PublishMsg(&nats.Msg{Subject: events.SubjectConfirm, Reply: events.AnswerSubject(req.AnswerTo, events.AnswerAsApprover, ""), Data: data}); err != nil {
+	// Recorded, so that an approver that follows the audit stream sees
+	// it even when a node was lost on the way; it has no reply subject:
+	// the answers go to AnswerSubject(req.AnswerTo, ...).
+	if err := e.rec.Record(events.SubjectConfirm, data); err != nil {
 		return nil, events.ErrPolicyDenied, "confirmation failed, so the call is denied: " + err.Error()
 	}
 	if callerAsks {

@@ -158,6 +158,9 @@ type Executor struct {
 	// would: before the executor has looked at it.
 	beforeAccept atomic.Pointer[func(*nats.Msg)]
 	svc          micro.Service
+	// rec records the requests this executor takes and the events of
+	// its calls in the audit stream, and makes sure they are stored.
+	rec *bus.Recorder
 
 	invokerOnce sync.Once
 	invoker     *Client // runs the calls of batches
@@ -266,6 +269,10 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 		e.allowlist.close()
 		return nil, fmt.Errorf("executor: %w", err)
 	}
+	if e.rec, err = bus.NewRecorder(nc, log); err != nil {
+		e.closeFollowers()
+		return nil, fmt.Errorf("executor: %w", err)
+	}
 	if e.watcher, err = policy.Watch(ctx, js, policy.WatchConfig{Dir: cfg.PolicyDir, Current: cfg.Policy.Revision(),
 		Apply: e.SetPolicy, Report: e.reportPolicy, Logger: log}); err != nil {
 		e.closeFollowers()
@@ -297,7 +304,7 @@ func (e *Executor) subscribe() error {
 		{events.InvokeSubject("*"), queueGroup, func(m *nats.Msg) { e.take(m, false) }},
 		{events.InvokeBatchSubject("*"), queueGroup, e.acceptBatch},
 		{ExecSubject(e.id.ID), "", func(m *nats.Msg) { e.take(m, true) }},
-		{events.SubjectCancel, "", e.handleCancel},
+		{events.Request(events.SubjectCancel), "", e.handleCancel},
 		{events.CancelSubject("*"), "", e.handleCancel},
 		{events.ClaimSubject, "", e.handleClaim},
 		{events.SubjectCatalogChanged, "", e.handleCatalogChanged},
@@ -470,6 +477,15 @@ func (e *Executor) closeFollowers() {
 	if e.allowlist != nil {
 		e.allowlist.close()
 	}
+	if e.rec != nil {
+		// Every call has ended: what they recorded gets a few seconds
+		// more to be stored (a stream leader being elected).
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := e.rec.Close(ctx); err != nil {
+			e.log.Error("stopping with records the audit stream did not acknowledge", "err", err)
+		}
+		cancel()
+	}
 }
 
 var errShutdown = errors.New("the executor is shutting down")
@@ -506,7 +522,7 @@ func (e *Executor) handleCancel(m *nats.Msg) {
 	// and executors may send one in a fleet. One on CancelSubject only
 	// the calls of the principal it names.
 	canceller := anyPrincipal
-	if m.Subject != events.SubjectCancel {
+	if m.Subject != events.Request(events.SubjectCancel) {
 		canceller = e.principalOf(m, false)
 	}
 	e.mu.Lock()
@@ -554,6 +570,9 @@ func (e *Executor) handleCancel(m *nats.Msg) {
 	case finished:
 		answer = events.GaveUpSent
 	}
+	if answer != events.ClaimUnknown {
+		e.recordRequest(m) // the executor that acted on it
+	}
 	if m.Reply != "" {
 		reply := nats.NewMsg(m.Reply)
 		reply.Header.Set(events.ExecutorHeader, e.id.ID)
@@ -562,12 +581,19 @@ func (e *Executor) handleCancel(m *nats.Msg) {
 	}
 }
 
-// publish sends an event, logging rather than failing the call when the
+// recordRequest records a request this executor took (events.Request).
+func (e *Executor) recordRequest(m *nats.Msg) {
+	if err := e.rec.RecordRequest(m); err != nil {
+		e.log.Error("request not recorded", "subject", m.Subject, "err", err)
+	}
+}
+
+// publish records an event, logging rather than failing the call when the
 // bus refuses it.
 func (e *Executor) publish(subject string, ev events.Envelope) {
 	data, err := events.Encode(ev)
 	if err == nil {
-		err = e.nc.Publish(subject, data)
+		err = e.rec.Record(subject, data)
 	}
 	if err != nil {
 		e.log.Error("event not published", "subject", subject, "err", err)

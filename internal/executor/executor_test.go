@@ -174,7 +174,7 @@ func startApprover(t *testing.T, b *bus.Bus, answer func(*events.ConfirmRequest)
 				t.Errorf("answer: %v", err)
 				return
 			}
-			m.Respond(data)
+			nc.Publish(events.AnswerSubject(req.AnswerTo, events.AnswerAsApprover, ""), data)
 		}
 	})
 	if err != nil {

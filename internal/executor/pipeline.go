@@ -87,6 +87,11 @@ func (e *Executor) take(m *nats.Msg, forwarded bool) {
 	if hold := e.beforeAccept.Load(); hold != nil {
 		(*hold)(m)
 	}
+	if !forwarded {
+		// What the caller sent, before anything is done about it; a
+		// forwarded call was recorded by the executor it came to.
+		e.recordRequest(m)
+	}
 	e.accept(m, forwarded)
 }
 
@@ -767,7 +772,7 @@ func (c *call) complete(out *tool.Output, ran bool) {
 			}
 		}
 		c.sent = !late
-		if err := e.nc.Publish(events.SubjectResult, data); err != nil {
+		if err := e.rec.Record(events.SubjectResult, data); err != nil {
 			e.log.Error("result event not published", "invocation", res.InvocationID, "err", err)
 		}
 	})

@@ -43,7 +43,7 @@ func (c *Client) Register(ctx context.Context, req *events.RegisterRequest) (*ev
 		return nil, err
 	}
 	if len(chunks) == 1 {
-		reply, err := requestData[events.RegisterReply](ctx, c, events.SubjectRegister, chunks[0])
+		reply, err := requestData[events.RegisterReply](ctx, c, events.Request(events.SubjectRegister), chunks[0])
 		if err == nil && reply.Error != "" {
 			err = fmt.Errorf("registry refused: %s", reply.Error)
 		}
@@ -65,7 +65,7 @@ func (c *Client) Register(ctx context.Context, req *events.RegisterRequest) (*ev
 	}
 	defer sub.Unsubscribe()
 	for i, chunk := range chunks {
-		if err := c.nc.PublishRequest(events.SubjectRegister, fmt.Sprintf("%s.%d", inbox, i), chunk); err != nil {
+		if err := c.nc.PublishRequest(events.Request(events.SubjectRegister), fmt.Sprintf("%s.%d", inbox, i), chunk); err != nil {
 			return nil, fmt.Errorf("%s: chunk %d: %w", events.SubjectRegister, i, err)
 		}
 	}
@@ -103,13 +103,13 @@ func (c *Client) Register(ctx context.Context, req *events.RegisterRequest) (*ev
 // Remove sends a RemoveRequest.
 func (c *Client) Remove(ctx context.Context, req *events.RemoveRequest) (*events.ChangeReply, error) {
 	req.Sender = c.id
-	return c.change(ctx, events.SubjectRegistryRemove, req)
+	return c.change(ctx, events.Request(events.SubjectRegistryRemove), req)
 }
 
 // Toggle sends a ToggleRequest.
 func (c *Client) Toggle(ctx context.Context, req *events.ToggleRequest) (*events.ChangeReply, error) {
 	req.Sender = c.id
-	return c.change(ctx, events.SubjectRegistryToggle, req)
+	return c.change(ctx, events.Request(events.SubjectRegistryToggle), req)
 }
 
 func (c *Client) change(ctx context.Context, subject string, req events.Envelope) (*events.ChangeReply, error) {

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/events"
 )
 
@@ -39,6 +40,7 @@ type Service struct {
 	js    jetstream.JetStream
 	store *store
 	svc   micro.Service
+	rec   *bus.Recorder // records the requests and the changes
 	id    events.Identity
 	log   *slog.Logger
 
@@ -72,8 +74,12 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 	}
 	s := &Service{reg: New(cfg.Settings, log), nc: nc, js: js, store: st, id: cfg.Identity, log: log,
 		stop: make(chan struct{}), watched: make(chan struct{}), misses: map[string]int{}}
+	if s.rec, err = bus.NewRecorder(nc, log); err != nil {
+		return nil, fmt.Errorf("registry: %w", err)
+	}
 	changes := s.reg.Restore(tools, state)
 	if err := s.reg.flush(ctx, st); err != nil {
+		s.closeRecorder()
 		return nil, fmt.Errorf("registry: save restored catalogue: %w", err)
 	}
 	s.publishChanges("restore", changes)
@@ -85,6 +91,7 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 		Description: "toolbus tool registry",
 	})
 	if err != nil {
+		s.closeRecorder()
 		return nil, fmt.Errorf("registry: %w", err)
 	}
 	s.svc = svc
@@ -93,9 +100,9 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 		name, subject string
 		handle        micro.HandlerFunc
 	}{
-		{"register", events.SubjectRegister, s.handleRegister},
-		{"remove", events.SubjectRegistryRemove, s.handleRemove},
-		{"toggle", events.SubjectRegistryToggle, s.handleToggle},
+		{"register", events.Request(events.SubjectRegister), s.handleRegister},
+		{"remove", events.Request(events.SubjectRegistryRemove), s.handleRemove},
+		{"toggle", events.Request(events.SubjectRegistryToggle), s.handleToggle},
 	}
 	for _, e := range endpoints {
 		if err := svc.AddEndpoint(e.name, e.handle, micro.WithEndpointSubject(e.subject)); err != nil {
@@ -118,7 +125,27 @@ func (s *Service) Stop() error {
 		close(s.stop)
 	}
 	<-s.watched
-	return s.svc.Stop()
+	err := s.svc.Stop()
+	s.closeRecorder()
+	return err
+}
+
+// closeRecorder gives what was recorded a few seconds to be stored.
+func (s *Service) closeRecorder() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.rec.Close(ctx); err != nil {
+		s.log.Error("stopping with records the audit stream did not acknowledge", "err", err)
+	}
+}
+
+// record records a request the registry took, on the subject of the
+// audit stream it was sent for (events.Request).
+func (s *Service) record(req micro.Request) {
+	subject, _ := events.Recorded(req.Subject())
+	if err := s.rec.Record(subject, req.Data()); err != nil {
+		s.log.Error("request not recorded", "subject", subject, "err", err)
+	}
 }
 
 // Executors are pinged every PingEvery; one that answered before and
@@ -216,6 +243,7 @@ func (s *Service) pingExecutors() (map[string]bool, error) {
 }
 
 func (s *Service) handleRegister(req micro.Request) {
+	s.record(req)
 	in, err := events.Decode[events.RegisterRequest](req.Data())
 	if err != nil {
 		s.refuse(req, err)
@@ -238,6 +266,7 @@ func (s *Service) handleRegister(req micro.Request) {
 }
 
 func (s *Service) handleRemove(req micro.Request) {
+	s.record(req)
 	in, err := events.Decode[events.RemoveRequest](req.Data())
 	if err != nil {
 		s.refuse(req, err)
@@ -248,6 +277,7 @@ func (s *Service) handleRemove(req micro.Request) {
 }
 
 func (s *Service) handleToggle(req micro.Request) {
+	s.record(req)
 	in, err := events.Decode[events.ToggleRequest](req.Data())
 	if err != nil {
 		s.refuse(req, err)
@@ -285,7 +315,7 @@ func (s *Service) publishChanges(cause string, changes []events.Change) {
 	}
 	data, err := events.Encode(&events.CatalogChanged{Header: events.Header{Sender: s.id}, Cause: cause, Changes: changes})
 	if err == nil {
-		err = s.nc.Publish(events.SubjectCatalogChanged, data)
+		err = s.rec.Record(events.SubjectCatalogChanged, data)
 	}
 	if err != nil {
 		s.log.Error("catalogue change event not published", "cause", cause, "err", err)

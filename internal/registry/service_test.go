@@ -287,7 +287,7 @@ func TestMalformedRequestsGetAClearErrorAndChangeNothing(t *testing.T) {
 		{events.SubjectRegistryToggle, `not json at all`, "malformed envelope"},
 	}
 	for _, tt := range tests {
-		msg, err := b.Conn().Request(tt.subject, []byte(tt.body), 10*time.Second)
+		msg, err := b.Conn().Request(events.Request(tt.subject), []byte(tt.body), 10*time.Second)
 		if err != nil {
 			t.Fatalf("%s: %v", tt.body, err)
 		}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,16 +50,61 @@ func ResultsOf(t testing.TB, js jetstream.JetStream, ids []string) map[string]*C
 // otherwise it fails the test.
 func Results(t testing.TB, js jetstream.JetStream, mayBeEmpty bool) map[string]*Count {
 	t.Helper()
+	// Results are the executors' (SubjectResult) and the callers' own
+	// records of calls no executor could end (CallerResultSubject).
+	subjects := []string{events.SubjectResult, events.CallerResultSubject("*")}
+	var counts map[string]*Count
+	scanRetrying(t, js, subjects, mayBeEmpty, func() { counts = map[string]*Count{} }, func(data []byte) error {
+		res, err := events.Decode[events.Result](data)
+		if err != nil {
+			return fmt.Errorf("a result in the audit stream does not decode: %w", err)
+		}
+		c := counts[res.InvocationID]
+		if c == nil {
+			c = &Count{}
+			counts[res.InvocationID] = c
+		}
+		if res.Late {
+			c.Late++
+		} else {
+			c.Terminal++
+		}
+		return nil
+	})
+	return counts
+}
+
+// Invocations reads every record of an invocation in the audit stream
+// (what the executors took), as Results does, and counts them per id.
+func Invocations(t testing.TB, js jetstream.JetStream) map[string]int {
+	t.Helper()
+	var counts map[string]int
+	scanRetrying(t, js, []string{events.SubjectInvoke + ".*"}, true, func() { counts = map[string]int{} }, func(data []byte) error {
+		inv, err := events.Decode[events.Invocation](data)
+		if err != nil {
+			return fmt.Errorf("an invocation in the audit stream does not decode: %w", err)
+		}
+		counts[inv.ID]++
+		return nil
+	})
+	return counts
+}
+
+// scanRetrying calls each for every message on subjects, up to the last
+// one there, after reset; a read that fails is made again, from reset.
+func scanRetrying(t testing.TB, js jetstream.JetStream, subjects []string, mayBeEmpty bool, reset func(), each func([]byte) error) {
+	t.Helper()
 	// In a cluster that just lost a node, the stream's new leader may not
 	// answer reads for a while: a read that fails is made again.
 	deadline := time.Now().Add(time.Minute)
 	for {
-		counts, empty, err := results(js)
+		reset()
+		empty, err := scan(js, subjects, each)
 		switch {
 		case err == nil && empty && !mayBeEmpty:
-			t.Fatal("no result in the audit stream")
+			t.Fatal("nothing on " + strings.Join(subjects, ", ") + " in the audit stream")
 		case err == nil:
-			return counts
+			return
 		case time.Now().After(deadline):
 			t.Fatalf("reading the audit stream: %v", err)
 		}
@@ -66,17 +112,13 @@ func Results(t testing.TB, js jetstream.JetStream, mayBeEmpty bool) map[string]*
 	}
 }
 
-func results(js jetstream.JetStream) (counts map[string]*Count, empty bool, err error) {
+func scan(js jetstream.JetStream, subjects []string, each func([]byte) error) (empty bool, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	stream, err := js.Stream(ctx, events.AuditStream)
 	if err != nil {
-		return nil, false, err
+		return false, err
 	}
-	counts = map[string]*Count{}
-	// Results are the executors' (SubjectResult) and the callers' own
-	// records of calls no executor could end (CallerResultSubject).
-	subjects := []string{events.SubjectResult, events.CallerResultSubject("*")}
 	var last uint64
 	for _, subject := range subjects {
 		m, err := stream.GetLastMsgForSubject(ctx, subject)
@@ -84,16 +126,16 @@ func results(js jetstream.JetStream) (counts map[string]*Count, empty bool, err 
 			continue
 		}
 		if err != nil {
-			return nil, false, err
+			return false, err
 		}
 		last = max(last, m.Sequence)
 	}
 	if last == 0 {
-		return counts, true, nil
+		return true, nil
 	}
 	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: subjects, InactiveThreshold: 30 * time.Second})
 	if err != nil {
-		return nil, false, err
+		return false, err
 	}
 	// No-wait fetches, drained to their end: a fetch left waiting would
 	// outlive the read (and the test's leak check).
@@ -101,34 +143,27 @@ func results(js jetstream.JetStream) (counts map[string]*Count, empty bool, err 
 	for tries := 0; ; {
 		batch, err := cons.FetchNoWait(2000)
 		if err != nil {
-			return nil, false, err
+			return false, err
 		}
 		n, done := 0, false
+		var failed error
 		for m := range batch.Messages() {
 			n++
-			if done {
+			if done || failed != nil {
 				continue
 			}
-			res, err := events.Decode[events.Result](m.Data())
-			if err != nil {
-				return nil, false, fmt.Errorf("a result in the audit stream does not decode: %w", err)
-			}
-			c := counts[res.InvocationID]
-			if c == nil {
-				c = &Count{}
-				counts[res.InvocationID] = c
-			}
-			if res.Late {
-				c.Late++
-			} else {
-				c.Terminal++
+			if failed = each(m.Data()); failed != nil {
+				continue
 			}
 			if meta, err := m.Metadata(); err != nil || meta.Sequence.Stream >= last {
 				done = true
 			}
 		}
+		if failed != nil {
+			return false, failed
+		}
 		if done {
-			return counts, false, nil
+			return false, nil
 		}
 		err = batch.Error()
 		if n == 0 && errors.Is(err, nats.ErrNoResponders) && tries < 20 {
@@ -139,12 +174,12 @@ func results(js jetstream.JetStream) (counts map[string]*Count, empty bool, err 
 			continue
 		}
 		if err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
-			return nil, false, err
+			return false, err
 		}
 		if n > 0 {
 			idle = time.Now()
 		} else if time.Since(idle) > 10*time.Second {
-			return nil, false, errors.New("the audit stream ended before its last result")
+			return false, errors.New("the audit stream ended before its last message")
 		} else {
 			time.Sleep(20 * time.Millisecond)
 		}

@@ -1,0 +1,226 @@
+package bus_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/bus"
+	"github.com/toolbus/toolbus/internal/bus/bustest"
+	"github.com/toolbus/toolbus/internal/events"
+)
+
+// countRecords reads subject of the audit stream and counts each payload.
+func countRecords(t *testing.T, js jetstream.JetStream, subject string) map[string]int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stream, err := js.Stream(ctx, events.AuditStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending := cons.CachedInfo().NumPending
+	seen := map[string]int{}
+	for n := uint64(0); n < pending; {
+		// A cluster that lost a node may fail a fetch for a moment; the
+		// ordered consumer starts again where it was.
+		m, err := cons.Next(jetstream.FetchMaxWait(2 * time.Second))
+		if err != nil {
+			if ctx.Err() != nil {
+				t.Fatalf("after %d of %d records: %v", n, pending, err)
+			}
+			continue
+		}
+		seen[string(m.Data())]++
+		n++
+	}
+	return seen
+}
+
+// The stream's leader is lost while records are being sent: every record
+// is stored, each once. Plain publishes sent alongside may be lost (they
+// are counted, not judged): the difference is what the recorder is for.
+func TestRecordsSurviveTheLossOfTheStreamLeader(t *testing.T) {
+	nodes := bustest.StartCluster(t, 3, 0)
+	ctx := context.Background()
+	stream, err := nodes[0].JetStream().Stream(ctx, events.AuditStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := stream.CachedInfo().Cluster.Leader
+	var gone *bus.Bus
+	others := []*bus.Bus{}
+	for _, n := range nodes {
+		if n.Conn().ConnectedServerName() == leader {
+			gone = n
+		} else {
+			others = append(others, n)
+		}
+	}
+	if gone == nil {
+		t.Fatalf("no node is the stream's leader %q", leader)
+	}
+	// The client is on the leader's node: what is in flight when it goes
+	// is lost with the connection, and the stream is without a leader.
+	client := bustest.ConnectURL(t, gone.URL()) // the others it learns from the node
+	if client.Conn().ConnectedServerName() != leader {
+		t.Fatalf("the client is on %s, not on the leader %s", client.Conn().ConnectedServerName(), leader)
+	}
+	rec, err := bus.NewRecorder(client.Conn(), bustest.Quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	const n = 3000
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; i < n; i++ {
+			if err := rec.Record("tool.test.recorded", []byte(strconv.Itoa(i))); err != nil {
+				t.Errorf("record %d: %v", i, err)
+			}
+			_ = client.Conn().Publish("tool.test.plain", []byte(strconv.Itoa(i)))
+			if i == n/3 {
+				bustest.Stop(t, gone)
+			}
+			time.Sleep(200 * time.Microsecond)
+		}
+	}()
+	wg.Wait()
+	closeCtx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	if err := rec.Close(closeCtx); err != nil {
+		t.Fatal(err)
+	}
+	if rec.Lost() != 0 {
+		t.Errorf("the recorder gave up on %d records", rec.Lost())
+	}
+	seen := countRecords(t, client.JetStream(), "tool.test.recorded")
+	missing, twice := 0, 0
+	for i := 0; i < n; i++ {
+		switch seen[strconv.Itoa(i)] {
+		case 0:
+			missing++
+		case 1:
+		default:
+			twice++
+		}
+	}
+	if missing != 0 || twice != 0 {
+		t.Errorf("of %d records, %d are missing and %d stored more than once", n, missing, twice)
+	}
+	plain := countRecords(t, client.JetStream(), "tool.test.plain")
+	t.Logf("with the stream's leader lost: %d of %d records stored once (%d sent again); %d of %d plain publishes stored", n-missing-twice, n, rec.Resent(), len(plain), n)
+}
+
+// A record sent again under its id is stored once.
+func TestARecordSentAgainIsStoredOnce(t *testing.T) {
+	b := bustest.Start(t, "")
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		if err := bus.RecordOnce(ctx, b.Conn(), "tool.test.once", "the-id", []byte(fmt.Sprint("copy ", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if seen := countRecords(t, b.JetStream(), "tool.test.once"); len(seen) != 1 || seen["copy 0"] != 1 {
+		t.Errorf("stored %v, want the first copy once", seen)
+	}
+	// A record the stream refuses (too large for it) is said so, at once.
+	huge := make([]byte, 2<<20)
+	if err := bus.RecordOnce(ctx, b.Conn(), "tool.test.huge", "huge", huge); err == nil {
+		t.Error("a record larger than the bus takes was accepted")
+	}
+}
+
+// A stream made before records were acknowledged gets acknowledgements
+// from the first part that connects: otherwise no record would ever be.
+func TestAnUnacknowledgingStreamIsTurnedToAcknowledge(t *testing.T) {
+	b := bustest.Start(t, "")
+	ctx := context.Background()
+	stream, err := b.JetStream().Stream(ctx, events.AuditStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := stream.CachedInfo().Config
+	cfg.NoAck = true
+	if _, err := b.JetStream().UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	bustest.Connect(t, b)
+	stream, err = b.JetStream().Stream(ctx, events.AuditStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stream.CachedInfo().Config.NoAck {
+		t.Fatal("the stream still does not acknowledge")
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := bus.RecordOnce(rctx, b.Conn(), "tool.test.acked", "x", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// No stream takes the records for a while (as when a cluster has no
+// quorum): they wait, are sent again, and are stored, once each, when
+// the stream is back.
+func TestRecordsWaitForTheStreamToComeBack(t *testing.T) {
+	b := bustest.Start(t, "")
+	ctx := context.Background()
+	stream, err := b.JetStream().Stream(ctx, events.AuditStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := stream.CachedInfo().Config
+	away := cfg
+	away.Subjects = []string{"tool.elsewhere"}
+	if _, err := b.JetStream().UpdateStream(ctx, away); err != nil {
+		t.Fatal(err)
+	}
+	client := bustest.Connect(t, b)
+	rec, err := bus.NewRecorder(client.Conn(), bustest.Quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 200
+	for i := 0; i < n; i++ {
+		if err := rec.Record("tool.test.waiting", []byte(strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The library's own tries are spent; the recorder's go on.
+	deadline := time.Now().Add(30 * time.Second)
+	for rec.Resent() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d records sent again", rec.Resent(), n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if rec.Pending() != n {
+		t.Errorf("%d records pending, want %d", rec.Pending(), n)
+	}
+	if _, err := b.JetStream().UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	closeCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := rec.Close(closeCtx); err != nil {
+		t.Fatal(err)
+	}
+	seen := countRecords(t, b.JetStream(), "tool.test.waiting")
+	for i := 0; i < n; i++ {
+		if seen[strconv.Itoa(i)] != 1 {
+			t.Fatalf("record %d stored %d times (%d distinct stored)", i, seen[strconv.Itoa(i)], len(seen))
+		}
+	}
+}
