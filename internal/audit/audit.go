@@ -183,7 +183,11 @@ func read(ctx context.Context, js jetstream.JetStream, subjects []string, j *joi
 	q := j.q
 	start := time.Now()
 	var st Stats
-	stream, err := js.Stream(ctx, events.AuditStream)
+	var stream jetstream.Stream
+	err := whileElecting(ctx, func(ctx context.Context) (err error) {
+		stream, err = js.Stream(ctx, events.AuditStream)
+		return err
+	})
 	if err != nil {
 		return nil, st, fmt.Errorf("audit stream %s: %w", events.AuditStream, err)
 	}
@@ -194,7 +198,11 @@ func read(ctx context.Context, js jetstream.JetStream, subjects []string, j *joi
 		lastTime time.Time
 	)
 	for _, subj := range subjects {
-		m, err := stream.GetLastMsgForSubject(ctx, subj)
+		var m *jetstream.RawStreamMsg
+		err := whileElecting(ctx, func(ctx context.Context) (err error) {
+			m, err = stream.GetLastMsgForSubject(ctx, subj)
+			return err
+		})
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			continue
 		}
@@ -640,3 +648,31 @@ func Tail(ctx context.Context, js jetstream.JetStream, q Query, f func(*Record))
 // tailWait is how long Tail waits for an invocation's result before it
 // shows it as PENDING.
 const tailWait = time.Minute
+
+// electionWait bounds how long a read waits for a stream that does not
+// answer: in a cluster that lost or restarted a node, the stream may be
+// electing a leader for some seconds.
+const electionWait = 30 * time.Second
+
+// whileElecting runs f, again while it times out or finds no one to
+// answer, for up to electionWait or until ctx ends. Each try gets a few
+// seconds of its own.
+func whileElecting(ctx context.Context, f func(context.Context) error) error {
+	deadline := time.Now().Add(electionWait)
+	for {
+		try, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := f(try)
+		cancel()
+		var api *jetstream.APIError
+		unavailable := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
+			errors.As(err, &api) && api.Code == 503
+		if err == nil || !unavailable || ctx.Err() != nil || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
