@@ -12,6 +12,7 @@ import (
 
 	defaultpolicy "github.com/toolbus/toolbus/policy"
 
+	"github.com/toolbus/toolbus/internal/auth"
 	"github.com/toolbus/toolbus/internal/builtin"
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/cli"
@@ -44,6 +45,7 @@ func runUp(args []string) error {
 	mcpListen := fs.String("mcp-listen", "", "address the MCP endpoint (toolbus as an MCP server, streamable HTTP) listens on, or off (default "+defaultMCPListen+", else a free loopback port)")
 	auditOpts := cli.AuditFlags(fs)
 	consoleAddr := fs.String("console", "", "address the web console listens on, or off (default "+console.DefaultListen+", else a free loopback port); token from env "+consoleTokenEnv)
+	identities := fs.String("identities", "", "directory of the identities the parts connect with (made on the first start; `toolbus init` makes a fleet's), or off (default DATA/identities)")
 	logLevel := cli.LogFlag(fs)
 	metricsAddr := cli.MetricsFlag(fs)
 	if err := parseFlags(fs, args); err != nil {
@@ -70,16 +72,44 @@ func runUp(args []string) error {
 
 	ctx, stop := cli.SignalContext()
 	defer stop()
+	var parts []*bus.Bus // the parts' own connections, closed last
 
 	busCfg := bus.Config{Listen: *listen, DataDir: *dataDir, Name: "toolbus-up", Logger: log}
 	if err := auditOpts.Apply(&busCfg); err != nil {
 		return usageError{err}
+	}
+	idDir := *identities
+	if idDir == "" {
+		idDir = filepath.Join(*dataDir, "identities")
+	}
+	if idDir != "off" {
+		if err := upIdentities(idDir, &busCfg); err != nil {
+			return err
+		}
 	}
 	b, err := bus.Open(ctx, busCfg)
 	if err != nil {
 		return err
 	}
 	defer cli.Close(b)
+	// Each part connects as its own member, with its role's permissions,
+	// as in a fleet; without identities they share the bus's connection.
+	as := func(name string) (*bus.Bus, error) {
+		if idDir == "off" {
+			return b, nil
+		}
+		part, err := bus.Open(ctx, bus.Config{URL: b.URL(), Name: "toolbus-up " + name, NkeyFile: auth.SeedFile(idDir, name), Logger: log})
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		parts = append(parts, part)
+		return part, nil
+	}
+	defer func() {
+		for i := len(parts) - 1; i >= 0; i-- {
+			cli.Close(parts[i])
+		}
+	}()
 	stopCheckpoints, err := auditOpts.StartCheckpoints(b, *dataDir, log)
 	if err != nil {
 		return err
@@ -91,14 +121,22 @@ func runUp(args []string) error {
 	}
 	defer stopMetrics()
 
-	reg, err := registry.Start(ctx, b.Conn(), b.JetStream(), registry.Config{
+	regBus, err := as("registry")
+	if err != nil {
+		return err
+	}
+	reg, err := registry.Start(ctx, regBus.Conn(), regBus.JetStream(), registry.Config{
 		Settings: settings, Identity: cli.Identity("registry"), Logger: log})
 	if err != nil {
 		return err
 	}
 	defer reg.Stop()
 
-	exec, err := startExecutor(ctx, b, *workspace, *policyDir, outputs, mcpFlags, hookFlags, m, log)
+	exBus, err := as("executor")
+	if err != nil {
+		return err
+	}
+	exec, err := startExecutor(ctx, exBus, *workspace, *policyDir, outputs, mcpFlags, hookFlags, m, log)
 	if err != nil {
 		return err
 	}
@@ -108,7 +146,11 @@ func runUp(args []string) error {
 	// waits for a person instead of being denied at once.
 	var cons *runningConsole
 	if *consoleAddr != "off" {
-		if cons, err = startConsole(ctx, b, *consoleAddr, os.Getenv(consoleTokenEnv), "", log); err != nil {
+		consBus, err := as("console")
+		if err != nil {
+			return err
+		}
+		if cons, err = startConsole(ctx, consBus, *consoleAddr, os.Getenv(consoleTokenEnv), "", log); err != nil {
 			return err
 		}
 		defer cons.stop()
@@ -117,7 +159,11 @@ func runUp(args []string) error {
 	// Agents that speak MCP call the fleet's tools here.
 	var mcpEP *mcpEndpoint
 	if *mcpListen != "off" {
-		fac, ep, err := upMCPEndpoint(ctx, b, *mcpListen, exec.executor.Policy, log)
+		mcpBus, err := as("mcp")
+		if err != nil {
+			return err
+		}
+		fac, ep, err := upMCPEndpoint(ctx, mcpBus, *mcpListen, exec.executor.Policy, log)
 		if err != nil {
 			return err
 		}
@@ -129,6 +175,10 @@ func runUp(args []string) error {
 	fmt.Printf("toolbus is up\n  bus:       %s\n  data:      %s\n  workspace: %s\n  policy:    %s\n  tools:     %d registered, %d active\n",
 		b.URL(), *dataDir, exec.workspace.Root(), exec.executor.Policy().Revision(),
 		reg.Registry().Catalog().Len(), len(reg.Registry().Catalog().AllToolNames()))
+	if idDir != "off" {
+		fmt.Printf("  identities: %s (a client with none is the developer, an admin; an agent to confine: TOOLBUS_IDENTITY=%s)\n",
+			idDir, auth.SeedFile(idDir, "agent"))
+	}
 	if *settingsPath != "" {
 		fmt.Printf("  settings:  %s\n", *settingsPath)
 	}
@@ -156,6 +206,37 @@ func runUp(args []string) error {
 	fmt.Println("Press Ctrl-C to stop.")
 	<-ctx.Done()
 	fmt.Println("toolbus: stopping")
+	return nil
+}
+
+// upMembers are the identities of `toolbus up`'s parts, and the ones a
+// developer hands out: the agent's, to confine an agent to an agent's
+// permissions.
+var upMembers = []auth.Member{
+	{Name: "bus", Role: auth.RoleBus}, {Name: "developer", Role: auth.RoleAdmin},
+	{Name: "registry", Role: auth.RoleRegistry}, {Name: "executor", Role: auth.RoleExecutor},
+	{Name: "console", Role: auth.RoleApprover}, {Name: "mcp", Role: auth.RoleAgent},
+	{Name: "agent", Role: auth.RoleAgent}, {Name: "auditor", Role: auth.RoleAuditor},
+}
+
+// upIdentities makes (or completes) the identities in dir and sets cfg to
+// admit only them, a client with none taken as the developer: on
+// loopback, one developer needs no step of their own, and the parts are
+// confined to their roles as in a fleet.
+func upIdentities(dir string, cfg *bus.Config) error {
+	if _, err := auth.Init(dir, upMembers); err != nil {
+		return fmt.Errorf("identities in %s: %w", dir, err)
+	}
+	roster, err := auth.LoadRoster(dir)
+	if err != nil {
+		return fmt.Errorf("identities in %s: %w", dir, err)
+	}
+	for _, m := range roster.Members {
+		if m.Name == "developer" {
+			cfg.AnonymousKey = m.PublicKey
+		}
+	}
+	cfg.AuthConfig, cfg.NkeyFile = filepath.Join(dir, auth.ServerConfigFile), auth.SeedFile(dir, "bus")
 	return nil
 }
 
@@ -188,7 +269,7 @@ func startExecutor(ctx context.Context, b *bus.Bus, workspace, policyDir string,
 	shells := builtin.NewShells(ws)
 	cfg := executor.Config{
 		Identity: cli.Identity("executor"), Tools: builtin.Tools(ws, shells), Policy: pol, PolicyDir: policyDir,
-		Workspace: ws.Root(), Observer: m, Logger: log}
+		Workspace: ws.Root(), Observer: m, Logger: log, IdentitiesEnforced: b.Principal() != ""}
 	outputs.Apply(&cfg)
 	err = hookFlags.Apply(&cfg, log)
 	var ex *executor.Executor

@@ -84,6 +84,11 @@ type Config struct {
 	// of a fleet's identities (DIR/auth.conf of `toolbus init`): the
 	// server admits only its members, each with its role's permissions.
 	AuthConfig string
+	// AnonymousKey, for an embedded server with AuthConfig, is the public
+	// key of the member a client connecting with no identity is taken
+	// as (`toolbus up`: the developer, on loopback); "" refuses such a
+	// client.
+	AnonymousKey string
 	// AuditAllowDelete lets clients delete and purge messages of the
 	// audit stream. By default the stream refuses both (JetStream's
 	// deny-delete and deny-purge), which cannot be undone for the stream:
@@ -308,6 +313,7 @@ func startServer(cfg Config, log *slog.Logger) (*server.Server, error) {
 			return nil, fmt.Errorf("embedded bus: %w", err)
 		}
 		opts.Nkeys = users
+		opts.NoAuthUser = cfg.AnonymousKey
 	}
 	if cfg.StoreKey != "" {
 		opts.JetStreamKey, opts.JetStreamCipher = cfg.StoreKey, server.ChaCha

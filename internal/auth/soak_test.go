@@ -1,0 +1,230 @@
+package auth_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/auth"
+	"github.com/toolbus/toolbus/internal/bus"
+	"github.com/toolbus/toolbus/internal/bus/bustest"
+	"github.com/toolbus/toolbus/internal/events"
+)
+
+// BenchmarkSoak calls a no-op tool at a steady 5,000 calls/s through a
+// node with identities and permissions on, for TOOLBUS_SOAK (a Go
+// duration; 10s when unset, as the test command runs every benchmark
+// once: `TOOLBUS_SOAK=10m go test ./internal/auth -run '^$' -bench Soak
+// -benchtime 1x` is the ten-minute soak). It prints the process's
+// resident memory, heap and goroutines as it goes, and counts calls
+// lost: a call that did not succeed, or whose terminal result the audit
+// stream does not hold exactly once (an auditor follows the stream
+// during the soak, as `toolbus audit tail` would).
+func BenchmarkSoak(b *testing.B) {
+	duration := 10 * time.Second
+	if s := os.Getenv("TOOLBUS_SOAK"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			b.Fatalf("TOOLBUS_SOAK: %v", err)
+		}
+		duration = d
+	}
+	const rate = 5000 // calls per second
+	dir := b.TempDir()
+	if _, err := auth.Init(dir, auth.DefaultMembers()); err != nil {
+		b.Fatal(err)
+	}
+	node, err := bus.Open(context.Background(), bus.Config{Listen: "127.0.0.1:0", DataDir: b.TempDir(), Name: "soak", Logger: bustest.Quiet(),
+		AuthConfig: filepath.Join(dir, auth.ServerConfigFile), NkeyFile: auth.SeedFile(dir, "bus")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { bustest.Stop(b, node) })
+	f := startBenchFleet(b, dir, []*bus.Bus{node})
+
+	total := int(duration.Seconds() * rate)
+	results := newAuditCount(b, node.URL(), dir, total)
+
+	for range b.N {
+		var failed atomic.Int64
+		var done atomic.Int64
+		work := make(chan int, rate)
+		var wg sync.WaitGroup
+		for range 256 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for n := range work {
+					if err := f.callID("soak-" + strconv.Itoa(n)); err != nil {
+						if failed.Add(1) <= 5 {
+							b.Logf("call %d: %v", n, err)
+						}
+					}
+					done.Add(1)
+				}
+			}()
+		}
+		fmt.Printf("\n%-10s %12s %10s %10s %11s\n", "soak", "calls done", "RSS MB", "heap MB", "goroutines")
+		sample := func(at time.Duration) (rss, heap float64, gr int) {
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			rss, heap, gr = residentMB(), float64(ms.HeapAlloc)/(1<<20), runtime.NumGoroutine()
+			fmt.Printf("%-10s %12d %10.1f %10.1f %11d\n", at.Round(time.Second), done.Load(), rss, heap, gr)
+			return
+		}
+		every := max(duration/20, time.Second)
+		start := time.Now()
+		next := start.Add(every)
+		behind := 0
+		var firstRSS, maxRSS, lastRSS float64
+		var firstG, lastG int
+		tick := time.NewTicker(time.Millisecond)
+		for n := 0; n < total; {
+			<-tick.C
+			// As many calls as the schedule says are due by now.
+			due := min(int(time.Since(start).Seconds()*rate)+1, total)
+			for ; n < due; n++ {
+				select {
+				case work <- n:
+				default:
+					behind++
+					work <- n
+				}
+			}
+			if now := time.Now(); now.After(next) {
+				rss, _, g := sample(now.Sub(start))
+				if firstRSS == 0 && now.Sub(start) >= duration/10 {
+					firstRSS, firstG = rss, g // after the warm-up
+				}
+				maxRSS, lastRSS, lastG = max(maxRSS, rss), rss, g
+				next = next.Add(every)
+			}
+		}
+		tick.Stop()
+		close(work)
+		wg.Wait()
+		took := time.Since(start)
+		sample(took)
+		stored, twice := results.wait(total)
+		lost := int(failed.Load()) + (total - stored)
+		fmt.Printf("%d calls in %s: %.0f calls/s (goal 5,000), %d not sent on schedule; %d failed, %d terminal results stored, %d stored twice: %d lost\n",
+			total, took.Round(time.Millisecond), float64(total)/took.Seconds(), behind, failed.Load(), stored, twice, lost)
+		fmt.Printf("resident memory after the warm-up %.1f MB, at the end %.1f MB, at most %.1f MB; goroutines %d then %d\n",
+			firstRSS, lastRSS, maxRSS, firstG, lastG)
+		b.ReportMetric(float64(lost), "lost")
+		if lost != 0 || twice != 0 {
+			b.Errorf("%d calls lost, %d results stored twice", lost, twice)
+		}
+	}
+}
+
+// callID calls the no-op tool as invocation id.
+func (f *benchFleet) callID(id string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := f.client.Invoke(ctx, &events.Invocation{Header: events.Header{ID: id}, Tool: "noop", Args: json.RawMessage(`{}`)}, nil)
+	if err == nil && res.Error != nil {
+		err = fmt.Errorf("%s: %s", res.Error.Type, res.Error.Message)
+	}
+	return err
+}
+
+func residentMB() float64 {
+	data, _ := os.ReadFile("/proc/self/status")
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseFloat(strings.Fields(rest)[0], 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+// auditCount follows the audit stream's results as an auditor and marks
+// the soak's invocations that have one, in bit sets (the soak's ids are
+// numbered): a map of millions of ids would itself be the memory growth
+// the soak looks for.
+type auditCount struct {
+	mu          sync.Mutex
+	seen, twice []uint64
+	stored, dup int
+	changed     chan struct{}
+}
+
+func newAuditCount(b *testing.B, url, dir string, total int) *auditCount {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	auditor, err := bus.Open(ctx, bus.Config{URL: url, Name: "auditor", NkeyFile: auth.SeedFile(dir, "auditor"), Logger: bustest.Quiet()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { bustest.Stop(b, auditor) })
+	stream, err := auditor.JetStream().Stream(ctx, events.AuditStream)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.SubjectResult}, DeliverPolicy: jetstream.DeliverNewPolicy})
+	if err != nil {
+		b.Fatal(err)
+	}
+	a := &auditCount{seen: make([]uint64, total/64+1), twice: make([]uint64, total/64+1), changed: make(chan struct{}, 1)}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		res, err := events.Decode[events.Result](m.Data())
+		if err != nil || res.Late {
+			return
+		}
+		n, err := strconv.Atoi(strings.TrimPrefix(res.InvocationID, "soak-"))
+		if err != nil || n < 0 || n >= total {
+			return
+		}
+		a.mu.Lock()
+		if a.seen[n/64]&(1<<(n%64)) != 0 {
+			a.twice[n/64] |= 1 << (n % 64)
+			a.dup++
+		} else {
+			a.seen[n/64] |= 1 << (n % 64)
+			a.stored++
+		}
+		a.mu.Unlock()
+		select {
+		case a.changed <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(cc.Stop)
+	return a
+}
+
+// wait waits until the stream holds a result for each of total calls,
+// or nothing came for ten seconds, and says how many it holds and how
+// many twice.
+func (a *auditCount) wait(total int) (stored, twice int) {
+	for {
+		a.mu.Lock()
+		stored, twice = a.stored, a.dup
+		a.mu.Unlock()
+		if stored >= total {
+			return
+		}
+		select {
+		case <-a.changed:
+		case <-time.After(10 * time.Second):
+			return
+		}
+	}
+}
