@@ -59,6 +59,16 @@ func main() {
 		if cfg.NkeyFile == "" {
 			cfg.NkeyFile = auth.SeedFile(*identities, string(auth.RoleBus))
 		}
+		if cfg.Cluster.Name != "" {
+			// The routes are members' business too: a node that
+			// does not have the fleet's secret cannot join.
+			secret, err := auth.RouteSecret(*identities)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "bus:", err)
+				os.Exit(2)
+			}
+			cfg.Cluster.Secret = secret
+		}
 	} else if *nkey != "" {
 		fmt.Fprintln(os.Stderr, "bus: --nkey needs --identities")
 		os.Exit(2)

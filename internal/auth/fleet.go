@@ -1,6 +1,8 @@
 package auth
 
 import (
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,6 +28,11 @@ const (
 	ServerConfigFile = "auth.conf"
 	// SeedSuffix ends a member's seed file: DIR/<name>.nk.
 	SeedSuffix = ".nk"
+	// RouteSecretFile holds the secret the cluster's nodes show each
+	// other on their routes: a node without it cannot join.
+	RouteSecretFile = "route.secret"
+	// RouteUser is the name the nodes' routes authenticate as.
+	RouteUser = "toolbus-route"
 )
 
 // Member is one identity of a fleet.
@@ -113,6 +120,9 @@ func Init(dir string, want []Member) ([]Member, error) {
 		roster.Members = append(roster.Members, m)
 		added = append(added, m)
 	}
+	if err := makeRouteSecret(dir); err != nil {
+		return nil, err
+	}
 	data, err := json.MarshalIndent(roster, "", "  ")
 	if err != nil {
 		return nil, err
@@ -133,6 +143,41 @@ func writeFile(path string, data []byte) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// makeRouteSecret writes dir's route secret, unless it has one.
+func makeRouteSecret(dir string) error {
+	path := filepath.Join(dir, RouteSecretFile)
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(base64.RawURLEncoding.EncodeToString(b) + "\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// RouteSecret reads dir's route secret (a fleet made before there was
+// one gets it from `toolbus init DIR` run again).
+func RouteSecret(dir string) (string, error) {
+	data, err := os.ReadFile(filepath.Join(dir, RouteSecretFile))
+	if err != nil {
+		return "", fmt.Errorf("the cluster's route secret: %w (run toolbus init %s again to make it, and give it to every node)", err, dir)
+	}
+	secret := strings.TrimSpace(string(data))
+	if len(secret) < 32 {
+		return "", fmt.Errorf("the cluster's route secret in %s is too short", filepath.Join(dir, RouteSecretFile))
+	}
+	return secret, nil
 }
 
 // SeedFile is where member name's seed is kept in dir.

@@ -109,6 +109,9 @@ type Cluster struct {
 	// ServerName names this node, unique in the cluster; defaults to
 	// the cluster name and Listen's port.
 	ServerName string
+	// Secret, when set, is what the nodes' routes authenticate with
+	// (auth.RouteSecret): a node that does not show it cannot join.
+	Secret string
 }
 
 // Bus is an open connection to the toolbus NATS, and the embedded server

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/internal/auth"
 	"github.com/toolbus/toolbus/internal/events"
 )
 
@@ -32,10 +33,17 @@ func clusterOptions(opts *server.Options, c Cluster) error {
 		return fmt.Errorf("cluster listen address %q: the other nodes need a fixed port", c.Listen)
 	}
 	opts.Cluster = server.ClusterOpts{Name: c.Name, Host: host, Port: port}
+	if c.Secret != "" {
+		// Incoming routes must show it; outgoing ones show it.
+		opts.Cluster.Username, opts.Cluster.Password = auth.RouteUser, c.Secret
+	}
 	for _, r := range c.Routes {
 		u, err := url.Parse(strings.TrimSpace(r))
 		if err != nil || u.Scheme != "nats-route" || u.Hostname() == "" || u.Port() == "" {
 			return fmt.Errorf("cluster route %q: want nats-route://host:port", r)
+		}
+		if c.Secret != "" {
+			u.User = url.UserPassword(auth.RouteUser, c.Secret)
 		}
 		opts.Routes = append(opts.Routes, u)
 	}

@@ -3,11 +3,15 @@ package bus_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"net"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/internal/auth"
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
@@ -90,6 +94,64 @@ func TestClusterConfigErrors(t *testing.T) {
 		if b, err := bus.Open(ctx, bus.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Cluster: c, Logger: bustest.Quiet()}); err == nil {
 			b.Close(ctx)
 			t.Errorf("%+v: started", c)
+		}
+	}
+}
+
+// lines is a slog handler that hands every message to a channel.
+type lines chan string
+
+func (l lines) Enabled(context.Context, slog.Level) bool { return true }
+func (l lines) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l lines) WithGroup(string) slog.Handler            { return l }
+func (l lines) Handle(_ context.Context, r slog.Record) error {
+	select {
+	case l <- r.Message:
+	default:
+	}
+	return nil
+}
+
+// TestANodeWithoutTheRouteSecretCannotJoin: the nodes of a fleet with
+// identities show each other its route secret; a node that does not
+// have it, even knowing every route and the cluster's name, is refused
+// on the routes and never gets the cluster's JetStream.
+func TestANodeWithoutTheRouteSecretCannotJoin(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := auth.Init(dir, auth.DefaultMembers()); err != nil {
+		t.Fatal(err)
+	}
+	secret, err := auth.RouteSecret(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var routes []string
+	bustest.StartClusterWith(t, 3, 0, func(cfg *bus.Config) {
+		cfg.Cluster.Secret = secret
+		routes = cfg.Cluster.Routes
+	})
+	for _, wrong := range []string{"", strings.Repeat("x", 43)} {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		listen := l.Addr().String()
+		l.Close()
+		said := make(lines, 1000)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		rogue, err := bus.Open(ctx, bus.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Name: "rogue", Logger: slog.New(said),
+			Cluster: bus.Cluster{Name: "toolbus-test", Listen: listen, Routes: routes, ServerName: "rogue", Secret: wrong}})
+		cancel()
+		if err == nil {
+			bustest.Stop(t, rogue)
+			t.Fatalf("a node with the secret %q joined the cluster", wrong)
+		}
+		refused := false
+		for len(said) > 0 && !refused {
+			refused = strings.Contains(strings.ToLower(<-said), "authorization violation")
+		}
+		if !refused {
+			t.Errorf("a node with the secret %q was not refused on the routes (it failed with %v)", wrong, err)
 		}
 	}
 }
