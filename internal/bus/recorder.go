@@ -1,7 +1,9 @@
 package bus
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,28 +22,41 @@ import (
 // Recorder writes records and events to the audit stream and makes sure
 // each is stored. A plain publish is lost when the stream has no leader
 // for a moment (a node of the cluster went away) or the connection drops
-// with it in flight; the recorder waits for the stream's acknowledgement
-// instead, and sends again what it did not get one for, under the same
-// message id, so the stream keeps one copy (within its duplicate window).
+// with it in flight; the recorder asks for the stream's acknowledgement
+// instead, and sends again what it did not get one for in time, under
+// the same message id, so the stream keeps one copy (within its
+// duplicate window).
 //
-// Record does not wait for the acknowledgement: the invoke path only
-// pays for sending. It waits only when more than MaxPending records are
-// unacknowledged (the stream is gone for a while), so a part that cannot
-// record stops taking work instead of piling it up in memory.
+// Record does not wait for the acknowledgement: the invoke path pays for
+// sending, a map entry and reading a short ack. No timer per record: one
+// sweep, a few times a second, sends again what is overdue. Record waits
+// only when RecordMaxPending records are unacknowledged (the stream is
+// gone for a while), so a part that cannot record stops taking work
+// instead of piling it up in memory.
 type Recorder struct {
-	js     jetstream.JetStream
+	nc     *nats.Conn
 	log    *slog.Logger
 	nonce  string
-	seq    atomic.Uint64
+	prefix string // of the acks' subjects: prefix + the record's number
+	sub    *nats.Subscription
 	lost   atomic.Uint64
 	resent atomic.Uint64
 
 	mu      sync.Mutex
-	retry   []*nats.Msg
-	wake    chan struct{}
-	closing chan struct{}
+	room    *sync.Cond // signalled when pending shrinks or closing
+	seq     uint64
+	pending map[uint64]*record
+	closing bool
 	done    chan struct{}
+	stop    chan struct{}
 	once    sync.Once
+}
+
+// record is one record waiting for its acknowledgement.
+type record struct {
+	msg  *nats.Msg
+	due  time.Time // when it is sent again without one
+	sent int
 }
 
 // Recorder settings. The ack wait is long enough for a stream that is
@@ -50,21 +65,23 @@ type Recorder struct {
 const (
 	recordAckWait    = 3 * time.Second
 	recordRetryWait  = 250 * time.Millisecond
+	recordSweep      = 100 * time.Millisecond
 	RecordMaxPending = 16384
 )
 
 // NewRecorder returns a recorder sending on nc. Close stops it.
 func NewRecorder(nc *nats.Conn, log *slog.Logger) (*Recorder, error) {
-	r := &Recorder{log: log, nonce: nuid.Next(), wake: make(chan struct{}, 1), closing: make(chan struct{}), done: make(chan struct{})}
-	js, err := jetstream.New(nc,
-		jetstream.WithPublishAsyncTimeout(recordAckWait),
-		jetstream.WithPublishAsyncMaxPending(RecordMaxPending),
-		jetstream.WithPublishAsyncErrHandler(r.failed))
+	r := &Recorder{nc: nc, log: log, nonce: nuid.Next(), pending: make(map[uint64]*record),
+		done: make(chan struct{}), stop: make(chan struct{})}
+	r.room = sync.NewCond(&r.mu)
+	r.prefix = nc.NewRespInbox() + "."
+	sub, err := nc.Subscribe(r.prefix+"*", r.acked)
 	if err != nil {
 		return nil, fmt.Errorf("recorder: %w", err)
 	}
-	r.js = js
-	go r.resend()
+	_ = sub.SetPendingLimits(-1, -1) // acks are small and handled at once
+	r.sub = sub
+	go r.sweep()
 	return r, nil
 }
 
@@ -72,11 +89,31 @@ func NewRecorder(nc *nats.Conn, log *slog.Logger) (*Recorder, error) {
 // stream has it. It fails only when the message cannot be sent at all
 // (too large for the bus, the recorder closed).
 func (r *Recorder) Record(subject string, data []byte) error {
-	m := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
-	// The id is this recorder's and a count: the same for every copy of
-	// one record, never the same for two.
-	m.Header[jetstream.MsgIDHeader] = []string{r.nonce + "." + strconv.FormatUint(r.seq.Add(1), 36)}
-	return r.send(m)
+	r.mu.Lock()
+	for len(r.pending) >= RecordMaxPending && !r.closing {
+		r.log.Warn("the audit stream is not acknowledging records: waiting", "pending", len(r.pending))
+		r.room.Wait()
+	}
+	if r.closing {
+		r.mu.Unlock()
+		r.lost.Add(1)
+		return fmt.Errorf("record on %s: the recorder is closed", subject)
+	}
+	r.seq++
+	n := r.seq
+	token := strconv.FormatUint(n, 36)
+	// The id is this recorder's and the record's number: the same for
+	// every copy of one record, never the same for two.
+	m := &nats.Msg{Subject: subject, Reply: r.prefix + token, Data: data,
+		Header: nats.Header{jetstream.MsgIDHeader: []string{r.nonce + "." + token}}}
+	rec := &record{msg: m, due: time.Now().Add(recordAckWait), sent: 1}
+	r.pending[n] = rec
+	r.mu.Unlock()
+	if err := r.nc.PublishMsg(m); err != nil {
+		r.forget(n)
+		return fmt.Errorf("record on %s: %w", subject, err)
+	}
+	return nil
 }
 
 // RecordRequest records request m, which came on events.Request(s), on
@@ -90,81 +127,88 @@ func (r *Recorder) RecordRequest(m *nats.Msg) error {
 	return r.Record(s, m.Data)
 }
 
-func (r *Recorder) send(m *nats.Msg) error {
-	for {
-		_, err := r.js.PublishMsgAsync(m, jetstream.WithStallWait(time.Second))
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
-			return fmt.Errorf("record on %s: %w", m.Subject, err)
-		}
-		select {
-		case <-r.closing:
-			r.lost.Add(1)
-			return fmt.Errorf("record on %s: the recorder is closing with %d records unacknowledged", m.Subject, RecordMaxPending)
-		default:
-			r.log.Warn("the audit stream is not acknowledging records: waiting", "pending", RecordMaxPending)
-		}
-	}
+func (r *Recorder) forget(n uint64) {
+	r.mu.Lock()
+	delete(r.pending, n)
+	r.room.Signal()
+	r.mu.Unlock()
 }
 
-// failed hears of a record that got no acknowledgement. It is called
-// with the publisher's lock held: the record goes to resend's queue.
-func (r *Recorder) failed(_ jetstream.JetStream, m *nats.Msg, err error) {
-	if !retryable(err) {
-		r.lost.Add(1)
-		r.log.Error("record refused by the audit stream", "subject", m.Subject, "err", err)
+var (
+	ackStream  = []byte(`"stream"`)
+	ackError   = []byte(`"error"`)
+	statusCode = "Status"
+)
+
+// acked hears the stream's answer to a record: stored (a PubAck, also
+// for a duplicate), or not (no one to store it: sent again soon; refused:
+// given up on, and said so).
+func (r *Recorder) acked(m *nats.Msg) {
+	n, err := strconv.ParseUint(m.Subject[len(r.prefix):], 36, 64)
+	if err != nil {
 		return
 	}
-	r.resent.Add(1)
-	r.mu.Lock()
-	r.retry = append(r.retry, m)
-	r.mu.Unlock()
-	select {
-	case r.wake <- struct{}{}:
-	default:
-	}
-}
-
-// retryable says whether err may pass: no answer, no stream leader for
-// the moment, a lost connection.
-func retryable(err error) bool {
-	var api *jetstream.APIError
 	switch {
-	case errors.Is(err, jetstream.ErrAsyncPublishTimeout), errors.Is(err, jetstream.ErrNoStreamResponse),
-		errors.Is(err, nats.ErrDisconnected), errors.Is(err, nats.ErrNoResponders), errors.Is(err, nats.ErrTimeout):
-		return true
-	case errors.As(err, &api):
-		// 503: JetStream is not available right now (no quorum).
-		return api.Code == 503 || api.ErrorCode == jetstream.JSErrCodeJetStreamNotEnabled
+	case len(m.Data) == 0 && m.Header.Get(statusCode) != "":
+		// 503: no responders, the stream has no leader for now.
+		r.mu.Lock()
+		if rec := r.pending[n]; rec != nil {
+			rec.due = time.Now().Add(recordRetryWait)
+		}
+		r.mu.Unlock()
+	case bytes.Contains(m.Data, ackError):
+		r.mu.Lock()
+		rec := r.pending[n]
+		r.mu.Unlock()
+		if rec == nil {
+			return
+		}
+		var api struct {
+			Error jetstream.APIError `json:"error"`
+		}
+		_ = json.Unmarshal(m.Data, &api)
+		if api.Error.Code == 503 {
+			r.mu.Lock()
+			rec.due = time.Now().Add(recordRetryWait)
+			r.mu.Unlock()
+			return
+		}
+		r.forget(n)
+		r.lost.Add(1)
+		r.log.Error("record refused by the audit stream", "subject", rec.msg.Subject, "err", api.Error.Error())
+	case bytes.Contains(m.Data, ackStream):
+		r.forget(n)
 	}
-	return false
 }
 
-// resend sends the unacknowledged records again, a little later, until
-// Close.
-func (r *Recorder) resend() {
+// sweep sends again, under the same id, the records whose
+// acknowledgement is overdue, until Close.
+func (r *Recorder) sweep() {
 	defer close(r.done)
+	tick := time.NewTicker(recordSweep)
+	defer tick.Stop()
+	var due []*nats.Msg
 	for {
 		select {
-		case <-r.wake:
-		case <-r.closing:
+		case <-r.stop:
 			return
+		case <-tick.C:
 		}
-		select {
-		case <-time.After(recordRetryWait):
-		case <-r.closing:
-			return
-		}
+		now := time.Now()
+		due = due[:0]
 		r.mu.Lock()
-		batch := r.retry
-		r.retry = nil
+		for _, rec := range r.pending {
+			if now.After(rec.due) {
+				rec.due = now.Add(recordAckWait)
+				rec.sent++
+				due = append(due, rec.msg)
+			}
+		}
 		r.mu.Unlock()
-		for _, m := range batch {
-			if err := r.send(m); err != nil {
-				r.lost.Add(1)
-				r.log.Error("record not sent again", "subject", m.Subject, "err", err)
+		for _, m := range due {
+			r.resent.Add(1)
+			if err := r.nc.PublishMsg(m); err != nil && !errors.Is(err, nats.ErrReconnectBufExceeded) {
+				r.log.Warn("record not sent again", "subject", m.Subject, "err", err)
 			}
 		}
 	}
@@ -173,9 +217,8 @@ func (r *Recorder) resend() {
 // Pending is how many records are not acknowledged yet.
 func (r *Recorder) Pending() int {
 	r.mu.Lock()
-	n := len(r.retry)
-	r.mu.Unlock()
-	return n + r.js.PublishAsyncPending()
+	defer r.mu.Unlock()
+	return len(r.pending)
 }
 
 // Resent counts records sent again after no acknowledgement came.
@@ -198,12 +241,34 @@ func (r *Recorder) Close(ctx context.Context) error {
 			err = fmt.Errorf("recorder: %d records not acknowledged: %w", r.Pending(), ctx.Err())
 		}
 	}
-	r.once.Do(func() { close(r.closing) })
-	<-r.done
+	r.once.Do(func() {
+		r.mu.Lock()
+		r.closing = true
+		r.room.Broadcast()
+		r.mu.Unlock()
+		close(r.stop)
+		<-r.done
+		_ = r.sub.Unsubscribe()
+	})
 	if err != nil {
 		r.lost.Add(uint64(r.Pending()))
 	}
 	return err
+}
+
+// retryable says whether err may pass: no answer, no stream leader for
+// the moment, a lost connection.
+func retryable(err error) bool {
+	var api *jetstream.APIError
+	switch {
+	case errors.Is(err, jetstream.ErrAsyncPublishTimeout), errors.Is(err, jetstream.ErrNoStreamResponse),
+		errors.Is(err, nats.ErrDisconnected), errors.Is(err, nats.ErrNoResponders), errors.Is(err, nats.ErrTimeout):
+		return true
+	case errors.As(err, &api):
+		// 503: JetStream is not available right now (no quorum).
+		return api.Code == 503 || api.ErrorCode == jetstream.JSErrCodeJetStreamNotEnabled
+	}
+	return false
 }
 
 // RecordOnce records data on subject and waits until the audit stream

@@ -476,7 +476,7 @@ func (c *call) decide(args map[string]any) policy.Decision {
 	if c.modified {
 		ev.Args = c.inv.Args
 	}
-	e.publish(events.SubjectDecision, ev)
+	e.note(events.SubjectDecision, ev)
 	return d
 }
 
@@ -696,7 +696,7 @@ func (c *call) sendProgress(chunk string) {
 }
 
 func (c *call) step(name, detail string) {
-	c.e.publish(events.SubjectStep, &events.Step{Header: events.Header{Sender: c.e.id}, InvocationID: c.inv.ID,
+	c.e.note(events.SubjectStep, &events.Step{Header: events.Header{Sender: c.e.id}, InvocationID: c.inv.ID,
 		Tool: nameOf(c.tool), Step: name, Detail: detail})
 }
 
