@@ -31,6 +31,9 @@ func main() {
 	tlsCert := fs.String("tls-cert", "", "certificate (PEM) of the client port, which then speaks TLS only; parts connect with TOOLBUS_NATS_CA")
 	tlsKey := fs.String("tls-key", "", "with --tls-cert: its private key (PEM)")
 	tlsClientCA := fs.String("tls-client-ca", "", "with --tls-cert: CA (PEM) whose certificates clients must show (TOOLBUS_NATS_CERT, TOOLBUS_NATS_KEY)")
+	routeCert := fs.String("cluster-tls-cert", "", "certificate (PEM) this node shows on its routes, which then speak TLS only (for server and client use)")
+	routeKey := fs.String("cluster-tls-key", "", "with --cluster-tls-cert: its private key (PEM)")
+	routeCA := fs.String("cluster-tls-ca", "", "with --cluster-tls-cert: CA (PEM) whose certificates the other nodes must show")
 	nkey := fs.String("nkey", "", "with --identities: the bus's own seed file (default DIR/bus.nk)")
 	fs.Parse(os.Args[1:])
 	log, err := cli.Logger(*logLevel)
@@ -43,14 +46,15 @@ func main() {
 	cfg := bus.Config{Listen: *listen, DataDir: *dataDir, Name: "toolbus-bus", Logger: log, Replicas: *replicas,
 		TLSCertFile: *tlsCert, TLSKeyFile: *tlsKey, TLSClientCAFile: *tlsClientCA}
 	if *clusterName != "" {
-		cfg.Cluster = bus.Cluster{Name: *clusterName, Listen: *clusterListen, ServerName: *serverName}
+		cfg.Cluster = bus.Cluster{Name: *clusterName, Listen: *clusterListen, ServerName: *serverName,
+			TLSCertFile: *routeCert, TLSKeyFile: *routeKey, TLSCAFile: *routeCA}
 		for _, r := range strings.Split(*routes, ",") {
 			if r = strings.TrimSpace(r); r != "" {
 				cfg.Cluster.Routes = append(cfg.Cluster.Routes, r)
 			}
 		}
-	} else if *clusterListen != "" || *routes != "" || *serverName != "" {
-		fmt.Fprintln(os.Stderr, "bus: --cluster-listen, --routes and --server-name need --cluster-name")
+	} else if *clusterListen != "" || *routes != "" || *serverName != "" || *routeCert != "" || *routeKey != "" || *routeCA != "" {
+		fmt.Fprintln(os.Stderr, "bus: --cluster-listen, --routes, --server-name and --cluster-tls-* need --cluster-name")
 		os.Exit(2)
 	}
 	if *identities != "" {

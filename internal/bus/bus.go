@@ -112,6 +112,11 @@ type Cluster struct {
 	// Secret, when set, is what the nodes' routes authenticate with
 	// (auth.RouteSecret): a node that does not show it cannot join.
 	Secret string
+	// TLSCertFile and TLSKeyFile, when set, make the routes speak TLS
+	// only, this node showing that certificate (for both ends of a
+	// route: server and client use), and TLSCAFile the CA whose
+	// certificates the other nodes must show.
+	TLSCertFile, TLSKeyFile, TLSCAFile string
 }
 
 // Bus is an open connection to the toolbus NATS, and the embedded server

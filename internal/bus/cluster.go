@@ -37,6 +37,16 @@ func clusterOptions(opts *server.Options, c Cluster) error {
 		// Incoming routes must show it; outgoing ones show it.
 		opts.Cluster.Username, opts.Cluster.Password = auth.RouteUser, c.Secret
 	}
+	switch {
+	case c.TLSCertFile != "" && c.TLSKeyFile != "" && c.TLSCAFile != "":
+		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: c.TLSCertFile, KeyFile: c.TLSKeyFile, CaFile: c.TLSCAFile, Verify: true})
+		if err != nil {
+			return fmt.Errorf("cluster routes: TLS: %w", err)
+		}
+		opts.Cluster.TLSConfig, opts.Cluster.TLSTimeout = tc, 2
+	case c.TLSCertFile != "" || c.TLSKeyFile != "" || c.TLSCAFile != "":
+		return errors.New("cluster routes: TLS needs the node's certificate, its key and the CA of the nodes' certificates")
+	}
 	for _, r := range c.Routes {
 		u, err := url.Parse(strings.TrimSpace(r))
 		if err != nil || u.Scheme != "nats-route" || u.Hostname() == "" || u.Port() == "" {
