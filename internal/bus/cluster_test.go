@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -125,10 +126,15 @@ func TestANodeWithoutTheRouteSecretCannotJoin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var routes []string
+	var (
+		mu     sync.Mutex // the nodes are configured at once
+		routes []string
+	)
 	bustest.StartClusterWith(t, 3, 0, func(cfg *bus.Config) {
 		cfg.Cluster.Secret = secret
+		mu.Lock()
 		routes = cfg.Cluster.Routes
+		mu.Unlock()
 	})
 	for _, wrong := range []string{"", strings.Repeat("x", 43)} {
 		l, err := net.Listen("tcp", "127.0.0.1:0")

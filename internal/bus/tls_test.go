@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -108,11 +109,16 @@ func TestClusterRoutesSpeakTLS(t *testing.T) {
 	ca, _, _, _, _ := pki(t, dir)
 	node, nodeKey := nodeCert(t, dir, ca)
 	const secret = "a-route-secret-long-enough-for-the-fleet-1234"
-	var routes []string
+	var (
+		mu     sync.Mutex // the nodes are configured at once
+		routes []string
+	)
 	bustest.StartClusterWith(t, 3, 0, func(cfg *bus.Config) {
 		cfg.Cluster.Secret = secret
 		cfg.Cluster.TLSCertFile, cfg.Cluster.TLSKeyFile, cfg.Cluster.TLSCAFile = node, nodeKey, ca
+		mu.Lock()
 		routes = cfg.Cluster.Routes
+		mu.Unlock()
 	})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
