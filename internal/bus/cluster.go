@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -43,6 +44,9 @@ func clusterOptions(opts *server.Options, c Cluster) error {
 		if err != nil {
 			return fmt.Errorf("cluster routes: TLS: %w", err)
 		}
+		// As nats-server's own config does for routes: strict, and a
+		// node is a client of the others too, checked against the CA.
+		tc.ClientAuth, tc.RootCAs = tls.RequireAndVerifyClientCert, tc.ClientCAs
 		opts.Cluster.TLSConfig, opts.Cluster.TLSTimeout = tc, 2
 	case c.TLSCertFile != "" || c.TLSKeyFile != "" || c.TLSCAFile != "":
 		return errors.New("cluster routes: TLS needs the node's certificate, its key and the CA of the nodes' certificates")
