@@ -2,6 +2,7 @@ package executor
 
 import (
 	"encoding/base64"
+	"sync"
 
 	"github.com/nats-io/nats.go"
 
@@ -124,4 +125,82 @@ func (r *idRing) take(id string) bool {
 	}
 	delete(r.ids, id)
 	return true
+}
+
+// A result sent to a caller can be lost on the way without the executor
+// knowing: the bus node between them goes, with the result in its
+// sockets. The caller then hears nothing, finds no executor that claims
+// the call, and gives up; the executor that finished it answers
+// GaveUpSent. To make that give-up a success after all, the executor
+// keeps the results it sent for a while (sentResults) and sends the one
+// the caller gave up on again, before it answers: the caller waits for
+// it (Client.Invoke).
+
+// Bounds of the results kept: the last idMemory results, at most
+// keptResultBytes in all; a result larger than keptResultMax is not kept.
+const (
+	keptResultBytes = 16 << 20
+	keptResultMax   = 256 << 10
+)
+
+// sentResults keeps the last results sent, by invocation id, within the
+// bounds above. Safe for concurrent use.
+type sentResults struct {
+	mu    sync.Mutex
+	byID  map[string]keptResult
+	order []string
+	next  int
+	bytes int
+}
+
+type keptResult struct {
+	reply, principal string
+	data             []byte
+}
+
+// keep remembers data, sent to reply for principal's call id.
+func (s *sentResults) keep(id, reply, principal string, data []byte) {
+	if len(data) > keptResultMax || reply == "" {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.byID == nil {
+		s.byID = make(map[string]keptResult, idMemory)
+		s.order = make([]string, idMemory)
+	}
+	if _, ok := s.byID[id]; ok {
+		return
+	}
+	s.forget(s.order[s.next])
+	for s.bytes+len(data) > keptResultBytes && len(s.byID) > 0 {
+		// Over the byte budget: the oldest go first.
+		for i := 1; i <= idMemory; i++ {
+			if old := s.order[(s.next+i)%idMemory]; old != "" {
+				if _, ok := s.byID[old]; ok {
+					s.forget(old)
+					break
+				}
+			}
+		}
+	}
+	s.order[s.next] = id
+	s.next = (s.next + 1) % idMemory
+	s.byID[id] = keptResult{reply: reply, principal: principal, data: data}
+	s.bytes += len(data)
+}
+
+func (s *sentResults) forget(id string) {
+	if r, ok := s.byID[id]; ok {
+		s.bytes -= len(r.data)
+		delete(s.byID, id)
+	}
+}
+
+// get returns the kept result of call id.
+func (s *sentResults) get(id string) (keptResult, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.byID[id]
+	return r, ok
 }

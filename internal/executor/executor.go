@@ -148,6 +148,7 @@ type Executor struct {
 	storing   *semaphore.Weighted   // bytes on their way to outputs
 	abandoned idRing                // calls whose callers gave up before they came
 	finished  idRing                // calls and batches whose results were sent
+	sent      sentResults           // the results sent lately, for callers that lost them
 
 	subs []*nats.Subscription
 	// invokeSubs are those of subs that hand out single invocations, and
@@ -569,6 +570,14 @@ func (e *Executor) handleCancel(m *nats.Msg) {
 		}
 	case finished:
 		answer = events.GaveUpSent
+		if kept, ok := e.sent.get(req.InvocationID); ok && req.GaveUp && mayCancel(canceller, kept.principal) {
+			// Its result may have been lost on the way (a bus node
+			// went with it): sent again before the answer, the
+			// caller takes it instead of giving up.
+			if err := e.nc.Publish(kept.reply, kept.data); err != nil {
+				e.log.Warn("result not sent again", "invocation", req.InvocationID, "err", err)
+			}
+		}
 	}
 	if answer != events.ClaimUnknown {
 		e.recordRequest(m) // the executor that acted on it

@@ -770,6 +770,7 @@ func (c *call) complete(out *tool.Output, ran bool) {
 			if err := e.nc.Publish(c.reply, data); err != nil {
 				e.log.Error("result not sent", "invocation", res.InvocationID, "err", err)
 			}
+			e.sent.keep(c.inv.ID, c.reply, c.principal, data)
 		}
 		c.sent = !late
 		if err := e.rec.Record(events.SubjectResult, data); err != nil {

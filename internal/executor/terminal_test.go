@@ -410,3 +410,40 @@ func TestAnExecutorBehindOnItsInvocationsIsNotTakenForLost(t *testing.T) {
 		t.Errorf("%+v terminal/late results in the audit stream, want exactly one terminal", c)
 	}
 }
+
+// A result lost on its way to the caller (the bus node between them went
+// with it in its sockets) is sent again when the caller gives up on the
+// call: the give-up becomes the result, and the trail still holds one.
+// The loss is made for sure here: the caller's inbox has no subscriber
+// when the executor sends the result.
+func TestALostResultIsSentAgainWhenTheCallerGivesUp(t *testing.T) {
+	e := newEnv(t)
+	nc := bustest.Connect(t, e.bus).Conn()
+	inbox := nc.NewRespInbox()
+	inv, _ := events.Encode(&events.Invocation{Header: events.Header{ID: "lost-result", Sender: events.Identity{ID: "agent:test"}},
+		Tool: "read_file", Args: json.RawMessage(`{"file_path":"README.md"}`)})
+	if err := nc.PublishRequest(events.InvokeSubject(""), inbox, inv); err != nil {
+		t.Fatal(err)
+	}
+	if c := audittest.ResultsOf(t, e.bus.JetStream(), []string{"lost-result"})["lost-result"]; c == nil || c.Terminal != 1 {
+		t.Fatalf("the executor's result: %+v", c)
+	}
+	results, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !e.client.giveUp("lost-result", "no executor claims it") {
+		t.Fatal("the executor that sent the result did not say so")
+	}
+	m, err := results.NextMsg(10 * time.Second)
+	if err != nil {
+		t.Fatalf("the result was not sent again: %v", err)
+	}
+	res, err := events.Decode[events.Result](m.Data)
+	if err != nil || res.InvocationID != "lost-result" || res.Error != nil || !strings.Contains(res.LLMContent, "# hello") {
+		t.Fatalf("sent again: %+v %v", res, err)
+	}
+	if c := audittest.Results(t, e.bus.JetStream(), false)["lost-result"]; c.Terminal != 1 || c.Late != 0 {
+		t.Errorf("the trail after the give-up: %+v, want the one terminal result", c)
+	}
+}

@@ -138,7 +138,11 @@ func (f *fleet) Close() error {
 		f.reg.Stop()
 	}
 	if f.bus != nil {
-		errs = append(errs, f.bus.Close(ctx))
+		// A time of its own: the parts above may have used much of ctx
+		// waiting for their last records to be acknowledged.
+		busCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		errs = append(errs, f.bus.Close(busCtx))
 	}
 	if f.dir != "" {
 		errs = append(errs, os.RemoveAll(f.dir))
