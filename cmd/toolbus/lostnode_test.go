@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolbus/toolbus/internal/audit"
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/testkit/audittest"
@@ -212,12 +213,14 @@ func lostNode(t *testing.T, dir string, node func(int) string) {
 		}
 	}
 	began := time.Now()
-	waitOK(began, 200, "before the kill")
+	// A thousand calls take a second or two: the kill comes once every
+	// client is well under way.
+	waitOK(began, 1000, "before the kill")
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	killed = time.Now()
-	resumed := waitOK(killed, 200, "after the kill")
+	resumed := waitOK(killed, 1000, "after the kill")
 	close(stop)
 	wg.Wait()
 
@@ -265,6 +268,29 @@ func lostNode(t *testing.T, dir string, node func(int) string) {
 		} else {
 			failed = append(failed, fmt.Sprintf("%s: %v", c.id, c.err))
 		}
+	}
+	// What the trail says of a call that failed otherwise than lost:
+	// where it waited.
+	shown := 0
+	for _, c := range calls {
+		if c.err == nil || strings.Contains(c.err.Error(), string(events.ErrExecutorLost)) || shown >= 2 {
+			continue
+		}
+		shown++
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		r, err := audit.Show(sctx, admin.JetStream(), c.id, began.Add(-time.Minute))
+		cancel()
+		if err != nil {
+			t.Logf("%s (began %s after the load, %s before the kill): %v; no record: %v", c.id, c.start.Sub(began).Round(time.Millisecond),
+				killed.Sub(c.start).Round(time.Millisecond), c.err, err)
+			continue
+		}
+		var timeline []string
+		for _, ev := range r.Events {
+			timeline = append(timeline, fmt.Sprintf("%s %s %s: %s", ev.Time.Sub(c.start).Round(time.Millisecond), ev.Type, ev.Sender, ev.Summary))
+		}
+		t.Logf("%s (began %s after the load, %s before the kill): %v; its timeline:\n%s", c.id, c.start.Sub(began).Round(time.Millisecond),
+			killed.Sub(c.start).Round(time.Millisecond), c.err, strings.Join(timeline, "\n"))
 	}
 	sort.Strings(failed)
 	if len(failed) > 8 {

@@ -85,11 +85,21 @@ func (c *Client) Invoke(ctx context.Context, name string, args any, opts ...Call
 	return out, out.Err()
 }
 
+// catalogWait bounds how long a call waits for the catalogue replica to
+// map its tool's name; it then goes on with the name as given (a fleet
+// test caught calls waiting two minutes, their deadline, for a replica
+// started on a node killed meanwhile).
+const catalogWait = 5 * time.Second
+
 // toolName maps an export name to the catalogue name. A name the
 // catalogue replica does not know, or a bus without a catalogue, leaves
 // the name as given: the executor then answers, with TOOL_NOT_FOUND and
 // the closest names when it knows none either.
 func (c *Client) toolName(ctx context.Context, name string) string {
+	// Bounded: a replica whose start hangs (its bus node went while it
+	// was being opened) must not spend the call's whole deadline.
+	ctx, cancel := context.WithTimeout(ctx, catalogWait)
+	defer cancel()
 	cat, err := c.catalog(ctx)
 	if err != nil {
 		return name
