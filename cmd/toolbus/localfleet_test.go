@@ -233,21 +233,9 @@ func lostExecutor(t *testing.T, dir, agent string, node func(int) string) {
 			t.Fatalf("workspace two with its executor gone for a minute: exit %d %s", code, errOut)
 		}
 	}
-	// It comes back, as it was started.
-	back := exec.Command(args[0], args[1:]...)
-	back.Env = append(os.Environ(), "TOOLBUS_IDENTITY="+filepath.Join(dir, "identities", "executor2.nk"))
-	logf, err := os.OpenFile(filepath.Join(dir, "log", "executor2.log"), os.O_WRONLY|os.O_APPEND, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
-	back.Stdout, back.Stderr = logf, logf
-	if err := back.Start(); err != nil {
-		t.Fatal(err)
-	}
-	// The script's stop stops it, as the part it replaces.
-	os.WriteFile(pidFile, []byte(strconv.Itoa(back.Process.Pid)+"\n"), 0o644)
-	go back.Wait()
+	// It comes back, as it was started; the script's stop stops it, as
+	// the part it replaces.
+	relaunch(t, dir, "executor2", args, []string{"TOOLBUS_IDENTITY=" + filepath.Join(dir, "identities", "executor2.nk")})
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
 		out, errOut, code := call("two", "read_file", `{"file_path":"README.md"}`)
 		if code == 0 && strings.Contains(out, "# workspace two") {

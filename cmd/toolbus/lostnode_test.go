@@ -113,6 +113,18 @@ func lostNode(t *testing.T, dir string, node func(int) string) {
 		wg     sync.WaitGroup
 		killed time.Time
 	)
+	// callOnce makes one call of the load on c, and keeps how it went.
+	callOnce := func(c *tb.Client, id string, probe bool) {
+		lc := &loadCall{id: id, start: time.Now(), probe: probe}
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		_, lc.err = c.Invoke(cctx, "read_file", map[string]any{"file_path": "README.md"},
+			tb.WithWorkspace("one"), tb.WithInvocationID(lc.id), tb.WithTimeout(time.Minute))
+		cancel()
+		lc.end = time.Now()
+		mu.Lock()
+		calls = append(calls, lc)
+		mu.Unlock()
+	}
 	for a := range agents {
 		first := urls[a%3]
 		if a == 3 {
@@ -139,15 +151,7 @@ func lostNode(t *testing.T, dir string, node func(int) string) {
 					return
 				default:
 				}
-				lc := &loadCall{id: fmt.Sprintf("lost-node-%d-%d", a, n), start: time.Now()}
-				cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-				_, lc.err = c.Invoke(cctx, "read_file", map[string]any{"file_path": "README.md"},
-					tb.WithWorkspace("one"), tb.WithInvocationID(lc.id), tb.WithTimeout(time.Minute))
-				cancel()
-				lc.end = time.Now()
-				mu.Lock()
-				calls = append(calls, lc)
-				mu.Unlock()
+				callOnce(c, fmt.Sprintf("lost-node-%d-%d", a, n), false)
 			}
 		}()
 	}
@@ -174,15 +178,7 @@ func lostNode(t *testing.T, dir string, node func(int) string) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				lc := &loadCall{id: fmt.Sprintf("lost-node-probe-%d", n), start: time.Now(), probe: true}
-				cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-				_, lc.err = probe.Invoke(cctx, "read_file", map[string]any{"file_path": "README.md"},
-					tb.WithWorkspace("one"), tb.WithInvocationID(lc.id), tb.WithTimeout(time.Minute))
-				cancel()
-				lc.end = time.Now()
-				mu.Lock()
-				calls = append(calls, lc)
-				mu.Unlock()
+				callOnce(probe, fmt.Sprintf("lost-node-probe-%d", n), true)
 			}()
 		}
 	}()

@@ -54,9 +54,8 @@ type Recorder struct {
 
 // record is one record waiting for its acknowledgement.
 type record struct {
-	msg  *nats.Msg
-	due  time.Time // when it is sent again without one
-	sent int
+	msg *nats.Msg
+	due time.Time // when it is sent again without one
 }
 
 // Recorder settings. The ack wait is long enough for a stream that is
@@ -106,7 +105,7 @@ func (r *Recorder) Record(subject string, data []byte) error {
 	// every copy of one record, never the same for two.
 	m := &nats.Msg{Subject: subject, Reply: r.prefix + token, Data: data,
 		Header: nats.Header{jetstream.MsgIDHeader: []string{r.nonce + "." + token}}}
-	rec := &record{msg: m, due: time.Now().Add(recordAckWait), sent: 1}
+	rec := &record{msg: m, due: time.Now().Add(recordAckWait)}
 	r.pending[n] = rec
 	r.mu.Unlock()
 	if err := r.nc.PublishMsg(m); err != nil {
@@ -200,7 +199,6 @@ func (r *Recorder) sweep() {
 		for _, rec := range r.pending {
 			if now.After(rec.due) {
 				rec.due = now.Add(recordAckWait)
-				rec.sent++
 				due = append(due, rec.msg)
 			}
 		}
