@@ -119,6 +119,9 @@ type Cluster struct {
 	TLSCertFile, TLSKeyFile, TLSCAFile string
 }
 
+// connectTimeout bounds the dial and handshake of a connection to the bus.
+const connectTimeout = 10 * time.Second
+
 // Bus is an open connection to the toolbus NATS, and the embedded server
 // when it runs one. Close it to stop both.
 type Bus struct {
@@ -141,6 +144,10 @@ func Open(ctx context.Context, cfg Config) (*Bus, error) {
 	b := &Bus{url: cfg.URL, log: log}
 	opts := []nats.Option{
 		nats.Name(cfg.Name),
+		// A loaded server may take more than nats.go's 2 s to accept and
+		// greet a connection (a full run failed one of 64 commands
+		// started at once so); nothing listening still fails at once.
+		nats.Timeout(connectTimeout),
 		nats.MaxReconnects(-1),
 		// In a cluster, a part whose node goes moves to another: the
 		// sooner, the fewer calls find no executor in between.
