@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-
-	"github.com/toolbus/toolbus/internal/events"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -15,9 +13,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/toolbus/toolbus/internal/events"
 )
 
 func httpGet(t *testing.T, url string) (int, string) {
@@ -278,6 +279,14 @@ func restartEverything(t *testing.T, dir, agent string, node func(int) string, s
 		t.Fatal(err)
 	}
 	ready, answered := make(chan struct{}), make(chan struct{})
+	// What the approver saw, said when the call fails.
+	var seenMu sync.Mutex
+	var seen []string
+	approverSaw := func() string {
+		seenMu.Lock()
+		defer seenMu.Unlock()
+		return strings.Join(seen, "\n")
+	}
 	go func() {
 		defer close(answered)
 		dec := json.NewDecoder(stdout)
@@ -290,6 +299,9 @@ func restartEverything(t *testing.T, dir, agent string, node func(int) string, s
 			if dec.Decode(&ev) != nil {
 				return
 			}
+			seenMu.Lock()
+			seen = append(seen, fmt.Sprintf("%s %s %s", time.Now().Format("15:04:05.000"), ev.Event, ev.InvocationID))
+			seenMu.Unlock()
 			switch {
 			case ev.Event == "ready":
 				close(ready)
@@ -306,9 +318,14 @@ func restartEverything(t *testing.T, dir, agent string, node func(int) string, s
 	case <-time.After(time.Minute):
 		t.Fatalf("toolbus confirm not ready in a minute: %s", confirmErr.String())
 	}
-	if out, errOut, code := toolbusWith(t, []string{agent}, "call", "write_file", "--workspace", "one", "--timeout", "90s",
+	callID := fmt.Sprintf("restart-kept-%d", time.Now().UnixNano())
+	began := time.Now()
+	if out, errOut, code := toolbusWith(t, []string{agent}, "call", "write_file", "--workspace", "one", "--timeout", "90s", "--id", callID,
 		"--args", `{"file_path":"kept.txt","content":"kept"}`, "--nats", all); code != 0 {
-		t.Fatalf("the call remembered: exit %d %s %s; the approver said: %s", code, out, errOut, confirmErr.String())
+		// Where the call waited: its trail, and what the approver saw.
+		trail, trailErr, _ := toolbusWith(t, id("auditor"), "audit", "show", callID, "--since", "10m", "--nats", all)
+		t.Fatalf("the call remembered (began %s): exit %d %s %s\nthe approver's stderr: %s\nthe approver saw:\n%s\nthe call's trail:\n%s%s",
+			began.Format("15:04:05.000"), code, out, errOut, confirmErr.String(), approverSaw(), trail, trailErr)
 	}
 	allowBefore := run("admin", "allowlist", "list", "--json")
 	if !strings.Contains(allowBefore, `"write_file"`) {

@@ -95,6 +95,7 @@ func Permissions(role Role, name string) *server.Permissions {
 		p.pub("_INBOX.>",
 			// The records of the requests it takes.
 			events.SubjectInvoke+".*", events.SubjectInvokeBatch+".*", events.SubjectCancel, events.SubjectCancel+".*",
+			events.SubjectDiscoverPrefix+"*", events.SubjectMCPDiscoverPrefix+"*",
 			events.SubjectResult, events.SubjectDecision, events.SubjectStep, events.SubjectHook, events.SubjectProgressPrefix+">",
 			events.SubjectConfirm, events.SubjectConfirmAnswered, events.SubjectConfirmRejected, events.SubjectConfirmClosed,
 			events.ExecSubjectPrefix+"*", events.ClaimSubject, events.ClaimSubjectPrefix+"*",

@@ -269,6 +269,24 @@ func retryable(err error) bool {
 	return false
 }
 
+// RecordRequestOnce records request m, which came on events.Request(s),
+// on s with RecordOnce: for a part that takes requests too seldom to keep
+// a Recorder (a discovery asked of an executor). It waits at most
+// requestRecordWait.
+func RecordRequestOnce(ctx context.Context, nc *nats.Conn, m *nats.Msg) error {
+	s, ok := events.Recorded(m.Subject)
+	if !ok {
+		return fmt.Errorf("record: %q is not a request subject", m.Subject)
+	}
+	ctx, cancel := context.WithTimeout(ctx, requestRecordWait)
+	defer cancel()
+	return RecordOnce(ctx, nc, s, "request."+nuid.Next(), m.Data)
+}
+
+// requestRecordWait is how long RecordRequestOnce waits for the audit
+// stream: as long as a stream takes to elect a leader, and more.
+const requestRecordWait = 30 * time.Second
+
 // RecordOnce records data on subject and waits until the audit stream
 // has it or ctx ends, sending again meanwhile, under id: for a part that
 // records too seldom to keep a Recorder (a caller recording the result

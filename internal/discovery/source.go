@@ -429,6 +429,13 @@ func (s *Source) handleDiscover(msg *nats.Msg) {
 		ctx, cancel := context.WithTimeout(context.Background(), DiscoveryTimeout+time.Minute)
 		defer cancel()
 		s.log.Info("tool discovery requested", "by", req.Sender.ID, "force", req.Force)
+		// Every request an executor acts on is in the audit trail: one
+		// that cannot be recorded is refused.
+		if err := bus.RecordRequestOnce(ctx, s.opts.Conn, msg); err != nil {
+			reply.Error = "the request cannot be recorded in the audit stream: " + err.Error()
+			s.respond(msg, reply)
+			return
+		}
 		res, err := s.Discover(ctx, req.Force)
 		if res != nil {
 			reply.Tools, reply.Warnings, reply.Cached = res.Names, res.Warnings, res.Cached

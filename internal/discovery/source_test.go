@@ -488,6 +488,11 @@ func ask(t *testing.T, b *bus.Bus, executor string, force bool) *events.Discover
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The request is in the audit trail, as it was sent.
+	subject, _ := events.Recorded(events.DiscoverSubject(executor))
+	if got := bustest.Recorded(t, b, subject); string(got) != string(data) {
+		t.Errorf("recorded on %s: %s, sent %s", subject, got, data)
+	}
 	return reply
 }
 

@@ -329,6 +329,13 @@ func (m *Manager) handleDiscover(msg *nats.Msg) {
 			defer m.wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
 			defer cancel()
+			// Every request an executor acts on is in the audit trail:
+			// one that cannot be recorded is refused.
+			if err := bus.RecordRequestOnce(ctx, m.nc, msg); err != nil {
+				reply.Error = "the request cannot be recorded in the audit stream: " + err.Error()
+				m.respond(msg, reply)
+				return
+			}
 			names, warnings, err := m.Discover(ctx, req.Server)
 			reply.Tools, reply.Warnings = names, warnings
 			if err != nil {

@@ -514,6 +514,10 @@ func TestRediscoveryAndRemoval(t *testing.T) {
 	if err != nil || reply.Error != "" {
 		t.Fatalf("discover: %+v, %v", reply, err)
 	}
+	subject, _ := events.Recorded(events.MCPDiscoverSubject("executor@test"))
+	if got := bustest.Recorded(t, f.bus, subject); string(got) != string(data) {
+		t.Errorf("recorded on %s: %s, sent %s", subject, got, data)
+	}
 	for _, n := range reply.Tools {
 		if strings.Contains(n, "huge") {
 			t.Errorf("huge is still discovered: %v", reply.Tools)

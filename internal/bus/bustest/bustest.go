@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/internal/bus"
+	"github.com/toolbus/toolbus/internal/events"
 )
 
 // Start runs an embedded bus for the length of the test, on a free port,
@@ -139,4 +140,21 @@ func ConnectURL(tb testing.TB, url string) *bus.Bus {
 	}
 	tb.Cleanup(func() { Stop(tb, c) })
 	return c
+}
+
+// Recorded returns the data of the last message the audit stream holds
+// on subject, failing the test when it holds none.
+func Recorded(tb testing.TB, b *bus.Bus, subject string) []byte {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream, err := b.JetStream().Stream(ctx, events.AuditStream)
+	if err != nil {
+		tb.Fatalf("the audit stream: %v", err)
+	}
+	m, err := stream.GetLastMsgForSubject(ctx, subject)
+	if err != nil {
+		tb.Fatalf("nothing recorded on %s: %v", subject, err)
+	}
+	return m.Data
 }
