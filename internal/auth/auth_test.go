@@ -2,9 +2,11 @@ package auth_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -630,4 +632,73 @@ func TestAForwardedCallKeepsItsProvenCaller(t *testing.T) {
 		t.Errorf("the policy saw the forwarded call's caller as %+v (%v)", in.Caller, err)
 	}
 	f.clean(t, "executor")
+}
+
+// A call's whole stored output is its caller's: the agent reads its own
+// through an executor, all 5 MB of it, window by window; mallory, knowing
+// its id and its reference, gets nothing, and the bus refuses mallory any
+// look into the object store itself (listing it, reading its chunks with
+// a wildcard consumer, getting an object's description). An admin reads
+// every output.
+func TestAnAgentReadsOnlyItsOwnOutputs(t *testing.T) {
+	f := startFleet(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	f.approveAll(t, ctx)
+	agent := f.as(t, "agent")
+	client := executor.NewClient(agent.Conn(), events.Identity{Role: "agent"}, agent.Principal())
+	defer client.Close()
+	const size = 5_000_000
+	res, err := client.Invoke(ctx, &events.Invocation{Header: events.Header{ID: "big"}, Tool: "run_shell_command",
+		Args: json.RawMessage(fmt.Sprintf(`{"command":"head -c %d /dev/zero | tr '\\0' a"}`, size))}, nil)
+	if err != nil || res.Error != nil || !res.Truncated || res.OutputRef == "" {
+		t.Fatalf("a call with a large output: %+v %v", res, err)
+	}
+	readAll := func(c *executor.Client, name string) (string, error) {
+		r, err := c.ReadOutput(ctx, name)
+		if err != nil {
+			return "", err
+		}
+		defer r.Close()
+		b, err := io.ReadAll(r)
+		return string(b), err
+	}
+	whole := strings.Repeat("a", size)
+	out, err := readAll(client, res.InvocationID)
+	if err != nil || !strings.Contains(out, whole) {
+		t.Fatalf("the agent's own output: %d bytes, %v", len(out), err)
+	}
+
+	m := f.as(t, "mallory")
+	mallory := executor.NewClient(m.Conn(), events.Identity{Role: "agent"}, m.Principal())
+	defer mallory.Close()
+	for _, name := range []string{res.InvocationID, res.OutputRef} {
+		if out, err := readAll(mallory, name); !errors.Is(err, executor.ErrNoOutput) {
+			t.Errorf("mallory read the agent's output %s: %d bytes, %v", name, len(out), err)
+		}
+	}
+	nc := m.Conn()
+	obj := "OBJ_" + events.OutputBucket
+	for what, subject := range map[string]string{
+		"look at the object store (its subjects name every object)": "$JS.API.STREAM.INFO." + obj,
+		"read every chunk through a wildcard consumer":              "$JS.API.CONSUMER.CREATE." + obj + ".x.$O." + events.OutputBucket + ".C.*",
+		"read the store whole":                                      "$JS.API.CONSUMER.CREATE." + obj,
+		"get an object's description by name":                       "$JS.API.DIRECT.GET." + obj + ".$O." + events.OutputBucket + ".M." + base64.URLEncoding.EncodeToString([]byte(res.InvocationID)),
+		"get any message of the store":                              "$JS.API.DIRECT.GET." + obj,
+		"ask for an output as the agent":                            events.OutputSubject("agent"),
+		"ask for an output as anyone":                               events.OutputSubject(""),
+	} {
+		if err := nc.PublishRequest(subject, nc.NewInbox(), []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+		f.violated(t, "mallory", what, subject)
+	}
+
+	admin := f.as(t, "admin")
+	root := executor.NewClient(admin.Conn(), events.Identity{ID: "admin", Role: "admin"}, "")
+	defer root.Close()
+	if out, err := readAll(root, res.OutputRef); err != nil || !strings.Contains(out, whole) {
+		t.Errorf("the admin reading the agent's output: %d bytes, %v", len(out), err)
+	}
+	f.clean(t, "agent", "executor", "admin")
 }

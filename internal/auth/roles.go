@@ -89,6 +89,7 @@ func Permissions(role Role, name string) *server.Permissions {
 		p.sub(events.InvokeSubject("*"), events.InvokeBatchSubject("*"), events.ExecSubjectPrefix+"*",
 			events.Request(events.SubjectCancel), events.CancelSubject("*"), events.ClaimSubject, events.ClaimSubjectPrefix+"*",
 			events.AnswerSubjectPrefix+">", events.Request(events.SubjectDiscoverPrefix+"*"), events.Request(events.SubjectMCPDiscoverPrefix+"*"), "$SRV.>",
+			events.OutputSubject("*"),
 			events.SubjectCatalogChanged) // to hear that the registry took it for lost
 		// Results, heartbeats and progress go to the callers' inboxes,
 		// many per call: an executor may publish to any inbox.
@@ -130,7 +131,10 @@ func Permissions(role Role, name string) *server.Permissions {
 		p.jsInfo()
 		p.readStream(events.AuditStream)
 	case RoleAgent:
-		p.pub(events.InvokeSubject(name), events.InvokeBatchSubject(name), events.CancelSubject(name), events.CallerResultSubject(name),
+		// Its calls' stored outputs it reads through an executor, which
+		// gives a principal only its own: no object store can be
+		// confined to some of its objects.
+		p.pub(events.InvokeSubject(name), events.InvokeBatchSubject(name), events.CancelSubject(name), events.CallerResultSubject(name), events.OutputSubject(name),
 			events.ClaimSubject, events.ClaimSubjectPrefix+"*",
 			events.AnswerSubject(events.AnswerSubjectPrefix+"*", events.AnswerAsCaller, name),
 			"$SRV.PING.>", "$SRV.INFO.>")
@@ -139,7 +143,6 @@ func Permissions(role Role, name string) *server.Permissions {
 		// The catalogue and the state of the MCP servers and discovery
 		// commands behind it (toolbus tools list), the pushed policy.
 		p.readKV(events.CatalogBucket, events.PolicyBucket, events.MCPStatusBucket, events.DiscoveryStatusBucket)
-		p.readObjects(events.OutputBucket)
 	}
 	return p.permissions()
 }

@@ -65,8 +65,9 @@ func examples() map[string]Envelope {
 			Outcome: HookTimedOut, Message: "did not finish within 1m0s and was killed", DurationMillis: 61002},
 		"audit_checkpoint.json": &AuditCheckpoint{Header: hdr("ck-1", Identity{ID: "bus@dev-1", Role: "bus"}), From: 1, To: 5000, Count: 5000,
 			Digest: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", Previous: "", Key: "3b1f0c2d9e8a7b6c", Signature: "c2lnbmF0dXJl"},
-		"step.json":   &Step{Header: hdr("st-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-1", Tool: "read_file", Step: "validated"},
-		"cancel.json": &CancelRequest{Header: hdr("cx-1", Identity{ID: "cli@dev-1", Role: "cli"}), InvocationID: "inv-2", Reason: "taking too long"},
+		"step.json":           &Step{Header: hdr("st-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-1", Tool: "read_file", Step: "validated"},
+		"output_request.json": &OutputRequest{Header: hdr("out-1", agent), Name: "inv-3.part0"},
+		"cancel.json":         &CancelRequest{Header: hdr("cx-1", Identity{ID: "cli@dev-1", Role: "cli"}), InvocationID: "inv-2", Reason: "taking too long"},
 		// A caller that stopped waiting: it publishes the call's terminal
 		// result itself, and the executor's result comes Late.
 		"cancel_gave_up.json": &CancelRequest{Header: hdr("cx-2", agent), InvocationID: "inv-3", Reason: "the caller stopped waiting: context deadline exceeded", GaveUp: true},
@@ -242,6 +243,7 @@ func FuzzDecode(f *testing.F) {
 		check(Decode[PolicyEvent](data))
 		check(Decode[CancelRequest](data))
 		check(Decode[HookRun](data))
+		check(Decode[OutputRequest](data))
 		if tool, err := DecodeTool(data); err == nil {
 			again, err := json.Marshal(tool)
 			if err != nil {
@@ -298,6 +300,8 @@ func decodeAs(e Envelope, data []byte) (Envelope, error) {
 		return Decode[AuditCheckpoint](data)
 	case *HookRun:
 		return Decode[HookRun](data)
+	case *OutputRequest:
+		return Decode[OutputRequest](data)
 	}
 	panic("decodeAs: unknown envelope")
 }

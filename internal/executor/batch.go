@@ -25,13 +25,13 @@ func (e *Executor) acceptBatch(m *nats.Msg) {
 	b, err := events.Decode[events.BatchInvocation](m.Data)
 	if err != nil {
 		bad := e.result(&events.Invocation{Header: events.Header{ID: "unknown"}}, "", events.ErrInvalidParams, "malformed batch: "+err.Error())
-		e.respondBatch(m.Reply, &events.BatchResult{Header: events.Header{Sender: e.id}, BatchID: "unknown", Results: []events.Result{*bad}})
+		e.respondBatch(m.Reply, events.Unproven, &events.BatchResult{Header: events.Header{Sender: e.id}, BatchID: "unknown", Results: []events.Result{*bad}})
 		return
 	}
 	principal, err := e.bindCaller(m, &b.Sender, false)
 	if err != nil {
 		bad := e.result(&events.Invocation{Header: events.Header{ID: b.ID + ".0"}}, "", events.ErrInvalidParams, err.Error())
-		e.respondBatch(m.Reply, &events.BatchResult{Header: events.Header{Sender: e.id}, BatchID: b.ID, Results: []events.Result{*bad}})
+		e.respondBatch(m.Reply, principal, &events.BatchResult{Header: events.Header{Sender: e.id}, BatchID: b.ID, Results: []events.Result{*bad}})
 		return
 	}
 	e.mu.Lock()
@@ -61,7 +61,7 @@ func (e *Executor) acceptBatch(m *nats.Msg) {
 		e.finished.add(b.ID) // its calls' results are recorded
 		e.mu.Unlock()
 		cancel(nil)
-		e.respondBatch(m.Reply, res)
+		e.respondBatch(m.Reply, principal, res)
 	}()
 }
 
@@ -196,7 +196,8 @@ func substitute(raw json.RawMessage, results []events.Result, i int) (json.RawMe
 	return json.Marshal(args)
 }
 
-func (e *Executor) respondBatch(reply string, res *events.BatchResult) {
+// respondBatch sends res to reply; an output cut to fit is kept for owner.
+func (e *Executor) respondBatch(reply, owner string, res *events.BatchResult) {
 	if reply == "" {
 		return
 	}
@@ -204,7 +205,7 @@ func (e *Executor) respondBatch(reply string, res *events.BatchResult) {
 	for i := range res.Results {
 		results[i] = &res.Results[i]
 	}
-	data, err := e.fit(res, results)
+	data, err := e.fit(owner, res, results)
 	if err == nil {
 		err = e.nc.Publish(reply, data)
 	}

@@ -149,6 +149,7 @@ type Executor struct {
 	abandoned idRing                // calls whose callers gave up before they came
 	finished  idRing                // calls and batches whose results were sent
 	sent      sentResults           // the results sent lately, for callers that lost them
+	reads     chan struct{}         // a token for each output read being served
 
 	subs []*nats.Subscription
 	// invokeSubs are those of subs that hand out single invocations, and
@@ -194,6 +195,10 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 	if cfg.Identity.ID == "" {
 		return nil, errors.New("executor: no identity given")
 	}
+	if cfg.Identity.Role == "" {
+		// The registry watches what registers as an executor.
+		cfg.Identity.Role = "executor"
+	}
 	if cfg.Policy == nil {
 		return nil, errors.New("executor: no policy given")
 	}
@@ -225,7 +230,8 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 	home, _ := os.UserHomeDir()
 	e := &Executor{cfg: cfg, nc: nc, js: js, id: cfg.Identity, log: log, sets: make(map[string]*toolSet),
 		home: home, running: make(map[string]*call), batches: make(map[string]batchRun),
-		workers: newWorkers(workerIdle), storing: semaphore.NewWeighted(storeInFlight), stopping: make(chan struct{})}
+		workers: newWorkers(workerIdle), storing: semaphore.NewWeighted(storeInFlight), stopping: make(chan struct{}),
+		reads: make(chan struct{}, outputReadsAtOnce)}
 	if err := e.hostBuiltins(); err != nil { // fills the lookup table
 		return nil, err
 	}
@@ -310,6 +316,7 @@ func (e *Executor) subscribe() error {
 		{events.ClaimSubject, "", e.handleClaim},
 		{events.SubjectCatalogChanged, "", e.handleCatalogChanged},
 		{ClaimSubject(e.id.ID), "", e.handleClaim},
+		{events.OutputSubject("*"), queueGroup, e.handleOutputRead},
 	}
 	for _, h := range handlers {
 		sub, err := e.nc.QueueSubscribe(h.subject, h.queue, h.handle)

@@ -54,7 +54,7 @@ func (t text) Size() int64       { return int64(len(t)) }
 // characters. The whole llmContent, which is whole when the tool spooled
 // it, goes to the object store under the invocation id; if it cannot, the
 // result is capped all the same and says why the whole is not kept.
-func (e *Executor) capOutput(ctx context.Context, res *events.Result, whole *tool.Spool) {
+func (e *Executor) capOutput(ctx context.Context, owner string, res *events.Result, whole *tool.Spool) {
 	limit := e.cfg.MaxContent
 	if res.Error != nil && len(res.Error.Message) > limit {
 		res.Error.Message = truncate(res.Error.Message, limit) + " [message truncated]"
@@ -74,7 +74,7 @@ func (e *Executor) capOutput(ctx context.Context, res *events.Result, whole *too
 	} else if fits(res.LLMContent, limit) && fits(res.ReturnDisplay, limit) {
 		return
 	}
-	total, err := e.keepWhole(ctx, res, src)
+	total, err := e.keepWhole(ctx, owner, res, src)
 	note := fmt.Sprintf("\n\n[Output truncated: showing %d of %d characters. The whole output is in the object store at %s.]", limit, total, res.OutputRef)
 	if err != nil {
 		note = fmt.Sprintf("\n\n[Output truncated: showing %d of %d characters. The whole output could not be kept: %s.]", limit, total, storeFailure(err))
@@ -95,7 +95,7 @@ const maxInlineParts = 256 << 10
 // until what is left inline fits maxInlineParts (or the bus's max
 // payload, when smaller). A part that cannot be stored is dropped, and
 // the result says so: a result that cannot be sent would lose everything.
-func (e *Executor) storeParts(ctx context.Context, res *events.Result) {
+func (e *Executor) storeParts(ctx context.Context, owner string, res *events.Result) {
 	limit := min(maxInlineParts, int(e.nc.MaxPayload())/4)
 	total := 0
 	for _, p := range res.Parts {
@@ -127,7 +127,7 @@ func (e *Executor) storeParts(ctx context.Context, res *events.Result) {
 		}
 		name := fmt.Sprintf("%s.part%d", res.InvocationID, i)
 		sized := &events.Result{InvocationID: name}
-		if _, err := e.keepWhole(ctx, sized, text(data)); err != nil {
+		if _, err := e.keepWhole(ctx, owner, sized, text(data)); err != nil {
 			dropped = append(dropped, fmt.Sprintf("part %d (%s %s, %d bytes): %s", i, p.Type, p.MIMEType, len(data), storeFailure(err)))
 			p.Ref = ""
 		} else {
@@ -176,7 +176,7 @@ func truncate(s string, n int) string {
 // calls together never have more in flight than the store takes, and
 // tries again, backing off, while the store answers that it is busy
 // (429), within storeBudget.
-func (e *Executor) keepWhole(ctx context.Context, res *events.Result, out output) (int64, error) {
+func (e *Executor) keepWhole(ctx context.Context, owner string, res *events.Result, out output) (int64, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeBudget)
 	defer cancel()
 	size := out.Size()
@@ -191,7 +191,7 @@ func (e *Executor) keepWhole(ctx context.Context, res *events.Result, out output
 	for wait := 50 * time.Millisecond; err == nil; wait = min(2*wait, 2*time.Second) {
 		tried = true
 		r := &runeCounter{r: out.Reader()}
-		if _, err = e.outputs.Put(ctx, jetstream.ObjectMeta{Name: res.InvocationID}, r); err == nil {
+		if _, err = e.outputs.Put(ctx, outputMeta(res.InvocationID, owner), r); err == nil {
 			res.OutputRef = events.OutputBucket + "/" + res.InvocationID
 			return r.n, nil
 		}
@@ -291,7 +291,7 @@ func storeFailure(err error) string {
 // configured with a smaller one: then the longest outputs are cut to a
 // share of the room, each kept whole in the object store first and
 // referenced, as a capped result is.
-func (e *Executor) fit(env events.Envelope, results []*events.Result) ([]byte, error) {
+func (e *Executor) fit(owner string, env events.Envelope, results []*events.Result) ([]byte, error) {
 	limit := int(e.nc.MaxPayload()) - 8<<10 // room for the protocol and headers
 	data, err := events.Encode(env)
 	for round := 0; err == nil && len(data) > limit && round < 8; round++ {
@@ -303,7 +303,7 @@ func (e *Executor) fit(env events.Envelope, results []*events.Result) ([]byte, e
 		}
 		share := max((limit-(len(data)-content))/len(results)>>round, 256)
 		for _, r := range results {
-			e.cutResult(r, share)
+			e.cutResult(owner, r, share)
 		}
 		data, err = events.Encode(env)
 	}
@@ -315,12 +315,12 @@ func (e *Executor) fit(env events.Envelope, results []*events.Result) ([]byte, e
 
 // cutResult cuts r's outputs to share bytes between them, keeping the
 // whole llmContent in the object store unless it is there already.
-func (e *Executor) cutResult(r *events.Result, share int) {
+func (e *Executor) cutResult(owner string, r *events.Result, share int) {
 	if len(r.LLMContent)+len(r.ReturnDisplay) <= share {
 		return
 	}
 	if r.OutputRef == "" {
-		e.keepWhole(context.Background(), r, text(r.LLMContent))
+		e.keepWhole(context.Background(), owner, r, text(r.LLMContent))
 	}
 	ref := r.OutputRef
 	note := cutNote + "; storing the whole output failed.]"

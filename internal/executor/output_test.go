@@ -2,10 +2,13 @@ package executor
 
 import (
 	"context"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -88,5 +91,50 @@ func TestOutputStoreLimitsReachAnExistingBucket(t *testing.T) {
 	}
 	if got, err := old.GetString(ctx, "inv-old"); err != nil || got != "kept from before" {
 		t.Errorf("the old object: %q %v", got, err)
+	}
+}
+
+// An output read follows its reader: a reader that takes a byte at a time
+// gets the whole output, window by window, and the executor holds no
+// more than a window for it; readers that stop after their first chunk
+// free the executor at once, so more of them than it serves at once
+// leave it serving the next read whole. A name that was never stored,
+// and a malformed request, get a clear answer.
+func TestOutputReadsFollowTheirReaders(t *testing.T) {
+	e := newEnv(t)
+	big := strings.Repeat("0123456789abcdef", 5<<20/16) // 5 MiB: 40 chunks, 3 windows
+	os.WriteFile(filepath.Join(e.ws.Root(), "big.txt"), []byte(big), 0o644)
+	res := e.call(t, "read_file", `{"file_path":"big.txt"}`)
+	if res.OutputRef == "" {
+		t.Fatalf("no output kept: %s %q", errType(res), tail(res.LLMContent))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for i := range 2 * outputReadsAtOnce {
+		r, err := e.client.ReadOutput(ctx, res.OutputRef)
+		if err != nil {
+			t.Fatalf("read %d: %v", i, err)
+		}
+		head := make([]byte, 16)
+		if _, err := io.ReadFull(r, head); err != nil || string(head) != big[:16] {
+			t.Fatalf("read %d: %q %v", i, head, err)
+		}
+		r.Close()
+	}
+	r, err := e.client.ReadOutput(ctx, res.InvocationID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole, err := io.ReadAll(iotest.OneByteReader(r))
+	r.Close()
+	if err != nil || string(whole) != big {
+		t.Fatalf("read a byte at a time: %d of %d bytes, %v", len(whole), len(big), err)
+	}
+	if _, err := e.client.ReadOutput(ctx, "never-stored"); !errors.Is(err, ErrNoOutput) {
+		t.Errorf("a name never stored: %v", err)
+	}
+	reply, err := e.bus.Conn().RequestWithContext(ctx, events.OutputSubject(""), []byte(`{"name":`))
+	if err != nil || reply.Header.Get(events.OutputHeader) != events.OutputFailed || !strings.Contains(string(reply.Data), "malformed output request") {
+		t.Errorf("a malformed request: %v %q", err, reply.Data)
 	}
 }

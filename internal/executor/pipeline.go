@@ -726,13 +726,13 @@ func (c *call) complete(out *tool.Output, ran bool) {
 		}
 		// Storing the whole output can take seconds; the heartbeat goes on
 		// meanwhile, so the caller does not take the call for lost.
-		e.capOutput(c.ctx, res, out.Whole)
-		e.storeParts(c.ctx, res)
+		e.capOutput(c.ctx, c.principal, res, out.Whole)
+		e.storeParts(c.ctx, c.principal, res)
 		if ran {
 			c.postHooks(res)
 		}
 		// Encoded once: the same bytes go to the caller and to the trail.
-		data, err := e.fit(res, []*events.Result{res})
+		data, err := e.fit(c.principal, res, []*events.Result{res})
 		c.mu.Lock()
 		c.done = true
 		if c.heartbeat != nil {

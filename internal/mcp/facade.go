@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
@@ -453,15 +454,13 @@ func errorResult(invocation string, t events.ErrorType, text string) *mcp.CallTo
 func (f *Facade) content(ctx context.Context, p events.Part) (mcp.Content, error) {
 	data := p.Data
 	if p.Ref != "" {
-		bucket, name, ok := strings.Cut(p.Ref, "/")
-		if !ok {
-			return nil, fmt.Errorf("bad reference %q", p.Ref)
-		}
-		store, err := f.cfg.JS.ObjectStore(ctx, bucket)
+		// An executor reads it for the facade, whose calls made it.
+		r, err := f.client.ReadOutput(ctx, p.Ref)
 		if err != nil {
 			return nil, err
 		}
-		b, err := store.GetBytes(ctx, name)
+		b, err := io.ReadAll(r)
+		r.Close()
 		if err != nil {
 			return nil, err
 		}

@@ -73,7 +73,8 @@ func (e *ToolError) Error() string {
 // Unwrap returns the error type, the sentinel to match with errors.Is.
 func (e *ToolError) Unwrap() error { return e.Type }
 
-// ErrNoExecutor is returned by Ping when no executor runs on the bus.
+// ErrNoExecutor is returned by Ping and ReadOutput when no executor runs
+// on the bus.
 var ErrNoExecutor = errors.New("toolbus: no executor is running on this bus")
 
 // ErrNoCatalog is returned by Tools, Declarations and ToolNameFor when the
@@ -81,8 +82,8 @@ var ErrNoExecutor = errors.New("toolbus: no executor is running on this bus")
 var ErrNoCatalog = errors.New("toolbus: no tool catalogue on this bus (has a registry run against it?)")
 
 // ErrNoOutput is returned by ReadOutput when the object store holds no
-// output under the name: the call's output was not truncated, or it
-// expired.
+// output under the name that this client may read: the call's output was
+// not truncated, it expired, or it is another identity's.
 var ErrNoOutput = errors.New("toolbus: no stored output under that name")
 
 func toolError(e *events.ToolError) *ToolError {

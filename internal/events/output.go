@@ -1,0 +1,91 @@
+package events
+
+// Reading a stored output. The whole output of a call whose result was
+// capped is kept in the object store OutputBucket, with the principal of
+// its call as its owner. Agents cannot read the store itself: an object
+// store cannot be confined to the objects one member may read (listing
+// it, or reading every chunk through a wildcard filter, is one consumer
+// away). An executor reads it for them: a request on
+// OutputSubject(principal) is answered with the output only when the
+// principal owns it, and the bus vouches for the principal.
+//
+// The executor answers on the request's reply subject with a stream of
+// messages, each with the OutputHeader saying what it is:
+//   - OutputChunk: the next bytes of the output, OutputSeqHeader its
+//     number from 1. Every OutputWindow-th chunk carries a reply subject;
+//     the executor sends no further chunk until the reader answers it
+//     (OutputMore to go on, OutputStop to end the read), so a slow reader
+//     is never flooded;
+//   - OutputEnd: the output is whole; the data is an OutputDone;
+//   - OutputFailed: the read failed; the data is the reason. An output
+//     that is not there and one that is another's fail alike, so a
+//     reader learns nothing of others' outputs.
+
+// SubjectOutputPrefix + a principal is where that principal asks for a
+// stored output. Outside tool.>: a read changes nothing and is not
+// recorded.
+const SubjectOutputPrefix = "toolbus.output."
+
+// OutputSubject is where principal asks for a stored output.
+func OutputSubject(principal string) string {
+	return SubjectOutputPrefix + principalToken(principal)
+}
+
+// OutputOwnerKey is the object metadata key naming the principal an
+// output belongs to.
+const OutputOwnerKey = "toolbus-owner"
+
+// The headers of an output read's messages.
+const (
+	OutputHeader    = "Toolbus-Output"
+	OutputSeqHeader = "Toolbus-Output-Seq"
+)
+
+// The kinds of message of an output read (OutputHeader), and the answers
+// to a window's last chunk.
+const (
+	OutputChunk  = "chunk"
+	OutputEnd    = "end"
+	OutputFailed = "failed"
+
+	OutputMore = "more"
+	OutputStop = "stop"
+)
+
+// OutputWindow is how many chunks an executor sends before it waits for
+// the reader.
+const OutputWindow = 16
+
+// OutputRequest asks for the stored output Name (an invocation id, an
+// OutputRef or a Part's Ref without the bucket).
+type OutputRequest struct {
+	Header
+	Name string `json:"name"`
+}
+
+// OutputDone ends a read that succeeded: how many bytes the output has,
+// for the reader to check it got them all.
+type OutputDone struct {
+	Size uint64 `json:"size"`
+}
+
+// maxOutputName bounds an output's name: an invocation id and a part's
+// suffix fit many times over.
+const maxOutputName = 1024
+
+// EnvelopeType implements Envelope.
+func (*OutputRequest) EnvelopeType() string { return "tool.output.request" }
+
+// Validate implements Envelope.
+func (r *OutputRequest) Validate() error {
+	if err := r.validate(); err != nil {
+		return err
+	}
+	switch {
+	case r.Name == "":
+		return invalid(r.Type, "name is empty")
+	case len(r.Name) > maxOutputName:
+		return invalid(r.Type, "name is %d bytes, more than %d", len(r.Name), maxOutputName)
+	}
+	return nil
+}

@@ -1,0 +1,198 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/events"
+)
+
+// Reading stored outputs for their owners (events/output.go has the
+// protocol). Agents may not read the object store: an executor reads it
+// for them and gives an output only to the principal that owns it.
+
+// outputChunk is how many bytes of an output one message carries: well
+// under the default max payload, so a reader on a bus with a smaller one
+// still gets them.
+const outputChunk = 128 << 10
+
+// outputReadsAtOnce bounds the reads an executor serves at once; a read
+// beyond them waits its turn.
+const outputReadsAtOnce = 16
+
+// outputReaderWait is how long an executor waits for a reader to take a
+// window before it gives the read up.
+const outputReaderWait = 30 * time.Second
+
+// errNoOutput is what a reader hears of an output that is not there and
+// of one that is another's alike.
+const errNoOutput = "no stored output of that name is yours"
+
+// outputMeta names an output stored for owner, a principal.
+func outputMeta(name, owner string) jetstream.ObjectMeta {
+	return jetstream.ObjectMeta{Name: name, Metadata: map[string]string{events.OutputOwnerKey: owner}}
+}
+
+// mayRead says whether principal may read an output of owner: its own, or
+// any when the request is unproven, which in a fleet only an admin or the
+// bus may send (without identities nothing is proven, and every output is
+// anyone's, as every call is).
+func mayRead(principal, owner string) bool {
+	return principal == events.Unproven || principal == owner
+}
+
+// handleOutputRead takes a request for a stored output.
+func (e *Executor) handleOutputRead(m *nats.Msg) {
+	if m.Reply == "" {
+		return
+	}
+	req, err := events.Decode[events.OutputRequest](m.Data)
+	if err != nil {
+		e.failRead(m.Reply, "malformed output request: "+err.Error())
+		return
+	}
+	principal := e.principalOf(m, false)
+	e.mu.Lock()
+	select {
+	case <-e.stopping:
+		e.mu.Unlock()
+		e.failRead(m.Reply, errShutdown.Error())
+		return
+	default:
+	}
+	e.wg.Add(1)
+	e.mu.Unlock()
+	go func() {
+		defer e.wg.Done()
+		select {
+		case e.reads <- struct{}{}:
+			defer func() { <-e.reads }()
+		case <-e.stopping:
+			e.failRead(m.Reply, errShutdown.Error())
+			return
+		}
+		if reason := e.sendOutput(m.Reply, principal, req.Name); reason != "" {
+			e.failRead(m.Reply, reason)
+		}
+	}()
+}
+
+// sendOutput streams output name to reply, window by window, and says
+// why it failed ("" when it did not).
+func (e *Executor) sendOutput(reply, principal, name string) string {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-e.stopping:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	obj, err := e.outputs.Get(ctx, trimBucket(name))
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return errNoOutput
+	}
+	if err != nil {
+		return "the output store: " + err.Error()
+	}
+	defer obj.Close()
+	info, err := obj.Info()
+	if err != nil {
+		return "the output store: " + err.Error()
+	}
+	if !mayRead(principal, info.Metadata[events.OutputOwnerKey]) {
+		e.log.Warn("an output read refused: the output is another's", "principal", principal, "output", name)
+		return errNoOutput
+	}
+	// Outputs go over the bulk connection, as they are stored, so that a
+	// large one does not hold up the calls' messages. The window's
+	// answers come to an inbox of this read's, and so does the server's
+	// "no responders" for each chunk sent once the reader is gone: room
+	// for a window of those.
+	answers := make(chan *nats.Msg, events.OutputWindow+2)
+	inbox := e.bulk.NewInbox()
+	sub, err := e.bulk.ChanSubscribe(inbox+".*", answers)
+	if err != nil {
+		return "the executor cannot take the reader's answers: " + err.Error()
+	}
+	defer sub.Unsubscribe()
+
+	buf := make([]byte, outputChunk)
+	for seq := 1; ; seq++ {
+		n, err := io.ReadFull(obj, buf)
+		if n > 0 {
+			// Every chunk carries a reply subject of its own, so that a
+			// reader that stops early can say so at once; it answers
+			// the last of a window to go on. Of its own: a member that
+			// may only answer what it is sent may answer each reply
+			// subject once, and the server counts the deliveries of a
+			// reused one against that.
+			select {
+			case <-answers: // a stop, or no responders: the reader is gone
+				return "the reader stopped"
+			default:
+			}
+			m := &nats.Msg{Subject: reply, Reply: inbox + "." + strconv.Itoa(seq), Data: buf[:n], Header: nats.Header{
+				events.OutputHeader: {events.OutputChunk}, events.OutputSeqHeader: {strconv.Itoa(seq)}}}
+			if perr := e.bulk.PublishMsg(m); perr != nil {
+				return "the chunk was not sent: " + perr.Error()
+			}
+			if seq%events.OutputWindow == 0 {
+				if reason := e.awaitReader(answers); reason != "" {
+					return reason
+				}
+			}
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			break
+		}
+		if err != nil {
+			// The reader checks the digest at the end: a corrupt
+			// output fails here.
+			return "the output store: " + err.Error()
+		}
+	}
+	done, _ := json.Marshal(events.OutputDone{Size: info.Size})
+	if err := e.bulk.PublishMsg(&nats.Msg{Subject: reply, Data: done, Header: nats.Header{events.OutputHeader: {events.OutputEnd}}}); err != nil {
+		e.log.Warn("the end of an output read was not sent", "output", name, "err", err)
+	}
+	return ""
+}
+
+// awaitReader waits for the reader to take a window: "" to go on, else
+// why the read ends.
+func (e *Executor) awaitReader(answers <-chan *nats.Msg) string {
+	t := time.NewTimer(outputReaderWait)
+	defer t.Stop()
+	select {
+	case a := <-answers:
+		if string(a.Data) == events.OutputMore {
+			return ""
+		}
+		return "the reader stopped"
+	case <-t.C:
+		return "the reader took nothing for " + outputReaderWait.String()
+	case <-e.stopping:
+		return errShutdown.Error()
+	}
+}
+
+// failRead ends a read with reason.
+func (e *Executor) failRead(reply, reason string) {
+	m := &nats.Msg{Subject: reply, Data: []byte(reason), Header: nats.Header{events.OutputHeader: {events.OutputFailed}}}
+	if err := e.nc.PublishMsg(m); err != nil {
+		e.log.Warn("the failure of an output read was not sent", "err", err)
+	}
+}
+
+// trimBucket takes the bucket off a reference (TOOLBUS_OUTPUTS/<name>).
+func trimBucket(name string) string { return strings.TrimPrefix(name, events.OutputBucket+"/") }
