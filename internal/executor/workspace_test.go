@@ -163,7 +163,7 @@ func TestALostExecutorLeavesAndComesBack(t *testing.T) {
 	cancel()
 
 	// It comes back: restarted, it registers at start.
-	back, _ := e.startWorkspace(t, "executor@doomed", "two")
+	back, backConn := e.startWorkspace(t, "executor@doomed", "two")
 	hostedFor(t, map[string]string{"executor@test": "one", "executor@doomed": "two"}, e.exec, back)
 	if res := read("two"); res.Error != nil || !strings.Contains(res.LLMContent, "# workspace two") {
 		t.Errorf("after it came back: %+v", res)
@@ -181,6 +181,17 @@ func TestALostExecutorLeavesAndComesBack(t *testing.T) {
 		Changes: []events.Change{{Op: events.OpUpdated, Name: "read_file"}}})
 	e.bus.Conn().Publish(events.SubjectCatalogChanged, data)
 	hostedFor(t, map[string]string{"executor@test": "one", "executor@doomed": "two"}, e.exec)
+
+	// Taken for lost by the registry (it stops answering pings), it
+	// hears so and registers again; then it dies before it ever answers
+	// a ping again. The registry watches it from its registration: it is
+	// taken off once more.
+	waitFor(t, func() bool { return e.reg.Watching("executor@doomed") })
+	back.svc.Stop()
+	hostedFor(t, map[string]string{"executor@test": "one"}, e.exec)
+	hostedFor(t, map[string]string{"executor@test": "one", "executor@doomed": "two"}, e.exec)
+	backConn.Conn().Close()
+	hostedFor(t, map[string]string{"executor@test": "one"}, e.exec)
 }
 
 // The decision cache keeps a proven caller and a claim to its name apart:

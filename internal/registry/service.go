@@ -48,7 +48,7 @@ type Service struct {
 	watched chan struct{} // closed when it has
 
 	watchMu sync.Mutex
-	misses  map[string]int // executors seen answering, by id: pings missed since
+	misses  map[string]int // executors watched, by id: pings missed since their last answer
 }
 
 // Start loads the catalogue an earlier registry left on the bus, applies the
@@ -178,6 +178,9 @@ func (s *Service) watchExecutors() {
 		var lost []string
 		s.watchMu.Lock()
 		for id := range alive {
+			if _, seen := s.misses[id]; !seen {
+				s.log.Info("an executor answers; it is taken off its tools' hosts if it stops", "executor", id)
+			}
 			s.misses[id] = 0
 		}
 		for id := range s.misses {
@@ -203,6 +206,21 @@ func (s *Service) watchExecutors() {
 	}
 }
 
+// watchRegistrant watches an executor from its registration on, as
+// well as from its first answer: one whose answers come late while it
+// starts (a loaded machine), or that was taken for lost, registered again
+// and died before it answered, would otherwise keep its tools hosted for
+// good. The role is the sender's claim: one that is no executor, or does
+// not answer as one, loses only its own tools.
+func (s *Service) watchRegistrant(in *events.RegisterRequest) {
+	if in.Sender.Role != "executor" || in.Provider != in.Sender.ID {
+		return
+	}
+	s.watchMu.Lock()
+	defer s.watchMu.Unlock()
+	s.misses[in.Provider] = 0
+}
+
 // Watching says whether the registry has seen executor id answer, and
 // would take it off its tools' hosts were it to stop.
 func (s *Service) Watching(id string) bool {
@@ -212,8 +230,12 @@ func (s *Service) Watching(id string) bool {
 	return ok
 }
 
+// pingWait is how long a ping round gathers answers: long enough for an
+// executor on a loaded machine, short of PingEvery.
+const pingWait = time.Second
+
 // pingExecutors asks every executor's service for its id, and gathers
-// the answers that come within a quarter of a second.
+// the answers that come within pingWait.
 func (s *Service) pingExecutors() (map[string]bool, error) {
 	subject, err := micro.ControlSubject(micro.PingVerb, events.ExecutorService, "")
 	if err != nil {
@@ -229,7 +251,7 @@ func (s *Service) pingExecutors() (map[string]bool, error) {
 		return nil, err
 	}
 	alive := map[string]bool{}
-	deadline := time.Now().Add(250 * time.Millisecond)
+	deadline := time.Now().Add(pingWait)
 	for {
 		m, err := sub.NextMsg(time.Until(deadline))
 		if err != nil {
@@ -249,6 +271,7 @@ func (s *Service) handleRegister(req micro.Request) {
 		s.refuse(req, err)
 		return
 	}
+	s.watchRegistrant(in)
 	res := s.reg.Register(in)
 	reply := &events.RegisterReply{Header: events.Header{Sender: s.id}, RequestID: in.ID,
 		Tools: res.Outcomes, Removed: res.Removed}
