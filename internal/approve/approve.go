@@ -143,6 +143,7 @@ type Approver struct {
 	log  *slog.Logger
 	svc  micro.Service
 	cons jetstream.ConsumeContext
+	live *nats.Subscription // the confirmation subjects as they are sent
 
 	mu      sync.Mutex
 	byID    map[string]*Request
@@ -187,6 +188,16 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 	a := &Approver{nc: nc, cfg: cfg, log: cfg.Logger, byID: map[string]*Request{}, changed: make(chan struct{}),
 		ready: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
 
+	// Requests are taken as they are sent, and from the stream: the
+	// stream gives those sent before this approver started (and any a
+	// reconnect missed); the live subscription does not wait for the
+	// stream's copy on the node the consumer happens to live on, which
+	// lags while that node catches up after a restart. Each event is
+	// applied once, whichever way comes first.
+	var err error
+	if a.live, err = nc.Subscribe(events.SubjectConfirmAll, func(m *nats.Msg) { a.apply(m.Subject, m.Data) }); err != nil {
+		return nil, fmt.Errorf("approve: follow the confirmation requests: %w", err)
+	}
 	start := time.Now().Add(-cfg.Window)
 	cons, err := js.OrderedConsumer(ctx, events.AuditStream, jetstream.OrderedConsumerConfig{
 		// One filter: a fleet's approver may read only this of the stream.
@@ -195,6 +206,7 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 		OptStartTime:   &start,
 	})
 	if err != nil {
+		a.live.Unsubscribe()
 		return nil, fmt.Errorf("approve: follow the confirmation requests in stream %s: %w", events.AuditStream, err)
 	}
 	if info := cons.CachedInfo(); info == nil || info.NumPending == 0 {
@@ -204,17 +216,20 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 		a.log.Warn("approve: following the confirmation requests", "err", err)
 	}))
 	if err != nil {
+		a.live.Unsubscribe()
 		return nil, fmt.Errorf("approve: %w", err)
 	}
 	select {
 	case <-a.ready:
 	case <-ctx.Done():
+		a.live.Unsubscribe()
 		a.cons.Stop()
 		return nil, ctx.Err()
 	}
 	a.svc, err = micro.AddService(nc, micro.Config{Name: events.ApproverService, Version: cfg.Version,
 		Description: "toolbus approver " + cfg.Identity.ID, Metadata: map[string]string{"id": cfg.Identity.ID}})
 	if err != nil {
+		a.live.Unsubscribe()
 		a.cons.Stop()
 		return nil, fmt.Errorf("approve: register the %s service: %w", events.ApproverService, err)
 	}
@@ -229,6 +244,7 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 	}
 	if err := nc.FlushWithContext(flushCtx); err != nil {
 		a.svc.Stop()
+		a.live.Unsubscribe()
 		a.cons.Stop()
 		return nil, fmt.Errorf("approve: register the %s service: %w", events.ApproverService, err)
 	}
@@ -249,6 +265,7 @@ func (a *Approver) Stop() {
 	}
 	close(a.stop)
 	a.svc.Stop()
+	a.live.Unsubscribe()
 	a.cons.Stop()
 	<-a.done
 }
@@ -324,18 +341,24 @@ func (a *Approver) handle(m jetstream.Msg) {
 	if meta, err := m.Metadata(); err == nil && meta.NumPending == 0 {
 		defer a.markReady()
 	}
+	a.apply(m.Subject(), m.Data())
+}
+
+// apply applies one event, from the stream or as it was sent. Each comes
+// both ways: the second copy changes nothing.
+func (a *Approver) apply(subject string, data []byte) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	changed := false
-	switch m.Subject() {
+	switch subject {
 	case events.SubjectConfirm:
-		req, err := events.Decode[events.ConfirmRequest](m.Data())
+		req, err := events.Decode[events.ConfirmRequest](data)
 		if err != nil {
 			a.log.Warn("approve: ignoring a confirmation request that does not decode", "err", err)
 			return
 		}
-		if old := a.byID[req.InvocationID]; old != nil && old.Pending() {
-			return // a copy of a request already pending
+		if old := a.byID[req.InvocationID]; old != nil && (old.Pending() || old.ConfirmRequest.ID == req.ID) {
+			return // a copy of a request pending, or of one that ended
 		}
 		// A request for an invocation whose earlier request ended is a new
 		// round: its arguments were modified and judged again.
@@ -344,7 +367,7 @@ func (a *Approver) handle(m jetstream.Msg) {
 		a.pending = append(a.pending, r)
 		changed = true
 	case events.SubjectConfirmAnswered:
-		ans, err := events.Decode[events.ConfirmAnswer](m.Data())
+		ans, err := events.Decode[events.ConfirmAnswer](data)
 		if err != nil {
 			a.log.Warn("approve: ignoring an answered event that does not decode", "err", err)
 			return
@@ -354,17 +377,17 @@ func (a *Approver) handle(m jetstream.Msg) {
 			changed = a.end(r, ans.Time)
 		}
 	case events.SubjectConfirmRejected:
-		rej, err := events.Decode[events.ConfirmRejected](m.Data())
+		rej, err := events.Decode[events.ConfirmRejected](data)
 		if err != nil {
 			a.log.Warn("approve: ignoring a rejected event that does not decode", "err", err)
 			return
 		}
-		if r := a.byID[rej.InvocationID]; r != nil {
+		if r := a.byID[rej.InvocationID]; r != nil && !slices.ContainsFunc(r.Rejected, func(x events.ConfirmRejected) bool { return x.ID == rej.ID }) {
 			r.Rejected = append(r.Rejected, *rej)
 			changed = true
 		}
 	case events.SubjectConfirmClosed:
-		cl, err := events.Decode[events.ConfirmClosed](m.Data())
+		cl, err := events.Decode[events.ConfirmClosed](data)
 		if err != nil {
 			a.log.Warn("approve: ignoring a closed event that does not decode", "err", err)
 			return

@@ -363,3 +363,41 @@ func TestAnswerSubjectUnderAttack(t *testing.T) {
 		t.Errorf("%d refusals on record, want the bound of 20", len(r.Rejected))
 	}
 }
+
+// Requests reach an approver as they are sent, whatever its consumer of
+// the stream does: with that consumer stopped (as when it lives on a node
+// catching up after a restart), a call still waits in its queue, and the
+// answer goes through. Every event comes twice, live and from the stream:
+// a copy adds nothing, and a copy of a request that ended does not bring
+// it back.
+func TestRequestsComeLiveAndFromTheStreamOnce(t *testing.T) {
+	f := executortest.Start(t)
+	ada := seat(t, f, "approver:ada")
+	approve.StopFollowingTheStream(ada)
+	done := call(f, "inv-live", "write_file", `{"file_path":"live.md","content":"live\n"}`)
+	waitFor(t, ada, "the request, live", pending("inv-live"))
+	request := bustest.Recorded(t, f.Bus, events.SubjectConfirm)
+	nc := bustest.Connect(t, f.Bus).Conn()
+	if err := nc.Publish(events.SubjectConfirm, request); err != nil {
+		t.Fatal(err)
+	}
+	if ack, err := ada.Answer(context.Background(), "inv-live", approve.Answer{Outcome: events.ProceedOnce}); err != nil || !ack.Accepted {
+		t.Fatalf("the answer: %+v %v", ack, err)
+	}
+	if res := result(t, done); errType(res) != "" {
+		t.Fatalf("the approved call failed: %+v", res.Error)
+	}
+	waitFor(t, ada, "the answer, live", func(s approve.State) bool { r, ok := s.Find("inv-live"); return ok && r.Answer != nil })
+	// The copy of the request that ended, once more, and a fence behind
+	// it: a request of another call, which must be the only one pending.
+	if err := nc.Publish(events.SubjectConfirm, request); err != nil {
+		t.Fatal(err)
+	}
+	other := call(f, "inv-after", "write_file", `{"file_path":"after.md","content":"after\n"}`)
+	s := waitFor(t, ada, "the next request", pending("inv-after"))
+	if len(s.Pending) != 1 || len(s.Recent) != 1 {
+		t.Errorf("after copies: %d pending, %d recent; want the next call pending and the first ended once", len(s.Pending), len(s.Recent))
+	}
+	ada.Answer(context.Background(), "inv-after", approve.Answer{Outcome: events.Cancel})
+	result(t, other)
+}
