@@ -10,6 +10,7 @@
 #   deploy/local-fleet.sh start [DIR]    build the commands into DIR/bin and start the fleet
 #   deploy/local-fleet.sh status [DIR]   which parts run
 #   deploy/local-fleet.sh stop [DIR]     stop every part (SIGINT, then SIGKILL after 30 s)
+#   deploy/local-fleet.sh reload [DIR]   have the bus nodes read the identities again
 #
 # DIR (default: $TOOLBUS_FLEET_DIR, else ./.local-fleet) holds the
 # binaries, each part's data, log (DIR/log/NAME.log) and pid, and the
@@ -28,7 +29,8 @@
 #
 # The identities are bus, admin, registry, executor1, executor2, approver
 # (the console), auditor and agent; `toolbus init DIR/identities --add
-# agent:NAME` adds another, which the nodes admit once restarted.
+# agent:NAME` adds another, which the nodes admit after
+# `deploy/local-fleet.sh reload [DIR]` (SIGHUP to each node).
 set -euo pipefail
 
 cmd=${1:-}
@@ -153,13 +155,27 @@ status() {
 	return $any
 }
 
+# reload has every bus node read DIR/identities again (SIGHUP).
+reload() {
+	local any=1
+	for pidfile in "$dir"/run/bus*.pid; do
+		if running "$pidfile"; then
+			kill -HUP "$(cat "$pidfile")"
+			echo "$(basename "$pidfile" .pid): asked to read the identities again (see its log)"
+			any=0
+		fi
+	done
+	return $any
+}
+
 case "$cmd" in
 start) start ;;
 stop) stop ;;
+reload) reload ;;
 status) status ;;
 urls) urls ;;
 *)
-	sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
 	exit 2
 	;;
 esac

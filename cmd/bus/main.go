@@ -7,8 +7,10 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/toolbus/toolbus/internal/auth"
 	"github.com/toolbus/toolbus/internal/bus"
@@ -109,7 +111,24 @@ func main() {
 		os.Exit(1)
 	}
 	log.Info("bus listening", "url", b.URL(), "data", *dataDir)
-	<-ctx.Done()
+	// SIGHUP reads the identities again, as nats-server reloads its
+	// config: members added since (toolbus init --add) may connect.
+	hup := make(chan os.Signal, 1)
+	if *identities != "" {
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+	}
+	for ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-hup:
+			if n, err := b.ReloadIdentities(); err != nil {
+				log.Error("identities not reloaded; the members in force stay", "err", err)
+			} else {
+				log.Info("identities reloaded", "members", n)
+			}
+		}
+	}
 	stopCheckpoints()
 	if err := cli.Close(b); err != nil {
 		log.Error("bus did not stop cleanly", "err", err)

@@ -40,6 +40,7 @@ func runInit(args []string) error {
 		fmt.Println("nothing to make: every member exists")
 	}
 	fmt.Printf("\nThe bus admits only these members:  bus --identities %s\n", dir)
+	fmt.Println("A running bus admits members added since on SIGHUP:  kill -HUP <bus pid>")
 	fmt.Printf("Each part connects as one of them:  %s=%s toolbus ...\n", cli.IdentityEnv, filepath.Join(dir, "NAME"+auth.SeedSuffix))
 	fmt.Printf("An operator's own nats-server.conf can include %s.\n", filepath.Join(dir, auth.ServerConfigFile))
 	return nil

@@ -126,6 +126,33 @@ func TestLocalFleetScript(t *testing.T) {
 	if _, errOut, code := toolbusWith(t, []string{"TOOLBUS_IDENTITY="}, "call", "read_file", "--args", `{"file_path":"README.md"}`, "--nats", node(0)); code == 0 || !strings.Contains(strings.ToLower(errOut), "authorization") {
 		t.Errorf("a call with no identity: exit %d %s", code, errOut)
 	}
+	// A member added while the fleet runs is admitted once the nodes
+	// read the identities again, with no restart.
+	if out, errOut, code := toolbus(t, "init", filepath.Join(dir, "identities"), "--add", "agent:newbie"); code != 0 {
+		t.Fatalf("init --add: exit %d %s %s", code, out, errOut)
+	}
+	newbie := "TOOLBUS_IDENTITY=" + filepath.Join(dir, "identities", "newbie.nk")
+	newbieCalls := func(i int) (string, int) {
+		_, errOut, code := toolbusWith(t, []string{newbie}, "call", "read_file", "--workspace", "one", "--args", `{"file_path":"README.md"}`, "--nats", node(i))
+		return errOut, code
+	}
+	if errOut, code := newbieCalls(0); code == 0 || !strings.Contains(strings.ToLower(errOut), "authorization") {
+		t.Errorf("a member the nodes have not read yet: exit %d %s", code, errOut)
+	}
+	if out, err := script("reload"); err != nil {
+		t.Fatalf("reload: %v\n%s", err, out)
+	}
+	for i := range 3 {
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			errOut, code := newbieCalls(i)
+			if code == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the new member through node %d, 30 s after the reload: exit %d %s", i+1, code, errOut)
+			}
+		}
+	}
 	// Every part is ready, and the executors count the calls they ran.
 	served := 0.0
 	for i := range 7 {

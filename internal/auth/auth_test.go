@@ -702,3 +702,61 @@ func TestAnAgentReadsOnlyItsOwnOutputs(t *testing.T) {
 	}
 	f.clean(t, "agent", "executor", "admin")
 }
+
+// A member added to a running fleet (toolbus init --add) may connect once
+// the bus reloads its identities, with its role's permissions and no
+// more, and the members' connections from before go on. A config that
+// does not read changes nothing.
+func TestAMemberAddedToARunningFleet(t *testing.T) {
+	f := startFleet(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	agent := f.as(t, "agent")
+	before := executor.NewClient(agent.Conn(), events.Identity{Role: "agent"}, agent.Principal())
+	defer before.Close()
+	if _, err := auth.Init(f.dir, []auth.Member{{Name: "newbie", Role: auth.RoleAgent}}); err != nil {
+		t.Fatal(err)
+	}
+	open := func() (*bus.Bus, error) {
+		return bus.Open(ctx, bus.Config{URL: f.bus.URL(), Name: "newbie", NkeyFile: auth.SeedFile(f.dir, "newbie"), Logger: f.logger("newbie")})
+	}
+	if b, err := open(); err == nil {
+		b.Close(ctx)
+		t.Fatal("a member the bus has not reloaded connected")
+	}
+	n, err := f.bus.ReloadIdentities()
+	if err != nil || n != len(members)+1 {
+		t.Fatalf("reload: %d members, %v", n, err)
+	}
+	newbie, err := open()
+	if err != nil {
+		t.Fatalf("the new member, reloaded: %v", err)
+	}
+	defer newbie.Close(ctx)
+	client := executor.NewClient(newbie.Conn(), events.Identity{Role: "agent"}, newbie.Principal())
+	defer client.Close()
+	read := &events.Invocation{Tool: "read_file", Args: json.RawMessage(`{"file_path":"README.md"}`)}
+	if res, err := client.Invoke(ctx, read, nil); err != nil || res.Error != nil {
+		t.Fatalf("the new member's call: %+v %v", res, err)
+	}
+	if err := newbie.Conn().Publish(events.InvokeSubject("agent"), []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	f.violated(t, "newbie", "invoke as another caller", events.InvokeSubject("agent"))
+	if res, err := before.Invoke(ctx, &events.Invocation{Tool: "read_file", Args: json.RawMessage(`{"file_path":"README.md"}`)}, nil); err != nil || res.Error != nil {
+		t.Fatalf("a member's connection from before the reload: %+v %v", res, err)
+	}
+
+	if err := os.WriteFile(filepath.Join(f.dir, auth.ServerConfigFile), []byte("authorization { users = [ {nkey: "), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.bus.ReloadIdentities(); err == nil {
+		t.Error("a config that does not read was reloaded")
+	}
+	if again, err := open(); err != nil {
+		t.Errorf("after a failed reload, the members in force: %v", err)
+	} else {
+		again.Close(ctx)
+	}
+	f.clean(t, "agent", "executor")
+}

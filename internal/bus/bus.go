@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -126,10 +127,15 @@ const connectTimeout = 10 * time.Second
 // when it runs one. Close it to stop both.
 type Bus struct {
 	srv *server.Server // nil when connected to an existing deployment
-	nc  *nats.Conn
-	js  jetstream.JetStream
-	url string
-	log *slog.Logger
+	// opts are srv's options, and authConfig the file its members come
+	// from (ReloadIdentities).
+	opts       *server.Options
+	authConfig string
+	reloadMu   sync.Mutex
+	nc         *nats.Conn
+	js         jetstream.JetStream
+	url        string
+	log        *slog.Logger
 	// principal is the member name of NkeyFile, "" without one.
 	principal string
 }
@@ -188,11 +194,11 @@ func Open(ctx context.Context, cfg Config) (*Bus, error) {
 		return nil, errors.New("embedded bus: with identities, the bus connects as one of them too: give its seed file (DIR/bus.nk)")
 	}
 	if cfg.URL == "" {
-		srv, err := startServer(cfg, log)
+		srv, srvOpts, err := startServer(cfg, log)
 		if err != nil {
 			return nil, err
 		}
-		b.srv = srv
+		b.srv, b.opts, b.authConfig = srv, srvOpts, cfg.AuthConfig
 		b.url = srv.ClientURL()
 		// The embedding process talks to its own server without TCP.
 		opts = append(opts, nats.InProcessServer(srv))
@@ -276,12 +282,12 @@ func storeIsEncrypted(dir string) (bool, error) {
 	return len(keys) > 0, err
 }
 
-func startServer(cfg Config, log *slog.Logger) (*server.Server, error) {
+func startServer(cfg Config, log *slog.Logger) (*server.Server, *server.Options, error) {
 	if cfg.DataDir == "" {
-		return nil, errors.New("embedded bus: no data directory given")
+		return nil, nil, errors.New("embedded bus: no data directory given")
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("embedded bus: %w", err)
+		return nil, nil, fmt.Errorf("embedded bus: %w", err)
 	}
 	listen := cfg.Listen
 	if listen == "" {
@@ -289,11 +295,11 @@ func startServer(cfg Config, log *slog.Logger) (*server.Server, error) {
 	}
 	host, portText, err := net.SplitHostPort(listen)
 	if err != nil {
-		return nil, fmt.Errorf("embedded bus: listen address %q: %w", listen, err)
+		return nil, nil, fmt.Errorf("embedded bus: listen address %q: %w", listen, err)
 	}
 	port, err := strconv.Atoi(portText)
 	if err != nil || port < 0 || port > 65535 {
-		return nil, fmt.Errorf("embedded bus: listen address %q: bad port", listen)
+		return nil, nil, fmt.Errorf("embedded bus: listen address %q: bad port", listen)
 	}
 	if port == 0 {
 		port = server.RANDOM_PORT
@@ -308,24 +314,24 @@ func startServer(cfg Config, log *slog.Logger) (*server.Server, error) {
 	}
 	if c := cfg.Cluster; c.Name != "" {
 		if err := clusterOptions(opts, c); err != nil {
-			return nil, fmt.Errorf("embedded bus: %w", err)
+			return nil, nil, fmt.Errorf("embedded bus: %w", err)
 		}
 	}
 	if cfg.TLSCertFile != "" || cfg.TLSKeyFile != "" {
 		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: cfg.TLSCertFile, KeyFile: cfg.TLSKeyFile,
 			CaFile: cfg.TLSClientCAFile, Verify: cfg.TLSClientCAFile != ""})
 		if err != nil {
-			return nil, fmt.Errorf("embedded bus: TLS: %w", err)
+			return nil, nil, fmt.Errorf("embedded bus: TLS: %w", err)
 		}
 		opts.TLSConfig, opts.TLS, opts.TLSVerify = tc, true, cfg.TLSClientCAFile != ""
 		opts.TLSTimeout = 2
 	} else if cfg.TLSClientCAFile != "" {
-		return nil, errors.New("embedded bus: a client CA needs the server's own certificate and key too")
+		return nil, nil, errors.New("embedded bus: a client CA needs the server's own certificate and key too")
 	}
 	if cfg.AuthConfig != "" {
 		users, err := auth.ServerUsers(cfg.AuthConfig)
 		if err != nil {
-			return nil, fmt.Errorf("embedded bus: %w", err)
+			return nil, nil, fmt.Errorf("embedded bus: %w", err)
 		}
 		opts.Nkeys = users
 		opts.NoAuthUser = cfg.AnonymousKey
@@ -333,15 +339,15 @@ func startServer(cfg Config, log *slog.Logger) (*server.Server, error) {
 	if cfg.StoreKey != "" {
 		opts.JetStreamKey, opts.JetStreamCipher = cfg.StoreKey, server.ChaCha
 	} else if encrypted, err := storeIsEncrypted(cfg.DataDir); err != nil {
-		return nil, fmt.Errorf("embedded bus: %w", err)
+		return nil, nil, fmt.Errorf("embedded bus: %w", err)
 	} else if encrypted {
 		// Started without its key, the server would not read the store
 		// and the parts would make empty streams and buckets over it.
-		return nil, fmt.Errorf("embedded bus: the store in %s is encrypted: give its key", cfg.DataDir)
+		return nil, nil, fmt.Errorf("embedded bus: the store in %s is encrypted: give its key", cfg.DataDir)
 	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
-		return nil, fmt.Errorf("embedded bus: %w", err)
+		return nil, nil, fmt.Errorf("embedded bus: %w", err)
 	}
 	logger := serverLog{log: log.With("part", "nats-server"), fatal: make(chan string, 1)}
 	srv.SetLoggerV2(logger, false, false, false)
@@ -361,10 +367,10 @@ func startServer(cfg Config, log *slog.Logger) (*server.Server, error) {
 		if fail != "" {
 			srv.Shutdown()
 			srv.WaitForShutdown()
-			return nil, fmt.Errorf("embedded bus on %s: %s", listen, fail)
+			return nil, nil, fmt.Errorf("embedded bus on %s: %s", listen, fail)
 		}
 	}
-	return srv, nil
+	return srv, opts, nil
 }
 
 // ensureAudit creates the stream that keeps every event, or, for the bus's
@@ -439,6 +445,31 @@ func (b *Bus) Principal() string { return b.principal }
 
 // Embedded reports whether this Bus runs its own server.
 func (b *Bus) Embedded() bool { return b.srv != nil }
+
+// ReloadIdentities reads the members of an embedded server's
+// authorization config again and puts them in force without a restart:
+// a member added since (toolbus init --add) may connect, and every
+// connection is held to its member's permissions as they are now. It
+// returns how many members the config names. A config that does not
+// read leaves the members in force as they were.
+func (b *Bus) ReloadIdentities() (int, error) {
+	if b.srv == nil || b.authConfig == "" {
+		return 0, errors.New("bus: not an embedded server with identities")
+	}
+	users, err := auth.ServerUsers(b.authConfig)
+	if err != nil {
+		return 0, fmt.Errorf("bus: reload identities: %w", err)
+	}
+	b.reloadMu.Lock()
+	defer b.reloadMu.Unlock()
+	next := *b.opts
+	next.Nkeys = users
+	if err := b.srv.ReloadOptions(&next); err != nil {
+		return 0, fmt.Errorf("bus: reload identities: %w", err)
+	}
+	b.opts = &next
+	return len(users), nil
+}
 
 // Close drains the connection, so handlers finish what they were given, and
 // then stops the embedded server. It is safe to call more than once.

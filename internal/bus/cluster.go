@@ -132,8 +132,16 @@ func EnsureKeyValue(ctx context.Context, js jetstream.JetStream, cfg jetstream.K
 // only when it is missing: a part that reads a bucket of the fleet must
 // not need the permission to change it (an agent, an approver, in a fleet
 // with identities).
+//
+// A cluster that is still electing its leaders answers the lookup late:
+// it is tried again too, as EnsureKeyValue's creation is (a fleet's
+// executor once exited at start on one such timeout).
 func OpenKeyValue(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
-	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	var kv jetstream.KeyValue
+	err := retryTransient(ctx, func() (err error) {
+		kv, err = js.KeyValue(ctx, cfg.Bucket)
+		return err
+	})
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return EnsureKeyValue(ctx, js, cfg)
 	}
@@ -168,9 +176,11 @@ func retryTransient(ctx context.Context, f func() error) error {
 	}
 }
 
-// transient reports an error a cluster gives while it settles: a request
+// Transient reports an error a cluster gives while it settles: a request
 // no leader answered in time, or JetStream saying it is not available yet
-// (API error 10008).
+// (API error 10008). Such a request is worth sending again.
+func Transient(err error) bool { return transient(err) }
+
 func transient(err error) bool {
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) && apiErr.ErrorCode == 10008 {

@@ -56,7 +56,7 @@ func OpenAllowlistBucket(ctx context.Context, js jetstream.JetStream) (jetstream
 func AwaitAllowlistBucket(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
 	for {
 		kv, err := js.KeyValue(ctx, events.AllowlistBucket)
-		if !errors.Is(err, jetstream.ErrBucketNotFound) {
+		if err == nil || !errors.Is(err, jetstream.ErrBucketNotFound) && !bus.Transient(err) {
 			return kv, err
 		}
 		select {
