@@ -265,11 +265,11 @@ func lostNode(t *testing.T, dir string, node func(int) string) {
 			failed = append(failed, fmt.Sprintf("%s: %v", c.id, c.err))
 		}
 	}
-	// What the trail says of a call that failed otherwise than lost:
-	// where it waited.
+	// What the trail says of a call that failed: where it waited, or
+	// where its result went.
 	shown := 0
 	for _, c := range calls {
-		if c.err == nil || strings.Contains(c.err.Error(), string(events.ErrExecutorLost)) || shown >= 2 {
+		if c.err == nil || shown >= 3 {
 			continue
 		}
 		shown++
