@@ -83,6 +83,15 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bus:", err)
 		os.Exit(2)
 	}
+	// SIGHUP reads the identities again, as nats-server reloads its
+	// config: members added since (toolbus init --add) may connect.
+	// Caught from the start: one that comes while the node waits for its
+	// cluster is applied once it is up, and neither kills it nor is lost.
+	hup := make(chan os.Signal, 1)
+	if *identities != "" {
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+	}
 	// Served before the node joins its cluster: /healthz answers and
 	// /readyz says why not while it waits for the other nodes.
 	m, stopMetrics, err := cli.ServeMetrics(*metricsAddr, "bus", log)
@@ -111,13 +120,6 @@ func main() {
 		os.Exit(1)
 	}
 	log.Info("bus listening", "url", b.URL(), "data", *dataDir)
-	// SIGHUP reads the identities again, as nats-server reloads its
-	// config: members added since (toolbus init --add) may connect.
-	hup := make(chan os.Signal, 1)
-	if *identities != "" {
-		signal.Notify(hup, syscall.SIGHUP)
-		defer signal.Stop(hup)
-	}
 	for ctx.Err() == nil {
 		select {
 		case <-ctx.Done():

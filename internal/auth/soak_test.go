@@ -26,7 +26,8 @@ import (
 // node with identities and permissions on, for TOOLBUS_SOAK (a Go
 // duration; 10s when unset, as the test command runs every benchmark
 // once: `TOOLBUS_SOAK=10m go test ./internal/auth -run '^$' -bench Soak
-// -benchtime 1x` is the ten-minute soak). It prints the process's
+// -benchtime 1x` is the ten-minute soak; TOOLBUS_SOAK_NODES=3 runs it on
+// a 3-node cluster). It prints the process's
 // resident memory, heap and goroutines as it goes, and counts calls
 // lost: a call that did not succeed, or whose terminal result the audit
 // stream does not hold exactly once (an auditor follows the stream
@@ -45,16 +46,30 @@ func BenchmarkSoak(b *testing.B) {
 	if _, err := auth.Init(dir, auth.DefaultMembers()); err != nil {
 		b.Fatal(err)
 	}
-	node, err := bus.Open(context.Background(), bus.Config{Listen: "127.0.0.1:0", DataDir: b.TempDir(), Name: "soak", Logger: bustest.Quiet(),
-		AuthConfig: filepath.Join(dir, auth.ServerConfigFile), NkeyFile: auth.SeedFile(dir, "bus")})
-	if err != nil {
-		b.Fatal(err)
+	// TOOLBUS_SOAK_NODES=3 soaks a 3-node cluster with 3 copies of
+	// everything: the executor on the first node, the callers on the
+	// last, the auditor on the middle one.
+	var nodes []*bus.Bus
+	switch os.Getenv("TOOLBUS_SOAK_NODES") {
+	case "", "1":
+		node, err := bus.Open(context.Background(), bus.Config{Listen: "127.0.0.1:0", DataDir: b.TempDir(), Name: "soak", Logger: bustest.Quiet(),
+			AuthConfig: filepath.Join(dir, auth.ServerConfigFile), NkeyFile: auth.SeedFile(dir, "bus")})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { bustest.Stop(b, node) })
+		nodes = []*bus.Bus{node}
+	case "3":
+		nodes = bustest.StartClusterWith(b, 3, 3, func(cfg *bus.Config) {
+			cfg.AuthConfig, cfg.NkeyFile = filepath.Join(dir, auth.ServerConfigFile), auth.SeedFile(dir, "bus")
+		})
+	default:
+		b.Fatalf("TOOLBUS_SOAK_NODES=%q: 1 or 3", os.Getenv("TOOLBUS_SOAK_NODES"))
 	}
-	b.Cleanup(func() { bustest.Stop(b, node) })
-	f := startBenchFleet(b, dir, []*bus.Bus{node})
+	f := startBenchFleet(b, dir, nodes)
 
 	total := int(duration.Seconds() * rate)
-	results := newAuditCount(b, node.URL(), dir, total)
+	results := newAuditCount(b, nodes[len(nodes)/2].URL(), dir, total)
 
 	for range b.N {
 		var failed atomic.Int64
