@@ -677,6 +677,19 @@ func TestAnAgentReadsOnlyItsOwnOutputs(t *testing.T) {
 			t.Errorf("mallory read the agent's output %s: %d bytes, %v", name, len(out), err)
 		}
 	}
+	// Mallory's own large output under the agent's id goes beside the
+	// agent's, which stays the agent's.
+	mine, err := mallory.Invoke(ctx, &events.Invocation{Header: events.Header{ID: "big"}, Tool: "run_shell_command",
+		Args: json.RawMessage(`{"command":"head -c 100000 /dev/zero | tr '\\0' m"}`)}, nil)
+	if err != nil || mine.Error != nil || mine.OutputRef == "" || mine.OutputRef == res.OutputRef {
+		t.Fatalf("mallory's call under the agent's id: %+v %v", mine, err)
+	}
+	if out, err := readAll(mallory, mine.OutputRef); err != nil || !strings.Contains(out, strings.Repeat("m", 100000)) {
+		t.Errorf("mallory's own output: %d bytes, %v", len(out), err)
+	}
+	if out, err := readAll(client, res.InvocationID); err != nil || !strings.Contains(out, whole) {
+		t.Errorf("the agent's output after mallory's call under its id: %d bytes, %v", len(out), err)
+	}
 	nc := m.Conn()
 	obj := "OBJ_" + events.OutputBucket
 	for what, subject := range map[string]string{

@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/tool"
@@ -187,12 +188,20 @@ func (e *Executor) keepWhole(ctx context.Context, owner string, res *events.Resu
 	} else {
 		defer e.storing.Release(weight)
 	}
+	// Ids are the callers' choice: another principal's output stored
+	// under this one stays, and this one goes beside it.
+	name := res.InvocationID
+	if err == nil {
+		if info, ierr := e.outputs.GetInfo(ctx, name); ierr == nil && info.Metadata[events.OutputOwnerKey] != owner {
+			name += "." + nuid.Next()
+		}
+	}
 	tried := false
 	for wait := 50 * time.Millisecond; err == nil; wait = min(2*wait, 2*time.Second) {
 		tried = true
 		r := &runeCounter{r: out.Reader()}
-		if _, err = e.outputs.Put(ctx, outputMeta(res.InvocationID, owner), r); err == nil {
-			res.OutputRef = events.OutputBucket + "/" + res.InvocationID
+		if _, err = e.outputs.Put(ctx, outputMeta(name, owner), r); err == nil {
+			res.OutputRef = events.OutputBucket + "/" + name
 			return r.n, nil
 		}
 		if !storeBusy(err) {
@@ -209,7 +218,7 @@ func (e *Executor) keepWhole(ctx context.Context, owner string, res *events.Resu
 	}
 	e.log.Error("whole output not stored", "invocation", res.InvocationID, "bytes", size, "err", err)
 	if tried {
-		e.dropPartial(res.InvocationID)
+		e.dropPartial(name)
 	}
 	r := &runeCounter{r: out.Reader()}
 	io.Copy(io.Discard, r)
