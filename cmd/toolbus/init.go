@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"path/filepath"
@@ -8,15 +9,19 @@ import (
 
 	"github.com/toolbus/toolbus/internal/auth"
 	"github.com/toolbus/toolbus/internal/cli"
+	"github.com/toolbus/toolbus/internal/events"
 )
 
 // runInit makes a fleet's identities: `toolbus init DIR [--add ROLE:NAME]...`.
 // With no --add it makes one member of each role, named after it; run
-// again, it adds members and keeps every existing key.
+// again, it adds members and keeps every existing key. `--remove NAME`
+// takes members out.
 func runInit(args []string) error {
 	fs := flag.NewFlagSet("init", flag.ContinueOnError)
 	var add memberFlags
+	var remove nameFlags
 	fs.Var(&add, "add", "a member to make, ROLE:NAME (repeatable); roles: bus, admin, registry, executor, approver, auditor, agent")
+	fs.Var(&remove, "remove", "a member to take out, NAME (repeatable): refused by the nodes once they read the identities again (SIGHUP), its connections closed")
 	rest, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -25,6 +30,20 @@ func runInit(args []string) error {
 		return usageError{fmt.Errorf("init takes one directory, got %q", rest)}
 	}
 	dir := rest[0]
+	if len(remove) > 0 {
+		if len(add) > 0 {
+			return usageError{errors.New("init: --add and --remove go in separate runs")}
+		}
+		removed, err := auth.Remove(dir, remove)
+		if err != nil {
+			return err
+		}
+		for _, m := range removed {
+			fmt.Printf("removed %-9s %s\n", m.Role, m.Name)
+		}
+		fmt.Println("\nRunning nodes refuse them once they read the identities again:  kill -HUP <bus pid>")
+		return nil
+	}
 	want := []auth.Member(add)
 	if len(want) == 0 {
 		want = auth.DefaultMembers()
@@ -43,6 +62,19 @@ func runInit(args []string) error {
 	fmt.Println("A running bus admits members added since on SIGHUP:  kill -HUP <bus pid>")
 	fmt.Printf("Each part connects as one of them:  %s=%s toolbus ...\n", cli.IdentityEnv, filepath.Join(dir, "NAME"+auth.SeedSuffix))
 	fmt.Printf("An operator's own nats-server.conf can include %s.\n", filepath.Join(dir, auth.ServerConfigFile))
+	return nil
+}
+
+// nameFlags collects --remove NAME.
+type nameFlags []string
+
+func (n *nameFlags) String() string { return "" }
+
+func (n *nameFlags) Set(v string) error {
+	if err := events.ValidPrincipal(v); err != nil {
+		return err
+	}
+	*n = append(*n, v)
 	return nil
 }
 

@@ -718,8 +718,10 @@ func TestAnAgentReadsOnlyItsOwnOutputs(t *testing.T) {
 
 // A member added to a running fleet (toolbus init --add) may connect once
 // the bus reloads its identities, with its role's permissions and no
-// more, and the members' connections from before go on. A config that
-// does not read changes nothing.
+// more, and the members' connections from before go on. One removed
+// (toolbus init --remove) is cut off at the next reload, its connection
+// closed, and the seed it kept no longer admits it. A config that does
+// not read changes nothing.
 func TestAMemberAddedToARunningFleet(t *testing.T) {
 	f := startFleet(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -760,13 +762,45 @@ func TestAMemberAddedToARunningFleet(t *testing.T) {
 		t.Fatalf("a member's connection from before the reload: %+v %v", res, err)
 	}
 
+	// Removed (a leaked seed, say): once the bus reloads, its connection
+	// is closed and it connects no more; the others go on.
+	seed, err := os.ReadFile(auth.SeedFile(f.dir, "newbie"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := filepath.Join(t.TempDir(), "newbie.nk") // what an attacker kept of it
+	if err := os.WriteFile(kept, seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := auth.Remove(f.dir, []string{"bus"}); err == nil {
+		t.Error("the bus's own member was removed")
+	}
+	if removed, err := auth.Remove(f.dir, []string{"newbie"}); err != nil || len(removed) != 1 {
+		t.Fatalf("remove: %v %v", removed, err)
+	}
+	if n, err := f.bus.ReloadIdentities(); err != nil || n != len(members) {
+		t.Fatalf("reload after the removal: %d members, %v", n, err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); newbie.Conn().IsConnected(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the removed member's connection is still up 10 s after the reload")
+		}
+	}
+	if b, err := bus.Open(ctx, bus.Config{URL: f.bus.URL(), Name: "newbie", NkeyFile: kept, Logger: f.logger("newbie")}); err == nil {
+		b.Close(ctx)
+		t.Error("a removed member connected with the seed it kept")
+	}
+	if res, err := before.Invoke(ctx, read, nil); err != nil || res.Error != nil {
+		t.Fatalf("a member's connection after another's removal: %+v %v", res, err)
+	}
+
 	if err := os.WriteFile(filepath.Join(f.dir, auth.ServerConfigFile), []byte("authorization { users = [ {nkey: "), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.bus.ReloadIdentities(); err == nil {
 		t.Error("a config that does not read was reloaded")
 	}
-	if again, err := open(); err != nil {
+	if again, err := bus.Open(ctx, bus.Config{URL: f.bus.URL(), Name: "agent", NkeyFile: auth.SeedFile(f.dir, "agent"), Logger: f.logger("agent")}); err != nil {
 		t.Errorf("after a failed reload, the members in force: %v", err)
 	} else {
 		again.Close(ctx)

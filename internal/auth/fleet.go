@@ -136,6 +136,49 @@ func Init(dir string, want []Member) ([]Member, error) {
 	return added, nil
 }
 
+// Remove takes members out of the fleet in dir: out of the roster and the
+// server's authorization config, their seed files deleted. Nodes refuse
+// them once they read the config again (SIGHUP), and close the
+// connections they have. Every name is checked before anything changes;
+// the bus's own members cannot be removed (the nodes connect as them).
+// It returns the members removed.
+func Remove(dir string, names []string) ([]Member, error) {
+	roster, err := LoadRoster(dir)
+	if err != nil {
+		return nil, err
+	}
+	var removed []Member
+	for _, name := range names {
+		i := slices.IndexFunc(roster.Members, func(o Member) bool { return o.Name == name })
+		switch {
+		case i < 0:
+			return nil, fmt.Errorf("member %s: not in %s", name, filepath.Join(dir, RosterFile))
+		case roster.Members[i].Role == RoleBus:
+			return nil, fmt.Errorf("member %s: the bus's own member; the nodes connect as it", name)
+		}
+		removed = append(removed, roster.Members[i])
+		roster.Members = slices.Delete(roster.Members, i, i+1)
+	}
+	data, err := json.MarshalIndent(roster, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	// The config first: once it is written, the key is refused at the
+	// next reload whatever happens to the rest.
+	if err := writeFile(filepath.Join(dir, ServerConfigFile), []byte(ServerConfig(roster))); err != nil {
+		return nil, err
+	}
+	if err := writeFile(filepath.Join(dir, RosterFile), append(data, '\n')); err != nil {
+		return nil, err
+	}
+	for _, m := range removed {
+		if err := os.Remove(SeedFile(dir, m.Name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return removed, err
+		}
+	}
+	return removed, nil
+}
+
 // writeFile replaces path whole: a reader never sees half of it.
 func writeFile(path string, data []byte) error {
 	tmp := path + ".tmp"
