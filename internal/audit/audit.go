@@ -223,11 +223,13 @@ func read(ctx context.Context, js jetstream.JetStream, subjects []string, j *joi
 		// misses none of them.
 		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &q.Since
 	}
-	cons, err := stream.OrderedConsumer(ctx, cfg)
+	cons, err := orderedConsumer(ctx, stream, cfg)
 	if err != nil {
 		return nil, st, fmt.Errorf("audit stream %s: %w", events.AuditStream, err)
 	}
 	var unknown unknownConsumer
+	var seen uint64 // the stream sequence of the last message read
+	restarts := 0
 	for done := false; !done; {
 		batch, err := cons.Fetch(fetchBatch, jetstream.FetchMaxWait(fetchWait))
 		if err != nil {
@@ -241,6 +243,7 @@ func read(ctx context.Context, js jetstream.JetStream, subjects []string, j *joi
 				continue
 			}
 			st.Messages++
+			seen = meta.Sequence.Stream
 			if !j.add(m.Subject(), m.Data(), meta.Sequence.Stream, meta.Timestamp) {
 				st.Malformed++
 			}
@@ -258,14 +261,70 @@ func read(ctx context.Context, js jetstream.JetStream, subjects []string, j *joi
 			return nil, st, fmt.Errorf("read the audit stream: %w", err)
 		}
 		if n == 0 {
-			// Nothing came within fetchWait: the messages up to last
-			// were removed meanwhile (retention), or there were none
-			// after Since.
-			break
+			// Nothing came within fetchWait before last. Either what
+			// was left was removed meanwhile (retention), or the
+			// consumer sits on a copy of the stream that lags: a copy
+			// still recovering after a node's loss delivers what it
+			// has and then nothing (a test saw one count 2,983 of the
+			// leader's 3,000). The leader says which; a new consumer,
+			// placed afresh, goes on after the last message read.
+			more, err := heldAfter(ctx, stream, subjects, seen, last)
+			if err != nil {
+				return nil, st, fmt.Errorf("read the audit stream: %w", err)
+			}
+			if !more {
+				break
+			}
+			if restarts++; restarts > maxRestarts {
+				return nil, st, fmt.Errorf("read the audit stream: the read stopped at sequence %d, and the stream holds more up to %d; try again", seen, last)
+			}
+			if seen > 0 {
+				cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = jetstream.DeliverByStartSequencePolicy, seen+1, nil
+			}
+			if cons, err = orderedConsumer(ctx, stream, cfg); err != nil {
+				return nil, st, fmt.Errorf("audit stream %s: %w", events.AuditStream, err)
+			}
 		}
 	}
 	st.Elapsed = time.Since(start)
 	return j.records(), st, nil
+}
+
+// orderedConsumer makes a read's consumer; a test stands a lagging copy
+// of the stream in for it.
+var orderedConsumer = func(ctx context.Context, s jetstream.Stream, cfg jetstream.OrderedConsumerConfig) (jetstream.Consumer, error) {
+	return s.OrderedConsumer(ctx, cfg)
+}
+
+// maxRestarts is how many times a read starts a new consumer when the
+// one it has stops short of what the stream's leader holds.
+const maxRestarts = 3
+
+// heldAfter asks the stream's leader whether it holds a message under
+// subjects after sequence seen, up to last (when seen is 0: whether it
+// still holds last).
+func heldAfter(ctx context.Context, stream jetstream.Stream, subjects []string, seen, last uint64) (bool, error) {
+	for _, subj := range subjects {
+		var m *jetstream.RawStreamMsg
+		err := whileElecting(ctx, func(ctx context.Context) (err error) {
+			if seen == 0 {
+				m, err = stream.GetMsg(ctx, last)
+			} else {
+				m, err = stream.GetMsg(ctx, seen+1, jetstream.WithGetMsgSubject(subj))
+			}
+			return err
+		})
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return false, err
+		}
+		if m.Sequence <= last {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // unknownConsumer counts the fetches a cluster answered with "no
