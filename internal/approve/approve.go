@@ -152,6 +152,11 @@ type Approver struct {
 	changed chan struct{}
 	ready   chan struct{} // closed once the stream's backlog is read
 	isReady bool
+	// applied holds the envelope ids of the events applied lately, in
+	// the order applied: each event comes twice (live and from the
+	// stream), and a copy of one round's answer must not end the next.
+	applied      map[string]struct{}
+	appliedOrder []string
 
 	stop chan struct{}
 	done chan struct{}
@@ -185,7 +190,7 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	a := &Approver{nc: nc, cfg: cfg, log: cfg.Logger, byID: map[string]*Request{}, changed: make(chan struct{}),
+	a := &Approver{nc: nc, cfg: cfg, log: cfg.Logger, byID: map[string]*Request{}, changed: make(chan struct{}), applied: map[string]struct{}{},
 		ready: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
 
 	// Requests are taken as they are sent, and from the stream: the
@@ -357,8 +362,15 @@ func (a *Approver) apply(subject string, data []byte) {
 			a.log.Warn("approve: ignoring a confirmation request that does not decode", "err", err)
 			return
 		}
-		if old := a.byID[req.InvocationID]; old != nil && (old.Pending() || old.ConfirmRequest.ID == req.ID) {
-			return // a copy of a request pending, or of one that ended
+		if !a.firstCopy(req.ID) {
+			return // a copy
+		}
+		if old := a.byID[req.InvocationID]; old != nil && old.Pending() {
+			// Another request for a call that waits: a new round,
+			// whose earlier one ended unseen (its answer on its way
+			// still, or missed while reconnecting).
+			old.Closed = &events.ConfirmClosed{InvocationID: old.InvocationID, Reason: "asked again"}
+			a.end(old, req.Time)
 		}
 		// A request for an invocation whose earlier request ended is a new
 		// round: its arguments were modified and judged again.
@@ -372,7 +384,7 @@ func (a *Approver) apply(subject string, data []byte) {
 			a.log.Warn("approve: ignoring an answered event that does not decode", "err", err)
 			return
 		}
-		if r := a.byID[ans.InvocationID]; r != nil && r.Pending() {
+		if r := a.byID[ans.InvocationID]; r != nil && r.Pending() && a.firstCopy(ans.ID) {
 			r.Answer = ans
 			changed = a.end(r, ans.Time)
 		}
@@ -382,7 +394,7 @@ func (a *Approver) apply(subject string, data []byte) {
 			a.log.Warn("approve: ignoring a rejected event that does not decode", "err", err)
 			return
 		}
-		if r := a.byID[rej.InvocationID]; r != nil && !slices.ContainsFunc(r.Rejected, func(x events.ConfirmRejected) bool { return x.ID == rej.ID }) {
+		if r := a.byID[rej.InvocationID]; r != nil && a.firstCopy(rej.ID) {
 			r.Rejected = append(r.Rejected, *rej)
 			changed = true
 		}
@@ -392,7 +404,7 @@ func (a *Approver) apply(subject string, data []byte) {
 			a.log.Warn("approve: ignoring a closed event that does not decode", "err", err)
 			return
 		}
-		if r := a.byID[cl.InvocationID]; r != nil && r.Pending() {
+		if r := a.byID[cl.InvocationID]; r != nil && r.Pending() && a.firstCopy(cl.ID) {
 			r.Closed = cl
 			changed = a.end(r, cl.Time)
 		}
@@ -400,6 +412,25 @@ func (a *Approver) apply(subject string, data []byte) {
 	if changed {
 		a.notify()
 	}
+}
+
+// appliedMemory is how many events' ids an approver remembers: far more
+// than come between an event and its copy.
+const appliedMemory = 8192
+
+// firstCopy reports whether the event with envelope id is new, and
+// remembers it; a.mu is held.
+func (a *Approver) firstCopy(id string) bool {
+	if _, ok := a.applied[id]; ok {
+		return false
+	}
+	a.applied[id] = struct{}{}
+	a.appliedOrder = append(a.appliedOrder, id)
+	if len(a.appliedOrder) > appliedMemory {
+		delete(a.applied, a.appliedOrder[0])
+		a.appliedOrder = a.appliedOrder[1:]
+	}
+	return true
 }
 
 // end moves r from pending to recent; a.mu is held.
