@@ -34,7 +34,7 @@ func (c *Client) ReadOutput(ctx context.Context, name string) (io.ReadCloser, er
 	}
 	// Room for a window and its end: a reader that lags pauses the
 	// executor, and the server never drops a chunk for want of room.
-	r := &outputReader{nc: c.nc, name: name, msgs: make(chan *nats.Msg, events.OutputWindow+2)}
+	r := &outputReader{name: name, msgs: make(chan *nats.Msg, events.OutputWindow+2)}
 	r.ctx, r.cancel = context.WithCancel(ctx)
 	if r.sub, err = c.nc.ChanSubscribe(c.nc.NewInbox(), r.msgs); err != nil {
 		r.cancel()
@@ -54,7 +54,6 @@ func (c *Client) ReadOutput(ctx context.Context, name string) (io.ReadCloser, er
 
 // outputReader reads an output as its executor sends it.
 type outputReader struct {
-	nc     *nats.Conn
 	name   string
 	sub    *nats.Subscription
 	msgs   chan *nats.Msg
