@@ -143,7 +143,8 @@ func ConnectURL(tb testing.TB, url string) *bus.Bus {
 }
 
 // Recorded returns the data of the last message the audit stream holds
-// on subject, failing the test when it holds none.
+// on subject, failing the test when it holds none within 10 s (a record
+// is stored a moment after the event it records may be seen).
 func Recorded(tb testing.TB, b *bus.Bus, subject string) []byte {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -152,9 +153,16 @@ func Recorded(tb testing.TB, b *bus.Bus, subject string) []byte {
 	if err != nil {
 		tb.Fatalf("the audit stream: %v", err)
 	}
-	m, err := stream.GetLastMsgForSubject(ctx, subject)
-	if err != nil {
-		tb.Fatalf("nothing recorded on %s: %v", subject, err)
+	for {
+		m, err := stream.GetLastMsgForSubject(ctx, subject)
+		if err == nil {
+			return m.Data
+		}
+		select {
+		case <-ctx.Done():
+			tb.Fatalf("nothing recorded on %s in 10 s: %v", subject, err)
+			return nil
+		case <-time.After(20 * time.Millisecond): // polling with a deadline, not synchronising
+		}
 	}
-	return m.Data
 }
