@@ -432,6 +432,11 @@ func TestALostResultIsSentAgainWhenTheCallerGivesUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The server has the subscription before the give-up goes out on
+	// another connection: otherwise the result sent again could pass it.
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	if !e.client.giveUp("lost-result", "no executor claims it") {
 		t.Fatal("the executor that sent the result did not say so")
 	}
