@@ -199,6 +199,22 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 	// stream's copy on the node the consumer happens to live on, which
 	// lags while that node catches up after a restart. Each event is
 	// applied once, whichever way comes first.
+	// On failure, whatever was started is stopped again.
+	started := false
+	defer func() {
+		if started {
+			return
+		}
+		if a.svc != nil {
+			a.svc.Stop()
+		}
+		if a.cons != nil {
+			a.cons.Stop()
+		}
+		if a.live != nil {
+			a.live.Unsubscribe()
+		}
+	}()
 	var err error
 	if a.live, err = nc.Subscribe(events.SubjectConfirmAll, func(m *nats.Msg) { a.apply(m.Subject, m.Data) }); err != nil {
 		return nil, fmt.Errorf("approve: follow the confirmation requests: %w", err)
@@ -211,31 +227,23 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 		OptStartTime:   &start,
 	})
 	if err != nil {
-		a.live.Unsubscribe()
 		return nil, fmt.Errorf("approve: follow the confirmation requests in stream %s: %w", events.AuditStream, err)
 	}
 	if info := cons.CachedInfo(); info == nil || info.NumPending == 0 {
 		a.markReady()
 	}
-	a.cons, err = cons.Consume(a.handle, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+	if a.cons, err = cons.Consume(a.handle, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		a.log.Warn("approve: following the confirmation requests", "err", err)
-	}))
-	if err != nil {
-		a.live.Unsubscribe()
+	})); err != nil {
 		return nil, fmt.Errorf("approve: %w", err)
 	}
 	select {
 	case <-a.ready:
 	case <-ctx.Done():
-		a.live.Unsubscribe()
-		a.cons.Stop()
 		return nil, ctx.Err()
 	}
-	a.svc, err = micro.AddService(nc, micro.Config{Name: events.ApproverService, Version: cfg.Version,
-		Description: "toolbus approver " + cfg.Identity.ID, Metadata: map[string]string{"id": cfg.Identity.ID}})
-	if err != nil {
-		a.live.Unsubscribe()
-		a.cons.Stop()
+	if a.svc, err = micro.AddService(nc, micro.Config{Name: events.ApproverService, Version: cfg.Version,
+		Description: "toolbus approver " + cfg.Identity.ID, Metadata: map[string]string{"id": cfg.Identity.ID}}); err != nil {
 		return nil, fmt.Errorf("approve: register the %s service: %w", events.ApproverService, err)
 	}
 	// The service's subscriptions go out with the connection's next
@@ -248,11 +256,9 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 		defer cancel()
 	}
 	if err := nc.FlushWithContext(flushCtx); err != nil {
-		a.svc.Stop()
-		a.live.Unsubscribe()
-		a.cons.Stop()
 		return nil, fmt.Errorf("approve: register the %s service: %w", events.ApproverService, err)
 	}
+	started = true
 	go a.expire()
 	return a, nil
 }
