@@ -200,7 +200,7 @@ func runAllowlist(args []string) error {
 func allowlistList(ctx context.Context, kv jetstream.KeyValue, asJSON bool) error {
 	type row struct {
 		Key string `json:"key"`
-		executor.AllowRecord
+		events.AllowRecord
 	}
 	rows := []row{}
 	lister, err := kv.ListKeys(ctx)
@@ -212,7 +212,7 @@ func allowlistList(ctx context.Context, kv jetstream.KeyValue, asJSON bool) erro
 		if err != nil {
 			continue
 		}
-		var r executor.AllowRecord
+		var r events.AllowRecord
 		if json.Unmarshal(e.Value(), &r) == nil {
 			rows = append(rows, row{key, r})
 		}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/toolbus/toolbus/internal/cli"
 	"github.com/toolbus/toolbus/internal/events"
-	"github.com/toolbus/toolbus/internal/executor"
+	"github.com/toolbus/toolbus/internal/invoke"
 )
 
 // callFailed carries a failed call's error type to the exit code.
@@ -58,7 +58,7 @@ func runCall(args []string) error {
 		return err
 	}
 	defer cli.Close(b)
-	client := executor.NewClient(b.Conn(), cli.Identity("cli"), b.Principal())
+	client := invoke.NewClient(b.Conn(), cli.Identity("cli"), b.Principal())
 	defer client.Close()
 	if err := client.Ping(ctx); err != nil {
 		return err

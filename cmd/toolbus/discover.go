@@ -14,7 +14,6 @@ import (
 	"github.com/toolbus/toolbus/internal/cli"
 	"github.com/toolbus/toolbus/internal/discovery"
 	"github.com/toolbus/toolbus/internal/events"
-	toolexec "github.com/toolbus/toolbus/internal/executor"
 )
 
 // shownNames is how many tool names a discovery's line lists.
@@ -85,7 +84,7 @@ func askDiscover(ctx context.Context, nc *nats.Conn, executor string, force bool
 	// out the whole timeout: ask first on its claim subject, which no
 	// stream captures.
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	_, err = nc.RequestWithContext(pctx, toolexec.ClaimSubject(executor), []byte("presence"))
+	_, err = nc.RequestWithContext(pctx, events.ClaimSubject(executor), []byte("presence"))
 	cancel()
 	if errors.Is(err, nats.ErrNoResponders) {
 		return nil, errors.New("the executor is not running (its status has not expired yet)")

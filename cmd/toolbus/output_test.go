@@ -17,7 +17,7 @@ import (
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
-	"github.com/toolbus/toolbus/internal/executor"
+	"github.com/toolbus/toolbus/internal/invoke"
 	"github.com/toolbus/toolbus/internal/registry/registrytest"
 	"github.com/toolbus/toolbus/internal/testkit/audittest"
 )
@@ -62,7 +62,7 @@ func TestShellFloodStaysSmall(t *testing.T) {
 	registrytest.Start(t, b)
 	execd := startDaemon(t, "executor", "--nats", b.URL(), "--workspace", t.TempDir(), "--policy", allowAll(t),
 		"--id", "executor@flood", "--max-output", "512MiB")
-	client := executor.NewClient(bustest.Connect(t, b).Conn(), events.Identity{ID: "agent:flood"}, "")
+	client := invoke.NewClient(bustest.Connect(t, b).Conn(), events.Identity{ID: "agent:flood"}, "")
 	defer client.Close()
 	call := func(id, line string) *events.Result {
 		t.Helper()

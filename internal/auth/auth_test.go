@@ -29,6 +29,7 @@ import (
 	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
+	"github.com/toolbus/toolbus/internal/invoke"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/registry"
 	"github.com/toolbus/toolbus/pkg/toolbus"
@@ -220,7 +221,7 @@ func (f *fleet) clean(t *testing.T, names ...string) {
 func TestEveryRoleDoesItsWorkWithItsOwnPermissions(t *testing.T) {
 	f := startFleet(t)
 	agent := f.as(t, "agent")
-	client := executor.NewClient(agent.Conn(), events.Identity{ID: "whoever", Role: "agent"}, agent.Principal())
+	client := invoke.NewClient(agent.Conn(), events.Identity{ID: "whoever", Role: "agent"}, agent.Principal())
 	defer client.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -441,7 +442,7 @@ func TestAnAgentCannotStepOutOfItsRole(t *testing.T) {
 	}
 
 	// Its own calls work: it is an agent, not a prisoner.
-	client := executor.NewClient(nc, events.Identity{Role: "agent"}, m.Principal())
+	client := invoke.NewClient(nc, events.Identity{Role: "agent"}, m.Principal())
 	defer client.Close()
 	if r, err := client.Invoke(ctx, &events.Invocation{Tool: "read_file", Args: json.RawMessage(`{"file_path":"README.md"}`)}, nil); err != nil || r.Error != nil {
 		t.Fatalf("mallory's own call: %+v %v", r, err)
@@ -453,9 +454,9 @@ func TestAnAgentCannotStepOutOfItsRole(t *testing.T) {
 func TestAnAgentCannotCancelAnothersCall(t *testing.T) {
 	f := startFleet(t)
 	agent := f.as(t, "agent")
-	client := executor.NewClient(agent.Conn(), events.Identity{Role: "agent"}, agent.Principal())
+	client := invoke.NewClient(agent.Conn(), events.Identity{Role: "agent"}, agent.Principal())
 	defer client.Close()
-	mallory := executor.NewClient(f.as(t, "mallory").Conn(), events.Identity{Role: "agent"}, "mallory")
+	mallory := invoke.NewClient(f.as(t, "mallory").Conn(), events.Identity{Role: "agent"}, "mallory")
 	defer mallory.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -504,7 +505,7 @@ func TestAnApproverCannotPoseAsAnotherOrInvoke(t *testing.T) {
 	}
 
 	agent := f.as(t, "agent")
-	client := executor.NewClient(agent.Conn(), events.Identity{Role: "agent"}, agent.Principal())
+	client := invoke.NewClient(agent.Conn(), events.Identity{Role: "agent"}, agent.Principal())
 	defer client.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -615,7 +616,7 @@ func TestAForwardedCallKeepsItsProvenCaller(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &nats.Msg{Subject: executor.ExecSubject("executor"), Data: data, Header: nats.Header{}}
+	m := &nats.Msg{Subject: events.ExecSubject("executor"), Data: data, Header: nats.Header{}}
 	m.Header.Set(events.PrincipalHeader, "agent")
 	reply, err := ex.Conn().RequestMsg(m, 10*time.Second)
 	if err != nil {
@@ -646,7 +647,7 @@ func TestAnAgentReadsOnlyItsOwnOutputs(t *testing.T) {
 	defer cancel()
 	f.approveAll(t, ctx)
 	agent := f.as(t, "agent")
-	client := executor.NewClient(agent.Conn(), events.Identity{Role: "agent"}, agent.Principal())
+	client := invoke.NewClient(agent.Conn(), events.Identity{Role: "agent"}, agent.Principal())
 	defer client.Close()
 	const size = 5_000_000
 	res, err := client.Invoke(ctx, &events.Invocation{Header: events.Header{ID: "big"}, Tool: "run_shell_command",
@@ -654,7 +655,7 @@ func TestAnAgentReadsOnlyItsOwnOutputs(t *testing.T) {
 	if err != nil || res.Error != nil || !res.Truncated || res.OutputRef == "" {
 		t.Fatalf("a call with a large output: %+v %v", res, err)
 	}
-	readAll := func(c *executor.Client, name string) (string, error) {
+	readAll := func(c *invoke.Client, name string) (string, error) {
 		r, err := c.ReadOutput(ctx, name)
 		if err != nil {
 			return "", err
@@ -670,10 +671,10 @@ func TestAnAgentReadsOnlyItsOwnOutputs(t *testing.T) {
 	}
 
 	m := f.as(t, "mallory")
-	mallory := executor.NewClient(m.Conn(), events.Identity{Role: "agent"}, m.Principal())
+	mallory := invoke.NewClient(m.Conn(), events.Identity{Role: "agent"}, m.Principal())
 	defer mallory.Close()
 	for _, name := range []string{res.InvocationID, res.OutputRef} {
-		if out, err := readAll(mallory, name); !errors.Is(err, executor.ErrNoOutput) {
+		if out, err := readAll(mallory, name); !errors.Is(err, invoke.ErrNoOutput) {
 			t.Errorf("mallory read the agent's output %s: %d bytes, %v", name, len(out), err)
 		}
 	}
@@ -708,7 +709,7 @@ func TestAnAgentReadsOnlyItsOwnOutputs(t *testing.T) {
 	}
 
 	admin := f.as(t, "admin")
-	root := executor.NewClient(admin.Conn(), events.Identity{ID: "admin", Role: "admin"}, "")
+	root := invoke.NewClient(admin.Conn(), events.Identity{ID: "admin", Role: "admin"}, "")
 	defer root.Close()
 	if out, err := readAll(root, res.OutputRef); err != nil || !strings.Contains(out, whole) {
 		t.Errorf("the admin reading the agent's output: %d bytes, %v", len(out), err)
@@ -727,7 +728,7 @@ func TestAMemberAddedToARunningFleet(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	agent := f.as(t, "agent")
-	before := executor.NewClient(agent.Conn(), events.Identity{Role: "agent"}, agent.Principal())
+	before := invoke.NewClient(agent.Conn(), events.Identity{Role: "agent"}, agent.Principal())
 	defer before.Close()
 	if _, err := auth.Init(f.dir, []auth.Member{{Name: "newbie", Role: auth.RoleAgent}}); err != nil {
 		t.Fatal(err)
@@ -748,7 +749,7 @@ func TestAMemberAddedToARunningFleet(t *testing.T) {
 		t.Fatalf("the new member, reloaded: %v", err)
 	}
 	defer newbie.Close(ctx)
-	client := executor.NewClient(newbie.Conn(), events.Identity{Role: "agent"}, newbie.Principal())
+	client := invoke.NewClient(newbie.Conn(), events.Identity{Role: "agent"}, newbie.Principal())
 	defer client.Close()
 	read := &events.Invocation{Tool: "read_file", Args: json.RawMessage(`{"file_path":"README.md"}`)}
 	if res, err := client.Invoke(ctx, read, nil); err != nil || res.Error != nil {

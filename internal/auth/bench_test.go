@@ -16,6 +16,7 @@ import (
 	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
+	"github.com/toolbus/toolbus/internal/invoke"
 	"github.com/toolbus/toolbus/internal/metrics"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/registry"
@@ -27,7 +28,7 @@ import (
 // and an executor (hosting a no-op tool) on one node, the calling agent
 // on another when there are several, so that calls cross the routes.
 type benchFleet struct {
-	client *executor.Client
+	client *invoke.Client
 }
 
 func startBenchFleet(b *testing.B, dir string, nodes []*bus.Bus) *benchFleet {
@@ -67,7 +68,7 @@ func startBenchFleet(b *testing.B, dir string, nodes []*bus.Bus) *benchFleet {
 		e.Stop(ctx)
 	})
 	agent := as(agentNode, "agent")
-	f := &benchFleet{client: executor.NewClient(agent.Conn(), events.Identity{Role: "agent"}, agent.Principal())}
+	f := &benchFleet{client: invoke.NewClient(agent.Conn(), events.Identity{Role: "agent"}, agent.Principal())}
 	b.Cleanup(func() { f.client.Close() })
 	// Until the agent's side sees the tool.
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {

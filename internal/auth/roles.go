@@ -66,7 +66,7 @@ const responseWindow = 24 * time.Hour
 func Permissions(role Role, name string) *server.Permissions {
 	inbox := InboxPrefix(name) + ".>"
 	p := perms{}
-	p.pub(inbox) // a caller's note to itself (executor.Client's fence)
+	p.pub(inbox) // a caller's note to itself (invoke.Client's fence)
 	p.sub(inbox)
 	switch role {
 	case RoleBus, RoleAdmin:
@@ -87,7 +87,7 @@ func Permissions(role Role, name string) *server.Permissions {
 		p.pub("$JS.API.STREAM.INFO.OBJ_TOOLBUS_CATALOG_SNAPSHOT", "$JS.API.STREAM.DELETE.OBJ_TOOLBUS_CATALOG_SNAPSHOT")
 	case RoleExecutor:
 		p.sub(events.InvokeSubject("*"), events.InvokeBatchSubject("*"), events.ExecSubjectPrefix+"*",
-			events.Request(events.SubjectCancel), events.CancelSubject("*"), events.ClaimSubject, events.ClaimSubjectPrefix+"*",
+			events.Request(events.SubjectCancel), events.CancelSubject("*"), events.ClaimAllSubject, events.ClaimSubjectPrefix+"*",
 			events.AnswerSubjectPrefix+">", events.Request(events.SubjectDiscoverPrefix+"*"), events.Request(events.SubjectMCPDiscoverPrefix+"*"), "$SRV.>",
 			events.OutputSubject("*"),
 			events.SubjectCatalogChanged) // to hear that the registry took it for lost
@@ -99,7 +99,7 @@ func Permissions(role Role, name string) *server.Permissions {
 			events.SubjectDiscoverPrefix+"*", events.SubjectMCPDiscoverPrefix+"*",
 			events.SubjectResult, events.SubjectDecision, events.SubjectStep, events.SubjectHook, events.SubjectProgressPrefix+">",
 			events.SubjectConfirm, events.SubjectConfirmAnswered, events.SubjectConfirmRejected, events.SubjectConfirmClosed,
-			events.ExecSubjectPrefix+"*", events.ClaimSubject, events.ClaimSubjectPrefix+"*",
+			events.ExecSubjectPrefix+"*", events.ClaimAllSubject, events.ClaimSubjectPrefix+"*",
 			// A batch's calls are sent, and given up, by the executor
 			// that coordinates the batch, for the batch's caller.
 			events.InvokeSubject("*"), events.Request(events.SubjectCancel),
@@ -135,7 +135,7 @@ func Permissions(role Role, name string) *server.Permissions {
 		// gives a principal only its own: no object store can be
 		// confined to some of its objects.
 		p.pub(events.InvokeSubject(name), events.InvokeBatchSubject(name), events.CancelSubject(name), events.CallerResultSubject(name), events.OutputSubject(name),
-			events.ClaimSubject, events.ClaimSubjectPrefix+"*",
+			events.ClaimAllSubject, events.ClaimSubjectPrefix+"*",
 			events.AnswerSubject(events.AnswerSubjectPrefix+"*", events.AnswerAsCaller, name),
 			"$SRV.PING.>", "$SRV.INFO.>")
 		p.respond()

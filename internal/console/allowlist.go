@@ -10,14 +10,13 @@ import (
 	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/toolbus/toolbus/internal/executor"
+	"github.com/toolbus/toolbus/internal/events"
 )
 
 // allowEntry is one remembered approval as the console shows it.
 type allowEntry struct {
 	Key string `json:"key"`
-	executor.AllowRecord
+	events.AllowRecord
 }
 
 // allowWatch follows the allowlist bucket, so the page shows an approval
@@ -28,7 +27,7 @@ type allowWatch struct {
 	done   chan struct{}
 
 	mu      sync.Mutex
-	records map[string]executor.AllowRecord
+	records map[string]events.AllowRecord
 	changed chan struct{}
 }
 
@@ -39,7 +38,7 @@ func watchAllowlist(ctx context.Context, kv jetstream.KeyValue, log *slog.Logger
 		cancel()
 		return nil, fmt.Errorf("console: follow the allowlist: %w", err)
 	}
-	a := &allowWatch{w: w, cancel: cancel, done: make(chan struct{}), records: map[string]executor.AllowRecord{}, changed: make(chan struct{})}
+	a := &allowWatch{w: w, cancel: cancel, done: make(chan struct{}), records: map[string]events.AllowRecord{}, changed: make(chan struct{})}
 	// The initial values end with a nil entry; reading them first means
 	// the first page shows the whole list.
 	for initial := true; initial; {
@@ -78,7 +77,7 @@ func (a *allowWatch) apply(e jetstream.KeyValueEntry, log *slog.Logger) {
 	defer a.mu.Unlock()
 	switch e.Operation() {
 	case jetstream.KeyValuePut:
-		var r executor.AllowRecord
+		var r events.AllowRecord
 		if err := json.Unmarshal(e.Value(), &r); err != nil {
 			log.Warn("console: an allowlist record does not decode", "key", e.Key(), "err", err)
 			return

@@ -22,7 +22,6 @@ import (
 
 	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
-	"github.com/toolbus/toolbus/internal/executor"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/testkit/browser"
 )
@@ -96,7 +95,7 @@ func (tb *tab) waitJS(t *testing.T, expr string) {
 }
 
 // putRecord stores an allowlist record as an executor remembers one.
-func putRecord(t *testing.T, kv jetstream.KeyValue, rec executor.AllowRecord) {
+func putRecord(t *testing.T, kv jetstream.KeyValue, rec events.AllowRecord) {
 	t.Helper()
 	data, err := json.Marshal(rec)
 	if err != nil {
@@ -368,7 +367,7 @@ func TestBrowserMarkupStaysText(t *testing.T) {
 // with who added it and for which call, and a click revokes it.
 func TestBrowserRevoke(t *testing.T) {
 	e := newEnv(t)
-	rec := executor.AllowRecord{AllowEntry: policy.AllowEntry{Scope: "command", Tool: "run_shell_command", Argv: []string{"git", "status"}, Exact: true},
+	rec := events.AllowRecord{AllowEntry: policy.AllowEntry{Scope: "command", Tool: "run_shell_command", Argv: []string{"git", "status"}, Exact: true},
 		By: "approver:bob", For: "inv-earlier", AddedAt: time.Now().UTC()}
 	putRecord(t, e.allowlist, rec)
 	tb := openConsole(t, e)

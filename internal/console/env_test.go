@@ -22,6 +22,7 @@ import (
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
 	"github.com/toolbus/toolbus/internal/executor/executortest"
+	"github.com/toolbus/toolbus/internal/invoke"
 	"github.com/toolbus/toolbus/internal/testkit"
 )
 
@@ -38,7 +39,7 @@ type env struct {
 	bus       *bus.Bus
 	ws        *builtin.Workspace
 	exec      *executor.Executor
-	client    *executor.Client
+	client    *invoke.Client
 	approver  *approve.Approver
 	allowlist jetstream.KeyValue
 	console   *Server

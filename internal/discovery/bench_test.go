@@ -23,6 +23,7 @@ import (
 	"github.com/toolbus/toolbus/internal/catalog"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
+	"github.com/toolbus/toolbus/internal/invoke"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/registry"
 	"github.com/toolbus/toolbus/internal/registry/registrytest"
@@ -325,7 +326,7 @@ func BenchmarkDiscoveredCall(b *testing.B) {
 				b.Fatal(err)
 			}
 			name := specs[n/2].Name
-			client := executor.NewClient(bustest.Connect(b, bb).Conn(), events.Identity{ID: "agent:bench", Role: "agent"}, "")
+			client := invoke.NewClient(bustest.Connect(b, bb).Conn(), events.Identity{ID: "agent:bench", Role: "agent"}, "")
 			through := func() {
 				res, err := client.Invoke(ctx, &events.Invocation{Tool: name, Args: args}, nil)
 				if err != nil || res.Error != nil || res.LLMContent != string(args) {

@@ -18,6 +18,7 @@ import (
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
 	"github.com/toolbus/toolbus/internal/executor/executortest"
+	"github.com/toolbus/toolbus/internal/invoke"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/tool"
@@ -145,14 +146,14 @@ func allow(t *testing.T, b *bus.Bus, name, workspace string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := executor.AllowRecord{AllowEntry: policy.AllowEntry{Scope: "tool", Tool: name, Path: workspace}, By: "approver:test", AddedAt: time.Now()}
+	r := events.AllowRecord{AllowEntry: policy.AllowEntry{Scope: "tool", Tool: name, Path: workspace}, By: "approver:test", AddedAt: time.Now()}
 	data, _ := json.Marshal(r)
 	if _, err := kv.Put(ctx, r.Key(), data); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func call(t *testing.T, c *executor.Client, name, args string) *events.Result {
+func call(t *testing.T, c *invoke.Client, name, args string) *events.Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -165,7 +166,7 @@ func call(t *testing.T, c *executor.Client, name, args string) *events.Result {
 
 // callAllowed calls name until the allowlist entry the test added has
 // reached the executor, and returns the first result the policy allowed.
-func callAllowed(t *testing.T, c *executor.Client, name, args string) *events.Result {
+func callAllowed(t *testing.T, c *invoke.Client, name, args string) *events.Result {
 	t.Helper()
 	var res *events.Result
 	eventually(t, name+" allowed", func() bool {

@@ -1,5 +1,7 @@
 package events
 
+import "strings"
+
 // Reading a stored output. The whole output of a call whose result was
 // capped is kept in the object store OutputBucket, with the principal of
 // its call as its owner. Agents cannot read the store itself: an object
@@ -52,6 +54,11 @@ const (
 	OutputStop = "stop"
 )
 
+// OutputNotYours is what a reader hears of an output that is not there
+// and of one that is another principal's alike: the two must not be
+// told apart.
+const OutputNotYours = "no stored output of that name is yours"
+
 // OutputWindow is how many chunks an executor sends before it waits for
 // the reader.
 const OutputWindow = 16
@@ -89,3 +96,7 @@ func (r *OutputRequest) Validate() error {
 	}
 	return nil
 }
+
+// OutputObjectName is the object name of a stored output in
+// OutputBucket, from its name or its reference (OutputBucket/<name>).
+func OutputObjectName(ref string) string { return strings.TrimPrefix(ref, OutputBucket+"/") }

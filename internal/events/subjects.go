@@ -4,7 +4,10 @@
 // an envelope shape.
 package events
 
-import "strings"
+import (
+	"encoding/base64"
+	"strings"
+)
 
 // Subjects. Every subject under "tool.>" is captured by the audit stream, so a
 // replay of the stream is a replay of everything that happened.
@@ -101,10 +104,20 @@ func Recorded(subject string) (string, bool) { return strings.CutPrefix(subject,
 // executor that is gone fails at once with "no responders".
 const ExecSubjectPrefix = "toolbus.exec."
 
-// ClaimSubject is where a caller that has heard nothing of its call for a
-// while asks every executor whether it still runs it; ClaimSubjectPrefix
-// + an encoded executor id asks one executor (the one its heartbeats
-// named). The request is the invocation id; an executor answers
+// ExecSubject is where executor id takes forwarded invocations. The id
+// is encoded, since an executor id may hold dots and wildcards.
+func ExecSubject(id string) string {
+	return ExecSubjectPrefix + base64.RawURLEncoding.EncodeToString([]byte(id))
+}
+
+// ClaimSubject is where executor id answers whether it runs a call.
+func ClaimSubject(id string) string {
+	return ClaimSubjectPrefix + base64.RawURLEncoding.EncodeToString([]byte(id))
+}
+
+// ClaimAllSubject is where a caller that has heard nothing of its call for a
+// while asks every executor whether it still runs it; ClaimSubject(id)
+// asks one executor (the one its heartbeats named). The request is the invocation id; an executor answers
 // ClaimRunning when it runs it, ClaimBehind when it does not but has
 // invocations it has not looked at yet (the call may be among them: a
 // caller's invocation and its claim reach the executor in order, but the
@@ -113,7 +126,7 @@ const ExecSubjectPrefix = "toolbus.exec."
 // executor that is gone gives "no responders" at once, and claims are not
 // audited.
 const (
-	ClaimSubject       = "toolbus.claim"
+	ClaimAllSubject    = "toolbus.claim"
 	ClaimSubjectPrefix = "toolbus.claim."
 	ClaimRunning       = "running"
 	ClaimBehind        = "behind"
@@ -142,7 +155,7 @@ const (
 	// own user (Invocation.CallerConfirms).
 	KindConfirm = "confirm"
 	// KindFence marks a caller's own message to its own inbox (see
-	// executor.Client): no executor sends it.
+	// invoke.Client): no executor sends it.
 	KindFence = "fence"
 	// ExecutorHeader names the executor that sends a heartbeat or answers
 	// a claim: the one to ask whether the call still runs.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/invoke"
 )
 
 // answerAs sends an answer to a confirmation request as approver and
@@ -78,7 +79,7 @@ func TestAgentUserAnswersAreJudgedByThePolicy(t *testing.T) {
 		{events.Identity{ID: caller.ID, Role: events.RoleAgentUser, Session: "s1"}, events.ProceedOnce, "nobody may approve a call they made"},
 	}
 	asked := make(chan *events.ConfirmRequest, 4)
-	w := &Watch{Confirm: func(req *events.ConfirmRequest) { asked <- req }}
+	w := &invoke.Watch{Confirm: func(req *events.ConfirmRequest) { asked <- req }}
 	done := make(chan *events.Result, 1)
 	go func() {
 		inv := &events.Invocation{Header: events.Header{Sender: caller}, Tool: "write_file", Args: json.RawMessage(`{"file_path":"notes.md","content":"x"}`), CallerConfirms: true}
@@ -134,7 +135,7 @@ func TestCallerConfirmsWidensNothingForAShellLine(t *testing.T) {
 	asked := make(chan *events.ConfirmRequest, 1)
 	inv := &events.Invocation{Header: events.Header{Sender: events.Identity{ID: "agent:test", Role: "agent", Session: "s1"}}, Tool: "run_shell_command",
 		Args: json.RawMessage(`{"command":"touch x"}`), CallerConfirms: true}
-	res, err := e.client.InvokeAs(context.Background(), inv, &Watch{Confirm: func(req *events.ConfirmRequest) { asked <- req }})
+	res, err := e.client.InvokeAs(context.Background(), inv, &invoke.Watch{Confirm: func(req *events.ConfirmRequest) { asked <- req }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,8 +2,6 @@ package executor
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,26 +19,6 @@ import (
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/policy"
 )
-
-// AllowRecord is one remembered approval as the allowlist bucket holds it.
-type AllowRecord struct {
-	policy.AllowEntry
-	// By is the approver who answered "always"; For the invocation.
-	By      string    `json:"by"`
-	For     string    `json:"for"`
-	AddedAt time.Time `json:"addedAt"`
-}
-
-// Key is the record's key in the bucket: a hash of what it allows, so the
-// same approval given twice is one record.
-func (r AllowRecord) Key() string {
-	h := sha256.New()
-	for _, s := range append([]string{r.Scope, r.Tool, r.Server, strconv.FormatBool(r.Exact), r.Path, r.Prefix}, r.Argv...) {
-		h.Write([]byte(s))
-		h.Write([]byte{0})
-	}
-	return hex.EncodeToString(h.Sum(nil)[:12])
-}
 
 // OpenAllowlistBucket opens the allowlist bucket, and creates it if it is
 // missing. An existing bucket is only looked up: a reader of it (the
@@ -84,7 +62,7 @@ type allowlist struct {
 	log  *slog.Logger
 
 	mu      sync.RWMutex
-	records map[string]AllowRecord
+	records map[string]events.AllowRecord
 	gen     atomic.Uint64 // changes with every record added or removed
 	done    chan struct{}
 }
@@ -100,7 +78,7 @@ func openAllowlist(ctx context.Context, js jetstream.JetStream, log *slog.Logger
 		stop()
 		return nil, fmt.Errorf("allowlist: %w", err)
 	}
-	a := &allowlist{kv: kv, w: w, stop: stop, log: log, records: make(map[string]AllowRecord), done: make(chan struct{})}
+	a := &allowlist{kv: kv, w: w, stop: stop, log: log, records: make(map[string]events.AllowRecord), done: make(chan struct{})}
 	// Read what is there before taking calls.
 	for {
 		select {
@@ -139,7 +117,7 @@ func (a *allowlist) apply(e jetstream.KeyValueEntry) {
 		delete(a.records, e.Key())
 		return
 	}
-	var r AllowRecord
+	var r events.AllowRecord
 	if err := json.Unmarshal(e.Value(), &r); err != nil {
 		a.log.Warn("ignoring an allowlist record that does not decode", "key", e.Key(), "err", err)
 		delete(a.records, e.Key())
@@ -189,7 +167,7 @@ func compareEntries(x, y policy.AllowEntry) int {
 }
 
 // add remembers records; the bucket keeps them across restarts.
-func (a *allowlist) add(ctx context.Context, records []AllowRecord) error {
+func (a *allowlist) add(ctx context.Context, records []events.AllowRecord) error {
 	for _, r := range records {
 		data, err := json.Marshal(r)
 		if err != nil {

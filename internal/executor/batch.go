@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/invoke"
 	"github.com/toolbus/toolbus/internal/policy"
 )
 
@@ -69,7 +71,7 @@ func (e *Executor) acceptBatch(m *nats.Msg) {
 func (e *Executor) beatUntilDone(reply string) func() {
 	done := make(chan struct{})
 	go func() {
-		t := time.NewTicker(HeartbeatEvery)
+		t := time.NewTicker(invoke.HeartbeatEvery)
 		defer t.Stop()
 		for {
 			select {
@@ -106,7 +108,7 @@ func (e *Executor) runBatch(ctx context.Context, b *events.BatchInvocation, prin
 			results[i] = *e.result(inv, inv.Tool, events.ErrCancelled, "Not run: the batch's caller gave up.")
 			return
 		}
-		res, err := invoker.invokeAs(ctx, inv, principal, nil)
+		res, err := invoker.InvokeFor(ctx, inv, principal, nil)
 		if err != nil {
 			res = e.result(inv, inv.Tool, events.ErrExecutionFailed, err.Error())
 		}
@@ -212,4 +214,15 @@ func (e *Executor) respondBatch(reply, owner string, res *events.BatchResult) {
 	if err != nil {
 		e.log.Error("batch result not sent", "batch", res.BatchID, "err", err)
 	}
+}
+
+// errBatchAbandoned ends a batch whose caller gave up: its calls still
+// running are given up in turn by the executor's client, which records
+// their terminal results.
+var errBatchAbandoned = errors.New("the batch's caller gave up")
+
+// batchClient is the executor's own client for the calls of batches.
+func (e *Executor) batchClient() *invoke.Client {
+	e.invokerOnce.Do(func() { e.invoker = invoke.NewBatchClient(e.nc, e.id) })
+	return e.invoker
 }

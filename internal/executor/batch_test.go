@@ -15,6 +15,7 @@ import (
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/invoke"
 	"github.com/toolbus/toolbus/internal/registry"
 	"github.com/toolbus/toolbus/internal/tool"
 )
@@ -184,7 +185,7 @@ func TestResultFitsASmallMaxPayload(t *testing.T) {
 	}
 	defer ex.Stop(context.Background())
 	waitTool(t, ex, "wide")
-	client := NewClient(b.Conn(), events.Identity{ID: "agent:small"}, "")
+	client := invoke.NewClient(b.Conn(), events.Identity{ID: "agent:small"}, "")
 	defer client.Close()
 	res, err := client.Invoke(ctx, &events.Invocation{Tool: "wide", Args: json.RawMessage(`{}`)}, nil)
 	if err != nil {

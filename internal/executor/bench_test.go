@@ -22,6 +22,7 @@ import (
 	"github.com/toolbus/toolbus/internal/builtin"
 	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/invoke"
 	"github.com/toolbus/toolbus/internal/metrics"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/registry/registrytest"
@@ -69,7 +70,7 @@ func BenchmarkInvoke(b *testing.B) {
 	waitTool(b, ex, "noop")
 
 	callerConn := bustest.Connect(b, bb).Conn()
-	client := NewClient(callerConn, events.Identity{ID: "agent:bench"}, "")
+	client := invoke.NewClient(callerConn, events.Identity{ID: "agent:bench"}, "")
 	defer client.Close()
 	args := json.RawMessage(`{"file_path":"small.txt"}`)
 	ctx := context.Background()

@@ -1,7 +1,6 @@
 package executor
 
 import (
-	"encoding/base64"
 	"sync"
 
 	"github.com/nats-io/nats.go"
@@ -36,11 +35,6 @@ import (
 // after the caller's GaveUp cancel and the caller's result (sender: the
 // caller, error EXECUTOR_LOST, TIMEOUT or CANCELLED), which is the one the
 // caller acted on.
-
-// ClaimSubject is where executor id answers whether it runs a call.
-func ClaimSubject(id string) string {
-	return events.ClaimSubjectPrefix + base64.RawURLEncoding.EncodeToString([]byte(id))
-}
 
 // handleClaim answers whether this executor runs the invocation (or
 // coordinates the batch) the request names.

@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/nats-io/nuid"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/nats-io/nuid"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -257,9 +258,9 @@ func (c *call) remember(d policy.Decision, a *events.ConfirmAnswer) {
 		c.step("not-remembered", "the policy remembers nothing of this approval")
 		return
 	}
-	records := make([]AllowRecord, len(entries))
+	records := make([]events.AllowRecord, len(entries))
 	for i, entry := range entries {
-		records[i] = AllowRecord{AllowEntry: entry, By: a.Sender.ID, For: c.inv.ID, AddedAt: time.Now().UTC()}
+		records[i] = events.AllowRecord{AllowEntry: entry, By: a.Sender.ID, For: c.inv.ID, AddedAt: time.Now().UTC()}
 	}
 	if err := e.allowlist.add(c.ctx, records); err != nil {
 		e.log.Error("approval not remembered", "invocation", c.inv.ID, "err", err)

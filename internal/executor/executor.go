@@ -7,7 +7,6 @@ package executor
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -25,6 +24,7 @@ import (
 	"github.com/toolbus/toolbus/internal/catalog"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/hooks"
+	"github.com/toolbus/toolbus/internal/invoke"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/registry"
 	"github.com/toolbus/toolbus/internal/tool"
@@ -43,18 +43,6 @@ const (
 	// 1 GiB matches the audit stream's default size.
 	DefaultOutputStoreBytes = 1 << 30
 	DefaultOutputStoreTTL   = 7 * 24 * time.Hour
-	// HeartbeatEvery is how often a running call tells its caller it is
-	// alive, naming itself. A caller that hears nothing for LostAfter
-	// asks whether an executor still runs the call (the one named, else
-	// all of them), and gives EXECUTOR_LOST when none does: at once when
-	// the executor is gone or the executors that answer do not run it,
-	// or once the executors asked have answered nothing, or only that
-	// they are behind on their invocations, for UnansweredFor
-	// (overloaded, frozen, or cut off from the bus while the server
-	// still holds their connection).
-	HeartbeatEvery = time.Second
-	LostAfter      = 4 * HeartbeatEvery
-	UnansweredFor  = 30 * time.Second
 )
 
 // workerIdle is how long a worker goroutine waits for the next call
@@ -165,7 +153,7 @@ type Executor struct {
 	rec *bus.Recorder
 
 	invokerOnce sync.Once
-	invoker     *Client // runs the calls of batches
+	invoker     *invoke.Client // runs the calls of batches
 
 	// The hosted tools, by scope, and the table calls look them up in
 	// (hosting.go). hostMu orders changes to them and their registration.
@@ -298,11 +286,6 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 	return e, nil
 }
 
-// ExecSubject is where executor id takes forwarded invocations.
-func ExecSubject(id string) string {
-	return events.ExecSubjectPrefix + base64.RawURLEncoding.EncodeToString([]byte(id))
-}
-
 func (e *Executor) subscribe() error {
 	handlers := []struct {
 		subject, queue string
@@ -310,12 +293,12 @@ func (e *Executor) subscribe() error {
 	}{
 		{events.InvokeSubject("*"), queueGroup, func(m *nats.Msg) { e.take(m, false) }},
 		{events.InvokeBatchSubject("*"), queueGroup, e.acceptBatch},
-		{ExecSubject(e.id.ID), "", func(m *nats.Msg) { e.take(m, true) }},
+		{events.ExecSubject(e.id.ID), "", func(m *nats.Msg) { e.take(m, true) }},
 		{events.Request(events.SubjectCancel), "", e.handleCancel},
 		{events.CancelSubject("*"), "", e.handleCancel},
-		{events.ClaimSubject, "", e.handleClaim},
+		{events.ClaimAllSubject, "", e.handleClaim},
 		{events.SubjectCatalogChanged, "", e.handleCatalogChanged},
-		{ClaimSubject(e.id.ID), "", e.handleClaim},
+		{events.ClaimSubject(e.id.ID), "", e.handleClaim},
 		{events.OutputSubject("*"), queueGroup, e.handleOutputRead},
 	}
 	for _, h := range handlers {
@@ -327,7 +310,7 @@ func (e *Executor) subscribe() error {
 		// them out, so its pending limits can stay generous.
 		_ = sub.SetPendingLimits(1<<20, 1<<30)
 		e.subs = append(e.subs, sub)
-		if h.subject == events.InvokeSubject("*") || h.subject == ExecSubject(e.id.ID) {
+		if h.subject == events.InvokeSubject("*") || h.subject == events.ExecSubject(e.id.ID) {
 			e.invokeSubs = append(e.invokeSubs, sub)
 		}
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/hooks"
+	"github.com/toolbus/toolbus/internal/invoke"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/registry"
 	"github.com/toolbus/toolbus/internal/registry/registrytest"
@@ -38,8 +39,10 @@ type env struct {
 	bus    *bus.Bus
 	ws     *builtin.Workspace
 	exec   *Executor
-	client *Client
-	reg    *registry.Service
+	client *invoke.Client
+	// callerConn is client's connection, for what a caller sends raw.
+	callerConn *nats.Conn
+	reg        *registry.Service
 }
 
 type option func(*Config)
@@ -66,7 +69,8 @@ func newEnv(t *testing.T, opts ...option) *env {
 	t.Cleanup(func() { ws.Close() })
 	e := &env{bus: b, ws: ws, reg: reg}
 	e.exec = e.startExecutor(t, b, opts...)
-	e.client = NewClient(bustest.Connect(t, b).Conn(), events.Identity{ID: "agent:test", Role: "agent", Session: "s1"}, "")
+	e.callerConn = bustest.Connect(t, b).Conn()
+	e.client = invoke.NewClient(e.callerConn, events.Identity{ID: "agent:test", Role: "agent", Session: "s1"}, "")
 	t.Cleanup(func() { e.client.Close() })
 	return e
 }
@@ -253,7 +257,7 @@ func TestArgumentsCannotBeSmuggled(t *testing.T) {
 		`{"file_path":".env","file_path":"README.md"}`,
 	} {
 		data := fmt.Sprintf(`{"v":1,"type":"tool.invocation","id":"dup-%d","time":"2026-01-01T00:00:00Z","sender":{"id":"agent:raw"},"tool":"read_file","args":%s}`, len(args), args)
-		m, err := e.client.nc.Request(events.InvokeSubject(""), []byte(data), 5*time.Second)
+		m, err := e.callerConn.Request(events.InvokeSubject(""), []byte(data), 5*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -473,7 +477,7 @@ func TestCancelByID(t *testing.T) {
 		done <- res
 	}()
 	pid := testkit.WaitPID(t, filepath.Join(e.ws.Root(), "c.pid"))
-	other := NewClient(bustest.Connect(t, e.bus).Conn(), events.Identity{ID: "cli@test"}, "")
+	other := invoke.NewClient(bustest.Connect(t, e.bus).Conn(), events.Identity{ID: "cli@test"}, "")
 	// A second call under the same id is refused while the first runs:
 	// a cancel could not tell them apart.
 	dup := &events.Invocation{Header: events.Header{ID: "cancel-me"}, Tool: "read_file", Args: json.RawMessage(`{"file_path":"README.md"}`)}
@@ -625,11 +629,11 @@ func TestMalformedInvocationGetsAnError(t *testing.T) {
 
 func TestNoExecutorIsReportedAtOnce(t *testing.T) {
 	b := bustest.Start(t, "")
-	c := NewClient(b.Conn(), events.Identity{ID: "cli@test"}, "")
+	c := invoke.NewClient(b.Conn(), events.Identity{ID: "cli@test"}, "")
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
-	if err := c.Ping(ctx); !errors.Is(err, ErrNoExecutor) {
+	if err := c.Ping(ctx); !errors.Is(err, invoke.ErrNoExecutor) {
 		t.Errorf("got %v", err)
 	}
 }
@@ -880,7 +884,7 @@ func TestWithoutIdentitiesEveryCallerIsAClaim(t *testing.T) {
 	if data, err = events.Encode(inv); err != nil {
 		t.Fatal(err)
 	}
-	fwd := &nats.Msg{Subject: ExecSubject("executor@test"), Data: data, Header: nats.Header{}}
+	fwd := &nats.Msg{Subject: events.ExecSubject("executor@test"), Data: data, Header: nats.Header{}}
 	fwd.Header.Set(events.PrincipalHeader, "root")
 	if m, err = nc.RequestMsg(fwd, 10*time.Second); err != nil {
 		t.Fatal(err)

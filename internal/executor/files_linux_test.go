@@ -201,7 +201,7 @@ func TestHardLinkToAKeyIsAskedAbout(t *testing.T) {
 		t.Errorf("read_file k.txt: %s %q", errType(res), res.LLMContent)
 	}
 	rf, _ := e.exec.Catalog().GetTool("read_file")
-	if err := e.exec.allowlist.add(context.Background(), []AllowRecord{{AllowEntry: policy.AllowEntry{Scope: "tool", Tool: rf.Name}}}); err != nil {
+	if err := e.exec.allowlist.add(context.Background(), []events.AllowRecord{{AllowEntry: policy.AllowEntry{Scope: "tool", Tool: rf.Name}}}); err != nil {
 		t.Fatal(err)
 	}
 	if len(e.exec.allowlist.entriesFor(rf.Name, rf.Source, rf.Server)) == 0 {

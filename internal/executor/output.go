@@ -356,12 +356,3 @@ func truncateBytes(s string, n int) string {
 	}
 	return s[:n]
 }
-
-// batchClient is the executor's own client for the calls of batches.
-func (e *Executor) batchClient() *Client {
-	e.invokerOnce.Do(func() {
-		e.invoker = NewClient(e.nc, e.id, "")
-		e.invoker.forOthers = true
-	})
-	return e.invoker
-}

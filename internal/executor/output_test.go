@@ -16,6 +16,7 @@ import (
 	"github.com/toolbus/toolbus/internal/builtin"
 	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/invoke"
 )
 
 // TestFullOutputStoreCapsTheResult: with the store's byte limit reached, a
@@ -130,7 +131,7 @@ func TestOutputReadsFollowTheirReaders(t *testing.T) {
 	if err != nil || string(whole) != big {
 		t.Fatalf("read a byte at a time: %d of %d bytes, %v", len(whole), len(big), err)
 	}
-	if _, err := e.client.ReadOutput(ctx, "never-stored"); !errors.Is(err, ErrNoOutput) {
+	if _, err := e.client.ReadOutput(ctx, "never-stored"); !errors.Is(err, invoke.ErrNoOutput) {
 		t.Errorf("a name never stored: %v", err)
 	}
 	reply, err := e.bus.Conn().RequestWithContext(ctx, events.OutputSubject(""), []byte(`{"name":`))

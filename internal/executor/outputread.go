@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -31,10 +30,6 @@ const outputReadsAtOnce = 16
 // outputReaderWait is how long an executor waits for a reader to take a
 // window before it gives the read up.
 const outputReaderWait = 30 * time.Second
-
-// errNoOutput is what a reader hears of an output that is not there and
-// of one that is another's alike.
-const errNoOutput = "no stored output of that name is yours"
 
 // outputMeta names an output stored for owner, a principal.
 func outputMeta(name, owner string) jetstream.ObjectMeta {
@@ -97,9 +92,9 @@ func (e *Executor) sendOutput(reply, principal, name string) string {
 		case <-ctx.Done():
 		}
 	}()
-	obj, err := e.outputs.Get(ctx, trimBucket(name))
+	obj, err := e.outputs.Get(ctx, events.OutputObjectName(name))
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return errNoOutput
+		return events.OutputNotYours
 	}
 	if err != nil {
 		return "the output store: " + err.Error()
@@ -111,7 +106,7 @@ func (e *Executor) sendOutput(reply, principal, name string) string {
 	}
 	if !mayRead(principal, info.Metadata[events.OutputOwnerKey]) {
 		e.log.Warn("an output read refused: the output is another's", "principal", principal, "output", name)
-		return errNoOutput
+		return events.OutputNotYours
 	}
 	// Outputs go over the bulk connection, as they are stored, so that a
 	// large one does not hold up the calls' messages. The window's
@@ -193,6 +188,3 @@ func (e *Executor) failRead(reply, reason string) {
 		e.log.Warn("the failure of an output read was not sent", "err", err)
 	}
 }
-
-// trimBucket takes the bucket off a reference (TOOLBUS_OUTPUTS/<name>).
-func trimBucket(name string) string { return strings.TrimPrefix(name, events.OutputBucket+"/") }

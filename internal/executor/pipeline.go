@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/invoke"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/tool"
 )
@@ -174,7 +175,7 @@ func (e *Executor) accept(m *nats.Msg, forwarded bool) {
 			}
 		}()
 		c.mu.Lock()
-		c.heartbeat = time.AfterFunc(HeartbeatEvery, c.beat)
+		c.heartbeat = time.AfterFunc(invoke.HeartbeatEvery, c.beat)
 		c.mu.Unlock()
 		c.run(ok)
 	})
@@ -313,14 +314,14 @@ func (e *Executor) forward(m *nats.Msg, inv *events.Invocation, t *events.Tool, 
 	// The executor that takes it cannot see the subject the caller sent
 	// it on: the principal read from it goes along. Only executors may
 	// publish on the executors' own subjects.
-	fwd := &nats.Msg{Subject: ExecSubject(host), Reply: m.Reply, Data: m.Data, Header: nats.Header{}}
+	fwd := &nats.Msg{Subject: events.ExecSubject(host), Reply: m.Reply, Data: m.Data, Header: nats.Header{}}
 	fwd.Header.Set(events.PrincipalHeader, e.principalOf(m, false))
 	if err := e.nc.PublishMsg(fwd); err != nil {
 		e.respondRaw(m.Reply, e.result(inv, t.Name, events.ErrExecutorLost, "forward to "+host+": "+err.Error()))
 	}
 }
 
-// beat tells the caller the call is alive, every HeartbeatEvery, until the
+// beat tells the caller the call is alive, every invoke.HeartbeatEvery, until the
 // result is sent, storing its output included: the heartbeat stops only
 // when the result is on its way. Calls that finish within a beat never
 // send one. A heartbeat names the executor, which the caller asks
@@ -335,7 +336,7 @@ func (c *call) beat() {
 	m.Header.Set(events.KindHeader, events.KindHeartbeat)
 	m.Header.Set(events.ExecutorHeader, c.e.id.ID)
 	_ = c.e.nc.PublishMsg(m)
-	c.heartbeat.Reset(HeartbeatEvery)
+	c.heartbeat.Reset(invoke.HeartbeatEvery)
 }
 
 // abandon records that the caller gave up on the call, so that its

@@ -18,6 +18,7 @@ import (
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/invoke"
 	"github.com/toolbus/toolbus/internal/testkit/audittest"
 	"github.com/toolbus/toolbus/internal/tool"
 )
@@ -50,9 +51,9 @@ func TestParallelLargeReadsGetOneResultEach(t *testing.T) {
 	line := strings.Repeat("a", 9999) + "\n"
 	os.WriteFile(filepath.Join(e.ws.Root(), "big.txt"), []byte(strings.Repeat(line, 2000)), 0o644) // 20,000,000 bytes
 	const calls = 64
-	clients := make([]*Client, calls)
+	clients := make([]*invoke.Client, calls)
 	for i := range clients {
-		clients[i] = NewClient(bustest.Connect(t, e.bus).Conn(), events.Identity{ID: fmt.Sprintf("agent:%d", i)}, "")
+		clients[i] = invoke.NewClient(bustest.Connect(t, e.bus).Conn(), events.Identity{ID: fmt.Sprintf("agent:%d", i)}, "")
 		defer clients[i].Close()
 	}
 	results := make([]*events.Result, calls)
@@ -137,7 +138,7 @@ func TestGivingUpMakesTheExecutorsResultLate(t *testing.T) {
 	}
 
 	// A give-up that overtakes its call: the call is refused, not run.
-	if e.client.giveUp("overtaken", "test") {
+	if e.client.GiveUp("overtaken", "test") {
 		t.Fatal("an executor says it sent the result of a call none has seen")
 	}
 	// Cancels and invocations come in on subscriptions of their own; the
@@ -189,7 +190,7 @@ func waitFor(t testing.TB, cond func() bool) {
 }
 
 // standIn answers the invoke protocol on a bare bus as an executor that
-// stays silent (no heartbeat) for longer than LostAfter would allow: it
+// stays silent (no heartbeat) for longer than invoke.LostAfter would allow: it
 // takes invocations and answers claims while claiming is set.
 type standIn struct {
 	mu       sync.Mutex
@@ -219,7 +220,7 @@ func startStandIn(t *testing.T, b *bus.Bus) *standIn {
 				nc.PublishMsg(beat)
 			}
 		}},
-		{events.ClaimSubject, func(m *nats.Msg) {
+		{events.ClaimAllSubject, func(m *nats.Msg) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			s.claims++
@@ -230,7 +231,7 @@ func startStandIn(t *testing.T, b *bus.Bus) *standIn {
 				m.RespondMsg(answer)
 			}
 		}},
-		{ClaimSubject("executor@stand-in"), func(m *nats.Msg) {
+		{events.ClaimSubject("executor@stand-in"), func(m *nats.Msg) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			s.claims++
@@ -259,12 +260,12 @@ func startStandIn(t *testing.T, b *bus.Bus) *standIn {
 }
 
 // TestACallThatIsClaimedIsNotLost: a caller that hears nothing for
-// LostAfter asks, and waits for a call an executor still claims; once no
+// invoke.LostAfter asks, and waits for a call an executor still claims; once no
 // executor claims it, the call is lost, and the caller says it gave up.
 func TestACallThatIsClaimedIsNotLost(t *testing.T) {
 	b := bustest.Start(t, "")
 	s := startStandIn(t, b)
-	c := NewClient(bustest.Connect(t, b).Conn(), events.Identity{ID: "agent:test"}, "")
+	c := invoke.NewClient(bustest.Connect(t, b).Conn(), events.Identity{ID: "agent:test"}, "")
 	defer c.Close()
 	done := make(chan *events.Result, 1)
 	go func() {
@@ -379,7 +380,7 @@ func TestAnExecutorBehindOnItsInvocationsIsNotTakenForLost(t *testing.T) {
 	e.exec.beforeAccept.Store(&hold)
 	claims := make(chan string, 16)
 	watcher := bustest.Connect(t, e.bus).Conn()
-	watcher.Subscribe(events.ClaimSubject, func(m *nats.Msg) { claims <- string(m.Data) })
+	watcher.Subscribe(events.ClaimAllSubject, func(m *nats.Msg) { claims <- string(m.Data) })
 	watcher.Flush()
 	done := make(chan *events.Result, 1)
 	go func() {
@@ -437,7 +438,7 @@ func TestALostResultIsSentAgainWhenTheCallerGivesUp(t *testing.T) {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	if !e.client.giveUp("lost-result", "no executor claims it") {
+	if !e.client.GiveUp("lost-result", "no executor claims it") {
 		t.Fatal("the executor that sent the result did not say so")
 	}
 	m, err := results.NextMsg(10 * time.Second)

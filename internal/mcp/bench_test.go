@@ -25,6 +25,7 @@ import (
 	"github.com/toolbus/toolbus/internal/cli"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
+	"github.com/toolbus/toolbus/internal/invoke"
 	toolmcp "github.com/toolbus/toolbus/internal/mcp"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/registry/registrytest"
@@ -76,7 +77,7 @@ func BenchmarkMCPCall(b *testing.B) {
 	}
 
 	// The agent's side: a client on its own connection.
-	agent := executor.NewClient(bustest.Connect(b, bb).Conn(), events.Identity{ID: "agent:bench", Role: "agent"}, "")
+	agent := invoke.NewClient(bustest.Connect(b, bb).Conn(), events.Identity{ID: "agent:bench", Role: "agent"}, "")
 	defer agent.Close()
 	args := json.RawMessage(`{"message":"hi"}`)
 	viaToolbus := func() {

@@ -21,7 +21,7 @@ import (
 
 	"github.com/toolbus/toolbus/internal/catalog"
 	"github.com/toolbus/toolbus/internal/events"
-	"github.com/toolbus/toolbus/internal/executor"
+	"github.com/toolbus/toolbus/internal/invoke"
 	"github.com/toolbus/toolbus/internal/policy"
 )
 
@@ -69,7 +69,7 @@ type Facade struct {
 	log     *slog.Logger
 	srv     *mcpserver.MCPServer
 	replica *catalog.Replica
-	client  *executor.Client
+	client  *invoke.Client
 
 	mu     sync.Mutex
 	listed string // the tool set last given to the server, to skip no-op updates
@@ -96,7 +96,7 @@ func StartFacade(ctx context.Context, cfg FacadeConfig) (*Facade, error) {
 		return nil, fmt.Errorf("mcp facade: %w", err)
 	}
 	f := &Facade{cfg: cfg, log: cfg.Logger, replica: replica, stop: make(chan struct{}), done: make(chan struct{}),
-		client: executor.NewClient(cfg.Conn, events.Identity{ID: "mcp-facade@" + cfg.Host, Role: "agent", Host: cfg.Host}, cfg.Principal)}
+		client: invoke.NewClient(cfg.Conn, events.Identity{ID: "mcp-facade@" + cfg.Host, Role: "agent", Host: cfg.Host}, cfg.Principal)}
 	f.srv = mcpserver.NewMCPServer("toolbus", cfg.Version,
 		mcpserver.WithToolCapabilities(true),
 		mcpserver.WithToolFilter(f.visible),
@@ -369,7 +369,7 @@ func (f *Facade) handler(name string) mcpserver.ToolHandlerFunc {
 			}
 		}
 		inv := &events.Invocation{Header: events.Header{Sender: f.caller(ctx)}, Tool: name, Args: args, Workspace: f.cfg.Workspace}
-		watch := &executor.Watch{Progress: f.progress(ctx, req)}
+		watch := &invoke.Watch{Progress: f.progress(ctx, req)}
 		if !f.cfg.NoElicitation && canElicit(ctx) {
 			// A confirmation put to the client's user ends with the
 			// call (another approver may answer first): the wait is

@@ -29,6 +29,7 @@ import (
 	"github.com/toolbus/toolbus/internal/cli"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
+	"github.com/toolbus/toolbus/internal/invoke"
 	toolmcp "github.com/toolbus/toolbus/internal/mcp"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/registry/registrytest"
@@ -116,7 +117,7 @@ type fleet struct {
 	bus    *bus.Bus
 	exec   *executor.Executor
 	mgr    *toolmcp.Manager
-	client *executor.Client
+	client *invoke.Client
 	js     jetstream.JetStream
 }
 
@@ -146,7 +147,7 @@ func startFleet(t *testing.T, cfg *toolmcp.Config) *fleet {
 		mgr.Stop()
 	})
 	f := &fleet{bus: b, exec: ex, mgr: mgr, js: b.JetStream()}
-	f.client = executor.NewClient(bustest.Connect(t, b).Conn(), events.Identity{ID: "agent:test", Role: "agent"}, "")
+	f.client = invoke.NewClient(bustest.Connect(t, b).Conn(), events.Identity{ID: "agent:test", Role: "agent"}, "")
 	t.Cleanup(func() { f.client.Close() })
 	return f
 }

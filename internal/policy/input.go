@@ -45,24 +45,9 @@ type ToolInput struct {
 	Annotations map[string]any
 }
 
-// AllowEntry is one remembered approval ("always allow"). Scope is
-// "tool", "server", "command" (a shell command: Argv, the command line
-// exactly when Exact, else its start) or "path". The policy's remember
-// rule says which entries an "always" answer stores.
-type AllowEntry struct {
-	Scope  string   `json:"scope"`
-	Tool   string   `json:"tool,omitempty"`
-	Server string   `json:"server,omitempty"`
-	Argv   []string `json:"argv,omitempty"`
-	Exact  bool     `json:"exact,omitempty"`
-	Path   string   `json:"path,omitempty"`
-	// Prefix is the form of command entries before argv: a command root
-	// such as "git", which covered every git command line. Records that
-	// still have it are read as the argv of their words, not exact, which
-	// the default policy lets cover only the commands it deems harmless
-	// with any arguments.
-	Prefix string `json:"prefix,omitempty"`
-}
+// AllowEntry is one remembered approval; its shape is the allowlist
+// bucket's (events.AllowEntry).
+type AllowEntry = events.AllowEntry
 
 // value builds the input document directly as OPA terms: converting Go
 // maps with ast.InterfaceToValue costs more than the evaluation itself.
@@ -70,7 +55,7 @@ type AllowEntry struct {
 func (in *Input) value() (ast.Value, error) {
 	allow := make([]*ast.Term, len(in.Allowlist))
 	for i, e := range in.Allowlist {
-		allow[i] = e.term()
+		allow[i] = allowEntryTerm(&e)
 	}
 	args := ast.NewObject()
 	if len(in.Args) > 0 {
@@ -124,7 +109,7 @@ func identityTerm(c events.Identity) *ast.Term {
 		[2]*ast.Term{k.proven, ast.InternedTerm(c.Proven)})
 }
 
-func (e *AllowEntry) term() *ast.Term {
+func allowEntryTerm(e *AllowEntry) *ast.Term {
 	return obj(kv(k.scope, e.Scope), kv(k.tool, e.Tool), kv(k.server, e.Server), [2]*ast.Term{k.argv, strs(e.Argv)},
 		[2]*ast.Term{k.exact, ast.InternedTerm(e.Exact)}, kv(k.path, e.Path))
 }

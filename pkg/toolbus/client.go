@@ -15,7 +15,7 @@ import (
 	"github.com/toolbus/toolbus/internal/auth"
 	"github.com/toolbus/toolbus/internal/catalog"
 	"github.com/toolbus/toolbus/internal/events"
-	"github.com/toolbus/toolbus/internal/executor"
+	"github.com/toolbus/toolbus/internal/invoke"
 )
 
 // Identity is who a client calls as. The policy judges it, and the audit
@@ -76,7 +76,7 @@ type Client struct {
 	js  jetstream.JetStream
 	log *slog.Logger
 	id  events.Identity
-	inv *executor.Client
+	inv *invoke.Client
 
 	// The catalogue replica, started on first need (Tools, Declarations,
 	// name mapping) and stopped by Close.
@@ -139,7 +139,7 @@ func Connect(ctx context.Context, url string, opts ...Option) (*Client, error) {
 	}
 	host, _ := os.Hostname()
 	id := events.Identity{ID: cfg.id.ID, Role: "agent", Agent: cfg.id.Agent, Session: cfg.id.Session, User: cfg.id.User, Host: host}
-	return &Client{nc: nc, js: js, log: log, id: id, inv: executor.NewClient(nc, id, principal)}, nil
+	return &Client{nc: nc, js: js, log: log, id: id, inv: invoke.NewClient(nc, id, principal)}, nil
 }
 
 // Close stops the client: calls in flight end, the catalogue replica
@@ -164,7 +164,7 @@ func (c *Client) Close() error {
 // ErrNoExecutor when none is.
 func (c *Client) Ping(ctx context.Context) error {
 	err := c.inv.Ping(ctx)
-	if errors.Is(err, executor.ErrNoExecutor) {
+	if errors.Is(err, invoke.ErrNoExecutor) {
 		return ErrNoExecutor
 	}
 	return err

@@ -93,7 +93,7 @@ func TestMCPToolError(t *testing.T) {
 
 // TestExecutorLost: the executor running a call dies (its connection
 // closes) without a result. The caller hears no heartbeat for
-// executor.LostAfter, finds no executor that claims the call, and reports
+// invoke.LostAfter, finds no executor that claims the call, and reports
 // it lost: the test takes about eight seconds, the client's own waits.
 func TestExecutorLost(t *testing.T) {
 	f := testFleet(t)

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/toolbus/toolbus/internal/events"
-	"github.com/toolbus/toolbus/internal/executor"
+	"github.com/toolbus/toolbus/internal/invoke"
 )
 
 // ReadOutput returns the whole stored output of a truncated call, named
@@ -24,9 +24,9 @@ func (c *Client) ReadOutput(ctx context.Context, name string) (io.ReadCloser, er
 	}
 	r, err := c.inv.ReadOutput(ctx, name)
 	switch {
-	case errors.Is(err, executor.ErrNoOutput):
+	case errors.Is(err, invoke.ErrNoOutput):
 		return nil, fmt.Errorf("%w: %s", ErrNoOutput, name)
-	case errors.Is(err, executor.ErrNoExecutor):
+	case errors.Is(err, invoke.ErrNoExecutor):
 		return nil, fmt.Errorf("%w: no executor to read output %s", ErrNoExecutor, name)
 	case err != nil:
 		return nil, fmt.Errorf("toolbus: %w", err)

@@ -17,6 +17,7 @@ import (
 	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
+	"github.com/toolbus/toolbus/internal/invoke"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/registry/registrytest"
 )
@@ -27,7 +28,7 @@ type Fleet struct {
 	Workspace *builtin.Workspace
 	Executor  *executor.Executor
 	// Client calls tools as Caller, on a connection of its own.
-	Client *executor.Client
+	Client *invoke.Client
 	Caller events.Identity
 }
 
@@ -67,7 +68,7 @@ func Start(tb testing.TB, configure ...func(*executor.Config)) *Fleet {
 		shells.Close()
 	})
 	f := &Fleet{Bus: b, Workspace: ws, Executor: ex, Caller: events.Identity{ID: "agent:test", Role: "agent", Session: "s1", User: "ada"}}
-	f.Client = executor.NewClient(bustest.Connect(tb, b).Conn(), f.Caller, "")
+	f.Client = invoke.NewClient(bustest.Connect(tb, b).Conn(), f.Caller, "")
 	tb.Cleanup(func() { f.Client.Close() })
 	return f
 }

@@ -1,4 +1,4 @@
-package executor
+package invoke
 
 import (
 	"context"
@@ -27,7 +27,7 @@ const outputIdleWait = 30 * time.Second
 // object store for this client's principal. Close the reader; closing it
 // early ends the read.
 func (c *Client) ReadOutput(ctx context.Context, name string) (io.ReadCloser, error) {
-	name = trimBucket(name)
+	name = events.OutputObjectName(name)
 	data, err := events.Encode(&events.OutputRequest{Header: events.Header{Sender: c.id}, Name: name})
 	if err != nil {
 		return nil, fmt.Errorf("read output %q: %w", name, err)
@@ -115,7 +115,7 @@ func (r *outputReader) next() error {
 		}
 		return r.fail(io.EOF)
 	case events.OutputFailed:
-		if string(m.Data) == errNoOutput {
+		if string(m.Data) == events.OutputNotYours {
 			return r.fail(fmt.Errorf("%w: %s", ErrNoOutput, r.name))
 		}
 		return r.fail(fmt.Errorf("read output %q: %s", r.name, m.Data))

@@ -1,0 +1,154 @@
+package invoke
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
+
+	"github.com/toolbus/toolbus/internal/events"
+)
+
+// roundTrip sends a request whose answer comes to this client's inbox and
+// waits for it, hearing heartbeats and progress on the way. It returns the
+// answer, or the failure the caller should report instead.
+//
+// After LostAfter without a word it asks whether an executor still runs
+// the call (the one its heartbeats named, or any): one that does is
+// waited for, and so is one that is behind (it has invocations it has not
+// looked at yet, this one perhaps), until UnansweredFor. Only when none
+// does or may is the call lost. Whenever it gives up,
+// it tells the executors first (giveUp), so that a result still to come
+// is recorded as late.
+func (c *Client) roundTrip(ctx context.Context, subject, id string, data []byte, w *Watch) (*nats.Msg, *failure, error) {
+	if err := c.start(); err != nil {
+		return nil, nil, err
+	}
+	// A call is asked to confirm once, and again after each edit an
+	// approver makes: a few slots, never dropped in practice.
+	p := &pending{result: make(chan *nats.Msg, 1), events: make(chan *nats.Msg, 64), confirm: make(chan *nats.Msg, 4), fence: make(chan struct{}, 1)}
+	// The reply token is ours, not the invocation id, which may hold dots.
+	token := nuid.Next()
+	c.mu.Lock()
+	c.calls[token] = p
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.calls, token)
+		c.mu.Unlock()
+	}()
+	if err := c.nc.PublishMsg(&nats.Msg{Subject: subject, Reply: c.prefix + token, Data: data}); err != nil {
+		return nil, nil, err
+	}
+	answered := func(m *nats.Msg) (*nats.Msg, *failure, error) {
+		// Progress sent before the result is already queued (one
+		// subscription delivers in order): hand it over first.
+		for drained := false; !drained; {
+			select {
+			case ev := <-p.events:
+				w.progress(ev)
+			default:
+				drained = true
+			}
+		}
+		if m.Header.Get("Status") == "503" {
+			// A forwarded call found no one at the executor that hosts
+			// the tool: it is gone.
+			return nil, &failure{ToolError: events.ToolError{Type: events.ErrExecutorLost, Message: "The executor that hosts the tool is gone."}}, nil
+		}
+		return m, nil, nil
+	}
+	// giveUp ends the wait without the result: the executors hear it
+	// first, and one that sent the result already (it crossed the
+	// give-up) says so, and the result is waited for after all.
+	giveUp := func(reason string, fail events.ToolError) (*nats.Msg, *failure, error) {
+		if !c.GiveUp(id, reason) {
+			return nil, &failure{ToolError: fail}, nil
+		}
+		t := time.NewTimer(claimWait)
+		defer t.Stop()
+		select {
+		case m := <-p.result:
+			return answered(m)
+		case <-t.C:
+			return nil, &failure{ToolError: fail, recorded: true}, nil
+		}
+	}
+	lost := time.NewTimer(LostAfter)
+	defer lost.Stop()
+	executor := ""      // the one that runs the call, once a heartbeat names it
+	heard := time.Now() // the last heartbeat, progress or claim
+	for {
+		select {
+		case m := <-p.result:
+			return answered(m)
+		case m := <-p.confirm:
+			c.confirm(m, w)
+			heard = time.Now()
+			lost.Reset(LostAfter)
+		case m := <-p.events:
+			w.progress(m)
+			if x := m.Header.Get(events.ExecutorHeader); x != "" {
+				executor = x
+			}
+			heard = time.Now()
+			lost.Reset(LostAfter)
+		case <-lost.C:
+			switch c.claim(ctx, id, &executor) {
+			case claimed:
+				heard = time.Now()
+				lost.Reset(LostAfter)
+				continue
+			case unanswered:
+				// The executors that should answer are connected (one
+				// that is gone gives "no responders") but silent:
+				// overloaded, frozen or cut off. They are asked again
+				// until UnansweredFor.
+				if time.Since(heard) < UnansweredFor {
+					lost.Reset(HeartbeatEvery)
+					continue
+				}
+			}
+			if ctx.Err() != nil {
+				continue // the caller's own deadline, reported as such
+			}
+			if m := c.fence(p, token); m != nil {
+				return answered(m)
+			}
+			silent := time.Since(heard).Round(time.Second)
+			return giveUp(fmt.Sprintf("no executor runs the call: none answered for %s, and none claims it", silent),
+				events.ToolError{Type: events.ErrExecutorLost, Message: fmt.Sprintf("No executor answered or reported progress for %s, and none claims the call; the executor that took it is gone or none is running.", silent)})
+		case <-ctx.Done():
+			select {
+			case m := <-p.result:
+				// The result came with the deadline: it is the call's
+				// one terminal result, not a late one.
+				return answered(m)
+			default:
+			}
+			t := events.ErrCancelled
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				t = events.ErrTimeout
+			}
+			return giveUp("the caller stopped waiting: "+ctx.Err().Error(),
+				events.ToolError{Type: t, Message: "The call did not finish before the caller's deadline; it was cancelled."})
+		}
+	}
+}
+
+// confirm hands a confirmation request sent to the caller to w.Confirm.
+// One that does not decode, or a caller with no use for it, leaves it to
+// the approvers on tool.confirm.
+func (c *Client) confirm(m *nats.Msg, w *Watch) {
+	if w == nil || w.Confirm == nil {
+		return
+	}
+	req, err := events.Decode[events.ConfirmRequest](m.Data)
+	if err != nil || req.AnswerTo == "" {
+		return
+	}
+	w.Confirm(req)
+}
