@@ -14,7 +14,9 @@ import (
 
 	"github.com/toolbus/toolbus/internal/auth"
 	"github.com/toolbus/toolbus/internal/bus"
+	"github.com/toolbus/toolbus/internal/busnode"
 	"github.com/toolbus/toolbus/internal/cli"
+	"github.com/toolbus/toolbus/internal/identity"
 )
 
 func main() {
@@ -45,10 +47,10 @@ func main() {
 	}
 	ctx, stop := cli.SignalContext()
 	defer stop()
-	cfg := bus.Config{Listen: *listen, DataDir: *dataDir, Name: "toolbus-bus", Logger: log, Replicas: *replicas,
+	cfg := busnode.Config{Listen: *listen, DataDir: *dataDir, Name: "toolbus-bus", Logger: log, Replicas: *replicas,
 		TLSCertFile: *tlsCert, TLSKeyFile: *tlsKey, TLSClientCAFile: *tlsClientCA}
 	if *clusterName != "" {
-		cfg.Cluster = bus.Cluster{Name: *clusterName, Listen: *clusterListen, ServerName: *serverName,
+		cfg.Cluster = busnode.Cluster{Name: *clusterName, Listen: *clusterListen, ServerName: *serverName,
 			TLSCertFile: *routeCert, TLSKeyFile: *routeKey, TLSCAFile: *routeCA}
 		for _, r := range strings.Split(*routes, ",") {
 			if r = strings.TrimSpace(r); r != "" {
@@ -63,7 +65,7 @@ func main() {
 		cfg.AuthConfig = filepath.Join(*identities, auth.ServerConfigFile)
 		cfg.NkeyFile = *nkey
 		if cfg.NkeyFile == "" {
-			cfg.NkeyFile = auth.SeedFile(*identities, string(auth.RoleBus))
+			cfg.NkeyFile = identity.SeedFile(*identities, string(auth.RoleBus))
 		}
 		if cfg.Cluster.Name != "" {
 			// The routes are members' business too: a node that
@@ -100,7 +102,7 @@ func main() {
 		os.Exit(1)
 	}
 	defer stopMetrics()
-	b, err := bus.Open(ctx, cfg)
+	node, err := busnode.Start(ctx, cfg)
 	if err != nil {
 		stopMetrics()
 		if ctx.Err() != nil {
@@ -112,6 +114,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bus:", err)
 		os.Exit(1)
 	}
+	b := node.Bus
 	cli.WatchBus(m, b)
 	stopCheckpoints, err := auditOpts.StartCheckpoints(b, *dataDir, log)
 	if err != nil {
@@ -124,7 +127,7 @@ func main() {
 		select {
 		case <-ctx.Done():
 		case <-hup:
-			if n, err := b.ReloadIdentities(); err != nil {
+			if n, err := node.ReloadIdentities(); err != nil {
 				log.Error("identities not reloaded; the members in force stay", "err", err)
 			} else {
 				log.Info("identities reloaded", "members", n)

@@ -56,7 +56,7 @@ func TestBusNodesMakeACluster(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	client, err := bus.Open(ctx, bus.Config{URL: all, Name: t.Name(), Logger: bustest.Quiet()})
+	client, err := bus.Connect(ctx, bus.Config{URL: all, Name: t.Name(), Logger: bustest.Quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/toolbus/toolbus/internal/auth"
 	"github.com/toolbus/toolbus/internal/cli"
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/identity"
 )
 
 // runInit makes a fleet's identities: `toolbus init DIR [--add ROLE:NAME]...`.
@@ -53,14 +54,14 @@ func runInit(args []string) error {
 		return err
 	}
 	for _, m := range added {
-		fmt.Printf("made %-9s %-16s %s\n", m.Role, m.Name, auth.SeedFile(dir, m.Name))
+		fmt.Printf("made %-9s %-16s %s\n", m.Role, m.Name, identity.SeedFile(dir, m.Name))
 	}
 	if len(added) == 0 {
 		fmt.Println("nothing to make: every member exists")
 	}
 	fmt.Printf("\nThe bus admits only these members:  bus --identities %s\n", dir)
 	fmt.Println("A running bus admits members added since on SIGHUP:  kill -HUP <bus pid>")
-	fmt.Printf("Each part connects as one of them:  %s=%s toolbus ...\n", cli.IdentityEnv, filepath.Join(dir, "NAME"+auth.SeedSuffix))
+	fmt.Printf("Each part connects as one of them:  %s=%s toolbus ...\n", cli.IdentityEnv, filepath.Join(dir, "NAME"+identity.SeedSuffix))
 	fmt.Printf("An operator's own nats-server.conf can include %s.\n", filepath.Join(dir, auth.ServerConfigFile))
 	return nil
 }

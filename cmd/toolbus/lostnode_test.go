@@ -85,7 +85,7 @@ func lostNode(t *testing.T, dir string, node func(int) string) {
 	ctx := context.Background()
 	ids := func(name string) string { return filepath.Join(dir, "identities", name+".nk") }
 	urls := []string{node(0), node(1), node(2)}
-	admin, err := bus.Open(ctx, bus.Config{URL: strings.Join(urls, ","), Name: "lost-node-admin", NkeyFile: ids("admin"), Logger: slog.New(slog.DiscardHandler)})
+	admin, err := bus.Connect(ctx, bus.Config{URL: strings.Join(urls, ","), Name: "lost-node-admin", NkeyFile: ids("admin"), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -365,7 +365,7 @@ func TestFleetDaemons(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	provider, err := bus.Open(ctx, bus.Config{URL: url, Name: "provider", Logger: bustest.Quiet()})
+	provider, err := bus.Connect(ctx, bus.Config{URL: url, Name: "provider", Logger: bustest.Quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}

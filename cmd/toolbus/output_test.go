@@ -159,7 +159,7 @@ func TestParallelLargeReadsFromTheCommandLine(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	conn, err := bus.Open(ctx, bus.Config{URL: url, Name: "audit-reader", Logger: bustest.Quiet()})
+	conn, err := bus.Connect(ctx, bus.Config{URL: url, Name: "audit-reader", Logger: bustest.Quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}

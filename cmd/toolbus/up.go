@@ -15,10 +15,12 @@ import (
 	"github.com/toolbus/toolbus/internal/auth"
 	"github.com/toolbus/toolbus/internal/builtin"
 	"github.com/toolbus/toolbus/internal/bus"
+	"github.com/toolbus/toolbus/internal/busnode"
 	"github.com/toolbus/toolbus/internal/cli"
 	"github.com/toolbus/toolbus/internal/console"
 	"github.com/toolbus/toolbus/internal/executor"
 	"github.com/toolbus/toolbus/internal/hooks"
+	"github.com/toolbus/toolbus/internal/identity"
 	"github.com/toolbus/toolbus/internal/metrics"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/registry"
@@ -74,7 +76,7 @@ func runUp(args []string) error {
 	defer stop()
 	var parts []*bus.Bus // the parts' own connections, closed last
 
-	busCfg := bus.Config{Listen: *listen, DataDir: *dataDir, Name: "toolbus-up", Logger: log}
+	busCfg := busnode.Config{Listen: *listen, DataDir: *dataDir, Name: "toolbus-up", Logger: log}
 	if err := auditOpts.Apply(&busCfg); err != nil {
 		return usageError{err}
 	}
@@ -87,10 +89,11 @@ func runUp(args []string) error {
 			return err
 		}
 	}
-	b, err := bus.Open(ctx, busCfg)
+	node, err := busnode.Start(ctx, busCfg)
 	if err != nil {
 		return err
 	}
+	b := node.Bus
 	defer cli.Close(b)
 	// Each part connects as its own member, with its role's permissions,
 	// as in a fleet; without identities they share the bus's connection.
@@ -98,7 +101,7 @@ func runUp(args []string) error {
 		if idDir == "off" {
 			return b, nil
 		}
-		part, err := bus.Open(ctx, bus.Config{URL: b.URL(), Name: "toolbus-up " + name, NkeyFile: auth.SeedFile(idDir, name), Logger: log})
+		part, err := bus.Connect(ctx, bus.Config{URL: b.URL(), Name: "toolbus-up " + name, NkeyFile: identity.SeedFile(idDir, name), Logger: log})
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
@@ -177,7 +180,7 @@ func runUp(args []string) error {
 		reg.Registry().Catalog().Len(), len(reg.Registry().Catalog().AllToolNames()))
 	if idDir != "off" {
 		fmt.Printf("  identities: %s (a client with none is the developer, an admin; an agent to confine: TOOLBUS_IDENTITY=%s)\n",
-			idDir, auth.SeedFile(idDir, "agent"))
+			idDir, identity.SeedFile(idDir, "agent"))
 	}
 	if *settingsPath != "" {
 		fmt.Printf("  settings:  %s\n", *settingsPath)
@@ -223,7 +226,7 @@ var upMembers = []auth.Member{
 // admit only them, a client with none taken as the developer: on
 // loopback, one developer needs no step of their own, and the parts are
 // confined to their roles as in a fleet.
-func upIdentities(dir string, cfg *bus.Config) error {
+func upIdentities(dir string, cfg *busnode.Config) error {
 	if _, err := auth.Init(dir, upMembers); err != nil {
 		return fmt.Errorf("identities in %s: %w", dir, err)
 	}
@@ -236,7 +239,7 @@ func upIdentities(dir string, cfg *bus.Config) error {
 			cfg.AnonymousKey = m.PublicKey
 		}
 	}
-	cfg.AuthConfig, cfg.NkeyFile = filepath.Join(dir, auth.ServerConfigFile), auth.SeedFile(dir, "bus")
+	cfg.AuthConfig, cfg.NkeyFile = filepath.Join(dir, auth.ServerConfigFile), identity.SeedFile(dir, "bus")
 	return nil
 }
 

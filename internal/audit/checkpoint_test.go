@@ -14,6 +14,7 @@ import (
 	"github.com/toolbus/toolbus/internal/audit"
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/bus/bustest"
+	"github.com/toolbus/toolbus/internal/busnode"
 	"github.com/toolbus/toolbus/internal/events"
 )
 
@@ -87,7 +88,7 @@ func TestTheAuditStreamRefusesDeletes(t *testing.T) {
 		t.Error("the stream was purged")
 	}
 	// Another part asking for deletes does not get them, and still starts.
-	other, err := bus.Open(ctx, bus.Config{URL: b.URL(), Name: "other", AuditAllowDelete: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	other, err := bus.Connect(ctx, bus.Config{URL: b.URL(), Name: "other", AuditAllowDelete: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,12 +103,13 @@ func TestTheAuditStreamRefusesDeletes(t *testing.T) {
 // does not trust, and a broken chain.
 func TestVerifyFindsWhatWasRemoved(t *testing.T) {
 	ctx := context.Background()
-	b, err := bus.Open(ctx, bus.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Name: t.Name(), AuditAllowDelete: true,
+	node, err := busnode.Start(ctx, busnode.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Name: t.Name(), AuditAllowDelete: true,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer bustest.Stop(t, b)
+	defer bustest.Stop(t, node)
+	b := node.Bus
 	keyDir := t.TempDir()
 	key, err := audit.LoadOrCreateKey(keyDir)
 	if err != nil {

@@ -27,8 +27,10 @@ import (
 	"github.com/toolbus/toolbus/internal/builtin"
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/bus/bustest"
+	"github.com/toolbus/toolbus/internal/busnode"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
+	"github.com/toolbus/toolbus/internal/identity"
 	"github.com/toolbus/toolbus/internal/invoke"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/registry"
@@ -40,7 +42,7 @@ import (
 // to connect as any member.
 type fleet struct {
 	dir       string
-	bus       *bus.Bus
+	bus       *busnode.Node
 	workspace string
 	executor  *executor.Executor
 	approver  *approve.Approver
@@ -64,8 +66,8 @@ func startFleet(t *testing.T) *fleet {
 	if _, err := auth.Init(f.dir, members); err != nil {
 		t.Fatal(err)
 	}
-	b, err := bus.Open(context.Background(), bus.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Name: "bus",
-		AuthConfig: filepath.Join(f.dir, auth.ServerConfigFile), NkeyFile: auth.SeedFile(f.dir, "bus"), Logger: f.logger("bus")})
+	b, err := busnode.Start(context.Background(), busnode.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Name: "bus",
+		AuthConfig: filepath.Join(f.dir, auth.ServerConfigFile), NkeyFile: identity.SeedFile(f.dir, "bus"), Logger: f.logger("bus")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +145,7 @@ func (f *fleet) as(t *testing.T, name string) *bus.Bus {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	c, err := bus.Open(ctx, bus.Config{URL: f.bus.URL(), Name: name, NkeyFile: auth.SeedFile(f.dir, name), Logger: f.logger(name)})
+	c, err := bus.Connect(ctx, bus.Config{URL: f.bus.URL(), Name: name, NkeyFile: identity.SeedFile(f.dir, name), Logger: f.logger(name)})
 	if err != nil {
 		t.Fatalf("connect as %s: %v", name, err)
 	}
@@ -401,8 +403,8 @@ func TestAnAgentCannotStepOutOfItsRole(t *testing.T) {
 	f.violated(t, "mallory", "delete the catalogue", "$JS.API.STREAM.DELETE.KV_"+events.CatalogBucket)
 	subscribe("_INBOX.>")
 	f.violated(t, "mallory", "hear every member's replies", "_INBOX.>")
-	subscribe(auth.InboxPrefix("agent") + ".>")
-	f.violated(t, "mallory", "hear another agent's results", auth.InboxPrefix("agent")+".>")
+	subscribe(identity.InboxPrefix("agent") + ".>")
+	f.violated(t, "mallory", "hear another agent's results", identity.InboxPrefix("agent")+".>")
 	subscribe(events.SubjectProgressPrefix + ">")
 	f.violated(t, "mallory", "hear every call's output", events.SubjectProgressPrefix+">")
 
@@ -580,7 +582,7 @@ func TestTheGoClientCallsAsAMember(t *testing.T) {
 	f := startFleet(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := toolbus.Connect(ctx, f.bus.URL(), toolbus.WithIdentityFile(auth.SeedFile(f.dir, "agent")),
+	c, err := toolbus.Connect(ctx, f.bus.URL(), toolbus.WithIdentityFile(identity.SeedFile(f.dir, "agent")),
 		toolbus.WithIdentity(toolbus.Identity{ID: "someone-else", Agent: "bot"}))
 	if err != nil {
 		t.Fatal(err)
@@ -734,7 +736,7 @@ func TestAMemberAddedToARunningFleet(t *testing.T) {
 		t.Fatal(err)
 	}
 	open := func() (*bus.Bus, error) {
-		return bus.Open(ctx, bus.Config{URL: f.bus.URL(), Name: "newbie", NkeyFile: auth.SeedFile(f.dir, "newbie"), Logger: f.logger("newbie")})
+		return bus.Connect(ctx, bus.Config{URL: f.bus.URL(), Name: "newbie", NkeyFile: identity.SeedFile(f.dir, "newbie"), Logger: f.logger("newbie")})
 	}
 	if b, err := open(); err == nil {
 		b.Close(ctx)
@@ -765,7 +767,7 @@ func TestAMemberAddedToARunningFleet(t *testing.T) {
 
 	// Removed (a leaked seed, say): once the bus reloads, its connection
 	// is closed and it connects no more; the others go on.
-	seed, err := os.ReadFile(auth.SeedFile(f.dir, "newbie"))
+	seed, err := os.ReadFile(identity.SeedFile(f.dir, "newbie"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -787,7 +789,7 @@ func TestAMemberAddedToARunningFleet(t *testing.T) {
 			t.Fatal("the removed member's connection is still up 10 s after the reload")
 		}
 	}
-	if b, err := bus.Open(ctx, bus.Config{URL: f.bus.URL(), Name: "newbie", NkeyFile: kept, Logger: f.logger("newbie")}); err == nil {
+	if b, err := bus.Connect(ctx, bus.Config{URL: f.bus.URL(), Name: "newbie", NkeyFile: kept, Logger: f.logger("newbie")}); err == nil {
 		b.Close(ctx)
 		t.Error("a removed member connected with the seed it kept")
 	}
@@ -801,7 +803,7 @@ func TestAMemberAddedToARunningFleet(t *testing.T) {
 	if _, err := f.bus.ReloadIdentities(); err == nil {
 		t.Error("a config that does not read was reloaded")
 	}
-	if again, err := bus.Open(ctx, bus.Config{URL: f.bus.URL(), Name: "agent", NkeyFile: auth.SeedFile(f.dir, "agent"), Logger: f.logger("agent")}); err != nil {
+	if again, err := bus.Connect(ctx, bus.Config{URL: f.bus.URL(), Name: "agent", NkeyFile: identity.SeedFile(f.dir, "agent"), Logger: f.logger("agent")}); err != nil {
 		t.Errorf("after a failed reload, the members in force: %v", err)
 	} else {
 		again.Close(ctx)

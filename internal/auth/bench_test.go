@@ -14,8 +14,10 @@ import (
 	"github.com/toolbus/toolbus/internal/auth"
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/bus/bustest"
+	"github.com/toolbus/toolbus/internal/busnode"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
+	"github.com/toolbus/toolbus/internal/identity"
 	"github.com/toolbus/toolbus/internal/invoke"
 	"github.com/toolbus/toolbus/internal/metrics"
 	"github.com/toolbus/toolbus/internal/policy"
@@ -36,7 +38,7 @@ func startBenchFleet(b *testing.B, dir string, nodes []*bus.Bus) *benchFleet {
 	as := func(node *bus.Bus, name string) *bus.Bus {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		c, err := bus.Open(ctx, bus.Config{URL: node.URL(), Name: name, NkeyFile: auth.SeedFile(dir, name), Logger: bustest.Quiet()})
+		c, err := bus.Connect(ctx, bus.Config{URL: node.URL(), Name: name, NkeyFile: identity.SeedFile(dir, name), Logger: bustest.Quiet()})
 		if err != nil {
 			b.Fatalf("connect as %s: %v", name, err)
 		}
@@ -103,16 +105,16 @@ func BenchmarkClusterAgainstOneNode(b *testing.B) {
 	if _, err := auth.Init(dir, auth.DefaultMembers()); err != nil {
 		b.Fatal(err)
 	}
-	withIDs := func(cfg *bus.Config) {
-		cfg.AuthConfig, cfg.NkeyFile = filepath.Join(dir, auth.ServerConfigFile), auth.SeedFile(dir, "bus")
+	withIDs := func(cfg *busnode.Config) {
+		cfg.AuthConfig, cfg.NkeyFile = filepath.Join(dir, auth.ServerConfigFile), identity.SeedFile(dir, "bus")
 	}
-	single, err := bus.Open(context.Background(), bus.Config{Listen: "127.0.0.1:0", DataDir: b.TempDir(), Name: "single", Logger: bustest.Quiet(),
-		AuthConfig: filepath.Join(dir, auth.ServerConfigFile), NkeyFile: auth.SeedFile(dir, "bus")})
+	single, err := busnode.Start(context.Background(), busnode.Config{Listen: "127.0.0.1:0", DataDir: b.TempDir(), Name: "single", Logger: bustest.Quiet(),
+		AuthConfig: filepath.Join(dir, auth.ServerConfigFile), NkeyFile: identity.SeedFile(dir, "bus")})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { bustest.Stop(b, single) })
-	one := startBenchFleet(b, dir, []*bus.Bus{single})
+	one := startBenchFleet(b, dir, []*bus.Bus{single.Bus})
 	three := startBenchFleet(b, dir, bustest.StartClusterWith(b, 3, 3, withIDs))
 
 	samples, ops := 3000, 12000

@@ -12,10 +12,10 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/identity"
 )
 
 // The files of a fleet's directory.
@@ -26,8 +26,6 @@ const (
 	// members: the embedded bus loads it, and an operator's own
 	// nats-server.conf can include it.
 	ServerConfigFile = "auth.conf"
-	// SeedSuffix ends a member's seed file: DIR/<name>.nk.
-	SeedSuffix = ".nk"
 	// RouteSecretFile holds the secret the cluster's nodes show each
 	// other on their routes: a node without it cannot join.
 	RouteSecretFile = "route.secret"
@@ -91,8 +89,8 @@ func Init(dir string, want []Member) ([]Member, error) {
 			}
 			continue
 		}
-		if _, err := os.Stat(SeedFile(dir, m.Name)); err == nil {
-			return nil, fmt.Errorf("member %s: %s exists with no entry in %s: remove it or add it back by hand", m.Name, SeedFile(dir, m.Name), RosterFile)
+		if _, err := os.Stat(identity.SeedFile(dir, m.Name)); err == nil {
+			return nil, fmt.Errorf("member %s: %s exists with no entry in %s: remove it or add it back by hand", m.Name, identity.SeedFile(dir, m.Name), RosterFile)
 		}
 		todo = append(todo, m)
 	}
@@ -105,7 +103,7 @@ func Init(dir string, want []Member) ([]Member, error) {
 		seed, _ := kp.Seed()
 		pub, _ := kp.PublicKey()
 		// O_EXCL: a seed file left by an earlier run is not overwritten.
-		f, err := os.OpenFile(SeedFile(dir, m.Name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		f, err := os.OpenFile(identity.SeedFile(dir, m.Name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		if err != nil {
 			return nil, fmt.Errorf("member %s: %w (a seed file with no entry in %s: remove it or add it back by hand)", m.Name, err, RosterFile)
 		}
@@ -172,7 +170,7 @@ func Remove(dir string, names []string) ([]Member, error) {
 		return nil, err
 	}
 	for _, m := range removed {
-		if err := os.Remove(SeedFile(dir, m.Name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := os.Remove(identity.SeedFile(dir, m.Name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return removed, err
 		}
 	}
@@ -222,9 +220,6 @@ func RouteSecret(dir string) (string, error) {
 	}
 	return secret, nil
 }
-
-// SeedFile is where member name's seed is kept in dir.
-func SeedFile(dir, name string) string { return filepath.Join(dir, name+SeedSuffix) }
 
 // LoadRoster reads dir/fleet.json.
 func LoadRoster(dir string) (Roster, error) {
@@ -292,32 +287,4 @@ func ServerUsers(configFile string) ([]*server.NkeyUser, error) {
 		return nil, fmt.Errorf("identities: %s names no nkey users", configFile)
 	}
 	return opts.Nkeys, nil
-}
-
-// NameOfSeedFile is the member a seed file is of: its name without
-// SeedSuffix. The name only picks the subjects a part publishes on; the
-// bus lets the key publish only its own member's.
-func NameOfSeedFile(path string) (string, error) {
-	name, ok := strings.CutSuffix(filepath.Base(path), SeedSuffix)
-	if !ok {
-		return "", fmt.Errorf("identity %s: a seed file's name is the member's name and %s", path, SeedSuffix)
-	}
-	if err := events.ValidPrincipal(name); err != nil {
-		return "", fmt.Errorf("identity %s: %w", path, err)
-	}
-	return name, nil
-}
-
-// Connect is how a part connects as the member whose seed file is
-// seedFile: the member's name, and the NATS options that authenticate
-// with the seed and take replies under the member's own inbox prefix.
-func Connect(seedFile string) (name string, opts []nats.Option, err error) {
-	if name, err = NameOfSeedFile(seedFile); err != nil {
-		return "", nil, err
-	}
-	nkey, err := nats.NkeyOptionFromSeed(seedFile)
-	if err != nil {
-		return "", nil, fmt.Errorf("identity %s: %w", seedFile, err)
-	}
-	return name, []nats.Option{nkey, nats.CustomInboxPrefix(InboxPrefix(name))}, nil
 }

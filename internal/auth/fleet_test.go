@@ -9,6 +9,7 @@ import (
 
 	"github.com/toolbus/toolbus/internal/auth"
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/identity"
 )
 
 func TestInitMakesAFleetAndAddsToIt(t *testing.T) {
@@ -20,11 +21,11 @@ func TestInitMakesAFleetAndAddsToIt(t *testing.T) {
 	if len(added) != len(auth.Roles) {
 		t.Fatalf("made %d members, want one per role", len(added))
 	}
-	seed, err := os.ReadFile(auth.SeedFile(dir, "agent"))
+	seed, err := os.ReadFile(identity.SeedFile(dir, "agent"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fi, err := os.Stat(auth.SeedFile(dir, "agent")); err != nil || fi.Mode().Perm() != 0o600 {
+	if fi, err := os.Stat(identity.SeedFile(dir, "agent")); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("a seed file's mode: %v %v", fi.Mode(), err)
 	}
 	if !strings.HasPrefix(string(seed), "SU") {
@@ -39,7 +40,7 @@ func TestInitMakesAFleetAndAddsToIt(t *testing.T) {
 	if len(added) != 1 || added[0].Name != "bob" {
 		t.Fatalf("added %+v, want bob alone", added)
 	}
-	if again, _ := os.ReadFile(auth.SeedFile(dir, "agent")); string(again) != string(seed) {
+	if again, _ := os.ReadFile(identity.SeedFile(dir, "agent")); string(again) != string(seed) {
 		t.Error("running init again changed a member's key")
 	}
 
@@ -56,10 +57,10 @@ func TestInitMakesAFleetAndAddsToIt(t *testing.T) {
 			t.Errorf("%+v: accepted", bad)
 		}
 	}
-	if _, err := os.Stat(auth.SeedFile(dir, "carol")); !os.IsNotExist(err) {
+	if _, err := os.Stat(identity.SeedFile(dir, "carol")); !os.IsNotExist(err) {
 		t.Error("a refused init wrote a seed")
 	}
-	os.WriteFile(auth.SeedFile(dir, "frank"), []byte("SU..."), 0o600)
+	os.WriteFile(identity.SeedFile(dir, "frank"), []byte("SU..."), 0o600)
 	if _, err := auth.Init(dir, []auth.Member{{Name: "frank", Role: auth.RoleAgent}}); err == nil {
 		t.Error("an orphaned seed file was written over")
 	}
@@ -107,7 +108,7 @@ func TestOnlyExecutorsSendForOthers(t *testing.T) {
 			}
 		}
 		for _, s := range p.Subscribe.Allow {
-			if strings.HasPrefix(s, "_INBOX.") && s != auth.InboxPrefix("m")+".>" {
+			if strings.HasPrefix(s, "_INBOX.") && s != identity.InboxPrefix("m")+".>" {
 				t.Errorf("%s may hear %s", r, s)
 			}
 		}

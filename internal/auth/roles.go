@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/identity"
 )
 
 // Role is what a member of a fleet does.
@@ -53,18 +54,13 @@ func ParseRole(s string) (Role, error) {
 	return "", fmt.Errorf("unknown role %q: want one of %s", s, strings.Join(names, ", "))
 }
 
-// InboxPrefix is where name's replies come: a prefix of its own, which
-// no other identity may subscribe to, so no member hears another's
-// results. Parts connecting with an identity set it on their connection.
-func InboxPrefix(name string) string { return "_INBOX." + name }
-
 // responseWindow is how long a member may answer a message sent to it
 // with a reply subject: at least as long as a confirmation waits.
 const responseWindow = 24 * time.Hour
 
 // Permissions is what member name of role may publish and subscribe to.
 func Permissions(role Role, name string) *server.Permissions {
-	inbox := InboxPrefix(name) + ".>"
+	inbox := identity.InboxPrefix(name) + ".>"
 	p := perms{}
 	p.pub(inbox) // a caller's note to itself (invoke.Client's fence)
 	p.sub(inbox)

@@ -19,7 +19,9 @@ import (
 	"github.com/toolbus/toolbus/internal/auth"
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/bus/bustest"
+	"github.com/toolbus/toolbus/internal/busnode"
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/identity"
 )
 
 // BenchmarkSoak calls a no-op tool at a steady 5,000 calls/s through a
@@ -52,16 +54,16 @@ func BenchmarkSoak(b *testing.B) {
 	var nodes []*bus.Bus
 	switch os.Getenv("TOOLBUS_SOAK_NODES") {
 	case "", "1":
-		node, err := bus.Open(context.Background(), bus.Config{Listen: "127.0.0.1:0", DataDir: b.TempDir(), Name: "soak", Logger: bustest.Quiet(),
-			AuthConfig: filepath.Join(dir, auth.ServerConfigFile), NkeyFile: auth.SeedFile(dir, "bus")})
+		node, err := busnode.Start(context.Background(), busnode.Config{Listen: "127.0.0.1:0", DataDir: b.TempDir(), Name: "soak", Logger: bustest.Quiet(),
+			AuthConfig: filepath.Join(dir, auth.ServerConfigFile), NkeyFile: identity.SeedFile(dir, "bus")})
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { bustest.Stop(b, node) })
-		nodes = []*bus.Bus{node}
+		nodes = []*bus.Bus{node.Bus}
 	case "3":
-		nodes = bustest.StartClusterWith(b, 3, 3, func(cfg *bus.Config) {
-			cfg.AuthConfig, cfg.NkeyFile = filepath.Join(dir, auth.ServerConfigFile), auth.SeedFile(dir, "bus")
+		nodes = bustest.StartClusterWith(b, 3, 3, func(cfg *busnode.Config) {
+			cfg.AuthConfig, cfg.NkeyFile = filepath.Join(dir, auth.ServerConfigFile), identity.SeedFile(dir, "bus")
 		})
 	default:
 		b.Fatalf("TOOLBUS_SOAK_NODES=%q: 1 or 3", os.Getenv("TOOLBUS_SOAK_NODES"))
@@ -186,7 +188,7 @@ func newAuditCount(b *testing.B, url, dir string, total int) *auditCount {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	auditor, err := bus.Open(ctx, bus.Config{URL: url, Name: "auditor", NkeyFile: auth.SeedFile(dir, "auditor"), Logger: bustest.Quiet()})
+	auditor, err := bus.Connect(ctx, bus.Config{URL: url, Name: "auditor", NkeyFile: identity.SeedFile(dir, "auditor"), Logger: bustest.Quiet()})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/toolbus/toolbus/internal/audit"
 	"github.com/toolbus/toolbus/internal/bus"
+	"github.com/toolbus/toolbus/internal/busnode"
 )
 
 // AuditOptions are the audit stream's settings of the process that owns
@@ -36,7 +37,7 @@ func AuditFlags(fs *flag.FlagSet) *AuditOptions {
 }
 
 // Apply puts the retention into cfg.
-func (o *AuditOptions) Apply(cfg *bus.Config) error {
+func (o *AuditOptions) Apply(cfg *busnode.Config) error {
 	if *o.MaxAge < 0 || *o.MaxBytes < 0 || *o.Checkpoint < 0 {
 		return fmt.Errorf("--audit-max-age, --audit-max-bytes and --audit-checkpoint cannot be negative")
 	}

@@ -136,7 +136,7 @@ func SignalContext() (context.Context, context.CancelFunc) {
 // TOOLBUS_NATS_CERT and TOOLBUS_NATS_KEY (a client certificate), and
 // TOOLBUS_IDENTITY (the seed file of a fleet member, `toolbus init`).
 func Connect(ctx context.Context, url, name string, log *slog.Logger) (*bus.Bus, error) {
-	b, err := bus.Open(ctx, bus.Config{URL: url, Name: name, Logger: log,
+	b, err := bus.Connect(ctx, bus.Config{URL: url, Name: name, Logger: log,
 		CredsFile: os.Getenv("TOOLBUS_NATS_CREDS"), CAFile: os.Getenv("TOOLBUS_NATS_CA"),
 		CertFile: os.Getenv("TOOLBUS_NATS_CERT"), KeyFile: os.Getenv("TOOLBUS_NATS_KEY"),
 		NkeyFile: os.Getenv(IdentityEnv)})

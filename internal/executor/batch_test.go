@@ -165,7 +165,7 @@ func TestResultFitsASmallMaxPayload(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	b, err := bus.Open(ctx, bus.Config{URL: srv.ClientURL(), Logger: bustest.Quiet()})
+	b, err := bus.Connect(ctx, bus.Config{URL: srv.ClientURL(), Logger: bustest.Quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,9 +12,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/toolbus/toolbus/internal/auth"
 	"github.com/toolbus/toolbus/internal/catalog"
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/identity"
 	"github.com/toolbus/toolbus/internal/invoke"
 )
 
@@ -112,7 +112,7 @@ func Connect(ctx context.Context, url string, opts ...Option) (*Client, error) {
 	}
 	principal := ""
 	if cfg.nkey != "" {
-		name, as, err := auth.Connect(cfg.nkey)
+		name, as, err := identity.Connect(cfg.nkey)
 		if err != nil {
 			return nil, fmt.Errorf("toolbus: %w", err)
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/toolbus/toolbus/internal/approve"
 	"github.com/toolbus/toolbus/internal/builtin"
 	"github.com/toolbus/toolbus/internal/bus"
+	"github.com/toolbus/toolbus/internal/busnode"
 	"github.com/toolbus/toolbus/internal/cli"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
@@ -72,9 +73,11 @@ func startFleet(configure ...func(*executor.Config)) (f *fleet, err error) {
 	if err = os.WriteFile(filepath.Join(ws, "README.md"), []byte("# hello\n"), 0o644); err != nil {
 		return nil, err
 	}
-	if f.bus, err = bus.Open(ctx, bus.Config{Listen: "127.0.0.1:0", DataDir: filepath.Join(f.dir, "bus"), Name: "fleet", Logger: quiet()}); err != nil {
+	node, err := busnode.Start(ctx, busnode.Config{Listen: "127.0.0.1:0", DataDir: filepath.Join(f.dir, "bus"), Name: "fleet", Logger: quiet()})
+	if err != nil {
 		return nil, err
 	}
+	f.bus = node.Bus
 	f.URL = f.bus.URL()
 	if f.reg, err = registry.Start(ctx, f.bus.Conn(), f.bus.JetStream(), registry.Config{Identity: events.Identity{ID: "registry@test"}, Logger: quiet()}); err != nil {
 		return nil, err
@@ -106,10 +109,12 @@ func startBareBus() (f *fleet, err error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if f.bus, err = bus.Open(ctx, bus.Config{Listen: "127.0.0.1:0", DataDir: f.dir, Name: "bare", Logger: quiet()}); err != nil {
+	node, err := busnode.Start(ctx, busnode.Config{Listen: "127.0.0.1:0", DataDir: f.dir, Name: "bare", Logger: quiet()})
+	if err != nil {
 		f.Close()
 		return nil, err
 	}
+	f.bus = node.Bus
 	f.URL = f.bus.URL()
 	return f, nil
 }
@@ -199,7 +204,7 @@ func (f *fleet) serveMCP(name string, tools ...mcpserver.ServerTool) error {
 func (f *fleet) hostElsewhere(id string, tools ...tool.Tool) (*bus.Bus, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := bus.Open(ctx, bus.Config{URL: f.URL, Name: id, Logger: quiet()})
+	conn, err := bus.Connect(ctx, bus.Config{URL: f.URL, Name: id, Logger: quiet()})
 	if err != nil {
 		return nil, err
 	}
@@ -257,7 +262,7 @@ type autoApprover struct {
 func (f *fleet) approveAll(outcome events.Outcome, message string) (*autoApprover, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := bus.Open(ctx, bus.Config{URL: f.URL, Name: "approver", Logger: quiet()})
+	conn, err := bus.Connect(ctx, bus.Config{URL: f.URL, Name: "approver", Logger: quiet()})
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/internal/bus"
+	"github.com/toolbus/toolbus/internal/busnode"
 	"github.com/toolbus/toolbus/internal/events"
 )
 
@@ -24,7 +25,7 @@ func Start(tb testing.TB, dir string) *bus.Bus {
 	if dir == "" {
 		dir = tb.TempDir()
 	}
-	b, err := bus.Open(context.Background(), bus.Config{
+	n, err := busnode.Start(context.Background(), busnode.Config{
 		Listen:  "127.0.0.1:0",
 		DataDir: dir,
 		Name:    tb.Name(),
@@ -33,12 +34,13 @@ func Start(tb testing.TB, dir string) *bus.Bus {
 	if err != nil {
 		tb.Fatalf("start bus: %v", err)
 	}
-	tb.Cleanup(func() { Stop(tb, b) })
-	return b
+	tb.Cleanup(func() { Stop(tb, n.Bus) })
+	return n.Bus
 }
 
-// Stop closes b, failing the test if that does not finish in ten seconds.
-func Stop(tb testing.TB, b *bus.Bus) {
+// Stop closes b (a bus.Bus or a busnode.Node), failing the test if that
+// does not finish in ten seconds.
+func Stop(tb testing.TB, b interface{ Close(context.Context) error }) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -51,7 +53,7 @@ func Stop(tb testing.TB, b *bus.Bus) {
 // would, closed when the test ends.
 func Connect(tb testing.TB, b *bus.Bus) *bus.Bus {
 	tb.Helper()
-	c, err := bus.Open(context.Background(), bus.Config{URL: b.URL(), Name: tb.Name() + "-client",
+	c, err := bus.Connect(context.Background(), bus.Config{URL: b.URL(), Name: tb.Name() + "-client",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		tb.Fatalf("connect to bus: %v", err)
@@ -75,7 +77,7 @@ func StartCluster(tb testing.TB, n, replicas int) []*bus.Bus {
 
 // StartClusterWith is StartCluster with configure applied to each node's
 // config (identities, say) before it starts.
-func StartClusterWith(tb testing.TB, n, replicas int, configure func(*bus.Config)) []*bus.Bus {
+func StartClusterWith(tb testing.TB, n, replicas int, configure func(*busnode.Config)) []*bus.Bus {
 	tb.Helper()
 	routes := make([]string, n)
 	listens := make([]string, n)
@@ -95,16 +97,20 @@ func StartClusterWith(tb testing.TB, n, replicas int, configure func(*bus.Config
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			cfg := bus.Config{
+			cfg := busnode.Config{
 				Listen: "127.0.0.1:0", DataDir: tb.TempDir(), Name: fmt.Sprintf("%s-node%d", tb.Name(), i+1),
 				Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
-				Cluster:  bus.Cluster{Name: "toolbus-test", Listen: listens[i], Routes: routes, ServerName: fmt.Sprintf("node%d", i+1)},
+				Cluster:  busnode.Cluster{Name: "toolbus-test", Listen: listens[i], Routes: routes, ServerName: fmt.Sprintf("node%d", i+1)},
 				Replicas: replicas,
 			}
 			if configure != nil {
 				configure(&cfg)
 			}
-			nodes[i], errs[i] = bus.Open(ctx, cfg)
+			n, err := busnode.Start(ctx, cfg)
+			if err == nil {
+				nodes[i] = n.Bus
+			}
+			errs[i] = err
 		})
 	}
 	wg.Wait()
@@ -134,7 +140,7 @@ func URLs(nodes []*bus.Bus) string {
 // comma-separated), closed when the test ends.
 func ConnectURL(tb testing.TB, url string) *bus.Bus {
 	tb.Helper()
-	c, err := bus.Open(context.Background(), bus.Config{URL: url, Name: tb.Name() + "-client", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	c, err := bus.Connect(context.Background(), bus.Config{URL: url, Name: tb.Name() + "-client", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		tb.Fatalf("connect to bus: %v", err)
 	}

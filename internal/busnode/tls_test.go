@@ -1,4 +1,4 @@
-package bus_test
+package busnode_test
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/bus/bustest"
+	"github.com/toolbus/toolbus/internal/busnode"
 )
 
 // pki writes a CA, a certificate for 127.0.0.1 and a client certificate,
@@ -70,18 +71,18 @@ func TestAnEmbeddedBusSpeaksTLS(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		cfg.URL, cfg.Logger = url, bustest.Quiet()
-		c, err := bus.Open(ctx, cfg)
+		c, err := bus.Connect(ctx, cfg)
 		if err == nil {
 			bustest.Stop(t, c)
 		}
 		return err
 	}
 	for _, mutual := range []bool{false, true} {
-		cfg := bus.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Logger: bustest.Quiet(), TLSCertFile: cert, TLSKeyFile: key}
+		cfg := busnode.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Logger: bustest.Quiet(), TLSCertFile: cert, TLSKeyFile: key}
 		if mutual {
 			cfg.TLSClientCAFile = ca
 		}
-		b, err := bus.Open(context.Background(), cfg)
+		b, err := busnode.Start(context.Background(), cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -96,7 +97,7 @@ func TestAnEmbeddedBusSpeaksTLS(t *testing.T) {
 		}
 		bustest.Stop(t, b)
 	}
-	if _, err := bus.Open(context.Background(), bus.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Logger: bustest.Quiet(), TLSClientCAFile: ca}); err == nil {
+	if _, err := busnode.Start(context.Background(), busnode.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Logger: bustest.Quiet(), TLSClientCAFile: ca}); err == nil {
 		t.Error("a client CA without the server's certificate was taken")
 	}
 }
@@ -113,7 +114,7 @@ func TestClusterRoutesSpeakTLS(t *testing.T) {
 		mu     sync.Mutex // the nodes are configured at once
 		routes []string
 	)
-	bustest.StartClusterWith(t, 3, 0, func(cfg *bus.Config) {
+	bustest.StartClusterWith(t, 3, 0, func(cfg *busnode.Config) {
 		cfg.Cluster.Secret = secret
 		cfg.Cluster.TLSCertFile, cfg.Cluster.TLSKeyFile, cfg.Cluster.TLSCAFile = node, nodeKey, ca
 		mu.Lock()
@@ -128,14 +129,14 @@ func TestClusterRoutesSpeakTLS(t *testing.T) {
 	l.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	plain, err := bus.Open(ctx, bus.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Name: "plain", Logger: bustest.Quiet(),
-		Cluster: bus.Cluster{Name: "toolbus-test", Listen: listen, Routes: routes, ServerName: "plain", Secret: secret}})
+	plain, err := busnode.Start(ctx, busnode.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Name: "plain", Logger: bustest.Quiet(),
+		Cluster: busnode.Cluster{Name: "toolbus-test", Listen: listen, Routes: routes, ServerName: "plain", Secret: secret}})
 	if err == nil {
 		bustest.Stop(t, plain)
 		t.Fatal("a node speaking plain on the routes joined a cluster whose routes speak TLS")
 	}
-	if _, err := bus.Open(ctx, bus.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Logger: bustest.Quiet(),
-		Cluster: bus.Cluster{Name: "c", Listen: listen, TLSCertFile: node}}); err == nil || !strings.Contains(err.Error(), "TLS needs") {
+	if _, err := busnode.Start(ctx, busnode.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Logger: bustest.Quiet(),
+		Cluster: busnode.Cluster{Name: "c", Listen: listen, TLSCertFile: node}}); err == nil || !strings.Contains(err.Error(), "TLS needs") {
 		t.Errorf("routes with a certificate and no key or CA: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package bus_test
+package busnode_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/bus/bustest"
+	"github.com/toolbus/toolbus/internal/busnode"
 	"github.com/toolbus/toolbus/internal/events"
 )
 
@@ -60,20 +61,25 @@ func TestOpenErrors(t *testing.T) {
 	b := bustest.Start(t, "")
 	taken := strings.TrimPrefix(b.URL(), "nats://")
 	ctx := context.Background()
+	open := func(cfg busnode.Config) func() (interface{ Close(context.Context) error }, error) {
+		return func() (interface{ Close(context.Context) error }, error) { return busnode.Start(ctx, cfg) }
+	}
 	tests := []struct {
 		name string
-		cfg  bus.Config
+		open func() (interface{ Close(context.Context) error }, error)
 		says string
 	}{
-		{"no data dir", bus.Config{Listen: "127.0.0.1:0"}, "no data directory"},
-		{"bad listen address", bus.Config{Listen: "localhost", DataDir: t.TempDir()}, `listen address "localhost"`},
-		{"bad port", bus.Config{Listen: "127.0.0.1:99999", DataDir: t.TempDir()}, "bad port"},
-		{"port taken", bus.Config{Listen: taken, DataDir: t.TempDir(), Logger: bustest.Quiet()}, "address already in use"},
-		{"nothing at URL", bus.Config{URL: "nats://127.0.0.1:1", Logger: bustest.Quiet()}, "connect to bus nats://127.0.0.1:1"},
+		{"no data dir", open(busnode.Config{Listen: "127.0.0.1:0"}), "no data directory"},
+		{"bad listen address", open(busnode.Config{Listen: "localhost", DataDir: t.TempDir()}), `listen address "localhost"`},
+		{"bad port", open(busnode.Config{Listen: "127.0.0.1:99999", DataDir: t.TempDir()}), "bad port"},
+		{"port taken", open(busnode.Config{Listen: taken, DataDir: t.TempDir(), Logger: bustest.Quiet()}), "address already in use"},
+		{"nothing at URL", func() (interface{ Close(context.Context) error }, error) {
+			return bus.Connect(ctx, bus.Config{URL: "nats://127.0.0.1:1", Logger: bustest.Quiet()})
+		}, "connect to bus nats://127.0.0.1:1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := bus.Open(ctx, tt.cfg)
+			got, err := tt.open()
 			if err == nil {
 				got.Close(ctx)
 				t.Fatal("opened")
@@ -96,7 +102,7 @@ func TestCloseTwice(t *testing.T) {
 	if !b.Conn().IsClosed() {
 		t.Error("connection still open")
 	}
-	_, err := bus.Open(context.Background(), bus.Config{URL: b.URL(), Logger: bustest.Quiet()})
+	_, err := bus.Connect(context.Background(), bus.Config{URL: b.URL(), Logger: bustest.Quiet()})
 	if err == nil || !errors.Is(err, nats.ErrNoServers) {
 		t.Errorf("server still answers after Close: %v", err)
 	}
@@ -107,13 +113,13 @@ func TestCloseTwice(t *testing.T) {
 // leaves it as it is.
 func TestAClientKeepsTheOwnersRetention(t *testing.T) {
 	ctx := context.Background()
-	owner, err := bus.Open(ctx, bus.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Name: "owner", Logger: bustest.Quiet(),
+	owner, err := busnode.Start(ctx, busnode.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Name: "owner", Logger: bustest.Quiet(),
 		AuditMaxAge: time.Hour, AuditMaxBytes: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer owner.Close(ctx)
-	client, err := bus.Open(ctx, bus.Config{URL: owner.URL(), Name: "client", Logger: bustest.Quiet()})
+	client, err := bus.Connect(ctx, bus.Config{URL: owner.URL(), Name: "client", Logger: bustest.Quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,70 +2,71 @@ package bus
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/toolbus/toolbus/internal/auth"
 	"github.com/toolbus/toolbus/internal/events"
 )
 
-// clusterOptions makes opts a node of cluster c.
-func clusterOptions(opts *server.Options, c Cluster) error {
-	if c.Listen == "" {
-		return errors.New("cluster: no listen address for routes")
+// ensureAudit creates the stream that keeps every event, or, for the bus's
+// owner (the process that runs the server), updates it to cfg's retention.
+// A part that only connects leaves an existing stream as it is: its own
+// defaults must not undo the owner's --audit-max-age; it only turns on
+// the acknowledgements of a stream made before records were acknowledged
+// (Recorder), which would otherwise never get one. No request is sent on
+// a captured subject (events.Request), so acknowledgements go only to
+// recorders.
+func ensureAudit(ctx context.Context, js jetstream.JetStream, cfg Config, owner bool) error {
+	copies := replicas(cfg)
+	if !owner {
+		// A part that makes the stream for a deployment with no bus
+		// owner (or before the owner got to it) keeps as many copies as
+		// the owner would: 3 when the connection knows of 3 servers.
+		if cfg.Replicas == 0 && len(js.Conn().Servers()) >= 3 {
+			copies = 3
+		}
+		if s, err := js.Stream(ctx, events.AuditStream); err == nil {
+			cfg := s.CachedInfo().Config
+			if !cfg.NoAck {
+				return nil
+			}
+			cfg.NoAck = false
+			if _, err := js.UpdateStream(ctx, cfg); err != nil {
+				return fmt.Errorf("audit stream %s does not acknowledge records, and could not be changed to: %w", events.AuditStream, err)
+			}
+			return nil
+		} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("audit stream %s: %w", events.AuditStream, err)
+		}
 	}
-	host, portText, err := net.SplitHostPort(c.Listen)
+	maxBytes := cfg.AuditMaxBytes
+	if maxBytes == 0 {
+		maxBytes = 1 << 30
+	}
+	deny := !cfg.AuditAllowDelete
+	if s, err := js.Stream(ctx, events.AuditStream); err == nil && s.CachedInfo().Config.DenyDelete {
+		deny = true // once refused, for good: JetStream cannot take it back
+	}
+	_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        events.AuditStream,
+		Description: "toolbus audit trail: every event under tool.>",
+		Subjects:    []string{events.SubjectAll},
+		Storage:     jetstream.FileStorage,
+		MaxAge:      cfg.AuditMaxAge,
+		MaxBytes:    maxBytes,
+		Discard:     jetstream.DiscardOld,
+		DenyDelete:  deny,
+		DenyPurge:   deny,
+		Replicas:    copies,
+	})
 	if err != nil {
-		return fmt.Errorf("cluster listen address %q: %w", c.Listen, err)
-	}
-	port, err := strconv.Atoi(portText)
-	if err != nil || port <= 0 || port > 65535 {
-		return fmt.Errorf("cluster listen address %q: the other nodes need a fixed port", c.Listen)
-	}
-	opts.Cluster = server.ClusterOpts{Name: c.Name, Host: host, Port: port}
-	if c.Secret != "" {
-		// Incoming routes must show it; outgoing ones show it.
-		opts.Cluster.Username, opts.Cluster.Password = auth.RouteUser, c.Secret
-	}
-	switch {
-	case c.TLSCertFile != "" && c.TLSKeyFile != "" && c.TLSCAFile != "":
-		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: c.TLSCertFile, KeyFile: c.TLSKeyFile, CaFile: c.TLSCAFile, Verify: true})
-		if err != nil {
-			return fmt.Errorf("cluster routes: TLS: %w", err)
-		}
-		// As nats-server's own config does for routes: strict, and a
-		// node is a client of the others too, checked against the CA.
-		tc.ClientAuth, tc.RootCAs = tls.RequireAndVerifyClientCert, tc.ClientCAs
-		opts.Cluster.TLSConfig, opts.Cluster.TLSTimeout = tc, 2
-	case c.TLSCertFile != "" || c.TLSKeyFile != "" || c.TLSCAFile != "":
-		return errors.New("cluster routes: TLS needs the node's certificate, its key and the CA of the nodes' certificates")
-	}
-	for _, r := range c.Routes {
-		u, err := url.Parse(strings.TrimSpace(r))
-		if err != nil || u.Scheme != "nats-route" || u.Hostname() == "" || u.Port() == "" {
-			return fmt.Errorf("cluster route %q: want nats-route://host:port", r)
-		}
-		if c.Secret != "" {
-			u.User = url.UserPassword(auth.RouteUser, c.Secret)
-		}
-		opts.Routes = append(opts.Routes, u)
-	}
-	opts.ServerName = c.ServerName
-	if opts.ServerName == "" {
-		// Unique per node, and the same at every start of it: JetStream
-		// knows its peers by name.
-		opts.ServerName = c.Name + "-" + portText
+		return fmt.Errorf("audit stream %s: %w", events.AuditStream, err)
 	}
 	return nil
 }
@@ -75,7 +76,7 @@ func replicas(cfg Config) int {
 	switch {
 	case cfg.Replicas > 0:
 		return cfg.Replicas
-	case cfg.Cluster.Name != "":
+	case cfg.Clustered:
 		return 3
 	}
 	return 1

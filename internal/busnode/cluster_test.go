@@ -1,4 +1,4 @@
-package bus_test
+package busnode_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/toolbus/toolbus/internal/auth"
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/bus/bustest"
+	"github.com/toolbus/toolbus/internal/busnode"
 	"github.com/toolbus/toolbus/internal/events"
 )
 
@@ -91,8 +92,8 @@ func TestClusterKeepsThreeCopies(t *testing.T) {
 func TestClusterConfigErrors(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for _, c := range []bus.Cluster{{Name: "c"}, {Name: "c", Listen: "127.0.0.1:0"}, {Name: "c", Listen: "nonsense"}, {Name: "c", Listen: "127.0.0.1:7000", Routes: []string{"::::"}}} {
-		if b, err := bus.Open(ctx, bus.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Cluster: c, Logger: bustest.Quiet()}); err == nil {
+	for _, c := range []busnode.Cluster{{Name: "c"}, {Name: "c", Listen: "127.0.0.1:0"}, {Name: "c", Listen: "nonsense"}, {Name: "c", Listen: "127.0.0.1:7000", Routes: []string{"::::"}}} {
+		if b, err := busnode.Start(ctx, busnode.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Cluster: c, Logger: bustest.Quiet()}); err == nil {
 			b.Close(ctx)
 			t.Errorf("%+v: started", c)
 		}
@@ -130,7 +131,7 @@ func TestANodeWithoutTheRouteSecretCannotJoin(t *testing.T) {
 		mu     sync.Mutex // the nodes are configured at once
 		routes []string
 	)
-	bustest.StartClusterWith(t, 3, 0, func(cfg *bus.Config) {
+	bustest.StartClusterWith(t, 3, 0, func(cfg *busnode.Config) {
 		cfg.Cluster.Secret = secret
 		mu.Lock()
 		routes = cfg.Cluster.Routes
@@ -145,8 +146,8 @@ func TestANodeWithoutTheRouteSecretCannotJoin(t *testing.T) {
 		l.Close()
 		said := make(lines, 1000)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		rogue, err := bus.Open(ctx, bus.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Name: "rogue", Logger: slog.New(said),
-			Cluster: bus.Cluster{Name: "toolbus-test", Listen: listen, Routes: routes, ServerName: "rogue", Secret: wrong}})
+		rogue, err := busnode.Start(ctx, busnode.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Name: "rogue", Logger: slog.New(said),
+			Cluster: busnode.Cluster{Name: "toolbus-test", Listen: listen, Routes: routes, ServerName: "rogue", Secret: wrong}})
 		cancel()
 		if err == nil {
 			bustest.Stop(t, rogue)

@@ -1,4 +1,4 @@
-package bus_test
+package busnode_test
 
 import (
 	"bytes"
@@ -14,13 +14,18 @@ import (
 
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/bus/bustest"
+	"github.com/toolbus/toolbus/internal/busnode"
 	"github.com/toolbus/toolbus/internal/events"
 )
 
 func openWith(t *testing.T, dir, key string) (*bus.Bus, error) {
 	t.Helper()
-	return bus.Open(context.Background(), bus.Config{Listen: "127.0.0.1:0", DataDir: dir, Name: t.Name(), StoreKey: key,
+	n, err := busnode.Start(context.Background(), busnode.Config{Listen: "127.0.0.1:0", DataDir: dir, Name: t.Name(), StoreKey: key,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		return nil, err
+	}
+	return n.Bus, nil
 }
 
 func auditMsgs(t *testing.T, b *bus.Bus) uint64 {
