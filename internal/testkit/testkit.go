@@ -208,3 +208,14 @@ func OpenFiles(t testing.TB, part string) int {
 	}
 	return n
 }
+
+// Heavy skips the test in the fast tier (go test -short): it needs what
+// the fast tier leaves out, named by needs (npm peers, a browser, a
+// 3-node cluster, a soak or a flood). The full suite (scripts/test.sh)
+// runs it.
+func Heavy(tb testing.TB, needs string) {
+	tb.Helper()
+	if testing.Short() {
+		tb.Skipf("needs %s: not in the -short tier", needs)
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/busnode"
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 // Start runs an embedded bus for the length of the test, on a free port,
@@ -79,6 +80,7 @@ func StartCluster(tb testing.TB, n, replicas int) []*bus.Bus {
 // config (identities, say) before it starts.
 func StartClusterWith(tb testing.TB, n, replicas int, configure func(*busnode.Config)) []*bus.Bus {
 	tb.Helper()
+	testkit.Heavy(tb, fmt.Sprintf("a %d-node cluster", n))
 	routes := make([]string, n)
 	listens := make([]string, n)
 	for i := range n {

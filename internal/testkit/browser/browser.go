@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/chromedp/chromedp"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 // DefaultPath is where Debian's chromium package puts the browser.
@@ -22,6 +23,7 @@ const DefaultPath = "/usr/bin/chromium"
 // skipped browser would hide the tests that need it.
 func Path(tb testing.TB) string {
 	tb.Helper()
+	testkit.Heavy(tb, "headless Chromium")
 	path := os.Getenv("TOOLBUS_CHROMIUM")
 	if path == "" {
 		path = DefaultPath

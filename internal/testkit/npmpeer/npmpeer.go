@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 // The peers Require knows, by the name a test asks for.
@@ -60,6 +62,7 @@ func Dir() string {
 // command that installs it, or fails under CI=true.
 func Require(t testing.TB, what string) string {
 	t.Helper()
+	testkit.Heavy(t, "npm peer "+what)
 	rel, ok := paths[what]
 	if !ok {
 		t.Fatalf("npmpeer: no peer called %q", what)
@@ -75,6 +78,7 @@ func Require(t testing.TB, what string) string {
 // there is none the test skips, or fails under CI=true.
 func Node(t testing.TB) string {
 	t.Helper()
+	testkit.Heavy(t, "node and npm peers")
 	path, err := exec.LookPath("node")
 	if err != nil {
 		missing(t, "node is not installed (%v): install Node.js (apt-get install nodejs npm), then run ./scripts/test.sh", err)
