@@ -24,7 +24,7 @@ import (
 // one it accepts decides; one it refuses is acknowledged as refused,
 // recorded, and the wait goes on. Nothing here ever defaults to
 // proceeding.
-func (c *call) confirm(d policy.Decision, args map[string]any) (*events.ConfirmAnswer, events.ErrorType, string) {
+func (c *call) confirm(d policy.Decision, args map[string]any) (*events.ConfirmAnswer, *stop) {
 	e := c.e
 	pol := e.policy.Load()
 	in := c.input(args, c.paths, c.hardLinks, c.shell)
@@ -33,7 +33,7 @@ func (c *call) confirm(d policy.Decision, args map[string]any) (*events.ConfirmA
 	// tool.confirm need be connected.
 	callerAsks := c.inv.CallerConfirms && c.reply != "" && pol.ElicitationAllowed(c.ctx, in)
 	if !callerAsks && !e.approverPresent(c.ctx) {
-		return nil, events.ErrPolicyDenied, fmt.Sprintf("The policy asks for confirmation (%s), but no approver is connected to give it, so the call is denied.", d.Reason)
+		return nil, &stop{events.ErrPolicyDenied, fmt.Sprintf("The policy asks for confirmation (%s), but no approver is connected to give it, so the call is denied.", d.Reason)}
 	}
 	req := c.confirmRequest(d, pol, in)
 	req.CallerMayAnswer = callerAsks
@@ -46,12 +46,12 @@ func (c *call) confirm(d policy.Decision, args map[string]any) (*events.ConfirmA
 	req.AnswerTo = events.AnswerSubjectPrefix + nuid.Next()
 	answers, err := e.nc.SubscribeSync(req.AnswerTo + ".>")
 	if err != nil {
-		return nil, events.ErrPolicyDenied, "confirmation failed, so the call is denied: " + err.Error()
+		return nil, &stop{events.ErrPolicyDenied, "confirmation failed, so the call is denied: " + err.Error()}
 	}
 	defer answers.Unsubscribe()
 	data, err := events.Encode(req)
 	if err != nil {
-		return nil, events.ErrPolicyDenied, "confirmation request does not encode: " + err.Error()
+		return nil, &stop{events.ErrPolicyDenied, "confirmation request does not encode: " + err.Error()}
 	}
 	c.step("confirming", d.Reason)
 	ctx, cancel := context.WithTimeout(c.ctx, e.cfg.ConfirmTimeout)
@@ -60,7 +60,7 @@ func (c *call) confirm(d policy.Decision, args map[string]any) (*events.ConfirmA
 	// it even when a node was lost on the way; it has no reply subject:
 	// the answers go to AnswerSubject(req.AnswerTo, ...).
 	if err := e.rec.Record(events.SubjectConfirm, data); err != nil {
-		return nil, events.ErrPolicyDenied, "confirmation failed, so the call is denied: " + err.Error()
+		return nil, &stop{events.ErrPolicyDenied, "confirmation failed, so the call is denied: " + err.Error()}
 	}
 	if callerAsks {
 		m := nats.NewMsg(c.reply)
@@ -82,7 +82,7 @@ func (c *call) confirm(d policy.Decision, args map[string]any) (*events.ConfirmA
 				errType, reason = events.ErrConfirmationTimeout, fmt.Sprintf("No approver answered within %s, so the call is denied.", e.cfg.ConfirmTimeout)
 			}
 			e.publish(events.SubjectConfirmClosed, &events.ConfirmClosed{Header: events.Header{Sender: e.id}, InvocationID: c.inv.ID, ErrorType: errType, Reason: reason})
-			return nil, errType, reason
+			return nil, &stop{errType, reason}
 		}
 		answer, err := events.Decode[events.ConfirmAnswer](msg.Data)
 		if err != nil {
@@ -122,11 +122,11 @@ func (c *call) confirm(d policy.Decision, args map[string]any) (*events.ConfirmA
 			if answer.Message != "" {
 				reason = fmt.Sprintf("%s cancelled the call: %s", answer.Sender.ID, answer.Message)
 			}
-			return nil, events.ErrUserCancelled, reason
+			return nil, &stop{events.ErrUserCancelled, reason}
 		case events.ProceedAlways, events.ProceedAlwaysServer, events.ProceedAlwaysTool:
 			c.remember(d, answer)
 		}
-		return answer, "", ""
+		return answer, nil
 	}
 }
 

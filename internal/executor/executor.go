@@ -393,7 +393,7 @@ func (e *Executor) Stop(ctx context.Context) error {
 	case <-ctx.Done():
 		e.mu.Lock()
 		for _, c := range e.running {
-			c.stop(errShutdown)
+			c.interrupt(errShutdown)
 		}
 		e.mu.Unlock()
 		<-done
@@ -549,7 +549,7 @@ func (e *Executor) handleCancel(m *nats.Msg) {
 				answer = events.GaveUpSent
 			}
 		}
-		c.stop(errors.New(reason))
+		c.interrupt(errors.New(reason))
 	case stopBatch != nil:
 		answer = "cancelled"
 		if req.GaveUp {

@@ -59,10 +59,10 @@ func (c *call) hookTool() hooks.Tool {
 // for a call the policy decided d about (ALLOW or ASK_USER). It returns
 // the decision to act on — d, or d made ASK_USER — or the error that ends
 // the call.
-func (c *call) preHooks(d policy.Decision) (policy.Decision, events.ErrorType, string) {
+func (c *call) preHooks(d policy.Decision) (policy.Decision, *stop) {
 	plan := c.hookPlan()
 	if plan == nil || len(plan.Pre) == 0 {
-		return d, "", ""
+		return d, nil
 	}
 	outs := c.runHooks(hooks.Pre, plan.Pre, plan.PreSequential, nil)
 	var asks []string
@@ -71,11 +71,11 @@ func (c *call) preHooks(d policy.Decision) (policy.Decision, events.ErrorType, s
 		name := fmt.Sprintf("hook %q (%s)", h.Label(), h.Dialect.EventName(hooks.Pre))
 		switch {
 		case o.Failure != "" && c.ctx.Err() != nil:
-			return d, events.ErrCancelled, fmt.Sprintf("%s was cancelled while %s ran: %v", c.tool.Name, name, context.Cause(c.ctx))
+			return d, &stop{events.ErrCancelled, fmt.Sprintf("%s was cancelled while %s ran: %v", c.tool.Name, name, context.Cause(c.ctx))}
 		case o.Failure != "":
-			return d, events.ErrPolicyDenied, fmt.Sprintf("%s failed, so the call is denied: the hook %s", name, o.Failure)
+			return d, &stop{events.ErrPolicyDenied, fmt.Sprintf("%s failed, so the call is denied: the hook %s", name, o.Failure)}
 		case o.Decision == hooks.Deny:
-			return d, events.ErrPolicyDenied, fmt.Sprintf("blocked by %s: %s", name, o.Message)
+			return d, &stop{events.ErrPolicyDenied, fmt.Sprintf("blocked by %s: %s", name, o.Message)}
 		case o.Decision == hooks.Ask:
 			reason := o.Message
 			if reason == "" {
@@ -85,7 +85,7 @@ func (c *call) preHooks(d policy.Decision) (policy.Decision, events.ErrorType, s
 		}
 	}
 	if len(asks) == 0 {
-		return d, "", ""
+		return d, nil
 	}
 	reason := strings.Join(asks, "; ")
 	if d.Verdict == events.Allow {
@@ -95,7 +95,7 @@ func (c *call) preHooks(d policy.Decision) (policy.Decision, events.ErrorType, s
 	} else {
 		d.Reason += "; " + reason
 	}
-	return d, "", ""
+	return d, nil
 }
 
 // postHooks runs the call's post hooks on res, the result of the tool's

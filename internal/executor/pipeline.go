@@ -144,21 +144,21 @@ func (e *Executor) accept(m *nats.Msg, forwarded bool) {
 	select {
 	case <-e.stopping:
 		e.mu.Unlock()
-		c.fail(events.ErrCancelled, errShutdown.Error())
+		c.end(halt(events.ErrCancelled, errShutdown.Error()))
 		return
 	default:
 	}
 	if e.abandoned.take(abandonKey(principal, inv.ID)) || e.abandoned.take(abandonKey(anyPrincipal, inv.ID)) {
 		e.mu.Unlock()
 		c.abandon()
-		c.fail(events.ErrCancelled, "The caller gave up on this call before it reached the executor; it was not run.")
+		c.end(halt(events.ErrCancelled, "The caller gave up on this call before it reached the executor; it was not run."))
 		return
 	}
 	if _, busy := e.running[inv.ID]; busy {
 		// Ids are the caller's choice; two live calls with one id could
 		// not be told apart when cancelled or stopped.
 		e.mu.Unlock()
-		c.fail(events.ErrInvalidParams, fmt.Sprintf("an invocation with id %q is already running on this executor; ids must be unique", inv.ID))
+		c.end(halt(events.ErrInvalidParams, fmt.Sprintf("an invocation with id %q is already running on this executor; ids must be unique", inv.ID)))
 		return
 	}
 	e.running[inv.ID] = c
@@ -171,7 +171,7 @@ func (e *Executor) accept(m *nats.Msg, forwarded bool) {
 		defer func() {
 			if r := recover(); r != nil {
 				e.log.Error("the pipeline crashed on a call", "invocation", inv.ID, "tool", inv.Tool, "panic", r, "stack", string(debug.Stack()))
-				c.fail(events.ErrExecutionFailed, fmt.Sprintf("the executor failed on this call: %v", r))
+				c.end(halt(events.ErrExecutionFailed, fmt.Sprintf("the executor failed on this call: %v", r)))
 			}
 		}()
 		c.mu.Lock()
@@ -246,7 +246,7 @@ func nameOf(t *events.Tool) string {
 func (e *Executor) refuse(m *nats.Msg, inv *events.Invocation, principal string, t *events.Tool, errType events.ErrorType, msg string) {
 	c := &call{e: e, inv: inv, reply: m.Reply, principal: principal, tool: t}
 	c.ctx, c.cancel = context.WithCancelCause(context.Background())
-	c.fail(errType, msg)
+	c.end(halt(errType, msg))
 }
 
 // hostsFor is the executors that may run a call of t for workspace: all
@@ -357,101 +357,112 @@ func (c *call) abandon() bool {
 // itself (the audit stream keeps the request); for ASK_USER the decision,
 // the confirmation request, the answer and a "started" step; each hook
 // run; progress; and the result, which carries the policy decision and
-// says why a call ended early.
+// says why a call ended early. Every way it ends goes through end.
 func (c *call) run(found bool) {
-	e, inv := c.e, c.inv
-	if !found {
-		c.fail(events.ErrToolNotFound, notFound(e.catalog.Catalog(), inv.Tool))
+	confirmed, st := c.admit(found)
+	if st != nil {
+		c.end(st.output())
 		return
 	}
-	if c.impl == nil {
-		c.fail(events.ErrToolNotFound, fmt.Sprintf("Tool %q is not hosted by executor %s.", c.tool.Name, e.id.ID))
-		return
-	}
-	if d := time.Duration(inv.TimeoutMillis) * time.Millisecond; inv.TimeoutMillis > e.cfg.MaxTimeout.Milliseconds() {
-		c.fail(events.ErrInvalidParams, fmt.Sprintf("timeoutMillis asks for %s; a call may ask for at most %s", d, e.cfg.MaxTimeout))
-		return
-	}
-	obs := e.observer
 	start := time.Now()
-	args, failure := c.validate(inv.Args)
-	obs.Stage("validate", time.Since(start))
-	if failure != "" {
-		c.fail(events.ErrInvalidParams, failure)
-		return
+	c.execute(confirmed)
+	c.e.observer.Stage("execute", time.Since(start))
+}
+
+// admit runs the steps before the tool: it resolves the tool, validates
+// the arguments and has them allowed (authorize). It returns whether a
+// person confirmed the call, or the stop that ends it.
+func (c *call) admit(found bool) (confirmed bool, st *stop) {
+	e, inv := c.e, c.inv
+	switch {
+	case !found:
+		return false, &stop{events.ErrToolNotFound, notFound(e.catalog.Catalog(), inv.Tool)}
+	case c.impl == nil:
+		return false, &stop{events.ErrToolNotFound, fmt.Sprintf("Tool %q is not hosted by executor %s.", c.tool.Name, e.id.ID)}
+	case inv.TimeoutMillis > e.cfg.MaxTimeout.Milliseconds():
+		d := time.Duration(inv.TimeoutMillis) * time.Millisecond
+		return false, &stop{events.ErrInvalidParams, fmt.Sprintf("timeoutMillis asks for %s; a call may ask for at most %s", d, e.cfg.MaxTimeout)}
 	}
-	confirmed := false
+	start := time.Now()
+	args, st := c.validate(inv.Args)
+	e.observer.Stage("validate", time.Since(start))
+	if st != nil {
+		return false, st
+	}
+	return c.authorize(args)
+}
+
+// maxModifications is how many times approvers may modify a call's
+// arguments before it is refused.
+const maxModifications = 3
+
+// authorize asks the policy, then the pre hooks, then, when either asks,
+// a person. Arguments an approver modified are validated and judged
+// again. It returns whether a person confirmed the call, or the stop
+// that ends it.
+func (c *call) authorize(args map[string]any) (confirmed bool, st *stop) {
+	obs := c.e.observer
 	for round := 0; ; round++ {
-		start = time.Now()
+		start := time.Now()
 		d := c.decide(args)
 		obs.Stage("policy", time.Since(start))
 		if d.Verdict == events.Allow || d.Verdict == events.AskUser {
-			var errType events.ErrorType
-			var msg string
-			if d, errType, msg = c.preHooks(d); errType != "" {
-				c.fail(errType, msg)
-				return
+			if d, st = c.preHooks(d); st != nil {
+				return confirmed, st
 			}
 		}
 		switch d.Verdict {
 		case events.Allow:
+			return confirmed, nil
 		case events.AskUser:
 			confirmed = true
 			start = time.Now()
-			answer, errType, msg := c.confirm(d, args)
+			answer, st := c.confirm(d, args)
 			obs.Stage("confirm", time.Since(start))
-			if errType != "" {
-				c.fail(errType, msg)
-				return
+			if st != nil || answer.Outcome != events.ModifyWithEditor {
+				return confirmed, st
 			}
-			if answer.Outcome == events.ModifyWithEditor {
-				if round >= 3 {
-					c.fail(events.ErrInvalidParams, "the arguments were modified too many times")
-					return
-				}
-				// New arguments: validated and judged again.
-				if args, failure = c.validate(answer.Args); failure != "" {
-					c.fail(events.ErrInvalidParams, "modified arguments: "+failure)
-					return
-				}
-				c.inv.Args, c.modified = answer.Args, true
-				continue
+			if round >= maxModifications {
+				return confirmed, &stop{events.ErrInvalidParams, "the arguments were modified too many times"}
 			}
+			// New arguments: validated and judged again.
+			if args, st = c.validate(answer.Args); st != nil {
+				st.Msg = "modified arguments: " + st.Msg
+				return confirmed, st
+			}
+			c.inv.Args, c.modified = answer.Args, true
 		default:
-			c.fail(events.ErrPolicyDenied, d.Reason)
-			return
+			return confirmed, &stop{events.ErrPolicyDenied, d.Reason}
 		}
-		break
 	}
-	start = time.Now()
-	c.execute(confirmed)
-	obs.Stage("execute", time.Since(start))
 }
 
 // validate checks the arguments against the schema, then the tool's own
-// checks. It returns the decoded arguments, or why they are invalid.
-func (c *call) validate(raw json.RawMessage) (map[string]any, string) {
+// checks. It returns the decoded arguments, or the stop that says why
+// they are invalid.
+func (c *call) validate(raw json.RawMessage) (map[string]any, *stop) {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		raw = json.RawMessage(`{}`)
 	}
+	invalid := func(msg string) (map[string]any, *stop) { return nil, &stop{events.ErrInvalidParams, msg} }
 	args, err := policy.DecodeArgs(raw)
 	if err != nil {
-		return nil, err.Error()
+		return invalid(err.Error())
 	}
 	sch, err := c.host.schema.compiled()
 	if err != nil {
-		return nil, fmt.Sprintf("Invalid parameters for %s: its own parameter schema cannot check them: %v", c.tool.Name, err)
+		return invalid(fmt.Sprintf("Invalid parameters for %s: its own parameter schema cannot check them: %v", c.tool.Name, err))
 	}
 	if err := validateArgs(sch, args); err != nil {
-		return nil, fmt.Sprintf("Invalid parameters for %s: %v", c.tool.Name, err)
+		return invalid(fmt.Sprintf("Invalid parameters for %s: %v", c.tool.Name, err))
 	}
 	if v, ok := c.impl.(tool.Validator); ok {
 		if err := v.ValidateArgs(raw); err != nil {
-			return nil, fmt.Sprintf("Invalid parameters for %s: %v", c.tool.Name, err)
+			return invalid(fmt.Sprintf("Invalid parameters for %s: %v", c.tool.Name, err))
 		}
 	}
 	c.inv.Args = raw
-	return args, ""
+	return args, nil
 }
 
 // decide asks the policy in force and records its decision, with the
@@ -545,31 +556,31 @@ func (c *call) execute(confirmed bool) {
 		c.step("started", fmt.Sprintf("deadline %s", c.timeout))
 	}
 	c.tc = tool.Call{ID: inv.ID, Args: inv.Args, Progress: c.progress, Refused: c.refused, Opened: c.opened, MaxOutput: e.cfg.MaxOutput}
-	out, err := c.runBounded()
-	c.ended(out, err)
+	c.end(c.outcome(c.runBounded()))
 }
 
-// ended sends the result of a tool run that returned out and err.
-func (c *call) ended(out *tool.Output, err error) {
-	if err != nil && out != nil {
+// outcome is what a tool run that returned out and err ends the call
+// with: out as the tool gave it, or the stop that says why it gave none.
+func (c *call) outcome(out *tool.Output, err error) ending {
+	if err == nil {
+		return ending{out: out, ran: true}
+	}
+	if out != nil {
 		out.Whole.Close()
 	}
 	switch {
-	case err != nil && errors.Is(context.Cause(c.ctx), errDeadline):
-		c.fail(events.ErrTimeout, fmt.Sprintf("%s did not finish within %s and was stopped", c.tool.Name, c.timeout))
-	case err != nil && c.ctx.Err() != nil:
-		c.fail(events.ErrCancelled, fmt.Sprintf("%s was cancelled: %v", c.tool.Name, context.Cause(c.ctx)))
-	case err != nil:
-		c.fail(events.ErrExecutionFailed, err.Error())
-	default:
-		c.complete(out, true)
+	case errors.Is(context.Cause(c.ctx), errDeadline):
+		return halt(events.ErrTimeout, fmt.Sprintf("%s did not finish within %s and was stopped", c.tool.Name, c.timeout))
+	case c.ctx.Err() != nil:
+		return halt(events.ErrCancelled, fmt.Sprintf("%s was cancelled: %v", c.tool.Name, context.Cause(c.ctx)))
 	}
+	return halt(events.ErrExecutionFailed, err.Error())
 }
 
-// stop ends the call's context with cause: its deadline passed, it was
-// cancelled by id, or the executor is shutting down. A running tool then
-// has stopGrace to return.
-func (c *call) stop(cause error) {
+// interrupt ends the call's context with cause: its deadline passed, it
+// was cancelled by id, or the executor is shutting down. A running tool
+// then has stopGrace to return.
+func (c *call) interrupt(cause error) {
 	c.cancel(cause)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -588,11 +599,11 @@ func (c *call) onTimer() {
 	stopping := c.stopping
 	c.mu.Unlock()
 	if !stopping {
-		c.stop(errDeadline)
+		c.interrupt(errDeadline)
 		return
 	}
 	c.e.log.Warn("a tool did not stop after its call ended; left to finish on its own", "tool", c.tool.Name, "invocation", c.inv.ID)
-	c.ended(nil, c.ctx.Err())
+	c.end(c.outcome(nil, c.ctx.Err()))
 }
 
 var errDeadline = errors.New("deadline")
@@ -701,18 +712,11 @@ func (c *call) step(name, detail string) {
 		Tool: nameOf(c.tool), Step: name, Detail: detail})
 }
 
-// fail ends the call with an error of type t.
-func (c *call) fail(t events.ErrorType, msg string) {
-	c.finish(tool.Failed(t, msg))
-}
-
-// finish sends the one terminal result of the call, and releases out's
-// spool whether or not it is the one sent.
-func (c *call) finish(out *tool.Output) { c.complete(out, false) }
-
-// complete is finish; ran says out is what the tool returned, which the
-// post hooks see before it is sent.
-func (c *call) complete(out *tool.Output, ran bool) {
+// end sends the one terminal result of the call, the first end it is
+// given, and releases the output's spool whether or not it is the one
+// sent. Every way a call ends comes here.
+func (c *call) end(how ending) {
+	out, ran := how.out, how.ran
 	defer out.Whole.Close()
 	c.once.Do(func() {
 		defer c.release()
