@@ -2,11 +2,24 @@ package executor
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/internal/events"
 )
+
+// liveness is what an executor knows to settle that each call has
+// exactly one terminal result (see above).
+type liveness struct {
+	abandoned idRing      // calls whose callers gave up before they came
+	finished  idRing      // calls and batches whose results were sent
+	sent      sentResults // the results sent lately, for callers that lost them
+	// invokeSubs are the subscriptions that hand out single invocations,
+	// and accepting counts the invocations being taken from them (behind).
+	invokeSubs []*nats.Subscription
+	accepting  atomic.Int64
+}
 
 // Exactly one terminal result per invocation, from both ends:
 //

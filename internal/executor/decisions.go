@@ -3,10 +3,24 @@ package executor
 import (
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/hooks"
 	"github.com/toolbus/toolbus/internal/policy"
 )
+
+// judging is what an executor decides calls with: the policy in force
+// and the directory it follows, the remembered approvals, the user's
+// hooks, and the decisions made lately.
+type judging struct {
+	policy    atomic.Pointer[policy.Policy]
+	watcher   *policy.Watcher
+	allowlist *allowlist
+	hooks     *hooks.Set    // nil without hooks
+	hookRuns  *hooks.Runner // runs them
+	decisions decisions
+}
 
 // Bounds of the decision cache; when one is reached it starts over. A
 // call with larger arguments (a file's content to write) is not cached at

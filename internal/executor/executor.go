@@ -115,35 +115,25 @@ type Config struct {
 }
 
 // Executor runs the invocations of the tools it hosts. Stop it with Stop.
+// Its state is grouped by concern, each group in the file of its own
+// concern: judging (decisions.go), hosting (hosting.go), outputStore
+// (output.go) and liveness (claims.go).
 type Executor struct {
-	cfg       Config
-	observer  Observer
-	nc        *nats.Conn
-	js        jetstream.JetStream
-	id        events.Identity
-	log       *slog.Logger
-	home      string
-	decisions decisions
+	cfg      Config
+	observer Observer
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	id       events.Identity
+	log      *slog.Logger
+	home     string
+	catalog  *catalog.Replica
 
-	catalog   *catalog.Replica
-	policy    atomic.Pointer[policy.Policy]
-	watcher   *policy.Watcher
-	allowlist *allowlist
-	hooks     *hooks.Set            // nil without hooks
-	hookRuns  *hooks.Runner         // runs them
-	outputs   jetstream.ObjectStore // over bulk
-	bulk      *nats.Conn            // the connection whole outputs take
-	storing   *semaphore.Weighted   // bytes on their way to outputs
-	abandoned idRing                // calls whose callers gave up before they came
-	finished  idRing                // calls and batches whose results were sent
-	sent      sentResults           // the results sent lately, for callers that lost them
-	reads     chan struct{}         // a token for each output read being served
+	judging
+	hosting
+	outputStore
+	liveness
 
 	subs []*nats.Subscription
-	// invokeSubs are those of subs that hand out single invocations, and
-	// accepting counts the invocations being taken from them (behind).
-	invokeSubs []*nats.Subscription
-	accepting  atomic.Int64
 	// beforeAccept, set by tests only, holds an invocation up where load
 	// would: before the executor has looked at it.
 	beforeAccept atomic.Pointer[func(*nats.Msg)]
@@ -154,16 +144,6 @@ type Executor struct {
 
 	invokerOnce sync.Once
 	invoker     *invoke.Client // runs the calls of batches
-
-	// The hosted tools, by scope, and the table calls look them up in
-	// (hosting.go). hostMu orders changes to them and their registration.
-	hostMu    sync.Mutex
-	sets      map[string]*toolSet
-	table     atomic.Pointer[toolTable]
-	registrar bool // the goroutine registering pending sets runs
-	// tableChanged is closed, and replaced, each time table is: a call
-	// for a tool whose registration is in flight waits for it (awaitHosted).
-	tableChanged atomic.Pointer[chan struct{}]
 
 	// toolRuns counts tool runs still going, including those whose call
 	// ended without them because they ignored their deadline.
@@ -216,10 +196,11 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 		log = slog.Default()
 	}
 	home, _ := os.UserHomeDir()
-	e := &Executor{cfg: cfg, nc: nc, js: js, id: cfg.Identity, log: log, sets: make(map[string]*toolSet),
-		home: home, running: make(map[string]*call), batches: make(map[string]batchRun),
-		workers: newWorkers(workerIdle), storing: semaphore.NewWeighted(storeInFlight), stopping: make(chan struct{}),
-		reads: make(chan struct{}, outputReadsAtOnce)}
+	e := &Executor{cfg: cfg, nc: nc, js: js, id: cfg.Identity, log: log, home: home,
+		hosting:     hosting{sets: make(map[string]*toolSet)},
+		outputStore: outputStore{storing: semaphore.NewWeighted(storeInFlight), reads: make(chan struct{}, outputReadsAtOnce)},
+		running:     make(map[string]*call), batches: make(map[string]batchRun),
+		workers: newWorkers(workerIdle), stopping: make(chan struct{})}
 	if err := e.hostBuiltins(); err != nil { // fills the lookup table
 		return nil, err
 	}

@@ -25,7 +25,7 @@ func TestCallsNoHookMatchesAllocateNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range []*hooks.Set{nil, set} {
-		e := &Executor{hooks: s}
+		e := &Executor{judging: judging{hooks: s}}
 		c := &call{e: e, host: h, tool: &events.Tool{Name: "read_file"}, inv: &events.Invocation{}, ctx: context.Background()}
 		d := policy.Decision{Verdict: events.Allow}
 		res := &events.Result{}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -15,6 +17,18 @@ import (
 	"github.com/toolbus/toolbus/internal/registry"
 	"github.com/toolbus/toolbus/internal/tool"
 )
+
+// hosting is the tools an executor hosts, by scope, and the table calls
+// look them up in. hostMu orders changes to them and their registration.
+type hosting struct {
+	hostMu    sync.Mutex
+	sets      map[string]*toolSet
+	table     atomic.Pointer[toolTable]
+	registrar bool // the goroutine registering pending sets runs
+	// tableChanged is closed, and replaced, each time table is: a call
+	// for a tool whose registration is in flight waits for it (awaitHosted).
+	tableChanged atomic.Pointer[chan struct{}]
+}
 
 // The tools an executor hosts come in sets, one per scope: the built-ins
 // it starts with, and, at run time, each MCP server's tools (later each

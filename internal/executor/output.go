@@ -11,12 +11,23 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/tool"
 )
+
+// outputStore is where an executor keeps whole outputs, and serves them to
+// their owners.
+type outputStore struct {
+	outputs jetstream.ObjectStore // over bulk
+	bulk    *nats.Conn            // the connection whole outputs take
+	storing *semaphore.Weighted   // bytes on their way to outputs
+	reads   chan struct{}         // a token for each output read being served
+}
 
 // What keeps results within what the bus carries: capOutput caps every
 // result at MaxContent characters, fit cuts further what still does not
