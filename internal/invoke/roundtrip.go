@@ -20,9 +20,9 @@ import (
 // the call (the one its heartbeats named, or any): one that does is
 // waited for, and so is one that is behind (it has invocations it has not
 // looked at yet, this one perhaps), until UnansweredFor. Only when none
-// does or may is the call lost. Whenever it gives up,
-// it tells the executors first (giveUp), so that a result still to come
-// is recorded as late.
+// does or may is the call lost. Whenever it gives up, it tells the
+// executors first (GiveUp), so that a result still to come is recorded as
+// late.
 func (c *Client) roundTrip(ctx context.Context, subject, id string, data []byte, w *Watch) (*nats.Msg, *failure, error) {
 	if err := c.start(); err != nil {
 		return nil, nil, err
@@ -43,99 +43,126 @@ func (c *Client) roundTrip(ctx context.Context, subject, id string, data []byte,
 	if err := c.nc.PublishMsg(&nats.Msg{Subject: subject, Reply: c.prefix + token, Data: data}); err != nil {
 		return nil, nil, err
 	}
-	answered := func(m *nats.Msg) (*nats.Msg, *failure, error) {
-		// Progress sent before the result is already queued (one
-		// subscription delivers in order): hand it over first.
-		for drained := false; !drained; {
-			select {
-			case ev := <-p.events:
-				w.progress(ev)
-			default:
-				drained = true
-			}
-		}
-		if m.Header.Get("Status") == "503" {
-			// A forwarded call found no one at the executor that hosts
-			// the tool: it is gone.
-			return nil, &failure{ToolError: events.ToolError{Type: events.ErrExecutorLost, Message: "The executor that hosts the tool is gone."}}, nil
-		}
-		return m, nil, nil
-	}
-	// giveUp ends the wait without the result: the executors hear it
-	// first, and one that sent the result already (it crossed the
-	// give-up) says so, and the result is waited for after all.
-	giveUp := func(reason string, fail events.ToolError) (*nats.Msg, *failure, error) {
-		if !c.GiveUp(id, reason) {
-			return nil, &failure{ToolError: fail}, nil
-		}
-		t := time.NewTimer(claimWait)
-		defer t.Stop()
-		select {
-		case m := <-p.result:
-			return answered(m)
-		case <-t.C:
-			return nil, &failure{ToolError: fail, recorded: true}, nil
-		}
-	}
+	wt := &wait{c: c, p: p, id: id, token: token, w: w, heard: time.Now()}
 	lost := time.NewTimer(LostAfter)
 	defer lost.Stop()
-	executor := ""      // the one that runs the call, once a heartbeat names it
-	heard := time.Now() // the last heartbeat, progress or claim
 	for {
 		select {
 		case m := <-p.result:
-			return answered(m)
+			return wt.answered(m)
 		case m := <-p.confirm:
 			c.confirm(m, w)
-			heard = time.Now()
+			wt.heard = time.Now()
 			lost.Reset(LostAfter)
 		case m := <-p.events:
 			w.progress(m)
 			if x := m.Header.Get(events.ExecutorHeader); x != "" {
-				executor = x
+				wt.executor = x
 			}
-			heard = time.Now()
+			wt.heard = time.Now()
 			lost.Reset(LostAfter)
 		case <-lost.C:
-			switch c.claim(ctx, id, &executor) {
-			case claimed:
-				heard = time.Now()
-				lost.Reset(LostAfter)
+			if next, silent := wt.silence(ctx); !silent {
+				lost.Reset(next)
 				continue
-			case unanswered:
-				// The executors that should answer are connected (one
-				// that is gone gives "no responders") but silent:
-				// overloaded, frozen or cut off. They are asked again
-				// until UnansweredFor.
-				if time.Since(heard) < UnansweredFor {
-					lost.Reset(HeartbeatEvery)
-					continue
-				}
-			}
-			if ctx.Err() != nil {
-				continue // the caller's own deadline, reported as such
 			}
 			if m := c.fence(p, token); m != nil {
-				return answered(m)
+				return wt.answered(m)
 			}
-			silent := time.Since(heard).Round(time.Second)
-			return giveUp(fmt.Sprintf("no executor runs the call: none answered for %s, and none claims it", silent),
+			silent := time.Since(wt.heard).Round(time.Second)
+			return wt.giveUp(fmt.Sprintf("no executor runs the call: none answered for %s, and none claims it", silent),
 				events.ToolError{Type: events.ErrExecutorLost, Message: fmt.Sprintf("No executor answered or reported progress for %s, and none claims the call; the executor that took it is gone or none is running.", silent)})
 		case <-ctx.Done():
 			select {
 			case m := <-p.result:
 				// The result came with the deadline: it is the call's
 				// one terminal result, not a late one.
-				return answered(m)
+				return wt.answered(m)
 			default:
 			}
 			t := events.ErrCancelled
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				t = events.ErrTimeout
 			}
-			return giveUp("the caller stopped waiting: "+ctx.Err().Error(),
+			return wt.giveUp("the caller stopped waiting: "+ctx.Err().Error(),
 				events.ToolError{Type: t, Message: "The call did not finish before the caller's deadline; it was cancelled."})
 		}
+	}
+}
+
+// wait is one call's wait for its answer in roundTrip.
+type wait struct {
+	c     *Client
+	p     *pending
+	id    string // the invocation's or batch's id
+	token string // the reply subject's last token
+	w     *Watch
+	// executor is the one that runs the call, once a heartbeat or a
+	// claim names it; heard is when the last heartbeat, progress or
+	// claim came.
+	executor string
+	heard    time.Time
+}
+
+// silence is what a wait does when nothing was heard for a while: it asks
+// whether an executor still runs the call (claim). It returns how long
+// to wait before asking again, or silent when no executor does or may,
+// and the call is to be given up. A caller whose own deadline passed
+// waits on: the deadline is reported as such.
+func (wt *wait) silence(ctx context.Context) (next time.Duration, silent bool) {
+	switch wt.c.claim(ctx, wt.id, &wt.executor) {
+	case claimed:
+		wt.heard = time.Now()
+		return LostAfter, false
+	case unanswered:
+		// The executors that should answer are connected (one that is
+		// gone gives "no responders") but silent: overloaded, frozen or
+		// cut off. They are asked again until UnansweredFor.
+		if time.Since(wt.heard) < UnansweredFor {
+			return HeartbeatEvery, false
+		}
+	}
+	if ctx.Err() != nil {
+		return LostAfter, false
+	}
+	return 0, true
+}
+
+// answered hands over the progress queued before the answer m, and
+// returns m, or the failure of a forwarded call that found no one.
+func (wt *wait) answered(m *nats.Msg) (*nats.Msg, *failure, error) {
+	// Progress sent before the result is already queued (one
+	// subscription delivers in order): hand it over first.
+	for drained := false; !drained; {
+		select {
+		case ev := <-wt.p.events:
+			wt.w.progress(ev)
+		default:
+			drained = true
+		}
+	}
+	if m.Header.Get("Status") == "503" {
+		// A forwarded call found no one at the executor that hosts the
+		// tool: it is gone.
+		return nil, &failure{ToolError: events.ToolError{Type: events.ErrExecutorLost, Message: "The executor that hosts the tool is gone."}}, nil
+	}
+	return m, nil, nil
+}
+
+// giveUp ends the wait without the result: the executors hear it first,
+// and one that sent the result already (it crossed the give-up) says so,
+// and the result is waited for after all.
+func (wt *wait) giveUp(reason string, fail events.ToolError) (*nats.Msg, *failure, error) {
+	if !wt.c.GiveUp(wt.id, reason) {
+		return nil, &failure{ToolError: fail}, nil
+	}
+	t := time.NewTimer(claimWait)
+	defer t.Stop()
+	select {
+	case m := <-wt.p.result:
+		return wt.answered(m)
+	case <-t.C:
+		return nil, &failure{ToolError: fail, recorded: true}, nil
 	}
 }
 
