@@ -157,114 +157,130 @@ type Executor struct {
 	stopping chan struct{}
 }
 
-// Start loads the catalogue and the allowlist, registers the hosted tools
-// and starts taking invocations.
-func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Executor, error) {
-	if cfg.Identity.ID == "" {
-		return nil, errors.New("executor: no identity given")
-	}
+// withDefaults is cfg with every unset limit at its default.
+func (cfg Config) withDefaults() Config {
 	if cfg.Identity.Role == "" {
 		// The registry watches what registers as an executor.
 		cfg.Identity.Role = "executor"
 	}
+	setDefault(&cfg.Timeout, DefaultTimeout)
+	setDefault(&cfg.MaxTimeout, DefaultMaxTimeout)
+	setDefault(&cfg.ConfirmTimeout, DefaultConfirmTimeout)
+	setDefault(&cfg.MaxContent, DefaultMaxContent)
+	setDefault(&cfg.MaxOutput, tool.DefaultMaxOutput)
+	setDefault(&cfg.OutputStoreBytes, DefaultOutputStoreBytes)
+	setDefault(&cfg.OutputStoreTTL, DefaultOutputStoreTTL)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = noObserver{}
+	}
+	return cfg
+}
+
+// setDefault sets *v to def when it is not positive.
+func setDefault[T int | int64 | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
+}
+
+// Validate reports what is missing or wrong in cfg.
+func (cfg Config) Validate() error {
+	if cfg.Identity.ID == "" {
+		return errors.New("executor: no identity given")
+	}
 	if cfg.Policy == nil {
-		return nil, errors.New("executor: no policy given")
+		return errors.New("executor: no policy given")
 	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = DefaultTimeout
+	if !cfg.Hooks.Empty() {
+		if err := cfg.Hooks.Validate(); err != nil {
+			return fmt.Errorf("executor: %w", err)
+		}
 	}
-	if cfg.MaxTimeout <= 0 {
-		cfg.MaxTimeout = DefaultMaxTimeout
-	}
-	if cfg.ConfirmTimeout <= 0 {
-		cfg.ConfirmTimeout = DefaultConfirmTimeout
-	}
-	if cfg.MaxContent <= 0 {
-		cfg.MaxContent = DefaultMaxContent
-	}
-	if cfg.MaxOutput <= 0 {
-		cfg.MaxOutput = tool.DefaultMaxOutput
-	}
-	if cfg.OutputStoreBytes <= 0 {
-		cfg.OutputStoreBytes = DefaultOutputStoreBytes
-	}
-	if cfg.OutputStoreTTL <= 0 {
-		cfg.OutputStoreTTL = DefaultOutputStoreTTL
-	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
+	return nil
+}
+
+// Start loads the catalogue and the allowlist, registers the hosted tools
+// and starts taking invocations. On failure, what it started is stopped,
+// in one place.
+func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Config) (_ *Executor, err error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	home, _ := os.UserHomeDir()
-	e := &Executor{cfg: cfg, nc: nc, js: js, id: cfg.Identity, log: log, home: home,
+	e := &Executor{cfg: cfg, nc: nc, js: js, id: cfg.Identity, log: cfg.Logger, home: home, observer: cfg.Observer,
 		hosting:     hosting{sets: make(map[string]*toolSet)},
 		outputStore: outputStore{storing: semaphore.NewWeighted(storeInFlight), reads: make(chan struct{}, outputReadsAtOnce)},
 		running:     make(map[string]*call), batches: make(map[string]batchRun),
 		workers: newWorkers(workerIdle), stopping: make(chan struct{})}
+	defer func() {
+		switch {
+		case err == nil:
+		case len(e.subs) > 0:
+			e.Stop(context.Background()) // it may have taken calls, and is listed
+		default:
+			e.closeFollowers()
+		}
+	}()
 	if err := e.hostBuiltins(); err != nil { // fills the lookup table
 		return nil, err
 	}
 	if !cfg.Hooks.Empty() {
-		if err := cfg.Hooks.Validate(); err != nil {
+		if e.hookRuns, err = hooks.NewRunner(cfg.Workspace); err != nil {
 			return nil, fmt.Errorf("executor: %w", err)
 		}
-		runner, err := hooks.NewRunner(cfg.Workspace)
-		if err != nil {
-			return nil, fmt.Errorf("executor: %w", err)
-		}
-		e.hooks, e.hookRuns = cfg.Hooks, runner
-	}
-	e.observer = cfg.Observer
-	if e.observer == nil {
-		e.observer = noObserver{}
+		e.hooks = cfg.Hooks
 	}
 	e.SetPolicy(cfg.Policy)
-
-	var err error
-	// nats.go makes an object store's stream with DiscardNew: a full store
-	// refuses the chunks of a new object (and Put removes those it took)
-	// instead of dropping the oldest chunks, which would corrupt objects
-	// stored before. An existing bucket gets the limits on update.
-	if _, err = bus.EnsureObjectStore(ctx, js, jetstream.ObjectStoreConfig{
-		Bucket:      events.OutputBucket,
-		Description: "toolbus: whole outputs of calls whose result was capped",
-		Storage:     jetstream.FileStorage,
-		TTL:         cfg.OutputStoreTTL,
-		MaxBytes:    cfg.OutputStoreBytes,
-	}); err != nil {
-		return nil, fmt.Errorf("executor: output store: %w", err)
-	}
-	if e.outputs, err = e.openBulk(ctx); err != nil {
-		return nil, fmt.Errorf("executor: output store: %w", err)
-	}
-	if e.allowlist, err = openAllowlist(ctx, js, log); err != nil {
-		e.closeFollowers()
-		return nil, fmt.Errorf("executor: %w", err)
-	}
-	if e.catalog, err = catalog.Follow(ctx, js, log); err != nil {
-		e.allowlist.close()
-		return nil, fmt.Errorf("executor: %w", err)
-	}
-	if e.rec, err = bus.NewRecorder(nc, log); err != nil {
-		e.closeFollowers()
-		return nil, fmt.Errorf("executor: %w", err)
-	}
-	if e.watcher, err = policy.Watch(ctx, js, policy.WatchConfig{Dir: cfg.PolicyDir, Current: cfg.Policy.Revision(),
-		Apply: e.SetPolicy, Report: e.reportPolicy, Logger: log}); err != nil {
-		e.closeFollowers()
+	if err := e.follow(ctx); err != nil {
 		return nil, fmt.Errorf("executor: %w", err)
 	}
 	// Listen before the tools are listed: a tool in the catalogue must be
 	// callable, also when another executor forwards a call to this one.
 	if err := e.subscribe(); err != nil {
-		e.Stop(context.Background())
 		return nil, err
 	}
 	if err := e.registerBuiltins(ctx); err != nil {
-		e.Stop(context.Background())
 		return nil, err
 	}
 	return e, nil
+}
+
+// follow opens what the executor keeps and follows on the bus: the output
+// store, the allowlist, the catalogue, the recorder of its events and the
+// policy pushed to the fleet (closeFollowers closes them).
+func (e *Executor) follow(ctx context.Context) (err error) {
+	// nats.go makes an object store's stream with DiscardNew: a full store
+	// refuses the chunks of a new object (and Put removes those it took)
+	// instead of dropping the oldest chunks, which would corrupt objects
+	// stored before. An existing bucket gets the limits on update.
+	if _, err = bus.EnsureObjectStore(ctx, e.js, jetstream.ObjectStoreConfig{
+		Bucket:      events.OutputBucket,
+		Description: "toolbus: whole outputs of calls whose result was capped",
+		Storage:     jetstream.FileStorage,
+		TTL:         e.cfg.OutputStoreTTL,
+		MaxBytes:    e.cfg.OutputStoreBytes,
+	}); err != nil {
+		return fmt.Errorf("output store: %w", err)
+	}
+	if e.outputs, err = e.openBulk(ctx); err != nil {
+		return fmt.Errorf("output store: %w", err)
+	}
+	if e.allowlist, err = openAllowlist(ctx, e.js, e.log); err != nil {
+		return err
+	}
+	if e.catalog, err = catalog.Follow(ctx, e.js, e.log); err != nil {
+		return err
+	}
+	if e.rec, err = bus.NewRecorder(e.nc, e.log); err != nil {
+		return err
+	}
+	e.watcher, err = policy.Watch(ctx, e.js, policy.WatchConfig{Dir: e.cfg.PolicyDir, Current: e.cfg.Policy.Revision(),
+		Apply: e.SetPolicy, Report: e.reportPolicy, Logger: e.log})
+	return err
 }
 
 func (e *Executor) subscribe() error {
