@@ -19,50 +19,83 @@ import (
 )
 
 // confirm asks the approvers about a call the policy sent to ASK_USER. It
-// returns the answer to act on, or the error that ends the call. Every
+// returns the answer to act on, or the stop that ends the call. Every
 // answer is put to the policy (data.toolbus.approver_allowed): the first
 // one it accepts decides; one it refuses is acknowledged as refused,
 // recorded, and the wait goes on. Nothing here ever defaults to
 // proceeding.
 func (c *call) confirm(d policy.Decision, args map[string]any) (*events.ConfirmAnswer, *stop) {
 	e := c.e
-	pol := e.policy.Load()
-	in := c.input(args, c.paths, c.hardLinks, c.shell)
+	q := &question{pol: e.policy.Load()}
+	q.in = c.input(args, c.paths, c.hardLinks, c.shell)
 	// The caller's own user is asked too when the caller can ask them
 	// and the policy lets them answer this call; then no approver on
 	// tool.confirm need be connected.
-	callerAsks := c.inv.CallerConfirms && c.reply != "" && pol.ElicitationAllowed(c.ctx, in)
-	if !callerAsks && !e.approverPresent(c.ctx) {
+	q.callerAsks = c.inv.CallerConfirms && c.reply != "" && q.pol.ElicitationAllowed(c.ctx, q.in)
+	if !q.callerAsks && !e.approverPresent(c.ctx) {
 		return nil, &stop{events.ErrPolicyDenied, fmt.Sprintf("The policy asks for confirmation (%s), but no approver is connected to give it, so the call is denied.", d.Reason)}
 	}
-	req := c.confirmRequest(d, pol, in)
-	req.CallerMayAnswer = callerAsks
+	q.req = c.confirmRequest(d, q.pol, q.in)
+	q.req.CallerMayAnswer = q.callerAsks
 	// Answers come to an inbox of this call's own, as requests the
 	// executor acknowledges; the request names it in its body too, so an
 	// approver that reads it from the audit stream can answer.
 	// Each answerer sends on a subject below it that names its role and
 	// its principal (events.AnswerSubject), which the bus lets each
 	// identity publish only with its own name.
-	req.AnswerTo = events.AnswerSubjectPrefix + nuid.Next()
-	answers, err := e.nc.SubscribeSync(req.AnswerTo + ".>")
+	q.req.AnswerTo = events.AnswerSubjectPrefix + nuid.Next()
+	answers, err := e.nc.SubscribeSync(q.req.AnswerTo + ".>")
 	if err != nil {
 		return nil, &stop{events.ErrPolicyDenied, "confirmation failed, so the call is denied: " + err.Error()}
 	}
 	defer answers.Unsubscribe()
-	data, err := events.Encode(req)
-	if err != nil {
-		return nil, &stop{events.ErrPolicyDenied, "confirmation request does not encode: " + err.Error()}
-	}
-	c.step("confirming", d.Reason)
 	ctx, cancel := context.WithTimeout(c.ctx, e.cfg.ConfirmTimeout)
 	defer cancel()
-	// Recorded, so that an approver that follows the audit stream sees
-	// it even when a node was lost on the way; it has no reply subject:
-	// the answers go to AnswerSubject(req.AnswerTo, ...).
-	if err := e.rec.Record(events.SubjectConfirm, data); err != nil {
-		return nil, &stop{events.ErrPolicyDenied, "confirmation failed, so the call is denied: " + err.Error()}
+	if st := c.ask(q, d.Reason); st != nil {
+		return nil, st
 	}
-	if callerAsks {
+	answer, st := c.awaitAnswer(ctx, q, answers)
+	if st != nil {
+		return nil, st
+	}
+	switch answer.Outcome {
+	case events.Cancel:
+		reason := fmt.Sprintf("%s cancelled the call.", answer.Sender.ID)
+		if answer.Message != "" {
+			reason = fmt.Sprintf("%s cancelled the call: %s", answer.Sender.ID, answer.Message)
+		}
+		return nil, &stop{events.ErrUserCancelled, reason}
+	case events.ProceedAlways, events.ProceedAlwaysServer, events.ProceedAlwaysTool:
+		c.remember(d, answer)
+	}
+	return answer, nil
+}
+
+// question is what a call asks its approvers, and what their answers are
+// judged by.
+type question struct {
+	req        *events.ConfirmRequest
+	pol        *policy.Policy // the policy the question was asked under
+	in         *policy.Input  // what it was shown of the call
+	callerAsks bool           // the caller's own user is asked too
+	refusals   int            // answers the policy refused so far
+}
+
+// ask sends the question: recorded, so that an approver that follows the
+// audit stream sees it even when a node was lost on the way, and to the
+// caller when its user is asked. It has no reply subject: the answers go
+// to AnswerSubject(req.AnswerTo, ...).
+func (c *call) ask(q *question, reason string) *stop {
+	e := c.e
+	data, err := events.Encode(q.req)
+	if err != nil {
+		return &stop{events.ErrPolicyDenied, "confirmation request does not encode: " + err.Error()}
+	}
+	c.step("confirming", reason)
+	if err := e.rec.Record(events.SubjectConfirm, data); err != nil {
+		return &stop{events.ErrPolicyDenied, "confirmation failed, so the call is denied: " + err.Error()}
+	}
+	if q.callerAsks {
 		m := nats.NewMsg(c.reply)
 		m.Header.Set(events.KindHeader, events.KindConfirm)
 		m.Data = data
@@ -70,64 +103,71 @@ func (c *call) confirm(d policy.Decision, args map[string]any) (*events.ConfirmA
 			e.log.Warn("the confirmation request did not reach the caller; the approvers may still answer", "invocation", c.inv.ID, "err", err)
 		}
 	}
-	refusals := 0
+	return nil
+}
+
+// awaitAnswer waits for the first answer the policy accepts, until ctx
+// ends; the wait's end is recorded (ConfirmClosed) when no answer came.
+func (c *call) awaitAnswer(ctx context.Context, q *question, answers *nats.Subscription) (*events.ConfirmAnswer, *stop) {
+	e := c.e
 	for {
 		msg, err := answers.NextMsgWithContext(ctx)
 		if err != nil {
-			errType, reason := events.ErrPolicyDenied, "confirmation failed, so the call is denied: "+err.Error()
+			st := &stop{events.ErrPolicyDenied, "confirmation failed, so the call is denied: " + err.Error()}
 			switch {
 			case c.ctx.Err() != nil:
-				errType, reason = events.ErrCancelled, fmt.Sprintf("cancelled while waiting for confirmation: %v", context.Cause(c.ctx))
+				st = &stop{events.ErrCancelled, fmt.Sprintf("cancelled while waiting for confirmation: %v", context.Cause(c.ctx))}
 			case errors.Is(err, context.DeadlineExceeded):
-				errType, reason = events.ErrConfirmationTimeout, fmt.Sprintf("No approver answered within %s, so the call is denied.", e.cfg.ConfirmTimeout)
+				st = &stop{events.ErrConfirmationTimeout, fmt.Sprintf("No approver answered within %s, so the call is denied.", e.cfg.ConfirmTimeout)}
 			}
-			e.publish(events.SubjectConfirmClosed, &events.ConfirmClosed{Header: events.Header{Sender: e.id}, InvocationID: c.inv.ID, ErrorType: errType, Reason: reason})
-			return nil, &stop{errType, reason}
+			e.publish(events.SubjectConfirmClosed, &events.ConfirmClosed{Header: events.Header{Sender: e.id}, InvocationID: c.inv.ID, ErrorType: st.Type, Reason: st.Msg})
+			return nil, st
 		}
-		answer, err := events.Decode[events.ConfirmAnswer](msg.Data)
-		if err != nil {
-			e.log.Warn("ignoring a confirmation answer that does not decode", "invocation", c.inv.ID, "err", err)
-			c.ack(msg, false, "the answer is not valid: "+err.Error())
-			continue
+		if answer := c.accepted(ctx, q, msg); answer != nil {
+			return answer, nil
 		}
-		if answer.InvocationID != c.inv.ID {
-			c.ack(msg, false, fmt.Sprintf("the answer is for invocation %q, not %q", answer.InvocationID, c.inv.ID))
-			continue
-		}
-		if err := c.bindAnswerer(req, msg.Subject, &answer.Sender, callerAsks); err != nil {
-			c.ack(msg, false, err.Error())
-			if refusals++; refusals <= maxRecordedRefusals {
-				e.publish(events.SubjectConfirmRejected, &events.ConfirmRejected{Header: events.Header{Sender: e.id}, InvocationID: c.inv.ID, Answer: *answer, Reason: err.Error()})
-			}
-			continue
-		}
-		if ok, reason := pol.ApproverAllowed(ctx, in, answer.Sender, answer.Outcome); !ok {
-			c.ack(msg, false, reason)
-			// Each refusal is recorded, up to a bound: a client that sends
-			// refused answers in a loop must not flood the audit stream.
-			if refusals++; refusals <= maxRecordedRefusals {
-				e.publish(events.SubjectConfirmRejected, &events.ConfirmRejected{Header: events.Header{Sender: e.id}, InvocationID: c.inv.ID, Answer: *answer, Reason: reason})
-				c.step("approver-refused", answer.Sender.ID+": "+reason)
-			} else if refusals == maxRecordedRefusals+1 {
-				e.log.Warn("more refused answers than are recorded for one call", "invocation", c.inv.ID, "recorded", maxRecordedRefusals)
-			}
-			continue
-		}
-		c.ack(msg, true, "")
-		e.publish(events.SubjectConfirmAnswered, answer)
-		c.step("confirmed", string(answer.Outcome)+" by "+answer.Sender.ID)
-		switch answer.Outcome {
-		case events.Cancel:
-			reason := fmt.Sprintf("%s cancelled the call.", answer.Sender.ID)
-			if answer.Message != "" {
-				reason = fmt.Sprintf("%s cancelled the call: %s", answer.Sender.ID, answer.Message)
-			}
-			return nil, &stop{events.ErrUserCancelled, reason}
-		case events.ProceedAlways, events.ProceedAlwaysServer, events.ProceedAlwaysTool:
-			c.remember(d, answer)
-		}
-		return answer, nil
 	}
+}
+
+// accepted is the answer msg holds when it is valid, for this call, from
+// whom the subject it came on allows, and one the policy accepts; nil
+// otherwise, the answerer told why, and a refusal by who or by the
+// policy recorded, up to maxRecordedRefusals.
+func (c *call) accepted(ctx context.Context, q *question, msg *nats.Msg) *events.ConfirmAnswer {
+	e := c.e
+	answer, err := events.Decode[events.ConfirmAnswer](msg.Data)
+	if err != nil {
+		e.log.Warn("ignoring a confirmation answer that does not decode", "invocation", c.inv.ID, "err", err)
+		c.ack(msg, false, "the answer is not valid: "+err.Error())
+		return nil
+	}
+	if answer.InvocationID != c.inv.ID {
+		c.ack(msg, false, fmt.Sprintf("the answer is for invocation %q, not %q", answer.InvocationID, c.inv.ID))
+		return nil
+	}
+	if err := c.bindAnswerer(q.req, msg.Subject, &answer.Sender, q.callerAsks); err != nil {
+		c.ack(msg, false, err.Error())
+		if q.refusals++; q.refusals <= maxRecordedRefusals {
+			e.publish(events.SubjectConfirmRejected, &events.ConfirmRejected{Header: events.Header{Sender: e.id}, InvocationID: c.inv.ID, Answer: *answer, Reason: err.Error()})
+		}
+		return nil
+	}
+	if ok, reason := q.pol.ApproverAllowed(ctx, q.in, answer.Sender, answer.Outcome); !ok {
+		c.ack(msg, false, reason)
+		// Each refusal is recorded, up to a bound: a client that sends
+		// refused answers in a loop must not flood the audit stream.
+		if q.refusals++; q.refusals <= maxRecordedRefusals {
+			e.publish(events.SubjectConfirmRejected, &events.ConfirmRejected{Header: events.Header{Sender: e.id}, InvocationID: c.inv.ID, Answer: *answer, Reason: reason})
+			c.step("approver-refused", answer.Sender.ID+": "+reason)
+		} else if q.refusals == maxRecordedRefusals+1 {
+			e.log.Warn("more refused answers than are recorded for one call", "invocation", c.inv.ID, "recorded", maxRecordedRefusals)
+		}
+		return nil
+	}
+	c.ack(msg, true, "")
+	e.publish(events.SubjectConfirmAnswered, answer)
+	c.step("confirmed", string(answer.Outcome)+" by "+answer.Sender.ID)
+	return answer
 }
 
 // bindAnswerer checks who sent an answer against the subject it came on,

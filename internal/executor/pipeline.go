@@ -140,31 +140,10 @@ func (e *Executor) accept(m *nats.Msg, forwarded bool) {
 		c.impl = h.impl
 	}
 	c.ctx, c.cancel = context.WithCancelCause(context.Background())
-	e.mu.Lock()
-	select {
-	case <-e.stopping:
-		e.mu.Unlock()
-		c.end(halt(events.ErrCancelled, errShutdown.Error()))
-		return
-	default:
-	}
-	if e.abandoned.take(abandonKey(principal, inv.ID)) || e.abandoned.take(abandonKey(anyPrincipal, inv.ID)) {
-		e.mu.Unlock()
-		c.abandon()
-		c.end(halt(events.ErrCancelled, "The caller gave up on this call before it reached the executor; it was not run."))
+	if st := e.enter(c); st != nil {
+		c.end(st.output())
 		return
 	}
-	if _, busy := e.running[inv.ID]; busy {
-		// Ids are the caller's choice; two live calls with one id could
-		// not be told apart when cancelled or stopped.
-		e.mu.Unlock()
-		c.end(halt(events.ErrInvalidParams, fmt.Sprintf("an invocation with id %q is already running on this executor; ids must be unique", inv.ID)))
-		return
-	}
-	e.running[inv.ID] = c
-	c.admitted = true
-	e.wg.Add(1)
-	e.mu.Unlock()
 	e.workers.run(func() {
 		// A bug the call's input runs into fails the call, not the
 		// executor and the calls of everyone else.
@@ -179,6 +158,33 @@ func (e *Executor) accept(m *nats.Msg, forwarded bool) {
 		c.mu.Unlock()
 		c.run(ok)
 	})
+}
+
+// enter admits c among the running calls, counted in e.wg until its
+// result is sent, or returns why it may not run: the executor is
+// stopping, the caller gave up on it already, or a call with its id runs.
+func (e *Executor) enter(c *call) *stop {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	select {
+	case <-e.stopping:
+		return &stop{events.ErrCancelled, errShutdown.Error()}
+	default:
+	}
+	id := c.inv.ID
+	if e.abandoned.take(abandonKey(c.principal, id)) || e.abandoned.take(abandonKey(anyPrincipal, id)) {
+		c.abandon()
+		return &stop{events.ErrCancelled, "The caller gave up on this call before it reached the executor; it was not run."}
+	}
+	if _, busy := e.running[id]; busy {
+		// Ids are the caller's choice; two live calls with one id could
+		// not be told apart when cancelled or stopped.
+		return &stop{events.ErrInvalidParams, fmt.Sprintf("an invocation with id %q is already running on this executor; ids must be unique", id)}
+	}
+	e.running[id] = c
+	c.admitted = true
+	e.wg.Add(1)
+	return nil
 }
 
 // release ends the call's hold on the executor once its result is sent:
