@@ -162,18 +162,12 @@ type Approver struct {
 	done chan struct{}
 }
 
-// Start registers the toolbus-approver service on nc, so executors know
-// an approver is present, and follows the confirmation subjects of the
-// audit stream from Window ago. It returns once the requests already in
-// the stream are read and the server knows the service: an executor that
-// asks whether an approver is present after Start returns finds this one.
-func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Approver, error) {
+// withDefaults is cfg with its identity taken from the principal, and
+// every unset setting at its default.
+func (cfg Config) withDefaults() Config {
 	if cfg.Principal != "" {
 		// The bus vouches for the principal: it is who answers.
 		cfg.Identity.ID = cfg.Principal
-	}
-	if cfg.Identity.ID == "" {
-		return nil, errors.New("approve: the approver needs an identity")
 	}
 	if cfg.Identity.Role == "" {
 		cfg.Identity.Role = "approver"
@@ -190,36 +184,57 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	return cfg
+}
+
+// Validate reports what is missing in cfg.
+func (cfg Config) Validate() error {
+	if cfg.Identity.ID == "" && cfg.Principal == "" {
+		return errors.New("approve: the approver needs an identity")
+	}
+	return nil
+}
+
+// Start registers the toolbus-approver service on nc, so executors know
+// an approver is present, and follows the confirmation subjects of the
+// audit stream from Window ago. It returns once the requests already in
+// the stream are read and the server knows the service: an executor that
+// asks whether an approver is present after Start returns finds this one.
+// On failure, whatever it started is stopped again, in one place.
+func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Config) (_ *Approver, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
 	a := &Approver{nc: nc, cfg: cfg, log: cfg.Logger, byID: map[string]*Request{}, changed: make(chan struct{}), applied: map[string]struct{}{},
 		ready: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
-
-	// Requests are taken as they are sent, and from the stream: the
-	// stream gives those sent before this approver started (and any a
-	// reconnect missed); the live subscription does not wait for the
-	// stream's copy on the node the consumer happens to live on, which
-	// lags while that node catches up after a restart. Each event is
-	// applied once, whichever way comes first.
-	// On failure, whatever was started is stopped again.
-	started := false
 	defer func() {
-		if started {
-			return
-		}
-		if a.svc != nil {
-			a.svc.Stop()
-		}
-		if a.cons != nil {
-			a.cons.Stop()
-		}
-		if a.live != nil {
-			a.live.Unsubscribe()
+		if err != nil {
+			a.release()
 		}
 	}()
-	var err error
-	if a.live, err = nc.Subscribe(events.SubjectConfirmAll, func(m *nats.Msg) { a.apply(m.Subject, m.Data) }); err != nil {
-		return nil, fmt.Errorf("approve: follow the confirmation requests: %w", err)
+	if err := a.follow(ctx, js); err != nil {
+		return nil, err
 	}
-	start := time.Now().Add(-cfg.Window)
+	if err := a.register(ctx); err != nil {
+		return nil, err
+	}
+	go a.expire()
+	return a, nil
+}
+
+// follow takes the requests as they are sent, and from the stream: the
+// stream gives those sent before this approver started (and any a
+// reconnect missed); the live subscription does not wait for the
+// stream's copy on the node the consumer happens to live on, which lags
+// while that node catches up after a restart. Each event is applied
+// once, whichever way comes first. It returns once the stream's backlog
+// is read.
+func (a *Approver) follow(ctx context.Context, js jetstream.JetStream) (err error) {
+	if a.live, err = a.nc.Subscribe(events.SubjectConfirmAll, func(m *nats.Msg) { a.apply(m.Subject, m.Data) }); err != nil {
+		return fmt.Errorf("approve: follow the confirmation requests: %w", err)
+	}
+	start := time.Now().Add(-a.cfg.Window)
 	cons, err := js.OrderedConsumer(ctx, events.AuditStream, jetstream.OrderedConsumerConfig{
 		// One filter: a fleet's approver may read only this of the stream.
 		FilterSubjects: []string{events.SubjectConfirmAll},
@@ -227,7 +242,7 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 		OptStartTime:   &start,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("approve: follow the confirmation requests in stream %s: %w", events.AuditStream, err)
+		return fmt.Errorf("approve: follow the confirmation requests in stream %s: %w", events.AuditStream, err)
 	}
 	if info := cons.CachedInfo(); info == nil || info.NumPending == 0 {
 		a.markReady()
@@ -235,32 +250,47 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 	if a.cons, err = cons.Consume(a.handle, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		a.log.Warn("approve: following the confirmation requests", "err", err)
 	})); err != nil {
-		return nil, fmt.Errorf("approve: %w", err)
+		return fmt.Errorf("approve: %w", err)
 	}
 	select {
 	case <-a.ready:
+		return nil
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return ctx.Err()
 	}
-	if a.svc, err = micro.AddService(nc, micro.Config{Name: events.ApproverService, Version: cfg.Version,
-		Description: "toolbus approver " + cfg.Identity.ID, Metadata: map[string]string{"id": cfg.Identity.ID}}); err != nil {
-		return nil, fmt.Errorf("approve: register the %s service: %w", events.ApproverService, err)
+}
+
+// register makes the approver present: it registers the approver service
+// and waits until the server has its subscriptions, since until then a
+// presence check from another connection finds no approver and the call
+// is denied.
+func (a *Approver) register(ctx context.Context) (err error) {
+	if a.svc, err = micro.AddService(a.nc, micro.Config{Name: events.ApproverService, Version: a.cfg.Version,
+		Description: "toolbus approver " + a.cfg.Identity.ID, Metadata: map[string]string{"id": a.cfg.Identity.ID}}); err != nil {
+		return fmt.Errorf("approve: register the %s service: %w", events.ApproverService, err)
 	}
-	// The service's subscriptions go out with the connection's next
-	// flush: until the server has them, a presence check from another
-	// connection finds no approver and the call is denied.
-	flushCtx := ctx
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
-		flushCtx, cancel = context.WithTimeout(ctx, 10*time.Second)
+		ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 	}
-	if err := nc.FlushWithContext(flushCtx); err != nil {
-		return nil, fmt.Errorf("approve: register the %s service: %w", events.ApproverService, err)
+	if err := a.nc.FlushWithContext(ctx); err != nil {
+		return fmt.Errorf("approve: register the %s service: %w", events.ApproverService, err)
 	}
-	started = true
-	go a.expire()
-	return a, nil
+	return nil
+}
+
+// release stops what a failed Start started.
+func (a *Approver) release() {
+	if a.svc != nil {
+		a.svc.Stop()
+	}
+	if a.cons != nil {
+		a.cons.Stop()
+	}
+	if a.live != nil {
+		a.live.Unsubscribe()
+	}
 }
 
 // Identity is who this approver answers as.

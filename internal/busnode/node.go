@@ -183,24 +183,30 @@ func storeIsEncrypted(dir string) (bool, error) {
 	return len(keys) > 0, err
 }
 
-func startServer(cfg Config, log *slog.Logger) (*server.Server, *server.Options, error) {
+// listen is where the server listens: Listen, or bus.DefaultListen.
+func (cfg Config) listen() string {
+	if cfg.Listen == "" {
+		return bus.DefaultListen
+	}
+	return cfg.Listen
+}
+
+// serverOptions are the nats-server options of cfg's embedded server.
+func serverOptions(cfg Config) (*server.Options, error) {
 	if cfg.DataDir == "" {
-		return nil, nil, errors.New("embedded bus: no data directory given")
+		return nil, errors.New("embedded bus: no data directory given")
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, nil, fmt.Errorf("embedded bus: %w", err)
+		return nil, fmt.Errorf("embedded bus: %w", err)
 	}
-	listen := cfg.Listen
-	if listen == "" {
-		listen = bus.DefaultListen
-	}
+	listen := cfg.listen()
 	host, portText, err := net.SplitHostPort(listen)
 	if err != nil {
-		return nil, nil, fmt.Errorf("embedded bus: listen address %q: %w", listen, err)
+		return nil, fmt.Errorf("embedded bus: listen address %q: %w", listen, err)
 	}
 	port, err := strconv.Atoi(portText)
 	if err != nil || port < 0 || port > 65535 {
-		return nil, nil, fmt.Errorf("embedded bus: listen address %q: bad port", listen)
+		return nil, fmt.Errorf("embedded bus: listen address %q: bad port", listen)
 	}
 	if port == 0 {
 		port = server.RANDOM_PORT
@@ -215,24 +221,24 @@ func startServer(cfg Config, log *slog.Logger) (*server.Server, *server.Options,
 	}
 	if c := cfg.Cluster; c.Name != "" {
 		if err := clusterOptions(opts, c); err != nil {
-			return nil, nil, fmt.Errorf("embedded bus: %w", err)
+			return nil, fmt.Errorf("embedded bus: %w", err)
 		}
 	}
 	if cfg.TLSCertFile != "" || cfg.TLSKeyFile != "" {
 		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: cfg.TLSCertFile, KeyFile: cfg.TLSKeyFile,
 			CaFile: cfg.TLSClientCAFile, Verify: cfg.TLSClientCAFile != ""})
 		if err != nil {
-			return nil, nil, fmt.Errorf("embedded bus: TLS: %w", err)
+			return nil, fmt.Errorf("embedded bus: TLS: %w", err)
 		}
 		opts.TLSConfig, opts.TLS, opts.TLSVerify = tc, true, cfg.TLSClientCAFile != ""
 		opts.TLSTimeout = 2
 	} else if cfg.TLSClientCAFile != "" {
-		return nil, nil, errors.New("embedded bus: a client CA needs the server's own certificate and key too")
+		return nil, errors.New("embedded bus: a client CA needs the server's own certificate and key too")
 	}
 	if cfg.AuthConfig != "" {
 		users, err := auth.ServerUsers(cfg.AuthConfig)
 		if err != nil {
-			return nil, nil, fmt.Errorf("embedded bus: %w", err)
+			return nil, fmt.Errorf("embedded bus: %w", err)
 		}
 		opts.Nkeys = users
 		opts.NoAuthUser = cfg.AnonymousKey
@@ -240,12 +246,23 @@ func startServer(cfg Config, log *slog.Logger) (*server.Server, *server.Options,
 	if cfg.StoreKey != "" {
 		opts.JetStreamKey, opts.JetStreamCipher = cfg.StoreKey, server.ChaCha
 	} else if encrypted, err := storeIsEncrypted(cfg.DataDir); err != nil {
-		return nil, nil, fmt.Errorf("embedded bus: %w", err)
+		return nil, fmt.Errorf("embedded bus: %w", err)
 	} else if encrypted {
 		// Started without its key, the server would not read the store
 		// and the parts would make empty streams and buckets over it.
-		return nil, nil, fmt.Errorf("embedded bus: the store in %s is encrypted: give its key", cfg.DataDir)
+		return nil, fmt.Errorf("embedded bus: the store in %s is encrypted: give its key", cfg.DataDir)
 	}
+	return opts, nil
+}
+
+// startServer starts the embedded server cfg describes and returns once
+// it takes connections, with its options.
+func startServer(cfg Config, log *slog.Logger) (*server.Server, *server.Options, error) {
+	opts, err := serverOptions(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	listen := cfg.listen()
 	srv, err := server.NewServer(opts)
 	if err != nil {
 		return nil, nil, fmt.Errorf("embedded bus: %w", err)
