@@ -33,3 +33,21 @@ func TestAnalyze(t *testing.T) {
 		t.Errorf("FOO=1 does not make the line opaque: %v", s.Opaque)
 	}
 }
+
+// FuzzAnalyze: command lines come from models. Analysing any line, and
+// locating the paths its words name, never panics, and every command found
+// has a program to run.
+func FuzzAnalyze(f *testing.F) {
+	for _, s := range []string{"ls -la", "rm -rf /", `\rm -rf "$HOME"`, "a && b || c; d | e", "f(){ f|f& }; f", "echo $'\\x41'", "cat <<EOF\nx\nEOF", "bash -c 'eval \"rm -rf /\"'", "\"unterminated"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, line string) {
+		s := Analyze(line)
+		s.Locate("/w", "/h", []string{".env"})
+		for _, c := range s.Commands {
+			if len(c.Argv) == 0 || c.Name == "" {
+				t.Fatalf("%q: a command without a program: %+v", line, c)
+			}
+		}
+	})
+}
