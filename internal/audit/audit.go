@@ -160,6 +160,8 @@ func Show(ctx context.Context, js jetstream.JetStream, id string, since time.Tim
 	return recs[0], nil
 }
 
+// read joins with j the messages under subjects, from the time j's query
+// starts at to the last message the stream holds when the read begins.
 func read(ctx context.Context, js jetstream.JetStream, subjects []string, j *joiner) ([]*Record, Stats, error) {
 	q := j.q
 	start := time.Now()
@@ -174,10 +176,81 @@ func read(ctx context.Context, js jetstream.JetStream, subjects []string, j *joi
 	}
 	// The read ends at the last message under subjects as the stream
 	// holds it now.
-	var (
-		last     uint64
-		lastTime time.Time
-	)
+	last, lastTime, err := lastUnder(ctx, stream, subjects)
+	if err != nil {
+		return nil, st, fmt.Errorf("audit stream %s: %w", events.AuditStream, err)
+	}
+	if last == 0 || lastTime.Before(q.Since) {
+		return nil, st, nil
+	}
+	cfg := readerConfig(subjects, q.Since)
+	cons, err := orderedConsumer(ctx, stream, cfg)
+	if err != nil {
+		return nil, st, fmt.Errorf("audit stream %s: %w", events.AuditStream, err)
+	}
+	var unknown unknownConsumer
+	var seen uint64 // the stream sequence of the last message read
+	restarts := 0
+	for {
+		batch, err := cons.Fetch(fetchBatch, jetstream.FetchMaxWait(fetchWait))
+		if err != nil {
+			return nil, st, fmt.Errorf("read the audit stream: %w", err)
+		}
+		n, done := take(batch, j, last, &st, &seen)
+		if done {
+			break
+		}
+		if err := batch.Error(); n == 0 && unknown.again(ctx, err) {
+			continue
+		} else if err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+			return nil, st, fmt.Errorf("read the audit stream: %w", err)
+		}
+		if n > 0 {
+			continue
+		}
+		// Nothing came within fetchWait before last. Either what was
+		// left was removed meanwhile (retention), or the consumer sits
+		// on a copy of the stream that lags: a copy still recovering
+		// after a node's loss delivers what it has and then nothing (a
+		// test saw one count 2,983 of the leader's 3,000). The leader
+		// says which; a new consumer, placed afresh, goes on after the
+		// last message read.
+		more, err := heldAfter(ctx, stream, subjects, seen, last)
+		if err != nil {
+			return nil, st, fmt.Errorf("read the audit stream: %w", err)
+		}
+		if !more {
+			break
+		}
+		if restarts++; restarts > maxRestarts {
+			return nil, st, fmt.Errorf("read the audit stream: the read stopped at sequence %d, and the stream holds more up to %d; try again", seen, last)
+		}
+		if seen > 0 {
+			cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = jetstream.DeliverByStartSequencePolicy, seen+1, nil
+		}
+		if cons, err = orderedConsumer(ctx, stream, cfg); err != nil {
+			return nil, st, fmt.Errorf("audit stream %s: %w", events.AuditStream, err)
+		}
+	}
+	st.Elapsed = time.Since(start)
+	return j.records(), st, nil
+}
+
+// readerConfig is the consumer of a read of subjects from since (zero:
+// from the start).
+func readerConfig(subjects []string, since time.Time) jetstream.OrderedConsumerConfig {
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: subjects, DeliverPolicy: jetstream.DeliverAllPolicy, InactiveThreshold: readerIdle}
+	if !since.IsZero() {
+		// Events of an invocation come after it: starting at its time
+		// misses none of them.
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &since
+	}
+	return cfg
+}
+
+// lastUnder is the stream sequence and the time of the last message the
+// stream holds under subjects; 0 when it holds none.
+func lastUnder(ctx context.Context, stream jetstream.Stream, subjects []string) (last uint64, at time.Time, err error) {
 	for _, subj := range subjects {
 		var m *jetstream.RawStreamMsg
 		err := whileElecting(ctx, func(ctx context.Context) (err error) {
@@ -188,87 +261,36 @@ func read(ctx context.Context, js jetstream.JetStream, subjects []string, j *joi
 			continue
 		}
 		if err != nil {
-			return nil, st, fmt.Errorf("audit stream %s: %w", events.AuditStream, err)
+			return 0, time.Time{}, err
 		}
 		last = max(last, m.Sequence)
-		if m.Time.After(lastTime) {
-			lastTime = m.Time
+		if m.Time.After(at) {
+			at = m.Time
 		}
 	}
-	if last == 0 || lastTime.Before(q.Since) {
-		return nil, st, nil
-	}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: subjects, DeliverPolicy: jetstream.DeliverAllPolicy, InactiveThreshold: readerIdle}
-	if !q.Since.IsZero() {
-		// Events of an invocation come after it: starting at its time
-		// misses none of them.
-		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &q.Since
-	}
-	cons, err := orderedConsumer(ctx, stream, cfg)
-	if err != nil {
-		return nil, st, fmt.Errorf("audit stream %s: %w", events.AuditStream, err)
-	}
-	var unknown unknownConsumer
-	var seen uint64 // the stream sequence of the last message read
-	restarts := 0
-	for done := false; !done; {
-		batch, err := cons.Fetch(fetchBatch, jetstream.FetchMaxWait(fetchWait))
+	return last, at, nil
+}
+
+// take joins the messages of batch, and counts them in st, up to the
+// read's last one: n is how many came, done says the last one did. seen
+// is the stream sequence of the last message read.
+func take(batch jetstream.MessageBatch, j *joiner, last uint64, st *Stats, seen *uint64) (n int, done bool) {
+	for m := range batch.Messages() {
+		n++
+		meta, err := m.Metadata()
 		if err != nil {
-			return nil, st, fmt.Errorf("read the audit stream: %w", err)
-		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			meta, err := m.Metadata()
-			if err != nil {
-				continue
-			}
-			st.Messages++
-			seen = meta.Sequence.Stream
-			if !j.add(m.Subject(), m.Data(), meta.Sequence.Stream, meta.Timestamp) {
-				st.Malformed++
-			}
-			if meta.Sequence.Stream >= last {
-				done = true
-				break
-			}
-		}
-		if done {
-			break
-		}
-		if err := batch.Error(); n == 0 && unknown.again(ctx, err) {
 			continue
-		} else if err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
-			return nil, st, fmt.Errorf("read the audit stream: %w", err)
 		}
-		if n == 0 {
-			// Nothing came within fetchWait before last. Either what
-			// was left was removed meanwhile (retention), or the
-			// consumer sits on a copy of the stream that lags: a copy
-			// still recovering after a node's loss delivers what it
-			// has and then nothing (a test saw one count 2,983 of the
-			// leader's 3,000). The leader says which; a new consumer,
-			// placed afresh, goes on after the last message read.
-			more, err := heldAfter(ctx, stream, subjects, seen, last)
-			if err != nil {
-				return nil, st, fmt.Errorf("read the audit stream: %w", err)
-			}
-			if !more {
-				break
-			}
-			if restarts++; restarts > maxRestarts {
-				return nil, st, fmt.Errorf("read the audit stream: the read stopped at sequence %d, and the stream holds more up to %d; try again", seen, last)
-			}
-			if seen > 0 {
-				cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = jetstream.DeliverByStartSequencePolicy, seen+1, nil
-			}
-			if cons, err = orderedConsumer(ctx, stream, cfg); err != nil {
-				return nil, st, fmt.Errorf("audit stream %s: %w", events.AuditStream, err)
-			}
+		st.Messages++
+		*seen = meta.Sequence.Stream
+		if !j.add(m.Subject(), m.Data(), meta.Sequence.Stream, meta.Timestamp) {
+			st.Malformed++
+		}
+		if meta.Sequence.Stream >= last {
+			return n, true
 		}
 	}
-	st.Elapsed = time.Since(start)
-	return j.records(), st, nil
+	return n, false
 }
 
 // orderedConsumer makes a read's consumer; a test stands a lagging copy
