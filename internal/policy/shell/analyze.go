@@ -143,6 +143,10 @@ func (a *analyzer) opaque(reason string) {
 	a.s.Opaque = append(a.s.Opaque, reason)
 }
 
+// analyze reads line, a script nested depth deep, into a.s. It is one
+// switch over the nodes of the syntax tree, kept whole: its cases do not
+// depend on one another, and in one place they list every construct that
+// makes a line opaque.
 func (a *analyzer) analyze(line string, depth int) {
 	if depth > maxNesting {
 		a.s.ParseError = "shell commands nested too deeply"
