@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -30,24 +29,6 @@ var Subjects = []string{
 	events.SubjectInvoke + ".*", events.SubjectDecision, events.SubjectConfirmLegacy, events.SubjectConfirmAll,
 	events.SubjectResult, events.CallerResultSubject("*"), events.SubjectStep, events.SubjectHook,
 	events.SubjectCancel, events.SubjectCancel + ".*",
-}
-
-// bySender are the subjects that carry their sender's principal in a
-// last token (the records of events.InvokeSubject and the like).
-var bySender = []string{events.SubjectInvoke, events.SubjectCancel, events.SubjectResult}
-
-// kindOf is the subject an event of subject is joined as, and the
-// principal its subject names ("" for none).
-func kindOf(subject string) (kind, principal string) {
-	if subject == events.SubjectConfirmLegacy {
-		return events.SubjectConfirm, ""
-	}
-	for _, base := range bySender {
-		if p, ok := strings.CutPrefix(subject, base+"."); ok && p != "" && !strings.Contains(p, ".") {
-			return base, p
-		}
-	}
-	return subject, ""
 }
 
 // Query selects invocations. Zero fields select everything.
@@ -179,6 +160,8 @@ func Show(ctx context.Context, js jetstream.JetStream, id string, since time.Tim
 	return recs[0], nil
 }
 
+// read joins with j the messages under subjects, from the time j's query
+// starts at to the last message the stream holds when the read begins.
 func read(ctx context.Context, js jetstream.JetStream, subjects []string, j *joiner) ([]*Record, Stats, error) {
 	q := j.q
 	start := time.Now()
@@ -193,10 +176,81 @@ func read(ctx context.Context, js jetstream.JetStream, subjects []string, j *joi
 	}
 	// The read ends at the last message under subjects as the stream
 	// holds it now.
-	var (
-		last     uint64
-		lastTime time.Time
-	)
+	last, lastTime, err := lastUnder(ctx, stream, subjects)
+	if err != nil {
+		return nil, st, fmt.Errorf("audit stream %s: %w", events.AuditStream, err)
+	}
+	if last == 0 || lastTime.Before(q.Since) {
+		return nil, st, nil
+	}
+	cfg := readerConfig(subjects, q.Since)
+	cons, err := orderedConsumer(ctx, stream, cfg)
+	if err != nil {
+		return nil, st, fmt.Errorf("audit stream %s: %w", events.AuditStream, err)
+	}
+	var unknown unknownConsumer
+	var seen uint64 // the stream sequence of the last message read
+	restarts := 0
+	for {
+		batch, err := cons.Fetch(fetchBatch, jetstream.FetchMaxWait(fetchWait))
+		if err != nil {
+			return nil, st, fmt.Errorf("read the audit stream: %w", err)
+		}
+		n, done := take(batch, j, last, &st, &seen)
+		if done {
+			break
+		}
+		if err := batch.Error(); n == 0 && unknown.again(ctx, err) {
+			continue
+		} else if err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+			return nil, st, fmt.Errorf("read the audit stream: %w", err)
+		}
+		if n > 0 {
+			continue
+		}
+		// Nothing came within fetchWait before last. Either what was
+		// left was removed meanwhile (retention), or the consumer sits
+		// on a copy of the stream that lags: a copy still recovering
+		// after a node's loss delivers what it has and then nothing (a
+		// test saw one count 2,983 of the leader's 3,000). The leader
+		// says which; a new consumer, placed afresh, goes on after the
+		// last message read.
+		more, err := heldAfter(ctx, stream, subjects, seen, last)
+		if err != nil {
+			return nil, st, fmt.Errorf("read the audit stream: %w", err)
+		}
+		if !more {
+			break
+		}
+		if restarts++; restarts > maxRestarts {
+			return nil, st, fmt.Errorf("read the audit stream: the read stopped at sequence %d, and the stream holds more up to %d; try again", seen, last)
+		}
+		if seen > 0 {
+			cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = jetstream.DeliverByStartSequencePolicy, seen+1, nil
+		}
+		if cons, err = orderedConsumer(ctx, stream, cfg); err != nil {
+			return nil, st, fmt.Errorf("audit stream %s: %w", events.AuditStream, err)
+		}
+	}
+	st.Elapsed = time.Since(start)
+	return j.records(), st, nil
+}
+
+// readerConfig is the consumer of a read of subjects from since (zero:
+// from the start).
+func readerConfig(subjects []string, since time.Time) jetstream.OrderedConsumerConfig {
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: subjects, DeliverPolicy: jetstream.DeliverAllPolicy, InactiveThreshold: readerIdle}
+	if !since.IsZero() {
+		// Events of an invocation come after it: starting at its time
+		// misses none of them.
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &since
+	}
+	return cfg
+}
+
+// lastUnder is the stream sequence and the time of the last message the
+// stream holds under subjects; 0 when it holds none.
+func lastUnder(ctx context.Context, stream jetstream.Stream, subjects []string) (last uint64, at time.Time, err error) {
 	for _, subj := range subjects {
 		var m *jetstream.RawStreamMsg
 		err := whileElecting(ctx, func(ctx context.Context) (err error) {
@@ -207,87 +261,36 @@ func read(ctx context.Context, js jetstream.JetStream, subjects []string, j *joi
 			continue
 		}
 		if err != nil {
-			return nil, st, fmt.Errorf("audit stream %s: %w", events.AuditStream, err)
+			return 0, time.Time{}, err
 		}
 		last = max(last, m.Sequence)
-		if m.Time.After(lastTime) {
-			lastTime = m.Time
+		if m.Time.After(at) {
+			at = m.Time
 		}
 	}
-	if last == 0 || lastTime.Before(q.Since) {
-		return nil, st, nil
-	}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: subjects, DeliverPolicy: jetstream.DeliverAllPolicy, InactiveThreshold: readerIdle}
-	if !q.Since.IsZero() {
-		// Events of an invocation come after it: starting at its time
-		// misses none of them.
-		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &q.Since
-	}
-	cons, err := orderedConsumer(ctx, stream, cfg)
-	if err != nil {
-		return nil, st, fmt.Errorf("audit stream %s: %w", events.AuditStream, err)
-	}
-	var unknown unknownConsumer
-	var seen uint64 // the stream sequence of the last message read
-	restarts := 0
-	for done := false; !done; {
-		batch, err := cons.Fetch(fetchBatch, jetstream.FetchMaxWait(fetchWait))
+	return last, at, nil
+}
+
+// take joins the messages of batch, and counts them in st, up to the
+// read's last one: n is how many came, done says the last one did. seen
+// is the stream sequence of the last message read.
+func take(batch jetstream.MessageBatch, j *joiner, last uint64, st *Stats, seen *uint64) (n int, done bool) {
+	for m := range batch.Messages() {
+		n++
+		meta, err := m.Metadata()
 		if err != nil {
-			return nil, st, fmt.Errorf("read the audit stream: %w", err)
-		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			meta, err := m.Metadata()
-			if err != nil {
-				continue
-			}
-			st.Messages++
-			seen = meta.Sequence.Stream
-			if !j.add(m.Subject(), m.Data(), meta.Sequence.Stream, meta.Timestamp) {
-				st.Malformed++
-			}
-			if meta.Sequence.Stream >= last {
-				done = true
-				break
-			}
-		}
-		if done {
-			break
-		}
-		if err := batch.Error(); n == 0 && unknown.again(ctx, err) {
 			continue
-		} else if err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
-			return nil, st, fmt.Errorf("read the audit stream: %w", err)
 		}
-		if n == 0 {
-			// Nothing came within fetchWait before last. Either what
-			// was left was removed meanwhile (retention), or the
-			// consumer sits on a copy of the stream that lags: a copy
-			// still recovering after a node's loss delivers what it
-			// has and then nothing (a test saw one count 2,983 of the
-			// leader's 3,000). The leader says which; a new consumer,
-			// placed afresh, goes on after the last message read.
-			more, err := heldAfter(ctx, stream, subjects, seen, last)
-			if err != nil {
-				return nil, st, fmt.Errorf("read the audit stream: %w", err)
-			}
-			if !more {
-				break
-			}
-			if restarts++; restarts > maxRestarts {
-				return nil, st, fmt.Errorf("read the audit stream: the read stopped at sequence %d, and the stream holds more up to %d; try again", seen, last)
-			}
-			if seen > 0 {
-				cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = jetstream.DeliverByStartSequencePolicy, seen+1, nil
-			}
-			if cons, err = orderedConsumer(ctx, stream, cfg); err != nil {
-				return nil, st, fmt.Errorf("audit stream %s: %w", events.AuditStream, err)
-			}
+		st.Messages++
+		*seen = meta.Sequence.Stream
+		if !j.add(m.Subject(), m.Data(), meta.Sequence.Stream, meta.Timestamp) {
+			st.Malformed++
+		}
+		if meta.Sequence.Stream >= last {
+			return n, true
 		}
 	}
-	st.Elapsed = time.Since(start)
-	return j.records(), st, nil
+	return n, false
 }
 
 // orderedConsumer makes a read's consumer; a test stands a lagging copy
@@ -359,275 +362,6 @@ const (
 	fetchBatch = 2000
 	fetchWait  = 5 * time.Second
 )
-
-// joiner joins events into records as they are read.
-type joiner struct {
-	q        Query
-	timeline bool
-	byID     map[string]*Record
-	order    []*Record
-	// judged, when set, is given every decision recorded with its input,
-	// once it is attached to its record.
-	judged func(*Record, *judgedCall)
-	// held are events read before the invocation they belong to, by its
-	// id, and heldIDs their ids in the order they came: a record sent
-	// again after a node was lost is stored after the events that were
-	// not (bus.Recorder). They are taken in when the invocation comes.
-	held    map[string][]heldEvent
-	heldIDs []string
-}
-
-type heldEvent struct {
-	subject string
-	data    []byte
-	seq     uint64
-	at      time.Time
-}
-
-// maxHeld bounds the invocations events are held for: the oldest are
-// let go (events of invocations outside the read, or of none).
-const maxHeld = 4096
-
-func newJoiner(q Query, timeline bool) *joiner {
-	return &joiner{q: q, timeline: timeline, byID: make(map[string]*Record), held: make(map[string][]heldEvent)}
-}
-
-// hold keeps an event of invocation id, not read yet, for when it is.
-func (j *joiner) hold(id, subject string, data []byte, seq uint64, at time.Time) bool {
-	if j.q.ID != "" && id != j.q.ID {
-		return true
-	}
-	if _, ok := j.held[id]; !ok {
-		j.heldIDs = append(j.heldIDs, id)
-		if len(j.heldIDs) > maxHeld {
-			delete(j.held, j.heldIDs[0])
-			j.heldIDs = j.heldIDs[1:]
-		}
-	}
-	j.held[id] = append(j.held[id], heldEvent{subject, data, seq, at})
-	return true
-}
-
-// add takes in one message; false when it does not decode.
-func (j *joiner) add(subject string, data []byte, seq uint64, at time.Time) bool {
-	if id, ok := strings.CutPrefix(subject, events.SubjectProgressPrefix); ok {
-		if r := j.byID[id]; r != nil && j.timeline {
-			r.Events = append(r.Events, Event{Seq: seq, Time: at, Subject: subject, Type: "tool.progress",
-				Summary: fmt.Sprintf("%d bytes of output", len(data))})
-		}
-		return true
-	}
-	var (
-		r       *Record
-		sender  events.Identity
-		typ     string
-		summary string
-	)
-	kind, principal := kindOf(subject)
-	switch kind {
-	case events.SubjectInvoke:
-		inv, err := events.Decode[events.Invocation](data)
-		if err != nil {
-			return false
-		}
-		if j.q.ID != "" && inv.ID != j.q.ID || !j.q.Until.IsZero() && !inv.Time.Before(j.q.Until) || inv.Time.Before(j.q.Since) {
-			return true
-		}
-		if j.byID[inv.ID] != nil {
-			return true // the same invocation again (a retry): the first counts
-		}
-		r = &Record{ID: inv.ID, Time: inv.Time, Tool: inv.Tool, Caller: inv.Sender, Args: inv.Args, Outcome: OutcomePending, principal: principal}
-		j.byID[inv.ID] = r
-		j.order = append(j.order, r)
-		if held, ok := j.held[inv.ID]; ok {
-			delete(j.held, inv.ID)
-			defer func() {
-				for _, ev := range held {
-					j.add(ev.subject, ev.data, ev.seq, ev.at)
-				}
-			}()
-		}
-		sender, typ = inv.Sender, inv.Type
-		summary = fmt.Sprintf("%s asks for %s", inv.Sender.ID, inv.Tool)
-		if inv.TimeoutMillis > 0 {
-			summary += fmt.Sprintf(" (timeout %s)", time.Duration(inv.TimeoutMillis)*time.Millisecond)
-		}
-	case events.SubjectDecision:
-		d, err := events.Decode[events.Decision](data)
-		if err != nil {
-			return false
-		}
-		if r = j.byID[d.InvocationID]; r == nil {
-			return j.hold(d.InvocationID, subject, data, seq, at)
-		}
-		r.Verdict, r.Reason, r.PolicyRevision, r.Cached = d.Verdict, d.Reason, d.PolicyRevision, d.Cached
-		sender, typ = d.Sender, d.Type
-		summary = fmt.Sprintf("policy %s: %s (revision %s)", d.Verdict, d.Reason, d.PolicyRevision)
-		if j.judged != nil && len(d.Input) > 0 {
-			jc := &judgedCall{d: d}
-			r.judged = append(r.judged, jc)
-			j.judged(r, jc)
-		}
-	case events.SubjectConfirm:
-		c, err := events.Decode[events.ConfirmRequest](data)
-		if err != nil {
-			return false
-		}
-		if r = j.byID[c.InvocationID]; r == nil {
-			return j.hold(c.InvocationID, subject, data, seq, at)
-		}
-		sender, typ = c.Sender, c.Type
-		summary = "confirmation asked: " + c.Reason
-		if c.Command != "" {
-			summary += "; command: " + c.Command
-		}
-	case events.SubjectConfirmAnswered:
-		a, err := events.Decode[events.ConfirmAnswer](data)
-		if err != nil {
-			return false
-		}
-		if r = j.byID[a.InvocationID]; r == nil {
-			return j.hold(a.InvocationID, subject, data, seq, at)
-		}
-		approver := a.Sender
-		r.Approver, r.Answer = &approver, a.Outcome
-		sender, typ = a.Sender, a.Type
-		summary = fmt.Sprintf("%s answered %s", a.Sender.ID, a.Outcome)
-		if a.Message != "" {
-			summary += ": " + a.Message
-		}
-	case events.SubjectConfirmRejected:
-		c, err := events.Decode[events.ConfirmRejected](data)
-		if err != nil {
-			return false
-		}
-		if r = j.byID[c.InvocationID]; r == nil {
-			return j.hold(c.InvocationID, subject, data, seq, at)
-		}
-		r.Rejected++
-		sender, typ = c.Sender, c.Type
-		summary = fmt.Sprintf("answer %s of %s refused: %s", c.Answer.Outcome, c.Answer.Sender.ID, c.Reason)
-	case events.SubjectConfirmClosed:
-		c, err := events.Decode[events.ConfirmClosed](data)
-		if err != nil {
-			return false
-		}
-		if r = j.byID[c.InvocationID]; r == nil {
-			return j.hold(c.InvocationID, subject, data, seq, at)
-		}
-		sender, typ = c.Sender, c.Type
-		summary = fmt.Sprintf("confirmation closed, %s: %s", c.ErrorType, c.Reason)
-	case events.SubjectStep:
-		s, err := events.Decode[events.Step](data)
-		if err != nil {
-			return false
-		}
-		if r = j.byID[s.InvocationID]; r == nil {
-			return j.hold(s.InvocationID, subject, data, seq, at)
-		}
-		sender, typ = s.Sender, s.Type
-		summary = "step " + s.Step
-	case events.SubjectHook:
-		h, err := events.Decode[events.HookRun](data)
-		if err != nil {
-			return false
-		}
-		if r = j.byID[h.InvocationID]; r == nil {
-			return j.hold(h.InvocationID, subject, data, seq, at)
-		}
-		sender, typ = h.Sender, h.Type
-		summary = fmt.Sprintf("%s hook %s: %s", h.Event, h.Hook, h.Outcome)
-		if h.Message != "" {
-			summary += ": " + h.Message
-		}
-	case events.SubjectCancel:
-		c, err := events.Decode[events.CancelRequest](data)
-		if err != nil {
-			return false
-		}
-		if r = j.byID[c.InvocationID]; r == nil {
-			return j.hold(c.InvocationID, subject, data, seq, at)
-		} else if principal != "" && principal != r.principal {
-			return true // another principal's cancel does not reach the call
-		}
-		sender, typ = c.Sender, c.Type
-		summary = fmt.Sprintf("%s cancels", c.Sender.ID)
-	case events.SubjectResult:
-		res, err := events.Decode[events.Result](data)
-		if err != nil {
-			return false
-		}
-		if r = j.byID[res.InvocationID]; r == nil {
-			return j.hold(res.InvocationID, subject, data, seq, at)
-		} else if principal != "" && principal != r.principal {
-			// A caller records only its own calls' results; one for
-			// another principal's call is not the call's.
-			return true
-		}
-		sender, typ = res.Sender, res.Type
-		if res.Late || r.terminal {
-			r.LateResults++
-			summary = "late result: " + outcomeOf(res)
-			break
-		}
-		r.terminal = true
-		r.Outcome, r.Executor = outcomeOf(res), res.Sender.ID
-		r.DurationMillis = res.Time.Sub(r.Time).Milliseconds()
-		r.Truncated, r.OutputRef = res.Truncated, res.OutputRef
-		if res.Error != nil {
-			r.Error = res.Error.Message
-		}
-		// The result carries the decision acted on, a hook's change
-		// included.
-		if p := res.Policy; p != nil {
-			r.Verdict, r.Reason, r.PolicyRevision, r.Cached = p.Verdict, p.Reason, p.Revision, p.Cached
-		}
-		summary = fmt.Sprintf("result %s after %s", r.Outcome, time.Duration(r.DurationMillis)*time.Millisecond)
-		if res.OutputRef != "" {
-			summary += "; whole output in " + events.OutputBucket + "/" + res.OutputRef
-		}
-	default:
-		return true
-	}
-	if j.timeline && r != nil {
-		r.Events = append(r.Events, Event{Seq: seq, Time: at, Subject: subject, Type: typ, Sender: sender.ID, Summary: summary, Data: data})
-	}
-	return true
-}
-
-func outcomeOf(res *events.Result) string {
-	if res.Error == nil {
-		return OutcomeOK
-	}
-	return string(res.Error.Type)
-}
-
-// records are the joined records q selects, in invocation order.
-func (j *joiner) records() []*Record {
-	out := make([]*Record, 0, len(j.order))
-	for _, r := range j.order {
-		if j.q.matches(r) {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
-func (q Query) matches(r *Record) bool {
-	switch {
-	case q.Tool != "" && r.Tool != q.Tool:
-		return false
-	case q.Caller != "" && r.Caller.ID != q.Caller && r.Caller.Agent != q.Caller && r.Caller.User != q.Caller:
-		return false
-	case q.Verdict != "" && string(r.Verdict) != q.Verdict:
-		return false
-	case q.Outcome != "" && r.Outcome != q.Outcome:
-		return false
-	case q.Approver != "" && (r.Approver == nil || r.Approver.ID != q.Approver):
-		return false
-	}
-	return true
-}
 
 // Redact is r fit to show: its arguments, reason, error, and timeline
 // (summaries and recorded events) through red. r is left as it is.

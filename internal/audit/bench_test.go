@@ -24,6 +24,7 @@ import (
 	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/policy"
+	"github.com/toolbus/toolbus/internal/policy/shell"
 	defaultpolicy "github.com/toolbus/toolbus/policy"
 )
 
@@ -136,7 +137,7 @@ func benchInput(pol *policy.Policy, i int, caller events.Identity) *policy.Input
 		in.Paths = []string{"/w/" + args["file_path"].(string)}
 	default:
 		in.Tool = policy.ToolInput{Name: c.tool, Kind: events.KindExecute, Source: events.SourceBuiltin}
-		sh := policy.AnalyzeShell(args["command"].(string))
+		sh := shell.Analyze(args["command"].(string))
 		in.Shell = &sh
 		in.Paths = sh.Locate("/w", "/home/ada", pol.Samples())
 	}

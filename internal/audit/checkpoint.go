@@ -301,77 +301,100 @@ func Verify(ctx context.Context, js jetstream.JetStream, since time.Time, pub ed
 		from = m
 	}
 	to := info.State.LastSeq
-	keyID := KeyID(pub)
-	type leafAt struct {
-		seq  uint64
-		leaf [32]byte
-	}
-	var (
-		leaves         []leafAt // since the last checkpoint's range
-		next           uint64   // the sequence expected next
-		lastDigest     string
-		haveCheckpoint bool
-	)
-	err = scan(ctx, stream, from, to, func(seq uint64, subject string, data []byte) {
-		if rep.Messages == 0 {
-			rep.FirstSeq = seq
-		} else if seq != next {
-			rep.Gaps = append(rep.Gaps, [2]uint64{next, seq - 1})
-		}
-		rep.Messages++
-		rep.LastSeq, next = seq, seq+1
-		if subject == events.SubjectAuditCheckpoint {
-			cp, err := events.Decode[events.AuditCheckpoint](data)
-			switch {
-			case err != nil:
-				rep.Problems = append(rep.Problems, fmt.Sprintf("#%d: a checkpoint that does not decode: %v", seq, err))
-			case cp.Key != keyID:
-				rep.Problems = append(rep.Problems, fmt.Sprintf("#%d: a checkpoint signed with key %s, not the trusted %s", seq, cp.Key, keyID))
-			case !verifySignature(pub, cp):
-				rep.Problems = append(rep.Problems, fmt.Sprintf("#%d: checkpoint %d..%d: the signature does not match", seq, cp.From, cp.To))
-			default:
-				if haveCheckpoint && cp.Previous != lastDigest {
-					rep.Problems = append(rep.Problems, fmt.Sprintf("#%d: checkpoint %d..%d does not follow the one before (a checkpoint is missing or forged)", seq, cp.From, cp.To))
-				}
-				if cp.From < rep.FirstSeq {
-					// Partly before what is read (retention or --since):
-					// its digest cannot be recomputed.
-				} else {
-					d := newRangeDigest()
-					for _, l := range leaves {
-						if l.seq >= cp.From && l.seq <= cp.To {
-							d.add(l.seq, l.leaf)
-						}
-					}
-					switch {
-					case d.count != cp.Count:
-						rep.Problems = append(rep.Problems, fmt.Sprintf("#%d: checkpoint %d..%d counted %d messages, the stream holds %d of them", seq, cp.From, cp.To, cp.Count, d.count))
-					case d.hex() != cp.Digest:
-						rep.Problems = append(rep.Problems, fmt.Sprintf("#%d: checkpoint %d..%d: the messages no longer match its digest", seq, cp.From, cp.To))
-					default:
-						rep.Checkpoints++
-					}
-				}
-				haveCheckpoint, lastDigest = true, cp.Digest
-				kept := leaves[:0]
-				for _, l := range leaves {
-					if l.seq > cp.To {
-						kept = append(kept, l)
-					}
-				}
-				leaves = kept
-			}
-		}
-		leaves = append(leaves, leafAt{seq: seq, leaf: leaf(subject, data)})
-	})
-	if err != nil {
+	v := &verifier{pub: pub, keyID: KeyID(pub), rep: rep}
+	if err := scan(ctx, stream, from, to, v.message); err != nil {
 		return nil, fmt.Errorf("read the audit stream: %w", err)
 	}
-	if next <= to && rep.Messages > 0 {
-		rep.Gaps = append(rep.Gaps, [2]uint64{next, to})
+	if v.next <= to && rep.Messages > 0 {
+		rep.Gaps = append(rep.Gaps, [2]uint64{v.next, to})
 	}
-	rep.Unchecked = uint64(len(leaves))
+	rep.Unchecked = uint64(len(v.leaves))
 	return rep, nil
+}
+
+// verifier checks the messages of the stream, in sequence order, against
+// the checkpoints among them, and reports in rep.
+type verifier struct {
+	pub   ed25519.PublicKey
+	keyID string
+	rep   *Report
+
+	leaves         []leafAt // since the last checkpoint's range
+	next           uint64   // the sequence expected next
+	lastDigest     string
+	haveCheckpoint bool
+}
+
+// leafAt is a message's leaf and its sequence.
+type leafAt struct {
+	seq  uint64
+	leaf [32]byte
+}
+
+// message takes in the next message read: it notes a gap before it, checks
+// it when it is a checkpoint, and keeps its leaf for the next checkpoint.
+func (v *verifier) message(seq uint64, subject string, data []byte) {
+	rep := v.rep
+	if rep.Messages == 0 {
+		rep.FirstSeq = seq
+	} else if seq != v.next {
+		rep.Gaps = append(rep.Gaps, [2]uint64{v.next, seq - 1})
+	}
+	rep.Messages++
+	rep.LastSeq, v.next = seq, seq+1
+	if subject == events.SubjectAuditCheckpoint {
+		v.checkpoint(seq, data)
+	}
+	v.leaves = append(v.leaves, leafAt{seq: seq, leaf: leaf(subject, data)})
+}
+
+// checkpoint checks the checkpoint at seq: its key, its signature, its
+// place in the chain and its digest, then lets go of the leaves it covers.
+func (v *verifier) checkpoint(seq uint64, data []byte) {
+	problem := func(format string, args ...any) {
+		v.rep.Problems = append(v.rep.Problems, fmt.Sprintf("#%d: ", seq)+fmt.Sprintf(format, args...))
+	}
+	cp, err := events.Decode[events.AuditCheckpoint](data)
+	switch {
+	case err != nil:
+		problem("a checkpoint that does not decode: %v", err)
+		return
+	case cp.Key != v.keyID:
+		problem("a checkpoint signed with key %s, not the trusted %s", cp.Key, v.keyID)
+		return
+	case !verifySignature(v.pub, cp):
+		problem("checkpoint %d..%d: the signature does not match", cp.From, cp.To)
+		return
+	}
+	if v.haveCheckpoint && cp.Previous != v.lastDigest {
+		problem("checkpoint %d..%d does not follow the one before (a checkpoint is missing or forged)", cp.From, cp.To)
+	}
+	// A checkpoint partly before what is read (retention or --since):
+	// its digest cannot be recomputed.
+	if cp.From >= v.rep.FirstSeq {
+		d := newRangeDigest()
+		for _, l := range v.leaves {
+			if l.seq >= cp.From && l.seq <= cp.To {
+				d.add(l.seq, l.leaf)
+			}
+		}
+		switch {
+		case d.count != cp.Count:
+			problem("checkpoint %d..%d counted %d messages, the stream holds %d of them", cp.From, cp.To, cp.Count, d.count)
+		case d.hex() != cp.Digest:
+			problem("checkpoint %d..%d: the messages no longer match its digest", cp.From, cp.To)
+		default:
+			v.rep.Checkpoints++
+		}
+	}
+	v.haveCheckpoint, v.lastDigest = true, cp.Digest
+	kept := v.leaves[:0]
+	for _, l := range v.leaves {
+		if l.seq > cp.To {
+			kept = append(kept, l)
+		}
+	}
+	v.leaves = kept
 }
 
 func verifySignature(pub ed25519.PublicKey, cp *events.AuditCheckpoint) bool {

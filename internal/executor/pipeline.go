@@ -20,6 +20,7 @@ import (
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/invoke"
 	"github.com/toolbus/toolbus/internal/policy"
+	"github.com/toolbus/toolbus/internal/policy/shell"
 	"github.com/toolbus/toolbus/internal/tool"
 )
 
@@ -46,8 +47,8 @@ type call struct {
 	args    map[string]any // the decoded arguments the policy judged
 	// modified: args are an approver's, not the invocation's.
 	modified bool
-	paths    []string      // and the files it was shown
-	shell    *policy.Shell // and the analysis of its shell line
+	paths    []string        // and the files it was shown
+	shell    *shell.Analysis // and the analysis of its shell line
 	tc       tool.Call
 
 	// What the policy was shown of the files on disk (see judged.go).
@@ -505,15 +506,15 @@ func (c *call) decide(args map[string]any) policy.Decision {
 // hard link to a key), so they are looked at on every call and are part
 // of the decision's cache key; what was found is recorded (c.judged) for
 // the tool's check of the files it opens.
-func (c *call) named(args map[string]any, pol *policy.Policy) ([]string, *policy.Shell) {
+func (c *call) named(args map[string]any, pol *policy.Policy) ([]string, *shell.Analysis) {
 	var paths []string
 	if pn, ok := c.impl.(tool.PathNamer); ok {
 		paths = pn.Paths(args)
 	}
-	var sh *policy.Shell
+	var sh *shell.Analysis
 	if cm, ok := c.impl.(tool.Commander); ok {
 		line, dir := cm.Command(c.inv.Args)
-		analysis := policy.AnalyzeShell(line)
+		analysis := shell.Analyze(line)
 		sh = &analysis
 		// Any word of a line may name a file (`cat notes.txt`), and so
 		// does the directory it runs in.
@@ -543,7 +544,7 @@ func (c *call) named(args map[string]any, pol *policy.Policy) ([]string, *policy
 // input is what the policy is shown of the call: paths are the files it
 // names, hardLinks those of them with other names, sh the analysis of its
 // shell line for shell tools.
-func (c *call) input(args map[string]any, paths, hardLinks []string, sh *policy.Shell) *policy.Input {
+func (c *call) input(args map[string]any, paths, hardLinks []string, sh *shell.Analysis) *policy.Input {
 	e := c.e
 	in := &policy.Input{Tool: c.host.judged, Args: args, Caller: c.inv.Sender, Home: e.home, Workspace: e.cfg.Workspace}
 	in.Tool.Name = c.tool.Name

@@ -12,6 +12,7 @@ import (
 
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/policy"
+	"github.com/toolbus/toolbus/internal/policy/shell"
 	"github.com/toolbus/toolbus/internal/testkit/sandboxwire"
 	policyfiles "github.com/toolbus/toolbus/policy"
 )
@@ -45,7 +46,7 @@ func decideRemembered(tb testing.TB, pol *policy.Policy, line string, approved [
 }
 
 func shellInput(pol *policy.Policy, line string) *policy.Input {
-	sh := policy.AnalyzeShell(line)
+	sh := shell.Analyze(line)
 	return &policy.Input{
 		Tool:      policy.ToolInput{Name: "run_shell_command", Kind: events.KindExecute, Source: events.SourceBuiltin},
 		Args:      map[string]any{"command": line},

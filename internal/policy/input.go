@@ -6,6 +6,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/policy/shell"
 )
 
 // Input is what the policy sees of one invocation. policy/README.md
@@ -19,7 +20,7 @@ type Input struct {
 	// Allowlist holds the remembered approvals that may apply to this call.
 	Allowlist []AllowEntry
 	// Shell is set for shell tools: what the command line would run.
-	Shell *Shell
+	Shell *shell.Analysis
 	// Paths are the files the call names, absolute and cleaned.
 	Paths []string
 	// Home and Workspace describe the executor's host.
@@ -90,7 +91,7 @@ func (in *Input) value() (ast.Value, error) {
 		[2]*ast.Term{k.env, obj(kv(k.home, in.Home), kv(k.workspace, in.Workspace))},
 	)
 	if in.Shell != nil {
-		fields = append(fields, [2]*ast.Term{k.shell, in.Shell.term()})
+		fields = append(fields, [2]*ast.Term{k.shell, shellTerm(in.Shell)})
 	}
 	if in.Answer != "" {
 		fields = append(fields, [2]*ast.Term{k.answer, obj(kv(k.outcome, string(in.Answer)))})
@@ -141,7 +142,8 @@ var hardLinksKey, approverKey = str("hardLinks"), str("approver")
 // kv is one field of an object whose value is a string.
 func kv(key *ast.Term, value string) [2]*ast.Term { return [2]*ast.Term{key, ast.InternedTerm(value)} }
 
-func (s *Shell) term() *ast.Term {
+// shellTerm is the input's shell field: the analysis of the line.
+func shellTerm(s *shell.Analysis) *ast.Term {
 	cmds := make([]*ast.Term, len(s.Commands))
 	for i, c := range s.Commands {
 		cmds[i] = obj(kv(k.name, c.Name), [2]*ast.Term{k.args, strs(c.Args)}, [2]*ast.Term{k.argv, strs(c.Argv)},
@@ -162,7 +164,7 @@ func (s *Shell) term() *ast.Term {
 	return obj(fields...)
 }
 
-func redirectTerms(rs []Redirect) *ast.Term {
+func redirectTerms(rs []shell.Redirect) *ast.Term {
 	out := make([]*ast.Term, len(rs))
 	for i, r := range rs {
 		out[i] = obj(kv(k.op, r.Op), kv(k.target, r.Target), [2]*ast.Term{k.literal, ast.InternedTerm(r.Literal)})

@@ -322,7 +322,7 @@ func stringSet(ctx context.Context, q rego.PreparedEvalQuery, name string) ([]st
 }
 
 // Samples are the file names the policy deems sensitive, as examples
-// (a pattern such as id_* as id_x), for Shell.Locate.
+// (a pattern such as id_* as id_x), for shell.Analysis.Locate.
 func (p *Policy) Samples() []string { return p.samples }
 
 // nondeterministic returns the first built-in the modules call that OPA
@@ -444,8 +444,8 @@ type Decision struct {
 // undefined decision or a malformed one is a DENY that says why.
 //
 // A shell line the policy allows is first read by bash's own parser (see
-// checkWithBash): when bash reads it differently than the analysis, the
-// line is marked opaque and judged again.
+// shell.Analysis.CheckWithBash): when bash reads it differently than the
+// analysis, the line is marked opaque and judged again.
 func (p *Policy) Decide(ctx context.Context, input *Input) Decision {
 	d, _ := p.decideInput(ctx, input)
 	return d
@@ -459,10 +459,8 @@ func (p *Policy) decideInput(ctx context.Context, input *Input) (Decision, ast.V
 		return p.policyError("input: %v", err), nil
 	}
 	d := p.decideValue(ctx, value)
-	if sh := input.Shell; d.Verdict == events.Allow && sh != nil && !sh.checked {
-		sh.checked = true
-		if reason := sh.checkWithBash(ctx); reason != "" {
-			sh.opaque(reason)
+	if sh := input.Shell; d.Verdict == events.Allow && sh != nil {
+		if reason := sh.CheckWithBash(ctx); reason != "" {
 			if value, err = input.value(); err != nil {
 				return p.policyError("input: %v", err), nil
 			}

@@ -2,11 +2,11 @@ package policy
 
 import (
 	"context"
-	"slices"
 	"strings"
 	"testing"
 
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/policy/shell"
 )
 
 func defaultPolicy(t testing.TB) *Policy {
@@ -46,7 +46,7 @@ func TestRegoUnitTests(t *testing.T) {
 // shellInput is the input the executor makes of a shell line run in /w
 // for a user whose home is /home/ada, with entries remembered.
 func shellInput(p *Policy, line string, remembered ...AllowEntry) *Input {
-	sh := AnalyzeShell(line)
+	sh := shell.Analyze(line)
 	return &Input{
 		Tool:   ToolInput{Name: "run_shell_command", Kind: events.KindExecute, Source: events.SourceBuiltin},
 		Args:   map[string]any{"command": line},
@@ -117,35 +117,6 @@ func TestChainedShellCannotHide(t *testing.T) {
 				t.Errorf("decision revision %q, policy %q", d.Revision, p.Revision())
 			}
 		})
-	}
-}
-
-func TestAnalyzeShell(t *testing.T) {
-	s := AnalyzeShell(`FOO=1 sudo -u bob /usr/bin/git -C "$DIR" status 2>/dev/null; bash -c 'echo hi' > out.txt`)
-	if len(s.Commands) != 3 {
-		t.Fatalf("commands: %+v", s.Commands)
-	}
-	git, bash, echo := s.Commands[0], s.Commands[1], s.Commands[2]
-	if git.Name != "git" || git.Literal || git.Args[1] != `"$DIR"` {
-		t.Errorf("git: %+v", git)
-	}
-	if bash.Name != "bash" || len(bash.Redirects) != 1 || bash.Redirects[0] != (Redirect{Op: ">", Target: "out.txt", Literal: true}) {
-		t.Errorf("bash: %+v", bash)
-	}
-	if echo.Name != "echo" || echo.Text != "echo hi" {
-		t.Errorf("nested echo: %+v", echo)
-	}
-	got := s.Locate("/w", "/h", nil)
-	for _, want := range []string{"/w", "/usr/bin/git", "/w/status", "/w/hi", "/dev/null", "/w/out.txt"} {
-		if !slices.Contains(got, want) {
-			t.Errorf("paths %v lack %s", got, want)
-		}
-	}
-	if !slices.Equal(git.Wrappers, []string{"sudo"}) || !slices.Equal(git.Argv, []string{"/usr/bin/git", "-C", `"$DIR"`, "status"}) {
-		t.Errorf("git: %+v", git)
-	}
-	if !slices.Contains(s.Opaque, "an assignment") {
-		t.Errorf("FOO=1 does not make the line opaque: %v", s.Opaque)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/topdown"
 
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/policy/shell"
 )
 
 // A decision is reproducible from the audit trail: the executor records,
@@ -37,8 +38,8 @@ type Recorded struct {
 	Input []byte
 	// ShellLine is the line a shell tool's call would run. Before a line
 	// is allowed, bash's own parser is asked how it reads it (see
-	// checkWithBash); a replay that allows a line bash was not asked about
-	// asks it then.
+	// shell.Analysis.CheckWithBash); a replay that allows a line bash was
+	// not asked about asks it then.
 	ShellLine string
 	// BashChecked is set when bash was asked: the input's shell.opaque
 	// then holds its answer, if it disagreed.
@@ -56,7 +57,7 @@ func (p *Policy) DecideRecorded(ctx context.Context, input *Input) (Decision, Re
 	d, value := p.decideInput(ctx, input)
 	rec := Recorded{}
 	if sh := input.Shell; sh != nil {
-		rec.ShellLine, rec.BashChecked = sh.line, sh.checked
+		rec.ShellLine, rec.BashChecked = sh.Line(), sh.BashChecked()
 	}
 	if value != nil {
 		rec.Input, rec.Lossy = appendInputJSON(nil, value)
@@ -82,8 +83,8 @@ func (p *Policy) replay(ctx context.Context, rec Recorded, args map[string]any) 
 	}
 	d := p.decideValue(ctx, value)
 	if d.Verdict == events.Allow && rec.ShellLine != "" && !rec.BashChecked {
-		sh := AnalyzeShell(rec.ShellLine)
-		if reason := sh.checkWithBash(ctx); reason != "" {
+		sh := shell.Analyze(rec.ShellLine)
+		if reason := sh.CheckWithBash(ctx); reason != "" {
 			if err := addOpaque(value, reason); err != nil {
 				return Decision{}, nil, err
 			}
@@ -117,7 +118,8 @@ func (rec Recorded) value(args map[string]any) (ast.Object, error) {
 	return obj, nil
 }
 
-// addOpaque adds reason to input.shell.opaque, as Shell.opaque does.
+// addOpaque adds reason to input.shell.opaque, as CheckWithBash adds it to
+// the analysis's Opaque.
 func addOpaque(input ast.Object, reason string) error {
 	t := input.Get(k.shell)
 	if t == nil {

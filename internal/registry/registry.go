@@ -10,6 +10,7 @@ package registry
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -201,90 +202,165 @@ func describe(t *events.Tool) string {
 	return "a " + string(t.Source) + " tool"
 }
 
+// registration is one tool of a register request on its way into the
+// catalogue: the declaration as checked, the name it goes under, and the
+// entry it updates or overwrites there.
+type registration struct {
+	req    *events.RegisterRequest
+	spec   *events.ToolSpec
+	kind   events.Kind     // spec.Kind, KindOther when it names none
+	params json.RawMessage // spec.Parameters, compacted
+	name   string          // the catalogue name
+	prev   *events.Tool    // the entry updated or overwritten; nil for a new one
+	op     events.ChangeOp // OpAdded, OpUpdated or OpOverwritten
+}
+
+// registerOne registers one tool of req, in steps: check the declaration,
+// place it under a name, refuse to change what other providers host, and
+// write the entry unless it is the same as before. It returns the outcome
+// and the tool's identity ("" when it is rejected), and appends to changes
+// what changed. The caller holds mu.
 func (r *Registry) registerOne(req *events.RegisterRequest, spec *events.ToolSpec, changes *[]events.Change) (events.ToolOutcome, string) {
 	out := events.ToolOutcome{Requested: spec.Name}
-	reject := func(format string, args ...any) (events.ToolOutcome, string) {
-		out.Error = fmt.Sprintf(format, args...)
-		r.log.Warn("tool rejected", "tool", spec.Name, "provider", req.Provider, "reason", out.Error)
-		return out, ""
+	reg, err := checkDeclaration(req, spec)
+	if err != nil {
+		return r.rejected(out, req, err)
 	}
+	id := identityKey(req.Source, req.Server, spec.Name)
+	out.Warning = r.place(reg, id)
+	if err := reg.changesOthers(); err != nil {
+		out.Warning = ""
+		return r.rejected(out, req, err)
+	}
+	if r.unchanged(reg) {
+		out.Name = reg.name
+		return out, id
+	}
+	t, err := r.entryOf(reg)
+	if err != nil {
+		return r.rejected(out, req, err)
+	}
+	r.store(t, reg)
+	if out.Warning != "" {
+		r.log.Warn("tool name conflict", "tool", spec.Name, "provider", req.Provider, "warning", out.Warning)
+	}
+	out.Name = reg.name
+	*changes = append(*changes, events.Change{Op: reg.op, Name: reg.name, Warning: out.Warning})
+	return out, id
+}
+
+// rejected is out for a tool the registry refuses, and why.
+func (r *Registry) rejected(out events.ToolOutcome, req *events.RegisterRequest, why error) (events.ToolOutcome, string) {
+	out.Error = why.Error()
+	r.log.Warn("tool rejected", "tool", out.Requested, "provider", req.Provider, "reason", out.Error)
+	return out, ""
+}
+
+// checkDeclaration checks what spec declares: a name, a known kind (none
+// is KindOther) and a schema that is a JSON object.
+func checkDeclaration(req *events.RegisterRequest, spec *events.ToolSpec) (*registration, error) {
 	if strings.TrimSpace(spec.Name) == "" {
-		return reject("tool has no name")
+		return nil, errors.New("tool has no name")
 	}
 	kind := spec.Kind
 	if kind == "" {
 		kind = events.KindOther
 	}
 	if !kind.Valid() {
-		return reject("unknown kind %q", spec.Kind)
+		return nil, fmt.Errorf("unknown kind %q", spec.Kind)
 	}
 	params, err := compactSchema(spec.Parameters)
 	if err != nil {
-		return reject("%v", err)
+		return nil, err
 	}
-	name := spec.Name
+	return &registration{req: req, spec: spec, kind: kind, params: params}, nil
+}
+
+// place chooses the name reg goes under and the entry it updates or
+// overwrites: the same tool (identity id) keeps the name it has; an MCP
+// tool whose name is taken goes under its qualified name; any other tool
+// overwrites the one of its name. It returns the warning a rename or an
+// overwrite gives.
+func (r *Registry) place(reg *registration, id string) (warning string) {
+	req, spec := reg.req, reg.spec
+	reg.name, reg.op = spec.Name, events.OpAdded
 	if req.Source == events.SourceMCP {
-		name = GenerateValidName(spec.Name)
+		reg.name = GenerateValidName(spec.Name)
 	}
-	id := identityKey(req.Source, req.Server, spec.Name)
-	op := events.OpAdded
-	var prev *events.Tool
 	if n, ok := r.byIdentity[id]; ok {
 		// The same tool again, from the same or another host: update it
 		// under the name it already has.
-		name, prev, op = n, r.tools[n].Tool(), events.OpUpdated
-	} else if taken, ok := r.tools[name]; ok {
-		if req.Source == events.SourceMCP {
-			q := QualifiedName(req.Server, spec.Name)
-			out.Warning = fmt.Sprintf("name %q is taken by %s; registered as %q", name, describe(taken.Tool()), q)
-			name = q
-			if taken, ok := r.tools[name]; ok {
-				out.Warning += fmt.Sprintf(", overwriting %s of that name", describe(taken.Tool()))
-				prev, op = taken.Tool(), events.OpOverwritten
-			}
-		} else {
-			out.Warning = fmt.Sprintf("tool %q already registered as %s; overwriting", name, describe(taken.Tool()))
-			prev, op = taken.Tool(), events.OpOverwritten
-		}
+		reg.name, reg.prev, reg.op = n, r.tools[n].Tool(), events.OpUpdated
+		return ""
 	}
-	// A provider may change or replace only what it alone hosts: a tool
-	// that another provider hosts keeps that provider's declaration, so
-	// that no client can relabel run_shell_command as a read, or take a
-	// built-in's name, for everyone (the seeds' overwrite rule holds within
-	// one provider, as it did within one agent).
-	if prev != nil {
-		if others := otherHosts(prev, req.Provider); len(others) > 0 && (op == events.OpOverwritten || !sameDeclaration(prev, spec, kind, params, req)) {
-			what := "with another declaration"
-			if op == events.OpOverwritten {
-				what = "as " + describe(prev)
-			}
-			out.Warning = ""
-			return reject("tool %q is hosted by %s %s; a provider cannot change or replace a tool that others host (register it under another name)",
-				prev.Name, strings.Join(others, ", "), what)
-		}
+	taken, ok := r.tools[reg.name]
+	if !ok {
+		return ""
 	}
+	if req.Source != events.SourceMCP {
+		reg.prev, reg.op = taken.Tool(), events.OpOverwritten
+		return fmt.Sprintf("tool %q already registered as %s; overwriting", reg.name, describe(taken.Tool()))
+	}
+	q := QualifiedName(req.Server, spec.Name)
+	warning = fmt.Sprintf("name %q is taken by %s; registered as %q", reg.name, describe(taken.Tool()), q)
+	reg.name = q
+	if taken, ok := r.tools[reg.name]; ok {
+		warning += fmt.Sprintf(", overwriting %s of that name", describe(taken.Tool()))
+		reg.prev, reg.op = taken.Tool(), events.OpOverwritten
+	}
+	return warning
+}
 
-	// The same declaration again from a host of it (a provider hosting
-	// its set again, a re-discovery) changes nothing: no write, no event.
-	if op == events.OpUpdated && slices.Contains(prev.Hosts, req.Provider) && sameDeclaration(prev, spec, kind, params, req) &&
-		slices.Equal(prev.Aliases, r.aliasesFor(name, spec)) && prev.Workspaces[req.Provider] == req.Workspace {
-		out.Name = name
-		return out, id
+// changesOthers refuses reg when it would change or replace a tool other
+// providers host. A provider may change or replace only what it alone
+// hosts: a tool that another provider hosts keeps that provider's
+// declaration, so that no client can relabel run_shell_command as a read,
+// or take a built-in's name, for everyone (the seeds' overwrite rule holds
+// within one provider, as it did within one agent).
+func (reg *registration) changesOthers() error {
+	prev := reg.prev
+	if prev == nil {
+		return nil
 	}
-	gemini, changed, err := SanitizeForGemini(params)
+	others := otherHosts(prev, reg.req.Provider)
+	if len(others) == 0 || reg.op != events.OpOverwritten && sameDeclaration(prev, reg.spec, reg.kind, reg.params, reg.req) {
+		return nil
+	}
+	what := "with another declaration"
+	if reg.op == events.OpOverwritten {
+		what = "as " + describe(prev)
+	}
+	return fmt.Errorf("tool %q is hosted by %s %s; a provider cannot change or replace a tool that others host (register it under another name)",
+		prev.Name, strings.Join(others, ", "), what)
+}
+
+// unchanged reports whether reg is the same declaration again from a host
+// of it (a provider hosting its set again, a re-discovery), which changes
+// nothing: no write, no event.
+func (r *Registry) unchanged(reg *registration) bool {
+	prev, req := reg.prev, reg.req
+	return reg.op == events.OpUpdated && slices.Contains(prev.Hosts, req.Provider) && sameDeclaration(prev, reg.spec, reg.kind, reg.params, req) &&
+		slices.Equal(prev.Aliases, r.aliasesFor(reg.name, reg.spec)) && prev.Workspaces[req.Provider] == req.Workspace
+}
+
+// entryOf is the catalogue entry reg declares, with the hosts and
+// workspaces it has after this registration; its position, export name and
+// activity are store's to set.
+func (r *Registry) entryOf(reg *registration) (*events.Tool, error) {
+	req, spec, name := reg.req, reg.spec, reg.name
+	gemini, changed, err := SanitizeForGemini(reg.params)
 	if err != nil {
-		return reject("%v", err)
+		return nil, err
 	}
 	if !changed {
 		gemini = nil
 	}
-
 	t := &events.Tool{
 		V:                events.Version,
 		Name:             name,
 		DisplayName:      spec.DisplayName,
 		Description:      spec.Description,
-		Kind:             kind,
+		Kind:             reg.kind,
 		Category:         spec.Category,
 		Source:           req.Source,
 		Server:           req.Server,
@@ -292,7 +368,7 @@ func (r *Registry) registerOne(req *events.RegisterRequest, spec *events.ToolSpe
 		ReadOnly:         spec.ReadOnly || readOnlyHint(spec.Annotations),
 		OutputMarkdown:   spec.OutputMarkdown,
 		CanUpdateOutput:  spec.CanUpdateOutput,
-		Parameters:       params,
+		Parameters:       reg.params,
 		GeminiParameters: gemini,
 		Annotations:      spec.Annotations,
 		UpdatedAt:        r.now(),
@@ -311,14 +387,20 @@ func (r *Registry) registerOne(req *events.RegisterRequest, spec *events.ToolSpe
 		t.Category = string(req.Source)
 	}
 	t.Aliases = r.aliasesFor(name, spec)
-	if op == events.OpUpdated {
-		t.Hosts = addHost(prev.Hosts, req.Provider)
-		t.Workspaces = withWorkspace(prev.Workspaces, req.Provider, req.Workspace)
+	if reg.op == events.OpUpdated {
+		t.Hosts = addHost(reg.prev.Hosts, req.Provider)
+		t.Workspaces = withWorkspace(reg.prev.Workspaces, req.Provider, req.Workspace)
 	} else {
 		t.Hosts = []string{req.Provider}
 		t.Workspaces = withWorkspace(nil, req.Provider, req.Workspace)
 	}
-	if prev != nil {
+	return t, nil
+}
+
+// store puts t in the catalogue in place of reg.prev, which it keeps the
+// position of, or last when it is new.
+func (r *Registry) store(t *events.Tool, reg *registration) {
+	if prev := reg.prev; prev != nil {
 		t.Seq = prev.Seq // an overwrite keeps the position, as Map.set does
 		r.drop(prev)
 	} else {
@@ -326,15 +408,9 @@ func (r *Registry) registerOne(req *events.RegisterRequest, spec *events.ToolSpe
 		r.stateDirty = true
 		t.Seq = r.state.Seq
 	}
-	t.ExportName = r.exportNameFor(name)
+	t.ExportName = r.exportNameFor(t.Name)
 	t.Active, t.InactiveReason = r.activity(t)
 	r.put(t)
-	if out.Warning != "" {
-		r.log.Warn("tool name conflict", "tool", spec.Name, "provider", req.Provider, "warning", out.Warning)
-	}
-	out.Name = name
-	*changes = append(*changes, events.Change{Op: op, Name: name, Warning: out.Warning})
-	return out, id
 }
 
 // withWorkspace is a copy of m with host's workspace set to ws (removed

@@ -1,4 +1,4 @@
-package policy
+package shell
 
 import (
 	"bytes"
@@ -31,16 +31,33 @@ var bashPath = sync.OnceValues(func() (string, error) { return exec.LookPath("ba
 // bashCheckTimeout bounds one run of bash's parser.
 const bashCheckTimeout = 5 * time.Second
 
-// checkWithBash compares how bash and the analyser read the line and every
-// script nested in it. It returns why they disagree, or "".
-func (s *Shell) checkWithBash(ctx context.Context) string {
+// CheckWithBash asks bash's own parser how it reads the line and every
+// script nested in it, the first time it is called on s; later calls ask
+// nothing and return "". When bash reads any of them differently than the
+// analysis, or cannot be asked, the reason is added to Opaque and
+// returned; otherwise it returns "". Nothing of the line runs. Bash's
+// answers are kept for the process (bounded), so the same line costs one
+// run of bash.
+func (s *Analysis) CheckWithBash(ctx context.Context) string {
+	if s.checked {
+		return ""
+	}
+	s.checked = true
 	for _, script := range append([]string{s.line}, s.scripts...) {
 		if reason := bashDisagrees(ctx, script); reason != "" {
+			s.opaque(reason)
 			return reason
 		}
 	}
 	return ""
 }
+
+// BashChecked reports whether CheckWithBash has been called on s.
+func (s *Analysis) BashChecked() bool { return s.checked }
+
+// Line is the line s analysed, for the audit trail to record, or "" when
+// it did not parse (ParseError is set).
+func (s *Analysis) Line() string { return s.line }
 
 func bashDisagrees(ctx context.Context, line string) string {
 	if reason, ok := bashReadings.get(line); ok {

@@ -1,4 +1,9 @@
-package policy
+// Package shell reads a bash command line the way the policy needs it
+// read: every simple command it would run, wherever it hides, the files
+// its words name, and every reason what runs may differ from what the
+// analysis shows. It never runs the line; bash itself is only asked to
+// parse it (see Analysis.CheckWithBash).
+package shell
 
 import (
 	"path"
@@ -8,14 +13,17 @@ import (
 	"mvdan.cc/sh/v3/syntax"
 )
 
-// Shell is what the policy learns about a shell line: every simple command
+// Analysis is what the policy learns about a shell line: every simple command
 // in it, wherever it hides (after && or ;, in $(...), in a subshell, a
 // pipeline, a function body, a nested `bash -c '...'`, `eval`, a here-string
 // fed to a shell, or the -exec of find), the redirections, the functions it
 // defines, and why the line may run more than its commands show. The policy
 // judges each command, so an allowed first word cannot cover a dangerous
 // second one.
-type Shell struct {
+//
+// An Analysis is a value its caller owns: Locate and CheckWithBash change
+// it, and it is not safe for concurrent use.
+type Analysis struct {
 	Commands  []Command  `json:"commands"`
 	Redirects []Redirect `json:"redirects"`
 	Functions []Function `json:"functions"`
@@ -96,10 +104,12 @@ type Function struct {
 // maxNesting bounds `bash -c "bash -c ..."` recursion.
 const maxNesting = 8
 
-// AnalyzeShell parses line as bash and lists what it would run.
-func AnalyzeShell(line string) Shell {
-	s := Shell{Commands: []Command{}, Redirects: []Redirect{}, Functions: []Function{}, ForkLoops: []string{}, Opaque: []string{}, line: line}
-	a := &analysis{s: &s, calls: map[string][]string{}}
+// Analyze parses line as bash and lists what it would run. It never fails:
+// a line that is not valid shell has ParseError set, and one nested too
+// deeply likewise.
+func Analyze(line string) Analysis {
+	s := Analysis{Commands: []Command{}, Redirects: []Redirect{}, Functions: []Function{}, ForkLoops: []string{}, Opaque: []string{}, line: line}
+	a := &analyzer{s: &s, calls: map[string][]string{}}
 	a.analyze(line, 0)
 	s.Functions = a.functions()
 	for _, c := range s.Commands {
@@ -116,15 +126,15 @@ func AnalyzeShell(line string) Shell {
 	return s
 }
 
-// analysis is the state of one AnalyzeShell.
-type analysis struct {
-	s *Shell
+// analyzer is the state of one Analyze.
+type analyzer struct {
+	s *Analysis
 	// calls maps each function the line defines to the names it calls.
 	calls map[string][]string
 	order []string
 }
 
-func (a *analysis) opaque(reason string) {
+func (a *analyzer) opaque(reason string) {
 	for _, r := range a.s.Opaque {
 		if r == reason {
 			return
@@ -133,7 +143,11 @@ func (a *analysis) opaque(reason string) {
 	a.s.Opaque = append(a.s.Opaque, reason)
 }
 
-func (a *analysis) analyze(line string, depth int) {
+// analyze reads line, a script nested depth deep, into a.s. It is one
+// switch over the nodes of the syntax tree, kept whole: its cases do not
+// depend on one another, and in one place they list every construct that
+// makes a line opaque.
+func (a *analyzer) analyze(line string, depth int) {
 	if depth > maxNesting {
 		a.s.ParseError = "shell commands nested too deeply"
 		return
@@ -213,7 +227,7 @@ func (a *analysis) analyze(line string, depth int) {
 
 // stmt takes one statement: its redirections and, for a simple command or
 // a declare clause, the command.
-func (a *analysis) stmt(src string, n *syntax.Stmt, stdin map[*syntax.CallExpr]string, depth int) {
+func (a *analyzer) stmt(src string, n *syntax.Stmt, stdin map[*syntax.CallExpr]string, depth int) {
 	redirs, fed := a.redirects(src, n.Redirs)
 	a.s.Redirects = append(a.s.Redirects, redirs...)
 	switch cmd := n.Cmd.(type) {
@@ -242,7 +256,7 @@ func (a *analysis) stmt(src string, n *syntax.Stmt, stdin map[*syntax.CallExpr]s
 // script analyses what a command runs as a script: the string of
 // `bash -c`, the words of eval, the here-string or here-document or piped
 // echo fed to a shell that reads its standard input.
-func (a *analysis) script(src string, c Command, fed *syntax.Redirect, piped string, depth int) {
+func (a *analyzer) script(src string, c Command, fed *syntax.Redirect, piped string, depth int) {
 	switch {
 	case isShell(c.Name):
 		script, mode := shellScript(c.Args)
@@ -284,7 +298,7 @@ func (a *analysis) script(src string, c Command, fed *syntax.Redirect, piped str
 
 // command builds one simple command, looking through wrappers; nested are
 // the commands it runs through its arguments (find -exec).
-func (a *analysis) command(src string, call *syntax.CallExpr) (Command, []Command) {
+func (a *analyzer) command(src string, call *syntax.CallExpr) (Command, []Command) {
 	c := Command{Literal: true, Text: source(src, call), Words: make([]string, 0, len(call.Args)), Wrappers: []string{}, Paths: []string{}}
 	for _, w := range call.Args {
 		for _, v := range a.expandWord(src, w) {
@@ -302,7 +316,7 @@ func (a *analysis) command(src string, call *syntax.CallExpr) (Command, []Comman
 }
 
 // funcDecl records a function and the names its body calls.
-func (a *analysis) funcDecl(fn *syntax.FuncDecl) {
+func (a *analyzer) funcDecl(fn *syntax.FuncDecl) {
 	name := funcName(fn)
 	if _, seen := a.calls[name]; !seen {
 		a.order = append(a.order, name)
@@ -342,7 +356,7 @@ func selfName(w *syntax.Word) bool {
 
 // functions lists the line's functions, each marked recursive when it can
 // reach itself through the calls of the line's functions.
-func (a *analysis) functions() []Function {
+func (a *analyzer) functions() []Function {
 	out := make([]Function, 0, len(a.order))
 	for _, name := range a.order {
 		out = append(out, Function{Name: name, Recursive: a.reaches(name, name, map[string]bool{})})
@@ -350,7 +364,7 @@ func (a *analysis) functions() []Function {
 	return out
 }
 
-func (a *analysis) reaches(from, target string, seen map[string]bool) bool {
+func (a *analyzer) reaches(from, target string, seen map[string]bool) bool {
 	for _, c := range a.calls[from] {
 		if c == target && target != "" {
 			return true

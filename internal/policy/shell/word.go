@@ -1,4 +1,4 @@
-package policy
+package shell
 
 import (
 	"slices"
@@ -23,7 +23,7 @@ type wordValue struct {
 
 // expandWord evaluates w after brace expansion, which bash does first:
 // `{rm,-rf,/}` is the three words rm -rf /.
-func (a *analysis) expandWord(src string, w *syntax.Word) []wordValue {
+func (a *analyzer) expandWord(src string, w *syntax.Word) []wordValue {
 	// SplitBraces rewrites the word it is given; the tree is still being
 	// walked, and its walker does not know the nodes it adds.
 	braced := &syntax.Word{Parts: slices.Clone(w.Parts)}
@@ -155,7 +155,7 @@ func quotedDelimiter(w *syntax.Word) bool {
 
 // redirects lists a statement's redirections, and the one that feeds it a
 // here-document or here-string, if any.
-func (a *analysis) redirects(src string, rs []*syntax.Redirect) ([]Redirect, *syntax.Redirect) {
+func (a *analyzer) redirects(src string, rs []*syntax.Redirect) ([]Redirect, *syntax.Redirect) {
 	out := make([]Redirect, 0, len(rs))
 	var fed *syntax.Redirect
 	for _, r := range rs {

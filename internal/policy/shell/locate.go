@@ -1,4 +1,4 @@
-package policy
+package shell
 
 import (
 	"os"
@@ -26,7 +26,7 @@ const (
 // as .env and id_x), the path it would name if such a file existed, so
 // that `cat .en[v]` is judged as `cat .env` either way. Each command's
 // Paths are set; the result holds every path of the line once.
-func (s *Shell) Locate(dir, home string, samples []string) []string {
+func (s *Analysis) Locate(dir, home string, samples []string) []string {
 	l := locator{home: home, samples: samples, seen: map[string]bool{}}
 	l.dirs = s.directories(dir, home)
 	l.add(dir)
@@ -55,7 +55,7 @@ func (s *Shell) Locate(dir, home string, samples []string) []string {
 	return l.out
 }
 
-func (s *Shell) opaque(reason string) {
+func (s *Analysis) opaque(reason string) {
 	if !slices.Contains(s.Opaque, reason) {
 		s.Opaque = append(s.Opaque, reason)
 	}
@@ -70,7 +70,7 @@ func fdRedirect(r Redirect) bool {
 // directories are the directories the line's commands may run in: dir,
 // and those of every cd, pushd, env -C and sudo -D of the line, each
 // taken from every directory known before it.
-func (s *Shell) directories(dir, home string) []string {
+func (s *Analysis) directories(dir, home string) []string {
 	dirs := []string{dir}
 	add := func(target string) {
 		for _, d := range slices.Clone(dirs) {

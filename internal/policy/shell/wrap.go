@@ -1,4 +1,4 @@
-package policy
+package shell
 
 import (
 	"path"
@@ -96,7 +96,7 @@ type option struct {
 
 // unwrap looks through the wrappers at the start of c.Words and sets the
 // command that runs: Name, Argv, Args, Wrappers.
-func (a *analysis) unwrap(c *Command) {
+func (a *analyzer) unwrap(c *Command) {
 	argv := c.Words
 	external := false // a program runs what follows: no builtin is there
 	for len(argv) > 0 {
@@ -175,7 +175,7 @@ func (a *analysis) unwrap(c *Command) {
 // options reads a wrapper's options by its grammar. stop is set when the
 // wrapper is itself the command: "nothing" when it runs none (command -v),
 // or the reason the line is opaque.
-func (a *analysis) options(name string, g grammar, args []string) (opts []option, rest []string, stop string) {
+func (a *analyzer) options(name string, g grammar, args []string) (opts []option, rest []string, stop string) {
 	for len(args) > 0 {
 		w := args[0]
 		switch {
