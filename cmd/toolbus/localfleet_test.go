@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 func httpGet(t *testing.T, url string) (int, string) {
@@ -58,6 +59,7 @@ func freeRun(t *testing.T, n int) int {
 // registry, two executors and the console as local processes; a call
 // works through every node; stop ends every process it started.
 func TestLocalFleetScript(t *testing.T) {
+	testkit.Heavy(t, "a 3-node fleet of processes")
 	dir := t.TempDir()
 	port, route, consolePort, metricsPort := freeRun(t, 3), freeRun(t, 3), freeRun(t, 1), freeRun(t, 7)
 	env := append(os.Environ(), "TOOLBUS_NATS=", fmt.Sprintf("TOOLBUS_FLEET_PORT=%d", port), fmt.Sprintf("TOOLBUS_FLEET_ROUTE_PORT=%d", route),

@@ -19,6 +19,7 @@ import (
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/invoke"
 	"github.com/toolbus/toolbus/internal/registry/registrytest"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/audittest"
 )
 
@@ -114,6 +115,7 @@ func TestShellFloodStaysSmall(t *testing.T) {
 // each invocation. With the default 1 GiB output store, the store fills
 // up on the way: the later results say their whole output was not kept.
 func TestParallelLargeReadsFromTheCommandLine(t *testing.T) {
+	testkit.Heavy(t, "a flood of 64 outputs of 20 MB")
 	ws := t.TempDir()
 	line := strings.Repeat("b", 9999) + "\n"
 	os.WriteFile(filepath.Join(ws, "big.txt"), []byte(strings.Repeat(line, 2000)), 0o644) // 20,000,000 bytes

@@ -319,6 +319,7 @@ const peerReadme = "# the workspace of the npm clients' fleet\n"
 // clients are seen to send it.
 func startPeerFleet(t *testing.T) *peerFleet {
 	t.Helper()
+	testkit.Heavy(t, "npm peers (the MCP Inspector, Gemini CLI)")
 	ws := t.TempDir()
 	if err := os.WriteFile(filepath.Join(ws, "README.md"), []byte(peerReadme), 0o644); err != nil {
 		t.Fatal(err)

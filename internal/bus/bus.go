@@ -138,8 +138,8 @@ func (b *Bus) options(cfg Config) ([]nats.Option, error) {
 	opts := []nats.Option{
 		nats.Name(cfg.Name),
 		// A loaded server may take more than nats.go's 2 s to accept and
-		// greet a connection (a full run failed one of 64 commands
-		// started at once so); nothing listening still fails at once.
+		// greet a connection (64 commands started at once can make it
+		// so); nothing listening still fails at once.
 		nats.Timeout(connectTimeout),
 		nats.MaxReconnects(-1),
 		// In a cluster, a part whose node goes moves to another: the

@@ -135,8 +135,8 @@ func EnsureKeyValue(ctx context.Context, js jetstream.JetStream, cfg jetstream.K
 // with identities).
 //
 // A cluster that is still electing its leaders answers the lookup late:
-// it is tried again too, as EnsureKeyValue's creation is (a fleet's
-// executor once exited at start on one such timeout).
+// it is tried again too, as EnsureKeyValue's creation is: one such
+// timeout must not stop a part from starting.
 func OpenKeyValue(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
 	var kv jetstream.KeyValue
 	err := retryTransient(ctx, func() (err error) {
