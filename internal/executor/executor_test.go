@@ -452,8 +452,10 @@ func TestProceedAlwaysIsRememberedAcrossRestarts(t *testing.T) {
 }
 
 func TestDeadlineKillsTheProcessTree(t *testing.T) {
+	// Long enough for a loaded machine's shell to write the pid before
+	// the deadline ends it.
 	e := newEnv(t, func(c *Config) {
-		c.ToolTimeouts = map[string]time.Duration{"run_shell_command": 300 * time.Millisecond}
+		c.ToolTimeouts = map[string]time.Duration{"run_shell_command": 2 * time.Second}
 	})
 	startApprover(t, e.bus, answer(events.ProceedOnce))
 	res := e.call(t, "run_shell_command", `{"command":"sleep 300 & echo $! > child.pid; sleep 300"}`)
