@@ -4,13 +4,17 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/toolbus/toolbus/internal/auth"
 	"github.com/toolbus/toolbus/internal/bus"
@@ -20,109 +24,134 @@ import (
 )
 
 func main() {
-	fs := flag.NewFlagSet("bus", flag.ExitOnError)
-	dataDir := fs.String("data", cli.DefaultDataDir(), "directory for the bus's data (created if missing)")
-	listen := fs.String("listen", bus.DefaultListen, "address to listen on")
-	logLevel := cli.LogFlag(fs)
-	auditOpts := cli.AuditFlags(fs)
-	clusterName := fs.String("cluster-name", "", "join a NATS cluster of this name, with clustered JetStream (the same on every node)")
-	clusterListen := fs.String("cluster-listen", "", "with --cluster-name: address for the other nodes' routes (a fixed port)")
-	routes := fs.String("routes", "", "with --cluster-name: the nodes' route URLs, comma-separated (nats-route://host:port); a node may list itself")
-	serverName := fs.String("server-name", "", "with --cluster-name: this node's name, unique in the cluster and the same at every start (default: the cluster name and the route port)")
-	replicas := fs.Int("replicas", 0, "copies the cluster keeps of the audit stream and every bucket (default 3 in a cluster, 1 alone)")
-	identities := fs.String("identities", "", "directory of the fleet's identities (`toolbus init`): admit only its members, each with its role's permissions; the bus connects as DIR/bus.nk unless --nkey says otherwise")
-	metricsAddr := cli.MetricsFlag(fs)
-	tlsCert := fs.String("tls-cert", "", "certificate (PEM) of the client port, which then speaks TLS only; parts connect with TOOLBUS_NATS_CA")
-	tlsKey := fs.String("tls-key", "", "with --tls-cert: its private key (PEM)")
-	tlsClientCA := fs.String("tls-client-ca", "", "with --tls-cert: CA (PEM) whose certificates clients must show (TOOLBUS_NATS_CERT, TOOLBUS_NATS_KEY)")
-	routeCert := fs.String("cluster-tls-cert", "", "certificate (PEM) this node shows on its routes, which then speak TLS only (for server and client use)")
-	routeKey := fs.String("cluster-tls-key", "", "with --cluster-tls-cert: its private key (PEM)")
-	routeCA := fs.String("cluster-tls-ca", "", "with --cluster-tls-cert: CA (PEM) whose certificates the other nodes must show")
-	nkey := fs.String("nkey", "", "with --identities: the bus's own seed file (default DIR/bus.nk)")
-	fs.Parse(os.Args[1:])
-	log, err := cli.Logger(*logLevel)
-	if err != nil {
+	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "bus:", err)
-		os.Exit(2)
+		var usage usageError
+		if errors.As(err, &usage) {
+			os.Exit(2)
+		}
+		os.Exit(1)
 	}
-	ctx, stop := cli.SignalContext()
-	defer stop()
-	cfg := busnode.Config{Listen: *listen, DataDir: *dataDir, Name: "toolbus-bus", Logger: log, Replicas: *replicas,
-		TLSCertFile: *tlsCert, TLSKeyFile: *tlsKey, TLSClientCAFile: *tlsClientCA}
-	if *clusterName != "" {
-		cfg.Cluster = busnode.Cluster{Name: *clusterName, Listen: *clusterListen, ServerName: *serverName,
-			TLSCertFile: *routeCert, TLSKeyFile: *routeKey, TLSCAFile: *routeCA}
-		for _, r := range strings.Split(*routes, ",") {
+}
+
+// usageError is a mistake in the command line (exit code 2).
+type usageError struct{ error }
+
+// flags are the command line of bus.
+type flags struct {
+	dataDir, listen, logLevel, metricsAddr                     *string
+	clusterName, clusterListen, routes, serverName             *string
+	identities, nkey                                           *string
+	tlsCert, tlsKey, tlsClientCA, routeCert, routeKey, routeCA *string
+	replicas                                                   *int
+	audit                                                      *busnode.AuditOptions
+}
+
+func newFlags(fs *flag.FlagSet) *flags {
+	return &flags{
+		dataDir:       fs.String("data", cli.DefaultDataDir(), "directory for the bus's data (created if missing)"),
+		listen:        fs.String("listen", bus.DefaultListen, "address to listen on"),
+		logLevel:      cli.LogFlag(fs),
+		audit:         busnode.AuditFlags(fs),
+		clusterName:   fs.String("cluster-name", "", "join a NATS cluster of this name, with clustered JetStream (the same on every node)"),
+		clusterListen: fs.String("cluster-listen", "", "with --cluster-name: address for the other nodes' routes (a fixed port)"),
+		routes:        fs.String("routes", "", "with --cluster-name: the nodes' route URLs, comma-separated (nats-route://host:port); a node may list itself"),
+		serverName:    fs.String("server-name", "", "with --cluster-name: this node's name, unique in the cluster and the same at every start (default: the cluster name and the route port)"),
+		replicas:      fs.Int("replicas", 0, "copies the cluster keeps of the audit stream and every bucket (default 3 in a cluster, 1 alone)"),
+		identities:    fs.String("identities", "", "directory of the fleet's identities (`toolbus init`): admit only its members, each with its role's permissions; the bus connects as DIR/bus.nk unless --nkey says otherwise"),
+		metricsAddr:   cli.MetricsFlag(fs),
+		tlsCert:       fs.String("tls-cert", "", "certificate (PEM) of the client port, which then speaks TLS only; parts connect with TOOLBUS_NATS_CA"),
+		tlsKey:        fs.String("tls-key", "", "with --tls-cert: its private key (PEM)"),
+		tlsClientCA:   fs.String("tls-client-ca", "", "with --tls-cert: CA (PEM) whose certificates clients must show (TOOLBUS_NATS_CERT, TOOLBUS_NATS_KEY)"),
+		routeCert:     fs.String("cluster-tls-cert", "", "certificate (PEM) this node shows on its routes, which then speak TLS only (for server and client use)"),
+		routeKey:      fs.String("cluster-tls-key", "", "with --cluster-tls-cert: its private key (PEM)"),
+		routeCA:       fs.String("cluster-tls-ca", "", "with --cluster-tls-cert: CA (PEM) whose certificates the other nodes must show"),
+		nkey:          fs.String("nkey", "", "with --identities: the bus's own seed file (default DIR/bus.nk)"),
+	}
+}
+
+// config is the bus node the flags describe.
+func (f *flags) config(log *slog.Logger) (busnode.Config, error) {
+	cfg := busnode.Config{Listen: *f.listen, DataDir: *f.dataDir, Name: "toolbus-bus", Logger: log, Replicas: *f.replicas,
+		TLSCertFile: *f.tlsCert, TLSKeyFile: *f.tlsKey, TLSClientCAFile: *f.tlsClientCA, Identity: cli.Identity("bus")}
+	if *f.clusterName != "" {
+		cfg.Cluster = busnode.Cluster{Name: *f.clusterName, Listen: *f.clusterListen, ServerName: *f.serverName,
+			TLSCertFile: *f.routeCert, TLSKeyFile: *f.routeKey, TLSCAFile: *f.routeCA}
+		for _, r := range strings.Split(*f.routes, ",") {
 			if r = strings.TrimSpace(r); r != "" {
 				cfg.Cluster.Routes = append(cfg.Cluster.Routes, r)
 			}
 		}
-	} else if *clusterListen != "" || *routes != "" || *serverName != "" || *routeCert != "" || *routeKey != "" || *routeCA != "" {
-		fmt.Fprintln(os.Stderr, "bus: --cluster-listen, --routes, --server-name and --cluster-tls-* need --cluster-name")
-		os.Exit(2)
+	} else if *f.clusterListen != "" || *f.routes != "" || *f.serverName != "" || *f.routeCert != "" || *f.routeKey != "" || *f.routeCA != "" {
+		return cfg, errors.New("--cluster-listen, --routes, --server-name and --cluster-tls-* need --cluster-name")
 	}
-	if *identities != "" {
-		cfg.AuthConfig = filepath.Join(*identities, auth.ServerConfigFile)
-		cfg.NkeyFile = *nkey
+	if *f.identities != "" {
+		cfg.AuthConfig = filepath.Join(*f.identities, auth.ServerConfigFile)
+		cfg.NkeyFile = *f.nkey
 		if cfg.NkeyFile == "" {
-			cfg.NkeyFile = identity.SeedFile(*identities, string(auth.RoleBus))
+			cfg.NkeyFile = identity.SeedFile(*f.identities, string(auth.RoleBus))
 		}
 		if cfg.Cluster.Name != "" {
 			// The routes are members' business too: a node that
 			// does not have the fleet's secret cannot join.
-			secret, err := auth.RouteSecret(*identities)
+			secret, err := auth.RouteSecret(*f.identities)
 			if err != nil {
-				fmt.Fprintln(os.Stderr, "bus:", err)
-				os.Exit(2)
+				return cfg, err
 			}
 			cfg.Cluster.Secret = secret
 		}
-	} else if *nkey != "" {
-		fmt.Fprintln(os.Stderr, "bus: --nkey needs --identities")
-		os.Exit(2)
+	} else if *f.nkey != "" {
+		return cfg, errors.New("--nkey needs --identities")
 	}
-	if err := auditOpts.Apply(&cfg); err != nil {
-		fmt.Fprintln(os.Stderr, "bus:", err)
-		os.Exit(2)
+	return cfg, f.audit.Apply(&cfg)
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("bus", flag.ContinueOnError)
+	f := newFlags(fs)
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		return nil
+	} else if err != nil {
+		return usageError{err}
 	}
+	log, err := cli.Logger(*f.logLevel)
+	if err != nil {
+		return usageError{err}
+	}
+	cfg, err := f.config(log)
+	if err != nil {
+		return usageError{err}
+	}
+	ctx, stop := cli.SignalContext()
+	defer stop()
 	// SIGHUP reads the identities again, as nats-server reloads its
 	// config: members added since (toolbus init --add) may connect.
 	// Caught from the start: one that comes while the node waits for its
 	// cluster is applied once it is up, and neither kills it nor is lost.
 	hup := make(chan os.Signal, 1)
-	if *identities != "" {
+	if cfg.AuthConfig != "" {
 		signal.Notify(hup, syscall.SIGHUP)
 		defer signal.Stop(hup)
 	}
 	// Served before the node joins its cluster: /healthz answers and
 	// /readyz says why not while it waits for the other nodes.
-	m, stopMetrics, err := cli.ServeMetrics(*metricsAddr, "bus", log)
+	m, stopMetrics, err := cli.ServeMetrics(*f.metricsAddr, "bus", log)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "bus:", err)
-		os.Exit(1)
+		return err
 	}
 	defer stopMetrics()
 	node, err := busnode.Start(ctx, cfg)
 	if err != nil {
-		stopMetrics()
 		if ctx.Err() != nil {
 			// Told to stop while it waited for its cluster: a stop, not
 			// a failure.
 			log.Info("bus stopped before its cluster was up", "err", err)
-			return
+			return nil
 		}
-		fmt.Fprintln(os.Stderr, "bus:", err)
-		os.Exit(1)
+		return err
 	}
-	b := node.Bus
-	cli.WatchBus(m, b)
-	stopCheckpoints, err := auditOpts.StartCheckpoints(b, *dataDir, log)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bus:", err)
-		cli.Close(b)
-		os.Exit(1)
-	}
-	log.Info("bus listening", "url", b.URL(), "data", *dataDir)
+	cli.WatchBus(m, node.Bus)
+	log.Info("bus listening", "url", node.URL(), "data", cfg.DataDir)
 	for ctx.Err() == nil {
 		select {
 		case <-ctx.Done():
@@ -134,9 +163,10 @@ func main() {
 			}
 		}
 	}
-	stopCheckpoints()
-	if err := cli.Close(b); err != nil {
-		log.Error("bus did not stop cleanly", "err", err)
-		os.Exit(1)
+	closeCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := node.Close(closeCtx); err != nil {
+		return fmt.Errorf("did not stop cleanly: %w", err)
 	}
+	return nil
 }

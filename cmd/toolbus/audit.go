@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/internal/audit"
+	"github.com/toolbus/toolbus/internal/audit/checkpoint"
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/cli"
 	"github.com/toolbus/toolbus/internal/redact"
@@ -292,7 +293,7 @@ func auditVerify(args []string) error {
 	fs := flag.NewFlagSet("audit verify", flag.ContinueOnError)
 	natsURL := cli.NATSFlag(fs)
 	since := fs.String("since", "", "from this time (RFC 3339) or this long ago (24h, 7d); default: the whole stream")
-	keyFile := fs.String("key", filepath.Join(cli.DefaultDataDir(), audit.PublicKeyFile), "the bus owner's public key, which checkpoints must be signed with")
+	keyFile := fs.String("key", filepath.Join(cli.DefaultDataDir(), checkpoint.PublicKeyFile), "the bus owner's public key, which checkpoints must be signed with")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -300,12 +301,12 @@ func auditVerify(args []string) error {
 	if err != nil {
 		return err
 	}
-	pub, err := audit.ReadPublicKey(*keyFile)
+	pub, err := checkpoint.ReadPublicKey(*keyFile)
 	if err != nil {
 		return usageError{err}
 	}
 	return withAuditBus(*natsURL, func(ctx context.Context, b *bus.Bus) error {
-		rep, err := audit.Verify(ctx, b.JetStream(), from, pub)
+		rep, err := checkpoint.Verify(ctx, b.JetStream(), from, pub)
 		if err != nil {
 			return err
 		}

@@ -45,7 +45,7 @@ func runUp(args []string) error {
 	policyDir := fs.String("policy", "", "directory of .rego files (default: the built-in default policy)")
 	outputs := cli.AddOutputFlags(fs)
 	mcpListen := fs.String("mcp-listen", "", "address the MCP endpoint (toolbus as an MCP server, streamable HTTP) listens on, or off (default "+defaultMCPListen+", else a free loopback port)")
-	auditOpts := cli.AuditFlags(fs)
+	auditOpts := busnode.AuditFlags(fs)
 	consoleAddr := fs.String("console", "", "address the web console listens on, or off (default "+console.DefaultListen+", else a free loopback port); token from env "+consoleTokenEnv)
 	identities := fs.String("identities", "", "directory of the identities the parts connect with (made on the first start; `toolbus init` makes a fleet's), or off (default DATA/identities)")
 	logLevel := cli.LogFlag(fs)
@@ -76,7 +76,7 @@ func runUp(args []string) error {
 	defer stop()
 	var parts []*bus.Bus // the parts' own connections, closed last
 
-	busCfg := busnode.Config{Listen: *listen, DataDir: *dataDir, Name: "toolbus-up", Logger: log}
+	busCfg := busnode.Config{Listen: *listen, DataDir: *dataDir, Name: "toolbus-up", Logger: log, Identity: cli.Identity("bus")}
 	if err := auditOpts.Apply(&busCfg); err != nil {
 		return usageError{err}
 	}
@@ -93,8 +93,12 @@ func runUp(args []string) error {
 	if err != nil {
 		return err
 	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		node.Close(ctx)
+	}()
 	b := node.Bus
-	defer cli.Close(b)
 	// Each part connects as its own member, with its role's permissions,
 	// as in a fleet; without identities they share the bus's connection.
 	as := func(name string) (*bus.Bus, error) {
@@ -113,11 +117,6 @@ func runUp(args []string) error {
 			cli.Close(parts[i])
 		}
 	}()
-	stopCheckpoints, err := auditOpts.StartCheckpoints(b, *dataDir, log)
-	if err != nil {
-		return err
-	}
-	defer stopCheckpoints()
 	m, stopMetrics, err := cli.StartMetrics(*metricsAddr, "up", b, log)
 	if err != nil {
 		return err

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/redact"
@@ -188,11 +189,11 @@ func read(ctx context.Context, js jetstream.JetStream, subjects []string, j *joi
 	if err != nil {
 		return nil, st, fmt.Errorf("audit stream %s: %w", events.AuditStream, err)
 	}
-	var unknown unknownConsumer
+	var unknown bus.UnknownConsumer
 	var seen uint64 // the stream sequence of the last message read
 	restarts := 0
 	for {
-		batch, err := cons.Fetch(fetchBatch, jetstream.FetchMaxWait(fetchWait))
+		batch, err := cons.Fetch(bus.FetchBatch, jetstream.FetchMaxWait(bus.FetchWait))
 		if err != nil {
 			return nil, st, fmt.Errorf("read the audit stream: %w", err)
 		}
@@ -200,7 +201,7 @@ func read(ctx context.Context, js jetstream.JetStream, subjects []string, j *joi
 		if done {
 			break
 		}
-		if err := batch.Error(); n == 0 && unknown.again(ctx, err) {
+		if err := batch.Error(); n == 0 && unknown.Again(ctx, err) {
 			continue
 		} else if err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
 			return nil, st, fmt.Errorf("read the audit stream: %w", err)
@@ -208,7 +209,7 @@ func read(ctx context.Context, js jetstream.JetStream, subjects []string, j *joi
 		if n > 0 {
 			continue
 		}
-		// Nothing came within fetchWait before last. Either what was
+		// Nothing came within bus.FetchWait before last. Either what was
 		// left was removed meanwhile (retention), or the consumer sits
 		// on a copy of the stream that lags: a copy still recovering
 		// after a node's loss delivers what it has and then nothing (a
@@ -239,7 +240,7 @@ func read(ctx context.Context, js jetstream.JetStream, subjects []string, j *joi
 // readerConfig is the consumer of a read of subjects from since (zero:
 // from the start).
 func readerConfig(subjects []string, since time.Time) jetstream.OrderedConsumerConfig {
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: subjects, DeliverPolicy: jetstream.DeliverAllPolicy, InactiveThreshold: readerIdle}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: subjects, DeliverPolicy: jetstream.DeliverAllPolicy, InactiveThreshold: bus.ReaderIdle}
 	if !since.IsZero() {
 		// Events of an invocation come after it: starting at its time
 		// misses none of them.
@@ -330,39 +331,6 @@ func heldAfter(ctx context.Context, stream jetstream.Stream, subjects []string, 
 	return false, nil
 }
 
-// unknownConsumer counts the fetches a cluster answered with "no
-// responders": a consumer just made on another node is not yet known to
-// the node this connection is on (its interest crosses the routes on its
-// own time), or it moved with the stream's leader. The fetch is made
-// again, a few times, a little later each time.
-type unknownConsumer struct{ tries int }
-
-func (u *unknownConsumer) again(ctx context.Context, err error) bool {
-	if !errors.Is(err, nats.ErrNoResponders) || u.tries >= 20 {
-		return false
-	}
-	u.tries++
-	select {
-	case <-ctx.Done():
-		return false
-	case <-time.After(time.Duration(u.tries) * 50 * time.Millisecond):
-		return true
-	}
-}
-
-// readerIdle is how long the server keeps a reader's consumer once it
-// stops fetching. A read never says it is done, and nats-server keeps at
-// most 1,000 consumers a stream by default: with its default of five
-// minutes, a few audit reads a second would reach that limit.
-const readerIdle = 30 * time.Second
-
-// A read fetches up to fetchBatch messages at a time, waiting at most
-// fetchWait for them.
-const (
-	fetchBatch = 2000
-	fetchWait  = 5 * time.Second
-)
-
 // Redact is r fit to show: its arguments, reason, error, and timeline
 // (summaries and recorded events) through red. r is left as it is.
 func Redact(r *Record, red *redact.Redactor) *Record {
@@ -392,7 +360,7 @@ func Tail(ctx context.Context, js jetstream.JetStream, q Query, f func(*Record))
 	if err != nil {
 		return fmt.Errorf("audit stream %s: %w", events.AuditStream, err)
 	}
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: Subjects, DeliverPolicy: jetstream.DeliverNewPolicy, InactiveThreshold: readerIdle})
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: Subjects, DeliverPolicy: jetstream.DeliverNewPolicy, InactiveThreshold: bus.ReaderIdle})
 	if err != nil {
 		return fmt.Errorf("audit stream %s: %w", events.AuditStream, err)
 	}
@@ -412,9 +380,9 @@ func Tail(ctx context.Context, js jetstream.JetStream, q Query, f func(*Record))
 		}
 		j.order = kept
 	}
-	var unknown unknownConsumer
+	var unknown bus.UnknownConsumer
 	for ctx.Err() == nil {
-		batch, err := cons.Fetch(fetchBatch, jetstream.FetchMaxWait(time.Second))
+		batch, err := cons.Fetch(bus.FetchBatch, jetstream.FetchMaxWait(time.Second))
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -428,7 +396,7 @@ func Tail(ctx context.Context, js jetstream.JetStream, q Query, f func(*Record))
 				j.add(m.Subject(), m.Data(), meta.Sequence.Stream, meta.Timestamp)
 			}
 		}
-		if err := batch.Error(); n == 0 && unknown.again(ctx, err) {
+		if err := batch.Error(); n == 0 && unknown.Again(ctx, err) {
 			continue
 		} else if err != nil && !errors.Is(err, jetstream.ErrNoMessages) && ctx.Err() == nil {
 			return fmt.Errorf("read the audit stream: %w", err)

@@ -7,6 +7,7 @@ package busnode
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -22,8 +23,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/internal/audit/checkpoint"
 	"github.com/toolbus/toolbus/internal/auth"
 	"github.com/toolbus/toolbus/internal/bus"
+	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/identity"
 )
 
@@ -83,6 +86,44 @@ type Config struct {
 	// only its age and size limits remove events. For tests of tamper
 	// evidence, which must be able to tamper.
 	AuditAllowDelete bool
+	// CheckpointEvery is how often the node signs a checkpoint of the
+	// audit stream (internal/audit/checkpoint) with the key it keeps in
+	// DataDir, made on first use; 0 never does. Only the bus's owner
+	// checkpoints: a node of a cluster is one, and so is each node.
+	CheckpointEvery time.Duration
+	// Identity is who signs the checkpoints; its ID defaults to
+	// bus@HOST.
+	Identity events.Identity
+}
+
+// withDefaults is cfg with every unset setting at its default.
+func (cfg Config) withDefaults() Config {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = bus.DefaultListen
+	}
+	if cfg.Identity.ID == "" {
+		host, _ := os.Hostname()
+		cfg.Identity = events.Identity{ID: "bus@" + host, Role: "bus", Host: host, User: os.Getenv("USER")}
+	}
+	return cfg
+}
+
+// Validate reports what is missing or contradictory in cfg.
+func (cfg Config) Validate() error {
+	switch {
+	case cfg.DataDir == "":
+		return errors.New("embedded bus: no data directory given")
+	case cfg.AuthConfig != "" && cfg.NkeyFile == "":
+		return errors.New("embedded bus: with identities, the bus connects as one of them too: give its seed file (DIR/bus.nk)")
+	case cfg.TLSClientCAFile != "" && (cfg.TLSCertFile == "" || cfg.TLSKeyFile == ""):
+		return errors.New("embedded bus: a client CA needs the server's own certificate and key too")
+	case cfg.AuditMaxAge < 0 || cfg.AuditMaxBytes < 0 || cfg.CheckpointEvery < 0:
+		return errors.New("embedded bus: the audit stream's limits and the checkpoint interval cannot be negative")
+	}
+	return nil
 }
 
 // Node is a running bus: the embedded server and the node's own
@@ -92,23 +133,30 @@ type Node struct {
 	srv *server.Server
 	// opts are srv's options, and authConfig the file its members come
 	// from (ReloadIdentities).
-	opts       *server.Options
-	authConfig string
-	reloadMu   sync.Mutex
+	opts        *server.Options
+	authConfig  string
+	reloadMu    sync.Mutex
+	checkpoints *checkpoint.Checkpointer // nil when the node makes none
 }
 
 // Start starts the embedded server cfg describes, connects to it
-// in-process and ensures the audit stream. On failure nothing it started
-// is left running.
-func Start(ctx context.Context, cfg Config) (*Node, error) {
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
+// in-process, ensures the audit stream and starts its checkpoints. On
+// failure nothing it started is left running.
+func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
-	if cfg.AuthConfig != "" && cfg.NkeyFile == "" {
-		return nil, errors.New("embedded bus: with identities, the bus connects as one of them too: give its seed file (DIR/bus.nk)")
+	var key ed25519.PrivateKey
+	if cfg.CheckpointEvery > 0 {
+		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+			return nil, fmt.Errorf("embedded bus: %w", err)
+		}
+		if key, err = checkpoint.LoadOrCreateKey(cfg.DataDir); err != nil {
+			return nil, err
+		}
 	}
-	srv, opts, err := startServer(cfg, log)
+	srv, opts, err := startServer(cfg, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -123,13 +171,27 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, err
 		}
 	}
-	b, err := bus.Connect(ctx, bus.Config{Server: srv, Clustered: cfg.Cluster.Name != "", Name: cfg.Name, Logger: log,
+	b, err := bus.Connect(ctx, bus.Config{Server: srv, Clustered: cfg.Cluster.Name != "", Name: cfg.Name, Logger: cfg.Logger,
 		AuditMaxAge: cfg.AuditMaxAge, AuditMaxBytes: cfg.AuditMaxBytes, Replicas: cfg.Replicas, AuditAllowDelete: cfg.AuditAllowDelete,
 		NkeyFile: cfg.NkeyFile})
 	if err != nil {
 		return nil, err // Connect shut the server down
 	}
-	return &Node{Bus: b, srv: srv, opts: opts, authConfig: cfg.AuthConfig}, nil
+	n := &Node{Bus: b, srv: srv, opts: opts, authConfig: cfg.AuthConfig}
+	if key != nil {
+		n.checkpoints = checkpoint.Start(b.Conn(), b.JetStream(), key, cfg.Identity, cfg.CheckpointEvery, cfg.Logger)
+	}
+	return n, nil
+}
+
+// Close stops the checkpoints, drains the node's connection, so handlers
+// finish what they were given, and stops the server. It is safe to call
+// more than once.
+func (n *Node) Close(ctx context.Context) error {
+	if n.checkpoints != nil {
+		n.checkpoints.Stop()
+	}
+	return n.Bus.Close(ctx)
 }
 
 // checkStore runs checkLoaded on a connection of its own, as whom the
@@ -193,9 +255,6 @@ func (cfg Config) listen() string {
 
 // serverOptions are the nats-server options of cfg's embedded server.
 func serverOptions(cfg Config) (*server.Options, error) {
-	if cfg.DataDir == "" {
-		return nil, errors.New("embedded bus: no data directory given")
-	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("embedded bus: %w", err)
 	}
@@ -232,8 +291,6 @@ func serverOptions(cfg Config) (*server.Options, error) {
 		}
 		opts.TLSConfig, opts.TLS, opts.TLSVerify = tc, true, cfg.TLSClientCAFile != ""
 		opts.TLSTimeout = 2
-	} else if cfg.TLSClientCAFile != "" {
-		return nil, errors.New("embedded bus: a client CA needs the server's own certificate and key too")
 	}
 	if cfg.AuthConfig != "" {
 		users, err := auth.ServerUsers(cfg.AuthConfig)

@@ -1,4 +1,7 @@
-package audit
+// Package checkpoint makes the audit stream tamper-evident: the bus's
+// owner signs a chained digest of the stream every so often, and Verify
+// recomputes every digest and checks every signature.
+package checkpoint
 
 import (
 	"context"
@@ -139,7 +142,7 @@ type Checkpointer struct {
 
 // StartCheckpointer publishes a checkpoint every every (when the stream
 // grew), signed with key, as id.
-func StartCheckpointer(nc *nats.Conn, js jetstream.JetStream, key ed25519.PrivateKey, id events.Identity, every time.Duration, log *slog.Logger) *Checkpointer {
+func Start(nc *nats.Conn, js jetstream.JetStream, key ed25519.PrivateKey, id events.Identity, every time.Duration, log *slog.Logger) *Checkpointer {
 	c := &Checkpointer{nc: nc, js: js, key: key, id: id, every: every, log: log, stop: make(chan struct{}), done: make(chan struct{})}
 	go c.loop()
 	return c
@@ -220,13 +223,13 @@ func (c *Checkpointer) Checkpoint(ctx context.Context) (*events.AuditCheckpoint,
 
 // scan reads the stream's messages from..to (every subject), in order.
 func scan(ctx context.Context, stream jetstream.Stream, from, to uint64, f func(seq uint64, subject string, data []byte)) error {
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from, InactiveThreshold: readerIdle})
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from, InactiveThreshold: bus.ReaderIdle})
 	if err != nil {
 		return err
 	}
-	var unknown unknownConsumer
+	var unknown bus.UnknownConsumer
 	for {
-		batch, err := cons.Fetch(fetchBatch, jetstream.FetchMaxWait(fetchWait))
+		batch, err := cons.Fetch(bus.FetchBatch, jetstream.FetchMaxWait(bus.FetchWait))
 		if err != nil {
 			return err
 		}
@@ -245,7 +248,7 @@ func scan(ctx context.Context, stream jetstream.Stream, from, to uint64, f func(
 				return nil
 			}
 		}
-		if err := batch.Error(); n == 0 && unknown.again(ctx, err) {
+		if err := batch.Error(); n == 0 && unknown.Again(ctx, err) {
 			continue
 		} else if err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
 			return err
@@ -404,7 +407,7 @@ func verifySignature(pub ed25519.PublicKey, cp *events.AuditCheckpoint) bool {
 
 // firstSince is the first sequence stored at or after t; 0 when none is.
 func firstSince(ctx context.Context, stream jetstream.Stream, t time.Time) (uint64, error) {
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &t, InactiveThreshold: readerIdle})
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &t, InactiveThreshold: bus.ReaderIdle})
 	if err != nil {
 		return 0, err
 	}

@@ -1,4 +1,4 @@
-package audit_test
+package checkpoint_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolbus/toolbus/internal/audit"
+	"github.com/toolbus/toolbus/internal/audit/checkpoint"
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/busnode"
@@ -52,7 +52,7 @@ func steps(t *testing.T, b *bus.Bus, n int) {
 	}
 }
 
-func checkpoint(t *testing.T, c *audit.Checkpointer) *events.AuditCheckpoint {
+func takeCheckpoint(t *testing.T, c *checkpoint.Checkpointer) *events.AuditCheckpoint {
 	t.Helper()
 	cp, err := c.Checkpoint(context.Background())
 	if err != nil || cp == nil {
@@ -61,9 +61,9 @@ func checkpoint(t *testing.T, c *audit.Checkpointer) *events.AuditCheckpoint {
 	return cp
 }
 
-func verify(t *testing.T, b *bus.Bus, pub ed25519.PublicKey) *audit.Report {
+func verify(t *testing.T, b *bus.Bus, pub ed25519.PublicKey) *checkpoint.Report {
 	t.Helper()
-	rep, err := audit.Verify(context.Background(), b.JetStream(), time.Time{}, pub)
+	rep, err := checkpoint.Verify(context.Background(), b.JetStream(), time.Time{}, pub)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,24 +111,24 @@ func TestVerifyFindsWhatWasRemoved(t *testing.T) {
 	defer bustest.Stop(t, node)
 	b := node.Bus
 	keyDir := t.TempDir()
-	key, err := audit.LoadOrCreateKey(keyDir)
+	key, err := checkpoint.LoadOrCreateKey(keyDir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again, err := audit.LoadOrCreateKey(keyDir); err != nil || !again.Equal(key) {
+	if again, err := checkpoint.LoadOrCreateKey(keyDir); err != nil || !again.Equal(key) {
 		t.Fatalf("the key was not kept: %v", err)
 	}
-	pub, err := audit.ReadPublicKey(filepath.Join(keyDir, audit.PublicKeyFile))
+	pub, err := checkpoint.ReadPublicKey(filepath.Join(keyDir, checkpoint.PublicKeyFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cpr := audit.StartCheckpointer(b.Conn(), b.JetStream(), key, events.Identity{ID: "bus@test", Role: "bus"}, time.Hour, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	cpr := checkpoint.Start(b.Conn(), b.JetStream(), key, events.Identity{ID: "bus@test", Role: "bus"}, time.Hour, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	defer cpr.Stop()
 
 	steps(t, b, 20)
-	first := checkpoint(t, cpr)
+	first := takeCheckpoint(t, cpr)
 	steps(t, b, 20)
-	second := checkpoint(t, cpr)
+	second := takeCheckpoint(t, cpr)
 	if second.From != first.To+1 || second.Previous != first.Digest {
 		t.Errorf("not chained: %+v then %+v", first, second)
 	}
@@ -143,8 +143,8 @@ func TestVerifyFindsWhatWasRemoved(t *testing.T) {
 
 	// Another key's checkpoint is not trusted.
 	_, otherKey, _ := ed25519.GenerateKey(rand.Reader)
-	forger := audit.StartCheckpointer(b.Conn(), b.JetStream(), otherKey, events.Identity{ID: "bus@test", Role: "bus"}, time.Hour, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	checkpoint(t, forger)
+	forger := checkpoint.Start(b.Conn(), b.JetStream(), otherKey, events.Identity{ID: "bus@test", Role: "bus"}, time.Hour, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	takeCheckpoint(t, forger)
 	forger.Stop()
 	steps(t, b, 1)
 	if rep := verify(t, b, pub); rep.OK() || !strings.Contains(strings.Join(rep.Problems, "\n"), "not the trusted") {

@@ -1,20 +1,16 @@
-package cli
+package busnode
 
 import (
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"strings"
 	"time"
-
-	"github.com/toolbus/toolbus/internal/audit"
-	"github.com/toolbus/toolbus/internal/bus"
-	"github.com/toolbus/toolbus/internal/busnode"
 )
 
-// AuditOptions are the audit stream's settings of the process that owns
-// the bus (toolbus up, bus): retention and checkpoints.
+// AuditOptions are the flags of the audit stream's settings, for the
+// processes that run the bus (toolbus up, bus): retention, checkpoints
+// and the store's key.
 type AuditOptions struct {
 	MaxAge       *time.Duration
 	MaxBytes     *int64
@@ -36,12 +32,12 @@ func AuditFlags(fs *flag.FlagSet) *AuditOptions {
 	}
 }
 
-// Apply puts the retention into cfg.
-func (o *AuditOptions) Apply(cfg *busnode.Config) error {
+// Apply puts the settings into cfg.
+func (o *AuditOptions) Apply(cfg *Config) error {
 	if *o.MaxAge < 0 || *o.MaxBytes < 0 || *o.Checkpoint < 0 {
 		return fmt.Errorf("--audit-max-age, --audit-max-bytes and --audit-checkpoint cannot be negative")
 	}
-	cfg.AuditMaxAge, cfg.AuditMaxBytes = *o.MaxAge, *o.MaxBytes
+	cfg.AuditMaxAge, cfg.AuditMaxBytes, cfg.CheckpointEvery = *o.MaxAge, *o.MaxBytes, *o.Checkpoint
 	cfg.StoreKey = os.Getenv(StoreKeyEnv)
 	if *o.StoreKeyFile != "" {
 		data, err := os.ReadFile(*o.StoreKeyFile)
@@ -54,18 +50,4 @@ func (o *AuditOptions) Apply(cfg *busnode.Config) error {
 		}
 	}
 	return nil
-}
-
-// StartCheckpoints publishes the audit stream's checkpoints, signed with
-// the key in dataDir (made on first use); the returned stop ends it.
-func (o *AuditOptions) StartCheckpoints(b *bus.Bus, dataDir string, log *slog.Logger) (stop func(), err error) {
-	if *o.Checkpoint == 0 {
-		return func() {}, nil
-	}
-	key, err := audit.LoadOrCreateKey(dataDir)
-	if err != nil {
-		return nil, err
-	}
-	c := audit.StartCheckpointer(b.Conn(), b.JetStream(), key, Identity("bus"), *o.Checkpoint, log)
-	return c.Stop, nil
 }
