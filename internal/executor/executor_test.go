@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 	"go.uber.org/goleak"
 
@@ -922,4 +923,36 @@ func TestWithoutIdentitiesEveryCallerIsAClaim(t *testing.T) {
 	if checked != 2 {
 		t.Fatalf("%d of 2 decisions on record", checked)
 	}
+}
+
+// A Start that fails after the executor opened its second connection, the
+// one whole outputs take, leaves nothing of it running.
+func TestAFailedStartLeavesNothingRunning(t *testing.T) {
+	ctx := context.Background()
+	b := bustest.Start(t, "")
+	// A stream in the catalogue bucket's place that no bucket can be made
+	// of (a bucket keeps its files on disk): the catalogue, opened after
+	// the output store, fails.
+	if _, err := b.JetStream().CreateStream(ctx, jetstream.StreamConfig{Name: "KV_" + events.CatalogBucket,
+		Subjects: []string{"$KV." + events.CatalogBucket + ".>"}, Storage: jetstream.MemoryStorage}); err != nil {
+		t.Fatal(err)
+	}
+	// The stores the executor opens before the catalogue are made first:
+	// the server's own goroutines for them are not the executor's.
+	if _, err := bus.EnsureObjectStore(ctx, b.JetStream(), jetstream.ObjectStoreConfig{Bucket: events.OutputBucket,
+		Storage: jetstream.FileStorage, TTL: DefaultOutputStoreTTL, MaxBytes: DefaultOutputStoreBytes}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenAllowlistBucket(ctx, b.JetStream()); err != nil {
+		t.Fatal(err)
+	}
+	before := goleak.IgnoreCurrent()
+	cfg := Config{Identity: events.Identity{ID: "executor@test"}, Policy: defaultPol(t), Logger: bustest.Quiet()}
+	if ex, err := Start(ctx, b.Conn(), b.JetStream(), cfg); err == nil {
+		ex.Stop(ctx)
+		t.Fatal("the executor started without a catalogue")
+	} else if !strings.Contains(err.Error(), "catalogue") {
+		t.Fatalf("it failed on something else: %v", err)
+	}
+	goleak.VerifyNone(t, before, testkit.NATSObjectPutLeak())
 }
