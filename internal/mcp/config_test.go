@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -318,7 +319,7 @@ func TestServerNames(t *testing.T) {
 	}
 }
 
-func jsonString(s string) string { return quote(s) }
+func jsonString(s string) string { return strconv.Quote(s) }
 
 func TestFileErrors(t *testing.T) {
 	for _, tc := range []struct{ name, data, want string }{
@@ -394,48 +395,6 @@ func TestWarnings(t *testing.T) {
 	}
 	if !slices.Equal(c.Warnings, want) {
 		t.Errorf("warnings:\n got %q\nwant %q", c.Warnings, want)
-	}
-}
-
-func TestExpand(t *testing.T) {
-	vars := map[string]string{"A": "a", "B_2": "b", "EMPTY": ""}
-	for _, tc := range []struct {
-		in, want string
-		warned   bool
-	}{
-		{"plain", "plain", false},
-		{"$A", "a", false},
-		{"${A}", "a", false},
-		{"x$A/y", "xa/y", false},
-		{"$A$B_2", "ab", false},
-		{"${A}${B_2}", "ab", false},
-		{"$Ax", "", true}, // the name runs on: Ax is unset
-		{"${A}x", "ax", false},
-		{"${A:-d}", "a", false},
-		{"${UNSET:-d}", "d", false},
-		{"${EMPTY:-d}", "d", false},
-		{"${UNSET:-}", "", false},
-		{"${UNSET:-a:-b}", "a:-b", false},
-		{"${UNSET:-http://h:1/x}/y", "http://h:1/x/y", false},
-		{"$UNSET", "", true},
-		{"${UNSET}", "", true},
-		{"$", "$", false},
-		{"$$", "$$", false},
-		{"$1", "$1", false},
-		{"a $ b", "a $ b", false},
-		{"${}", "${}", true},
-		{"${A-x}", "${A-x}", true},
-		{"${A:=x}", "${A:=x}", true},
-		{"${A", "${A", true},
-		{"${UNSET:-${A}}", "${A}", false}, // the default runs to the first "}"
-	} {
-		t.Run(tc.in, func(t *testing.T) {
-			warned := false
-			e := expander{getenv: env(vars), warn: func(string, string) { warned = true }}
-			if got := e.expand("f", tc.in); got != tc.want || warned != tc.warned {
-				t.Errorf("got %q (warned %v), want %q (warned %v)", got, warned, tc.want, tc.warned)
-			}
-		})
 	}
 }
 
