@@ -81,30 +81,6 @@ func SettingsFrom(d settings.Discovery) (Settings, error) {
 	return s, nil
 }
 
-// LoadSettings reads the discovery settings of a settings.json
-// (settings.Read). An empty path gives empty Settings: no discovery.
-func LoadSettings(path string) (Settings, error) {
-	f, err := settings.Read(path, settings.GeminiSettings)
-	if err != nil {
-		return Settings{}, err
-	}
-	s, err := SettingsFrom(f.Discovery)
-	if err != nil {
-		return Settings{}, fmt.Errorf("settings %s: %w", path, err)
-	}
-	return s, nil
-}
-
-// ParseSettings reads the discovery settings of the contents of a
-// settings.json and validates them.
-func ParseSettings(data []byte) (Settings, error) {
-	f, err := settings.Parse(data, "", settings.GeminiSettings)
-	if err != nil {
-		return Settings{}, err
-	}
-	return SettingsFrom(f.Discovery)
-}
-
 // Validate reports settings that cannot work, naming the key: a command
 // that does not split into words, one command without the other, a
 // negative or too short duration, a callEnv entry that is not a

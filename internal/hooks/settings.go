@@ -3,7 +3,6 @@ package hooks
 import (
 	"fmt"
 	"math"
-	"os"
 	"slices"
 	"time"
 
@@ -50,19 +49,6 @@ func SetFrom(h settings.Hooks, d Dialect, file string) (*Set, error) {
 		}
 	}
 	return s, nil
-}
-
-// Load reads the hooks of the settings file at path, written by the agent
-// of dialect d. A file without hooks gives an empty Set.
-func Load(path string, d Dialect) (*Set, error) {
-	if path == "" {
-		return nil, errNoHook
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("hooks: %w", err)
-	}
-	return Parse(data, d, path)
 }
 
 // Parse reads the hooks of a settings file's contents, written by the agent

@@ -194,17 +194,6 @@ func (c *Config) Server(name string) (ServerConfig, bool) {
 	return c.Servers[i], true
 }
 
-// Load reads the MCP servers of a Gemini CLI settings.json or a Claude Code
-// .mcp.json; see Parse. A file that cannot be read is an error that wraps
-// the os error. Warnings and servers name path.
-func Load(path string, getenv func(string) string) (*Config, error) {
-	f, err := settings.Read(path, settings.MCPConfig)
-	if err != nil {
-		return nil, err
-	}
-	return ConfigFrom(f, getenv), nil
-}
-
 // Parse reads the MCP servers of the contents of a Gemini CLI settings.json
 // or a Claude Code .mcp.json, as settings.Parse reads them (format
 // settings.MCPConfig), and makes their servers (ConfigFrom). getenv looks

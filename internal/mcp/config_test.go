@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/toolbus/toolbus/internal/settings"
 )
 
 // env is a getenv over a fixed set of variables.
@@ -526,11 +528,11 @@ func TestMerge(t *testing.T) {
 	  "mcpServers": {"shared": {"command": "old"}, "gemini-only": {"command": "g"}, "bad": {"bogus": 1, "command": "b"}}}`)
 	writeFile(t, mcpJSON, `{"mcpServers": {"shared": {"type": "stdio", "command": "new"},
 	  "claude-only": {"command": "c"}, "claude-excluded": {"command": "e"}}}`)
-	first, err := Load(settings, env(nil))
+	first, err := load(settings, env(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	second, err := Load(mcpJSON, env(nil))
+	second, err := load(mcpJSON, env(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -578,7 +580,7 @@ func TestLoad(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "settings.json")
 	writeFile(t, path, `{"mcpServers": {"s": {"command": "x", "bogus": 1}}}`)
-	c, err := Load(path, env(nil))
+	c, err := load(path, env(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -589,11 +591,11 @@ func TestLoad(t *testing.T) {
 		t.Errorf("warnings: got %q, want [%q]", c.Warnings, want)
 	}
 
-	if _, err := Load(filepath.Join(dir, "missing.json"), nil); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := load(filepath.Join(dir, "missing.json"), nil); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("missing file: got %v, want fs.ErrNotExist", err)
 	}
 	writeFile(t, path, `{"mcpServers": [`)
-	if _, err := Load(path, nil); err == nil || !strings.Contains(err.Error(), path) {
+	if _, err := load(path, nil); err == nil || !strings.Contains(err.Error(), path) {
 		t.Errorf("bad file: got %v, want an error naming %s", err, path)
 	}
 }
@@ -614,6 +616,15 @@ func TestMessagesKeepSecrets(t *testing.T) {
 			t.Errorf("%s: Disabled shows a secret: %q", s.Name, s.Disabled)
 		}
 	}
+}
+
+// load reads the MCP servers of the file at path, as toolbus up does.
+func load(path string, getenv func(string) string) (*Config, error) {
+	f, err := settings.Read(path, settings.MCPConfig)
+	if err != nil {
+		return nil, err
+	}
+	return ConfigFrom(f, getenv), nil
 }
 
 func writeFile(t *testing.T, path, data string) {

@@ -31,29 +31,6 @@ func SettingsFrom(t settings.Tools) (Settings, error) {
 	return s, s.Validate()
 }
 
-// LoadSettings reads the registry's settings of a Gemini CLI settings.json
-// (settings.Read). An empty path gives empty Settings.
-func LoadSettings(path string) (Settings, error) {
-	f, err := settings.Read(path, settings.GeminiSettings)
-	if err != nil {
-		return Settings{}, err
-	}
-	s, err := SettingsFrom(f.Tools)
-	if err != nil {
-		return Settings{}, fmt.Errorf("settings %s: %w", path, err)
-	}
-	return s, nil
-}
-
-// ParseSettings parses the contents of a settings.json.
-func ParseSettings(data []byte) (Settings, error) {
-	f, err := settings.Parse(data, "", settings.GeminiSettings)
-	if err != nil {
-		return Settings{}, err
-	}
-	return SettingsFrom(f.Tools)
-}
-
 // Validate reports entries that can never match a tool.
 func (s Settings) Validate() error {
 	for _, c := range s.Core {
