@@ -25,8 +25,6 @@ import (
 
 	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
-
-	"github.com/toolbus/toolbus/internal/jsonc"
 )
 
 // Format is what a file is read as; it decides which keys are read.
@@ -111,7 +109,7 @@ func Parse(data []byte, name string, f Format) (*File, error) {
 	if err := f.check(); err != nil {
 		return nil, err
 	}
-	data = jsonc.StripComments(data)
+	data = stripComments(data)
 	// The syntax of the whole file comes first, so that a file cut short
 	// says so rather than naming the first value of a wrong type.
 	var v jsontext.Value
