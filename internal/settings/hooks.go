@@ -37,13 +37,15 @@ type Hooks struct {
 // HookGroup is hooks under one matcher.
 type HookGroup struct {
 	// Matcher is as written; nil when not given.
-	Matcher    *string `json:"matcher"`
-	Sequential bool    `json:"sequential"`
+	Matcher *string `json:"matcher"`
+	// Sequential runs the group's hooks one after another (Gemini CLI).
+	Sequential bool `json:"sequential"`
 	// Hooks are nil when the group gives no hooks array.
 	Hooks []Hook `json:"hooks"`
 }
 
-// Hook is one hook as written.
+// Hook is one hook as written: its type ("command" is the one toolbus
+// runs), command, name (Gemini CLI), description and timeout.
 type Hook struct {
 	Type        string `json:"type"`
 	Command     string `json:"command"`
