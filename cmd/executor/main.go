@@ -81,14 +81,18 @@ func run(natsURL, workspace, workspaceName, policyDir, id string, timeout, confi
 		Identity: identity, IdentitiesEnforced: b.Principal() != "", Tools: builtin.Tools(ws, shells), Policy: pol, PolicyDir: policyDir,
 		Workspace: ws.Root(), WorkspaceName: workspaceName, Timeout: timeout, ConfirmTimeout: confirmTimeout, Logger: log}
 	outputs.Apply(&cfg)
-	if err := hookFlags.Apply(&cfg, log); err != nil {
+	settingsFiles, err := cli.ReadSettings(*mcpFlags.Settings, *hookFlags.ClaudeSettings, *mcpFlags.MCPConfig)
+	if err != nil {
+		return err
+	}
+	if err := cli.ApplyHooks(&cfg, settingsFiles, log); err != nil {
 		return err
 	}
 	ex, err := executor.Start(ctx, b.Conn(), b.JetStream(), cfg)
 	if err != nil {
 		return err
 	}
-	servers, err := cli.StartMCP(ctx, b, ex, identity, mcpFlags, log)
+	servers, err := cli.StartMCP(ctx, b, ex, identity, settingsFiles, log)
 	if err != nil {
 		stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -99,7 +103,7 @@ func run(natsURL, workspace, workspaceName, policyDir, id string, timeout, confi
 	}
 	// The tools of the settings' discovery command run in this
 	// executor's workspace, so it hosts them.
-	discovered, err := cli.StartDiscovery(ctx, b, ex, identity, *mcpFlags.Settings, ws.Root(), cfg.Tools, log)
+	discovered, err := cli.StartDiscovery(ctx, b, ex, identity, settingsFiles.Gemini, ws.Root(), cfg.Tools, log)
 	if err != nil {
 		stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/toolbus/toolbus/internal/cli"
 	"github.com/toolbus/toolbus/internal/registry"
+	"github.com/toolbus/toolbus/internal/settings"
 )
 
 func main() {
@@ -29,9 +30,13 @@ func run(natsURL, settingsPath, logLevel, metricsAddr string) error {
 	if err != nil {
 		return err
 	}
-	settings, err := registry.LoadSettings(settingsPath)
+	f, err := settings.Read(settingsPath, settings.GeminiSettings)
 	if err != nil {
 		return err
+	}
+	regSettings, err := registry.SettingsFrom(f.Tools)
+	if err != nil {
+		return fmt.Errorf("settings %s: %w", settingsPath, err)
 	}
 	ctx, stop := cli.SignalContext()
 	defer stop()
@@ -46,7 +51,7 @@ func run(natsURL, settingsPath, logLevel, metricsAddr string) error {
 	}
 	defer stopMetrics()
 	svc, err := registry.Start(ctx, b.Conn(), b.JetStream(), registry.Config{
-		Settings: settings, Identity: cli.Identity("registry"), Logger: log})
+		Settings: regSettings, Identity: cli.Identity("registry"), Logger: log})
 	if err != nil {
 		return err
 	}

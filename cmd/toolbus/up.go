@@ -67,9 +67,13 @@ func runUp(args []string) error {
 			*hookFlags.ClaudeSettings = claudeSettings
 		}
 	}
-	settings, err := registry.LoadSettings(*settingsPath)
+	settingsFiles, err := cli.ReadSettings(*settingsPath, *hookFlags.ClaudeSettings, *mcpFlags.MCPConfig)
 	if err != nil {
 		return err
+	}
+	regSettings, err := registry.SettingsFrom(settingsFiles.Gemini.Tools)
+	if err != nil {
+		return fmt.Errorf("settings %s: %w", *settingsPath, err)
 	}
 
 	ctx, stop := cli.SignalContext()
@@ -128,7 +132,7 @@ func runUp(args []string) error {
 		return err
 	}
 	reg, err := registry.Start(ctx, regBus.Conn(), regBus.JetStream(), registry.Config{
-		Settings: settings, Identity: cli.Identity("registry"), Logger: log})
+		Settings: regSettings, Identity: cli.Identity("registry"), Logger: log})
 	if err != nil {
 		return err
 	}
@@ -138,7 +142,7 @@ func runUp(args []string) error {
 	if err != nil {
 		return err
 	}
-	exec, err := startExecutor(ctx, exBus, *workspace, *policyDir, outputs, mcpFlags, hookFlags, m, log)
+	exec, err := startExecutor(ctx, exBus, *workspace, *policyDir, outputs, settingsFiles, m, log)
 	if err != nil {
 		return err
 	}
@@ -255,7 +259,7 @@ type runningExecutor struct {
 // startExecutor runs an executor hosting the built-in tools over workspace,
 // enforcing the policy of policyDir, or the default policy, keeping output
 // within outputs.
-func startExecutor(ctx context.Context, b *bus.Bus, workspace, policyDir string, outputs *cli.OutputFlags, mcpFlags *cli.MCPFlags, hookFlags *cli.HookFlags, m *metrics.Metrics, log *slog.Logger) (*runningExecutor, error) {
+func startExecutor(ctx context.Context, b *bus.Bus, workspace, policyDir string, outputs *cli.OutputFlags, settingsFiles *cli.SettingsFiles, m *metrics.Metrics, log *slog.Logger) (*runningExecutor, error) {
 	files, err := policy.DirFiles(policyDir, policy.Files(defaultpolicy.Default()))
 	if err != nil {
 		return nil, err
@@ -273,7 +277,7 @@ func startExecutor(ctx context.Context, b *bus.Bus, workspace, policyDir string,
 		Identity: cli.Identity("executor"), Tools: builtin.Tools(ws, shells), Policy: pol, PolicyDir: policyDir,
 		Workspace: ws.Root(), Observer: m, Logger: log, IdentitiesEnforced: b.Principal() != ""}
 	outputs.Apply(&cfg)
-	err = hookFlags.Apply(&cfg, log)
+	err = cli.ApplyHooks(&cfg, settingsFiles, log)
 	var ex *executor.Executor
 	if err == nil {
 		ex, err = executor.Start(ctx, b.Conn(), b.JetStream(), cfg)
@@ -284,7 +288,7 @@ func startExecutor(ctx context.Context, b *bus.Bus, workspace, policyDir string,
 		return nil, err
 	}
 	r := &runningExecutor{executor: ex, workspace: ws, shells: shells, hooks: cfg.Hooks}
-	if r.mcp, err = cli.StartMCP(ctx, b, ex, cfg.Identity, mcpFlags, log); err != nil {
+	if r.mcp, err = cli.StartMCP(ctx, b, ex, cfg.Identity, settingsFiles, log); err != nil {
 		r.stop()
 		return nil, err
 	}
@@ -293,7 +297,7 @@ func startExecutor(ctx context.Context, b *bus.Bus, workspace, policyDir string,
 	}
 	// The tools of the settings' discovery command run in this
 	// executor's workspace, so it hosts them.
-	if r.discovery, err = cli.StartDiscovery(ctx, b, ex, cfg.Identity, *mcpFlags.Settings, ws.Root(), cfg.Tools, log); err != nil {
+	if r.discovery, err = cli.StartDiscovery(ctx, b, ex, cfg.Identity, settingsFiles.Gemini, ws.Root(), cfg.Tools, log); err != nil {
 		r.stop()
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
 	"github.com/toolbus/toolbus/internal/registry"
+	"github.com/toolbus/toolbus/internal/settings"
 	"github.com/toolbus/toolbus/internal/tool"
 )
 
@@ -26,21 +27,21 @@ type Discovery struct {
 	wg     sync.WaitGroup
 }
 
-// StartDiscovery runs the discovery command of the settings file at path,
-// when it names one, in workspace, and hosts the tools on ex; builtins
-// are the tools ex hosts itself, whose names no discovered tool may take.
-// It follows the file: a changed command is run as the file is saved, a
-// removed one takes its tools with it, and a file that no longer reads
-// keeps the tools as they were, with an error in the log. Settings that
-// do not validate (an empty or unparsable command) are an error; a
-// discovery that fails is not (it is in the log and the status). It
-// returns nil when path is empty.
-func StartDiscovery(ctx context.Context, b *bus.Bus, ex *executor.Executor, id events.Identity, path, workspace string,
+// StartDiscovery runs the discovery command of the Gemini CLI settings
+// file f, when it names one, in workspace, and hosts the tools on ex;
+// builtins are the tools ex hosts itself, whose names no discovered tool
+// may take. It follows the file: a changed command is run as the file is
+// saved, a removed one takes its tools with it, and a file that no longer
+// reads keeps the tools as they were, with an error in the log. Settings
+// that do not validate (an unparsable command, one command without the
+// other) are an error; a discovery that fails is not (it is in the log and
+// the status). It returns nil when f is no file.
+func StartDiscovery(ctx context.Context, b *bus.Bus, ex *executor.Executor, id events.Identity, f *settings.File, workspace string,
 	builtins []tool.Tool, log *slog.Logger) (*Discovery, error) {
-	if path == "" {
+	if f.Path == "" {
 		return nil, nil
 	}
-	settings, err := discovery.LoadSettings(path)
+	ds, err := discoverySettings(f)
 	if err != nil {
 		return nil, err
 	}
@@ -52,12 +53,12 @@ func StartDiscovery(ctx context.Context, b *bus.Bus, ex *executor.Executor, id e
 			reserved[a] = true
 		}
 	}
-	src, err := discovery.Start(ctx, discovery.Options{Settings: settings, Workspace: workspace, Identity: id,
+	src, err := discovery.Start(ctx, discovery.Options{Settings: ds, Workspace: workspace, Identity: id,
 		Conn: b.Conn(), JS: b.JetStream(), Host: HostDiscoveredOn(ex), Reserved: func(name string) bool { return reserved[name] }, Logger: log})
 	if err != nil {
 		return nil, err
 	}
-	d := &Discovery{Source: src, path: path, log: log, stop: make(chan struct{})}
+	d := &Discovery{Source: src, path: f.Path, log: log, stop: make(chan struct{})}
 	d.wg.Add(1)
 	go d.follow()
 	return d, nil
@@ -80,17 +81,30 @@ func (d *Discovery) follow() {
 			continue
 		}
 		last = now
-		settings, err := discovery.LoadSettings(d.path)
+		f, err := settings.Read(d.path, settings.GeminiSettings)
+		var ds discovery.Settings
+		if err == nil {
+			ds, err = discoverySettings(f)
+		}
 		if err != nil {
 			d.log.Error("discovery settings not applied; the discovered tools stay as they were", "err", err)
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), discovery.DiscoveryTimeout+time.Minute)
-		if err := d.Source.Apply(ctx, settings); err != nil {
+		if err := d.Source.Apply(ctx, ds); err != nil {
 			d.log.Error("discovery after a settings change failed", "err", err)
 		}
 		cancel()
 	}
+}
+
+// discoverySettings are the discovery settings of f; an error names f.
+func discoverySettings(f *settings.File) (discovery.Settings, error) {
+	ds, err := discovery.SettingsFrom(f.Discovery)
+	if err != nil {
+		return discovery.Settings{}, fmt.Errorf("settings %s: %w", f.Path, err)
+	}
+	return ds, nil
 }
 
 // Stop stops following the file and the discovery. Stop the executor

@@ -6,12 +6,13 @@ import (
 
 	"github.com/toolbus/toolbus/internal/executor"
 	"github.com/toolbus/toolbus/internal/hooks"
+	"github.com/toolbus/toolbus/internal/settings"
 )
 
 // HookFlags are the settings files whose hooks an executor runs: Gemini
 // CLI's settings.json (--settings, which the command shares with the MCP
 // servers and the registry) and Claude Code's (--claude-settings), each
-// read as its agent writes it.
+// read as its agent writes it (ReadSettings, then ApplyHooks).
 type HookFlags struct {
 	Settings       *string
 	ClaudeSettings *string
@@ -24,20 +25,20 @@ func AddHookFlags(fs *flag.FlagSet, settings *string) *HookFlags {
 		"Claude Code settings.json whose hooks (PreToolUse, PostToolUse) the executor runs around calls; Gemini CLI hooks (BeforeTool, AfterTool) come from --settings")}
 }
 
-// Apply reads the hooks of the files named into cfg.Hooks. A file that
-// does not read, a matcher that does not compile or a hook that is not a
-// command is an error; what is left out (other events, hooks turned off)
-// is logged.
-func (f *HookFlags) Apply(cfg *executor.Config, log *slog.Logger) error {
+// ApplyHooks puts the hooks of the settings files (Gemini CLI's and Claude
+// Code's settings.json) into cfg.Hooks. A matcher that does not compile or
+// a hook that is not a command is an error; what is left out (other events,
+// hooks turned off) is logged.
+func ApplyHooks(cfg *executor.Config, files *SettingsFiles, log *slog.Logger) error {
 	var sets []*hooks.Set
 	for _, file := range []struct {
-		path    *string
+		f       *settings.File
 		dialect hooks.Dialect
-	}{{f.Settings, hooks.GeminiCLI}, {f.ClaudeSettings, hooks.ClaudeCode}} {
-		if file.path == nil || *file.path == "" {
+	}{{files.Gemini, hooks.GeminiCLI}, {files.Claude, hooks.ClaudeCode}} {
+		if file.f.Path == "" {
 			continue
 		}
-		s, err := hooks.Load(*file.path, file.dialect)
+		s, err := hooks.SetFrom(file.f.Hooks, file.dialect, file.f.Path)
 		if err != nil {
 			return err
 		}

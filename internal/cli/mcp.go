@@ -15,12 +15,14 @@ import (
 	"github.com/toolbus/toolbus/internal/executor"
 	"github.com/toolbus/toolbus/internal/mcp"
 	"github.com/toolbus/toolbus/internal/registry"
+	"github.com/toolbus/toolbus/internal/settings"
 	"github.com/toolbus/toolbus/internal/tool"
 )
 
 // MCPFlags are the files an executor reads its MCP servers from: a Gemini
 // CLI settings.json and a Claude Code .mcp.json, each as the agent writes
-// it. When both name a server, the .mcp.json entry wins.
+// it (ReadSettings, then StartMCP). When both name a server, the .mcp.json
+// entry wins.
 type MCPFlags struct {
 	Settings  *string
 	MCPConfig *string
@@ -37,53 +39,58 @@ func AddMCPFlags(fs *flag.FlagSet, settings *string) *MCPFlags {
 		MCPConfig: fs.String("mcp-config", "", "Claude Code .mcp.json whose mcpServers this executor connects to")}
 }
 
-func (f *MCPFlags) paths() []string {
-	var out []string
-	for _, p := range []string{*f.Settings, *f.MCPConfig} {
-		if p != "" {
-			out = append(out, p)
-		}
+// mcpConfig is the MCP servers of files, in order, later entries winning.
+func mcpConfig(files []*settings.File) *mcp.Config {
+	cfg := &mcp.Config{}
+	for _, f := range files {
+		cfg = cfg.Merge(mcp.ConfigFrom(f, os.Getenv))
 	}
-	return out
+	return cfg
 }
 
-// loadMCP reads the files, in order, later entries winning.
-func loadMCP(paths []string) (*mcp.Config, error) {
-	cfg := &mcp.Config{}
-	for _, p := range paths {
-		c, err := mcp.Load(p, os.Getenv)
+// reread reads the MCP keys of files again, as they now are: only those,
+// so that a mistake elsewhere in a settings.json does not hold back a
+// change of its servers.
+func reread(files []*settings.File) ([]*settings.File, error) {
+	out := make([]*settings.File, 0, len(files))
+	for _, f := range files {
+		again, err := settings.Read(f.Path, settings.MCPConfig)
 		if err != nil {
 			return nil, err
 		}
-		cfg = cfg.Merge(c)
+		out = append(out, again)
 	}
-	return cfg, nil
+	return out, nil
 }
 
 // MCP is the MCP servers of one executor, and the watch on their
 // configuration files.
 type MCP struct {
 	Manager *mcp.Manager
-	paths   []string
+	files   []*settings.File
 	log     *slog.Logger
 	stop    chan struct{}
 	wg      sync.WaitGroup
 }
 
-// StartMCP connects ex to the servers of the files named by f, when any,
-// and follows the files: a change is applied as it is saved (a server that
-// left is removed with its tools, a changed one restarted), and a file
-// that no longer reads keeps the servers as they were, with an error in
-// the log. It returns nil when no file is named.
-func StartMCP(ctx context.Context, b *bus.Bus, ex *executor.Executor, id events.Identity, f *MCPFlags, log *slog.Logger) (*MCP, error) {
-	paths := f.paths()
-	if len(paths) == 0 {
+// StartMCP connects ex to the servers of the settings files that name
+// MCP servers (Gemini CLI's settings.json and the .mcp.json; when both name
+// a server, the .mcp.json entry wins), when any is given, and follows the
+// files: a change is applied as it is saved (a server that left is removed
+// with its tools, a changed one restarted), and a file that no longer reads
+// keeps the servers as they were, with an error in the log. It returns nil
+// when neither file is given.
+func StartMCP(ctx context.Context, b *bus.Bus, ex *executor.Executor, id events.Identity, files *SettingsFiles, log *slog.Logger) (*MCP, error) {
+	var given []*settings.File
+	for _, f := range []*settings.File{files.Gemini, files.MCPConfig} {
+		if f.Path != "" {
+			given = append(given, f)
+		}
+	}
+	if len(given) == 0 {
 		return nil, nil
 	}
-	cfg, err := loadMCP(paths)
-	if err != nil {
-		return nil, err
-	}
+	cfg := mcpConfig(given)
 	for _, w := range cfg.Warnings {
 		log.Warn("MCP configuration: " + w)
 	}
@@ -91,7 +98,7 @@ func StartMCP(ctx context.Context, b *bus.Bus, ex *executor.Executor, id events.
 	if err != nil {
 		return nil, err
 	}
-	w := &MCP{Manager: m, paths: paths, log: log, stop: make(chan struct{})}
+	w := &MCP{Manager: m, files: given, log: log, stop: make(chan struct{})}
 	w.wg.Add(1)
 	go w.follow()
 	return w, nil
@@ -100,7 +107,11 @@ func StartMCP(ctx context.Context, b *bus.Bus, ex *executor.Executor, id events.
 // follow re-reads the files when one changes.
 func (w *MCP) follow() {
 	defer w.wg.Done()
-	last := stamps(w.paths)
+	paths := make([]string, len(w.files))
+	for i, f := range w.files {
+		paths[i] = f.Path
+	}
+	last := stamps(paths)
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
@@ -109,16 +120,17 @@ func (w *MCP) follow() {
 			return
 		case <-t.C:
 		}
-		now := stamps(w.paths)
+		now := stamps(paths)
 		if now == last {
 			continue
 		}
 		last = now
-		cfg, err := loadMCP(w.paths)
+		files, err := reread(w.files)
 		if err != nil {
 			w.log.Error("MCP configuration not applied; the servers stay as they were", "err", err)
 			continue
 		}
+		cfg := mcpConfig(files)
 		for _, warning := range cfg.Warnings {
 			w.log.Warn("MCP configuration: " + warning)
 		}

@@ -1,22 +1,20 @@
 package discovery
 
 import (
-	"bytes"
-	"encoding/json"
+	"cmp"
 	"errors"
 	"fmt"
-	"os"
-	"strings"
 	"time"
 
 	"github.com/google/shlex"
 
-	"github.com/toolbus/toolbus/internal/jsonc"
+	"github.com/toolbus/toolbus/internal/settings"
 )
 
-// Settings are the discovery parts of a Gemini CLI settings.json. A file
-// written for Gemini CLI works unchanged; the keys of Gemini CLI are read
-// as it reads them and the rest of the file is ignored.
+// Settings are the discovery parts of a Gemini CLI settings.json
+// (settings.Discovery). A file written for Gemini CLI works unchanged; the
+// keys of Gemini CLI are read as it reads them and the rest of the file is
+// ignored.
 //
 //	{"tools": {
 //	  "discoveryCommand": "sh tools/discover.sh",  // legacy: top-level toolDiscoveryCommand
@@ -67,115 +65,20 @@ const MinInterval = time.Second
 // Configured reports whether the settings name a discovery command.
 func (s *Settings) Configured() bool { return s.DiscoveryCommand != "" }
 
-// settingsFile is the subset of settings.json read here. Pointers tell a
-// key that is absent from one that is present but empty.
-type settingsFile struct {
-	Tools struct {
-		DiscoveryCommand     *string         `json:"discoveryCommand"`
-		CallCommand          *string         `json:"callCommand"`
-		DiscoveryInterval    json.RawMessage `json:"discoveryInterval"`
-		DiscoveryCacheTTL    json.RawMessage `json:"discoveryCacheTTL"`
-		DiscoveredIdleExpiry json.RawMessage `json:"discoveredIdleExpiry"`
-		CallEnv              []string        `json:"callEnv"`
-	} `json:"tools"`
-	ToolDiscoveryCommand *string `json:"toolDiscoveryCommand"`
-	ToolCallCommand      *string `json:"toolCallCommand"`
-}
-
-// LoadSettings reads the discovery settings of a settings.json (comments
-// allowed, as Gemini CLI allows them). An empty path gives empty Settings:
-// no discovery.
-func LoadSettings(path string) (Settings, error) {
-	if path == "" {
-		return Settings{}, nil
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return Settings{}, fmt.Errorf("settings: %w", err)
-	}
-	s, err := ParseSettings(data)
-	if err != nil {
-		return Settings{}, fmt.Errorf("settings %s: %w", path, err)
-	}
-	return s, nil
-}
-
-// ParseSettings reads the discovery settings of the contents of a
-// settings.json and validates them. A tools key wins over its legacy
-// top-level name when both are given.
-func ParseSettings(data []byte) (Settings, error) {
-	var f settingsFile
-	if err := json.Unmarshal(jsonc.StripComments(data), &f); err != nil {
-		return Settings{}, err
-	}
-	var s Settings
-	var errs []error
-	discovery, discoveryKey := pick(f.Tools.DiscoveryCommand, "tools.discoveryCommand", f.ToolDiscoveryCommand, "toolDiscoveryCommand")
-	call, callKey := pick(f.Tools.CallCommand, "tools.callCommand", f.ToolCallCommand, "toolCallCommand")
-	for _, c := range []struct {
-		value *string
-		key   string
-		into  *string
-	}{{discovery, discoveryKey, &s.DiscoveryCommand}, {call, callKey, &s.CallCommand}} {
-		if c.value == nil {
-			continue
-		}
-		if strings.TrimSpace(*c.value) == "" {
-			errs = append(errs, fmt.Errorf("%s is empty: give a command, or remove the key", c.key))
-			continue
-		}
-		*c.into = *c.value
-	}
-	for _, d := range []struct {
-		raw  json.RawMessage
-		key  string
-		into *time.Duration
-	}{{f.Tools.DiscoveryInterval, "tools.discoveryInterval", &s.Interval}, {f.Tools.DiscoveryCacheTTL, "tools.discoveryCacheTTL", &s.CacheTTL},
-		{f.Tools.DiscoveredIdleExpiry, "tools.discoveredIdleExpiry", &s.IdleExpiry}} {
-		v, err := duration(d.raw, d.key)
-		if err != nil {
-			errs = append(errs, err)
-		}
-		*d.into = v
-	}
-	s.CallEnv = f.Tools.CallEnv
-	if err := errors.Join(errs...); err != nil {
-		return Settings{}, err
-	}
-	// The key names in Validate's errors are the tools ones; say which
-	// legacy key was meant when one was used.
+// SettingsFrom is the discovery settings of a settings file's discovery
+// keys, validated. The key names in Validate's errors are the tools ones;
+// the error says which older key was read instead, when one was.
+func SettingsFrom(d settings.Discovery) (Settings, error) {
+	s := Settings{DiscoveryCommand: d.DiscoveryCommand, CallCommand: d.CallCommand,
+		Interval: d.Interval, CacheTTL: d.CacheTTL, IdleExpiry: d.IdleExpiry, CallEnv: d.CallEnv}
 	if err := s.Validate(); err != nil {
+		discoveryKey, callKey := cmp.Or(d.DiscoveryKey, "tools.discoveryCommand"), cmp.Or(d.CallKey, "tools.callCommand")
 		if discoveryKey != "tools.discoveryCommand" || callKey != "tools.callCommand" {
 			err = fmt.Errorf("%w (read from %s and %s)", err, discoveryKey, callKey)
 		}
 		return Settings{}, err
 	}
 	return s, nil
-}
-
-// pick is the value of a tools key, else of its legacy name, and the key
-// it came from.
-func pick(v *string, key string, legacy *string, legacyKey string) (*string, string) {
-	if v == nil && legacy != nil {
-		return legacy, legacyKey
-	}
-	return v, key
-}
-
-// duration reads a Go duration string; absent or null is zero.
-func duration(raw json.RawMessage, key string) (time.Duration, error) {
-	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return 0, nil
-	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
-		return 0, fmt.Errorf("%s: want a duration string such as \"10m\" or \"90s\", got %s", key, raw)
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, fmt.Errorf("%s: %q is not a duration (examples: \"10m\", \"90s\", \"24h\")", key, s)
-	}
-	return d, nil
 }
 
 // Validate reports settings that cannot work, naming the key: a command

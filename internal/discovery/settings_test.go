@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/toolbus/toolbus/internal/settings"
 )
 
 func TestParseSettings(t *testing.T) {
@@ -30,7 +32,7 @@ func TestParseSettings(t *testing.T) {
 		{"null is absent", `{"tools": {"discoveryCommand": null, "discoveryInterval": null}}`, Settings{}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			got, err := ParseSettings([]byte(c.file))
+			got, err := parseSettings([]byte(c.file))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -62,7 +64,7 @@ func TestParseSettingsErrors(t *testing.T) {
 		{"not JSON", `{"tools": `, "unexpected end of JSON input"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := ParseSettings([]byte(c.file))
+			_, err := parseSettings([]byte(c.file))
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("got error %v, want one containing %q", err, c.want)
 			}
@@ -71,17 +73,37 @@ func TestParseSettingsErrors(t *testing.T) {
 }
 
 func TestLoadSettings(t *testing.T) {
-	if s, err := LoadSettings(""); err != nil || s.Configured() {
+	if s, err := loadSettings(""); err != nil || s.Configured() {
 		t.Errorf("no path: %+v, %v", s, err)
 	}
 	path := filepath.Join(t.TempDir(), "settings.json")
-	if _, err := LoadSettings(path); err == nil {
+	if _, err := loadSettings(path); err == nil {
 		t.Error("a missing file loaded")
 	}
 	os.WriteFile(path, []byte(`{"tools": {"discoveryCommand": "", "callCommand": "c"}}`), 0o644)
-	if _, err := LoadSettings(path); err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "tools.discoveryCommand is empty") {
+	if _, err := loadSettings(path); err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "tools.discoveryCommand is empty") {
 		t.Errorf("got %v, want the path and the key", err)
 	}
+}
+
+// parseSettings reads the discovery settings of a settings.json's
+// contents, as an executor does.
+func parseSettings(data []byte) (Settings, error) {
+	f, err := settings.Parse(data, "", settings.GeminiSettings)
+	if err != nil {
+		return Settings{}, err
+	}
+	return SettingsFrom(f.Discovery)
+}
+
+// loadSettings reads the discovery settings of the settings.json at path,
+// as an executor does.
+func loadSettings(path string) (Settings, error) {
+	f, err := settings.Read(path, settings.GeminiSettings)
+	if err != nil {
+		return Settings{}, err
+	}
+	return SettingsFrom(f.Discovery)
 }
 
 func TestSplitCommand(t *testing.T) {

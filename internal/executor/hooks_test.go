@@ -52,7 +52,11 @@ func withSettings(t *testing.T, d hooks.Dialect, settings string) func(*executor
 		if err := os.WriteFile(path, []byte(settings), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		set, err := hooks.Load(path, d)
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		set, err := hooks.Parse(data, d, path)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,16 +5,15 @@
 // (PostToolUse, AfterTool), and answer with an exit code and JSON on
 // stdout.
 //
-// A Set is what the settings files configure (settings.go); a Plan is the
-// hooks of a Set that match one tool (matcher.go); a Runner runs a hook
-// and reads its answer into an Outcome (run.go, output.go). What the
-// executor does with an Outcome — a pre hook can only make a verdict
-// stricter — is the executor's business.
+// A Set is what the settings files configure (internal/settings reads
+// them; SetFrom, settings.go); a Plan is the hooks of a Set that match one
+// tool (matcher.go); a Runner runs a hook and reads its answer into an
+// Outcome (run.go, output.go). What the executor does with an Outcome — a
+// pre hook can only make a verdict stricter — is the executor's business.
 package hooks
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -266,6 +265,3 @@ func cut(s string, n int) string {
 	}
 	return strings.ToValidUTF8(s[:i], "") + "…"
 }
-
-// errNoHook is returned by Load for an empty path.
-var errNoHook = errors.New("hooks: no settings file named")

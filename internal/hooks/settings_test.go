@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/settings"
 )
 
 func TestParseClaudeCodeSettings(t *testing.T) {
@@ -138,18 +139,31 @@ func TestSettingsErrors(t *testing.T) {
 }
 
 func TestLoad(t *testing.T) {
-	if _, err := Load(filepath.Join(t.TempDir(), "missing.json"), ClaudeCode); err == nil {
+	if _, err := load(filepath.Join(t.TempDir(), "missing.json"), ClaudeCode); err == nil {
 		t.Error("a missing file loaded")
 	}
 	path := filepath.Join(t.TempDir(), "settings.json")
 	os.WriteFile(path, []byte(`{"hooks": {"PreToolUse": [{"matcher": "(", "hooks": []}]}}`), 0o644)
-	if _, err := Load(path, ClaudeCode); err == nil || !strings.Contains(err.Error(), path) {
+	if _, err := load(path, ClaudeCode); err == nil || !strings.Contains(err.Error(), path) {
 		t.Errorf("the error does not name the file: %v", err)
 	}
 	os.WriteFile(path, []byte(`{"model": "x"}`), 0o644)
-	if s, err := Load(path, ClaudeCode); err != nil || !s.Empty() {
+	if s, err := load(path, ClaudeCode); err != nil || !s.Empty() {
 		t.Errorf("a file without hooks: %+v %v", s, err)
 	}
+}
+
+// load reads the hooks of the settings file at path, as toolbus up does.
+func load(path string, d Dialect) (*Set, error) {
+	format := settings.ClaudeSettings
+	if d == GeminiCLI {
+		format = settings.GeminiSettings
+	}
+	f, err := settings.Read(path, format)
+	if err != nil {
+		return nil, err
+	}
+	return SetFrom(f.Hooks, d, path)
 }
 
 func TestMergeAndPlan(t *testing.T) {

@@ -1,10 +1,8 @@
-// Package mcp reads which MCP servers toolbus connects to, from the files the
-// agents themselves write, so an existing file works unchanged: Gemini CLI's
-// settings.json (mcpServers, mcp.allowed, mcp.excluded; comments allowed)
-// and Claude Code's .mcp.json (mcpServers, whose entries may carry a type).
-//
-// One reader takes both formats: their mcpServers entries share their keys,
-// and a key one agent does not know is absent from the other's files.
+// Package mcp connects toolbus to the MCP servers the agents' own files
+// name, so an existing file works unchanged: Gemini CLI's settings.json
+// (mcpServers, mcp.allowed, mcp.excluded) and Claude Code's .mcp.json
+// (mcpServers, whose entries may carry a type), as internal/settings reads
+// them. ConfigFrom makes the servers of a file's entries.
 //
 // A mistake in one server's entry disables that server, with the reason in
 // ServerConfig.Disabled; the other servers are unaffected. Only a file that
@@ -12,20 +10,15 @@
 package mcp
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
-	"math"
 	"net/url"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/toolbus/toolbus/internal/jsonc"
+	"github.com/toolbus/toolbus/internal/settings"
 )
 
 // Transport is how toolbus talks to an MCP server.
@@ -201,77 +194,52 @@ func (c *Config) Server(name string) (ServerConfig, bool) {
 	return c.Servers[i], true
 }
 
-// Load reads the MCP servers of a Gemini CLI settings.json or a Claude Code
-// .mcp.json; see Parse. getenv looks variables up; nil means os.Getenv. A
-// file that cannot be read is an error that wraps the os error. Warnings
-// and servers name path.
-func Load(path string, getenv func(string) string) (*Config, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("mcp config: %w", err)
-	}
-	c, err := parse(data, path, getenv)
-	if err != nil {
-		return nil, fmt.Errorf("mcp config %s: %w", path, err)
-	}
-	return c, nil
-}
-
-// Parse reads the MCP servers of a Gemini CLI settings.json or a Claude Code
-// .mcp.json, with // and /* */ comments allowed, as Gemini CLI allows them.
-// getenv looks variables up; nil means os.Getenv.
+// Parse reads the MCP servers of the contents of a Gemini CLI settings.json
+// or a Claude Code .mcp.json, as settings.Parse reads them (format
+// settings.MCPConfig), and makes their servers (ConfigFrom). getenv looks
+// variables up; nil means os.Getenv.
 //
 // It is an error when data is not a JSON object, when mcpServers is there
 // and not an object, and when mcp (or mcp.allowed, mcp.excluded, or the
 // older allowMCPServers, excludeMCPServers) is not what Gemini CLI reads:
 // those lists keep servers out, and a misread one could connect a server the
 // user meant to keep out. Everything else wrong is confined to one server,
-// which is returned disabled, or is a warning. Other top-level keys are
-// ignored, as settings.json has many. A key whose value is null counts as
-// absent.
+// which is returned disabled, or is a warning.
 func Parse(data []byte, getenv func(string) string) (*Config, error) {
-	return parse(data, "", getenv)
-}
-
-func parse(data []byte, source string, getenv func(string) string) (*Config, error) {
-	if getenv == nil {
-		getenv = os.Getenv
+	f, err := settings.Parse(data, "", settings.MCPConfig)
+	if errors.Is(err, settings.ErrSyntax) {
+		return nil, fmt.Errorf("not a JSON object: %w", err)
 	}
-	var top map[string]json.RawMessage
-	if err := json.Unmarshal(jsonc.StripComments(data), &top); err != nil {
-		return nil, notAnObject(data, err)
-	}
-	if top == nil {
-		return nil, errors.New("not a JSON object: null")
-	}
-	var entries map[string]json.RawMessage
-	if raw := top["mcpServers"]; !isNull(raw) {
-		if err := json.Unmarshal(raw, &entries); err != nil {
-			return nil, errors.New("mcpServers is not an object of server entries")
-		}
-	}
-	prefix := ""
-	if source != "" {
-		prefix = source + ": "
-	}
-	c := &Config{}
-	lists, err := readLists(top, func(msg string) { c.Warnings = append(c.Warnings, prefix+msg) })
 	if err != nil {
 		return nil, err
 	}
-	c.Excluded = lists.excluded
+	return ConfigFrom(f, getenv), nil
+}
 
-	for _, name := range slices.Sorted(maps.Keys(entries)) {
-		s, warnings := parseEntry(name, entries[name], getenv)
-		s.Source = source
+// ConfigFrom makes the MCP servers of the mcpServers entries of f, with
+// their variables expanded (getenv looks them up; nil means os.Getenv), and
+// keeps out those f's mcp.excluded or mcp.allowed keep out. Warnings and
+// servers name f.Path when it has one. f is not changed.
+func ConfigFrom(f *settings.File, getenv func(string) string) *Config {
+	prefix := ""
+	if f.Path != "" {
+		prefix = f.Path + ": "
+	}
+	c := &Config{Excluded: slices.Clone(f.MCP.Excluded)}
+	for _, w := range f.MCP.Warnings {
+		c.Warnings = append(c.Warnings, prefix+w)
+	}
+	for _, e := range f.MCPServers {
+		s, warnings := serverFrom(e, getenv)
+		s.Source = f.Path
 		// A server the user keeps out is disabled for that reason alone,
 		// without the warnings and mistakes of an entry they have set
 		// aside (an unset token is often why they did).
 		switch {
-		case slices.Contains(lists.excluded, name):
-			s.Disabled, warnings = "excluded by "+lists.excludedKey, nil
-		case len(lists.allowed) > 0 && !slices.Contains(lists.allowed, name):
-			s.Disabled, warnings = "not in "+lists.allowedKey, nil
+		case slices.Contains(f.MCP.Excluded, e.Name):
+			s.Disabled, warnings = "excluded by "+f.MCP.ExcludedKey, nil
+		case len(f.MCP.Allowed) > 0 && !slices.Contains(f.MCP.Allowed, e.Name):
+			s.Disabled, warnings = "not in "+f.MCP.AllowedKey, nil
 		}
 		for _, w := range warnings {
 			c.Warnings = append(c.Warnings, prefix+w)
@@ -279,207 +247,55 @@ func parse(data []byte, source string, getenv func(string) string) (*Config, err
 		c.Servers = append(c.Servers, s)
 	}
 	c.Warnings = dedupe(c.Warnings)
-	return c, nil
+	return c
 }
 
-// notAnObject describes why data did not decode as a JSON object: where the
-// syntax breaks (comments were blanked, not removed, so offsets hold), or
-// what the value is instead.
-func notAnObject(data []byte, err error) error {
-	var syntax *json.SyntaxError
-	var typ *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &syntax):
-		before := data[:min(int(syntax.Offset), len(data))]
-		line := 1 + bytes.Count(before, []byte("\n"))
-		// Offset is just past the offending byte, so the bytes of its line
-		// up to Offset count its column.
-		col := max(1, len(before)-(bytes.LastIndexByte(before, '\n')+1))
-		return fmt.Errorf("not a JSON object: line %d, column %d: %w", line, col, err)
-	case errors.As(err, &typ):
-		return fmt.Errorf("not a JSON object but %s %s", article(typ.Value), typ.Value)
-	}
-	return fmt.Errorf("not a JSON object: %w", err)
-}
-
-func article(noun string) string {
-	if strings.ContainsAny(noun[:min(1, len(noun))], "aeiou") {
-		return "an"
-	}
-	return "a"
-}
-
-// serverLists are the names settings.json lets connect or keeps out, with
-// the keys they came from, for the reasons given to disabled servers.
-type serverLists struct {
-	allowed, excluded       []string
-	allowedKey, excludedKey string
-}
-
-// readLists reads mcp.allowed and mcp.excluded, or, when those are empty,
-// the top-level allowMCPServers and excludeMCPServers that older Gemini CLI
-// settings files carry and Gemini CLI migrates to them.
-func readLists(top map[string]json.RawMessage, warn func(string)) (serverLists, error) {
-	l := serverLists{allowedKey: "mcp.allowed", excludedKey: "mcp.excluded"}
-	var mcp map[string]json.RawMessage
-	if raw := top["mcp"]; !isNull(raw) {
-		if err := json.Unmarshal(raw, &mcp); err != nil {
-			return l, errors.New("mcp is not an object")
-		}
-	}
-	for _, key := range slices.Sorted(maps.Keys(mcp)) {
-		var err error
-		switch key {
-		case "allowed":
-			l.allowed, err = stringList(mcp[key])
-		case "excluded":
-			l.excluded, err = stringList(mcp[key])
-		case "serverCommand":
-			warn("mcp.serverCommand: not supported by toolbus; it is ignored")
-		default:
-			warn(fmt.Sprintf("mcp: unknown key %q is ignored", key))
-		}
-		if err != nil {
-			return l, fmt.Errorf("mcp.%s is not a list of server names", key)
-		}
-	}
-	for _, legacy := range []struct {
-		key  string
-		list *[]string
-		name *string
-	}{{"allowMCPServers", &l.allowed, &l.allowedKey}, {"excludeMCPServers", &l.excluded, &l.excludedKey}} {
-		if len(*legacy.list) > 0 {
-			continue
-		}
-		list, err := stringList(top[legacy.key])
-		if err != nil {
-			return l, fmt.Errorf("%s is not a list of server names", legacy.key)
-		}
-		if len(list) > 0 {
-			*legacy.list, *legacy.name = list, legacy.key
-		}
-	}
-	return l, nil
-}
-
-// silentKeys are entry keys Gemini CLI knows that toolbus has no use for
-// (OAuth, Google service accounts, WebSocket, extensions): reading one is
-// not worth a warning.
-var silentKeys = map[string]bool{
-	"tcp": true, "oauth": true, "authProviderType": true, "targetAudience": true,
-	"targetServiceAccount": true, "extensionName": true,
-}
-
-// parseEntry reads one mcpServers entry. What is wrong with the entry goes
-// into Disabled; what is read but not used goes into the warnings, each
-// naming the server and the key.
-func parseEntry(name string, raw json.RawMessage, getenv func(string) string) (ServerConfig, []string) {
-	s := ServerConfig{Name: name, Timeout: DefaultTimeout}
-	var warnings, problems []string
-	warn := func(key, msg string) {
-		warnings = append(warnings, fmt.Sprintf("server %q: %s: %s", name, key, msg))
-	}
-	problem := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
-
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &fields); err != nil || fields == nil {
-		s.Disabled = "the entry is not a JSON object"
+// serverFrom makes the server of one entry. What is wrong with the entry
+// goes into Disabled; what is read but not used goes into the warnings,
+// each naming the server and the key.
+func serverFrom(e settings.Server, getenv func(string) string) (ServerConfig, []string) {
+	s := ServerConfig{Name: e.Name, Timeout: DefaultTimeout}
+	if e.NotObject {
+		s.Disabled = strings.Join(e.Problems, "; ")
 		return s, nil
 	}
-	if err := checkName(name); err != nil {
+	var problems []string
+	problem := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	if err := checkName(e.Name); err != nil {
 		problem("%v", err)
 	}
-
-	var typ, rawURL, httpURL string
-	for _, key := range slices.Sorted(maps.Keys(fields)) {
-		v := fields[key]
-		if isNull(v) {
-			continue
-		}
-		ok := true
-		switch key {
-		case "command":
-			ok = json.Unmarshal(v, &s.Command) == nil
-		case "args":
-			s.Args, ok = decodeStrings(v)
-		case "env":
-			s.Env, ok = decodeStringMap(v)
-		case "cwd":
-			ok = json.Unmarshal(v, &s.Cwd) == nil
-		case "url":
-			ok = json.Unmarshal(v, &rawURL) == nil
-		case "httpUrl":
-			ok = json.Unmarshal(v, &httpURL) == nil
-		case "headers":
-			s.Headers, ok = decodeStringMap(v)
-		case "timeout":
-			var ms float64
-			if ok = json.Unmarshal(v, &ms) == nil; ok {
-				// The bound keeps the conversion from overflowing a
-				// Duration (about 292 years).
-				if ms <= 0 || ms > math.MaxInt64/float64(time.Millisecond) {
-					problem("timeout must be a positive number of milliseconds")
-				} else {
-					s.Timeout = time.Duration(ms * float64(time.Millisecond))
-				}
-			}
-		case "trust":
-			ok = json.Unmarshal(v, &s.Trust) == nil
-		case "includeTools":
-			s.IncludeTools, ok = decodeStrings(v)
-		case "excludeTools":
-			s.ExcludeTools, ok = decodeStrings(v)
-		case "type":
-			ok = json.Unmarshal(v, &typ) == nil
-		case "description":
-			ok = json.Unmarshal(v, &s.Description) == nil
-		default:
-			if !silentKeys[key] {
-				warnings = append(warnings, fmt.Sprintf("server %q: unknown key %q is ignored", name, key))
-			}
-		}
-		if !ok {
-			problem("%s is not %s", key, keyKinds[key])
-		}
-	}
-
-	s.Transport = transport(typ, s.Command != "", rawURL != "", httpURL != "", fields["tcp"] != nil, problem)
-	s.URL = rawURL
-	if httpURL != "" {
-		s.URL = httpURL
-	}
+	problems = append(problems, e.Problems...)
+	s.Transport = transport(e.Type, e.Command != "", e.URL != "", e.HTTPURL != "", e.TCP, problem)
 
 	// Expand after reading, so a URL is checked as it will be used:
 	// "${BASE:-https://api.example.com}/mcp" is not a URL before.
-	e := expander{getenv: getenv, warn: warn}
-	s.Command = e.expand("command", s.Command)
-	for i, a := range s.Args {
-		s.Args[i] = e.expand("args["+strconv.Itoa(i)+"]", a)
+	x, expandWarnings := e.Expand(getenv)
+	s.Command, s.Args, s.Env, s.Cwd, s.URL, s.Headers = x.Command, x.Args, x.Env, x.Cwd, x.URL, x.Headers
+	if e.HTTPURL != "" {
+		s.URL = x.HTTPURL
 	}
-	for _, k := range slices.Sorted(maps.Keys(s.Env)) {
-		s.Env[k] = e.expand("env."+k, s.Env[k])
+	if e.Timeout > 0 {
+		s.Timeout = e.Timeout
 	}
-	s.Cwd = e.expand("cwd", s.Cwd)
-	if httpURL != "" {
-		s.URL = e.expand("httpUrl", s.URL)
-	} else {
-		s.URL = e.expand("url", s.URL)
-	}
-	for _, k := range slices.Sorted(maps.Keys(s.Headers)) {
-		s.Headers[k] = e.expand("headers."+k, s.Headers[k])
-	}
+	s.Trust, s.Description = e.Trust, e.Description
+	s.IncludeTools, s.ExcludeTools = slices.Clone(e.IncludeTools), slices.Clone(e.ExcludeTools)
 
+	warnings := append(slices.Clone(e.Warnings), expandWarnings...)
 	switch s.Transport {
 	case Stdio:
 		if len(s.Headers) > 0 {
-			warn("headers", "a stdio server sends no headers; it is ignored")
+			warnings = append(warnings, "headers: a stdio server sends no headers; it is ignored")
 		}
 	case SSE, HTTP:
 		for key, given := range map[string]bool{"args": len(s.Args) > 0, "env": len(s.Env) > 0, "cwd": s.Cwd != ""} {
 			if given {
-				warn(key, "only a stdio server uses it; it is ignored")
+				warnings = append(warnings, key+": only a stdio server uses it; it is ignored")
 			}
 		}
+	}
+	slices.Sort(warnings)
+	for i, w := range warnings {
+		warnings[i] = fmt.Sprintf("server %q: %s", e.Name, w)
 	}
 
 	if problems == nil {
@@ -488,17 +304,7 @@ func parseEntry(name string, raw json.RawMessage, getenv func(string) string) (S
 		}
 	}
 	s.Disabled = strings.Join(problems, "; ")
-	slices.Sort(warnings)
 	return s, warnings
-}
-
-// keyKinds says what each key's value must be, for the messages.
-var keyKinds = map[string]string{
-	"command": "a string", "args": "a list of strings", "env": "an object of strings", "cwd": "a string",
-	"url": "a string", "httpUrl": "a string", "headers": "an object of strings",
-	"timeout": "a number of milliseconds", "trust": "true or false",
-	"includeTools": "a list of strings", "excludeTools": "a list of strings",
-	"type": "a string", "description": "a string",
 }
 
 // transport is the transport an entry names: by its type key when given
@@ -651,7 +457,7 @@ func validHeaderName(k string) bool {
 	}
 	for i := 0; i < len(k); i++ {
 		c := k[i]
-		if !(isNameChar(c) || strings.IndexByte("!#$%&'*+-.^`|~", c) >= 0) {
+		if !(validNameRune(rune(c)) || strings.IndexByte("!#$%&'*+-.^`|~", c) >= 0) {
 			return false
 		}
 	}
@@ -659,55 +465,6 @@ func validHeaderName(k string) bool {
 }
 
 func hasNUL(s string) bool { return strings.IndexByte(s, 0) >= 0 }
-
-func isNull(raw json.RawMessage) bool {
-	return raw == nil || string(raw) == "null"
-}
-
-// stringList decodes an optional list of strings; null or absent is nil.
-func stringList(raw json.RawMessage) ([]string, error) {
-	if isNull(raw) {
-		return nil, nil
-	}
-	l, ok := decodeStrings(raw)
-	if !ok {
-		return nil, errors.New("not a list of strings")
-	}
-	return l, nil
-}
-
-// decodeStrings decodes a list of strings. A null element is not a string,
-// though encoding/json would read it as "".
-func decodeStrings(raw json.RawMessage) ([]string, bool) {
-	var ps []*string
-	if err := json.Unmarshal(raw, &ps); err != nil || ps == nil {
-		return nil, false
-	}
-	l := make([]string, len(ps))
-	for i, p := range ps {
-		if p == nil {
-			return nil, false
-		}
-		l[i] = *p
-	}
-	return l, true
-}
-
-// decodeStringMap decodes an object of strings; a null value is not a string.
-func decodeStringMap(raw json.RawMessage) (map[string]string, bool) {
-	var ps map[string]*string
-	if err := json.Unmarshal(raw, &ps); err != nil || ps == nil {
-		return nil, false
-	}
-	m := make(map[string]string, len(ps))
-	for k, p := range ps {
-		if p == nil {
-			return nil, false
-		}
-		m[k] = *p
-	}
-	return m, true
-}
 
 func dedupe(l []string) []string {
 	seen := map[string]bool{}
@@ -720,5 +477,3 @@ func dedupe(l []string) []string {
 	}
 	return out
 }
-
-func quote(s string) string { return strconv.Quote(s) }

@@ -6,9 +6,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/toolbus/toolbus/internal/settings"
 )
 
 // env is a getenv over a fixed set of variables.
@@ -318,7 +321,7 @@ func TestServerNames(t *testing.T) {
 	}
 }
 
-func jsonString(s string) string { return quote(s) }
+func jsonString(s string) string { return strconv.Quote(s) }
 
 func TestFileErrors(t *testing.T) {
 	for _, tc := range []struct{ name, data, want string }{
@@ -394,48 +397,6 @@ func TestWarnings(t *testing.T) {
 	}
 	if !slices.Equal(c.Warnings, want) {
 		t.Errorf("warnings:\n got %q\nwant %q", c.Warnings, want)
-	}
-}
-
-func TestExpand(t *testing.T) {
-	vars := map[string]string{"A": "a", "B_2": "b", "EMPTY": ""}
-	for _, tc := range []struct {
-		in, want string
-		warned   bool
-	}{
-		{"plain", "plain", false},
-		{"$A", "a", false},
-		{"${A}", "a", false},
-		{"x$A/y", "xa/y", false},
-		{"$A$B_2", "ab", false},
-		{"${A}${B_2}", "ab", false},
-		{"$Ax", "", true}, // the name runs on: Ax is unset
-		{"${A}x", "ax", false},
-		{"${A:-d}", "a", false},
-		{"${UNSET:-d}", "d", false},
-		{"${EMPTY:-d}", "d", false},
-		{"${UNSET:-}", "", false},
-		{"${UNSET:-a:-b}", "a:-b", false},
-		{"${UNSET:-http://h:1/x}/y", "http://h:1/x/y", false},
-		{"$UNSET", "", true},
-		{"${UNSET}", "", true},
-		{"$", "$", false},
-		{"$$", "$$", false},
-		{"$1", "$1", false},
-		{"a $ b", "a $ b", false},
-		{"${}", "${}", true},
-		{"${A-x}", "${A-x}", true},
-		{"${A:=x}", "${A:=x}", true},
-		{"${A", "${A", true},
-		{"${UNSET:-${A}}", "${A}", false}, // the default runs to the first "}"
-	} {
-		t.Run(tc.in, func(t *testing.T) {
-			warned := false
-			e := expander{getenv: env(vars), warn: func(string, string) { warned = true }}
-			if got := e.expand("f", tc.in); got != tc.want || warned != tc.warned {
-				t.Errorf("got %q (warned %v), want %q (warned %v)", got, warned, tc.want, tc.warned)
-			}
-		})
 	}
 }
 
@@ -567,11 +528,11 @@ func TestMerge(t *testing.T) {
 	  "mcpServers": {"shared": {"command": "old"}, "gemini-only": {"command": "g"}, "bad": {"bogus": 1, "command": "b"}}}`)
 	writeFile(t, mcpJSON, `{"mcpServers": {"shared": {"type": "stdio", "command": "new"},
 	  "claude-only": {"command": "c"}, "claude-excluded": {"command": "e"}}}`)
-	first, err := Load(settings, env(nil))
+	first, err := load(settings, env(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	second, err := Load(mcpJSON, env(nil))
+	second, err := load(mcpJSON, env(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -619,7 +580,7 @@ func TestLoad(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "settings.json")
 	writeFile(t, path, `{"mcpServers": {"s": {"command": "x", "bogus": 1}}}`)
-	c, err := Load(path, env(nil))
+	c, err := load(path, env(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -630,11 +591,11 @@ func TestLoad(t *testing.T) {
 		t.Errorf("warnings: got %q, want [%q]", c.Warnings, want)
 	}
 
-	if _, err := Load(filepath.Join(dir, "missing.json"), nil); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := load(filepath.Join(dir, "missing.json"), nil); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("missing file: got %v, want fs.ErrNotExist", err)
 	}
 	writeFile(t, path, `{"mcpServers": [`)
-	if _, err := Load(path, nil); err == nil || !strings.Contains(err.Error(), path) {
+	if _, err := load(path, nil); err == nil || !strings.Contains(err.Error(), path) {
 		t.Errorf("bad file: got %v, want an error naming %s", err, path)
 	}
 }
@@ -655,6 +616,15 @@ func TestMessagesKeepSecrets(t *testing.T) {
 			t.Errorf("%s: Disabled shows a secret: %q", s.Name, s.Disabled)
 		}
 	}
+}
+
+// load reads the MCP servers of the file at path, as toolbus up does.
+func load(path string, getenv func(string) string) (*Config, error) {
+	f, err := settings.Read(path, settings.MCPConfig)
+	if err != nil {
+		return nil, err
+	}
+	return ConfigFrom(f, getenv), nil
 }
 
 func writeFile(t *testing.T, path, data string) {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/toolbus/toolbus/internal/catalog"
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/settings"
 )
 
 // FuzzRegisterSchema feeds arbitrary parameter schemas through registration
@@ -48,6 +49,8 @@ func FuzzParseSettings(f *testing.F) {
 	f.Add([]byte(`/* a */ {"coreTools":["run_shell_command(git)"], "excludeTools": []}`))
 	f.Add([]byte(`{"tools":{"aliases":{"a":""}}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		ParseSettings(data)
+		if file, err := settings.Parse(data, "", settings.GeminiSettings); err == nil {
+			SettingsFrom(file.Tools)
+		}
 	})
 }

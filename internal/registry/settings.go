@@ -1,16 +1,15 @@
 package registry
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
 	"strings"
 
-	"github.com/toolbus/toolbus/internal/jsonc"
+	"github.com/toolbus/toolbus/internal/settings"
 )
 
-// Settings are the registry's parts of a Gemini CLI settings.json. A file
-// written for Gemini CLI works unchanged: its other keys are ignored.
+// Settings are the registry's parts of a Gemini CLI settings.json
+// (settings.Tools). A file written for Gemini CLI works unchanged: its
+// other keys are ignored.
 type Settings struct {
 	// Core, when not empty, is the only built-in tools that are active
 	// (tools.core; legacy coreTools). An entry may carry an argument
@@ -25,48 +24,10 @@ type Settings struct {
 	Aliases map[string]string
 }
 
-// settingsFile is the subset of settings.json read here.
-type settingsFile struct {
-	Tools struct {
-		Core    []string          `json:"core"`
-		Exclude []string          `json:"exclude"`
-		Aliases map[string]string `json:"aliases"`
-	} `json:"tools"`
-	CoreTools    []string `json:"coreTools"`
-	ExcludeTools []string `json:"excludeTools"`
-}
-
-// LoadSettings reads a Gemini CLI settings.json (comments allowed, as Gemini
-// CLI allows them). A missing path is an error; an empty path gives empty
-// Settings.
-func LoadSettings(path string) (Settings, error) {
-	if path == "" {
-		return Settings{}, nil
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return Settings{}, fmt.Errorf("settings: %w", err)
-	}
-	s, err := ParseSettings(data)
-	if err != nil {
-		return Settings{}, fmt.Errorf("settings %s: %w", path, err)
-	}
-	return s, nil
-}
-
-// ParseSettings parses the contents of a settings.json.
-func ParseSettings(data []byte) (Settings, error) {
-	var f settingsFile
-	if err := json.Unmarshal(jsonc.StripComments(data), &f); err != nil {
-		return Settings{}, err
-	}
-	s := Settings{Core: f.Tools.Core, Exclude: f.Tools.Exclude, Aliases: f.Tools.Aliases}
-	if len(s.Core) == 0 {
-		s.Core = f.CoreTools
-	}
-	if len(s.Exclude) == 0 {
-		s.Exclude = f.ExcludeTools
-	}
+// SettingsFrom is the registry's settings from a settings file's tools
+// keys, validated.
+func SettingsFrom(t settings.Tools) (Settings, error) {
+	s := Settings{Core: t.Core, Exclude: t.Exclude, Aliases: t.Aliases}
 	return s, s.Validate()
 }
 

@@ -1,4 +1,4 @@
-package jsonc
+package settings
 
 import (
 	"encoding/json"
@@ -19,7 +19,7 @@ func TestStripComments(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := []byte(tc.in)
-			if got := string(StripComments(in)); got != tc.want {
+			if got := string(stripComments(in)); got != tc.want {
 				t.Errorf("got %q, want %q", got, tc.want)
 			}
 			if string(in) != tc.in {
@@ -36,7 +36,7 @@ func FuzzStripComments(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		out := StripComments(data)
+		out := stripComments(data)
 		if len(out) != len(data) {
 			t.Fatalf("length %d, want %d", len(out), len(data))
 		}

@@ -1,6 +1,47 @@
-package mcp
+package settings
 
-import "strings"
+import (
+	"maps"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Expand returns s with $VAR, ${VAR} and ${VAR:-default} expanded where
+// the agents expand them: in the command, each of args, the env values,
+// cwd, the URL the entry uses (httpUrl when given, else url) and the header
+// values. getenv looks variables up; nil means os.Getenv. The warnings say what did not expand,
+// each naming its key ("args[1]: variable TOKEN is not set; it expands to
+// \"\""), in the order of those keys. s, and the File it came from, are
+// not changed.
+func (s Server) Expand(getenv func(string) string) (Server, []string) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	var warnings []string
+	e := expander{getenv: getenv, warn: func(field, msg string) { warnings = append(warnings, field+": "+msg) }}
+	s.Command = e.expand("command", s.Command)
+	s.Args = slices.Clone(s.Args)
+	for i, a := range s.Args {
+		s.Args[i] = e.expand("args["+strconv.Itoa(i)+"]", a)
+	}
+	s.Env = maps.Clone(s.Env)
+	for _, k := range sortedKeys(s.Env) {
+		s.Env[k] = e.expand("env."+k, s.Env[k])
+	}
+	s.Cwd = e.expand("cwd", s.Cwd)
+	if s.HTTPURL != "" {
+		s.HTTPURL = e.expand("httpUrl", s.HTTPURL)
+	} else {
+		s.URL = e.expand("url", s.URL)
+	}
+	s.Headers = maps.Clone(s.Headers)
+	for _, k := range sortedKeys(s.Headers) {
+		s.Headers[k] = e.expand("headers."+k, s.Headers[k])
+	}
+	return s, warnings
+}
 
 // expander expands environment variables in the string values of one server
 // entry and notes, as warnings, what it could not expand.
@@ -45,7 +86,7 @@ func (e expander) expand(field, s string) string {
 			name, def, hasDef := strings.Cut(s[i+2:i+2+end], ":-")
 			i += len(whole)
 			if !validVarName(name) {
-				e.warn(field, quote(whole)+" is not $VAR, ${VAR} or ${VAR:-default}; it is left as it is")
+				e.warn(field, strconv.Quote(whole)+" is not $VAR, ${VAR} or ${VAR:-default}; it is left as it is")
 				b.WriteString(whole)
 				continue
 			}

@@ -1,13 +1,11 @@
-// Package jsonc reads JSON with comments, as the agents' settings files
-// allow them (Gemini CLI's settings.json: // and /* */).
-package jsonc
+package settings
 
-// StripComments returns a copy of data with // and /* */ comments outside
+// stripComments returns a copy of data with // and /* */ comments outside
 // strings blanked out. Byte offsets are kept, and so are the newlines inside
 // a block comment, so a JSON error still points at the right place. An
 // unterminated block comment runs to the end of the data. data is not
 // changed.
-func StripComments(data []byte) []byte {
+func stripComments(data []byte) []byte {
 	out := make([]byte, len(data))
 	copy(out, data)
 	inString, escaped := false, false
