@@ -4,26 +4,21 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
-	defaultpolicy "github.com/toolbus/toolbus/policy"
-
 	"github.com/toolbus/toolbus/internal/auth"
-	"github.com/toolbus/toolbus/internal/builtin"
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/busnode"
 	"github.com/toolbus/toolbus/internal/cli"
 	"github.com/toolbus/toolbus/internal/console"
 	"github.com/toolbus/toolbus/internal/executor"
-	"github.com/toolbus/toolbus/internal/hooks"
+	"github.com/toolbus/toolbus/internal/executornode"
 	"github.com/toolbus/toolbus/internal/identity"
-	"github.com/toolbus/toolbus/internal/metrics"
-	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/registry"
+	"github.com/toolbus/toolbus/internal/settings"
 )
 
 // projectSettings is where Gemini CLI keeps a project's settings; `toolbus
@@ -67,7 +62,7 @@ func runUp(args []string) error {
 			*hookFlags.ClaudeSettings = claudeSettings
 		}
 	}
-	settingsFiles, err := cli.ReadSettings(*settingsPath, *hookFlags.ClaudeSettings, *mcpFlags.MCPConfig)
+	settingsFiles, err := settings.ReadFiles(*settingsPath, *hookFlags.ClaudeSettings, *mcpFlags.MCPConfig)
 	if err != nil {
 		return err
 	}
@@ -142,11 +137,17 @@ func runUp(args []string) error {
 	if err != nil {
 		return err
 	}
-	exec, err := startExecutor(ctx, exBus, *workspace, *policyDir, outputs, settingsFiles, m, log)
+	exCfg := executor.Config{Identity: cli.Identity("executor"), Observer: m, Logger: log}
+	outputs.Apply(&exCfg)
+	exec, err := executornode.Start(ctx, executornode.Config{Bus: exBus, Executor: exCfg, Workspace: *workspace,
+		PolicyDir: *policyDir, Settings: settingsFiles})
 	if err != nil {
 		return err
 	}
-	defer exec.stop()
+	defer exec.Close(context.Background())
+	if exec.MCP != nil {
+		m.WatchMCP(exec.MCP.Manager.Status)
+	}
 
 	// The console is an approver: with it, a call the policy asks about
 	// waits for a person instead of being denied at once.
@@ -169,7 +170,7 @@ func runUp(args []string) error {
 		if err != nil {
 			return err
 		}
-		fac, ep, err := upMCPEndpoint(ctx, mcpBus, *mcpListen, exec.executor.Policy, log)
+		fac, ep, err := upMCPEndpoint(ctx, mcpBus, *mcpListen, exec.Executor.Policy, log)
 		if err != nil {
 			return err
 		}
@@ -179,7 +180,7 @@ func runUp(args []string) error {
 	}
 
 	fmt.Printf("toolbus is up\n  bus:       %s\n  data:      %s\n  workspace: %s\n  policy:    %s\n  tools:     %d registered, %d active\n",
-		b.URL(), *dataDir, exec.workspace.Root(), exec.executor.Policy().Revision(),
+		b.URL(), *dataDir, exec.Workspace.Root(), exec.Executor.Policy().Revision(),
 		reg.Registry().Catalog().Len(), len(reg.Registry().Catalog().AllToolNames()))
 	if idDir != "off" {
 		fmt.Printf("  identities: %s (a client with none is the developer, an admin; an agent to confine: TOOLBUS_IDENTITY=%s)\n",
@@ -191,14 +192,14 @@ func runUp(args []string) error {
 	if *mcpFlags.MCPConfig != "" {
 		fmt.Printf("  mcp:       %s\n", *mcpFlags.MCPConfig)
 	}
-	if h := exec.hooks; !h.Empty() {
+	if h := exec.Executor.Hooks(); !h.Empty() {
 		fmt.Printf("  hooks:     %d pre, %d post hook groups (from %s)\n", len(h.Pre), len(h.Post), strings.Join(hookFiles(hookFlags), ", "))
 	}
-	if exec.discovery != nil {
-		fmt.Printf("  discovery: %s\n", exec.discovery.Describe())
+	if exec.Discovery != nil {
+		fmt.Printf("  discovery: %s\n", exec.Discovery.Describe())
 	}
-	if exec.mcp != nil {
-		fmt.Printf("  servers:   %d MCP servers, connecting in the background (toolbus mcp status)\n", len(exec.mcp.Manager.Status()))
+	if exec.MCP != nil {
+		fmt.Printf("  servers:   %d MCP servers, connecting in the background (toolbus mcp status)\n", len(exec.MCP.Manager.Status()))
 	}
 	if cons != nil {
 		fmt.Printf("  console:   %s\n", cons.server.URL())
@@ -246,64 +247,6 @@ func upIdentities(dir string, cfg *busnode.Config) error {
 	return nil
 }
 
-// runningExecutor is an executor with the built-in tools and what it owns.
-type runningExecutor struct {
-	executor  *executor.Executor
-	workspace *builtin.Workspace
-	shells    *builtin.Shells
-	mcp       *cli.MCP       // nil without MCP servers
-	hooks     *hooks.Set     // nil without hooks
-	discovery *cli.Discovery // nil without a settings file
-}
-
-// startExecutor runs an executor hosting the built-in tools over workspace,
-// enforcing the policy of policyDir, or the default policy, keeping output
-// within outputs.
-func startExecutor(ctx context.Context, b *bus.Bus, workspace, policyDir string, outputs *cli.OutputFlags, settingsFiles *cli.SettingsFiles, m *metrics.Metrics, log *slog.Logger) (*runningExecutor, error) {
-	files, err := policy.DirFiles(policyDir, policy.Files(defaultpolicy.Default()))
-	if err != nil {
-		return nil, err
-	}
-	pol, err := policy.Compile(ctx, files)
-	if err != nil {
-		return nil, err
-	}
-	ws, err := builtin.NewWorkspace(workspace)
-	if err != nil {
-		return nil, err
-	}
-	shells := builtin.NewShells(ws)
-	cfg := executor.Config{
-		Identity: cli.Identity("executor"), Tools: builtin.Tools(ws, shells), Policy: pol, PolicyDir: policyDir,
-		Workspace: ws.Root(), Observer: m, Logger: log, IdentitiesEnforced: b.Principal() != ""}
-	outputs.Apply(&cfg)
-	err = cli.ApplyHooks(&cfg, settingsFiles, log)
-	var ex *executor.Executor
-	if err == nil {
-		ex, err = executor.Start(ctx, b.Conn(), b.JetStream(), cfg)
-	}
-	if err != nil {
-		shells.Close()
-		ws.Close()
-		return nil, err
-	}
-	r := &runningExecutor{executor: ex, workspace: ws, shells: shells, hooks: cfg.Hooks}
-	if r.mcp, err = cli.StartMCP(ctx, b, ex, cfg.Identity, settingsFiles, log); err != nil {
-		r.stop()
-		return nil, err
-	}
-	if r.mcp != nil {
-		m.WatchMCP(r.mcp.Manager.Status)
-	}
-	// The tools of the settings' discovery command run in this
-	// executor's workspace, so it hosts them.
-	if r.discovery, err = cli.StartDiscovery(ctx, b, ex, cfg.Identity, settingsFiles.Gemini, ws.Root(), cfg.Tools, log); err != nil {
-		r.stop()
-		return nil, err
-	}
-	return r, nil
-}
-
 // hookFiles are the settings files hooks were read from.
 func hookFiles(f *cli.HookFlags) []string {
 	var out []string
@@ -313,16 +256,4 @@ func hookFiles(f *cli.HookFlags) []string {
 		}
 	}
 	return out
-}
-
-// stop lets running calls finish for a few seconds, then cancels them and
-// kills the background shells.
-func (r *runningExecutor) stop() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	r.executor.Stop(ctx)
-	r.mcp.Stop()
-	r.discovery.Stop() // after the calls, which run its commands
-	r.shells.Close()
-	r.workspace.Close()
 }

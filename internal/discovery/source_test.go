@@ -29,7 +29,7 @@ import (
 // registry, real executors under the default policy, the discovery and
 // call commands as subprocesses.
 
-// hostOn hosts discovered tools on ex (what cli.HostDiscoveredOn does;
+// hostOn hosts discovered tools on ex (what executornode.HostDiscoveredOn does;
 // cli imports this package).
 func hostOn(ex *executor.Executor) HostFunc {
 	return func(ctx context.Context, tools []tool.Tool) (names, warnings []string, err error) {

@@ -355,6 +355,9 @@ func (e *Executor) Policy() *policy.Policy { return e.policy.Load() }
 // Catalog is the executor's view of the catalogue.
 func (e *Executor) Catalog() *catalog.Catalog { return e.catalog.Catalog() }
 
+// Hooks is the user's hooks the executor runs, nil for none.
+func (e *Executor) Hooks() *hooks.Set { return e.hooks }
+
 // Stop stops taking invocations, gives running calls until ctx ends to
 // finish, then cancels them (their callers get CANCELLED), and releases
 // everything the executor started.

@@ -22,9 +22,9 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/internal/bus/bustest"
-	"github.com/toolbus/toolbus/internal/cli"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
+	"github.com/toolbus/toolbus/internal/executornode"
 	"github.com/toolbus/toolbus/internal/invoke"
 	toolmcp "github.com/toolbus/toolbus/internal/mcp"
 	"github.com/toolbus/toolbus/internal/policy"
@@ -61,7 +61,7 @@ func BenchmarkMCPCall(b *testing.B) {
 		b.Fatal(err)
 	}
 	mgr, err := toolmcp.Start(context.Background(), cfg, toolmcp.Options{Identity: id, Conn: execBus.Conn(), JS: execBus.JetStream(),
-		Host: cli.HostOn(ex), Logger: bustest.Quiet()})
+		Host: executornode.HostOn(ex), Logger: bustest.Quiet()})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -26,9 +26,9 @@ import (
 
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/bus/bustest"
-	"github.com/toolbus/toolbus/internal/cli"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
+	"github.com/toolbus/toolbus/internal/executornode"
 	"github.com/toolbus/toolbus/internal/invoke"
 	toolmcp "github.com/toolbus/toolbus/internal/mcp"
 	"github.com/toolbus/toolbus/internal/policy"
@@ -136,7 +136,7 @@ func startFleet(t *testing.T, cfg *toolmcp.Config) *fleet {
 		t.Fatal(err)
 	}
 	mgr, err := toolmcp.Start(context.Background(), cfg, toolmcp.Options{Identity: id, Conn: b.Conn(), JS: b.JetStream(),
-		Host: cli.HostOn(ex), Logger: bustest.Quiet(), MinBackoff: 3 * time.Second})
+		Host: executornode.HostOn(ex), Logger: bustest.Quiet(), MinBackoff: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,9 +21,9 @@ import (
 	"github.com/toolbus/toolbus/internal/builtin"
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/busnode"
-	"github.com/toolbus/toolbus/internal/cli"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
+	"github.com/toolbus/toolbus/internal/executornode"
 	toolmcp "github.com/toolbus/toolbus/internal/mcp"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/registry"
@@ -184,7 +184,7 @@ func (f *fleet) serveMCP(name string, tools ...mcpserver.ServerTool) error {
 		return err
 	}
 	mgr, err := toolmcp.Start(ctx, cfg, toolmcp.Options{Identity: events.Identity{ID: "executor@test", Role: "executor"},
-		Conn: f.bus.Conn(), JS: f.bus.JetStream(), Host: cli.HostOn(f.ex), Logger: quiet()})
+		Conn: f.bus.Conn(), JS: f.bus.JetStream(), Host: executornode.HostOn(f.ex), Logger: quiet()})
 	if err != nil {
 		return err
 	}

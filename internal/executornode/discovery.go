@@ -1,4 +1,4 @@
-package cli
+package executornode
 
 import (
 	"context"
@@ -36,7 +36,7 @@ type Discovery struct {
 // that do not validate (an unparsable command, one command without the
 // other) are an error; a discovery that fails is not (it is in the log and
 // the status). It returns nil when f is no file.
-func StartDiscovery(ctx context.Context, b *bus.Bus, ex *executor.Executor, id events.Identity, f *settings.File, workspace string,
+func startDiscovery(ctx context.Context, b *bus.Bus, ex *executor.Executor, id events.Identity, f *settings.File, workspace string,
 	builtins []tool.Tool, log *slog.Logger) (*Discovery, error) {
 	if f.Path == "" {
 		return nil, nil

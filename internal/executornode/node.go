@@ -1,0 +1,182 @@
+// Package executornode assembles an executor node: an executor hosting
+// the built-in tools over a workspace under a policy, with the tool
+// sources and hooks of the agents' settings files (MCP servers, the
+// discovery command). cmd/executor, `toolbus up` and the tests all start
+// one through Start.
+package executornode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/toolbus/toolbus/internal/builtin"
+	"github.com/toolbus/toolbus/internal/bus"
+	"github.com/toolbus/toolbus/internal/executor"
+	"github.com/toolbus/toolbus/internal/policy"
+	"github.com/toolbus/toolbus/internal/settings"
+	defaultpolicy "github.com/toolbus/toolbus/policy"
+)
+
+// DefaultStopGrace is how long Close lets running calls finish, when its
+// context sets no deadline, before it cancels them.
+const DefaultStopGrace = 10 * time.Second
+
+// Config is one executor node.
+type Config struct {
+	// Bus is the node's connection; it stays the caller's to close.
+	Bus *bus.Bus
+	// Executor is the executor's own configuration: its identity,
+	// deadlines, output bounds, observer and logger. The node fills in
+	// what it assembles when it is unset: Tools (the built-ins over
+	// Workspace), Workspace, Policy (compiled from PolicyDir), PolicyDir,
+	// Hooks (from Settings) and IdentitiesEnforced (when Bus connects as
+	// a member of a fleet).
+	Executor executor.Config
+	// Workspace is the directory the built-in tools are confined to.
+	Workspace string
+	// PolicyDir is the directory of .rego files to enforce and follow;
+	// empty for the built-in policy.
+	PolicyDir string
+	// Settings are the agents' settings files: their MCP servers, their
+	// discovery command and their hooks. Nil for none.
+	Settings *settings.Files
+}
+
+// withDefaults is cfg with its settings present and the executor's
+// identity taken from the bus's principal when it names none.
+func (cfg Config) withDefaults() Config {
+	if cfg.Settings == nil {
+		cfg.Settings = &settings.Files{Gemini: &settings.File{}, Claude: &settings.File{}, MCPConfig: &settings.File{}}
+	}
+	if cfg.Executor.Identity.ID == "" && cfg.Bus != nil && cfg.Bus.Principal() != "" {
+		cfg.Executor.Identity.ID = cfg.Bus.Principal()
+	}
+	if cfg.Bus != nil && cfg.Bus.Principal() != "" {
+		cfg.Executor.IdentitiesEnforced = true
+	}
+	if cfg.Executor.PolicyDir == "" {
+		cfg.Executor.PolicyDir = cfg.PolicyDir
+	}
+	return cfg
+}
+
+// Validate reports what is missing in cfg.
+func (cfg Config) Validate() error {
+	switch {
+	case cfg.Bus == nil:
+		return errors.New("executor node: no bus connection given")
+	case cfg.Workspace == "" && cfg.Executor.Tools == nil:
+		return errors.New("executor node: no workspace given")
+	case cfg.Executor.Identity.ID == "":
+		return errors.New("executor node: no identity given")
+	}
+	return nil
+}
+
+// Node is a running executor node. Close it.
+type Node struct {
+	// Executor runs the calls.
+	Executor *executor.Executor
+	// Workspace is the built-in tools' workspace; nil when Config gave
+	// the tools.
+	Workspace *builtin.Workspace
+	// MCP is the node's MCP servers, nil without any.
+	MCP *MCP
+	// Discovery is the node's discovery command, nil without one.
+	Discovery *Discovery
+	shells    *builtin.Shells
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Start assembles and starts the node cfg describes. On failure,
+// whatever it started is stopped again, in one place.
+func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	n := &Node{}
+	defer func() {
+		if err != nil {
+			n.Close(context.Background())
+		}
+	}()
+	ex := cfg.Executor
+	if ex.Logger == nil {
+		ex.Logger = slog.Default()
+	}
+	if ex.Tools == nil {
+		if n.Workspace, err = builtin.NewWorkspace(cfg.Workspace); err != nil {
+			return nil, err
+		}
+		n.shells = builtin.NewShells(n.Workspace)
+		ex.Tools, ex.Workspace = builtin.Tools(n.Workspace, n.shells), n.Workspace.Root()
+	}
+	if ex.Policy == nil {
+		if ex.Policy, err = compilePolicy(ctx, cfg.PolicyDir); err != nil {
+			return nil, err
+		}
+	}
+	if err := applyHooks(&ex, cfg.Settings, ex.Logger); err != nil {
+		return nil, err
+	}
+	if n.Executor, err = executor.Start(ctx, cfg.Bus.Conn(), cfg.Bus.JetStream(), ex); err != nil {
+		return nil, err
+	}
+	if n.MCP, err = startMCP(ctx, cfg.Bus, n.Executor, ex.Identity, cfg.Settings, ex.Logger); err != nil {
+		return nil, err
+	}
+	// The tools of the settings' discovery command run in this
+	// executor's workspace, so it hosts them.
+	if n.Discovery, err = startDiscovery(ctx, cfg.Bus, n.Executor, ex.Identity, cfg.Settings.Gemini, ex.Workspace, ex.Tools, ex.Logger); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// compilePolicy compiles the policy of dir, or the built-in policy.
+func compilePolicy(ctx context.Context, dir string) (*policy.Policy, error) {
+	files, err := policy.DirFiles(dir, policy.Files(defaultpolicy.Default()))
+	if err != nil {
+		return nil, err
+	}
+	return policy.Compile(ctx, files)
+}
+
+// Close lets running calls finish until ctx ends (DefaultStopGrace when it
+// sets no deadline), then cancels them; it then stops the MCP servers and
+// the discovery, which the calls may use, and the background shells. It
+// is safe to call more than once.
+func (n *Node) Close(ctx context.Context) error {
+	n.closeOnce.Do(func() { n.closeErr = n.close(ctx) })
+	return n.closeErr
+}
+
+func (n *Node) close(ctx context.Context) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultStopGrace)
+		defer cancel()
+	}
+	var errs []error
+	if n.Executor != nil {
+		if err := n.Executor.Stop(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("executor: %w", err))
+		}
+	}
+	n.MCP.Stop()       // after the calls, which may use them
+	n.Discovery.Stop() // after the calls, which run its commands
+	if n.shells != nil {
+		n.shells.Close()
+	}
+	if n.Workspace != nil {
+		n.Workspace.Close()
+	}
+	return errors.Join(errs...)
+}
