@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,171 +30,236 @@ var projectSettings = filepath.Join(".gemini", "settings.json")
 // up` runs its hooks when present.
 var claudeSettings = filepath.Join(".claude", "settings.json")
 
+// upFlags are the command line of `toolbus up`.
+type upFlags struct {
+	dataDir, listen, settingsPath, workspace, policyDir *string
+	mcpListen, consoleAddr, identities, logLevel        *string
+	metricsAddr                                         *string
+	mcp                                                 *cli.MCPFlags
+	hooks                                               *cli.HookFlags
+	outputs                                             *cli.OutputFlags
+	audit                                               *busnode.AuditOptions
+}
+
+func newUpFlags(fs *flag.FlagSet) *upFlags {
+	f := &upFlags{
+		dataDir:      fs.String("data", cli.DefaultDataDir(), "directory for the bus's data (created if missing)"),
+		listen:       fs.String("listen", bus.DefaultListen, "address the bus listens on"),
+		settingsPath: fs.String("settings", "", "Gemini CLI settings.json: tools.core, tools.exclude, tools.discoveryCommand, mcpServers (default: "+projectSettings+" if present)"),
+	}
+	f.mcp = cli.AddMCPFlags(fs, f.settingsPath)
+	f.hooks = cli.AddHookFlags(fs, f.settingsPath)
+	f.workspace = fs.String("workspace", ".", "directory the built-in tools are confined to")
+	f.policyDir = fs.String("policy", "", "directory of .rego files (default: the built-in default policy)")
+	f.outputs = cli.AddOutputFlags(fs)
+	f.mcpListen = fs.String("mcp-listen", "", "address the MCP endpoint (toolbus as an MCP server, streamable HTTP) listens on, or off (default "+defaultMCPListen+", else a free loopback port)")
+	f.audit = busnode.AuditFlags(fs)
+	f.consoleAddr = fs.String("console", "", "address the web console listens on, or off (default "+console.DefaultListen+", else a free loopback port); token from env "+consoleTokenEnv)
+	f.identities = fs.String("identities", "", "directory of the identities the parts connect with (made on the first start; `toolbus init` makes a fleet's), or off (default DATA/identities)")
+	f.logLevel = cli.LogFlag(fs)
+	f.metricsAddr = cli.MetricsFlag(fs)
+	return f
+}
+
+// readSettings reads the agents' settings files, the project's own
+// (.gemini/settings.json, .claude/settings.json) unless others are named,
+// so an existing project works unchanged.
+func (f *upFlags) readSettings() (*settings.Files, registry.Settings, error) {
+	if *f.settingsPath == "" {
+		if _, err := os.Stat(projectSettings); err == nil {
+			*f.settingsPath = projectSettings
+		}
+	}
+	if *f.hooks.ClaudeSettings == "" {
+		if _, err := os.Stat(claudeSettings); err == nil {
+			*f.hooks.ClaudeSettings = claudeSettings
+		}
+	}
+	files, err := settings.ReadFiles(*f.settingsPath, *f.hooks.ClaudeSettings, *f.mcp.MCPConfig)
+	if err != nil {
+		return nil, registry.Settings{}, err
+	}
+	regSettings, err := registry.SettingsFrom(files.Gemini.Tools)
+	if err != nil {
+		return nil, registry.Settings{}, fmt.Errorf("settings %s: %w", *f.settingsPath, err)
+	}
+	return files, regSettings, nil
+}
+
+// idDir is the directory of the parts' identities, or "off".
+func (f *upFlags) idDir() string {
+	if *f.identities == "" {
+		return filepath.Join(*f.dataDir, "identities")
+	}
+	return *f.identities
+}
+
 func runUp(args []string) error {
 	fs := flag.NewFlagSet("up", flag.ContinueOnError)
-	dataDir := fs.String("data", cli.DefaultDataDir(), "directory for the bus's data (created if missing)")
-	listen := fs.String("listen", bus.DefaultListen, "address the bus listens on")
-	settingsPath := fs.String("settings", "", "Gemini CLI settings.json: tools.core, tools.exclude, tools.discoveryCommand, mcpServers (default: "+projectSettings+" if present)")
-	mcpFlags := cli.AddMCPFlags(fs, settingsPath)
-	hookFlags := cli.AddHookFlags(fs, settingsPath)
-	workspace := fs.String("workspace", ".", "directory the built-in tools are confined to")
-	policyDir := fs.String("policy", "", "directory of .rego files (default: the built-in default policy)")
-	outputs := cli.AddOutputFlags(fs)
-	mcpListen := fs.String("mcp-listen", "", "address the MCP endpoint (toolbus as an MCP server, streamable HTTP) listens on, or off (default "+defaultMCPListen+", else a free loopback port)")
-	auditOpts := busnode.AuditFlags(fs)
-	consoleAddr := fs.String("console", "", "address the web console listens on, or off (default "+console.DefaultListen+", else a free loopback port); token from env "+consoleTokenEnv)
-	identities := fs.String("identities", "", "directory of the identities the parts connect with (made on the first start; `toolbus init` makes a fleet's), or off (default DATA/identities)")
-	logLevel := cli.LogFlag(fs)
-	metricsAddr := cli.MetricsFlag(fs)
+	f := newUpFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	log, err := cli.Logger(*logLevel)
+	log, err := cli.Logger(*f.logLevel)
 	if err != nil {
 		return usageError{err}
 	}
-	if *settingsPath == "" {
-		if _, err := os.Stat(projectSettings); err == nil {
-			*settingsPath = projectSettings
-		}
-	}
-	if *hookFlags.ClaudeSettings == "" {
-		if _, err := os.Stat(claudeSettings); err == nil {
-			*hookFlags.ClaudeSettings = claudeSettings
-		}
-	}
-	settingsFiles, err := settings.ReadFiles(*settingsPath, *hookFlags.ClaudeSettings, *mcpFlags.MCPConfig)
+	files, regSettings, err := f.readSettings()
 	if err != nil {
 		return err
 	}
-	regSettings, err := registry.SettingsFrom(settingsFiles.Gemini.Tools)
-	if err != nil {
-		return fmt.Errorf("settings %s: %w", *settingsPath, err)
-	}
-
-	ctx, stop := cli.SignalContext()
-	defer stop()
-	var parts []*bus.Bus // the parts' own connections, closed last
-
-	busCfg := busnode.Config{Listen: *listen, DataDir: *dataDir, Name: "toolbus-up", Logger: log, Identity: cli.Identity("bus")}
-	if err := auditOpts.Apply(&busCfg); err != nil {
+	busCfg := busnode.Config{Listen: *f.listen, DataDir: *f.dataDir, Name: "toolbus-up", Logger: log, Identity: cli.Identity("bus")}
+	if err := f.audit.Apply(&busCfg); err != nil {
 		return usageError{err}
 	}
-	idDir := *identities
-	if idDir == "" {
-		idDir = filepath.Join(*dataDir, "identities")
-	}
-	if idDir != "off" {
-		if err := upIdentities(idDir, &busCfg); err != nil {
+	if f.idDir() != "off" {
+		if err := upIdentities(f.idDir(), &busCfg); err != nil {
 			return err
 		}
 	}
-	node, err := busnode.Start(ctx, busCfg)
-	if err != nil {
+	ctx, stop := cli.SignalContext()
+	defer stop()
+	u := &up{f: f, log: log}
+	defer u.close()
+	if err := u.start(ctx, busCfg, files, regSettings); err != nil {
 		return err
 	}
-	defer func() {
+	u.describe()
+	fmt.Println("Press Ctrl-C to stop.")
+	<-ctx.Done()
+	fmt.Println("toolbus: stopping")
+	return nil
+}
+
+// up is everything `toolbus up` runs: the bus node, and each part on its
+// own connection, as its own member of the fleet when identities are on.
+// close stops them in the reverse order of their start.
+type up struct {
+	f     *upFlags
+	log   *slog.Logger
+	node  *busnode.Node
+	parts []*bus.Bus // the parts' own connections
+	stops []func()   // what close runs, last first
+	reg   *registry.Service
+	exec  *executornode.Node
+	cons  *runningConsole
+	mcpEP *mcpEndpoint
+}
+
+// start starts the bus node and the parts: registry, executor node,
+// console (an approver: with it, a call the policy asks about waits for a
+// person instead of being denied at once) and MCP endpoint (where agents
+// that speak MCP call the fleet's tools).
+func (u *up) start(ctx context.Context, busCfg busnode.Config, files *settings.Files, regSettings registry.Settings) (err error) {
+	f, log := u.f, u.log
+	if u.node, err = busnode.Start(ctx, busCfg); err != nil {
+		return err
+	}
+	u.stops = append(u.stops, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		node.Close(ctx)
-	}()
-	b := node.Bus
-	// Each part connects as its own member, with its role's permissions,
-	// as in a fleet; without identities they share the bus's connection.
-	as := func(name string) (*bus.Bus, error) {
-		if idDir == "off" {
-			return b, nil
-		}
-		part, err := bus.Connect(ctx, bus.Config{URL: b.URL(), Name: "toolbus-up " + name, NkeyFile: identity.SeedFile(idDir, name), Logger: log})
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
-		}
-		parts = append(parts, part)
-		return part, nil
-	}
-	defer func() {
-		for i := len(parts) - 1; i >= 0; i-- {
-			cli.Close(parts[i])
-		}
-	}()
-	m, stopMetrics, err := cli.StartMetrics(*metricsAddr, "up", b, log)
+		u.node.Close(ctx)
+	})
+	m, stopMetrics, err := cli.StartMetrics(*f.metricsAddr, "up", u.node.Bus, log)
 	if err != nil {
 		return err
 	}
-	defer stopMetrics()
-
-	regBus, err := as("registry")
+	u.stops = append(u.stops, stopMetrics)
+	regBus, err := u.as(ctx, "registry")
 	if err != nil {
 		return err
 	}
-	reg, err := registry.Start(ctx, regBus.Conn(), regBus.JetStream(), registry.Config{
-		Settings: regSettings, Identity: cli.Identity("registry"), Logger: log})
-	if err != nil {
+	if u.reg, err = registry.Start(ctx, regBus.Conn(), regBus.JetStream(), registry.Config{
+		Settings: regSettings, Identity: cli.Identity("registry"), Logger: log}); err != nil {
 		return err
 	}
-	defer reg.Stop()
-
-	exBus, err := as("executor")
+	u.stops = append(u.stops, func() { u.reg.Stop() })
+	exBus, err := u.as(ctx, "executor")
 	if err != nil {
 		return err
 	}
 	exCfg := executor.Config{Identity: cli.Identity("executor"), Observer: m, Logger: log}
-	outputs.Apply(&exCfg)
-	exec, err := executornode.Start(ctx, executornode.Config{Bus: exBus, Executor: exCfg, Workspace: *workspace,
-		PolicyDir: *policyDir, Settings: settingsFiles})
-	if err != nil {
+	f.outputs.Apply(&exCfg)
+	if u.exec, err = executornode.Start(ctx, executornode.Config{Bus: exBus, Executor: exCfg, Workspace: *f.workspace,
+		PolicyDir: *f.policyDir, Settings: files}); err != nil {
 		return err
 	}
-	defer exec.Close(context.Background())
-	if exec.MCP != nil {
-		m.WatchMCP(exec.MCP.Manager.Status)
+	u.stops = append(u.stops, func() { u.exec.Close(context.Background()) })
+	if u.exec.MCP != nil {
+		m.WatchMCP(u.exec.MCP.Manager.Status)
 	}
-
-	// The console is an approver: with it, a call the policy asks about
-	// waits for a person instead of being denied at once.
-	var cons *runningConsole
-	if *consoleAddr != "off" {
-		consBus, err := as("console")
+	if *f.consoleAddr != "off" {
+		consBus, err := u.as(ctx, "console")
 		if err != nil {
 			return err
 		}
-		if cons, err = startConsole(ctx, consBus, *consoleAddr, os.Getenv(consoleTokenEnv), "", log); err != nil {
+		if u.cons, err = startConsole(ctx, consBus, *f.consoleAddr, os.Getenv(consoleTokenEnv), "", log); err != nil {
 			return err
 		}
-		defer cons.stop()
+		u.stops = append(u.stops, func() { u.cons.stop() })
 	}
-
-	// Agents that speak MCP call the fleet's tools here.
-	var mcpEP *mcpEndpoint
-	if *mcpListen != "off" {
-		mcpBus, err := as("mcp")
+	if *f.mcpListen != "off" {
+		mcpBus, err := u.as(ctx, "mcp")
 		if err != nil {
 			return err
 		}
-		fac, ep, err := upMCPEndpoint(ctx, mcpBus, *mcpListen, exec.Executor.Policy, log)
+		fac, ep, err := upMCPEndpoint(ctx, mcpBus, *f.mcpListen, u.exec.Executor.Policy, log)
 		if err != nil {
 			return err
 		}
-		defer fac.Close()
-		defer ep.stop()
-		mcpEP = ep
+		u.stops = append(u.stops, func() { fac.Close() }, func() { ep.stop() })
+		u.mcpEP = ep
 	}
+	return nil
+}
 
+// as is the connection part name runs on: its own, as its own member,
+// with its role's permissions, as in a fleet; without identities, the
+// bus node's.
+func (u *up) as(ctx context.Context, name string) (*bus.Bus, error) {
+	if u.f.idDir() == "off" {
+		return u.node.Bus, nil
+	}
+	part, err := bus.Connect(ctx, bus.Config{URL: u.node.URL(), Name: "toolbus-up " + name, NkeyFile: identity.SeedFile(u.f.idDir(), name), Logger: u.log})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	u.parts = append(u.parts, part)
+	return part, nil
+}
+
+// close stops what start started, last first, and then closes the parts'
+// connections.
+func (u *up) close() {
+	for i := len(u.stops) - 1; i >= 0; i-- {
+		if i == 0 {
+			// The parts' connections close before the bus node.
+			for j := len(u.parts) - 1; j >= 0; j-- {
+				cli.Close(u.parts[j])
+			}
+		}
+		u.stops[i]()
+	}
+}
+
+// describe prints what runs and where.
+func (u *up) describe() {
+	f, exec := u.f, u.exec
+	reg := u.reg.Registry().Catalog()
 	fmt.Printf("toolbus is up\n  bus:       %s\n  data:      %s\n  workspace: %s\n  policy:    %s\n  tools:     %d registered, %d active\n",
-		b.URL(), *dataDir, exec.Workspace.Root(), exec.Executor.Policy().Revision(),
-		reg.Registry().Catalog().Len(), len(reg.Registry().Catalog().AllToolNames()))
-	if idDir != "off" {
+		u.node.URL(), *f.dataDir, exec.Workspace.Root(), exec.Executor.Policy().Revision(), reg.Len(), len(reg.AllToolNames()))
+	if id := f.idDir(); id != "off" {
 		fmt.Printf("  identities: %s (a client with none is the developer, an admin; an agent to confine: TOOLBUS_IDENTITY=%s)\n",
-			idDir, identity.SeedFile(idDir, "agent"))
+			id, identity.SeedFile(id, "agent"))
 	}
-	if *settingsPath != "" {
-		fmt.Printf("  settings:  %s\n", *settingsPath)
+	if *f.settingsPath != "" {
+		fmt.Printf("  settings:  %s\n", *f.settingsPath)
 	}
-	if *mcpFlags.MCPConfig != "" {
-		fmt.Printf("  mcp:       %s\n", *mcpFlags.MCPConfig)
+	if *f.mcp.MCPConfig != "" {
+		fmt.Printf("  mcp:       %s\n", *f.mcp.MCPConfig)
 	}
 	if h := exec.Executor.Hooks(); !h.Empty() {
-		fmt.Printf("  hooks:     %d pre, %d post hook groups (from %s)\n", len(h.Pre), len(h.Post), strings.Join(hookFiles(hookFlags), ", "))
+		fmt.Printf("  hooks:     %d pre, %d post hook groups (from %s)\n", len(h.Pre), len(h.Post), strings.Join(hookFiles(f.hooks), ", "))
 	}
 	if exec.Discovery != nil {
 		fmt.Printf("  discovery: %s\n", exec.Discovery.Describe())
@@ -201,19 +267,15 @@ func runUp(args []string) error {
 	if exec.MCP != nil {
 		fmt.Printf("  servers:   %d MCP servers, connecting in the background (toolbus mcp status)\n", len(exec.MCP.Manager.Status()))
 	}
-	if cons != nil {
-		fmt.Printf("  console:   %s\n", cons.server.URL())
+	if u.cons != nil {
+		fmt.Printf("  console:   %s\n", u.cons.server.URL())
 	}
-	if mcpEP != nil {
-		fmt.Printf("  mcp serve: %s\n", mcpEP.describe())
+	if u.mcpEP != nil {
+		fmt.Printf("  mcp serve: %s\n", u.mcpEP.describe())
 	}
-	if *metricsAddr != "" {
-		fmt.Printf("  metrics:   http://%s/metrics\n", *metricsAddr)
+	if *f.metricsAddr != "" {
+		fmt.Printf("  metrics:   http://%s/metrics\n", *f.metricsAddr)
 	}
-	fmt.Println("Press Ctrl-C to stop.")
-	<-ctx.Done()
-	fmt.Println("toolbus: stopping")
-	return nil
 }
 
 // upMembers are the identities of `toolbus up`'s parts, and the ones a

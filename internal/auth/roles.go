@@ -59,6 +59,8 @@ func ParseRole(s string) (Role, error) {
 const responseWindow = 24 * time.Hour
 
 // Permissions is what member name of role may publish and subscribe to.
+// It is one switch over the roles, kept whole so that a reviewer sees
+// every role's rights side by side.
 func Permissions(role Role, name string) *server.Permissions {
 	inbox := identity.InboxPrefix(name) + ".>"
 	p := perms{}

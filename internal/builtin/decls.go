@@ -18,7 +18,9 @@ const (
 )
 
 // Specs are the declarations of the built-in tools, as a provider registers
-// them. Aliases are seed 004's, mapped onto Gemini CLI's names.
+// them. Aliases are seed 004's, mapped onto Gemini CLI's names. It is one
+// table, read top to bottom, rather than a function per tool: its length
+// is the number of tools.
 func Specs() []events.ToolSpec {
 	return []events.ToolSpec{
 		{

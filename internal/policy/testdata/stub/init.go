@@ -41,6 +41,9 @@ func initMain(configJSON string) int {
 	return 0
 }
 
+// runInit is the sandbox's init, one step after another as the kernel
+// needs them done (namespaces, mounts, limits, then the command); split,
+// its order would be harder to check against the sandbox's.
 func runInit(cfg sandboxwire.Config) (*sandboxwire.Report, error) {
 	rep := &sandboxwire.Report{Records: []sandboxwire.Record{}}
 	root := cfg.Root
