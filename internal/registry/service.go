@@ -51,19 +51,34 @@ type Service struct {
 	misses  map[string]int // executors watched, by id: pings missed since their last answer
 }
 
-// Start loads the catalogue an earlier registry left on the bus, applies the
-// settings to it and starts answering requests. Stop it with Stop.
-func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
-	log := cfg.Logger
-	if log == nil {
-		log = slog.Default()
+// withDefaults is cfg with its logger set.
+func (cfg Config) withDefaults() Config {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
 	}
+	return cfg
+}
+
+// Validate reports what is missing or wrong in cfg.
+func (cfg Config) Validate() error {
 	if cfg.Identity.ID == "" {
-		return nil, fmt.Errorf("registry: no identity given")
+		return fmt.Errorf("registry: no identity given")
 	}
 	if err := cfg.Settings.Validate(); err != nil {
-		return nil, fmt.Errorf("registry: %w", err)
+		return fmt.Errorf("registry: %w", err)
 	}
+	return nil
+}
+
+// Start loads the catalogue an earlier registry left on the bus, applies the
+// settings to it and starts answering requests. Stop it with Stop. On
+// failure, what it started is stopped, in one place.
+func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Config) (_ *Service, err error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
 	st, err := openStore(ctx, js)
 	if err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
@@ -77,24 +92,37 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 	if s.rec, err = bus.NewRecorder(nc, log); err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
 	}
+	defer func() {
+		switch {
+		case err == nil:
+		case s.svc != nil:
+			s.Stop()
+		default:
+			s.closeRecorder()
+		}
+	}()
 	changes := s.reg.Restore(tools, state)
 	if err := s.reg.flush(ctx, st); err != nil {
-		s.closeRecorder()
 		return nil, fmt.Errorf("registry: save restored catalogue: %w", err)
 	}
 	s.publishChanges("restore", changes)
 	log.Info("registry loaded catalogue", "tools", len(tools), "changed_by_settings", len(changes))
+	if err := s.serve(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
 
-	svc, err := micro.AddService(nc, micro.Config{
+// serve registers the registry service and its endpoints, and starts
+// watching the executors.
+func (s *Service) serve() (err error) {
+	if s.svc, err = micro.AddService(s.nc, micro.Config{
 		Name:        events.RegistryService,
 		Version:     ServiceVersion,
 		Description: "toolbus tool registry",
-	})
-	if err != nil {
-		s.closeRecorder()
-		return nil, fmt.Errorf("registry: %w", err)
+	}); err != nil {
+		return fmt.Errorf("registry: %w", err)
 	}
-	s.svc = svc
 	go s.watchExecutors()
 	endpoints := []struct {
 		name, subject string
@@ -105,12 +133,11 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 		{"toggle", events.Request(events.SubjectRegistryToggle), s.handleToggle},
 	}
 	for _, e := range endpoints {
-		if err := svc.AddEndpoint(e.name, e.handle, micro.WithEndpointSubject(e.subject)); err != nil {
-			s.Stop()
-			return nil, fmt.Errorf("registry: endpoint %s: %w", e.subject, err)
+		if err := s.svc.AddEndpoint(e.name, e.handle, micro.WithEndpointSubject(e.subject)); err != nil {
+			return fmt.Errorf("registry: endpoint %s: %w", e.subject, err)
 		}
 	}
-	return s, nil
+	return nil
 }
 
 // Registry is the service's registry, for in-process readers.
