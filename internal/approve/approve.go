@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/events"
 )
 
@@ -235,11 +236,18 @@ func (a *Approver) follow(ctx context.Context, js jetstream.JetStream) (err erro
 		return fmt.Errorf("approve: follow the confirmation requests: %w", err)
 	}
 	start := time.Now().Add(-a.cfg.Window)
-	cons, err := js.OrderedConsumer(ctx, events.AuditStream, jetstream.OrderedConsumerConfig{
-		// One filter: a fleet's approver may read only this of the stream.
-		FilterSubjects: []string{events.SubjectConfirmAll},
-		DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
-		OptStartTime:   &start,
+	var cons jetstream.Consumer
+	// A fleet's nodes take their ports before their cluster has made the
+	// audit stream: an approver started with them waits for it, as a
+	// part waits for the cluster's JetStream.
+	err = bus.RetryWhile(ctx, streamMissing, func() (err error) {
+		cons, err = js.OrderedConsumer(ctx, events.AuditStream, jetstream.OrderedConsumerConfig{
+			// One filter: a fleet's approver may read only this of the stream.
+			FilterSubjects: []string{events.SubjectConfirmAll},
+			DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
+			OptStartTime:   &start,
+		})
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("approve: follow the confirmation requests in stream %s: %w", events.AuditStream, err)
@@ -258,6 +266,12 @@ func (a *Approver) follow(ctx context.Context, js jetstream.JetStream) (err erro
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// streamMissing says err is the audit stream not being there yet, or the
+// cluster settling.
+func streamMissing(err error) bool {
+	return errors.Is(err, jetstream.ErrStreamNotFound) || bus.Transient(err)
 }
 
 // register makes the approver present: it registers the approver service

@@ -401,3 +401,35 @@ func TestRequestsComeLiveAndFromTheStreamOnce(t *testing.T) {
 	ada.Answer(context.Background(), "inv-after", approve.Answer{Outcome: events.Cancel})
 	result(t, other)
 }
+
+// An approver started before its fleet's cluster has made the audit
+// stream (the nodes take their ports first) waits for the stream, and
+// follows it once it is there.
+func TestAnApproverWaitsForTheAuditStream(t *testing.T) {
+	b := bustest.Start(t, "")
+	ctx := context.Background()
+	if err := b.JetStream().DeleteStream(ctx, events.AuditStream); err != nil {
+		t.Fatal(err)
+	}
+	conn := bustest.Connect(t, b) // a part that connects makes the stream again: it must come later
+	if err := conn.JetStream().DeleteStream(ctx, events.AuditStream); err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan error, 1)
+	var a *approve.Approver
+	go func() {
+		var err error
+		a, err = approve.Start(ctx, conn.Conn(), conn.JetStream(), approve.Config{Identity: events.Identity{ID: "approver:early", Role: "approver"}, Logger: bustest.Quiet()})
+		started <- err
+	}()
+	select {
+	case err := <-started:
+		t.Fatalf("the approver started, or failed, with no audit stream: %v", err)
+	case <-time.After(time.Second):
+	}
+	bustest.Connect(t, b) // as a fleet's node does once its cluster is up
+	if err := <-started; err != nil {
+		t.Fatalf("the approver did not start once the stream was there: %v", err)
+	}
+	a.Stop()
+}

@@ -163,10 +163,17 @@ func EnsureObjectStore(ctx context.Context, js jetstream.JetStream, cfg jetstrea
 // retryTransient runs f until it succeeds, fails for good, ctx ends or a
 // minute has passed.
 func retryTransient(ctx context.Context, f func() error) error {
+	return RetryWhile(ctx, transient, f)
+}
+
+// RetryWhile runs f until it succeeds, fails with an error again does not
+// report, ctx ends or a minute has passed, a quarter of a second apart:
+// for what a cluster that is starting or settling fails at for a while.
+func RetryWhile(ctx context.Context, again func(error) bool, f func() error) error {
 	deadline := time.Now().Add(time.Minute)
 	for {
 		err := f()
-		if err == nil || !transient(err) || ctx.Err() != nil || time.Now().After(deadline) {
+		if err == nil || !again(err) || ctx.Err() != nil || time.Now().After(deadline) {
 			return err
 		}
 		select {
