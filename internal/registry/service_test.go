@@ -72,18 +72,6 @@ func load(t *testing.T, b *bus.Bus) *catalog.Catalog {
 	return c
 }
 
-// waitFor polls cond until it holds or ten seconds pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func TestTwoConnectionsSeeTheSameCatalogue(t *testing.T) {
 	b := bustest.Start(t, "")
 	svc := startService(t, b, Settings{})
@@ -124,7 +112,7 @@ func TestTwoConnectionsSeeTheSameCatalogue(t *testing.T) {
 	if _, err := client(provider).Remove(ctxT(t), &events.RemoveRequest{Server: "github"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the replica to see the toggle and the removal", func() bool {
+	testkit.EventuallyWithin(t, 10*time.Second, "the replica sees the toggle and the removal", func() bool {
 		c := rep.Catalog()
 		_, shell := c.GetTool("run_shell_command")
 		_, issue := c.Lookup("create_issue")
@@ -380,7 +368,7 @@ func TestReadersSeeTheRegistrysCatalogue(t *testing.T) {
 		t.Errorf("a clean catalogue logged: %s", logged.String())
 	}
 	sameCatalogue(t, loaded, svc.Registry().Catalog())
-	waitFor(t, "the follower to catch up", func() bool { return rep.Catalog().Len() == svc.Registry().Catalog().Len() })
+	testkit.EventuallyWithin(t, 10*time.Second, "the follower catches up", func() bool { return rep.Catalog().Len() == svc.Registry().Catalog().Len() })
 	sameCatalogue(t, rep.Catalog(), svc.Registry().Catalog())
 
 	// A shard with a line that does not decode, or with a tool that
