@@ -16,6 +16,7 @@ import (
 	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/busnode"
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 // steps publishes n step events, as an executor would, and waits until
@@ -39,16 +40,11 @@ func steps(t *testing.T, b *bus.Bus, n int) {
 		}
 	}
 	b.Conn().Flush()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		info, err := stream.Info(ctx)
-		if err == nil && info.State.Msgs >= want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the stream holds %d of %d", info.State.Msgs, want)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testkit.Poll(30*time.Second, func() bool {
+		info, err = stream.Info(ctx)
+		return err == nil && info.State.Msgs >= want
+	}) {
+		t.Fatalf("the stream holds %d of %d", info.State.Msgs, want)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor/executortest"
 	"github.com/toolbus/toolbus/internal/policy"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/audittest"
 	defaultpolicy "github.com/toolbus/toolbus/policy"
 )
@@ -155,16 +156,13 @@ func TestWhatIfTakesTheExecutorsDecision(t *testing.T) {
 	nc.Flush()
 	js := bustest.Connect(t, f.Bus).JetStream()
 	var w *audit.WhatIf
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	testkit.Poll(10*time.Second, func() bool {
 		var err error
 		if w, err = audit.RunWhatIf(ctx, js, audit.Query{}, compile(t, stricter)); err != nil {
 			t.Fatal(err)
 		}
-		if len(w.Failed) > 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return len(w.Failed) > 0
+	})
 	if len(w.Changes) != 0 || w.Unchanged != 1 || w.Replayed != 1 {
 		t.Errorf("the forged decision was replayed: %+v", w)
 	}
