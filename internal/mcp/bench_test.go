@@ -29,6 +29,7 @@ import (
 	toolmcp "github.com/toolbus/toolbus/internal/mcp"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/registry/registrytest"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/measure"
 	defaultpolicy "github.com/toolbus/toolbus/policy"
 )
@@ -66,15 +67,10 @@ func BenchmarkMCPCall(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer mgr.Stop()
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		if _, ok := ex.Catalog().GetTool("echo"); ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatal("echo never listed")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Eventually(b, "echo is listed", func() bool {
+		_, ok := ex.Catalog().GetTool("echo")
+		return ok
+	})
 
 	// The agent's side: a client on its own connection.
 	agent := invoke.NewClient(bustest.Connect(b, bb).Conn(), events.Identity{ID: "agent:bench", Role: "agent"}, "")

@@ -25,6 +25,7 @@ import (
 	"github.com/toolbus/toolbus/internal/executor/executortest"
 	toolmcp "github.com/toolbus/toolbus/internal/mcp"
 	"github.com/toolbus/toolbus/internal/policy"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/mcptest"
 	"github.com/toolbus/toolbus/internal/tool"
 	defaultpolicy "github.com/toolbus/toolbus/policy"
@@ -285,11 +286,7 @@ func TestFacadeListFollowsTheCurrentPolicy(t *testing.T) {
 	}
 	alice, bob := client("alice"), client("bob")
 	lists := func(c *mcpclient.Client) bool { return slices.Contains(toolNames(t, c), "read_file") }
-	for deadline := time.Now().Add(30 * time.Second); !lists(alice); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("read_file was never listed")
-		}
-	}
+	testkit.Eventually(t, "read_file is listed", func() bool { return lists(alice) })
 	if res := callTool(t, alice, "read_file", `{"file_path":"README.md"}`); res.IsError {
 		t.Fatalf("read_file under a policy that allows it: %s", text(res))
 	}
