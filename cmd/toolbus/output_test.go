@@ -19,6 +19,7 @@ import (
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/invoke"
 	"github.com/toolbus/toolbus/internal/registry/registrytest"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/audittest"
 )
 
@@ -75,12 +76,12 @@ func TestShellFloodStaysSmall(t *testing.T) {
 		}
 		return res
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if res := call("", "echo ready"); res.Error == nil {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("the executor never ran a command: %s %s\n%s", res.Error.Type, res.LLMContent, execd.output.String())
-		}
+	var ready *events.Result
+	if !testkit.Poll(30*time.Second, func() bool {
+		ready = call("", "echo ready")
+		return ready.Error == nil
+	}) {
+		t.Fatalf("the executor never ran a command: %s %s\n%s", ready.Error.Type, ready.LLMContent, execd.output.String())
 	}
 	before := peakRSS(t, execd.cmd.Process.Pid)
 
