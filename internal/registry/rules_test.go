@@ -9,9 +9,9 @@ import (
 	"testing"
 
 	"github.com/toolbus/toolbus/internal/builtin"
-	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/catalog"
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/testkit/bustest"
 )
 
 func TestGenerateValidName(t *testing.T) {
