@@ -26,7 +26,7 @@ import (
 	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/bustest"
 	"github.com/toolbus/toolbus/internal/testkit/executortest"
-	"github.com/toolbus/toolbus/internal/testkit/mcptest"
+	"github.com/toolbus/toolbus/internal/testkit/mcpsession"
 	"github.com/toolbus/toolbus/internal/tool"
 	defaultpolicy "github.com/toolbus/toolbus/policy"
 )
@@ -94,18 +94,18 @@ func connectHTTP(t testing.TB, url, token, name string, options ...mcpclient.Cli
 }
 
 // initialize starts c and initialises its session as name
-// (mcptest.Initialize, version 1.0).
+// (mcpsession.Initialize, version 1.0).
 func initialize(t testing.TB, c *mcpclient.Client, name string) {
 	t.Helper()
-	mcptest.Initialize(t, c, name, "1.0")
+	mcpsession.Initialize(t, c, name, "1.0")
 }
 
 func callTool(t *testing.T, c *mcpclient.Client, name, args string) *mcp.CallToolResult {
 	t.Helper()
-	return mcptest.Call(t, c, name, args)
+	return mcpsession.Call(t, c, name, args)
 }
 
-func text(r *mcp.CallToolResult) string { return mcptest.Text(r) }
+func text(r *mcp.CallToolResult) string { return mcpsession.Text(r) }
 
 func toolNames(t testing.TB, c *mcpclient.Client) []string {
 	t.Helper()
