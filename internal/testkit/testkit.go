@@ -1,5 +1,10 @@
 // Package testkit holds what the tests of several packages share: golden
-// files and waiting on processes the code under test starts.
+// files, waiting for a state with a deadline, and waiting on processes
+// the code under test starts. Every test-support package lives below it,
+// none beside the package it serves, so that one place shows what tests
+// may lean on: parts started for a test (bustest, registrytest,
+// executortest, approvetest), readers of what a test left behind
+// (audittest), and the peers, fakes and measures tests run against.
 package testkit
 
 import (
