@@ -73,6 +73,7 @@ func load(t *testing.T, b *bus.Bus) *catalog.Catalog {
 }
 
 func TestTwoConnectionsSeeTheSameCatalogue(t *testing.T) {
+	t.Parallel()
 	b := bustest.Start(t, "")
 	svc := startService(t, b, Settings{})
 	provider := bustest.Connect(t, b)
@@ -121,6 +122,7 @@ func TestTwoConnectionsSeeTheSameCatalogue(t *testing.T) {
 }
 
 func TestCatalogueSurvivesRegistryAndBusRestarts(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	b := bustest.Start(t, dir)
 	svc := startService(t, b, Settings{})
@@ -202,6 +204,7 @@ func TestCatalogueSurvivesRegistryAndBusRestarts(t *testing.T) {
 }
 
 func TestEveryChangeIsAnEventInTheAuditStream(t *testing.T) {
+	t.Parallel()
 	b := bustest.Start(t, "")
 	startService(t, b, Settings{})
 	req := mcpReq("gh", spec("issue"))
@@ -247,6 +250,7 @@ func TestEveryChangeIsAnEventInTheAuditStream(t *testing.T) {
 }
 
 func TestNoRegistryFailsAtOnce(t *testing.T) {
+	t.Parallel()
 	b := bustest.Start(t, "")
 	// A deadline far longer than any test: the call must not wait for it.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
@@ -261,6 +265,7 @@ func TestNoRegistryFailsAtOnce(t *testing.T) {
 }
 
 func TestMalformedRequestsGetAClearErrorAndChangeNothing(t *testing.T) {
+	t.Parallel()
 	b := bustest.Start(t, "")
 	svc := startService(t, b, Settings{})
 	registerAll(t, client(b), discoveredReq(spec("lint")))
@@ -290,6 +295,7 @@ func TestMalformedRequestsGetAClearErrorAndChangeNothing(t *testing.T) {
 }
 
 func TestRegistrationLargerThanOneMessageIsChunked(t *testing.T) {
+	t.Parallel()
 	b := bustest.Start(t, "")
 	svc := startService(t, b, Settings{})
 	req := &events.RegisterRequest{Provider: "discovery", Source: events.SourceDiscovered, Replace: true}
@@ -334,6 +340,7 @@ func sameCatalogue(t *testing.T, got, want *catalog.Catalog) {
 }
 
 func TestReadersSeeTheRegistrysCatalogue(t *testing.T) {
+	t.Parallel()
 	b := bustest.Start(t, "")
 	svc := startService(t, b, Settings{})
 	c := client(b)
