@@ -69,6 +69,7 @@ func verify(t *testing.T, b *bus.Bus, pub ed25519.PublicKey) *audit.Report {
 // The audit stream refuses deletes and purges, and that cannot be taken
 // back by a part started with deletes allowed.
 func TestTheAuditStreamRefusesDeletes(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	b := bustest.Start(t, dir)
 	steps(t, b, 3)
@@ -98,6 +99,7 @@ func TestTheAuditStreamRefusesDeletes(t *testing.T) {
 // message removed by hand (deny-delete off), a checkpoint of a key it
 // does not trust, and a broken chain.
 func TestVerifyFindsWhatWasRemoved(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	node, err := busnode.Start(ctx, busnode.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Name: t.Name(), AuditAllowDelete: true,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})

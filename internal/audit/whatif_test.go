@@ -56,6 +56,7 @@ decision := {"verdict": "ALLOW", "reason": "everything is allowed", "remember": 
 // cancelled calls would be allowed, and judging them again runs none of
 // them.
 func TestWhatIfReportsWhatAnotherPolicyChanges(t *testing.T) {
+	t.Parallel()
 	f := executortest.Start(t)
 	approver(t, f)
 	ids := session(t, f)
@@ -127,6 +128,7 @@ func TestWhatIfReportsWhatAnotherPolicyChanges(t *testing.T) {
 // damaged record of the executor's own is reported as such, never
 // counted as a verdict.
 func TestWhatIfTakesTheExecutorsDecision(t *testing.T) {
+	t.Parallel()
 	f := executortest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -175,6 +177,7 @@ func TestWhatIfTakesTheExecutorsDecision(t *testing.T) {
 // recorded decision and names the rules behind it, under the policy that
 // made it or another one.
 func TestExplainNamesTheRulesOfARecordedCall(t *testing.T) {
+	t.Parallel()
 	f := executortest.Start(t)
 	approver(t, f)
 	ids := session(t, f)
