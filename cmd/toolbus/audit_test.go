@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 // TestAuditThroughUp: calls made through `toolbus up` are listed by
@@ -31,8 +33,7 @@ func TestAuditThroughUp(t *testing.T) {
 	}
 
 	var recs []map[string]any
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testkit.Poll(30*time.Second, func() bool {
 		out, errOut, code := toolbus(t, "audit", "list", "--json", "--since", "1h", "--nats", url)
 		if code != 0 {
 			t.Fatalf("audit list: exit %d %s", code, errOut)
@@ -40,11 +41,8 @@ func TestAuditThroughUp(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &recs); err != nil {
 			t.Fatalf("audit list --json: %v: %s", err, out)
 		}
-		if len(recs) == 2 && recs[1]["outcome"] != "PENDING" || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return len(recs) == 2 && recs[1]["outcome"] != "PENDING"
+	})
 	if len(recs) != 2 || recs[0]["tool"] != "read_file" || recs[0]["verdict"] != "ALLOW" || recs[0]["outcome"] != "OK" ||
 		recs[1]["verdict"] != "DENY" || recs[1]["outcome"] != "POLICY_DENIED" {
 		t.Fatalf("audit list: %v", recs)
@@ -76,19 +74,17 @@ func TestAuditThroughUp(t *testing.T) {
 	// The bus's owner signs checkpoints; verify checks them with its
 	// public key, and refuses to trust a key it cannot read.
 	key := filepath.Join(data, "audit-signing.pub")
-	deadline = time.Now().Add(30 * time.Second)
-	for {
+	var verified string
+	testkit.Poll(30*time.Second, func() bool {
 		out, errOut, code := toolbus(t, "audit", "verify", "--key", key, "--nats", url)
 		if code != 0 {
 			t.Fatalf("audit verify: exit %d\n%s%s", code, out, errOut)
 		}
-		if !strings.Contains(out, "checkpoints matching 0") || time.Now().After(deadline) {
-			if !strings.Contains(out, "ok: no sequence is missing") {
-				t.Errorf("audit verify:\n%s", out)
-			}
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
+		verified = out
+		return !strings.Contains(out, "checkpoints matching 0")
+	})
+	if !strings.Contains(verified, "ok: no sequence is missing") {
+		t.Errorf("audit verify:\n%s", verified)
 	}
 	if _, errOut, code := toolbus(t, "audit", "verify", "--key", filepath.Join(data, "nothing.pub"), "--nats", url); code != 2 || !strings.Contains(errOut, "public key") {
 		t.Errorf("verify without a key: exit %d %s", code, errOut)

@@ -9,8 +9,9 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/internal/bus"
-	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/bustest"
 )
 
 // TestBusNodesMakeACluster: three `bus` processes make one cluster; a
@@ -43,15 +44,13 @@ func TestBusNodesMakeACluster(t *testing.T) {
 	call := func(node string) (string, string, int) {
 		return toolbus(t, "call", "read_file", "--args", `{"file_path":"README.md"}`, "--nats", node)
 	}
-	for deadline := time.Now().Add(time.Minute); ; {
-		out, errOut, code := call(url(2))
-		if code == 0 && strings.Contains(out, "# clustered") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no call through node 3: exit %d %q %q\n%s\nregistry:\n%s", code, out, errOut, execd.output.String(), regd.output.String())
-		}
-		time.Sleep(200 * time.Millisecond)
+	var out, errOut string
+	var code int
+	if !testkit.Poll(time.Minute, func() bool {
+		out, errOut, code = call(url(2))
+		return code == 0 && strings.Contains(out, "# clustered")
+	}) {
+		t.Fatalf("no call through node 3: exit %d %q %q\n%s\nregistry:\n%s", code, out, errOut, execd.output.String(), regd.output.String())
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -73,15 +72,11 @@ func TestBusNodesMakeACluster(t *testing.T) {
 
 	// The first node goes: the registry and the command line move on.
 	nodes[0].stop(t)
-	for deadline := time.Now().Add(time.Minute); ; {
-		out, errOut, code := call(url(1) + "," + url(2))
-		if code == 0 && strings.Contains(out, "# clustered") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no call with node 1 gone: exit %d %q %q\n%s", code, out, errOut, execd.output.String())
-		}
-		time.Sleep(200 * time.Millisecond)
+	if !testkit.Poll(time.Minute, func() bool {
+		out, errOut, code = call(url(1) + "," + url(2))
+		return code == 0 && strings.Contains(out, "# clustered")
+	}) {
+		t.Fatalf("no call with node 1 gone: exit %d %q %q\n%s", code, out, errOut, execd.output.String())
 	}
 	if out, errOut, code := toolbus(t, "tools", "list", "--nats", url(2)); code != 0 || !strings.Contains(out, "read_file") {
 		t.Errorf("tools list with node 1 gone: exit %d %s %s", code, out, errOut)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/charmbracelet/x/vt"
 	"github.com/creack/pty"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 // screenTimeout bounds every wait for the screen; it is generous, since
@@ -113,10 +114,10 @@ func (a *approverTerm) screen() string {
 // waitScreen waits until the screen holds every one of want.
 func (a *approverTerm) waitScreen(want ...string) string {
 	a.t.Helper()
-	deadline := time.Now().Add(screenTimeout)
-	for {
-		s := a.screen()
-		missing := ""
+	var s, missing string
+	if !testkit.Poll(screenTimeout, func() bool {
+		s = a.screen()
+		missing = ""
 		for _, w := range want {
 			if !strings.Contains(s, w) {
 				missing = w
@@ -124,29 +125,25 @@ func (a *approverTerm) waitScreen(want ...string) string {
 			}
 		}
 		if missing == "" {
-			return s
+			return true
 		}
 		select {
 		case <-a.exited:
 			a.t.Fatalf("toolbus confirm ended; the screen does not show %q; it shows:\n%s", missing, a.screen())
 		default:
 		}
-		if time.Now().After(deadline) {
-			a.t.Fatalf("the screen does not show %q; it shows:\n%s", missing, s)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return false
+	}) {
+		a.t.Fatalf("the screen does not show %q; it shows:\n%s", missing, s)
 	}
+	return s
 }
 
 // waitGone waits until the screen no longer holds s.
 func (a *approverTerm) waitGone(s string) {
 	a.t.Helper()
-	deadline := time.Now().Add(screenTimeout)
-	for strings.Contains(a.screen(), s) {
-		if time.Now().After(deadline) {
-			a.t.Fatalf("the screen still shows %q:\n%s", s, a.screen())
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !testkit.Poll(screenTimeout, func() bool { return !strings.Contains(a.screen(), s) }) {
+		a.t.Fatalf("the screen still shows %q:\n%s", s, a.screen())
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/conformanceserver"
 	"github.com/toolbus/toolbus/internal/testkit/npmpeer"
 )
@@ -191,30 +192,26 @@ func waitFacadeTools(t *testing.T, nats, endpoint string, want map[string]*mcpse
 	if _, err := c.Initialize(ctx, init); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(connectWait)
-	for {
+	var missing map[string]bool
+	if !testkit.Poll(connectWait, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		list, err := c.ListTools(ctx, mcp.ListToolsRequest{})
 		cancel()
 		if err != nil {
 			t.Fatalf("tools/list of the facade: %v", err)
 		}
-		missing := map[string]bool{}
+		missing = map[string]bool{}
 		for name := range want {
 			missing[name] = true
 		}
 		for _, tool := range list.Tools {
 			delete(missing, tool.Name)
 		}
-		if len(missing) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			out, errOut, _ := toolbus(t, "tools", "list", "--nats", nats)
-			status, _, _ := toolbus(t, "mcp", "status", "--nats", nats)
-			t.Fatalf("the facade does not list %v; toolbus tools list:\n%s%s\ntoolbus mcp status:\n%s", missing, out, errOut, status)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return len(missing) == 0
+	}) {
+		out, errOut, _ := toolbus(t, "tools", "list", "--nats", nats)
+		status, _, _ := toolbus(t, "mcp", "status", "--nats", nats)
+		t.Fatalf("the facade does not list %v; toolbus tools list:\n%s%s\ntoolbus mcp status:\n%s", missing, out, errOut, status)
 	}
 }
 

@@ -185,16 +185,12 @@ func TestDiscoveredCallKilledLeavesNothing(t *testing.T) {
 
 	write("sh " + filepath.Join(testdata, "discover.sh") + " decls.json runs")
 	startDaemon(t, "executor", "--nats", url, "--workspace", ws, "--settings", settings, "--policy", allowAll(t), "--id", "executor@discovery")
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		out, _, _ := toolbus(t, "tools", "discover", "--nats", url)
-		if strings.Contains(out, "executor@discovery: 1 tools: hang") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the executor did not discover hang: %s", out)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var out string
+	if !testkit.Poll(30*time.Second, func() bool {
+		out, _, _ = toolbus(t, "tools", "discover", "--nats", url)
+		return strings.Contains(out, "executor@discovery: 1 tools: hang")
+	}) {
+		t.Fatalf("the executor did not discover hang: %s", out)
 	}
 
 	call := exec.Command(bin("toolbus"), "call", "hang", "--nats", url)
@@ -226,20 +222,16 @@ func TestDiscoveredCallKilledLeavesNothing(t *testing.T) {
 	// replaces the tools.
 	os.WriteFile(filepath.Join(ws, "other.json"), []byte(`[{"name": "lines"}]`), 0o644)
 	write("cat other.json")
-	deadline = time.Now().Add(30 * time.Second)
-	for {
-		var names []string
+	var names []string
+	if !testkit.Poll(30*time.Second, func() bool {
+		names = nil
 		for _, tool := range listJSON(t, url) {
 			if tool["source"] == "discovered" {
 				names = append(names, tool["name"].(string))
 			}
 		}
-		if strings.Join(names, ",") == "lines" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the new discovery command was not applied: %v", names)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return strings.Join(names, ",") == "lines"
+	}) {
+		t.Fatalf("the new discovery command was not applied: %v", names)
 	}
 }

@@ -97,15 +97,12 @@ func TestLocalFleetScript(t *testing.T) {
 	call := func(url string, more ...string) (string, string, int) {
 		return toolbusWith(t, []string{agent}, append([]string{"call", "read_file", "--args", `{"file_path":"README.md"}`, "--nats", url}, more...)...)
 	}
-	for deadline := time.Now().Add(2 * time.Minute); ; {
-		if _, _, code := call(node(2), "--workspace", "one"); code == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			logs, _ := os.ReadFile(filepath.Join(dir, "log", "executor1.log"))
-			t.Fatalf("no call succeeded through the fleet in two minutes; executor1:\n%s", logs)
-		}
-		time.Sleep(500 * time.Millisecond)
+	if !testkit.Poll(2*time.Minute, func() bool {
+		_, _, code := call(node(2), "--workspace", "one")
+		return code == 0
+	}) {
+		logs, _ := os.ReadFile(filepath.Join(dir, "log", "executor1.log"))
+		t.Fatalf("no call succeeded through the fleet in two minutes; executor1:\n%s", logs)
 	}
 	// Every node takes calls, and each runs in the workspace it names,
 	// whichever executor took it.
@@ -145,30 +142,26 @@ func TestLocalFleetScript(t *testing.T) {
 		t.Fatalf("reload: %v\n%s", err, out)
 	}
 	for i := range 3 {
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-			errOut, code := newbieCalls(i)
-			if code == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the new member through node %d, 30 s after the reload: exit %d %s", i+1, code, errOut)
-			}
+		var errOut string
+		var code int
+		if !testkit.Poll(30*time.Second, func() bool {
+			errOut, code = newbieCalls(i)
+			return code == 0
+		}) {
+			t.Fatalf("the new member through node %d, 30 s after the reload: exit %d %s", i+1, code, errOut)
 		}
 	}
 	// Every part is ready, and the executors count the calls they ran.
 	served := 0.0
 	for i := range 7 {
 		base := fmt.Sprintf("http://127.0.0.1:%d", metricsPort+i)
-		for deadline := time.Now().Add(30 * time.Second); ; {
-			code, body := httpGet(t, base+"/readyz")
-			if code == 200 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Errorf("part %d not ready in 30 s: %d %s", i, code, body)
-				break
-			}
-			time.Sleep(100 * time.Millisecond) // polling with a deadline, not synchronising
+		var code int
+		var body string
+		if !testkit.Poll(30*time.Second, func() bool {
+			code, body = httpGet(t, base+"/readyz")
+			return code == 200
+		}) {
+			t.Errorf("part %d not ready in 30 s: %d %s", i, code, body)
 		}
 		if i == 4 || i == 5 {
 			_, body := httpGet(t, base+"/metrics")
@@ -236,14 +229,12 @@ func lostExecutor(t *testing.T, dir, agent string, node func(int) string) {
 	}()
 	// Mid-call: the policy asked, and the call waits for an answer.
 	auditor := "TOOLBUS_IDENTITY=" + filepath.Join(dir, "identities", "auditor.nk")
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
-		out, _, _ := toolbusWith(t, []string{auditor}, "audit", "list", "--tool", "run_shell_command", "--verdict", "ASK_USER", "--json", "--nats", node(1))
-		if strings.Contains(strings.ReplaceAll(out, " ", ""), `"outcome":"PENDING"`) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the shell call never waited for confirmation: %s", out)
-		}
+	var listed string
+	if !testkit.Poll(time.Minute, func() bool {
+		listed, _, _ = toolbusWith(t, []string{auditor}, "audit", "list", "--tool", "run_shell_command", "--verdict", "ASK_USER", "--json", "--nats", node(1))
+		return strings.Contains(strings.ReplaceAll(listed, " ", ""), `"outcome":"PENDING"`)
+	}) {
+		t.Fatalf("the shell call never waited for confirmation: %s", listed)
 	}
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -254,26 +245,23 @@ func lostExecutor(t *testing.T, dir, agent string, node func(int) string) {
 	if out, errOut, code := call("one", "read_file", `{"file_path":"README.md"}`); code != 0 || !strings.Contains(out, "# workspace one") {
 		t.Errorf("workspace one with executor2 gone: exit %d %s %s", code, out, errOut)
 	}
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
-		_, errOut, code := call("two", "read_file", `{"file_path":"README.md"}`)
-		if code != 0 && strings.Contains(errOut, `no executor hosts read_file for workspace "two"`) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("workspace two with its executor gone for a minute: exit %d %s", code, errOut)
-		}
+	var errOut string
+	var code int
+	if !testkit.Poll(time.Minute, func() bool {
+		_, errOut, code = call("two", "read_file", `{"file_path":"README.md"}`)
+		return code != 0 && strings.Contains(errOut, `no executor hosts read_file for workspace "two"`)
+	}) {
+		t.Fatalf("workspace two with its executor gone for a minute: exit %d %s", code, errOut)
 	}
 	// It comes back, as it was started; the script's stop stops it, as
 	// the part it replaces.
 	relaunch(t, dir, "executor2", args, []string{"TOOLBUS_IDENTITY=" + filepath.Join(dir, "identities", "executor2.nk")})
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
-		out, errOut, code := call("two", "read_file", `{"file_path":"README.md"}`)
-		if code == 0 && strings.Contains(out, "# workspace two") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("workspace two with its executor back: exit %d %s", code, errOut)
-		}
+	if !testkit.Poll(time.Minute, func() bool {
+		var out string
+		out, errOut, code = call("two", "read_file", `{"file_path":"README.md"}`)
+		return code == 0 && strings.Contains(out, "# workspace two")
+	}) {
+		t.Fatalf("workspace two with its executor back: exit %d %s", code, errOut)
 	}
 }
 
@@ -369,15 +357,10 @@ func restartEverything(t *testing.T, dir, agent string, node func(int) string, s
 	if out, err := script("start"); err != nil {
 		t.Fatalf("start again: %v\n%s", err, out)
 	}
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(500 * time.Millisecond) {
+	testkit.EventuallyWithin(t, 2*time.Minute, "a call after the restart", func() bool {
 		_, _, code := toolbusWith(t, []string{agent}, "call", "read_file", "--workspace", "two", "--args", `{"file_path":"README.md"}`, "--nats", all)
-		if code == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no call after the restart in two minutes")
-		}
-	}
+		return code == 0
+	})
 	if got := run("admin", "policy", "show", "--json"); got != policyBefore {
 		t.Errorf("the pushed policy after the restart:\n%s\nbefore:\n%s", got, policyBefore)
 	}

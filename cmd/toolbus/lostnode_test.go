@@ -18,6 +18,7 @@ import (
 	"github.com/toolbus/toolbus/internal/audit"
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/audittest"
 	tb "github.com/toolbus/toolbus/pkg/toolbus"
 )
@@ -196,17 +197,17 @@ func lostNode(t *testing.T, dir string, node func(int) string) {
 		return n, first
 	}
 	waitOK := func(at time.Time, want int, what string) time.Time {
-		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
-			n, first := okSince(at)
-			if n >= want {
-				return first
-			}
-			if time.Now().After(deadline) {
-				close(stop)
-				wg.Wait()
-				t.Fatalf("%s: %d calls succeeded in two minutes, want %d", what, n, want)
-			}
+		var n int
+		var first time.Time
+		if !testkit.Poll(2*time.Minute, func() bool {
+			n, first = okSince(at)
+			return n >= want
+		}) {
+			close(stop)
+			wg.Wait()
+			t.Fatalf("%s: %d calls succeeded in two minutes, want %d", what, n, want)
 		}
+		return first
 	}
 	began := time.Now()
 	// A thousand calls take a second or two: the kill comes once every
@@ -229,17 +230,16 @@ func lostNode(t *testing.T, dir string, node func(int) string) {
 		}
 	}
 	results := audittest.ResultsOf(t, admin.JetStream(), succeeded)
-	invoked := audittest.Invocations(t, admin.JetStream())
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		all := true
-		for _, id := range succeeded {
-			all = all && invoked[id] > 0
-		}
-		if all {
-			break
-		}
+	var invoked map[string]int
+	testkit.Poll(time.Minute, func() bool {
 		invoked = audittest.Invocations(t, admin.JetStream())
-	}
+		for _, id := range succeeded {
+			if invoked[id] == 0 {
+				return false
+			}
+		}
+		return true
+	})
 	var failed []string
 	var ok, missing, doubled, unended int
 	for _, c := range calls {
@@ -305,14 +305,9 @@ func lostNode(t *testing.T, dir string, node func(int) string) {
 		victim, len(calls), ok, len(failed), failed, resumed.Sub(killed).Round(time.Millisecond), missing, doubled, unended)
 	// The node comes back, as it was started, and takes its place.
 	relaunch(t, dir, victim, args, nil)
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+	testkit.EventuallyWithin(t, time.Minute, "a call through "+victim+" after it came back", func() bool {
 		_, _, code := toolbusWith(t, []string{"TOOLBUS_IDENTITY=" + ids("agent")}, "call", "read_file", "--workspace", "one",
 			"--args", `{"file_path":"README.md"}`, "--nats", node(vi-1))
-		if code == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no call through %s in a minute after it came back", victim)
-		}
-	}
+		return code == 0
+	})
 }

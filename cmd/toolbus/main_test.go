@@ -17,9 +17,10 @@ import (
 
 	"github.com/toolbus/toolbus/internal/builtin"
 	"github.com/toolbus/toolbus/internal/bus"
-	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/registry"
+	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/bustest"
 )
 
 var binDir string
@@ -280,17 +281,10 @@ func TestCallThroughUp(t *testing.T) {
 	if err := blocked.Start(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testkit.Eventually(t, "toolbus cancel found the running call", func() bool {
 		out, _, code := toolbus(t, "cancel", "cancel-me-1", "--nats", url)
-		if code == 0 && strings.Contains(out, "cancelled cancel-me-1") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("toolbus cancel never found the running call")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return code == 0 && strings.Contains(out, "cancelled cancel-me-1")
+	})
 	if err := blocked.Wait(); err == nil || !strings.Contains(blockedErr.String(), "CANCELLED") {
 		t.Errorf("cancelled call: %v, stderr %q", err, blockedErr.String())
 	}
@@ -399,18 +393,15 @@ func TestFleetDaemons(t *testing.T) {
 	ws := t.TempDir()
 	os.WriteFile(filepath.Join(ws, "hello.txt"), []byte("hello from the fleet\n"), 0o644)
 	execd := startDaemon(t, "executor", "--nats", url, "--workspace", ws, "--workspace-name", "fleet", "--id", "executor@fleet-test")
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var out, errOut string
+	var code int
+	if !testkit.Poll(30*time.Second, func() bool {
 		// The provider registered the built-ins for no workspace: the
 		// call names the executor's.
-		out, errOut, code := toolbus(t, "call", "read_file", "--workspace", "fleet", "--args", `{"file_path":"hello.txt"}`, "--nats", url)
-		if code == 0 && out == "hello from the fleet\n" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("call through the executor daemon: exit %d, %q %q\n%s", code, out, errOut, execd.output.String())
-		}
-		time.Sleep(50 * time.Millisecond)
+		out, errOut, code = toolbus(t, "call", "read_file", "--workspace", "fleet", "--args", `{"file_path":"hello.txt"}`, "--nats", url)
+		return code == 0 && out == "hello from the fleet\n"
+	}) {
+		t.Fatalf("call through the executor daemon: exit %d, %q %q\n%s", code, out, errOut, execd.output.String())
 	}
 	execd.stop(t)
 	regd.stop(t)
@@ -429,16 +420,12 @@ func freeAddr(t *testing.T) string {
 
 func waitTCP(t *testing.T, addr string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testkit.Eventually(t, "something listens on "+addr, func() bool {
 		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-			return
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nothing listens on %s", addr)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		c.Close()
+		return true
+	})
 }

@@ -84,20 +84,21 @@ func mcpStatus(t *testing.T, url string) []events.MCPServerStatus {
 // satisfies ok, and returns that state.
 func waitStatus(t *testing.T, url, server, want string, ok func(events.MCPServerStatus) bool) events.MCPServerStatus {
 	t.Helper()
-	deadline := time.Now().Add(connectWait)
 	var last []events.MCPServerStatus
-	for {
+	var found events.MCPServerStatus
+	if !testkit.Poll(connectWait, func() bool {
 		last = mcpStatus(t, url)
 		for _, st := range last {
 			if st.Server == server && ok(st) {
-				return st
+				found = st
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("MCP server %s never became %s; last status: %+v", server, want, last)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return false
+	}) {
+		t.Fatalf("MCP server %s never became %s; last status: %+v", server, want, last)
 	}
+	return found
 }
 
 func connected(st events.MCPServerStatus) bool { return st.State == events.MCPConnected }

@@ -15,12 +15,12 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/internal/bus"
-	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/invoke"
-	"github.com/toolbus/toolbus/internal/registry/registrytest"
 	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/audittest"
+	"github.com/toolbus/toolbus/internal/testkit/bustest"
+	"github.com/toolbus/toolbus/internal/testkit/registrytest"
 )
 
 // peakRSS is the most resident memory process pid has had, in bytes
@@ -76,12 +76,12 @@ func TestShellFloodStaysSmall(t *testing.T) {
 		}
 		return res
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if res := call("", "echo ready"); res.Error == nil {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("the executor never ran a command: %s %s\n%s", res.Error.Type, res.LLMContent, execd.output.String())
-		}
+	var ready *events.Result
+	if !testkit.Poll(30*time.Second, func() bool {
+		ready = call("", "echo ready")
+		return ready.Error == nil
+	}) {
+		t.Fatalf("the executor never ran a command: %s %s\n%s", ready.Error.Type, ready.LLMContent, execd.output.String())
 	}
 	before := peakRSS(t, execd.cmd.Process.Pid)
 

@@ -74,20 +74,15 @@ func runPeer(t *testing.T, env []string, args ...string) peerRun {
 // lives the group's id cannot be reused, so they are the client's.
 func checkGroupGone(t *testing.T, pgid int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		live := testkit.Group(pgid)
-		if len(live) == 0 {
-			return
+	var live []testkit.Process
+	if !testkit.Poll(10*time.Second, func() bool {
+		live = testkit.Group(pgid)
+		return len(live) == 0
+	}) {
+		for _, m := range live {
+			syscall.Kill(m.PID, syscall.SIGKILL)
 		}
-		if time.Now().After(deadline) {
-			for _, m := range live {
-				syscall.Kill(m.PID, syscall.SIGKILL)
-			}
-			t.Errorf("the client left processes running after it exited: %v", live)
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+		t.Errorf("the client left processes running after it exited: %v", live)
 	}
 }
 

@@ -11,21 +11,21 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/toolbus/toolbus/internal/testkit/mcptest"
+	"github.com/toolbus/toolbus/internal/testkit/mcpsession"
 )
 
 // mcpSession initialises c as a named MCP client (version 2.0).
 func mcpSession(t *testing.T, c *mcpclient.Client, name string) {
 	t.Helper()
-	mcptest.Initialize(t, c, name, "2.0")
+	mcpsession.Initialize(t, c, name, "2.0")
 }
 
 // mcpCall calls a tool and returns whether the result is an error, and
 // its text.
 func mcpCall(t *testing.T, c *mcpclient.Client, name, args string) (bool, string) {
 	t.Helper()
-	res := mcptest.Call(t, c, name, args)
-	return res.IsError, mcptest.Text(res)
+	res := mcpsession.Call(t, c, name, args)
+	return res.IsError, mcpsession.Text(res)
 }
 
 // An agent that starts `toolbus mcp serve` over stdio, and one that talks

@@ -15,7 +15,7 @@ import (
 	"golang.org/x/tools/txtar"
 
 	"github.com/toolbus/toolbus/internal/events"
-	"github.com/toolbus/toolbus/internal/executor/executortest"
+	"github.com/toolbus/toolbus/internal/testkit/executortest"
 	"github.com/toolbus/toolbus/pkg/toolbus"
 )
 

@@ -13,12 +13,12 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/toolbus/toolbus/internal/approve"
-	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
-	"github.com/toolbus/toolbus/internal/executor/executortest"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/bustest"
+	"github.com/toolbus/toolbus/internal/testkit/executortest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testkit.NATSObjectPutLeak()) }
@@ -93,6 +93,7 @@ func errType(r *events.Result) events.ErrorType {
 }
 
 func TestApproveOnceAndTheOthersSeeWhoAnswered(t *testing.T) {
+	t.Parallel()
 	f := executortest.Start(t)
 	ada, bob := seat(t, f, "approver:ada"), seat(t, f, "approver:bob")
 	done := call(f, "inv-once", "write_file", `{"file_path":"notes.md","content":"one\ntwo\n"}`)
@@ -134,6 +135,7 @@ func TestApproveOnceAndTheOthersSeeWhoAnswered(t *testing.T) {
 }
 
 func TestAnApproverStartedLaterSeesWhatWaits(t *testing.T) {
+	t.Parallel()
 	f := executortest.Start(t)
 	seat(t, f, "approver:early") // an approver is present, so the call waits
 	done := call(f, "inv-later", "write_file", `{"file_path":"a.txt","content":"x"}`)
@@ -158,6 +160,7 @@ func TestAnApproverStartedLaterSeesWhatWaits(t *testing.T) {
 // identity without the approver role, is refused, told why, and recorded;
 // the call goes on waiting until an accepted answer comes.
 func TestAnswersThePolicyRefusesDecideNothing(t *testing.T) {
+	t.Parallel()
 	f := executortest.Start(t)
 	watcher := seat(t, f, "approver:watcher")
 	done := call(f, "inv-self", "write_file", `{"file_path":"a.txt","content":"x"}`)
@@ -247,6 +250,7 @@ decision := {"verdict": "ASK_USER", "reason": "asking", "remember": false}
 // Modify: the edited arguments are judged again, and asked about again;
 // the queue shows the new round as pending.
 func TestModifyAsksAgainWithTheNewArguments(t *testing.T) {
+	t.Parallel()
 	f := executortest.Start(t)
 	a := seat(t, f, "approver:ada")
 	done := call(f, "inv-mod", "write_file", `{"file_path":"a.txt","content":"first"}`)
@@ -279,6 +283,7 @@ func TestModifyAsksAgainWithTheNewArguments(t *testing.T) {
 // A shell line's request names the parts the policy flags, and the
 // always answer remembers what the policy says.
 func TestShellRequestsCarryFlagsAndAlways(t *testing.T) {
+	t.Parallel()
 	f := executortest.Start(t)
 	a := seat(t, f, "approver:ada")
 	done := call(f, "inv-sh", "run_shell_command", `{"command":"git status && ls /etc > out.txt"}`)
@@ -313,6 +318,7 @@ func TestShellRequestsCarryFlagsAndAlways(t *testing.T) {
 // refused with a reason; the refusals on record are bounded; a real
 // answer still decides.
 func TestAnswerSubjectUnderAttack(t *testing.T) {
+	t.Parallel()
 	f := executortest.Start(t)
 	a := seat(t, f, "approver:ada")
 	done := call(f, "inv-attack", "write_file", `{"file_path":"a.txt","content":"x"}`)
@@ -371,6 +377,7 @@ func TestAnswerSubjectUnderAttack(t *testing.T) {
 // a copy adds nothing, and a copy of a request that ended does not bring
 // it back.
 func TestRequestsComeLiveAndFromTheStreamOnce(t *testing.T) {
+	t.Parallel()
 	f := executortest.Start(t)
 	ada := seat(t, f, "approver:ada")
 	approve.StopFollowingTheStream(ada)

@@ -14,13 +14,13 @@ import (
 
 	"github.com/toolbus/toolbus/internal/approve"
 	"github.com/toolbus/toolbus/internal/audit"
-	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
-	"github.com/toolbus/toolbus/internal/executor/executortest"
 	"github.com/toolbus/toolbus/internal/redact"
 	"github.com/toolbus/toolbus/internal/testkit/approvetest"
 	"github.com/toolbus/toolbus/internal/testkit/audittest"
+	"github.com/toolbus/toolbus/internal/testkit/bustest"
+	"github.com/toolbus/toolbus/internal/testkit/executortest"
 	"github.com/toolbus/toolbus/internal/tool"
 )
 
@@ -73,6 +73,7 @@ func session(t *testing.T, f *executortest.Fleet) map[string]string {
 }
 
 func TestListJoinsEachInvocationWithItsDecisionAndOutcome(t *testing.T) {
+	t.Parallel()
 	f := executortest.Start(t)
 	approver(t, f)
 	before := time.Now()
@@ -198,6 +199,7 @@ func TestListJoinsEachInvocationWithItsDecisionAndOutcome(t *testing.T) {
 // Tail shows each invocation once its result is in, with its verdict,
 // and only those its query selects.
 func TestTailFollowsNewInvocations(t *testing.T) {
+	t.Parallel()
 	f := executortest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	got := make(chan *audit.Record, 10)
@@ -255,6 +257,7 @@ func TestTailFollowsNewInvocations(t *testing.T) {
 // plain nats.go (no toolbus code) finds exactly one terminal result for
 // every invocation, and audit.Read gives each its verdict and outcome.
 func TestAPlainConsumerFindsOneTerminalResultPerInvocation(t *testing.T) {
+	t.Parallel()
 	f := executortest.Start(t)
 	approver(t, f)
 	ids := session(t, f)

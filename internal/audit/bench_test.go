@@ -21,10 +21,11 @@ import (
 
 	"github.com/toolbus/toolbus/internal/audit"
 	"github.com/toolbus/toolbus/internal/bus"
-	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/policy/shell"
+	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/bustest"
 	defaultpolicy "github.com/toolbus/toolbus/policy"
 )
 
@@ -84,8 +85,8 @@ func record(b *testing.B, bb *bus.Bus, n int, pol *policy.Policy) int {
 		publish(events.SubjectResult, res)
 	}
 	nc.Flush()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
+	var held uint64
+	if !testkit.Poll(2*time.Minute, func() bool {
 		stream, err := bb.JetStream().Stream(context.Background(), events.AuditStream)
 		if err != nil {
 			b.Fatal(err)
@@ -94,14 +95,12 @@ func record(b *testing.B, bb *bus.Bus, n int, pol *policy.Policy) int {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if int(info.State.Msgs) >= published {
-			return published
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("the stream holds %d of %d events", info.State.Msgs, published)
-		}
-		time.Sleep(50 * time.Millisecond)
+		held = info.State.Msgs
+		return int(held) >= published
+	}) {
+		b.Fatalf("the stream holds %d of %d events", held, published)
 	}
+	return published
 }
 
 type call struct {

@@ -14,6 +14,7 @@ import (
 // differs in its arguments alone (the input document leaves them out)
 // is judged on its own.
 func TestMemoKeepsInputsApart(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pol, err := policy.Compile(ctx, policy.Files{"p.rego": `package toolbus
 

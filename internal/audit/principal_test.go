@@ -11,6 +11,7 @@ import (
 // calls: the subject names who sent them, and in a fleet the bus vouches
 // for that name. Another principal's are left out of the call's story.
 func TestOnlyTheCallersOwnCancelsAndResultsCount(t *testing.T) {
+	t.Parallel()
 	j := newJoiner(Query{}, true)
 	at := time.Now()
 	add := func(subject string, ev events.Envelope) {

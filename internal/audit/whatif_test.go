@@ -13,11 +13,12 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/internal/audit"
-	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
-	"github.com/toolbus/toolbus/internal/executor/executortest"
 	"github.com/toolbus/toolbus/internal/policy"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/audittest"
+	"github.com/toolbus/toolbus/internal/testkit/bustest"
+	"github.com/toolbus/toolbus/internal/testkit/executortest"
 	defaultpolicy "github.com/toolbus/toolbus/policy"
 )
 
@@ -55,6 +56,7 @@ decision := {"verdict": "ALLOW", "reason": "everything is allowed", "remember": 
 // cancelled calls would be allowed, and judging them again runs none of
 // them.
 func TestWhatIfReportsWhatAnotherPolicyChanges(t *testing.T) {
+	t.Parallel()
 	f := executortest.Start(t)
 	approver(t, f)
 	ids := session(t, f)
@@ -126,6 +128,7 @@ func TestWhatIfReportsWhatAnotherPolicyChanges(t *testing.T) {
 // damaged record of the executor's own is reported as such, never
 // counted as a verdict.
 func TestWhatIfTakesTheExecutorsDecision(t *testing.T) {
+	t.Parallel()
 	f := executortest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -155,16 +158,13 @@ func TestWhatIfTakesTheExecutorsDecision(t *testing.T) {
 	nc.Flush()
 	js := bustest.Connect(t, f.Bus).JetStream()
 	var w *audit.WhatIf
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	testkit.Poll(10*time.Second, func() bool {
 		var err error
 		if w, err = audit.RunWhatIf(ctx, js, audit.Query{}, compile(t, stricter)); err != nil {
 			t.Fatal(err)
 		}
-		if len(w.Failed) > 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return len(w.Failed) > 0
+	})
 	if len(w.Changes) != 0 || w.Unchanged != 1 || w.Replayed != 1 {
 		t.Errorf("the forged decision was replayed: %+v", w)
 	}
@@ -177,6 +177,7 @@ func TestWhatIfTakesTheExecutorsDecision(t *testing.T) {
 // recorded decision and names the rules behind it, under the policy that
 // made it or another one.
 func TestExplainNamesTheRulesOfARecordedCall(t *testing.T) {
+	t.Parallel()
 	f := executortest.Start(t)
 	approver(t, f)
 	ids := session(t, f)

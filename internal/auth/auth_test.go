@@ -26,7 +26,6 @@ import (
 	"github.com/toolbus/toolbus/internal/auth"
 	"github.com/toolbus/toolbus/internal/builtin"
 	"github.com/toolbus/toolbus/internal/bus"
-	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/busnode"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
@@ -34,6 +33,8 @@ import (
 	"github.com/toolbus/toolbus/internal/invoke"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/registry"
+	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/bustest"
 	"github.com/toolbus/toolbus/pkg/toolbus"
 )
 
@@ -184,22 +185,19 @@ func (h *violationLog) Handle(_ context.Context, r slog.Record) error {
 // subject, and fails the test if it is not within 5 s.
 func (f *fleet) violated(t *testing.T, member, what, subject string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	var seen []string
+	if !testkit.Poll(5*time.Second, func() bool {
 		f.mu.Lock()
-		for _, v := range f.violations[member] {
+		defer f.mu.Unlock()
+		seen = f.violations[member]
+		for _, v := range seen {
 			if strings.Contains(v, fmt.Sprintf("%q", subject)) {
-				f.mu.Unlock()
-				return
+				return true
 			}
 		}
-		seen := f.violations[member]
-		f.mu.Unlock()
-		if time.Now().After(deadline) {
-			t.Errorf("%s could %s: the bus did not refuse %s (violations seen: %q)", member, what, subject, seen)
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+		return false
+	}) {
+		t.Errorf("%s could %s: the bus did not refuse %s (violations seen: %q)", member, what, subject, seen)
 	}
 }
 
@@ -784,11 +782,9 @@ func TestAMemberAddedToARunningFleet(t *testing.T) {
 	if n, err := f.bus.ReloadIdentities(); err != nil || n != len(members) {
 		t.Fatalf("reload after the removal: %d members, %v", n, err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); newbie.Conn().IsConnected(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the removed member's connection is still up 10 s after the reload")
-		}
-	}
+	testkit.EventuallyWithin(t, 10*time.Second, "the removed member's connection is down after the reload", func() bool {
+		return !newbie.Conn().IsConnected()
+	})
 	if b, err := bus.Connect(ctx, bus.Config{URL: f.bus.URL(), Name: "newbie", NkeyFile: kept, Logger: f.logger("newbie")}); err == nil {
 		b.Close(ctx)
 		t.Error("a removed member connected with the seed it kept")

@@ -13,7 +13,6 @@ import (
 
 	"github.com/toolbus/toolbus/internal/auth"
 	"github.com/toolbus/toolbus/internal/bus"
-	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/busnode"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
@@ -22,6 +21,8 @@ import (
 	"github.com/toolbus/toolbus/internal/metrics"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/registry"
+	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/bustest"
 	"github.com/toolbus/toolbus/internal/testkit/measure"
 	"github.com/toolbus/toolbus/internal/tool"
 )
@@ -73,14 +74,10 @@ func startBenchFleet(b *testing.B, dir string, nodes []*bus.Bus) *benchFleet {
 	f := &benchFleet{client: invoke.NewClient(agent.Conn(), events.Identity{Role: "agent"}, agent.Principal())}
 	b.Cleanup(func() { f.client.Close() })
 	// Until the agent's side sees the tool.
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
-		if f.call() == nil {
-			return f
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("no call got through in a minute: %v", f.call())
-		}
+	if !testkit.Poll(time.Minute, func() bool { return f.call() == nil }) {
+		b.Fatalf("no call got through in a minute: %v", f.call())
 	}
+	return f
 }
 
 func (f *benchFleet) call() error {

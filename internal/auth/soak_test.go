@@ -18,10 +18,10 @@ import (
 
 	"github.com/toolbus/toolbus/internal/auth"
 	"github.com/toolbus/toolbus/internal/bus"
-	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/busnode"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/identity"
+	"github.com/toolbus/toolbus/internal/testkit/bustest"
 )
 
 // BenchmarkSoak calls a no-op tool at a steady 5,000 calls/s through a

@@ -253,19 +253,15 @@ func TestBackgroundShell(t *testing.T) {
 	out := run(t, tools["run_shell_command"], `{"command":"echo started; sleep 300 & echo $! > bg.pid; wait","run_in_background":true}`)
 	id := strings.Fields(strings.SplitAfter(out.LLMContent, "shell_id ")[1])[0]
 	pid := testkit.WaitPID(t, filepath.Join(ws.Root(), "bg.pid"))
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		o := run(t, tools["shell_output"], `{"shell_id":"`+id+`"}`)
-		if strings.Contains(o.LLMContent, "started") {
-			if !strings.Contains(o.LLMContent, "running") {
-				t.Errorf("status: %s", o.LLMContent)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no output: %s", o.LLMContent)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var o *tool.Output
+	if !testkit.Poll(10*time.Second, func() bool {
+		o = run(t, tools["shell_output"], `{"shell_id":"`+id+`"}`)
+		return strings.Contains(o.LLMContent, "started")
+	}) {
+		t.Fatalf("no output: %s", o.LLMContent)
+	}
+	if !strings.Contains(o.LLMContent, "running") {
+		t.Errorf("status: %s", o.LLMContent)
 	}
 	if o := run(t, tools["kill_shell"], `{"shell_id":"`+id+`"}`); !strings.Contains(o.LLMContent, "Killed shell") {
 		t.Errorf("kill_shell: %s", o.LLMContent)

@@ -132,18 +132,17 @@ func TestSpoolsAreReleasedWhenTheCallEnds(t *testing.T) {
 	exited := bg("head -c 1000000 /dev/zero | tr '\\\\0' y")
 	killed := bg("head -c 1000000 /dev/zero; sleep 300")
 	bg("head -c 1000000 /dev/zero; sleep 300")
-	deadline := time.Now().Add(30 * time.Second)
 	var got strings.Builder
-	for !strings.Contains(got.String(), "exited with code 0") {
+	if !testkit.Poll(30*time.Second, func() bool {
 		o := run(t, tools["shell_output"], `{"shell_id":"`+exited+`"}`)
 		got.WriteString(o.LLMContent)
 		if o.Whole != nil {
 			io.Copy(&got, o.Whole.Reader())
 			o.Whole.Close()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the background command never exited: %q", got.String()[:min(300, got.Len())])
-		}
+		return strings.Contains(got.String(), "exited with code 0")
+	}) {
+		t.Fatalf("the background command never exited: %q", got.String()[:min(300, got.Len())])
 	}
 	if n := strings.Count(got.String(), "y"); n < 1000000 {
 		t.Errorf("read %d y's of the background command, want 1000000", n)
@@ -157,16 +156,10 @@ func TestSpoolsAreReleasedWhenTheCallEnds(t *testing.T) {
 
 func waitFile(t *testing.T, path string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if _, err := os.Stat(path); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never appeared", path)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.Eventually(t, path+" appeared", func() bool {
+		_, err := os.Stat(path)
+		return err == nil
+	})
 }
 
 // TestLargeFileReadIsSpooled: read_file of a file of megabytes gives its

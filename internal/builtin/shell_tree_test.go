@@ -109,11 +109,10 @@ func TestForegroundCallOwnsItsProcesses(t *testing.T) {
 			ws, _, tools := shellEnv(t)
 			ctx, cancel := context.WithCancel(context.Background())
 			go func() { // cancels once the child runs
-				for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-					if info, err := os.Stat(filepath.Join(ws.Root(), "left.pid")); err == nil && info.Size() > 0 {
-						break
-					}
-				}
+				testkit.Poll(10*time.Second, func() bool {
+					info, err := os.Stat(filepath.Join(ws.Root(), "left.pid"))
+					return err == nil && info.Size() > 0
+				})
 				cancel()
 			}()
 			if _, err := shellCall(t, ctx, tools, tt.line+"sleep 62"); !errors.Is(err, context.Canceled) {

@@ -12,8 +12,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/bus"
-	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/bustest"
 )
 
 // countRecords reads subject of the audit stream and counts each payload.
@@ -24,15 +25,12 @@ func countRecords(t *testing.T, js jetstream.JetStream, subject string, want int
 	// up to a minute and a half; then what was read is judged.
 	var seen map[string]int
 	var err error
-	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+	if testkit.Poll(90*time.Second, func() bool {
 		var n int
 		seen, n, err = readRecords(js, subject)
-		if err == nil && n >= want {
-			return seen
-		}
-		if time.Now().After(deadline) {
-			break
-		}
+		return err == nil && n >= want
+	}) {
+		return seen
 	}
 	if err != nil {
 		t.Fatalf("reading %s: %v", subject, err)
@@ -219,12 +217,8 @@ func TestRecordsWaitForTheStreamToComeBack(t *testing.T) {
 		}
 	}
 	// The library's own tries are spent; the recorder's go on.
-	deadline := time.Now().Add(30 * time.Second)
-	for rec.Resent() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d records sent again", rec.Resent(), n)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !testkit.Poll(30*time.Second, func() bool { return rec.Resent() >= n }) {
+		t.Fatalf("%d of %d records sent again", rec.Resent(), n)
 	}
 	if rec.Pending() != n {
 		t.Errorf("%d records pending, want %d", rec.Pending(), n)

@@ -13,9 +13,10 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/internal/bus"
-	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/busnode"
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/bustest"
 )
 
 func openWith(t *testing.T, dir, key string) (*bus.Bus, error) {
@@ -55,10 +56,7 @@ func TestTheStoreIsEncryptedAtRest(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.Conn().Flush()
-	deadline := time.Now().Add(10 * time.Second)
-	for auditMsgs(t, b) == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Poll(10*time.Second, func() bool { return auditMsgs(t, b) != 0 })
 	bustest.Stop(t, b)
 	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() {

@@ -8,12 +8,14 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/toolbus/toolbus/internal/bus"
-	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/busnode"
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/bustest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -41,16 +43,12 @@ func TestEmbeddedBusKeepsEventsAndAnswersRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The stream stores without acknowledging, so poll for the message.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		msg, err := stream.GetLastMsgForSubject(context.Background(), "tool.echo")
-		if err == nil && string(msg.Data) == "hi" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("audit stream: %v, %v", msg, err)
-		}
-		time.Sleep(5 * time.Millisecond)
+	var msg *jetstream.RawStreamMsg
+	if !testkit.Poll(10*time.Second, func() bool {
+		msg, err = stream.GetLastMsgForSubject(context.Background(), "tool.echo")
+		return err == nil && string(msg.Data) == "hi"
+	}) {
+		t.Fatalf("audit stream: %v, %v", msg, err)
 	}
 	if cfg := stream.CachedInfo().Config; cfg.NoAck || cfg.Subjects[0] != events.SubjectAll {
 		t.Errorf("audit stream config: no_ack=%v subjects=%v", cfg.NoAck, cfg.Subjects)

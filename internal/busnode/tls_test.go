@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/internal/bus"
-	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/busnode"
+	"github.com/toolbus/toolbus/internal/testkit/bustest"
 )
 
 // pki writes a CA, a certificate for 127.0.0.1 and a client certificate,

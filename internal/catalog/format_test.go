@@ -29,6 +29,7 @@ func FuzzAppendString(f *testing.F) {
 }
 
 func TestParseFormat(t *testing.T) {
+	t.Parallel()
 	for f := Gemini; f < numFormats; f++ {
 		got, err := ParseFormat(f.String())
 		if err != nil || got != f {

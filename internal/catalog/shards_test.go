@@ -60,6 +60,7 @@ func FuzzShard(f *testing.F) {
 // is written to both, and readers may get them in either order: it stays
 // in the catalogue either way, and goes when its last shard drops it.
 func TestAToolMovingBetweenShardsStays(t *testing.T) {
+	t.Parallel()
 	from, to := ShardKey("old-host", events.SourceBuiltin, "", "x"), ShardKey("new-host", events.SourceBuiltin, "", "x")
 	old := AppendShard(nil, [][]byte{entryLine(t, "x", "old-host")})
 	moved := AppendShard(nil, [][]byte{entryLine(t, "x", "new-host")})

@@ -20,10 +20,10 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/testkit/browser"
+	"github.com/toolbus/toolbus/internal/testkit/bustest"
 )
 
 // tab is a browser tab on the console, with what the page did that a test

@@ -13,9 +13,10 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/internal/approve"
-	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/redact"
+	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/bustest"
 )
 
 func readAll(t *testing.T, resp *http.Response) string {
@@ -401,21 +402,18 @@ func TestAnsweredRequestsHideTheirSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.wait(t)
-	for deadline := time.Now().Add(wait); ; {
-		s, body := state()
-		if len(s.Recent) == 1 && s.Recent[0].Answer != nil {
-			r := s.Recent[0]
-			if strings.Contains(body, token) || !strings.Contains(string(r.Args), redact.Mask) || !strings.Contains(r.Diff, redact.Mask) || !strings.Contains(r.Answer.Message, redact.Mask) {
-				t.Errorf("the history shows the secret:\n%s", body)
-			}
-			if !strings.Contains(string(r.Args), "deploy.env") {
-				t.Errorf("the history hides more than the secret: %s", r.Args)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the answered request is not in the history: %s", body)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var body string
+	if !testkit.Poll(wait, func() bool {
+		s, body = state()
+		return len(s.Recent) == 1 && s.Recent[0].Answer != nil
+	}) {
+		t.Fatalf("the answered request is not in the history: %s", body)
+	}
+	r := s.Recent[0]
+	if strings.Contains(body, token) || !strings.Contains(string(r.Args), redact.Mask) || !strings.Contains(r.Diff, redact.Mask) || !strings.Contains(r.Answer.Message, redact.Mask) {
+		t.Errorf("the history shows the secret:\n%s", body)
+	}
+	if !strings.Contains(string(r.Args), "deploy.env") {
+		t.Errorf("the history hides more than the secret: %s", r.Args)
 	}
 }

@@ -18,12 +18,12 @@ import (
 	"github.com/toolbus/toolbus/internal/approve"
 	"github.com/toolbus/toolbus/internal/builtin"
 	"github.com/toolbus/toolbus/internal/bus"
-	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
-	"github.com/toolbus/toolbus/internal/executor/executortest"
 	"github.com/toolbus/toolbus/internal/invoke"
 	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/bustest"
+	"github.com/toolbus/toolbus/internal/testkit/executortest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testkit.NATSObjectPutLeak()) }

@@ -13,14 +13,14 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/internal/bus"
-	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/catalog"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
-	"github.com/toolbus/toolbus/internal/executor/executortest"
 	"github.com/toolbus/toolbus/internal/invoke"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/bustest"
+	"github.com/toolbus/toolbus/internal/testkit/executortest"
 	"github.com/toolbus/toolbus/internal/tool"
 	defaultpolicy "github.com/toolbus/toolbus/policy"
 )
@@ -98,19 +98,6 @@ func start(t *testing.T, b *bus.Bus, ex *executor.Executor, id string, workspace
 	return src
 }
 
-// eventually polls cond until it holds, failing the test after 30
-// seconds.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("never: %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // discovered are the catalogue's discovered tools, in listing order.
 func discovered(t *testing.T, b *bus.Bus) []*events.Tool {
 	t.Helper()
@@ -169,7 +156,7 @@ func call(t *testing.T, c *invoke.Client, name, args string) *events.Result {
 func callAllowed(t *testing.T, c *invoke.Client, name, args string) *events.Result {
 	t.Helper()
 	var res *events.Result
-	eventually(t, name+" allowed", func() bool {
+	testkit.Eventually(t, name+" allowed", func() bool {
 		res = call(t, c, name, args)
 		return res.Policy != nil && res.Policy.Verdict == events.Allow
 	})
@@ -417,7 +404,7 @@ func TestIdleExpiryRunsOnItsOwn(t *testing.T) {
 	settings := p.settings(t)
 	settings.IdleExpiry = 50 * time.Millisecond
 	start(t, f.Bus, f.Executor, "executor@test", f.Workspace.Root(), settings)
-	eventually(t, "the idle tool expires", func() bool { return len(discovered(t, f.Bus)) == 0 })
+	testkit.Eventually(t, "the idle tool expires", func() bool { return len(discovered(t, f.Bus)) == 0 })
 }
 
 func TestIntervalRediscovers(t *testing.T) {
@@ -427,8 +414,8 @@ func TestIntervalRediscovers(t *testing.T) {
 	settings.Interval = MinInterval
 	start(t, f.Bus, f.Executor, "executor@test", f.Workspace.Root(), settings)
 	p.declare(t, `[{"name": "echo"}, {"name": "lines"}]`)
-	eventually(t, "a discovery by the interval", func() bool { return names(discovered(t, f.Bus)) == "echo,lines" })
-	eventually(t, "another", func() bool { return p.runs() >= 3 })
+	testkit.Eventually(t, "a discovery by the interval", func() bool { return names(discovered(t, f.Bus)) == "echo,lines" })
+	testkit.Eventually(t, "another", func() bool { return p.runs() >= 3 })
 }
 
 // TestCacheTTL: within the TTL a discovery takes the last result instead
@@ -558,7 +545,7 @@ func TestStopRemovesTheStatus(t *testing.T) {
 	reqCtx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go f.Bus.Conn().RequestWithContext(reqCtx, events.DiscoverSubject("executor@test"), data) // its answer does not matter
-	eventually(t, "the request arrives", func() bool { return p.runs() >= 2 })
+	testkit.Eventually(t, "the request arrives", func() bool { return p.runs() >= 2 })
 	src.Stop()
 	if leaks := sourceGoroutines(); leaks != "" {
 		t.Errorf("goroutines left after Stop:\n%s", leaks)
@@ -626,7 +613,7 @@ func TestDiscoveredCallDeadlineKillsTheTree(t *testing.T) {
 	start(t, f.Bus, f.Executor, "executor@test", f.Workspace.Root(), p.settings(t))
 	allow(t, f.Bus, "hang", f.Workspace.Root())
 	var res *events.Result
-	eventually(t, "hang allowed", func() bool {
+	testkit.Eventually(t, "hang allowed", func() bool {
 		res = call(t, f.Client, "hang", `{}`)
 		return res.Policy != nil && res.Policy.Verdict == events.Allow
 	})

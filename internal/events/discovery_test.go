@@ -28,6 +28,7 @@ func discoveryExamples() map[string]Envelope {
 }
 
 func TestGoldenDiscoveryEnvelopes(t *testing.T) {
+	t.Parallel()
 	const path = "testdata/discovery_envelopes.txtar"
 	ex := discoveryExamples()
 	var files []txtar.File
@@ -65,6 +66,7 @@ func decodeDiscovery(e Envelope, data []byte) (Envelope, error) {
 }
 
 func TestDiscoveryEnvelopesValidate(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name string
 		e    Envelope

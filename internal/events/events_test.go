@@ -87,6 +87,7 @@ func exampleTool() *Tool {
 }
 
 func TestGoldenEnvelopes(t *testing.T) {
+	t.Parallel()
 	const path = "testdata/envelopes.txtar"
 	ex := examples()
 	var files []txtar.File
@@ -126,6 +127,7 @@ func TestGoldenEnvelopes(t *testing.T) {
 }
 
 func TestDecodeErrors(t *testing.T) {
+	t.Parallel()
 	valid, err := Encode(&Invocation{Header: hdr("inv-9", agent), Tool: "read_file", Args: json.RawMessage(`{}`)})
 	if err != nil {
 		t.Fatal(err)
@@ -162,6 +164,7 @@ func TestDecodeErrors(t *testing.T) {
 }
 
 func TestRegisterRequestValidate(t *testing.T) {
+	t.Parallel()
 	base := func() *RegisterRequest {
 		return &RegisterRequest{Header: hdr("r", agent), Provider: "p", Source: SourceBuiltin}
 	}
@@ -349,6 +352,7 @@ func sortFiles(files []txtar.File) {
 }
 
 func TestHookRunValidate(t *testing.T) {
+	t.Parallel()
 	base := func() *HookRun {
 		return &HookRun{Header: hdr("h", agent), InvocationID: "inv", Tool: "read_file", Event: HookPre, Hook: "check", Outcome: HookNone}
 	}
@@ -391,6 +395,7 @@ func TestHookRunValidate(t *testing.T) {
 // makes; chunks each fit the limit, decode as requests of one batch, and
 // hold every tool once, in order.
 func TestEncodeRegisterChunks(t *testing.T) {
+	t.Parallel()
 	req := &RegisterRequest{Header: Header{Sender: Identity{ID: "p"}}, Provider: "p", Source: SourceDiscovered, Replace: true}
 	for i := range 500 {
 		req.Tools = append(req.Tools, ToolSpec{Name: fmt.Sprintf("t%03d", i), Description: strings.Repeat("<d>\u2028", i%40),

@@ -36,6 +36,7 @@ func FuzzPrincipalSubjects(f *testing.F) {
 }
 
 func TestCallerIsBoundToItsPrincipal(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		claimed, principal string
 		proven, ok, want   bool

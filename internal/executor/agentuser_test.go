@@ -10,9 +10,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/invoke"
+	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/bustest"
 )
 
 // answerAs sends an answer to a confirmation request as approver and
@@ -116,7 +117,7 @@ func TestAgentUserAnswersAreJudgedByThePolicy(t *testing.T) {
 		t.Fatalf("the allowed call failed: %s", res.LLMContent)
 	}
 	// Each refusal was recorded before the next answer was read.
-	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(rejected) >= len(attempts) })
+	testkit.Eventually(t, "every refused answer is recorded", func() bool { mu.Lock(); defer mu.Unlock(); return len(rejected) >= len(attempts) })
 	mu.Lock()
 	if len(rejected) != len(attempts) {
 		t.Errorf("%d refused answers recorded, want %d: %q", len(rejected), len(attempts), rejected)

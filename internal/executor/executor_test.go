@@ -20,15 +20,15 @@ import (
 
 	"github.com/toolbus/toolbus/internal/builtin"
 	"github.com/toolbus/toolbus/internal/bus"
-	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/hooks"
 	"github.com/toolbus/toolbus/internal/invoke"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/registry"
-	"github.com/toolbus/toolbus/internal/registry/registrytest"
 	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/audittest"
+	"github.com/toolbus/toolbus/internal/testkit/bustest"
+	"github.com/toolbus/toolbus/internal/testkit/registrytest"
 	"github.com/toolbus/toolbus/internal/tool"
 	defaultpolicy "github.com/toolbus/toolbus/policy"
 )
@@ -643,16 +643,10 @@ func TestNoExecutorIsReportedAtOnce(t *testing.T) {
 
 func waitTool(t testing.TB, ex *Executor, name string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, ok := ex.Catalog().GetTool(name); ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never reached the catalogue", name)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.EventuallyWithin(t, 10*time.Second, name+" reached the catalogue", func() bool {
+		_, ok := ex.Catalog().GetTool(name)
+		return ok
+	})
 }
 
 // TestFunctionHooksAndProgress: hooks given as Go functions (for programs
@@ -804,14 +798,11 @@ func TestProgressIsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The notice is the last progress message; wait for it to arrive.
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	testkit.Poll(10*time.Second, func() bool {
 		mu.Lock()
-		seen := notice
-		mu.Unlock()
-		if seen {
-			break
-		}
-	}
+		defer mu.Unlock()
+		return notice
+	})
 	mu.Lock()
 	defer mu.Unlock()
 	if sent > maxProgress || !notice {
@@ -898,7 +889,7 @@ func TestWithoutIdentitiesEveryCallerIsAClaim(t *testing.T) {
 	// The trail stores the second decision a moment after its result:
 	// read until both are there.
 	var decisions []*events.Decision
-	waitFor(t, func() bool {
+	testkit.Eventually(t, "the trail holds both decisions", func() bool {
 		decisions = decisions[:0]
 		for _, d := range audittest.Envelopes[events.Decision](t, e.bus.JetStream(), events.SubjectDecision) {
 			if d.InvocationID == "claims-proof" || d.InvocationID == "claims-forwarded" {

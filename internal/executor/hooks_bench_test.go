@@ -19,8 +19,9 @@ import (
 
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
-	"github.com/toolbus/toolbus/internal/executor/executortest"
 	"github.com/toolbus/toolbus/internal/hooks"
+	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/executortest"
 	"github.com/toolbus/toolbus/internal/testkit/measure"
 	"github.com/toolbus/toolbus/internal/tool"
 )
@@ -112,12 +113,8 @@ func mustMatcher(tb testing.TB, pattern string) *hooks.Matcher {
 
 func waitFor(tb testing.TB, f *executortest.Fleet, name string) {
 	tb.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if _, ok := f.Executor.Catalog().GetTool(name); ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("%s never reached the catalogue", name)
-		}
-	}
+	testkit.EventuallyWithin(tb, 10*time.Second, name+" reached the catalogue", func() bool {
+		_, ok := f.Executor.Catalog().GetTool(name)
+		return ok
+	})
 }

@@ -10,14 +10,14 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/internal/approve"
-	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
-	"github.com/toolbus/toolbus/internal/executor/executortest"
 	"github.com/toolbus/toolbus/internal/hooks"
 	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/approvetest"
 	"github.com/toolbus/toolbus/internal/testkit/audittest"
+	"github.com/toolbus/toolbus/internal/testkit/bustest"
+	"github.com/toolbus/toolbus/internal/testkit/executortest"
 	"github.com/toolbus/toolbus/internal/tool"
 )
 

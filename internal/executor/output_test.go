@@ -14,9 +14,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/builtin"
-	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/invoke"
+	"github.com/toolbus/toolbus/internal/testkit/bustest"
 )
 
 // TestFullOutputStoreCapsTheResult: with the store's byte limit reached, a

@@ -11,9 +11,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/policy"
+	"github.com/toolbus/toolbus/internal/testkit/bustest"
 )
 
 // TestEveryDecisionIsRecordedReplayably: every call the policy judges

@@ -10,9 +10,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/policy"
+	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/bustest"
 	defaultpolicy "github.com/toolbus/toolbus/policy"
 )
 
@@ -34,17 +35,14 @@ test_reads_denied if toolbus.decision.verdict == "DENY" with input as {"tool": {
 
 func waitVerdict(t *testing.T, e *env, want events.ErrorType) *events.Result {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		res := e.call(t, "read_file", `{"file_path":"README.md"}`)
-		if errType(res) == want {
-			return res
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("read_file still gives %s %q", errType(res), res.LLMContent)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var res *events.Result
+	if !testkit.Poll(10*time.Second, func() bool {
+		res = e.call(t, "read_file", `{"file_path":"README.md"}`)
+		return errType(res) == want
+	}) {
+		t.Fatalf("read_file still gives %s %q", errType(res), res.LLMContent)
 	}
+	return res
 }
 
 func TestPolicyPushReachesEveryExecutorAndBrokenSetsAreRefused(t *testing.T) {
@@ -66,12 +64,8 @@ func TestPolicyPushReachesEveryExecutorAndBrokenSetsAreRefused(t *testing.T) {
 		t.Errorf("denied for %q", res.LLMContent)
 	}
 	for _, ex := range []*Executor{e.exec, second} {
-		deadline := time.Now().Add(5 * time.Second)
-		for ex.Policy().Revision() != pushed.Revision {
-			if time.Now().After(deadline) {
-				t.Fatalf("an executor still enforces %s", ex.Policy().Revision())
-			}
-			time.Sleep(10 * time.Millisecond)
+		if !testkit.Poll(5*time.Second, func() bool { return ex.Policy().Revision() == pushed.Revision }) {
+			t.Fatalf("an executor still enforces %s", ex.Policy().Revision())
 		}
 	}
 

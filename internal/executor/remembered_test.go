@@ -10,10 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/catalog"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/registry"
+	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/bustest"
 )
 
 // TestRememberedApprovalsDoNotWiden plays the review's attack end to end:
@@ -120,16 +121,10 @@ func TestAnExecutorTrustsOnlyItselfAboutItsTools(t *testing.T) {
 	if _, err := kv.Put(ctx, key, catalog.AppendShard(nil, lines)); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if tl, _ := e.exec.Catalog().GetTool("run_shell_command"); tl.Kind == events.KindRead {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the executor never saw the forged entry")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.EventuallyWithin(t, 10*time.Second, "the executor saw the forged entry", func() bool {
+		tl, _ := e.exec.Catalog().GetTool("run_shell_command")
+		return tl.Kind == events.KindRead
+	})
 	if res := e.call(t, "run_shell_command", shellArgs("touch P")); errType(res) != events.ErrPolicyDenied {
 		t.Errorf("the forged kind was believed: %s %s", errType(res), res.LLMContent)
 	}

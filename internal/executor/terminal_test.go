@@ -16,28 +16,25 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/internal/bus"
-	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/invoke"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/audittest"
+	"github.com/toolbus/toolbus/internal/testkit/bustest"
 	"github.com/toolbus/toolbus/internal/tool"
 )
 
 // waitIdle waits until ex runs no call: every result it will send is sent.
 func waitIdle(t testing.TB, ex *Executor) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	var n int
+	if !testkit.Poll(60*time.Second, func() bool {
 		ex.mu.Lock()
-		n := len(ex.running)
+		n = len(ex.running)
 		ex.mu.Unlock()
-		if n == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d calls still running", n)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return n == 0
+	}) {
+		t.Fatalf("%d calls still running", n)
 	}
 }
 
@@ -143,7 +140,7 @@ func TestGivingUpMakesTheExecutorsResultLate(t *testing.T) {
 	}
 	// Cancels and invocations come in on subscriptions of their own; the
 	// test lets the give-up arrive first, as it does when a call waits.
-	waitFor(t, func() bool {
+	testkit.Eventually(t, "both executors hold the give-up", func() bool {
 		for _, ex := range []*Executor{e.exec, slowHost} {
 			ex.mu.Lock()
 			_, ok := ex.abandoned.ids[abandonKey(events.Unproven, "overtaken")]
@@ -159,7 +156,7 @@ func TestGivingUpMakesTheExecutorsResultLate(t *testing.T) {
 	if err := nc.Publish(events.InvokeSubject(""), inv); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool {
+	testkit.Eventually(t, "the overtaken call's result is recorded", func() bool {
 		c := audittest.Results(t, e.bus.JetStream(), true)["overtaken"]
 		return c != nil
 	})
@@ -175,17 +172,6 @@ func TestGivingUpMakesTheExecutorsResultLate(t *testing.T) {
 	defer mu.Unlock()
 	if ran != 1 {
 		t.Errorf("the tool ran %d times; the overtaken call must not run", ran)
-	}
-}
-
-func waitFor(t testing.TB, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("the condition never held")
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -276,7 +262,7 @@ func TestACallThatIsClaimedIsNotLost(t *testing.T) {
 		done <- res
 	}()
 	// Past the first LostAfter: the caller asked and was told to wait.
-	waitFor(t, func() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.claims >= 2 })
+	testkit.Eventually(t, "the caller asked for a claim twice", func() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.claims >= 2 })
 	select {
 	case res := <-done:
 		t.Fatalf("a claimed call ended: %s %s", errType(res), res.LLMContent)
@@ -301,7 +287,7 @@ func TestACallThatIsClaimedIsNotLost(t *testing.T) {
 	if err != nil || errType(res) != events.ErrExecutorLost {
 		t.Fatalf("unclaimed call: %v %s", err, errType(res))
 	}
-	waitFor(t, func() bool {
+	testkit.Eventually(t, "the caller gave the unclaimed call up", func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		for _, req := range s.cancels {

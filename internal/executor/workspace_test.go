@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,10 +13,11 @@ import (
 
 	"github.com/toolbus/toolbus/internal/builtin"
 	"github.com/toolbus/toolbus/internal/bus"
-	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/registry"
+	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/bustest"
 )
 
 // startWorkspace starts another executor as id, on a connection of its
@@ -52,7 +54,7 @@ func (e *env) readIn(t *testing.T, workspace string) *events.Result {
 // hosts are want (by workspace).
 func hostedFor(t *testing.T, want map[string]string, exs ...*Executor) {
 	t.Helper()
-	waitFor(t, func() bool {
+	testkit.Eventually(t, fmt.Sprintf("read_file's hosts are %v", want), func() bool {
 		for _, ex := range exs {
 			rf, ok := ex.Catalog().GetTool("read_file")
 			if !ok || len(rf.Workspaces) != len(want) {
@@ -149,7 +151,7 @@ func TestALostExecutorLeavesAndComesBack(t *testing.T) {
 		t.Fatalf("before: %+v", res.Error)
 	}
 	// Its connection drops, with no goodbye, once the registry knows it.
-	waitFor(t, func() bool { return e.reg.Watching("executor@doomed") })
+	testkit.Eventually(t, "the registry watches executor@doomed", func() bool { return e.reg.Watching("executor@doomed") })
 	conn.Conn().Close()
 	hostedFor(t, map[string]string{"executor@test": "one"}, e.exec)
 	if res := read("two"); errType(res) != events.ErrInvalidParams || !strings.Contains(res.Error.Message, `workspace "two"`) {
@@ -186,7 +188,7 @@ func TestALostExecutorLeavesAndComesBack(t *testing.T) {
 	// hears so and registers again; then it dies before it ever answers
 	// a ping again. The registry watches it from its registration: it is
 	// taken off once more.
-	waitFor(t, func() bool { return e.reg.Watching("executor@doomed") })
+	testkit.Eventually(t, "the registry watches executor@doomed", func() bool { return e.reg.Watching("executor@doomed") })
 	back.svc.Stop()
 	hostedFor(t, map[string]string{"executor@test": "one"}, e.exec)
 	hostedFor(t, map[string]string{"executor@test": "one", "executor@doomed": "two"}, e.exec)

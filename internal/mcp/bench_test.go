@@ -21,15 +21,16 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/nats-io/nats.go"
 
-	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
 	"github.com/toolbus/toolbus/internal/executornode"
 	"github.com/toolbus/toolbus/internal/invoke"
 	toolmcp "github.com/toolbus/toolbus/internal/mcp"
 	"github.com/toolbus/toolbus/internal/policy"
-	"github.com/toolbus/toolbus/internal/registry/registrytest"
+	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/bustest"
 	"github.com/toolbus/toolbus/internal/testkit/measure"
+	"github.com/toolbus/toolbus/internal/testkit/registrytest"
 	defaultpolicy "github.com/toolbus/toolbus/policy"
 )
 
@@ -66,15 +67,10 @@ func BenchmarkMCPCall(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer mgr.Stop()
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		if _, ok := ex.Catalog().GetTool("echo"); ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatal("echo never listed")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Eventually(b, "echo is listed", func() bool {
+		_, ok := ex.Catalog().GetTool("echo")
+		return ok
+	})
 
 	// The agent's side: a client on its own connection.
 	agent := invoke.NewClient(bustest.Connect(b, bb).Conn(), events.Identity{ID: "agent:bench", Role: "agent"}, "")

@@ -155,15 +155,11 @@ func checkDiscovery(t *testing.T, f *fleet, transport string) {
 	// for the two to agree.
 	var st *events.MCPServerStatus
 	var hosted int
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testkit.Poll(30*time.Second, func() bool {
 		st = bucketStatus(t, f, everythingName)
 		hosted = len(f.exec.Catalog().ToolsByServer(everythingName))
-		if st.State == events.MCPConnected && st.Tools == hosted || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return st.State == events.MCPConnected && st.Tools == hosted
+	})
 	if st.State != events.MCPConnected || st.Tools != hosted || st.Tools < len(everythingTools) ||
 		st.Transport != transport || !st.Trust || st.Error != "" {
 		t.Errorf("status %+v, want connected over %s, trusted, with the %d tools the catalogue lists (at least %d)",

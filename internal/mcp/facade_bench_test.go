@@ -29,9 +29,10 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/internal/builtin"
-	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/policy"
+	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/bustest"
 	"github.com/toolbus/toolbus/internal/testkit/measure"
 	"github.com/toolbus/toolbus/internal/tool"
 	defaultpolicy "github.com/toolbus/toolbus/policy"
@@ -78,12 +79,9 @@ func BenchmarkFacade(b *testing.B) {
 	facadeLocal := inProcess(ff.facade.Server(), "bench-facade")
 	directRemote := connectHTTP(b, directHTTP.URL+"/mcp", "", "bench-direct")
 	facadeRemote := ff.connect(b, "bench-facade")
-	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(strings.Join(toolNames(b, facadeLocal), " "), "read_file"); {
-		if time.Now().After(deadline) {
-			b.Fatal("the facade never listed read_file")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Eventually(b, "the facade lists read_file", func() bool {
+		return strings.Contains(strings.Join(toolNames(b, facadeLocal), " "), "read_file")
+	})
 
 	req := mcp.CallToolRequest{}
 	req.Params.Name, req.Params.Arguments = "read_file", json.RawMessage(`{"file_path":"README.md"}`)

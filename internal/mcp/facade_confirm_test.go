@@ -14,8 +14,9 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/internal/approve"
-	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/bustest"
 )
 
 // userAtClient is the person in front of an MCP client: it answers the
@@ -68,16 +69,11 @@ func answered(t *testing.T, ff *facadeFleet) func(want int) []*events.ConfirmAns
 	// reaches this subscription's callback on its own goroutine: wait
 	// for want of them, then return all there are.
 	return func(want int) []*events.ConfirmAnswer {
-		deadline := time.Now().Add(30 * time.Second)
-		for {
+		testkit.Poll(30*time.Second, func() bool {
 			mu.Lock()
-			n := len(got)
-			mu.Unlock()
-			if n >= want || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			defer mu.Unlock()
+			return len(got) >= want
+		})
 		ff.Bus.Conn().Flush()
 		mu.Lock()
 		defer mu.Unlock()

@@ -11,10 +11,10 @@ import (
 	mcpclient "github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/toolbus/toolbus/internal/bus/bustest"
-	"github.com/toolbus/toolbus/internal/executor/executortest"
 	toolmcp "github.com/toolbus/toolbus/internal/mcp"
 	"github.com/toolbus/toolbus/internal/policy"
+	"github.com/toolbus/toolbus/internal/testkit/bustest"
+	"github.com/toolbus/toolbus/internal/testkit/executortest"
 	defaultpolicy "github.com/toolbus/toolbus/policy"
 )
 

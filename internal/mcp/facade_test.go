@@ -19,13 +19,14 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/internal/approve"
-	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
-	"github.com/toolbus/toolbus/internal/executor/executortest"
 	toolmcp "github.com/toolbus/toolbus/internal/mcp"
 	"github.com/toolbus/toolbus/internal/policy"
-	"github.com/toolbus/toolbus/internal/testkit/mcptest"
+	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/bustest"
+	"github.com/toolbus/toolbus/internal/testkit/executortest"
+	"github.com/toolbus/toolbus/internal/testkit/mcpsession"
 	"github.com/toolbus/toolbus/internal/tool"
 	defaultpolicy "github.com/toolbus/toolbus/policy"
 )
@@ -93,18 +94,18 @@ func connectHTTP(t testing.TB, url, token, name string, options ...mcpclient.Cli
 }
 
 // initialize starts c and initialises its session as name
-// (mcptest.Initialize, version 1.0).
+// (mcpsession.Initialize, version 1.0).
 func initialize(t testing.TB, c *mcpclient.Client, name string) {
 	t.Helper()
-	mcptest.Initialize(t, c, name, "1.0")
+	mcpsession.Initialize(t, c, name, "1.0")
 }
 
 func callTool(t *testing.T, c *mcpclient.Client, name, args string) *mcp.CallToolResult {
 	t.Helper()
-	return mcptest.Call(t, c, name, args)
+	return mcpsession.Call(t, c, name, args)
 }
 
-func text(r *mcp.CallToolResult) string { return mcptest.Text(r) }
+func text(r *mcp.CallToolResult) string { return mcpsession.Text(r) }
 
 func toolNames(t testing.TB, c *mcpclient.Client) []string {
 	t.Helper()
@@ -285,11 +286,7 @@ func TestFacadeListFollowsTheCurrentPolicy(t *testing.T) {
 	}
 	alice, bob := client("alice"), client("bob")
 	lists := func(c *mcpclient.Client) bool { return slices.Contains(toolNames(t, c), "read_file") }
-	for deadline := time.Now().Add(30 * time.Second); !lists(alice); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("read_file was never listed")
-		}
-	}
+	testkit.Eventually(t, "read_file is listed", func() bool { return lists(alice) })
 	if res := callTool(t, alice, "read_file", `{"file_path":"README.md"}`); res.IsError {
 		t.Fatalf("read_file under a policy that allows it: %s", text(res))
 	}

@@ -25,15 +25,15 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/bus"
-	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
 	"github.com/toolbus/toolbus/internal/executornode"
 	"github.com/toolbus/toolbus/internal/invoke"
 	toolmcp "github.com/toolbus/toolbus/internal/mcp"
 	"github.com/toolbus/toolbus/internal/policy"
-	"github.com/toolbus/toolbus/internal/registry/registrytest"
 	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/bustest"
+	"github.com/toolbus/toolbus/internal/testkit/registrytest"
 	defaultpolicy "github.com/toolbus/toolbus/policy"
 )
 
@@ -211,15 +211,15 @@ func (f *fleet) waitState(t *testing.T, name string, state events.MCPState) *eve
 // waitTool waits until the executor's catalogue lists name.
 func (f *fleet) waitTool(t *testing.T, name string) *events.Tool {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if tl, ok := f.exec.Catalog().GetTool(name); ok {
-			return tl
-		}
-		time.Sleep(20 * time.Millisecond)
+	var tl *events.Tool
+	if !testkit.Poll(30*time.Second, func() bool {
+		var ok bool
+		tl, ok = f.exec.Catalog().GetTool(name)
+		return ok
+	}) {
+		t.Fatalf("tool %s never listed; have %v", name, f.exec.Catalog().AllToolNames())
 	}
-	t.Fatalf("tool %s never listed; have %v", name, f.exec.Catalog().AllToolNames())
-	return nil
+	return tl
 }
 
 func (f *fleet) call(t *testing.T, name, args string, progress func(string)) *events.Result {
@@ -379,11 +379,8 @@ func TestProgressAndCancel(t *testing.T) {
 			data, _ := os.ReadFile(marker)
 			return string(data)
 		}
-		deadline := time.Now().Add(10 * time.Second)
-		tag := seen()
-		for ; tag == "" && time.Now().Before(deadline); tag = seen() {
-			time.Sleep(20 * time.Millisecond)
-		}
+		var tag string
+		testkit.Poll(10*time.Second, func() bool { tag = seen(); return tag != "" })
 		if tag != server {
 			t.Errorf("server %s saw %q cancelled, want its own call", server, tag)
 		}
@@ -540,14 +537,12 @@ func TestRediscoveryAndRemoval(t *testing.T) {
 
 func waitGone(t *testing.T, f *fleet, name string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if _, ok := f.exec.Catalog().GetTool(name); !ok {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !testkit.Poll(30*time.Second, func() bool {
+		_, ok := f.exec.Catalog().GetTool(name)
+		return !ok
+	}) {
+		t.Errorf("%s is still listed", name)
 	}
-	t.Errorf("%s is still listed", name)
 }
 
 // TestListChangedFloodIsCoalesced: a server that says its tool list
@@ -637,16 +632,12 @@ func TestHTTPSessionIsReestablished(t *testing.T) {
 	t.Cleanup(func() { second.CloseClientConnections(); second.Close() })
 	// The first calls after the restart may fail on the old session; the
 	// session is then re-established, and calls work again.
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		res := f.call(t, "echo", `{"message":"again"}`, nil)
-		if res.Error == nil && res.LLMContent == "Echo: again" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("echo never worked again after the server restarted: %+v", res)
-		}
-		time.Sleep(100 * time.Millisecond)
+	var res *events.Result
+	if !testkit.Poll(60*time.Second, func() bool {
+		res = f.call(t, "echo", `{"message":"again"}`, nil)
+		return res.Error == nil && res.LLMContent == "Echo: again"
+	}) {
+		t.Fatalf("echo never worked again after the server restarted: %+v", res)
 	}
 	if st := f.mgr.Status()[0]; st.State != events.MCPConnected || st.Restarts < 1 {
 		t.Errorf("status %+v, want connected on a new session (restarts >= 1)", st)

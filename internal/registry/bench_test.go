@@ -19,9 +19,9 @@ import (
 
 	"github.com/toolbus/toolbus/internal/builtin"
 	"github.com/toolbus/toolbus/internal/bus"
-	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/catalog"
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/testkit/bustest"
 )
 
 const benchTools = 10000

@@ -20,6 +20,7 @@ var update = flag.Bool("update", false, "rewrite the golden files")
 // registry's rules (a dotted server, a taken name, anyOf with a default, a
 // numeric enum with null).
 func TestGoldenDeclarations(t *testing.T) {
+	t.Parallel()
 	const path = "testdata/declarations.txtar"
 	r := newRegistry(t, Settings{})
 	mustRegister(t, r, builtinReq("exec", events.ToolSpec{Name: "read_file", DisplayName: "ReadFile", Description: "Reads a file.", Kind: events.KindRead,

@@ -9,12 +9,13 @@ import (
 	"testing"
 
 	"github.com/toolbus/toolbus/internal/builtin"
-	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/catalog"
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/testkit/bustest"
 )
 
 func TestGenerateValidName(t *testing.T) {
+	t.Parallel()
 	long := "server_with_a_really_long_name__and_a_tool_with_an_even_longer_name_x" // 70 characters
 	tests := []struct{ in, want string }{
 		{"read_file", "read_file"},
@@ -38,6 +39,7 @@ func TestGenerateValidName(t *testing.T) {
 }
 
 func TestExportName(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		in       string
 		same     bool
@@ -67,6 +69,7 @@ func TestExportName(t *testing.T) {
 }
 
 func TestSanitizeForGemini(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name, in, want string
 		changed        bool
@@ -148,6 +151,7 @@ func mustRegister(t *testing.T, r *Registry, req *events.RegisterRequest) Regist
 // built-in's name with a discovered tool, is refused and told why, and
 // the catalogue keeps the executor's declaration.
 func TestRegistrationCannotRelabelAnotherProvidersTool(t *testing.T) {
+	t.Parallel()
 	shell := events.ToolSpec{Name: "run_shell_command", Kind: events.KindExecute, Description: "Runs a shell command.",
 		Parameters: json.RawMessage(`{"type":"object","properties":{"command":{"type":"string"}}}`)}
 	relabelled := shell
@@ -195,6 +199,7 @@ func TestRegistrationCannotRelabelAnotherProvidersTool(t *testing.T) {
 // A provider hosting the same declarations again (a re-discovery that
 // found nothing new) changes nothing: no change, no write, the same entry.
 func TestTheSameDeclarationAgainChangesNothing(t *testing.T) {
+	t.Parallel()
 	r := newRegistry(t, Settings{})
 	first := mcpReq("github", spec("search"), spec("issue"))
 	first.Replace = true
@@ -223,6 +228,7 @@ func TestTheSameDeclarationAgainChangesNothing(t *testing.T) {
 }
 
 func TestRegisterConflicts(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name     string
 		first    *events.RegisterRequest
@@ -312,6 +318,7 @@ func TestRegisterConflicts(t *testing.T) {
 }
 
 func TestRegisterRejectsBadTools(t *testing.T) {
+	t.Parallel()
 	r := newRegistry(t, Settings{})
 	res := mustRegister(t, r, discoveredReq(
 		events.ToolSpec{Name: ""},
@@ -337,6 +344,7 @@ func TestRegisterRejectsBadTools(t *testing.T) {
 }
 
 func TestActiveAndExcluded(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name     string
 		settings Settings
@@ -406,6 +414,7 @@ func TestActiveAndExcluded(t *testing.T) {
 }
 
 func TestToggleReportsChangesAndUnknownNames(t *testing.T) {
+	t.Parallel()
 	r := newRegistry(t, Settings{})
 	mustRegister(t, r, builtinReq("exec", builtin.Specs()...))
 	changes, unknown := r.Toggle(&events.ToggleRequest{Enable: false, Names: []string{"glob", "nope"}})
@@ -421,6 +430,7 @@ func TestToggleReportsChangesAndUnknownNames(t *testing.T) {
 }
 
 func TestAliases(t *testing.T) {
+	t.Parallel()
 	r := newRegistry(t, Settings{Aliases: map[string]string{"cat": "read_file", "grep": "search_file_content"}})
 	mustRegister(t, r, builtinReq("exec", builtin.Specs()...))
 	mustRegister(t, r, discoveredReq(events.ToolSpec{Name: "search"})) // a real tool named like an alias
@@ -449,6 +459,7 @@ func TestAliases(t *testing.T) {
 }
 
 func TestListingOrders(t *testing.T) {
+	t.Parallel()
 	r := newRegistry(t, Settings{})
 	mustRegister(t, r, mcpReq("zeta", spec("z_tool")))
 	mustRegister(t, r, discoveredReq(spec("d_two"), spec("d_one")))
@@ -484,6 +495,7 @@ func TestListingOrders(t *testing.T) {
 }
 
 func TestRemove(t *testing.T) {
+	t.Parallel()
 	setup := func(t *testing.T) *Registry {
 		r := newRegistry(t, Settings{})
 		mustRegister(t, r, builtinReq("exec-1", spec("read_file")))
@@ -526,6 +538,7 @@ func TestRemove(t *testing.T) {
 }
 
 func TestReplaceDropsWhatRediscoveryNoLongerFinds(t *testing.T) {
+	t.Parallel()
 	r := newRegistry(t, Settings{})
 	first := mcpReq("gh", spec("issue"), spec("pr"), spec("old"))
 	first.Replace = true
@@ -560,6 +573,7 @@ func TestReplaceDropsWhatRediscoveryNoLongerFinds(t *testing.T) {
 }
 
 func TestExportNamesAreUniqueAndReversible(t *testing.T) {
+	t.Parallel()
 	r := newRegistry(t, Settings{})
 	mustRegister(t, r, discoveredReq(spec("files.read"), spec("files_read"), spec(strings.Repeat("n", 80))))
 	mustRegister(t, r, mcpReq("my.server", spec("a.b")))
@@ -585,6 +599,7 @@ func TestExportNamesAreUniqueAndReversible(t *testing.T) {
 }
 
 func TestDeclarationsAreValidJSONInEveryFormat(t *testing.T) {
+	t.Parallel()
 	r := newRegistry(t, Settings{Exclude: []string{"glob"}})
 	mustRegister(t, r, builtinReq("exec", builtin.Specs()...))
 	mustRegister(t, r, mcpReq("weird.server", events.ToolSpec{Name: "pick", Description: "Pick \"one\"\n\u2028<b>", Parameters: json.RawMessage(

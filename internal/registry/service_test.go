@@ -18,10 +18,10 @@ import (
 
 	"github.com/toolbus/toolbus/internal/builtin"
 	"github.com/toolbus/toolbus/internal/bus"
-	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/catalog"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/bustest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testkit.NATSObjectPutLeak()) }
@@ -72,19 +72,8 @@ func load(t *testing.T, b *bus.Bus) *catalog.Catalog {
 	return c
 }
 
-// waitFor polls cond until it holds or ten seconds pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func TestTwoConnectionsSeeTheSameCatalogue(t *testing.T) {
+	t.Parallel()
 	b := bustest.Start(t, "")
 	svc := startService(t, b, Settings{})
 	provider := bustest.Connect(t, b)
@@ -124,7 +113,7 @@ func TestTwoConnectionsSeeTheSameCatalogue(t *testing.T) {
 	if _, err := client(provider).Remove(ctxT(t), &events.RemoveRequest{Server: "github"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the replica to see the toggle and the removal", func() bool {
+	testkit.EventuallyWithin(t, 10*time.Second, "the replica sees the toggle and the removal", func() bool {
 		c := rep.Catalog()
 		_, shell := c.GetTool("run_shell_command")
 		_, issue := c.Lookup("create_issue")
@@ -133,6 +122,7 @@ func TestTwoConnectionsSeeTheSameCatalogue(t *testing.T) {
 }
 
 func TestCatalogueSurvivesRegistryAndBusRestarts(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	b := bustest.Start(t, dir)
 	svc := startService(t, b, Settings{})
@@ -214,6 +204,7 @@ func TestCatalogueSurvivesRegistryAndBusRestarts(t *testing.T) {
 }
 
 func TestEveryChangeIsAnEventInTheAuditStream(t *testing.T) {
+	t.Parallel()
 	b := bustest.Start(t, "")
 	startService(t, b, Settings{})
 	req := mcpReq("gh", spec("issue"))
@@ -259,6 +250,7 @@ func TestEveryChangeIsAnEventInTheAuditStream(t *testing.T) {
 }
 
 func TestNoRegistryFailsAtOnce(t *testing.T) {
+	t.Parallel()
 	b := bustest.Start(t, "")
 	// A deadline far longer than any test: the call must not wait for it.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
@@ -273,6 +265,7 @@ func TestNoRegistryFailsAtOnce(t *testing.T) {
 }
 
 func TestMalformedRequestsGetAClearErrorAndChangeNothing(t *testing.T) {
+	t.Parallel()
 	b := bustest.Start(t, "")
 	svc := startService(t, b, Settings{})
 	registerAll(t, client(b), discoveredReq(spec("lint")))
@@ -302,6 +295,7 @@ func TestMalformedRequestsGetAClearErrorAndChangeNothing(t *testing.T) {
 }
 
 func TestRegistrationLargerThanOneMessageIsChunked(t *testing.T) {
+	t.Parallel()
 	b := bustest.Start(t, "")
 	svc := startService(t, b, Settings{})
 	req := &events.RegisterRequest{Provider: "discovery", Source: events.SourceDiscovered, Replace: true}
@@ -346,6 +340,7 @@ func sameCatalogue(t *testing.T, got, want *catalog.Catalog) {
 }
 
 func TestReadersSeeTheRegistrysCatalogue(t *testing.T) {
+	t.Parallel()
 	b := bustest.Start(t, "")
 	svc := startService(t, b, Settings{})
 	c := client(b)
@@ -380,7 +375,7 @@ func TestReadersSeeTheRegistrysCatalogue(t *testing.T) {
 		t.Errorf("a clean catalogue logged: %s", logged.String())
 	}
 	sameCatalogue(t, loaded, svc.Registry().Catalog())
-	waitFor(t, "the follower to catch up", func() bool { return rep.Catalog().Len() == svc.Registry().Catalog().Len() })
+	testkit.EventuallyWithin(t, 10*time.Second, "the follower catches up", func() bool { return rep.Catalog().Len() == svc.Registry().Catalog().Len() })
 	sameCatalogue(t, rep.Catalog(), svc.Registry().Catalog())
 
 	// A shard with a line that does not decode, or with a tool that

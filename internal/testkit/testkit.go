@@ -1,5 +1,10 @@
 // Package testkit holds what the tests of several packages share: golden
-// files and waiting on processes the code under test starts.
+// files, waiting for a state with a deadline, and waiting on processes
+// the code under test starts. Every test-support package lives below it,
+// none beside the package it serves, so that one place shows what tests
+// may lean on: parts started for a test (bustest, registrytest,
+// executortest, approvetest), readers of what a test left behind
+// (audittest), and the peers, fakes and measures tests run against.
 package testkit
 
 import (
@@ -44,30 +49,25 @@ func Golden(t *testing.T, path, comment string, update bool, files []txtar.File)
 // WaitPID waits for a command to write a process id to file.
 func WaitPID(t *testing.T, file string) int {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if data, err := os.ReadFile(file); err == nil {
-			if pid, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil {
-				return pid
-			}
+	var pid int
+	EventuallyWithin(t, 10*time.Second, "a process id was written to "+file, func() bool {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no process id was written to %s", file)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		pid, err = strconv.Atoi(strings.TrimSpace(string(data)))
+		return err == nil
+	})
+	return pid
 }
 
 // WaitGone waits until pid no longer exists, or is a zombie waiting for a
 // reaper (it holds no resources), failing the test after ten seconds.
 func WaitGone(t *testing.T, pid int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for syscall.Kill(pid, 0) == nil && !zombie(pid) {
-		if time.Now().After(deadline) {
-			t.Fatalf("process %d outlived its call", pid)
-		}
-		time.Sleep(10 * time.Millisecond)
+	gone := func() bool { return syscall.Kill(pid, 0) != nil || zombie(pid) }
+	if !Poll(10*time.Second, gone) {
+		t.Fatalf("process %d outlived its call", pid)
 	}
 }
 
@@ -96,16 +96,12 @@ func NATSObjectPutLeak() goleak.Option {
 // zombie: it ended and its parent (or a subreaper) collected it.
 func WaitReaped(t *testing.T, pid int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for syscall.Kill(pid, 0) != syscall.ESRCH {
-		if time.Now().After(deadline) {
-			state := "running"
-			if zombie(pid) {
-				state = "a zombie nobody reaps"
-			}
-			t.Fatalf("process %d outlived its call: %s", pid, state)
+	if !Poll(10*time.Second, func() bool { return syscall.Kill(pid, 0) == syscall.ESRCH }) {
+		state := "running"
+		if zombie(pid) {
+			state = "a zombie nobody reaps"
 		}
-		time.Sleep(10 * time.Millisecond)
+		t.Fatalf("process %d outlived its call: %s", pid, state)
 	}
 }
 

@@ -13,9 +13,10 @@ import (
 
 	"github.com/toolbus/toolbus/internal/audit/checkpoint"
 	"github.com/toolbus/toolbus/internal/bus"
-	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/busnode"
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/bustest"
 )
 
 // steps publishes n step events, as an executor would, and waits until
@@ -39,16 +40,11 @@ func steps(t *testing.T, b *bus.Bus, n int) {
 		}
 	}
 	b.Conn().Flush()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		info, err := stream.Info(ctx)
-		if err == nil && info.State.Msgs >= want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the stream holds %d of %d", info.State.Msgs, want)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testkit.Poll(30*time.Second, func() bool {
+		info, err = stream.Info(ctx)
+		return err == nil && info.State.Msgs >= want
+	}) {
+		t.Fatalf("the stream holds %d of %d", info.State.Msgs, want)
 	}
 }
 
@@ -73,6 +69,7 @@ func verify(t *testing.T, b *bus.Bus, pub ed25519.PublicKey) *checkpoint.Report 
 // The audit stream refuses deletes and purges, and that cannot be taken
 // back by a part started with deletes allowed.
 func TestTheAuditStreamRefusesDeletes(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	b := bustest.Start(t, dir)
 	steps(t, b, 3)
@@ -102,6 +99,7 @@ func TestTheAuditStreamRefusesDeletes(t *testing.T) {
 // message removed by hand (deny-delete off), a checkpoint of a key it
 // does not trust, and a broken chain.
 func TestVerifyFindsWhatWasRemoved(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	node, err := busnode.Start(ctx, busnode.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Name: t.Name(), AuditAllowDelete: true,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})

@@ -8,8 +8,8 @@ import (
 
 	"github.com/toolbus/toolbus/internal/approve"
 	"github.com/toolbus/toolbus/internal/bus"
-	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/testkit/bustest"
 )
 
 // Seat starts an approver as id, on a connection of its own, that answers

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 // Count is what the audit stream holds of one invocation's results: its
@@ -27,21 +28,17 @@ type Count struct{ Terminal, Late int }
 // the stream takes in published messages on its own goroutine.
 func ResultsOf(t testing.TB, js jetstream.JetStream, ids []string) map[string]*Count {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		counts := Results(t, js, true)
-		missing := ""
+	var counts map[string]*Count
+	testkit.Poll(time.Minute, func() bool {
+		counts = Results(t, js, true)
 		for _, id := range ids {
 			if counts[id] == nil {
-				missing = id
-				break
+				return false
 			}
 		}
-		if missing == "" || time.Now().After(deadline) {
-			return counts
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return true
+	})
+	return counts
 }
 
 // Results reads every tool.result in the audit stream, up to the last one
@@ -96,19 +93,17 @@ func scanRetrying(t testing.TB, js jetstream.JetStream, subjects []string, mayBe
 	t.Helper()
 	// In a cluster that just lost a node, the stream's new leader may not
 	// answer reads for a while: a read that fails is made again.
-	deadline := time.Now().Add(time.Minute)
-	for {
+	var err error
+	if !testkit.Poll(time.Minute, func() bool {
 		reset()
-		empty, err := scan(js, subjects, each)
-		switch {
-		case err == nil && empty && !mayBeEmpty:
+		var empty bool
+		empty, err = scan(js, subjects, each)
+		if err == nil && empty && !mayBeEmpty {
 			t.Fatal("nothing on " + strings.Join(subjects, ", ") + " in the audit stream")
-		case err == nil:
-			return
-		case time.Now().After(deadline):
-			t.Fatalf("reading the audit stream: %v", err)
 		}
-		time.Sleep(100 * time.Millisecond)
+		return err == nil
+	}) {
+		t.Fatalf("reading the audit stream: %v", err)
 	}
 }
 
@@ -191,19 +186,17 @@ func scan(js jetstream.JetStream, subjects []string, each func([]byte) error) (e
 // the stream's own goroutine), and returns those it holds then, in order.
 func HookRuns(t testing.TB, js jetstream.JetStream, id string, want int) []*events.HookRun {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		var runs []*events.HookRun
+	var runs []*events.HookRun
+	testkit.Poll(time.Minute, func() bool {
+		runs = nil
 		for _, r := range Envelopes[events.HookRun](t, js, events.SubjectHook) {
 			if r.InvocationID == id {
 				runs = append(runs, r)
 			}
 		}
-		if len(runs) >= want || time.Now().After(deadline) {
-			return runs
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return len(runs) >= want
+	})
+	return runs
 }
 
 // Envelopes reads every envelope of type T on subject in the audit stream,

@@ -164,16 +164,12 @@ func checkReaped(t *testing.T, pid int) {
 	if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("process %d is still in /proc after stop (stat: %v)", pid, err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		live := testkit.Group(pid)
-		if len(live) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("process group %d still has live members after stop: %v", pid, live)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var live []testkit.Process
+	if !testkit.Poll(10*time.Second, func() bool {
+		live = testkit.Group(pid)
+		return len(live) == 0
+	}) {
+		t.Fatalf("process group %d still has live members after stop: %v", pid, live)
 	}
 }
 

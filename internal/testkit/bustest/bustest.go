@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/busnode"
 	"github.com/toolbus/toolbus/internal/events"
@@ -161,16 +163,12 @@ func Recorded(tb testing.TB, b *bus.Bus, subject string) []byte {
 	if err != nil {
 		tb.Fatalf("the audit stream: %v", err)
 	}
-	for {
-		m, err := stream.GetLastMsgForSubject(ctx, subject)
-		if err == nil {
-			return m.Data
-		}
-		select {
-		case <-ctx.Done():
-			tb.Fatalf("nothing recorded on %s in 10 s: %v", subject, err)
-			return nil
-		case <-time.After(20 * time.Millisecond): // polling with a deadline, not synchronising
-		}
+	var m *jetstream.RawStreamMsg
+	if !testkit.Poll(10*time.Second, func() bool {
+		m, err = stream.GetLastMsgForSubject(ctx, subject)
+		return err == nil
+	}) {
+		tb.Fatalf("nothing recorded on %s in 10 s: %v", subject, err)
 	}
+	return m.Data
 }

@@ -1,8 +1,9 @@
-// Package mcptest drives mcp-go clients in tests: a session started and
-// initialised, a tool called, a result's text.
+// Package mcpsession drives mcp-go clients in tests: a session started
+// and initialised, a tool called, a result's text. (mcp-go's own mcptest
+// starts servers; this package is the client's side.)
 //
 // Only tests import this package.
-package mcptest
+package mcpsession
 
 import (
 	"context"

@@ -6,9 +6,9 @@ import (
 	"testing"
 
 	"github.com/toolbus/toolbus/internal/bus"
-	"github.com/toolbus/toolbus/internal/bus/bustest"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/registry"
+	"github.com/toolbus/toolbus/internal/testkit/bustest"
 )
 
 // Start runs a registry on b, as "registry@test", until the test ends.
