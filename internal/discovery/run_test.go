@@ -12,16 +12,6 @@ import (
 	"github.com/toolbus/toolbus/internal/testkit"
 )
 
-// testdata is the absolute path of a file of testdata/.
-func testdata(t testing.TB, name string) string {
-	t.Helper()
-	p, err := filepath.Abs(filepath.Join("testdata", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 func newStarter(t testing.TB) *proctree.Starter {
 	s := &proctree.Starter{}
 	t.Cleanup(s.Close)
@@ -40,7 +30,7 @@ func TestDiscoverRuns(t *testing.T) {
 	dir := t.TempDir()
 	decls := filepath.Join(dir, "decls.json")
 	os.WriteFile(decls, []byte(`[{"name": "calc"}, {"name": "wc"}]`), 0o644)
-	f, err := discover(context.Background(), newStarter(t), "sh "+testdata(t, "discover.sh")+" decls.json runs", dir, FilterEnv(os.Environ(), nil))
+	f, err := discover(context.Background(), newStarter(t), "sh "+testkit.Testdata(t, "discover.sh")+" decls.json runs", dir, FilterEnv(os.Environ(), nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +63,7 @@ func TestDiscoverRelativeCommandIsTheWorkspaces(t *testing.T) {
 func TestDiscoverFailures(t *testing.T) {
 	for _, c := range []struct{ name, line, want string }{
 		{"no such command", "no-such-discovery-command --json", "tools.discoveryCommand: cannot run no-such-discovery-command: not found in PATH"},
-		{"not executable", testdata(t, "call.sh"), ""}, // made non-executable below
+		{"not executable", testkit.Testdata(t, "call.sh"), ""}, // made non-executable below
 		{"exit code", `sh -c 'echo "cannot read tools.yaml" >&2; exit 3'`, "the discovery command `sh -c 'echo \"cannot read tools.yaml\" >&2; exit 3'` failed with exit code 3; stderr: cannot read tools.yaml"},
 		{"exit code, no stderr", `sh -c 'exit 1'`, "failed with exit code 1; stderr: (empty)"},
 		{"signal", `sh -c 'echo dying >&2; kill -KILL $$'`, "was killed by signal SIGKILL; stderr: dying"},

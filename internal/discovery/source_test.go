@@ -1,4 +1,4 @@
-package discovery
+package discovery_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/catalog"
+	"github.com/toolbus/toolbus/internal/discovery"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
 	"github.com/toolbus/toolbus/internal/invoke"
@@ -31,7 +32,7 @@ import (
 
 // hostOn hosts discovered tools on ex (what executornode.HostDiscoveredOn does;
 // cli imports this package).
-func hostOn(ex *executor.Executor) HostFunc {
+func hostOn(ex *executor.Executor) discovery.HostFunc {
 	return func(ctx context.Context, tools []tool.Tool) (names, warnings []string, err error) {
 		reply, err := ex.Host(ctx, executor.Scope{Source: events.SourceDiscovered}, tools)
 		if reply != nil {
@@ -70,8 +71,8 @@ func (p *project) declare(t *testing.T, decls string) {
 
 // settings are the project's discovery settings, with the call command
 // testdata/call.sh.
-func (p *project) settings(t *testing.T) Settings {
-	return Settings{DiscoveryCommand: "sh " + testdata(t, "discover.sh") + " decls.json runs", CallCommand: "sh " + testdata(t, "call.sh")}
+func (p *project) settings(t *testing.T) discovery.Settings {
+	return discovery.Settings{DiscoveryCommand: "sh " + testkit.Testdata(t, "discover.sh") + " decls.json runs", CallCommand: "sh " + testkit.Testdata(t, "call.sh")}
 }
 
 // runs is how many times the discovery command ran.
@@ -80,17 +81,17 @@ func (p *project) runs() int {
 	return strings.Count(string(data), "run\n")
 }
 
-// start starts a Source on the executor ex of the fleet's bus, with its
+// start starts a discovery.Source on the executor ex of the fleet's bus, with its
 // identity and workspace.
-func start(t *testing.T, b *bus.Bus, ex *executor.Executor, id string, workspace string, settings Settings, adjust ...func(*Options)) *Source {
+func start(t *testing.T, b *bus.Bus, ex *executor.Executor, id string, workspace string, settings discovery.Settings, adjust ...func(*discovery.Options)) *discovery.Source {
 	t.Helper()
-	opts := Options{Settings: settings, Workspace: workspace, Identity: events.Identity{ID: id, Role: "executor"},
+	opts := discovery.Options{Settings: settings, Workspace: workspace, Identity: events.Identity{ID: id, Role: "executor"},
 		Conn: b.Conn(), JS: b.JetStream(), Host: hostOn(ex), Logger: bustest.Quiet(),
 		Reserved: func(name string) bool { return name == "read_file" }}
 	for _, a := range adjust {
 		a(&opts)
 	}
-	src, err := Start(context.Background(), opts)
+	src, err := discovery.Start(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +203,7 @@ func TestDiscoveryHostsToolsAfterTheBuiltins(t *testing.T) {
 	}
 	for _, tl := range d {
 		if tl.Kind != events.KindOther || tl.ReadOnly || tl.Category != "discovered" || tl.Hosts[0] != "executor@test" ||
-			!strings.Contains(tl.Description, "A call runs `sh "+testdata(t, "call.sh")+" "+tl.Name+"` there") {
+			!strings.Contains(tl.Description, "A call runs `sh "+testkit.Testdata(t, "call.sh")+" "+tl.Name+"` there") {
 			t.Errorf("%+v", tl)
 		}
 	}
@@ -210,7 +211,7 @@ func TestDiscoveryHostsToolsAfterTheBuiltins(t *testing.T) {
 		t.Errorf("read_file is %s", rf.Source)
 	}
 	// The status is on the bus for any process.
-	states, _, err := ReadStatus(ctx, f.Bus.JetStream())
+	states, _, err := discovery.ReadStatus(ctx, f.Bus.JetStream())
 	if err != nil || len(states) != 1 || states[0].Executor != "executor@test" || states[0].Tools != 2 || states[0].Workspace != f.Workspace.Root() {
 		t.Errorf("status on the bus: %+v, %v", states, err)
 	}
@@ -301,8 +302,8 @@ func TestStartWithFailingDiscovery(t *testing.T) {
 	if d := discovered(t, f.Bus); len(d) != 0 {
 		t.Errorf("discovered %s", names(d))
 	}
-	// Settings that cannot work are refused at the start.
-	_, err := Start(context.Background(), Options{Settings: Settings{DiscoveryCommand: "sh 'unterminated", CallCommand: "c"}, Workspace: f.Workspace.Root(),
+	// discovery.Settings that cannot work are refused at the start.
+	_, err := discovery.Start(context.Background(), discovery.Options{Settings: discovery.Settings{DiscoveryCommand: "sh 'unterminated", CallCommand: "c"}, Workspace: f.Workspace.Root(),
 		Identity: events.Identity{ID: "x"}, Conn: f.Bus.Conn(), JS: f.Bus.JetStream(), Host: hostOn(f.Executor)})
 	if err == nil || !strings.Contains(err.Error(), "tools.discoveryCommand") {
 		t.Errorf("got %v", err)
@@ -370,13 +371,13 @@ func TestIdleToolsExpire(t *testing.T) {
 	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
 	settings := p.settings(t)
 	settings.IdleExpiry = time.Hour
-	src := start(t, f.Bus, f.Executor, "executor@test", f.Workspace.Root(), settings, func(o *Options) { o.Now = clock })
+	src := start(t, f.Bus, f.Executor, "executor@test", f.Workspace.Root(), settings, func(o *discovery.Options) { o.Now = clock })
 
 	allow(t, f.Bus, "echo", f.Workspace.Root())
 	advance(50 * time.Minute)
 	callAllowed(t, f.Client, "echo", `{}`) // echo was used 50 minutes in
 	advance(20 * time.Minute)
-	src.expireIdle(clock()) // lines is 70 minutes idle, echo 20
+	src.ExpireIdle(clock()) // lines is 70 minutes idle, echo 20
 	if got := names(discovered(t, f.Bus)); got != "echo" {
 		t.Fatalf("after the expiry: %s", got)
 	}
@@ -411,7 +412,7 @@ func TestIntervalRediscovers(t *testing.T) {
 	f := executortest.Start(t)
 	p := newProject(t, f.Workspace.Root(), `[{"name": "echo"}]`)
 	settings := p.settings(t)
-	settings.Interval = MinInterval
+	settings.Interval = discovery.MinInterval
 	start(t, f.Bus, f.Executor, "executor@test", f.Workspace.Root(), settings)
 	p.declare(t, `[{"name": "echo"}, {"name": "lines"}]`)
 	testkit.Eventually(t, "a discovery by the interval", func() bool { return names(discovered(t, f.Bus)) == "echo,lines" })
@@ -514,21 +515,21 @@ func TestApplySettings(t *testing.T) {
 	if got := names(discovered(t, f.Bus)); got != "lines" {
 		t.Errorf("after a new discovery command: %s", got)
 	}
-	// Settings that cannot work change nothing.
-	if err := src.Apply(ctx, Settings{DiscoveryCommand: "cat other.json"}); err == nil {
+	// discovery.Settings that cannot work change nothing.
+	if err := src.Apply(ctx, discovery.Settings{DiscoveryCommand: "cat other.json"}); err == nil {
 		t.Error("a discovery command without a call command was applied")
 	}
 	// No command: the discovered tools go, and the status entry.
-	if err := src.Apply(ctx, Settings{}); err != nil {
+	if err := src.Apply(ctx, discovery.Settings{}); err != nil {
 		t.Fatal(err)
 	}
 	if d := discovered(t, f.Bus); len(d) != 0 {
 		t.Errorf("after the command left: %s", names(d))
 	}
-	if states, _, _ := ReadStatus(ctx, f.Bus.JetStream()); len(states) != 0 {
+	if states, _, _ := discovery.ReadStatus(ctx, f.Bus.JetStream()); len(states) != 0 {
 		t.Errorf("status entries: %+v", states)
 	}
-	if _, err := src.Discover(ctx, true); !errors.Is(err, ErrNotConfigured) {
+	if _, err := src.Discover(ctx, true); !errors.Is(err, discovery.ErrNotConfigured) {
 		t.Errorf("got %v", err)
 	}
 }
@@ -551,7 +552,7 @@ func TestStopRemovesTheStatus(t *testing.T) {
 		t.Errorf("goroutines left after Stop:\n%s", leaks)
 	}
 	ctx := context.Background()
-	if states, _, _ := ReadStatus(ctx, f.Bus.JetStream()); len(states) != 0 {
+	if states, _, _ := discovery.ReadStatus(ctx, f.Bus.JetStream()); len(states) != 0 {
 		t.Errorf("status entries after Stop: %+v", states)
 	}
 	if _, err := src.Discover(ctx, true); err == nil {
@@ -597,7 +598,7 @@ func sourceGoroutines() string {
 	buf = buf[:runtime.Stack(buf, true)]
 	var out []string
 	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "discovery.(*Source)") || strings.Contains(g, "discovery.(*feeder)") {
+		if strings.Contains(g, "discovery.(*discovery.Source)") || strings.Contains(g, "discovery.(*feeder)") {
 			out = append(out, g)
 		}
 	}

@@ -22,7 +22,7 @@ func callTool(t *testing.T, name string, environ, pass []string) (*Tool, string)
 	if environ == nil {
 		environ = os.Environ()
 	}
-	c, err := NewCaller("sh "+testdata(t, "call.sh"), dir, FilterEnv(environ, pass), newStarter(t))
+	c, err := NewCaller("sh "+testkit.Testdata(t, "call.sh"), dir, FilterEnv(environ, pass), newStarter(t))
 	if err != nil {
 		t.Fatal(err)
 	}

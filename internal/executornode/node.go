@@ -44,6 +44,10 @@ type Config struct {
 	// Settings are the agents' settings files: their MCP servers, their
 	// discovery command and their hooks. Nil for none.
 	Settings *settings.Files
+	// Configure, when set, adjusts the executor's configuration once the
+	// node has assembled it, before the executor starts: tests give it
+	// another policy, a deadline or more tools.
+	Configure func(*executor.Config)
 }
 
 // withDefaults is cfg with its settings present and the executor's
@@ -125,6 +129,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	if err := applyHooks(&ex, cfg.Settings, ex.Logger); err != nil {
 		return nil, err
+	}
+	if cfg.Configure != nil {
+		cfg.Configure(&ex)
 	}
 	if n.Executor, err = executor.Start(ctx, cfg.Bus.Conn(), cfg.Bus.JetStream(), ex); err != nil {
 		return nil, err

@@ -215,3 +215,14 @@ func Heavy(tb testing.TB, needs string) {
 		tb.Skipf("needs %s: not in the -short tier", needs)
 	}
 }
+
+// Testdata is the absolute path of file name in the package's testdata/:
+// a command that runs in another directory still finds it.
+func Testdata(tb testing.TB, name string) string {
+	tb.Helper()
+	p, err := filepath.Abs(filepath.Join("testdata", name))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}

@@ -8,16 +8,13 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
-
-	defaultpolicy "github.com/toolbus/toolbus/policy"
 
 	"github.com/toolbus/toolbus/internal/builtin"
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
+	"github.com/toolbus/toolbus/internal/executornode"
 	"github.com/toolbus/toolbus/internal/invoke"
-	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/testkit/bustest"
 	"github.com/toolbus/toolbus/internal/testkit/registrytest"
 )
@@ -33,7 +30,8 @@ type Fleet struct {
 }
 
 // Start starts a fleet; configure adjusts the executor's Config (the
-// confirmation deadline, another policy) before it starts.
+// confirmation deadline, another policy) before it starts. The executor
+// node is assembled as cmd/executor and toolbus up assemble theirs.
 func Start(tb testing.TB, configure ...func(*executor.Config)) *Fleet {
 	tb.Helper()
 	b := bustest.Start(tb, "")
@@ -42,32 +40,18 @@ func Start(tb testing.TB, configure ...func(*executor.Config)) *Fleet {
 	if err := os.WriteFile(filepath.Join(dir, "README.md"), []byte("# hello\n"), 0o644); err != nil {
 		tb.Fatal(err)
 	}
-	ws, err := builtin.NewWorkspace(dir)
+	node, err := executornode.Start(context.Background(), executornode.Config{Bus: b, Workspace: dir,
+		Executor: executor.Config{Identity: events.Identity{ID: "executor@test", Role: "executor"}, Logger: bustest.Quiet()},
+		Configure: func(c *executor.Config) {
+			for _, f := range configure {
+				f(c)
+			}
+		}})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(func() { ws.Close() })
-	pol, err := policy.Compile(context.Background(), policy.Files(defaultpolicy.Default()))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	shells := builtin.NewShells(ws)
-	cfg := executor.Config{Identity: events.Identity{ID: "executor@test", Role: "executor"}, Tools: builtin.Tools(ws, shells),
-		Policy: pol, Workspace: ws.Root(), Logger: bustest.Quiet()}
-	for _, c := range configure {
-		c(&cfg)
-	}
-	ex, err := executor.Start(context.Background(), b.Conn(), b.JetStream(), cfg)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		ex.Stop(ctx)
-		shells.Close()
-	})
-	f := &Fleet{Bus: b, Workspace: ws, Executor: ex, Caller: events.Identity{ID: "agent:test", Role: "agent", Session: "s1", User: "ada"}}
+	tb.Cleanup(func() { node.Close(context.Background()) })
+	f := &Fleet{Bus: b, Workspace: node.Workspace, Executor: node.Executor, Caller: events.Identity{ID: "agent:test", Role: "agent", Session: "s1", User: "ada"}}
 	f.Client = invoke.NewClient(bustest.Connect(tb, b).Conn(), f.Caller, "")
 	tb.Cleanup(func() { f.Client.Close() })
 	return f
