@@ -16,6 +16,8 @@ import (
 // `audit show`, exported one a line, and no secret of their arguments
 // appears in any of it.
 func TestAuditThroughUp(t *testing.T) {
+	// A toolbus up of its own, on free ports and its own data.
+	t.Parallel()
 	ws := t.TempDir()
 	os.WriteFile(filepath.Join(ws, "README.md"), []byte("# readme\n"), 0o644)
 	data := t.TempDir()

@@ -263,6 +263,8 @@ func jsonString(s string) string {
 // its diff coloured as text, and escape sequences the agent put in the
 // content show as text instead of acting on the terminal.
 func TestConfirmShowsRequest(t *testing.T) {
+	// A toolbus up of its own, on free ports and its own data.
+	t.Parallel()
 	url, ws := upForConfirm(t)
 	a := startApprover(t, url, nil, "--as", "approver:ada")
 	a.waitScreen("toolbus confirm", "as approver:ada", "0 pending")
@@ -422,6 +424,8 @@ func TestConfirmDeny(t *testing.T) {
 // TestConfirmTwoApprovers: when one approver answers, the other shows the
 // request as answered, by whom and how, and then no longer pending.
 func TestConfirmTwoApprovers(t *testing.T) {
+	// A toolbus up of its own, on free ports and its own data.
+	t.Parallel()
 	url, ws := upForConfirm(t)
 	ada := startApprover(t, url, nil, "--as", "approver:ada")
 	bob := startApprover(t, url, nil, "--as", "approver:bob")
@@ -450,6 +454,8 @@ func TestConfirmTwoApprovers(t *testing.T) {
 // made; the answer is refused, the screen says why, and the call still
 // waits.
 func TestConfirmRefusedApprover(t *testing.T) {
+	// A toolbus up of its own, on free ports and its own data.
+	t.Parallel()
 	url, ws := upForConfirm(t)
 	host, _ := os.Hostname()
 	self := startApprover(t, url, nil, "--as", "cli@"+host) // the id `toolbus call` calls as

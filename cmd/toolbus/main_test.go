@@ -32,17 +32,13 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binDir = dir
-	for _, pkg := range []string{".", "../bus", "../registry", "../executor"} {
-		name := filepath.Base(pkg)
-		if pkg == "." {
-			name = "toolbus"
-		}
-		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, name), pkg)
-		cmd.Stderr = os.Stderr
-		if err := cmd.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "build", pkg, err)
-			os.Exit(1)
-		}
+	// One build of the four, which links them side by side; into a
+	// directory, each binary is named after its package's directory.
+	cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator), ".", "../bus", "../registry", "../executor")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build:", err)
+		os.Exit(1)
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
@@ -238,6 +234,8 @@ func executionTools() int {
 // TestCallThroughUp is the invoke path from the command line: read,
 // a chained dangerous command, and an edit with no approver connected.
 func TestCallThroughUp(t *testing.T) {
+	// A toolbus up of its own, on free ports and its own data.
+	t.Parallel()
 	ws := t.TempDir()
 	os.WriteFile(filepath.Join(ws, "README.md"), []byte("# readme of the workspace\n"), 0o644)
 	// Without the console no approver is connected.

@@ -32,6 +32,8 @@ func mcpCall(t *testing.T, c *mcpclient.Client, name, args string) (bool, string
 // to the endpoint `toolbus up` serves, both call the fleet's tools under
 // its policy.
 func TestMCPServeOverStdioAndHTTP(t *testing.T) {
+	// A toolbus up of its own, on free ports and its own data.
+	t.Parallel()
 	ws := t.TempDir()
 	os.WriteFile(filepath.Join(ws, "README.md"), []byte("# readme of the workspace\n"), 0o644)
 	up := startDaemon(t, "toolbus", "up", "--listen", "127.0.0.1:0", "--data", t.TempDir(), "--workspace", ws, "--console", "off", "--mcp-listen", "127.0.0.1:0")

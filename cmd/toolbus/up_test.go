@@ -12,6 +12,8 @@ import (
 // the developer, with nothing to set up; an agent given the agent's seed
 // is held to an agent's permissions, and its calls name it, proven.
 func TestUpHasIdentities(t *testing.T) {
+	// A toolbus up of its own, on free ports and its own data.
+	t.Parallel()
 	ws, data := t.TempDir(), t.TempDir()
 	os.WriteFile(filepath.Join(ws, "README.md"), []byte("# readme\n"), 0o644)
 	start := func() (*daemon, string) {

@@ -523,6 +523,9 @@ func TestLargeOutputIsCappedAndKept(t *testing.T) {
 }
 
 func TestExecutorLostMidCall(t *testing.T) {
+	// Its own bus; it waits out the liveness timers, which overlap with
+	// other tests' waits.
+	t.Parallel()
 	e := newEnv(t)
 	// A second executor on its own connection hosts a tool that blocks.
 	blocked := make(chan struct{})

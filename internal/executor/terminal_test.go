@@ -44,6 +44,7 @@ func waitIdle(t testing.TB, ex *Executor) {
 // caller still gets its success, and the audit stream holds exactly one
 // terminal result per invocation and no late one.
 func TestParallelLargeReadsGetOneResultEach(t *testing.T) {
+	testkit.Heavy(t, "a flood of 64 outputs of 20 MB")
 	e := newEnv(t, func(c *Config) { c.OutputStoreBytes = 2 << 30 })
 	line := strings.Repeat("a", 9999) + "\n"
 	os.WriteFile(filepath.Join(e.ws.Root(), "big.txt"), []byte(strings.Repeat(line, 2000)), 0o644) // 20,000,000 bytes
@@ -249,6 +250,9 @@ func startStandIn(t *testing.T, b *bus.Bus) *standIn {
 // invoke.LostAfter asks, and waits for a call an executor still claims; once no
 // executor claims it, the call is lost, and the caller says it gave up.
 func TestACallThatIsClaimedIsNotLost(t *testing.T) {
+	// Its own bus; it waits out the liveness timers, which overlap with
+	// other tests' waits.
+	t.Parallel()
 	b := bustest.Start(t, "")
 	s := startStandIn(t, b)
 	c := invoke.NewClient(bustest.Connect(t, b).Conn(), events.Identity{ID: "agent:test"}, "")
@@ -356,6 +360,9 @@ func TestAGiveUpThatCrossesTheResultLeavesOneTerminalResult(t *testing.T) {
 // the caller give up on a call about to run: it says it is behind, and the
 // caller waits on, and gets the call's result.
 func TestAnExecutorBehindOnItsInvocationsIsNotTakenForLost(t *testing.T) {
+	// Its own bus; it waits out the liveness timers, which overlap with
+	// other tests' waits.
+	t.Parallel()
 	e := newEnv(t)
 	release := make(chan struct{})
 	hold := func(m *nats.Msg) {

@@ -143,6 +143,9 @@ func TestStoppingAnExecutorLeavesItsNeighboursRunning(t *testing.T) {
 // registers again: restarted, or, its connection back, when it hears
 // that the registry took it for lost.
 func TestALostExecutorLeavesAndComesBack(t *testing.T) {
+	// Its own bus; it waits out the liveness timers, which overlap with
+	// other tests' waits.
+	t.Parallel()
 	e := newEnv(t, func(c *Config) { c.WorkspaceName = "one" })
 	doomed, conn := e.startWorkspace(t, "executor@doomed", "two")
 	hostedFor(t, map[string]string{"executor@test": "one", "executor@doomed": "two"}, e.exec)
