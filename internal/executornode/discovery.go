@@ -2,7 +2,6 @@ package executornode
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -12,7 +11,6 @@ import (
 	"github.com/toolbus/toolbus/internal/discovery"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
-	"github.com/toolbus/toolbus/internal/registry"
 	"github.com/toolbus/toolbus/internal/settings"
 	"github.com/toolbus/toolbus/internal/tool"
 )
@@ -133,22 +131,6 @@ func (d *Discovery) Describe() string {
 // HostDiscoveredOn hosts discovered tools on ex, as its discovered set.
 func HostDiscoveredOn(ex *executor.Executor) discovery.HostFunc {
 	return func(ctx context.Context, tools []tool.Tool) (names, warnings []string, err error) {
-		reply, err := ex.Host(ctx, executor.Scope{Source: events.SourceDiscovered}, tools)
-		if errors.Is(err, registry.ErrNoRegistry) {
-			return nil, []string{"no registry is up yet; the tools are registered when one comes up"}, nil
-		}
-		if reply != nil {
-			for _, o := range reply.Tools {
-				if o.Name != "" {
-					names = append(names, o.Name)
-				}
-				if o.Error != "" {
-					warnings = append(warnings, fmt.Sprintf("%s: %s", o.Requested, o.Error))
-				} else if o.Warning != "" {
-					warnings = append(warnings, fmt.Sprintf("%s: %s", o.Requested, o.Warning))
-				}
-			}
-		}
-		return names, warnings, err
+		return host(ctx, ex, executor.Scope{Source: events.SourceDiscovered}, tools)
 	}
 }

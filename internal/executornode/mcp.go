@@ -145,22 +145,30 @@ func (w *MCP) Stop() {
 // HostOn hosts MCP servers' tools on ex.
 func HostOn(ex *executor.Executor) mcp.HostFunc {
 	return func(ctx context.Context, server string, trust bool, tools []tool.Tool) (names, warnings []string, err error) {
-		reply, err := ex.Host(ctx, executor.Scope{Source: events.SourceMCP, Server: server, Trust: trust}, tools)
-		if errors.Is(err, registry.ErrNoRegistry) {
-			return nil, []string{"no registry is up yet; the tools are registered when one comes up"}, nil
-		}
-		if reply != nil {
-			for _, o := range reply.Tools {
-				if o.Name != "" {
-					names = append(names, o.Name)
-				}
-				if o.Error != "" {
-					warnings = append(warnings, fmt.Sprintf("%s: %s", o.Requested, o.Error))
-				} else if o.Warning != "" {
-					warnings = append(warnings, fmt.Sprintf("%s: %s", o.Requested, o.Warning))
-				}
+		return host(ctx, ex, executor.Scope{Source: events.SourceMCP, Server: server, Trust: trust}, tools)
+	}
+}
+
+// host hosts tools on ex in scope, and says what became of them: the
+// names they are listed under, and a warning for each that was refused
+// or changed. With no registry up yet, the set waits for one: a warning,
+// not an error.
+func host(ctx context.Context, ex *executor.Executor, scope executor.Scope, tools []tool.Tool) (names, warnings []string, err error) {
+	reply, err := ex.Host(ctx, scope, tools)
+	if errors.Is(err, registry.ErrNoRegistry) {
+		return nil, []string{"no registry is up yet; the tools are registered when one comes up"}, nil
+	}
+	if reply != nil {
+		for _, o := range reply.Tools {
+			if o.Name != "" {
+				names = append(names, o.Name)
+			}
+			if o.Error != "" {
+				warnings = append(warnings, fmt.Sprintf("%s: %s", o.Requested, o.Error))
+			} else if o.Warning != "" {
+				warnings = append(warnings, fmt.Sprintf("%s: %s", o.Requested, o.Warning))
 			}
 		}
-		return names, warnings, err
 	}
+	return names, warnings, err
 }
