@@ -23,19 +23,7 @@ import (
 	"github.com/toolbus/toolbus/internal/identity"
 )
 
-func main() {
-	if err := run(os.Args[1:]); err != nil {
-		fmt.Fprintln(os.Stderr, "bus:", err)
-		var usage usageError
-		if errors.As(err, &usage) {
-			os.Exit(2)
-		}
-		os.Exit(1)
-	}
-}
-
-// usageError is a mistake in the command line (exit code 2).
-type usageError struct{ error }
+func main() { cli.Main("bus", run) }
 
 // flags are the command line of bus.
 type flags struct {
@@ -112,15 +100,15 @@ func run(args []string) error {
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		return nil
 	} else if err != nil {
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	log, err := cli.Logger(*f.logLevel)
 	if err != nil {
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	cfg, err := f.config(log)
 	if err != nil {
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	ctx, stop := cli.SignalContext()
 	defer stop()

@@ -7,8 +7,6 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
-	"os"
 
 	"github.com/toolbus/toolbus/internal/cli"
 	"github.com/toolbus/toolbus/internal/executor"
@@ -16,19 +14,7 @@ import (
 	"github.com/toolbus/toolbus/internal/settings"
 )
 
-func main() {
-	if err := run(os.Args[1:]); err != nil {
-		fmt.Fprintln(os.Stderr, "executor:", err)
-		var usage usageError
-		if errors.As(err, &usage) {
-			os.Exit(2)
-		}
-		os.Exit(1)
-	}
-}
-
-// usageError is a mistake in the command line (exit code 2).
-type usageError struct{ error }
+func main() { cli.Main("executor", run) }
 
 func run(args []string) error {
 	fs := flag.NewFlagSet("executor", flag.ContinueOnError)
@@ -47,11 +33,11 @@ func run(args []string) error {
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		return nil
 	} else if err != nil {
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	log, err := cli.Logger(*logLevel)
 	if err != nil {
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	files, err := settings.ReadFiles(*mcpFlags.Settings, *hookFlags.ClaudeSettings, *mcpFlags.MCPConfig)
 	if err != nil {

@@ -4,6 +4,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -179,4 +180,26 @@ func DefaultDataDir() string {
 		return filepath.Join(home, ".local", "state", "toolbus")
 	}
 	return ".toolbus"
+}
+
+// UsageError is a mistake in a command line: Main exits 2 with it.
+type UsageError struct{ Err error }
+
+func (e UsageError) Error() string { return e.Err.Error() }
+func (e UsageError) Unwrap() error { return e.Err }
+
+// Main runs a daemon's run with its arguments and exits as daemons do: 0
+// when run returns nil, 2 for a UsageError, 1 for any other error, which
+// it prints after name. run returns before Main exits, so its defers run.
+func Main(name string, run func(args []string) error) {
+	err := run(os.Args[1:])
+	if err == nil {
+		return
+	}
+	fmt.Fprintln(os.Stderr, name+":", err)
+	var usage UsageError
+	if errors.As(err, &usage) {
+		os.Exit(2)
+	}
+	os.Exit(1)
 }
