@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
@@ -245,26 +247,82 @@ func LoadRoster(dir string) (Roster, error) {
 	return r, nil
 }
 
-// ServerConfig is the nats-server authorization block for r's members,
-// in nats-server's own config syntax: one nkey user per member with its
-// role's permissions.
+// ServerConfig is the nats-server accounts block for r's members, in
+// nats-server's own config syntax: the services account, with JetStream,
+// its members (one nkey user each, with its role's permissions) and what
+// it exports; then one account for each member that lives in its own,
+// importing only its Grant's subjects. An export names the accounts that
+// may import it, so the file cannot be widened by adding an import alone.
 func ServerConfig(r Roster) string {
 	var b strings.Builder
 	b.WriteString("# toolbus fleet identities, written by `toolbus init`; regenerate rather than edit.\n")
-	b.WriteString("# Each member may publish its binding subjects only with its own name: see internal/auth.\n")
-	b.WriteString("authorization {\n  users = [\n")
+	b.WriteString("# Each member may publish its binding subjects only with its own name; agents and the\n")
+	b.WriteString("# MCP facade each live in an account of their own: see internal/auth.\n")
+	b.WriteString("accounts {\n")
+	var own []Member
+	services := map[string][]string{} // subject -> importing accounts
+	streams := map[string][]string{}
 	for _, m := range r.Members {
-		p := Permissions(m.Role, m.Name)
-		fmt.Fprintf(&b, "    # %s (%s)\n    {\n      nkey: %q\n      permissions: {\n", m.Name, m.Role, m.PublicKey)
-		fmt.Fprintf(&b, "        publish: { allow: %s }\n", list(p.Publish.Allow))
-		fmt.Fprintf(&b, "        subscribe: { allow: %s }\n", list(p.Subscribe.Allow))
-		if p.Response != nil {
-			fmt.Fprintf(&b, "        allow_responses: { max: %d, expires: %q }\n", p.Response.MaxMsgs, p.Response.Expires.String())
+		g := GrantOf(m.Role, m.Name)
+		if g.Account == ServicesAccount {
+			continue
 		}
-		b.WriteString("      }\n    }\n")
+		own = append(own, m)
+		for _, s := range g.Services {
+			services[s] = append(services[s], g.Account)
+		}
+		for _, s := range g.Streams {
+			streams[s] = append(streams[s], g.Account)
+		}
 	}
-	b.WriteString("  ]\n}\n")
+	fmt.Fprintf(&b, "  %s {\n    jetstream: enabled\n    users = [\n", ServicesAccount)
+	for _, m := range r.Members {
+		if g := GrantOf(m.Role, m.Name); g.Account == ServicesAccount {
+			writeUser(&b, m, g.Permissions)
+		}
+	}
+	b.WriteString("    ]\n    exports = [\n")
+	for _, s := range slices.Sorted(maps.Keys(services)) {
+		// Answers stream back (heartbeats, progress, chunks) until the
+		// responder's last; a mapping no answer refreshed for
+		// serviceResponseIdle is dropped.
+		fmt.Fprintf(&b, "      { service: %q, response_type: stream, response_threshold: %q, accounts: %s }\n", s, serviceResponseIdle.String(), list(services[s]))
+	}
+	for _, s := range slices.Sorted(maps.Keys(streams)) {
+		fmt.Fprintf(&b, "      { stream: %q, accounts: %s }\n", s, list(streams[s]))
+	}
+	b.WriteString("    ]\n  }\n")
+	for _, m := range own {
+		g := GrantOf(m.Role, m.Name)
+		fmt.Fprintf(&b, "  %q {\n    users = [\n", g.Account)
+		writeUser(&b, m, g.Permissions)
+		b.WriteString("    ]\n    imports = [\n")
+		for _, s := range g.Services {
+			fmt.Fprintf(&b, "      { service: { account: %s, subject: %q }, to: %q }\n", ServicesAccount, s, LocalSubject(s))
+		}
+		for _, s := range g.Streams {
+			fmt.Fprintf(&b, "      { stream: { account: %s, subject: %q } }\n", ServicesAccount, s)
+		}
+		b.WriteString("    ]\n  }\n")
+	}
+	b.WriteString("}\n")
 	return b.String()
+}
+
+// serviceResponseIdle is how long the bus keeps the way back to a
+// requester in another account open with no answer on it: an executor
+// sends a heartbeat every second while it runs a call, and ends the
+// stream with its result.
+const serviceResponseIdle = 2 * time.Minute
+
+func writeUser(b *strings.Builder, m Member, p *server.Permissions) {
+	fmt.Fprintf(b, "      # %s (%s)\n      {\n        nkey: %q\n        permissions: {\n", m.Name, m.Role, m.PublicKey)
+	fmt.Fprintf(b, "          publish: { allow: %s }\n", list(p.Publish.Allow))
+	fmt.Fprintf(b, "          subscribe: { allow: %s }\n", list(p.Subscribe.Allow))
+	if p.Response != nil {
+		fmt.Fprintf(b, "          allow_responses: { max: %d, expires: %q }\n", p.Response.MaxMsgs, p.Response.Expires.String())
+	}
+	b.WriteString("        }\n      }\n")
 }
 
 func list(subjects []string) string {
@@ -275,16 +333,19 @@ func list(subjects []string) string {
 	return "[" + strings.Join(q, ", ") + "]"
 }
 
-// ServerUsers reads the nkey users of an authorization config with
-// nats-server's own parser: what the embedded bus enforces is exactly
-// what a standalone nats-server given the same file would.
-func ServerUsers(configFile string) ([]*server.NkeyUser, error) {
+// ServerAccounts reads the accounts and nkey users of an accounts config
+// with nats-server's own parser: what the embedded bus enforces is
+// exactly what a standalone nats-server given the same file would.
+func ServerAccounts(configFile string) ([]*server.Account, []*server.NkeyUser, error) {
 	opts, err := server.ProcessConfigFile(configFile)
 	if err != nil {
-		return nil, fmt.Errorf("identities: %w", err)
+		return nil, nil, fmt.Errorf("identities: %w", err)
 	}
 	if len(opts.Nkeys) == 0 {
-		return nil, fmt.Errorf("identities: %s names no nkey users", configFile)
+		return nil, nil, fmt.Errorf("identities: %s names no nkey users", configFile)
 	}
-	return opts.Nkeys, nil
+	if !slices.ContainsFunc(opts.Accounts, func(a *server.Account) bool { return a.Name == ServicesAccount }) {
+		return nil, nil, fmt.Errorf("identities: %s has no %s account (a config from before accounts: run toolbus init %s again)", configFile, ServicesAccount, filepath.Dir(configFile))
+	}
+	return opts.Accounts, opts.Nkeys, nil
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats-server/v2/server"
+
 	"github.com/toolbus/toolbus/internal/auth"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/identity"
@@ -67,7 +69,7 @@ func TestInitMakesAFleetAndAddsToIt(t *testing.T) {
 
 	// The server's own parser reads the config, and each member gets
 	// its role's permissions.
-	users, err := auth.ServerUsers(filepath.Join(dir, auth.ServerConfigFile))
+	_, users, err := auth.ServerAccounts(filepath.Join(dir, auth.ServerConfigFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,10 +80,18 @@ func TestInitMakesAFleetAndAddsToIt(t *testing.T) {
 	if len(users) != len(roster.Members) {
 		t.Fatalf("%d users in the config, %d members", len(users), len(roster.Members))
 	}
-	for i, m := range roster.Members {
+	for _, m := range roster.Members {
+		i := slices.IndexFunc(users, func(u *server.NkeyUser) bool { return u.Nkey == m.PublicKey })
+		if i < 0 {
+			t.Errorf("%s is not in the config", m.Name)
+			continue
+		}
 		u := users[i]
 		want := auth.Permissions(m.Role, m.Name)
-		if u.Nkey != m.PublicKey || !slices.Equal(u.Permissions.Publish.Allow, want.Publish.Allow) ||
+		if u.Account == nil || u.Account.Name != auth.GrantOf(m.Role, m.Name).Account {
+			t.Errorf("%s (%s) is in account %v, want %s", m.Name, m.Role, u.Account, auth.GrantOf(m.Role, m.Name).Account)
+		}
+		if !slices.Equal(u.Permissions.Publish.Allow, want.Publish.Allow) ||
 			!slices.Equal(u.Permissions.Subscribe.Allow, want.Subscribe.Allow) || (u.Permissions.Response == nil) != (want.Response == nil) {
 			t.Errorf("%s: the config gives %+v", m.Name, u.Permissions)
 		}

@@ -11,6 +11,15 @@
 // that bind a message to its sender carry the sender's name
 // (events.InvokeSubject, events.AnswerSubject, ...) and each identity may
 // publish them only with its own name, which makes the name proven.
+//
+// Agents and the MCP facade, which a model steers, each live in a NATS
+// account of their own (see Grant): the services account, where the
+// streams, the buckets and the services are, is out of their reach but
+// for the service subjects it exports to them. A service answers them
+// on the reply subject the bus made for the request, which leads back
+// into the requester's own account and nowhere else, so no reply subject
+// an agent names can make a service, or JetStream, write into the
+// services account with the service's rights.
 package auth
 
 import (
@@ -37,10 +46,79 @@ const (
 	RoleApprover Role = "approver" // answers confirmation requests
 	RoleAuditor  Role = "auditor"  // reads the audit stream
 	RoleAgent    Role = "agent"    // calls tools
+	// RoleFacade is the MCP facade (`toolbus mcp serve`): it calls tools
+	// like an agent and, alone among the confined roles, answers a call's
+	// confirmation as the person in front of its MCP client.
+	RoleFacade Role = "facade"
 )
 
 // Roles lists every role, in the order `toolbus init` makes them.
-var Roles = []Role{RoleBus, RoleAdmin, RoleRegistry, RoleExecutor, RoleApprover, RoleAuditor, RoleAgent}
+var Roles = []Role{RoleBus, RoleAdmin, RoleRegistry, RoleExecutor, RoleApprover, RoleAuditor, RoleAgent, RoleFacade}
+
+// ServicesAccount is the NATS account of the toolbus services: the
+// streams and buckets, and the members that keep them (bus, admin,
+// registry, executor). The auditor and the approver live in it too.
+const ServicesAccount = "TOOLBUS"
+
+// ownAccount says whether a role's members each live in an account of
+// their own, reaching the services account only through what it exports
+// to them.
+func ownAccount(r Role) bool { return r == RoleAgent || r == RoleFacade }
+
+// Grant is what one member may reach: the account it lives in, its
+// permissions there, and, for a member with an account of its own, the
+// subjects of the services account it may send to (service imports,
+// answered only to it) and hear (stream imports).
+type Grant struct {
+	Account     string
+	Permissions *server.Permissions
+	Services    []string
+	Streams     []string
+}
+
+// LocalSubject is what a member in an account of its own sends to reach
+// subject s of the services account: s itself, but for the JetStream API,
+// which it reaches under events.ServicesAPIPrefix.
+func LocalSubject(s string) string {
+	if rest, ok := strings.CutPrefix(s, "$JS.API."); ok {
+		return events.ServicesAPIPrefix + "." + rest
+	}
+	return s
+}
+
+// GrantOf is member name of role's Grant.
+func GrantOf(role Role, name string) Grant {
+	if !ownAccount(role) {
+		return Grant{Account: ServicesAccount, Permissions: Permissions(role, name)}
+	}
+	services := []string{events.InvokeSubject(name), events.InvokeBatchSubject(name), events.CancelSubject(name),
+		events.CallerResultSubject(name), events.OutputSubject(name), events.SubjectOutputPrefix + name + ".answer.*",
+		events.ClaimAllSubject, events.ClaimSubjectPrefix + "*",
+		"$SRV.PING.>", "$SRV.INFO.>"}
+	if role == RoleFacade {
+		services = append(services, events.AnswerSubject(events.AnswerSubjectPrefix+"*", events.AnswerAsCaller, name))
+	}
+	// The catalogue, the state of the MCP servers and discovery commands
+	// behind it (toolbus tools list) and the pushed policy, read one
+	// message at a time or the last of each key: JetStream's direct get,
+	// which answers only the requester and writes nothing. Creating a
+	// consumer is not among them: its deliver subject would be the
+	// caller's to choose, in the services account.
+	for _, b := range []string{events.CatalogBucket, events.PolicyBucket, events.MCPStatusBucket, events.DiscoveryStatusBucket} {
+		services = append(services, "$JS.API.STREAM.INFO.KV_"+b, "$JS.API.DIRECT.GET.KV_"+b, "$JS.API.DIRECT.GET.KV_"+b+".>")
+	}
+	streams := []string{events.CatalogLiveSubject + ".>"}
+	inbox := identity.InboxPrefix(name) + ".>"
+	p := perms{}
+	p.pub(inbox) // a caller's note to itself (invoke.Client's fence)
+	p.jsInfo()   // its own account's, which has no JetStream: how bus.Connect tells
+	for _, s := range services {
+		p.pub(LocalSubject(s))
+	}
+	p.sub(inbox)
+	p.sub(streams...)
+	return Grant{Account: name, Permissions: p.permissions(), Services: services, Streams: streams}
+}
 
 // ParseRole reads a role's name.
 func ParseRole(s string) (Role, error) {
@@ -87,11 +165,13 @@ func Permissions(role Role, name string) *server.Permissions {
 		p.sub(events.InvokeSubject("*"), events.InvokeBatchSubject("*"), events.ExecSubjectPrefix+"*",
 			events.Request(events.SubjectCancel), events.CancelSubject("*"), events.ClaimAllSubject, events.ClaimSubjectPrefix+"*",
 			events.AnswerSubjectPrefix+">", events.Request(events.SubjectDiscoverPrefix+"*"), events.Request(events.SubjectMCPDiscoverPrefix+"*"), "$SRV.>",
-			events.OutputSubject("*"),
+			events.OutputSubject("*"), events.SubjectOutputPrefix+"*.answer.*",
 			events.SubjectCatalogChanged) // to hear that the registry took it for lost
 		// Results, heartbeats and progress go to the callers' inboxes,
-		// many per call: an executor may publish to any inbox.
-		p.pub("_INBOX.>",
+		// many per call: an executor may publish to any inbox of the
+		// services account, and answer requests from other accounts on
+		// the reply subjects the bus made for them (_R_).
+		p.pub("_INBOX.>", "_R_.>",
 			// The records of the requests it takes.
 			events.SubjectInvoke+".*", events.SubjectInvokeBatch+".*", events.SubjectCancel, events.SubjectCancel+".*",
 			events.SubjectDiscoverPrefix+"*", events.SubjectMCPDiscoverPrefix+"*",
@@ -128,19 +208,9 @@ func Permissions(role Role, name string) *server.Permissions {
 		p.respond()
 		p.jsInfo()
 		p.readStream(events.AuditStream)
-	case RoleAgent:
-		// Its calls' stored outputs it reads through an executor, which
-		// gives a principal only its own: no object store can be
-		// confined to some of its objects.
-		p.pub(events.InvokeSubject(name), events.InvokeBatchSubject(name), events.CancelSubject(name), events.CallerResultSubject(name), events.OutputSubject(name),
-			events.ClaimAllSubject, events.ClaimSubjectPrefix+"*",
-			events.AnswerSubject(events.AnswerSubjectPrefix+"*", events.AnswerAsCaller, name),
-			"$SRV.PING.>", "$SRV.INFO.>")
-		p.respond()
-		p.jsInfo()
-		// The catalogue and the state of the MCP servers and discovery
-		// commands behind it (toolbus tools list), the pushed policy.
-		p.readKV(events.CatalogBucket, events.PolicyBucket, events.MCPStatusBucket, events.DiscoveryStatusBucket)
+	case RoleAgent, RoleFacade:
+		// They live in accounts of their own: GrantOf.
+		return GrantOf(role, name).Permissions
 	}
 	return p.permissions()
 }
@@ -189,6 +259,10 @@ func (p *perms) readStreamFiltered(s string, subjects ...string) {
 func (p *perms) readKV(buckets ...string) {
 	for _, b := range buckets {
 		p.readStream("KV_" + b)
+		if b == events.CatalogBucket {
+			// Where its changes are republished: bus.Watch.
+			p.sub(events.CatalogLiveSubject + ".>")
+		}
 	}
 }
 

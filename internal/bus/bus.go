@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/identity"
 )
 
@@ -192,9 +193,21 @@ func (b *Bus) awaitAudit(ctx context.Context, cfg Config) error {
 	if b.principal != "" && b.srv == nil {
 		// A member of a fleet leaves the audit stream to the bus: its
 		// identity may not even look at it. It waits for the cluster's
-		// JetStream all the same, asking what every identity may ask.
+		// JetStream all the same.
 		return untilJetStream(ctx, b.log, true, func(ctx context.Context) error {
 			_, err := b.js.AccountInfo(ctx)
+			if errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
+				// A member in an account of its own (internal/auth) has
+				// no JetStream there: it reaches the services account's
+				// under its prefix, where it may look up the catalogue,
+				// found or not once JetStream is up.
+				if b.js, err = jetstream.NewWithAPIPrefix(b.nc, events.ServicesAPIPrefix); err != nil {
+					return err
+				}
+				if _, err = b.js.Stream(ctx, "KV_"+events.CatalogBucket); errors.Is(err, jetstream.ErrStreamNotFound) {
+					err = nil
+				}
+			}
 			return err
 		})
 	}

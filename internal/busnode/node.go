@@ -293,11 +293,11 @@ func serverOptions(cfg Config) (*server.Options, error) {
 		opts.TLSTimeout = 2
 	}
 	if cfg.AuthConfig != "" {
-		users, err := auth.ServerUsers(cfg.AuthConfig)
+		accounts, users, err := auth.ServerAccounts(cfg.AuthConfig)
 		if err != nil {
 			return nil, fmt.Errorf("embedded bus: %w", err)
 		}
-		opts.Nkeys = users
+		opts.Accounts, opts.Nkeys = accounts, users
 		opts.NoAuthUser = cfg.AnonymousKey
 	}
 	if cfg.StoreKey != "" {
@@ -358,14 +358,14 @@ func (n *Node) ReloadIdentities() (int, error) {
 	if n.authConfig == "" {
 		return 0, errors.New("bus: not a server with identities")
 	}
-	users, err := auth.ServerUsers(n.authConfig)
+	accounts, users, err := auth.ServerAccounts(n.authConfig)
 	if err != nil {
 		return 0, fmt.Errorf("bus: reload identities: %w", err)
 	}
 	n.reloadMu.Lock()
 	defer n.reloadMu.Unlock()
 	next := *n.opts
-	next.Nkeys = users
+	next.Accounts, next.Nkeys = accounts, users
 	if err := n.srv.ReloadOptions(&next); err != nil {
 		return 0, fmt.Errorf("bus: reload identities: %w", err)
 	}

@@ -26,6 +26,7 @@ func BucketConfig() jetstream.KeyValueConfig {
 		Description: "toolbus tool catalogue in shards of catalogue entries, written by the registry",
 		History:     1,
 		Storage:     jetstream.FileStorage,
+		RePublish:   &jetstream.RePublish{Source: "$KV." + events.CatalogBucket + ".>", Destination: events.CatalogLiveSubject + ".>"},
 	}
 }
 
@@ -60,7 +61,7 @@ func Load(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (*Catal
 	// goroutine waiting on it.
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	set, w, err := start(ctx, wctx, kv, log, false)
+	set, w, err := start(ctx, wctx, js, kv, log)
 	if err != nil {
 		return nil, err
 	}
@@ -70,16 +71,15 @@ func Load(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (*Catal
 
 // start reads every shard of the catalogue. It returns them and the
 // watcher, which goes on delivering changes after them until wctx ends;
-// ctx bounds only the initial read.
-func start(ctx, wctx context.Context, kv jetstream.KeyValue, log *slog.Logger, follow bool) (*shardSet, jetstream.KeyWatcher, error) {
-	var opts []jetstream.WatchOpt
-	if !follow {
-		opts = append(opts, jetstream.IgnoreDeletes())
-	}
-	w, err := kv.WatchAll(wctx, opts...)
+// ctx bounds only the initial read. The watcher is bus.Watch's, which
+// makes no consumer: an agent may read the catalogue but not make
+// consumers in the account that holds it.
+func start(ctx, wctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, log *slog.Logger) (*shardSet, jetstream.KeyWatcher, error) {
+	w, err := bus.Watch(ctx, js, kv.Bucket(), events.CatalogLiveSubject)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read catalogue: %w", err)
 	}
+	context.AfterFunc(wctx, func() { w.Stop() })
 	// Shards are decoded as they arrive, by workers beside the receive
 	// loop (decoding in the loop would hold up the watcher's flow
 	// control). A shard that comes again before the end is decoded again;
@@ -184,7 +184,7 @@ func Follow(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (*Rep
 		return nil, fmt.Errorf("catalogue bucket: %w", err)
 	}
 	wctx, stop := context.WithCancel(context.Background())
-	set, w, err := start(ctx, wctx, kv, log, true)
+	set, w, err := start(ctx, wctx, js, kv, log)
 	if err != nil {
 		stop()
 		return nil, err

@@ -1,6 +1,9 @@
 package events
 
-import "strings"
+import (
+	"encoding/base64"
+	"strings"
+)
 
 // Reading a stored output. The whole output of a call whose result was
 // capped is kept in the object store OutputBucket, with the principal of
@@ -14,10 +17,15 @@ import "strings"
 // The executor answers on the request's reply subject with a stream of
 // messages, each with the OutputHeader saying what it is:
 //   - OutputChunk: the next bytes of the output, OutputSeqHeader its
-//     number from 1. Every OutputWindow-th chunk carries a reply subject;
-//     the executor sends no further chunk until the reader answers it
-//     (OutputMore to go on, OutputStop to end the read), so a slow reader
-//     is never flooded;
+//     number from 1, OutputReadHeader the read's token and ExecutorHeader
+//     the executor sending it. After every OutputWindow-th chunk the
+//     executor sends no further chunk until the reader answers on
+//     OutputAnswerSubject(principal, executor) with the read's token in
+//     OutputReadHeader (OutputMore to go on, OutputStop to end the read),
+//     so a slow reader is never flooded. The answer is a request of its
+//     own, not a reply to the chunk: the chunks come to a reader in
+//     another account (an agent's) on the way back the bus made for its
+//     request, which carries no reply subject the other way;
 //   - OutputEnd: the output is whole; the data is an OutputDone;
 //   - OutputFailed: the read failed; the data is the reason. An output
 //     that is not there and one that is another's fail alike, so a
@@ -33,14 +41,21 @@ func OutputSubject(principal string) string {
 	return SubjectOutputPrefix + principalToken(principal)
 }
 
+// OutputAnswerSubject is where principal answers the windows of a read
+// that executor serves.
+func OutputAnswerSubject(principal, executor string) string {
+	return SubjectOutputPrefix + principalToken(principal) + ".answer." + base64.RawURLEncoding.EncodeToString([]byte(executor))
+}
+
 // OutputOwnerKey is the object metadata key naming the principal an
 // output belongs to.
 const OutputOwnerKey = "toolbus-owner"
 
 // The headers of an output read's messages.
 const (
-	OutputHeader    = "Toolbus-Output"
-	OutputSeqHeader = "Toolbus-Output-Seq"
+	OutputHeader     = "Toolbus-Output"
+	OutputSeqHeader  = "Toolbus-Output-Seq"
+	OutputReadHeader = "Toolbus-Output-Read"
 )
 
 // The kinds of message of an output read (OutputHeader), and the answers

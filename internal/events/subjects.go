@@ -172,6 +172,16 @@ const (
 	// CatalogBucket is the KV bucket holding the catalogue: its Tool
 	// entries in shards, one entry per line (internal/catalog says how).
 	CatalogBucket = "TOOLBUS_CATALOG"
+	// CatalogLiveSubject + "." + key is where the bus republishes each
+	// change of the catalogue bucket once stored, with its stream
+	// sequence: readers that may not make a consumer of the bucket (the
+	// agents) follow it there (JetStream's RePublish).
+	CatalogLiveSubject = "toolbus.live.catalog"
+	// ServicesAPIPrefix is where a member in an account of its own (an
+	// agent, the MCP facade) sends the JetStream API requests it may
+	// send to the services account, which holds the streams: its own
+	// account's $JS.API is its own JetStream, which it has none of.
+	ServicesAPIPrefix = "$JS.TOOLBUS.API"
 	// OutputBucket is the object store holding whole outputs that were too
 	// long for a result, named by invocation id.
 	OutputBucket = "TOOLBUS_OUTPUTS"

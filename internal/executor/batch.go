@@ -214,6 +214,7 @@ func (e *Executor) respondBatch(reply, owner string, res *events.BatchResult) {
 	if err != nil {
 		e.log.Error("batch result not sent", "batch", res.BatchID, "err", err)
 	}
+	e.endAnswers(reply)
 }
 
 // errBatchAbandoned ends a batch whose caller gave up: its calls still

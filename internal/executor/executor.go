@@ -213,7 +213,8 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 	home, _ := os.UserHomeDir()
 	e := &Executor{cfg: cfg, nc: nc, js: js, id: cfg.Identity, log: cfg.Logger, home: home, observer: cfg.Observer,
 		hosting:     hosting{sets: make(map[string]*toolSet)},
-		outputStore: outputStore{storing: semaphore.NewWeighted(storeInFlight), reads: make(chan struct{}, outputReadsAtOnce)},
+		outputStore: outputStore{storing: semaphore.NewWeighted(storeInFlight), reads: make(chan struct{}, outputReadsAtOnce),
+			readers: map[string]int{}, readsByToken: map[string]*outputRead{}},
 		running:     make(map[string]*call), batches: make(map[string]batchRun),
 		workers: newWorkers(workerIdle), stopping: make(chan struct{})}
 	defer func() {
@@ -297,6 +298,7 @@ func (e *Executor) subscribe() error {
 		{events.SubjectCatalogChanged, "", e.handleCatalogChanged},
 		{events.ClaimSubject(e.id.ID), "", e.handleClaim},
 		{events.OutputSubject("*"), queueGroup, e.handleOutputRead},
+		{events.OutputAnswerSubject("*", e.id.ID), "", e.handleOutputAnswer},
 	}
 	for _, h := range handlers {
 		sub, err := e.nc.QueueSubscribe(h.subject, h.queue, h.handle)

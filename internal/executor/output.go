@@ -27,6 +27,10 @@ type outputStore struct {
 	bulk    *nats.Conn            // the connection whole outputs take
 	storing *semaphore.Weighted   // bytes on their way to outputs
 	reads   chan struct{}         // a token for each output read being served
+	// Under Executor.mu: the reads served or waiting, by principal, and
+	// those served, by token (outputread.go).
+	readers      map[string]int
+	readsByToken map[string]*outputRead
 }
 
 // What keeps results within what the bus carries: capOutput caps every

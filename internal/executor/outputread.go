@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
 	"github.com/toolbus/toolbus/internal/events"
 )
@@ -26,6 +29,11 @@ const outputChunk = 128 << 10
 // outputReadsAtOnce bounds the reads an executor serves at once; a read
 // beyond them waits its turn.
 const outputReadsAtOnce = 16
+
+// outputReadsPerPrincipal bounds the reads one principal may have served
+// or waiting at an executor; one more is refused at once. A reader that
+// asks and never reads cannot hold every slot, nor queue without end.
+const outputReadsPerPrincipal = 4
 
 // outputReaderWait is how long an executor waits for a reader to take a
 // window before it gives the read up.
@@ -52,6 +60,7 @@ func (e *Executor) handleOutputRead(m *nats.Msg) {
 	req, err := events.Decode[events.OutputRequest](m.Data)
 	if err != nil {
 		e.failRead(m.Reply, "malformed output request: "+err.Error())
+		endAnswers(e.nc, m.Reply)
 		return
 	}
 	principal := e.principalOf(m, false)
@@ -63,10 +72,24 @@ func (e *Executor) handleOutputRead(m *nats.Msg) {
 		return
 	default:
 	}
+	if e.readers[principal] >= outputReadsPerPrincipal {
+		e.mu.Unlock()
+		e.failRead(m.Reply, fmt.Sprintf("%d reads of yours are served or waiting already: finish one first", outputReadsPerPrincipal))
+		endAnswers(e.nc, m.Reply)
+		return
+	}
+	e.readers[principal]++
 	e.wg.Add(1)
 	e.mu.Unlock()
 	go func() {
 		defer e.wg.Done()
+		defer func() {
+			e.mu.Lock()
+			if e.readers[principal]--; e.readers[principal] == 0 {
+				delete(e.readers, principal)
+			}
+			e.mu.Unlock()
+		}()
 		select {
 		case e.reads <- struct{}{}:
 			defer func() { <-e.reads }()
@@ -74,10 +97,44 @@ func (e *Executor) handleOutputRead(m *nats.Msg) {
 			e.failRead(m.Reply, errShutdown.Error())
 			return
 		}
+		// The end goes the way the last message went: the chunks and
+		// their end over the bulk connection, a failure over the other.
 		if reason := e.sendOutput(m.Reply, principal, req.Name); reason != "" {
 			e.failRead(m.Reply, reason)
+			endAnswers(e.nc, m.Reply)
+		} else {
+			endAnswers(e.bulk, m.Reply)
 		}
 	}()
+}
+
+// handleOutputAnswer takes a reader's answer to a window and hands it
+// to its read, if the read is of the principal that answers.
+func (e *Executor) handleOutputAnswer(m *nats.Msg) {
+	token := m.Header.Get(events.OutputReadHeader)
+	// toolbus.output.<principal>.answer.<executor>
+	principal := events.Unproven
+	if e.cfg.IdentitiesEnforced {
+		if parts := strings.Split(m.Subject, "."); len(parts) == 5 {
+			principal = parts[2]
+		}
+	}
+	e.mu.Lock()
+	r := e.readsByToken[token]
+	e.mu.Unlock()
+	if r == nil || r.principal != principal {
+		return
+	}
+	select {
+	case r.answers <- string(m.Data):
+	default:
+	}
+}
+
+// outputRead is a read being served, as its reader's answers find it.
+type outputRead struct {
+	principal string
+	answers   chan string
 }
 
 // sendOutput streams output name to reply, window by window, and says
@@ -109,40 +166,38 @@ func (e *Executor) sendOutput(reply, principal, name string) string {
 		return events.OutputNotYours
 	}
 	// Outputs go over the bulk connection, as they are stored, so that a
-	// large one does not hold up the calls' messages. The window's
-	// answers come to an inbox of this read's, and so does the server's
-	// "no responders" for each chunk sent once the reader is gone: room
-	// for a window of those.
-	answers := make(chan *nats.Msg, events.OutputWindow+2)
-	inbox := e.bulk.NewInbox()
-	sub, err := e.bulk.ChanSubscribe(inbox+".*", answers)
-	if err != nil {
-		return "the executor cannot take the reader's answers: " + err.Error()
-	}
-	defer sub.Unsubscribe()
+	// large one does not hold up the calls' messages. The reader's
+	// answers find the read by its token (handleOutputAnswer).
+	token := nuid.Next()
+	read := &outputRead{principal: principal, answers: make(chan string, 2)}
+	e.mu.Lock()
+	e.readsByToken[token] = read
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		delete(e.readsByToken, token)
+		e.mu.Unlock()
+	}()
 
 	buf := make([]byte, outputChunk)
 	for seq := 1; ; seq++ {
 		n, err := io.ReadFull(obj, buf)
 		if n > 0 {
-			// Every chunk carries a reply subject of its own, so that a
-			// reader that stops early can say so at once; it answers
-			// the last of a window to go on. Of its own: a member that
-			// may only answer what it is sent may answer each reply
-			// subject once, and the server counts the deliveries of a
-			// reused one against that.
+			// A reader that stops early may say so at any chunk; it
+			// answers the last of a window to go on.
 			select {
-			case <-answers: // a stop, or no responders: the reader is gone
+			case <-read.answers:
 				return "the reader stopped"
 			default:
 			}
-			m := &nats.Msg{Subject: reply, Reply: inbox + "." + strconv.Itoa(seq), Data: buf[:n], Header: nats.Header{
-				events.OutputHeader: {events.OutputChunk}, events.OutputSeqHeader: {strconv.Itoa(seq)}}}
+			m := &nats.Msg{Subject: reply, Data: buf[:n], Header: nats.Header{
+				events.OutputHeader: {events.OutputChunk}, events.OutputSeqHeader: {strconv.Itoa(seq)},
+				events.OutputReadHeader: {token}, events.ExecutorHeader: {e.id.ID}}}
 			if perr := e.bulk.PublishMsg(m); perr != nil {
 				return "the chunk was not sent: " + perr.Error()
 			}
 			if seq%events.OutputWindow == 0 {
-				if reason := e.awaitReader(answers); reason != "" {
+				if reason := e.awaitReader(read.answers); reason != "" {
 					return reason
 				}
 			}
@@ -165,12 +220,12 @@ func (e *Executor) sendOutput(reply, principal, name string) string {
 
 // awaitReader waits for the reader to take a window: "" to go on, else
 // why the read ends.
-func (e *Executor) awaitReader(answers <-chan *nats.Msg) string {
+func (e *Executor) awaitReader(answers <-chan string) string {
 	t := time.NewTimer(outputReaderWait)
 	defer t.Stop()
 	select {
 	case a := <-answers:
-		if string(a.Data) == events.OutputMore {
+		if a == events.OutputMore {
 			return ""
 		}
 		return "the reader stopped"

@@ -782,6 +782,7 @@ func (c *call) end(how ending) {
 			if err := e.nc.Publish(c.reply, data); err != nil {
 				e.log.Error("result not sent", "invocation", res.InvocationID, "err", err)
 			}
+			e.endAnswers(c.reply)
 			e.sent.keep(c.inv.ID, c.reply, c.principal, data)
 		}
 		c.sent = !late
@@ -808,6 +809,22 @@ func (e *Executor) respondRaw(reply string, res *events.Result) {
 	}
 	if err := e.nc.Publish(reply, data); err != nil {
 		e.log.Error("result not sent", "invocation", res.InvocationID, "err", err)
+	}
+	e.endAnswers(reply)
+}
+
+// endAnswers ends the answers to a request that came from another
+// account (an agent's, internal/auth): the bus keeps the way back to
+// its requester open until an empty message closes it, or until it has
+// carried nothing for a while. Closed at once, the calls of a busy
+// fleet do not pile up in the bus's memory.
+func (e *Executor) endAnswers(reply string) { endAnswers(e.nc, reply) }
+
+// endAnswers is Executor.endAnswers on nc, the connection the answers
+// took: on another, the end could overtake them.
+func endAnswers(nc *nats.Conn, reply string) {
+	if strings.HasPrefix(reply, "_R_.") {
+		_ = nc.Publish(reply, nil)
 	}
 }
 

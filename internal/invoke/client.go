@@ -126,6 +126,9 @@ func (c *Client) Close() error {
 func (c *Client) start() error {
 	c.once.Do(func() {
 		c.sub, c.err = c.nc.Subscribe(c.prefix+"*", func(m *nats.Msg) {
+			if len(m.Data) == 0 && len(m.Header) == 0 {
+				return // the end of an executor's answers (Executor.endAnswers)
+			}
 			c.mu.Lock()
 			p := c.calls[m.Subject[len(c.prefix):]]
 			c.mu.Unlock()

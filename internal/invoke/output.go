@@ -34,7 +34,7 @@ func (c *Client) ReadOutput(ctx context.Context, name string) (io.ReadCloser, er
 	}
 	// Room for a window and its end: a reader that lags pauses the
 	// executor, and the server never drops a chunk for want of room.
-	r := &outputReader{name: name, msgs: make(chan *nats.Msg, events.OutputWindow+2)}
+	r := &outputReader{c: c, name: name, msgs: make(chan *nats.Msg, events.OutputWindow+2)}
 	r.ctx, r.cancel = context.WithCancel(ctx)
 	if r.sub, err = c.nc.ChanSubscribe(c.nc.NewInbox(), r.msgs); err != nil {
 		r.cancel()
@@ -54,6 +54,7 @@ func (c *Client) ReadOutput(ctx context.Context, name string) (io.ReadCloser, er
 
 // outputReader reads an output as its executor sends it.
 type outputReader struct {
+	c      *Client
 	name   string
 	sub    *nats.Subscription
 	msgs   chan *nats.Msg
@@ -72,7 +73,7 @@ type outputReader struct {
 func (r *outputReader) next() error {
 	if r.ack != nil {
 		// The window is read: the executor may send the next.
-		if err := r.ack.Respond([]byte(events.OutputMore)); err != nil {
+		if err := r.answer(r.ack, events.OutputMore); err != nil {
 			return r.fail(fmt.Errorf("read output %q: %w", r.name, err))
 		}
 		if r.last == r.ack {
@@ -123,6 +124,12 @@ func (r *outputReader) next() error {
 	return r.fail(fmt.Errorf("read output %q: a message that is no part of a read", r.name))
 }
 
+// answer answers the window chunk m ends, at the executor that sent it.
+func (r *outputReader) answer(m *nats.Msg, answer string) error {
+	return r.c.nc.PublishMsg(&nats.Msg{Subject: events.OutputAnswerSubject(r.c.principal, m.Header.Get(events.ExecutorHeader)),
+		Header: nats.Header{events.OutputReadHeader: {m.Header.Get(events.OutputReadHeader)}}, Data: []byte(answer)})
+}
+
 // fail ends the read with err and returns it.
 func (r *outputReader) fail(err error) error {
 	r.err = err
@@ -146,8 +153,8 @@ func (r *outputReader) Read(p []byte) (int, error) {
 
 // Close ends the read; the executor sending it hears it stop.
 func (r *outputReader) Close() error {
-	if r.err == nil && r.last != nil && r.last.Reply != "" {
-		r.last.Respond([]byte(events.OutputStop))
+	if r.err == nil && r.last != nil {
+		r.answer(r.last, events.OutputStop)
 	}
 	if r.err == nil {
 		r.fail(errors.New("read output: closed"))

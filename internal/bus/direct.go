@@ -1,0 +1,256 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// A member that lives in an account of its own (an agent, the MCP
+// facade: internal/auth) may not make consumers in the services account,
+// whose deliver subject would be its to choose. It reads a bucket with
+// JetStream's direct get, which answers only the requester and writes
+// nothing, and follows it on the subject the bucket republishes its
+// changes to. Watch is the bucket's WatchAll made of the two.
+
+// ErrNoStream means the stream asked for is not on the bus.
+var ErrNoStream = errors.New("no such stream on the bus")
+
+// StoredMsg is one message of a stream, as direct get gives it.
+type StoredMsg struct {
+	Subject  string
+	Sequence uint64
+	Time     time.Time
+	Header   nats.Header
+	Data     []byte
+}
+
+// LastOfEach reads the last message of each subject under filter that
+// stream holds, in stream order, and the stream's last sequence when it
+// read them: what a watcher already has when it starts from there.
+func LastOfEach(ctx context.Context, js jetstream.JetStream, stream, filter string) ([]*StoredMsg, uint64, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+	}
+	var (
+		out  []*StoredMsg
+		upTo uint64
+		from uint64
+	)
+	for {
+		req := map[string]any{"multi_last": []string{filter}}
+		if upTo > 0 {
+			// The next page, of the same view of the stream.
+			req["seq"], req["up_to_seq"] = from, upTo
+		}
+		page, eob, err := directGet(ctx, js, stream, req)
+		if err != nil {
+			return nil, 0, err
+		}
+		out = append(out, page...)
+		if eob == nil {
+			return out, upTo, nil // no message under filter
+		}
+		upTo, _ = strconv.ParseUint(eob.Get("Nats-UpTo-Sequence"), 10, 64)
+		if eob.Get("Nats-Num-Pending") == "0" || len(page) == 0 {
+			return out, upTo, nil
+		}
+		from = page[len(page)-1].Sequence + 1
+	}
+}
+
+// directGet sends one direct get of stream and gathers its answers until
+// the end of the batch. eob is the end's header; nil when nothing
+// matched.
+func directGet(ctx context.Context, js jetstream.JetStream, stream string, req any) (msgs []*StoredMsg, eob nats.Header, err error) {
+	nc := js.Conn()
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	inbox := nc.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer sub.Unsubscribe()
+	if err := nc.PublishMsg(&nats.Msg{Subject: apiPrefix(js) + "DIRECT.GET." + stream, Reply: inbox, Data: body, Header: nats.Header{}}); err != nil {
+		return nil, nil, err
+	}
+	for {
+		m, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			return nil, nil, fmt.Errorf("direct get of %s: %w", stream, err)
+		}
+		switch status := m.Header.Get("Status"); status {
+		case "":
+		case "204":
+			return msgs, m.Header, nil
+		case "404":
+			return msgs, nil, nil
+		case "503":
+			return nil, nil, fmt.Errorf("%w: %s", ErrNoStream, stream)
+		default:
+			return nil, nil, fmt.Errorf("direct get of %s: status %s %s", stream, status, m.Header.Get("Description"))
+		}
+		seq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+		if err != nil {
+			return nil, nil, fmt.Errorf("direct get of %s: a message without its sequence", stream)
+		}
+		at, _ := time.Parse(time.RFC3339Nano, m.Header.Get(jetstream.TimeStampHeaer))
+		msgs = append(msgs, &StoredMsg{Subject: m.Header.Get(jetstream.SubjectHeader), Sequence: seq, Time: at, Header: m.Header, Data: m.Data})
+	}
+}
+
+// apiPrefix is where js sends its JetStream API requests, with the dot.
+func apiPrefix(js jetstream.JetStream) string {
+	p := js.Options().APIPrefix
+	if p == "" {
+		return "$JS.API."
+	}
+	return strings.TrimSuffix(p, ".") + "."
+}
+
+// Watch follows bucket like its WatchAll, for a reader that may only
+// direct-get it: every key's last value, then a nil entry, then each
+// change as the bucket republishes it on live + "." + key, which only
+// those stored after the values read are taken from. ctx bounds the
+// first read; Stop ends the watch.
+func Watch(ctx context.Context, js jetstream.JetStream, bucket, live string) (jetstream.KeyWatcher, error) {
+	nc := js.Conn()
+	w := &directWatcher{updates: make(chan jetstream.KeyValueEntry, 256), stopped: make(chan struct{})}
+	// Changes are taken from before the read, so none falls between;
+	// they wait in the subscription's queue, which has no bound: a
+	// change dropped would be a key left stale.
+	changes := make(chan *nats.Msg, 1)
+	var (
+		mu      sync.Mutex
+		waiting []*nats.Msg
+	)
+	sub, err := nc.Subscribe(live+".>", func(m *nats.Msg) {
+		mu.Lock()
+		waiting = append(waiting, m)
+		mu.Unlock()
+		select {
+		case changes <- nil:
+		default:
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		sub.Unsubscribe()
+		return nil, err
+	}
+	msgs, upTo, err := LastOfEach(ctx, js, "KV_"+bucket, "$KV."+bucket+".>")
+	if err != nil {
+		sub.Unsubscribe()
+		return nil, err
+	}
+	w.sub = sub
+	w.done.Add(1)
+	go func() {
+		defer w.done.Done()
+		defer close(w.updates)
+		defer sub.Unsubscribe()
+		prefix := "$KV." + bucket + "."
+		for _, m := range msgs {
+			if !w.send(entryOf(bucket, strings.TrimPrefix(m.Subject, prefix), m.Sequence, m.Time, m.Header, m.Data)) {
+				return
+			}
+		}
+		if !w.send(nil) {
+			return
+		}
+		for {
+			select {
+			case <-w.stopped:
+				return
+			case <-changes:
+			}
+			mu.Lock()
+			batch := waiting
+			waiting = nil
+			mu.Unlock()
+			for _, m := range batch {
+				seq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+				if err != nil || seq <= upTo {
+					continue
+				}
+				upTo = seq
+				at, _ := time.Parse(time.RFC3339Nano, m.Header.Get(jetstream.TimeStampHeaer))
+				if !w.send(entryOf(bucket, strings.TrimPrefix(m.Subject, live+"."), seq, at, m.Header, m.Data)) {
+					return
+				}
+			}
+		}
+	}()
+	return w, nil
+}
+
+type directWatcher struct {
+	sub      *nats.Subscription
+	updates  chan jetstream.KeyValueEntry
+	stopped  chan struct{}
+	stopOnce sync.Once
+	done     sync.WaitGroup
+}
+
+func (w *directWatcher) send(e jetstream.KeyValueEntry) bool {
+	select {
+	case w.updates <- e:
+		return true
+	case <-w.stopped:
+		return false
+	}
+}
+
+// Updates implements jetstream.KeyWatcher.
+func (w *directWatcher) Updates() <-chan jetstream.KeyValueEntry { return w.updates }
+
+// Stop implements jetstream.KeyWatcher; it waits for the watcher's
+// goroutine to end.
+func (w *directWatcher) Stop() error {
+	w.stopOnce.Do(func() { close(w.stopped) })
+	w.done.Wait()
+	return nil
+}
+
+// entryOf is a stored message of a bucket as its entry.
+func entryOf(bucket, key string, seq uint64, at time.Time, h nats.Header, data []byte) jetstream.KeyValueEntry {
+	op := jetstream.KeyValuePut
+	switch h.Get("KV-Operation") {
+	case "DEL":
+		op = jetstream.KeyValueDelete
+	case "PURGE":
+		op = jetstream.KeyValuePurge
+	}
+	return &entry{bucket: bucket, key: key, value: data, revision: seq, created: at, op: op}
+}
+
+type entry struct {
+	bucket, key string
+	value       []byte
+	revision    uint64
+	created     time.Time
+	op          jetstream.KeyValueOp
+}
+
+func (e *entry) Bucket() string                  { return e.bucket }
+func (e *entry) Key() string                     { return e.key }
+func (e *entry) Value() []byte                   { return e.value }
+func (e *entry) Revision() uint64                { return e.revision }
+func (e *entry) Created() time.Time              { return e.created }
+func (e *entry) Delta() uint64                   { return 0 }
+func (e *entry) Operation() jetstream.KeyValueOp { return e.op }
