@@ -212,10 +212,10 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 	}
 	home, _ := os.UserHomeDir()
 	e := &Executor{cfg: cfg, nc: nc, js: js, id: cfg.Identity, log: cfg.Logger, home: home, observer: cfg.Observer,
-		hosting:     hosting{sets: make(map[string]*toolSet)},
+		hosting: hosting{sets: make(map[string]*toolSet)},
 		outputStore: outputStore{storing: semaphore.NewWeighted(storeInFlight), reads: make(chan struct{}, outputReadsAtOnce),
 			readers: map[string]int{}, readsByToken: map[string]*outputRead{}},
-		running:     make(map[string]*call), batches: make(map[string]batchRun),
+		running: make(map[string]*call), batches: make(map[string]batchRun),
 		workers: newWorkers(workerIdle), stopping: make(chan struct{})}
 	defer func() {
 		switch {
