@@ -196,16 +196,17 @@ func (b *Bus) awaitAudit(ctx context.Context, cfg Config) error {
 		// JetStream all the same.
 		return untilJetStream(ctx, b.log, true, func(ctx context.Context) error {
 			_, err := b.js.AccountInfo(ctx)
-			if errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
+			if errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) || errors.Is(err, jetstream.ErrJetStreamNotEnabled) {
 				// A member in an account of its own (internal/auth) has
 				// no JetStream there: it reaches the services account's
 				// under its prefix, where it may look up the catalogue,
 				// found or not once JetStream is up.
-				if b.js, err = jetstream.NewWithAPIPrefix(b.nc, events.ServicesAPIPrefix); err != nil {
-					return err
+				js, perr := jetstream.NewWithAPIPrefix(b.nc, events.ServicesAPIPrefix)
+				if perr != nil {
+					return perr
 				}
-				if _, err = b.js.Stream(ctx, "KV_"+events.CatalogBucket); errors.Is(err, jetstream.ErrStreamNotFound) {
-					err = nil
+				if _, err = js.Stream(ctx, "KV_"+events.CatalogBucket); err == nil || errors.Is(err, jetstream.ErrStreamNotFound) {
+					b.js, err = js, nil
 				}
 			}
 			return err

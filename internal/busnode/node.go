@@ -358,19 +358,26 @@ func (n *Node) ReloadIdentities() (int, error) {
 	if n.authConfig == "" {
 		return 0, errors.New("bus: not a server with identities")
 	}
-	accounts, users, err := auth.ServerAccounts(n.authConfig)
-	if err != nil {
-		return 0, fmt.Errorf("bus: reload identities: %w", err)
-	}
 	n.reloadMu.Lock()
 	defer n.reloadMu.Unlock()
-	next := *n.opts
-	next.Accounts, next.Nkeys = accounts, users
-	if err := n.srv.ReloadOptions(&next); err != nil {
-		return 0, fmt.Errorf("bus: reload identities: %w", err)
+	// Twice: nats-server wires the service imports of an account that a
+	// reload adds only when a later reload finds it there (the imports
+	// of the accounts it had are wired at once). Each pass reads the
+	// file anew, since the server keeps what it is given.
+	var members int
+	for range 2 {
+		accounts, users, err := auth.ServerAccounts(n.authConfig)
+		if err != nil {
+			return 0, fmt.Errorf("bus: reload identities: %w", err)
+		}
+		next := *n.opts
+		next.Accounts, next.Nkeys = accounts, users
+		if err := n.srv.ReloadOptions(&next); err != nil {
+			return 0, fmt.Errorf("bus: reload identities: %w", err)
+		}
+		n.opts, members = &next, len(users)
 	}
-	n.opts = &next
-	return len(users), nil
+	return members, nil
 }
 
 // serverLog sends nats-server's log to slog, and its fatal errors to the
