@@ -60,7 +60,10 @@ outside_workspace := sort([p | some p in input.paths; not in_workspace_or_harmle
 # Off for the kinds that destroy or run things: those go to the fleet's
 # approvers, whom a prompt-injected agent cannot reach through its own
 # client (some clients answer elicitations without asking anyone). An edit
-# is shown to that person as its diff.
+# is shown to that person as its diff. Off too for discovered tools (the
+# project's own code, run with the agent's arguments) and for a call a
+# user's hook asked a person about: the hook asked for a person, and the
+# agent's client may be no person at all.
 elicitation_off_kinds := {"delete", "move", "execute"}
 
 default elicitation_allowed := false
@@ -68,6 +71,8 @@ default elicitation_allowed := false
 elicitation_allowed if {
 	not input.tool.kind in elicitation_off_kinds
 	not input.shell
+	input.tool.source != "discovered"
+	not input.hookAsked
 }
 
 # An agent user answers for the calls of the agent and session they are in

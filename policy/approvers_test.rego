@@ -110,6 +110,21 @@ test_elicitation_is_allowed_for_edits_and_fetches_not_for_destructive_kinds if {
 	not toolbus.elicitation_allowed with input as shell_call(["/w"])
 }
 
+# Fixed answers: a discovered tool of a kind that is otherwise open to the
+# agent's user, and an edit a hook asked about, are the fleet's approvers'.
+test_elicitation_is_off_for_discovered_tools if {
+	toolbus.elicitation_allowed with input as object.union(agent_call("lint", "other"), {"tool": {"name": "lint", "kind": "other", "source": "builtin"}})
+	not toolbus.elicitation_allowed with input as object.union(agent_call("lint", "other"), {"tool": {"name": "lint", "kind": "other", "source": "discovered"}})
+	not toolbus.elicitation_allowed with input as object.union(agent_call("lint", "read"), {"tool": {"name": "lint", "kind": "read", "source": "discovered"}})
+}
+
+test_elicitation_is_off_for_calls_a_hook_asked_about if {
+	toolbus.elicitation_allowed with input as object.union(agent_call("write_file", "edit"), {"hookAsked": false})
+	not toolbus.elicitation_allowed with input as object.union(agent_call("write_file", "edit"), {"hookAsked": true})
+	inp := object.union(agent_call("write_file", "edit"), {"hookAsked": true})
+	not toolbus.approver_allowed with input as answered(inp, agent_user, "proceed_once")
+}
+
 test_the_agent_user_may_allow_once_or_cancel_their_agents_call if {
 	inp := agent_call("write_file", "edit")
 	toolbus.approver_allowed with input as answered(inp, agent_user, "proceed_once")

@@ -257,10 +257,30 @@ func auditRow(r *audit.Record) []string {
 		verdict = "-"
 	}
 	duration := "-"
-	if r.Outcome != audit.OutcomePending {
+	if r.Executor != "" {
 		duration = (time.Duration(r.DurationMillis) * time.Millisecond).String()
 	}
-	return []string{r.Time.Local().Format(time.DateTime), r.ID, r.Tool, r.Caller.ID, verdict, approver, r.Outcome, duration, oneLine(r.Reason, 60)}
+	return []string{r.Time.Local().Format(time.DateTime), r.ID, r.Tool, r.Caller.ID, verdict, approver, outcomeText(r), duration, oneLine(r.Reason, 60)}
+}
+
+// outcomeText is a record's outcome with what stands beside it: the
+// caller's own record, foreign records, a reused id.
+func outcomeText(r *audit.Record) string {
+	out := r.Outcome
+	if c := r.CallerRecord; c != nil {
+		out += " (caller's own record: " + c.Outcome
+		if c.BeforeCall {
+			out += ", made before the call"
+		}
+		out += ")"
+	}
+	if r.ForeignRecords > 0 {
+		out += fmt.Sprintf(" (%d foreign records ignored)", r.ForeignRecords)
+	}
+	if r.ReusedID {
+		out += " (reused id)"
+	}
+	return out
 }
 
 func writeStory(w io.Writer, r *audit.Record) error {
@@ -273,10 +293,29 @@ func writeStory(w io.Writer, r *audit.Record) error {
 		fmt.Fprintf(bw, "policy:    %s (revision %s): %s\n", r.Verdict, r.PolicyRevision, r.Reason)
 	}
 	fmt.Fprintf(bw, "outcome:   %s", r.Outcome)
-	if r.Executor != "" {
-		fmt.Fprintf(bw, " from %s after %s", r.Executor, time.Duration(r.DurationMillis)*time.Millisecond)
+	switch {
+	case r.Executor != "":
+		fmt.Fprintf(bw, " from executor %s after %s", r.Executor, time.Duration(r.DurationMillis)*time.Millisecond)
+		if r.AfterGiveUp {
+			fmt.Fprint(bw, ", after the caller gave up")
+		}
+	default:
+		fmt.Fprint(bw, ": no executor ended the call")
 	}
 	fmt.Fprintln(bw)
+	if c := r.CallerRecord; c != nil {
+		fmt.Fprintf(bw, "caller's own record (the caller's word, not the executor's): %s from %s", c.Outcome, c.Sender)
+		if c.BeforeCall {
+			fmt.Fprint(bw, ", recorded before the call was made")
+		}
+		fmt.Fprintln(bw)
+	}
+	if r.ForeignRecords > 0 {
+		fmt.Fprintf(bw, "foreign records: %d results for this id recorded by another principal than the caller, ignored\n", r.ForeignRecords)
+	}
+	if r.ReusedID {
+		fmt.Fprintf(bw, "reused id: %s used this id for an earlier call\n", r.Principal)
+	}
 	for _, e := range r.Events {
 		fmt.Fprintf(bw, "  #%-8d %s  %-22s %-22s %s\n", e.Seq, e.Time.Local().Format("15:04:05.000"), e.Type, e.Sender, e.Summary)
 	}

@@ -544,19 +544,20 @@ func TestConfirmJSON(t *testing.T) {
 	call := startCall(t, url, "write_file", `{"file_path":`+jsonString(ws+"/script.txt")+`,"content":"by a script\n"}`)
 	req := next("request")
 	id, _ := req["invocationId"].(string)
+	to, _ := req["answerTo"].(string)
 	inner, _ := req["request"].(map[string]any)
-	if id == "" || inner["tool"] != "write_file" || !strings.Contains(fmt.Sprint(inner["diff"]), "+by a script") || req["deadline"] == nil {
+	if id == "" || to == "" || inner["tool"] != "write_file" || !strings.Contains(fmt.Sprint(inner["diff"]), "+by a script") || req["deadline"] == nil {
 		t.Fatalf("request line: %v", req)
 	}
 	io.WriteString(stdin, "this is not JSON\n")
 	if e := next("error"); e["line"] != float64(1) || !strings.Contains(fmt.Sprint(e["error"]), "not an answer") {
 		t.Errorf("error line: %v", e)
 	}
-	io.WriteString(stdin, `{"invocationId":"`+id+`","outcome":"proceed_sometimes"}`+"\n")
+	io.WriteString(stdin, `{"answerTo":"`+to+`","outcome":"proceed_sometimes"}`+"\n")
 	if e := next("error"); !strings.Contains(fmt.Sprint(e["error"]), "unknown outcome") {
 		t.Errorf("error line for an unknown outcome: %v", e)
 	}
-	io.WriteString(stdin, `{"invocationId":"`+id+`","outcome":"proceed_once"}`+"\n")
+	io.WriteString(stdin, `{"answerTo":"`+to+`","outcome":"proceed_once"}`+"\n")
 	if ack := next("ack"); ack["accepted"] != true || ack["invocationId"] != id {
 		t.Errorf("ack line: %v", ack)
 	}

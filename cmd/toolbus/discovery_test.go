@@ -50,9 +50,9 @@ func scriptApprover(t *testing.T, url string, tools ...string) {
 		sc.Buffer(nil, 1<<20)
 		for sc.Scan() {
 			var line struct {
-				Event        string `json:"event"`
-				InvocationID string `json:"invocationId"`
-				Request      struct {
+				Event    string `json:"event"`
+				AnswerTo string `json:"answerTo"`
+				Request  struct {
 					Tool string `json:"tool"`
 				} `json:"request"`
 			}
@@ -63,7 +63,7 @@ func scriptApprover(t *testing.T, url string, tools ...string) {
 			case line.Event == "ready":
 				close(ready)
 			case line.Event == "request" && strings.Contains(" "+strings.Join(tools, " ")+" ", " "+line.Request.Tool+" "):
-				io.WriteString(stdin, `{"invocationId":"`+line.InvocationID+`","outcome":"proceed_once"}`+"\n")
+				io.WriteString(stdin, `{"answerTo":"`+line.AnswerTo+`","outcome":"proceed_once"}`+"\n")
 			}
 		}
 	}()

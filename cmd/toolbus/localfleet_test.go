@@ -311,6 +311,7 @@ func restartEverything(t *testing.T, dir, agent string, node func(int) string, s
 			var ev struct {
 				Event        string                 `json:"event"`
 				InvocationID string                 `json:"invocationId"`
+				AnswerTo     string                 `json:"answerTo"`
 				Request      *events.ConfirmRequest `json:"request"`
 			}
 			if dec.Decode(&ev) != nil {
@@ -323,7 +324,7 @@ func restartEverything(t *testing.T, dir, agent string, node func(int) string, s
 			case ev.Event == "ready":
 				close(ready)
 			case ev.Event == "request" && ev.Request != nil && len(ev.Request.Always) > 0:
-				fmt.Fprintf(stdin, "{\"invocationId\":%q,\"outcome\":%q}\n", ev.InvocationID, ev.Request.Always[0].Outcome)
+				fmt.Fprintf(stdin, "{\"answerTo\":%q,\"outcome\":%q}\n", ev.AnswerTo, ev.Request.Always[0].Outcome)
 			}
 		}
 	}()

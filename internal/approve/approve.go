@@ -105,16 +105,37 @@ type State struct {
 	Recent []Request
 }
 
-// Find returns the request of an invocation, pending or recent.
-func (s State) Find(invocationID string) (Request, bool) {
+// Find returns the request whose AnswerTo is answerTo, pending or
+// recent. Requests are known by their AnswerTo, each request's own
+// token: an invocation id is the caller's choice, and another caller's
+// request may carry the same one.
+func (s State) Find(answerTo string) (Request, bool) {
 	for _, list := range [][]Request{s.Pending, s.Recent} {
 		for _, r := range list {
-			if r.InvocationID == invocationID {
+			if r.AnswerTo == answerTo {
 				return r, true
 			}
 		}
 	}
 	return Request{}, false
+}
+
+// OfInvocation returns the requests that name invocationID, pending
+// ones first, newest first in each list: to show a call's story, never
+// to answer by (two callers may use one id).
+func (s State) OfInvocation(invocationID string) []Request {
+	var out []Request
+	for i := len(s.Pending) - 1; i >= 0; i-- {
+		if s.Pending[i].InvocationID == invocationID {
+			out = append(out, s.Pending[i])
+		}
+	}
+	for _, r := range s.Recent {
+		if r.InvocationID == invocationID {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // Answer is what a person decided.
@@ -127,8 +148,8 @@ type Answer struct {
 	Message string
 }
 
-// ErrNotPending is returned by Answer for an invocation that is not
-// waiting for an answer (unknown, answered already, or ended).
+// ErrNotPending is returned by Answer for a request that is not waiting
+// for an answer (unknown, answered already, or ended).
 var ErrNotPending = errors.New("approve: the call is not waiting for an answer")
 
 // ErrNotOffered is returned by Answer for an "always" answer the request
@@ -146,13 +167,15 @@ type Approver struct {
 	cons jetstream.ConsumeContext
 	live *nats.Subscription // the confirmation subjects as they are sent
 
-	mu      sync.Mutex
-	byID    map[string]*Request
-	pending []*Request // oldest first
-	recent  []*Request // newest first
-	changed chan struct{}
-	ready   chan struct{} // closed once the stream's backlog is read
-	isReady bool
+	mu sync.Mutex
+	// byAnswerTo holds the requests pending and recent by their
+	// AnswerTo: a request never takes another's place.
+	byAnswerTo map[string]*Request
+	pending    []*Request // oldest first
+	recent     []*Request // newest first
+	changed    chan struct{}
+	ready      chan struct{} // closed once the stream's backlog is read
+	isReady    bool
 	// applied holds the envelope ids of the events applied lately, in
 	// the order applied: each event comes twice (live and from the
 	// stream), and a copy of one round's answer must not end the next.
@@ -207,7 +230,7 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	a := &Approver{nc: nc, cfg: cfg, log: cfg.Logger, byID: map[string]*Request{}, changed: make(chan struct{}), applied: map[string]struct{}{},
+	a := &Approver{nc: nc, cfg: cfg, log: cfg.Logger, byAnswerTo: map[string]*Request{}, changed: make(chan struct{}), applied: map[string]struct{}{},
 		ready: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
 	defer func() {
 		if err != nil {
@@ -340,32 +363,30 @@ func (a *Approver) Snapshot() (State, <-chan struct{}) {
 	return s, a.changed
 }
 
-// Answer sends an answer to the invocation's confirmation request as this
-// approver and returns the executor's acknowledgement: Accepted, or why
+// Answer sends an answer to the confirmation request whose AnswerTo is
+// answerTo, as this approver, and returns the executor's acknowledgement: Accepted, or why
 // not (the policy does not let this approver answer this call; it was
 // answered first by another). ErrNotPending: nothing waits for an answer;
 // ErrNotOffered: an "always" the request does not offer; an error
 // wrapping events.ErrInvalid: the answer breaks the contract (a modify
 // without an object, a message too long).
-func (a *Approver) Answer(ctx context.Context, invocationID string, ans Answer) (*events.ConfirmAck, error) {
+func (a *Approver) Answer(ctx context.Context, answerTo string, ans Answer) (*events.ConfirmAck, error) {
 	a.mu.Lock()
-	r, ok := a.byID[invocationID]
-	var to string
-	offered := false
-	if ok && r.Pending() {
-		to = r.AnswerTo
+	r, ok := a.byAnswerTo[answerTo]
+	var invocationID string
+	offered, pending := false, ok && r.Pending()
+	if pending {
+		invocationID = r.InvocationID
 		offered = slices.ContainsFunc(r.Always, func(o events.AlwaysOption) bool { return o.Outcome == ans.Outcome })
 	}
 	a.mu.Unlock()
-	if !ok || !r.Pending() {
+	if answerTo == "" || !pending {
 		return nil, ErrNotPending
 	}
 	if ans.Outcome.Always() && !offered {
 		return nil, fmt.Errorf("%w: %s", ErrNotOffered, ans.Outcome)
 	}
-	if to == "" {
-		return nil, errors.New("approve: the request names no subject to answer to (an executor from before answers were acknowledged)")
-	}
+	to := answerTo
 	msg := &events.ConfirmAnswer{Header: events.Header{Sender: a.cfg.Identity}, InvocationID: invocationID,
 		Outcome: ans.Outcome, Args: ans.Args, Message: ans.Message}
 	data, err := events.Encode(msg)
@@ -412,20 +433,16 @@ func (a *Approver) apply(subject string, data []byte) {
 			a.log.Warn("approve: ignoring a confirmation request that does not decode", "err", err)
 			return
 		}
-		if !a.firstCopy(req.ID) {
-			return // a copy
+		if req.AnswerTo == "" || a.byAnswerTo[req.AnswerTo] != nil || !a.firstCopy(req.ID) {
+			// A copy, or one that cannot be answered: every request
+			// has a token of its own, and none takes another's place.
+			return
 		}
-		if old := a.byID[req.InvocationID]; old != nil && old.Pending() {
-			// Another request for a call that waits: a new round,
-			// whose earlier one ended unseen (its answer on its way
-			// still, or missed while reconnecting).
-			old.Closed = &events.ConfirmClosed{InvocationID: old.InvocationID, Reason: "asked again"}
-			a.end(old, req.Time)
-		}
-		// A request for an invocation whose earlier request ended is a new
-		// round: its arguments were modified and judged again.
+		// Each round of a call (arguments modified and judged again)
+		// is a request of its own; an earlier round ended with the
+		// answer that modified it, or ends at its deadline.
 		r := &Request{ConfirmRequest: *req, Deadline: req.Time.Add(time.Duration(req.DeadlineMillis) * time.Millisecond)}
-		a.byID[req.InvocationID] = r
+		a.byAnswerTo[req.AnswerTo] = r
 		a.pending = append(a.pending, r)
 		changed = true
 	case events.SubjectConfirmAnswered:
@@ -434,7 +451,7 @@ func (a *Approver) apply(subject string, data []byte) {
 			a.log.Warn("approve: ignoring an answered event that does not decode", "err", err)
 			return
 		}
-		if r := a.byID[ans.InvocationID]; r != nil && r.Pending() && a.firstCopy(ans.ID) {
+		if r := a.byAnswerTo[ans.AnswerTo]; r != nil && r.Pending() && r.InvocationID == ans.InvocationID && a.firstCopy(ans.ID) {
 			r.Answer = ans
 			changed = a.end(r, ans.Time)
 		}
@@ -444,7 +461,7 @@ func (a *Approver) apply(subject string, data []byte) {
 			a.log.Warn("approve: ignoring a rejected event that does not decode", "err", err)
 			return
 		}
-		if r := a.byID[rej.InvocationID]; r != nil && a.firstCopy(rej.ID) {
+		if r := a.byAnswerTo[rej.AnswerTo]; r != nil && r.InvocationID == rej.InvocationID && a.firstCopy(rej.ID) {
 			r.Rejected = append(r.Rejected, *rej)
 			changed = true
 		}
@@ -454,7 +471,7 @@ func (a *Approver) apply(subject string, data []byte) {
 			a.log.Warn("approve: ignoring a closed event that does not decode", "err", err)
 			return
 		}
-		if r := a.byID[cl.InvocationID]; r != nil && r.Pending() && a.firstCopy(cl.ID) {
+		if r := a.byAnswerTo[cl.AnswerTo]; r != nil && r.Pending() && r.InvocationID == cl.InvocationID && a.firstCopy(cl.ID) {
 			r.Closed = cl
 			changed = a.end(r, cl.Time)
 		}
@@ -492,9 +509,7 @@ func (a *Approver) end(r *Request, at time.Time) bool {
 	a.recent = slices.Insert(a.recent, 0, r)
 	if len(a.recent) > a.cfg.Keep {
 		for _, old := range a.recent[a.cfg.Keep:] {
-			if a.byID[old.InvocationID] == old {
-				delete(a.byID, old.InvocationID)
-			}
+			delete(a.byAnswerTo, old.AnswerTo)
 		}
 		a.recent = a.recent[:a.cfg.Keep]
 	}

@@ -52,9 +52,29 @@ func waitFor(t *testing.T, a *approve.Approver, what string, ok func(approve.Sta
 	}
 }
 
+// find is the newest request of invocation id.
+func find(s approve.State, id string) (approve.Request, bool) {
+	rs := s.OfInvocation(id)
+	if len(rs) == 0 {
+		return approve.Request{}, false
+	}
+	return rs[0], true
+}
+
+// answer answers, as a, the newest request of invocation id, by its own
+// AnswerTo.
+func answer(a *approve.Approver, id string, ans approve.Answer) (*events.ConfirmAck, error) {
+	s, _ := a.Snapshot()
+	r, ok := find(s, id)
+	if !ok {
+		return nil, approve.ErrNotPending
+	}
+	return a.Answer(context.Background(), r.AnswerTo, ans)
+}
+
 func pending(id string) func(approve.State) bool {
 	return func(s approve.State) bool {
-		r, ok := s.Find(id)
+		r, ok := find(s, id)
 		return ok && r.Pending()
 	}
 }
@@ -99,7 +119,7 @@ func TestApproveOnceAndTheOthersSeeWhoAnswered(t *testing.T) {
 	done := call(f, "inv-once", "write_file", `{"file_path":"notes.md","content":"one\ntwo\n"}`)
 
 	s := waitFor(t, ada, "the request", pending("inv-once"))
-	req, _ := s.Find("inv-once")
+	req, _ := find(s, "inv-once")
 	if req.Tool != "write_file" || req.Caller.ID != "agent:test" || !strings.Contains(req.Diff, "+one") || req.AnswerTo == "" {
 		t.Fatalf("the request lacks what an approver needs: %+v", req)
 	}
@@ -108,7 +128,7 @@ func TestApproveOnceAndTheOthersSeeWhoAnswered(t *testing.T) {
 	}
 	waitFor(t, bob, "the request at bob's", pending("inv-once"))
 
-	ack, err := ada.Answer(context.Background(), "inv-once", approve.Answer{Outcome: events.ProceedOnce})
+	ack, err := answer(ada, "inv-once", approve.Answer{Outcome: events.ProceedOnce})
 	if err != nil || !ack.Accepted {
 		t.Fatalf("ada's answer: %+v %v", ack, err)
 	}
@@ -119,17 +139,17 @@ func TestApproveOnceAndTheOthersSeeWhoAnswered(t *testing.T) {
 		t.Errorf("the file: %q %v", data, err)
 	}
 	s = waitFor(t, bob, "bob seeing ada's answer", func(s approve.State) bool {
-		r, ok := s.Find("inv-once")
+		r, ok := find(s, "inv-once")
 		return ok && r.Answer != nil
 	})
-	if r, _ := s.Find("inv-once"); r.Answer.Sender.ID != "approver:ada" || r.Answer.Outcome != events.ProceedOnce || r.Status() != "proceed_once by approver:ada" {
+	if r, _ := find(s, "inv-once"); r.Answer.Sender.ID != "approver:ada" || r.Answer.Outcome != events.ProceedOnce || r.Status() != "proceed_once by approver:ada" {
 		t.Errorf("bob sees %q", r.Status())
 	}
 	if len(s.Pending) != 0 || len(s.Recent) != 1 {
 		t.Errorf("bob's queue: %d pending, %d recent", len(s.Pending), len(s.Recent))
 	}
 	// Too late: nothing waits any more.
-	if _, err := bob.Answer(context.Background(), "inv-once", approve.Answer{Outcome: events.Cancel}); !errors.Is(err, approve.ErrNotPending) {
+	if _, err := answer(bob, "inv-once", approve.Answer{Outcome: events.Cancel}); !errors.Is(err, approve.ErrNotPending) {
 		t.Errorf("a late answer: %v", err)
 	}
 }
@@ -143,10 +163,10 @@ func TestAnApproverStartedLaterSeesWhatWaits(t *testing.T) {
 	waitFor(t, early, "the request", pending("inv-later"))
 
 	late := seat(t, f, "approver:late")
-	if _, ok := func() (approve.Request, bool) { s, _ := late.Snapshot(); return s.Find("inv-later") }(); !ok {
+	if _, ok := func() (approve.Request, bool) { s, _ := late.Snapshot(); return find(s, "inv-later") }(); !ok {
 		t.Fatal("an approver started after the request does not have it once Start returns")
 	}
-	ack, err := late.Answer(context.Background(), "inv-later", approve.Answer{Outcome: events.Cancel, Message: "write it to b.txt instead"})
+	ack, err := answer(late, "inv-later", approve.Answer{Outcome: events.Cancel, Message: "write it to b.txt instead"})
 	if err != nil || !ack.Accepted {
 		t.Fatalf("answer: %+v %v", ack, err)
 	}
@@ -174,7 +194,7 @@ func TestAnswersThePolicyRefusesDecideNothing(t *testing.T) {
 	}
 	defer self.Stop()
 	waitFor(t, self, "the request", pending("inv-self"))
-	ack, err := self.Answer(context.Background(), "inv-self", approve.Answer{Outcome: events.ProceedAlways})
+	ack, err := answer(self, "inv-self", approve.Answer{Outcome: events.ProceedAlways})
 	if err != nil || ack.Accepted || !strings.Contains(ack.Reason, "nobody may approve a call they made") {
 		t.Fatalf("the caller approving its own call: %+v %v", ack, err)
 	}
@@ -185,22 +205,22 @@ func TestAnswersThePolicyRefusesDecideNothing(t *testing.T) {
 	}
 	defer other.Stop()
 	waitFor(t, other, "the request", pending("inv-self"))
-	if ack, err := other.Answer(context.Background(), "inv-self", approve.Answer{Outcome: events.ProceedOnce}); err != nil || ack.Accepted || !strings.Contains(ack.Reason, "only the approver role may answer") {
+	if ack, err := answer(other, "inv-self", approve.Answer{Outcome: events.ProceedOnce}); err != nil || ack.Accepted || !strings.Contains(ack.Reason, "only the approver role may answer") {
 		t.Fatalf("an agent answering: %+v %v", ack, err)
 	}
 	// Both refusals are on record, and the call still waits.
 	s := waitFor(t, watcher, "the refusals", func(s approve.State) bool {
-		r, ok := s.Find("inv-self")
+		r, ok := find(s, "inv-self")
 		return ok && len(r.Rejected) == 2
 	})
-	if r, _ := s.Find("inv-self"); !r.Pending() || r.Rejected[0].Answer.Sender.ID != "agent:test" {
+	if r, _ := find(s, "inv-self"); !r.Pending() || r.Rejected[0].Answer.Sender.ID != "agent:test" {
 		t.Errorf("after the refusals: %s %+v", r.Status(), r.Rejected)
 	}
 	if _, err := os.Stat(filepath.Join(f.Workspace.Root(), "a.txt")); err == nil {
 		t.Fatal("a refused approval wrote the file")
 	}
 	// Nothing was remembered from the refused "always".
-	ack, err = watcher.Answer(context.Background(), "inv-self", approve.Answer{Outcome: events.ProceedOnce})
+	ack, err = answer(watcher, "inv-self", approve.Answer{Outcome: events.ProceedOnce})
 	if err != nil || !ack.Accepted {
 		t.Fatalf("the watcher's answer: %+v %v", ack, err)
 	}
@@ -211,7 +231,7 @@ func TestAnswersThePolicyRefusesDecideNothing(t *testing.T) {
 	// left no allowlist entry.
 	again := call(f, "inv-again", "write_file", `{"file_path":"a.txt","content":"y"}`)
 	waitFor(t, watcher, "the second request", pending("inv-again"))
-	if ack, err := watcher.Answer(context.Background(), "inv-again", approve.Answer{Outcome: events.Cancel}); err != nil || !ack.Accepted {
+	if ack, err := answer(watcher, "inv-again", approve.Answer{Outcome: events.Cancel}); err != nil || !ack.Accepted {
 		t.Fatalf("cancel: %+v %v", ack, err)
 	}
 	if res := result(t, again); errType(res) != events.ErrUserCancelled {
@@ -231,7 +251,7 @@ decision := {"verdict": "ASK_USER", "reason": "asking", "remember": false}
 	a := seat(t, f, "approver:ada")
 	done := call(f, "inv-norule", "read_file", `{"file_path":"README.md"}`)
 	waitFor(t, a, "the request", pending("inv-norule"))
-	ack, err := a.Answer(context.Background(), "inv-norule", approve.Answer{Outcome: events.ProceedOnce})
+	ack, err := answer(a, "inv-norule", approve.Answer{Outcome: events.ProceedOnce})
 	if err != nil || ack.Accepted || !strings.Contains(ack.Reason, "defines no data.toolbus.approver_allowed") {
 		t.Fatalf("answer: %+v %v", ack, err)
 	}
@@ -239,10 +259,10 @@ decision := {"verdict": "ASK_USER", "reason": "asking", "remember": false}
 		t.Errorf("the call: %s %q", errType(res), res.LLMContent)
 	}
 	s := waitFor(t, a, "the closed request", func(s approve.State) bool {
-		r, ok := s.Find("inv-norule")
+		r, ok := find(s, "inv-norule")
 		return ok && r.Closed != nil
 	})
-	if r, _ := s.Find("inv-norule"); r.Closed.ErrorType != events.ErrConfirmationTimeout {
+	if r, _ := find(s, "inv-norule"); r.Closed.ErrorType != events.ErrConfirmationTimeout {
 		t.Errorf("closed as %s", r.Closed.ErrorType)
 	}
 }
@@ -255,18 +275,18 @@ func TestModifyAsksAgainWithTheNewArguments(t *testing.T) {
 	a := seat(t, f, "approver:ada")
 	done := call(f, "inv-mod", "write_file", `{"file_path":"a.txt","content":"first"}`)
 	waitFor(t, a, "the request", pending("inv-mod"))
-	ack, err := a.Answer(context.Background(), "inv-mod", approve.Answer{Outcome: events.ModifyWithEditor, Args: json.RawMessage(`{"file_path":"b.txt","content":"second"}`)})
+	ack, err := answer(a, "inv-mod", approve.Answer{Outcome: events.ModifyWithEditor, Args: json.RawMessage(`{"file_path":"b.txt","content":"second"}`)})
 	if err != nil || !ack.Accepted {
 		t.Fatalf("modify: %+v %v", ack, err)
 	}
 	s := waitFor(t, a, "the second round", func(s approve.State) bool {
-		r, ok := s.Find("inv-mod")
+		r, ok := find(s, "inv-mod")
 		return ok && r.Pending() && strings.Contains(string(r.Args), "b.txt")
 	})
-	if r, _ := s.Find("inv-mod"); !strings.Contains(r.Diff, "+second") {
+	if r, _ := find(s, "inv-mod"); !strings.Contains(r.Diff, "+second") {
 		t.Errorf("the second round's diff: %q", r.Diff)
 	}
-	if ack, err := a.Answer(context.Background(), "inv-mod", approve.Answer{Outcome: events.ProceedOnce}); err != nil || !ack.Accepted {
+	if ack, err := answer(a, "inv-mod", approve.Answer{Outcome: events.ProceedOnce}); err != nil || !ack.Accepted {
 		t.Fatalf("approve: %+v %v", ack, err)
 	}
 	if res := result(t, done); errType(res) != "" {
@@ -288,7 +308,7 @@ func TestShellRequestsCarryFlagsAndAlways(t *testing.T) {
 	a := seat(t, f, "approver:ada")
 	done := call(f, "inv-sh", "run_shell_command", `{"command":"git status && ls /etc > out.txt"}`)
 	s := waitFor(t, a, "the request", pending("inv-sh"))
-	r, _ := s.Find("inv-sh")
+	r, _ := find(s, "inv-sh")
 	if r.Command != "git status && ls /etc > out.txt" {
 		t.Errorf("command %q", r.Command)
 	}
@@ -301,13 +321,13 @@ func TestShellRequestsCarryFlagsAndAlways(t *testing.T) {
 		t.Errorf("flags %+v lack %v", r.Flagged, want)
 	}
 	// An "always" the policy did not offer never reaches the executor.
-	if _, err := a.Answer(context.Background(), "inv-sh", approve.Answer{Outcome: events.ProceedAlwaysServer}); !errors.Is(err, approve.ErrNotOffered) {
+	if _, err := answer(a, "inv-sh", approve.Answer{Outcome: events.ProceedAlwaysServer}); !errors.Is(err, approve.ErrNotOffered) {
 		t.Errorf("an always not offered: %v", err)
 	}
-	if _, err := a.Answer(context.Background(), "inv-sh", approve.Answer{Outcome: events.ModifyWithEditor, Args: json.RawMessage(`[1]`)}); !errors.Is(err, events.ErrInvalid) {
+	if _, err := answer(a, "inv-sh", approve.Answer{Outcome: events.ModifyWithEditor, Args: json.RawMessage(`[1]`)}); !errors.Is(err, events.ErrInvalid) {
 		t.Errorf("a modify without an object: %v", err)
 	}
-	if _, err := a.Answer(context.Background(), "inv-sh", approve.Answer{Outcome: events.Cancel}); err != nil {
+	if _, err := answer(a, "inv-sh", approve.Answer{Outcome: events.Cancel}); err != nil {
 		t.Fatal(err)
 	}
 	result(t, done)
@@ -323,7 +343,7 @@ func TestAnswerSubjectUnderAttack(t *testing.T) {
 	a := seat(t, f, "approver:ada")
 	done := call(f, "inv-attack", "write_file", `{"file_path":"a.txt","content":"x"}`)
 	s := waitFor(t, a, "the request", pending("inv-attack"))
-	req, _ := s.Find("inv-attack")
+	req, _ := find(s, "inv-attack")
 	nc := bustest.Connect(t, f.Bus).Conn()
 	send := func(data []byte) *events.ConfirmAck {
 		t.Helper()
@@ -357,15 +377,15 @@ func TestAnswerSubjectUnderAttack(t *testing.T) {
 			t.Fatal("the caller's own answer was accepted")
 		}
 	}
-	ack, err := a.Answer(context.Background(), "inv-attack", approve.Answer{Outcome: events.Cancel, Message: "no"})
+	ack, err := answer(a, "inv-attack", approve.Answer{Outcome: events.Cancel, Message: "no"})
 	if err != nil || !ack.Accepted {
 		t.Fatalf("the real answer: %+v %v", ack, err)
 	}
 	if res := result(t, done); errType(res) != events.ErrUserCancelled {
 		t.Errorf("the call: %s", errType(res))
 	}
-	s = waitFor(t, a, "the call ended", func(s approve.State) bool { r, ok := s.Find("inv-attack"); return ok && !r.Pending() })
-	if r, _ := s.Find("inv-attack"); len(r.Rejected) != 20 {
+	s = waitFor(t, a, "the call ended", func(s approve.State) bool { r, ok := find(s, "inv-attack"); return ok && !r.Pending() })
+	if r, _ := find(s, "inv-attack"); len(r.Rejected) != 20 {
 		t.Errorf("%d refusals on record, want the bound of 20", len(r.Rejected))
 	}
 }
@@ -388,13 +408,13 @@ func TestRequestsComeLiveAndFromTheStreamOnce(t *testing.T) {
 	if err := nc.Publish(events.SubjectConfirm, request); err != nil {
 		t.Fatal(err)
 	}
-	if ack, err := ada.Answer(context.Background(), "inv-live", approve.Answer{Outcome: events.ProceedOnce}); err != nil || !ack.Accepted {
+	if ack, err := answer(ada, "inv-live", approve.Answer{Outcome: events.ProceedOnce}); err != nil || !ack.Accepted {
 		t.Fatalf("the answer: %+v %v", ack, err)
 	}
 	if res := result(t, done); errType(res) != "" {
 		t.Fatalf("the approved call failed: %+v", res.Error)
 	}
-	waitFor(t, ada, "the answer, live", func(s approve.State) bool { r, ok := s.Find("inv-live"); return ok && r.Answer != nil })
+	waitFor(t, ada, "the answer, live", func(s approve.State) bool { r, ok := find(s, "inv-live"); return ok && r.Answer != nil })
 	// The copy of the request that ended, once more, and a fence behind
 	// it: a request of another call, which must be the only one pending.
 	if err := nc.Publish(events.SubjectConfirm, request); err != nil {
@@ -405,7 +425,7 @@ func TestRequestsComeLiveAndFromTheStreamOnce(t *testing.T) {
 	if len(s.Pending) != 1 || len(s.Recent) != 1 {
 		t.Errorf("after copies: %d pending, %d recent; want the next call pending and the first ended once", len(s.Pending), len(s.Recent))
 	}
-	ada.Answer(context.Background(), "inv-after", approve.Answer{Outcome: events.Cancel})
+	answer(ada, "inv-after", approve.Answer{Outcome: events.Cancel})
 	result(t, other)
 }
 

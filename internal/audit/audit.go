@@ -46,10 +46,10 @@ type Query struct {
 
 // Record is one invocation and what happened to it.
 type Record struct {
-	// principal is the token of the subject the invocation came on: a
-	// caller's cancel and its own record of a result count only for its
-	// own calls.
-	principal string
+	// Principal is the token of the subject the invocation came on: who
+	// the bus says sent it ("_" when nobody vouches). Invocation ids are
+	// unique per principal, so a record is its principal and its id.
+	Principal string `json:"principal,omitempty"`
 
 	ID     string          `json:"id"`
 	Time   time.Time       `json:"time"`
@@ -68,11 +68,30 @@ type Record struct {
 	Approver *events.Identity `json:"approver,omitempty"`
 	Answer   events.Outcome   `json:"answer,omitempty"`
 	Rejected int              `json:"rejectedAnswers,omitempty"`
-	// Outcome is OK, the result's error type, or PENDING while the stream
-	// holds no terminal result.
+	// Outcome is OK or the error type of the executor's result, the one
+	// terminal result a call has; NO_EXECUTOR_RESULT when the stream
+	// holds none but the caller's own record (CallerRecord); PENDING
+	// while it holds neither.
 	Outcome string `json:"outcome"`
-	// Executor is who sent the terminal result.
+	// Executor is who sent the terminal result: an executor, always.
 	Executor string `json:"executor,omitempty"`
+	// AfterGiveUp says the executor sent its result after the caller had
+	// given the call up (the result was marked late).
+	AfterGiveUp bool `json:"afterGiveUp,omitempty"`
+	// CallerRecord is what the caller itself recorded of the call: that
+	// it gave up (EXECUTOR_LOST, TIMEOUT, CANCELLED). It is the caller's
+	// word, shown as such, never the call's outcome.
+	CallerRecord *CallerRecord `json:"callerRecord,omitempty"`
+	// ForeignRecords counts records of a result for this id sent by
+	// another principal than the caller: forged, and not joined.
+	ForeignRecords int `json:"foreignRecords,omitempty"`
+	// ReusedID says the invocation came under a principal and id an
+	// earlier, different invocation had: the executor refuses it
+	// (INVOCATION_ID_REUSED). Copies counts the byte-identical copies of
+	// this invocation the stream holds besides it (a record sent again,
+	// a client's retry), which are not calls of their own.
+	ReusedID bool `json:"reusedId,omitempty"`
+	Copies   int  `json:"copies,omitempty"`
 	// DurationMillis is from the invocation to its terminal result.
 	DurationMillis int64  `json:"durationMillis,omitempty"`
 	Error          string `json:"error,omitempty"`
@@ -80,12 +99,16 @@ type Record struct {
 	// OutputRef names the whole output in the output store, when the
 	// result was cut.
 	OutputRef string `json:"outputRef,omitempty"`
-	// LateResults counts results sent after the terminal one.
+	// LateResults counts executors' results sent after the terminal
+	// one.
 	LateResults int `json:"lateResults,omitempty"`
 	// Events is the invocation's timeline, in stream order; Show fills it.
 	Events []Event `json:"events,omitempty"`
 
-	terminal bool // the terminal result is in
+	terminal bool     // the terminal result is in
+	seq      uint64   // the invocation's stream sequence
+	digest   [32]byte // the invocation's SHA-256, which its copies share
+	refused  int      // copies refused as such (INVOCATION_ID_REUSED)
 	// judged are the decisions recorded with their inputs, in stream
 	// order, kept by reads that replay them (whatif, explain).
 	judged []*judgedCall
@@ -119,7 +142,23 @@ func (r *Record) decision() *judgedCall {
 const (
 	OutcomeOK      = "OK"
 	OutcomePending = "PENDING"
+	// OutcomeNoExecutorResult is the outcome of a call no executor sent a
+	// result for, whose caller recorded that it gave up.
+	OutcomeNoExecutorResult = "NO_EXECUTOR_RESULT"
 )
+
+// CallerRecord is a result a caller recorded of its own call, on its own
+// subject (events.CallerResultSubject): what it told its agent when it
+// stopped waiting. The bus vouches only that the caller sent it.
+type CallerRecord struct {
+	Sender  string    `json:"sender"`
+	Time    time.Time `json:"time"`
+	Outcome string    `json:"outcome"`
+	Error   string    `json:"error,omitempty"`
+	// BeforeCall says it was recorded before the invocation was: no
+	// give-up, a caller's record made up ahead of its call.
+	BeforeCall bool `json:"beforeCall,omitempty"`
+}
 
 // Event is one entry of an invocation's timeline.
 type Event struct {
@@ -373,7 +412,7 @@ func Tail(ctx context.Context, js jetstream.JetStream, q Query, f func(*Record))
 				if q.matches(r) {
 					f(r)
 				}
-				delete(j.byID, r.ID)
+				j.forget(r)
 			default:
 				kept = append(kept, r)
 			}

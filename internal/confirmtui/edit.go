@@ -47,7 +47,7 @@ func (m *Model) edit(r approve.Request) tea.Cmd {
 		m.status = styleBad.Render("cannot edit:") + " " + cleanLine(err.Error())
 		return nil
 	}
-	id := r.InvocationID
+	id := r.AnswerTo
 	cmd := exec.Command(argv[0], append(argv[1:], path)...)
 	return tea.ExecProcess(cmd, func(err error) tea.Msg {
 		return editedMsg{id: id, path: path, orig: orig, err: err}

@@ -19,16 +19,20 @@ import (
 // ready, once the approver is registered and executors ask it.
 //
 //	{"event":"ready","approver":"approver:ada"}
-//	{"event":"request","invocationId":"…","request":{…ConfirmRequest…},"deadline":"…"}
-//	{"event":"answered","invocationId":"…","by":"approver:ada","outcome":"proceed_once"}
-//	{"event":"rejected","invocationId":"…","by":"…","outcome":"…","reason":"…"}
-//	{"event":"closed","invocationId":"…","errorType":"CONFIRMATION_TIMEOUT","reason":"…"}
-//	{"event":"ack","invocationId":"…","accepted":true}
-//	{"event":"ack","invocationId":"…","accepted":false,"reason":"…"}
+//	{"event":"request","answerTo":"…","invocationId":"…","request":{…ConfirmRequest…},"deadline":"…"}
+//	{"event":"answered","answerTo":"…","invocationId":"…","by":"approver:ada","outcome":"proceed_once"}
+//	{"event":"rejected","answerTo":"…","invocationId":"…","by":"…","outcome":"…","reason":"…"}
+//	{"event":"closed","answerTo":"…","invocationId":"…","errorType":"CONFIRMATION_TIMEOUT","reason":"…"}
+//	{"event":"ack","answerTo":"…","invocationId":"…","accepted":true}
+//	{"event":"ack","answerTo":"…","invocationId":"…","accepted":false,"reason":"…"}
 //	{"event":"error","line":3,"error":"…"}
 type JSONEvent struct {
-	Event        string                 `json:"event"`
-	Approver     string                 `json:"approver,omitempty"`
+	Event    string `json:"event"`
+	Approver string `json:"approver,omitempty"`
+	// AnswerTo names the request an event is about, and an answer
+	// names it back: the request's own token, never the invocation id,
+	// which two callers may share.
+	AnswerTo     string                 `json:"answerTo,omitempty"`
 	InvocationID string                 `json:"invocationId,omitempty"`
 	Request      *events.ConfirmRequest `json:"request,omitempty"`
 	Deadline     *time.Time             `json:"deadline,omitempty"`
@@ -43,11 +47,12 @@ type JSONEvent struct {
 
 // JSONAnswer is one line `toolbus confirm --json` reads:
 //
-//	{"invocationId":"…","outcome":"proceed_once"}
-//	{"invocationId":"…","outcome":"modify_with_editor","args":{"path":"/w/x"}}
-//	{"invocationId":"…","outcome":"cancel","message":"not that file"}
+//	{"answerTo":"…","invocationId":"…","outcome":"proceed_once"}
+//	{"answerTo":"…","invocationId":"…","outcome":"modify_with_editor","args":{"path":"/w/x"}}
+//	{"answerTo":"…","invocationId":"…","outcome":"cancel","message":"not that file"}
 type JSONAnswer struct {
-	InvocationID string          `json:"invocationId"`
+	AnswerTo     string          `json:"answerTo"`
+	InvocationID string          `json:"invocationId,omitempty"`
 	Outcome      events.Outcome  `json:"outcome"`
 	Args         json.RawMessage `json:"args,omitempty"`
 	Message      string          `json:"message,omitempty"`
@@ -122,21 +127,21 @@ func answerLine(ctx context.Context, seat Seat, w *lineWriter, n int, line []byt
 		return
 	}
 	switch {
-	case a.InvocationID == "":
-		w.write(JSONEvent{Event: "error", Line: n, Error: "invocationId is empty"})
+	case a.AnswerTo == "":
+		w.write(JSONEvent{Event: "error", Line: n, InvocationID: a.InvocationID, Error: "answerTo is empty: name the request by the answerTo of its request line"})
 		return
 	case !a.Outcome.Valid():
-		w.write(JSONEvent{Event: "error", Line: n, InvocationID: a.InvocationID, Error: fmt.Sprintf("unknown outcome %q", a.Outcome)})
+		w.write(JSONEvent{Event: "error", Line: n, AnswerTo: a.AnswerTo, InvocationID: a.InvocationID, Error: fmt.Sprintf("unknown outcome %q", a.Outcome)})
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, answerTimeout)
 	defer cancel()
-	ack, err := seat.Answer(ctx, a.InvocationID, approve.Answer{Outcome: a.Outcome, Args: a.Args, Message: a.Message})
+	ack, err := seat.Answer(ctx, a.AnswerTo, approve.Answer{Outcome: a.Outcome, Args: a.Args, Message: a.Message})
 	if err != nil {
-		w.write(JSONEvent{Event: "error", Line: n, InvocationID: a.InvocationID, Error: err.Error()})
+		w.write(JSONEvent{Event: "error", Line: n, AnswerTo: a.AnswerTo, InvocationID: a.InvocationID, Error: err.Error()})
 		return
 	}
-	w.write(JSONEvent{Event: "ack", InvocationID: a.InvocationID, Accepted: &ack.Accepted, Reason: ack.Reason})
+	w.write(JSONEvent{Event: "ack", AnswerTo: a.AnswerTo, InvocationID: ack.InvocationID, Accepted: &ack.Accepted, Reason: ack.Reason})
 }
 
 // watch prints the queue's changes until ctx ends.
@@ -151,14 +156,14 @@ func watch(ctx context.Context, seat Seat, w *lineWriter) error {
 			if k := round(r); !printed[k] {
 				printed[k] = true
 				req, deadline := r.ConfirmRequest, r.Deadline
-				w.write(JSONEvent{Event: "request", InvocationID: r.InvocationID, Request: &req, Deadline: &deadline})
+				w.write(JSONEvent{Event: "request", AnswerTo: r.AnswerTo, InvocationID: r.InvocationID, Request: &req, Deadline: &deadline})
 			}
 		}
 		for _, list := range [][]approve.Request{state.Pending, state.Recent} {
 			for _, r := range list {
 				k := round(r)
 				for _, rej := range r.Rejected[min(rejections[k], len(r.Rejected)):] {
-					w.write(JSONEvent{Event: "rejected", InvocationID: r.InvocationID, By: rej.Answer.Sender.ID,
+					w.write(JSONEvent{Event: "rejected", AnswerTo: r.AnswerTo, InvocationID: r.InvocationID, By: rej.Answer.Sender.ID,
 						Outcome: rej.Answer.Outcome, Reason: rej.Reason})
 				}
 				rejections[k] = len(r.Rejected)
@@ -174,9 +179,9 @@ func watch(ctx context.Context, seat Seat, w *lineWriter) error {
 			ended[k] = true
 			switch {
 			case r.Answer != nil:
-				w.write(JSONEvent{Event: "answered", InvocationID: r.InvocationID, By: r.Answer.Sender.ID, Outcome: r.Answer.Outcome})
+				w.write(JSONEvent{Event: "answered", AnswerTo: r.AnswerTo, InvocationID: r.InvocationID, By: r.Answer.Sender.ID, Outcome: r.Answer.Outcome})
 			case r.Closed != nil:
-				w.write(JSONEvent{Event: "closed", InvocationID: r.InvocationID, ErrorType: string(r.Closed.ErrorType), Reason: r.Closed.Reason})
+				w.write(JSONEvent{Event: "closed", AnswerTo: r.AnswerTo, InvocationID: r.InvocationID, ErrorType: string(r.Closed.ErrorType), Reason: r.Closed.Reason})
 			}
 		}
 		select {
@@ -200,7 +205,7 @@ func (w *lineWriter) write(e JSONEvent) {
 		// A request whose arguments are not JSON is still reported, so
 		// that a script does not wait for a line that never comes; when
 		// the output itself is gone there is nobody left to tell.
-		w.enc.Encode(JSONEvent{Event: "error", InvocationID: e.InvocationID, //nolint:errcheck
+		w.enc.Encode(JSONEvent{Event: "error", AnswerTo: e.AnswerTo, InvocationID: e.InvocationID, //nolint:errcheck
 			Error: fmt.Sprintf("the %s event does not encode: %v", e.Event, err)})
 	}
 }

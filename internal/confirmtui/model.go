@@ -58,7 +58,7 @@ type Model struct {
 	changed  <-chan struct{}
 	shown    map[string]bool      // requests this view showed as pending
 	endedAt  map[string]time.Time // when this view saw a shown request end
-	selected string               // the selected request's invocation id
+	selected string               // the selected request's AnswerTo
 	index    int                  // its position, kept when it leaves
 	// moved: the selected request left and the next one was selected
 	// for the person, who has not looked at it yet.
@@ -138,11 +138,9 @@ func (m *Model) refresh() {
 	m.keepSelection()
 }
 
-// round names one request of an invocation: a modified call is judged
-// again and may be asked about again, under the same invocation id.
-func round(r approve.Request) string {
-	return fmt.Sprintf("%s/%s/%d", r.InvocationID, r.ID, r.Time.UnixNano())
-}
+// round names one request: each, every round of a modified call
+// included, has an AnswerTo of its own.
+func round(r approve.Request) string { return r.AnswerTo }
 
 // queue is what the list shows: the pending requests, then those that
 // ended a moment ago, marked so, before they leave.
@@ -151,7 +149,7 @@ func (m *Model) queue() []approve.Request {
 	now := m.now()
 	for _, r := range m.state.Recent {
 		at, ok := m.endedAt[round(r)]
-		if ok && now.Sub(at) < linger && !slices.ContainsFunc(q, func(p approve.Request) bool { return p.InvocationID == r.InvocationID }) {
+		if ok && now.Sub(at) < linger && !slices.ContainsFunc(q, func(p approve.Request) bool { return p.AnswerTo == r.AnswerTo }) {
 			q = append(q, r)
 		}
 	}
@@ -165,14 +163,14 @@ func (m *Model) keepSelection() {
 		return
 	}
 	for i, r := range q {
-		if r.InvocationID == m.selected {
+		if r.AnswerTo == m.selected {
 			m.index = i
 			return
 		}
 	}
 	m.moved = m.selected != ""
 	m.index = min(m.index, len(q)-1)
-	m.selected = q[m.index].InvocationID
+	m.selected = q[m.index].AnswerTo
 }
 
 func (m *Model) current() (approve.Request, bool) {
@@ -284,7 +282,7 @@ func (m *Model) move(by int) {
 		return
 	}
 	m.index = max(0, min(len(q)-1, m.index+by))
-	m.selected = q[m.index].InvocationID
+	m.selected = q[m.index].AnswerTo
 	m.moved = false
 }
 
@@ -333,11 +331,11 @@ func (m *Model) fullKey(msg tea.KeyPressMsg) tea.Cmd {
 // answer sends ans in the background; the ack comes back as an ackMsg.
 func (m *Model) answer(r approve.Request, ans approve.Answer) tea.Cmd {
 	m.status = fmt.Sprintf("sending %s for %s…", ans.Outcome, cleanLine(r.Tool))
-	ctx, seat, id := m.ctx, m.seat, r.InvocationID
+	ctx, seat, id, to := m.ctx, m.seat, r.InvocationID, r.AnswerTo
 	return func() tea.Msg {
 		ctx, cancel := context.WithTimeout(ctx, answerTimeout)
 		defer cancel()
-		ack, err := seat.Answer(ctx, id, ans)
+		ack, err := seat.Answer(ctx, to, ans)
 		return ackMsg{id: id, outcome: ans.Outcome, ack: ack, err: err}
 	}
 }
@@ -425,7 +423,7 @@ func (m *Model) queueLines(q []approve.Request, n int) []string {
 			}
 			line = fmt.Sprintf("%-18s %-6s %-24s %s", cleanLine(r.Tool), cleanLine(string(r.Kind)), cleanLine(r.Caller.ID), left)
 		}
-		if r.InvocationID == m.selected {
+		if r.AnswerTo == m.selected {
 			line = styleSelected.Render("> " + line)
 		} else {
 			line = "  " + line

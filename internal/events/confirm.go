@@ -50,8 +50,26 @@ type ConfirmRequest struct {
 	// reply subject, so an approver that reads the request back from the
 	// audit stream (one started after it was sent) can answer it too. An
 	// empty AnswerTo is answered by replying to the message.
+	//
+	// It is the request's own: an unguessable token (128 random bits)
+	// made for this request and this round of it, never the invocation
+	// id, which the caller chooses. Approvers key their requests by it,
+	// and an answer counts only on the AnswerTo of the request it
+	// answers, so a request cannot take another's place in a view.
 	AnswerTo string `json:"answerTo,omitempty"`
+	// Shortened says Args or Command were cut to what an approver is
+	// shown (MaxShownArgs, MaxShownCommand): Args is then a JSON string
+	// holding the first bytes of the arguments. The whole request is in
+	// the invocation's record in the audit stream.
+	Shortened bool `json:"shortened,omitempty"`
 }
+
+// Bounds of what a ConfirmRequest shows, in bytes: one caller's requests
+// are held by every approver, so their size is the executor's to bound.
+const (
+	MaxShownArgs    = 16 << 10
+	MaxShownCommand = 8 << 10
+)
 
 // Flag is one part of a call the policy points an approver at.
 type Flag struct {
@@ -139,6 +157,10 @@ type ConfirmAnswer struct {
 	// Message is the approver's word to the agent: why a call was
 	// cancelled, say. The agent sees it in the result.
 	Message string `json:"message,omitempty"`
+	// AnswerTo is the request answered, set by the executor on the
+	// answer it records on SubjectConfirmAnswered (what an answerer puts
+	// here is overwritten).
+	AnswerTo string `json:"answerTo,omitempty"`
 }
 
 // EnvelopeType implements Envelope.
@@ -192,6 +214,8 @@ type ConfirmRejected struct {
 	InvocationID string        `json:"invocationId"`
 	Answer       ConfirmAnswer `json:"answer"`
 	Reason       string        `json:"reason"`
+	// AnswerTo is the request the refused answer was sent for.
+	AnswerTo string `json:"answerTo,omitempty"`
 }
 
 // EnvelopeType implements Envelope.
@@ -211,6 +235,8 @@ type ConfirmClosed struct {
 	InvocationID string    `json:"invocationId"`
 	ErrorType    ErrorType `json:"errorType"`
 	Reason       string    `json:"reason"`
+	// AnswerTo is the request that closed.
+	AnswerTo string `json:"answerTo,omitempty"`
 }
 
 // EnvelopeType implements Envelope.

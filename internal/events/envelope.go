@@ -60,6 +60,15 @@ type Header struct {
 	ID     string    `json:"id"`
 	Time   time.Time `json:"time"`
 	Sender Identity  `json:"sender"`
+	// Principal is set by an executor on the events it records about a
+	// call (decisions, steps, hook runs, confirmations and their ends,
+	// results): the principal token of the call's caller, read from the
+	// subject the invocation came on. Invocation ids are unique per
+	// principal only, so a reader (the audit join, an approver) tells
+	// two principals' calls of one id apart by it. Only executors may
+	// publish those subjects; on any other envelope it is a claim and
+	// nothing reads it.
+	Principal string `json:"principal,omitempty"`
 }
 
 func (h *Header) header() *Header { return h }

@@ -56,7 +56,7 @@ func examples() map[string]Envelope {
 		"confirm_cancel.json":   &ConfirmAnswer{Header: hdr("ca-2", Identity{ID: "approver:ada", Role: "approver", User: "ada"}), InvocationID: "inv-4", Outcome: Cancel, Message: "use make test instead"},
 		"confirm_ack.json":      &ConfirmAck{Header: hdr("ack-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-4", Reason: "approver:bob may not answer: nobody may approve a call they made"},
 		"confirm_rejected.json": &ConfirmRejected{Header: hdr("rj-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-4", Answer: ConfirmAnswer{Header: hdr("ca-3", agent), InvocationID: "inv-4", Outcome: ProceedOnce}, Reason: "nobody may approve a call they made"},
-		"confirm_closed.json":   &ConfirmClosed{Header: hdr("cc-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-5", ErrorType: ErrConfirmationTimeout, Reason: "No approver answered within 5m0s, so the call is denied."},
+		"confirm_closed.json":   &ConfirmClosed{Header: hdr("cc-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-5", ErrorType: ErrConfirmationTimeout, Reason: "No approver answered within 5m0s, so the call is denied.", AnswerTo: "toolbus.answer.q3Vb0hS1nYxJk2dQ7sLw9A"},
 		"hook_run.json": &HookRun{Header: hdr("hk-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-2", Tool: "run_shell_command",
 			Event: HookPre, AgentEvent: "PreToolUse", Hook: ".claude/hooks/no-curl.sh", Command: ".claude/hooks/no-curl.sh", File: ".claude/settings.json",
 			Outcome: HookDeny, Message: "curl is not allowed here", ExitCode: new(2), DurationMillis: 4},
@@ -74,7 +74,7 @@ func examples() map[string]Envelope {
 		"result_late.json": &Result{Header: hdr("res-2", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-3", Tool: "read_file",
 			LLMContent:    "[Output truncated: showing 40000 of 20000000 characters. The whole output could not be kept: the object store TOOLBUS_OUTPUTS is full (maximum bytes exceeded); older outputs make room as they expire.]",
 			ReturnDisplay: "Read 2000 lines from big.txt", Truncated: true, Late: true},
-		"result.json": &Result{Header: hdr("res-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-2", Tool: "run_shell_command",
+		"result.json": &Result{Header: Header{ID: "res-1", Time: when, Sender: Identity{ID: "executor@dev-1", Role: "executor"}, Principal: "agent-7"}, InvocationID: "inv-2", Tool: "run_shell_command",
 			LLMContent: "Command denied.", ReturnDisplay: "Command denied.", Error: &ToolError{Type: ErrPolicyDenied, Message: "rm -rf / is a dangerous command"},
 			Policy: &PolicyVerdict{Verdict: Deny, Reason: "rm -rf / is a dangerous command", Revision: "sha256:0f3a"}},
 	}

@@ -47,3 +47,8 @@ func (c *CancelRequest) ForInvocation() string { return c.InvocationID }
 
 // ForInvocation is the id of the invocation answered (InvocationID).
 func (r *Result) ForInvocation() string { return r.InvocationID }
+
+// ForPrincipal is the principal of the call an executor's event is about
+// (Header.Principal); empty on other envelopes, and on events recorded
+// before executors said it.
+func (h *Header) ForPrincipal() string { return h.Principal }

@@ -124,6 +124,14 @@ const (
 	ErrTimeout             ErrorType = "TIMEOUT"
 	ErrCancelled           ErrorType = "CANCELLED"
 	ErrExecutorLost        ErrorType = "EXECUTOR_LOST"
+	// ErrInvocationIDReused is the executor's refusal of a call whose
+	// id its principal used before, for another call or for this one
+	// sent again: an id names one call of a principal, for good.
+	ErrInvocationIDReused ErrorType = "INVOCATION_ID_REUSED"
+	// ErrTooManyPending is the executor's refusal of a call that would
+	// ask a person while its principal already has as many calls
+	// waiting for an answer as one principal may.
+	ErrTooManyPending ErrorType = "TOO_MANY_PENDING_CONFIRMATIONS"
 
 	// Failures of the built-in tools (Gemini CLI's names).
 	ErrFileNotFound           ErrorType = "FILE_NOT_FOUND"

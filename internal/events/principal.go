@@ -1,6 +1,8 @@
 package events
 
 import (
+	"crypto/rand"
+	"encoding/base64"
 	"fmt"
 	"regexp"
 	"strings"
@@ -75,6 +77,16 @@ const (
 // AnswerSubjectPrefix + a token of the executor's own is a confirmation
 // request's AnswerTo; answers go to AnswerSubject of it.
 const AnswerSubjectPrefix = "toolbus.answer."
+
+// NewAnswerTo makes the AnswerTo of one confirmation request (one round
+// of it): AnswerSubjectPrefix and 128 random bits, base64url, one subject
+// token. Nobody can guess it, so nobody can make a request, or an
+// answer, take the place of another's.
+func NewAnswerTo() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24)
+	return AnswerSubjectPrefix + base64.RawURLEncoding.EncodeToString(b[:])
+}
 
 // AnswerSubject is where principal answers the confirmation request whose
 // AnswerTo is answerTo: as an approver, or (as) the person in front of

@@ -189,6 +189,11 @@ const (
 	AllowlistBucket = "TOOLBUS_ALLOWLIST"
 	// PolicyBucket is the KV bucket holding the pushed policy set.
 	PolicyBucket = "TOOLBUS_POLICY"
+	// InvocationIDBucket is the KV bucket of the invocation ids taken,
+	// one key per principal and id (executor.IDKey), made by executors:
+	// an executor creates the key of every call it takes, and refuses a
+	// call whose key exists (events.ErrInvocationIDReused).
+	InvocationIDBucket = "TOOLBUS_INVOCATION_IDS"
 	// RegistryStateBucket is the KV bucket where the registry keeps its own
 	// state (sequence counter, runtime enable/disable overrides).
 	RegistryStateBucket = "TOOLBUS_REGISTRY"

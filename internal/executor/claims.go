@@ -54,7 +54,7 @@ type liveness struct {
 func (e *Executor) handleClaim(m *nats.Msg) {
 	id := string(m.Data)
 	e.mu.Lock()
-	_, running := e.running[id]
+	running := e.runningByID(id) != nil
 	if !running {
 		_, running = e.batches[id]
 	}

@@ -2,13 +2,12 @@ package executor
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
 	"unicode/utf8"
-
-	"github.com/nats-io/nuid"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -26,6 +25,10 @@ import (
 // proceeding.
 func (c *call) confirm(d policy.Decision, args map[string]any) (*events.ConfirmAnswer, *stop) {
 	e := c.e
+	if !e.startAsking(c.principal) {
+		return nil, &stop{events.ErrTooManyPending, fmt.Sprintf("The policy asks for confirmation (%s), but this caller already has %d calls waiting for an answer, as many as one caller may; the call is refused. Wait for those to be answered.", d.Reason, e.cfg.MaxPendingPerCaller)}
+	}
+	defer e.doneAsking(c.principal)
 	q := &question{pol: e.policy.Load()}
 	q.in = c.input(args, c.paths, c.hardLinks, c.shell)
 	// The caller's own user is asked too when the caller can ask them
@@ -43,7 +46,7 @@ func (c *call) confirm(d policy.Decision, args map[string]any) (*events.ConfirmA
 	// Each answerer sends on a subject below it that names its role and
 	// its principal (events.AnswerSubject), which the bus lets each
 	// identity publish only with its own name.
-	q.req.AnswerTo = events.AnswerSubjectPrefix + nuid.Next()
+	q.req.AnswerTo = events.NewAnswerTo()
 	answers, err := e.nc.SubscribeSync(q.req.AnswerTo + ".>")
 	if err != nil {
 		return nil, &stop{events.ErrPolicyDenied, "confirmation failed, so the call is denied: " + err.Error()}
@@ -69,6 +72,35 @@ func (c *call) confirm(d policy.Decision, args map[string]any) (*events.ConfirmA
 		c.remember(d, answer)
 	}
 	return answer, nil
+}
+
+// startAsking counts a call of principal as waiting for an answer, or
+// reports false when principal has as many waiting as it may.
+func (e *Executor) startAsking(principal string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.asking[principal] >= e.cfg.MaxPendingPerCaller {
+		return false
+	}
+	e.asking[principal]++
+	return true
+}
+
+// doneAsking ends what startAsking counted.
+func (e *Executor) doneAsking(principal string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.asking[principal]--; e.asking[principal] <= 0 {
+		delete(e.asking, principal)
+	}
+}
+
+// Pending is how many calls of principal wait for a person's answer on
+// this executor now.
+func (e *Executor) Pending(principal string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.asking[principal]
 }
 
 // question is what a call asks its approvers, and what their answers are
@@ -120,7 +152,7 @@ func (c *call) awaitAnswer(ctx context.Context, q *question, answers *nats.Subsc
 			case errors.Is(err, context.DeadlineExceeded):
 				st = &stop{events.ErrConfirmationTimeout, fmt.Sprintf("No approver answered within %s, so the call is denied.", e.cfg.ConfirmTimeout)}
 			}
-			e.publish(events.SubjectConfirmClosed, &events.ConfirmClosed{Header: events.Header{Sender: e.id}, InvocationID: c.inv.ID, ErrorType: st.Type, Reason: st.Msg})
+			e.publish(events.SubjectConfirmClosed, &events.ConfirmClosed{Header: c.header(), InvocationID: c.inv.ID, ErrorType: st.Type, Reason: st.Msg, AnswerTo: q.req.AnswerTo})
 			return nil, st
 		}
 		if answer := c.accepted(ctx, q, msg); answer != nil {
@@ -148,7 +180,7 @@ func (c *call) accepted(ctx context.Context, q *question, msg *nats.Msg) *events
 	if err := c.bindAnswerer(q.req, msg.Subject, &answer.Sender, q.callerAsks); err != nil {
 		c.ack(msg, false, err.Error())
 		if q.refusals++; q.refusals <= maxRecordedRefusals {
-			e.publish(events.SubjectConfirmRejected, &events.ConfirmRejected{Header: events.Header{Sender: e.id}, InvocationID: c.inv.ID, Answer: *answer, Reason: err.Error()})
+			e.publish(events.SubjectConfirmRejected, &events.ConfirmRejected{Header: c.header(), InvocationID: c.inv.ID, Answer: *answer, Reason: err.Error(), AnswerTo: q.req.AnswerTo})
 		}
 		return nil
 	}
@@ -157,7 +189,7 @@ func (c *call) accepted(ctx context.Context, q *question, msg *nats.Msg) *events
 		// Each refusal is recorded, up to a bound: a client that sends
 		// refused answers in a loop must not flood the audit stream.
 		if q.refusals++; q.refusals <= maxRecordedRefusals {
-			e.publish(events.SubjectConfirmRejected, &events.ConfirmRejected{Header: events.Header{Sender: e.id}, InvocationID: c.inv.ID, Answer: *answer, Reason: reason})
+			e.publish(events.SubjectConfirmRejected, &events.ConfirmRejected{Header: c.header(), InvocationID: c.inv.ID, Answer: *answer, Reason: reason, AnswerTo: q.req.AnswerTo})
 			c.step("approver-refused", answer.Sender.ID+": "+reason)
 		} else if q.refusals == maxRecordedRefusals+1 {
 			e.log.Warn("more refused answers than are recorded for one call", "invocation", c.inv.ID, "recorded", maxRecordedRefusals)
@@ -165,6 +197,9 @@ func (c *call) accepted(ctx context.Context, q *question, msg *nats.Msg) *events
 		return nil
 	}
 	c.ack(msg, true, "")
+	// Recorded as the answer to this request of this caller's call, in
+	// the executor's words: what the answerer put there is not read.
+	answer.AnswerTo, answer.Principal = q.req.AnswerTo, c.principal
 	e.publish(events.SubjectConfirmAnswered, answer)
 	c.step("confirmed", string(answer.Outcome)+" by "+answer.Sender.ID)
 	return answer
@@ -223,7 +258,7 @@ const maxRecordedRefusals = 20
 // policy would remember, each with what it would keep.
 func (c *call) confirmRequest(d policy.Decision, pol *policy.Policy, in *policy.Input) *events.ConfirmRequest {
 	e, t := c.e, c.tool
-	req := &events.ConfirmRequest{Header: events.Header{Sender: e.id}, InvocationID: c.inv.ID, Tool: t.Name, Server: c.host.judged.Server,
+	req := &events.ConfirmRequest{Header: c.header(), InvocationID: c.inv.ID, Tool: t.Name, Server: c.host.judged.Server,
 		Kind: c.host.judged.Kind, Caller: c.inv.Sender, Args: c.inv.Args, Reason: d.Reason, DeadlineMillis: e.cfg.ConfirmTimeout.Milliseconds()}
 	if cm, ok := c.impl.(tool.Commander); ok {
 		req.Command, _ = cm.Command(c.inv.Args)
@@ -242,6 +277,7 @@ func (c *call) confirmRequest(d policy.Decision, pol *policy.Policy, in *policy.
 		e.log.Warn("the policy's flagged rule failed; the approver sees no flags", "invocation", c.inv.ID, "err", err)
 	}
 	req.Flagged = flagged
+	shorten(req)
 	if d.Remember {
 		outcomes := []events.Outcome{events.ProceedAlways, events.ProceedAlwaysTool}
 		if in.Tool.Source == events.SourceMCP {
@@ -261,6 +297,43 @@ func (c *call) confirmRequest(d policy.Decision, pol *policy.Policy, in *policy.
 	}
 	return req
 }
+
+// shorten cuts what req shows to the bounds every approver can hold
+// (events.MaxShownArgs, MaxShownCommand): arguments past it are shown as
+// a JSON string of their first bytes, a command as its first bytes, each
+// with a note, and req says it was shortened. The invocation's record in
+// the audit stream keeps the whole request.
+func shorten(req *events.ConfirmRequest) {
+	if len(req.Args) > events.MaxShownArgs {
+		head := truncateBytes(string(req.Args), events.MaxShownArgs)
+		note := fmt.Sprintf("%s… [arguments cut at %d of %d bytes; the whole call is in the audit trail]", head, len(head), len(req.Args))
+		if quoted, err := json.Marshal(note); err == nil {
+			req.Args = quoted
+		} else {
+			req.Args = nil
+		}
+		req.Shortened = true
+	}
+	if len(req.Command) > events.MaxShownCommand {
+		head := truncateBytes(req.Command, events.MaxShownCommand)
+		req.Command = fmt.Sprintf("%s… [command cut at %d of %d bytes; the whole call is in the audit trail]", head, len(head), len(req.Command))
+		req.Shortened = true
+	}
+	if len(req.Flagged) > maxShownFlags {
+		req.Flagged, req.Shortened = req.Flagged[:maxShownFlags], true
+	}
+	for i := range req.Flagged {
+		if f := &req.Flagged[i]; len(f.Text) > maxShownFlag {
+			f.Text, req.Shortened = truncateBytes(f.Text, maxShownFlag)+"…", true
+		}
+	}
+}
+
+// Bounds of the flags a request shows: how many, and the bytes of each.
+const (
+	maxShownFlags = 64
+	maxShownFlag  = 512
+)
 
 // ack tells the approver that sent msg whether its answer decides the
 // call. An answer sent without a reply subject gets none.

@@ -43,6 +43,9 @@ const (
 	// 1 GiB matches the audit stream's default size.
 	DefaultOutputStoreBytes = 1 << 30
 	DefaultOutputStoreTTL   = 7 * 24 * time.Hour
+	// DefaultMaxPendingPerCaller is how many calls of one principal may
+	// wait for a person's answer at once on one executor.
+	DefaultMaxPendingPerCaller = 16
 )
 
 // workerIdle is how long a worker goroutine waits for the next call
@@ -104,6 +107,15 @@ type Config struct {
 	// already: the last executor to start sets them for the fleet.
 	OutputStoreBytes int64
 	OutputStoreTTL   time.Duration
+	// IDTTL is how long an invocation id stays taken, fleet-wide
+	// (default DefaultIDTTL); the last executor to start sets it.
+	IDTTL time.Duration
+	// MaxPendingPerCaller bounds the calls of one principal waiting for
+	// a person's answer on this executor (default
+	// DefaultMaxPendingPerCaller): past it a call that would ask is
+	// refused (events.ErrTooManyPending), so one caller cannot fill the
+	// approvers' queues, or this executor's memory, with requests.
+	MaxPendingPerCaller int
 	// Hooks are the user's hooks (internal/hooks: Claude Code's and Gemini
 	// CLI's, read from their settings files): run around every call
 	// whose tool they match, after the policy's decision and before any
@@ -149,8 +161,14 @@ type Executor struct {
 	// ended without them because they ignored their deadline.
 	toolRuns atomic.Int64
 
-	mu       sync.Mutex
-	running  map[string]*call
+	// ids is the fleet's bucket of taken invocation ids (ids.go).
+	ids *takenIDs
+
+	mu      sync.Mutex
+	running map[string]*call // by callKey
+	// asking counts, by principal, the calls waiting for a person's
+	// answer (confirm), bounded by Config.MaxPendingPerCaller.
+	asking   map[string]int
 	batches  map[string]batchRun // batches coordinated here, by id
 	wg       sync.WaitGroup      // every call and background goroutine
 	workers  *workers            // the goroutines calls and tool runs run on
@@ -170,6 +188,8 @@ func (cfg Config) withDefaults() Config {
 	setDefault(&cfg.MaxOutput, tool.DefaultMaxOutput)
 	setDefault(&cfg.OutputStoreBytes, DefaultOutputStoreBytes)
 	setDefault(&cfg.OutputStoreTTL, DefaultOutputStoreTTL)
+	setDefault(&cfg.IDTTL, DefaultIDTTL)
+	setDefault(&cfg.MaxPendingPerCaller, DefaultMaxPendingPerCaller)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -215,7 +235,7 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 		hosting: hosting{sets: make(map[string]*toolSet)},
 		outputStore: outputStore{storing: semaphore.NewWeighted(storeInFlight), reads: make(chan struct{}, outputReadsAtOnce),
 			readers: map[string]int{}, readsByToken: map[string]*outputRead{}},
-		running: make(map[string]*call), batches: make(map[string]batchRun),
+		running: make(map[string]*call), batches: make(map[string]batchRun), asking: make(map[string]int),
 		workers: newWorkers(workerIdle), stopping: make(chan struct{})}
 	defer func() {
 		switch {
@@ -269,6 +289,9 @@ func (e *Executor) follow(ctx context.Context) (err error) {
 	}
 	if e.outputs, err = e.openBulk(ctx); err != nil {
 		return fmt.Errorf("output store: %w", err)
+	}
+	if e.ids, err = openTakenIDs(ctx, e.js, e.cfg.IDTTL); err != nil {
+		return err
 	}
 	if e.allowlist, err = openAllowlist(ctx, e.js, e.log); err != nil {
 		return err
@@ -519,9 +542,11 @@ func (e *Executor) handleCancel(m *nats.Msg) {
 		canceller = e.principalOf(m, false)
 	}
 	e.mu.Lock()
-	c := e.running[req.InvocationID]
-	if c != nil && !mayCancel(canceller, c.principal) {
-		c = nil
+	var c *call
+	if canceller == anyPrincipal {
+		c = e.runningByID(req.InvocationID)
+	} else {
+		c = e.running[callKey(canceller, req.InvocationID)]
 	}
 	var stopBatch context.CancelCauseFunc
 	if b, ok := e.batches[req.InvocationID]; ok && mayCancel(canceller, b.principal) {

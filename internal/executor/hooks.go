@@ -88,6 +88,9 @@ func (c *call) preHooks(d policy.Decision) (policy.Decision, *stop) {
 		return d, nil
 	}
 	reason := strings.Join(asks, "; ")
+	// The hook asked for a person: the policy hears it when it judges
+	// who may answer (input.hookAsked).
+	c.hookAsked = true
 	if d.Verdict == events.Allow {
 		// The policy had no reason to ask: an approval here is for this
 		// call, and there is nothing for "always" to remember.
@@ -163,7 +166,7 @@ func (c *call) runHooks(ev hooks.Event, list []*hooks.Hook, sequential bool, res
 // reportHook publishes a hook run to the audit trail and logs a failed one.
 func (c *call) reportHook(ev hooks.Event, h *hooks.Hook, o *hooks.Outcome) {
 	e := c.e
-	run := &events.HookRun{Header: events.Header{Sender: e.id}, InvocationID: c.inv.ID, Tool: c.tool.Name, Event: ev.String(),
+	run := &events.HookRun{Header: c.header(), InvocationID: c.inv.ID, Tool: c.tool.Name, Event: ev.String(),
 		AgentEvent: h.Dialect.EventName(ev), Hook: h.Label(), Command: h.Command, File: h.File,
 		Outcome: events.HookOutcome(o.Decision.String()), Message: o.Message, DurationMillis: o.Duration.Milliseconds()}
 	if h.Func != nil {

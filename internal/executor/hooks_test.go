@@ -329,9 +329,11 @@ func TestHooksRunAgainOnModifiedArguments(t *testing.T) {
 		done <- res
 	}()
 	deadline := time.After(30 * time.Second)
-	for {
+	var answerTo string
+	for answerTo == "" {
 		s, changed := a.Snapshot()
-		if r, ok := s.Find("modified"); ok && r.Pending() {
+		if rs := s.OfInvocation("modified"); len(rs) > 0 && rs[0].Pending() {
+			answerTo = rs[0].AnswerTo
 			break
 		}
 		select {
@@ -340,7 +342,7 @@ func TestHooksRunAgainOnModifiedArguments(t *testing.T) {
 			t.Fatal("no confirmation request")
 		}
 	}
-	if _, err := a.Answer(context.Background(), "modified", approve.Answer{Outcome: events.ModifyWithEditor,
+	if _, err := a.Answer(context.Background(), answerTo, approve.Answer{Outcome: events.ModifyWithEditor,
 		Args: json.RawMessage(`{"command":"curl -s http://127.0.0.1:9/"}`)}); err != nil {
 		t.Fatal(err)
 	}

@@ -29,6 +29,9 @@ type call struct {
 	e     *Executor
 	inv   *events.Invocation
 	reply string
+	// body is the invocation as the caller sent it: what its id is
+	// taken for (ids.go).
+	body []byte
 	// principal is who the bus vouches sent the call (events.Unproven
 	// when nobody does); only it may cancel the call.
 	principal string
@@ -47,9 +50,11 @@ type call struct {
 	args    map[string]any // the decoded arguments the policy judged
 	// modified: args are an approver's, not the invocation's.
 	modified bool
-	paths    []string        // and the files it was shown
-	shell    *shell.Analysis // and the analysis of its shell line
-	tc       tool.Call
+	// hookAsked: a pre hook asked for a person to confirm the call.
+	hookAsked bool
+	paths     []string        // and the files it was shown
+	shell     *shell.Analysis // and the analysis of its shell line
+	tc        tool.Call
 
 	// What the policy was shown of the files on disk (see judged.go).
 	judgedMu  sync.Mutex
@@ -79,6 +84,12 @@ type call struct {
 	abandoned bool
 	// sent: finish sent the call's terminal result (not Late).
 	sent bool
+}
+
+// header is the header of an event this executor records about c: the
+// caller's principal in it keys the call, with its id, for every reader.
+func (c *call) header() events.Header {
+	return events.Header{Sender: c.e.id, Principal: c.principal}
 }
 
 // take accepts an invocation message, counted in e.accepting meanwhile
@@ -136,7 +147,7 @@ func (e *Executor) accept(m *nats.Msg, forwarded bool) {
 		e.refuse(m, inv, principal, t, events.ErrExecutorLost, fmt.Sprintf("executor %s does not host %s for this call's workspace", e.id.ID, t.Name))
 		return
 	}
-	c := &call{e: e, inv: inv, reply: m.Reply, principal: principal, tool: t, host: h}
+	c := &call{e: e, inv: inv, reply: m.Reply, body: m.Data, principal: principal, tool: t, host: h}
 	if h != nil {
 		c.impl = h.impl
 	}
@@ -177,14 +188,30 @@ func (e *Executor) enter(c *call) *stop {
 		c.abandon()
 		return &stop{events.ErrCancelled, "The caller gave up on this call before it reached the executor; it was not run."}
 	}
-	if _, busy := e.running[id]; busy {
+	key := callKey(c.principal, id)
+	if _, busy := e.running[key]; busy {
 		// Ids are the caller's choice; two live calls with one id could
 		// not be told apart when cancelled or stopped.
-		return &stop{events.ErrInvalidParams, fmt.Sprintf("an invocation with id %q is already running on this executor; ids must be unique", id)}
+		return &stop{events.ErrInvocationIDReused, fmt.Sprintf("an invocation with id %q is already running on this executor; an id names one call", id)}
 	}
-	e.running[id] = c
+	e.running[key] = c
 	c.admitted = true
 	e.wg.Add(1)
+	return nil
+}
+
+// callKey is how a running call is found: by its principal and id, since
+// ids are unique per principal only.
+func callKey(principal, id string) string { return principal + "\x00" + id }
+
+// runningByID is a running call of id, of any principal (a cancel that
+// may cancel any call, a claim, which names an id only); e.mu is held.
+func (e *Executor) runningByID(id string) *call {
+	for _, c := range e.running {
+		if c.inv.ID == id {
+			return c
+		}
+	}
 	return nil
 }
 
@@ -198,7 +225,7 @@ func (c *call) release() {
 	}
 	e := c.e
 	e.mu.Lock()
-	delete(e.running, c.inv.ID)
+	delete(e.running, callKey(c.principal, c.inv.ID))
 	if c.sent {
 		// A caller that gives up from now on hears that this result is
 		// the call's terminal one (handleCancel); until now, c.done
@@ -366,6 +393,10 @@ func (c *call) abandon() bool {
 // run; progress; and the result, which carries the policy decision and
 // says why a call ended early. Every way it ends goes through end.
 func (c *call) run(found bool) {
+	if st := c.takeID(); st != nil {
+		c.end(st.output())
+		return
+	}
 	confirmed, st := c.admit(found)
 	if st != nil {
 		c.end(st.output())
@@ -489,7 +520,7 @@ func (c *call) decide(args map[string]any) policy.Decision {
 	}
 	d := j.Decision
 	c.verdict = events.PolicyVerdict{Verdict: d.Verdict, Reason: d.Reason, Revision: d.Revision, Cached: cached}
-	ev := &events.Decision{Header: events.Header{Sender: e.id}, InvocationID: c.inv.ID, Tool: t.Name,
+	ev := &events.Decision{Header: c.header(), InvocationID: c.inv.ID, Tool: t.Name,
 		Verdict: d.Verdict, Reason: d.Reason, PolicyRevision: d.Revision, Cached: cached,
 		Input: j.rec.Input, ShellLine: j.rec.ShellLine, BashChecked: j.rec.BashChecked, InputLossy: j.rec.Lossy}
 	if c.modified {
@@ -548,7 +579,7 @@ func (c *call) input(args map[string]any, paths, hardLinks []string, sh *shell.A
 	e := c.e
 	in := &policy.Input{Tool: c.host.judged, Args: args, Caller: c.inv.Sender, Home: e.home, Workspace: e.cfg.Workspace}
 	in.Tool.Name = c.tool.Name
-	in.Paths, in.HardLinks, in.Shell = paths, hardLinks, sh
+	in.Paths, in.HardLinks, in.Shell, in.HookAsked = paths, hardLinks, sh, c.hookAsked
 	in.Allowlist = e.allowlist.entriesFor(in.Tool.Name, in.Tool.Source, in.Tool.Server)
 	return in
 }
@@ -715,7 +746,7 @@ func (c *call) sendProgress(chunk string) {
 }
 
 func (c *call) step(name, detail string) {
-	c.e.note(events.SubjectStep, &events.Step{Header: events.Header{Sender: c.e.id}, InvocationID: c.inv.ID,
+	c.e.note(events.SubjectStep, &events.Step{Header: c.header(), InvocationID: c.inv.ID,
 		Tool: nameOf(c.tool), Step: name, Detail: detail})
 }
 
@@ -728,7 +759,7 @@ func (c *call) end(how ending) {
 	c.once.Do(func() {
 		defer c.release()
 		e := c.e
-		res := &events.Result{Header: events.Header{Sender: e.id}, InvocationID: c.inv.ID, Tool: nameOf(c.tool),
+		res := &events.Result{Header: c.header(), InvocationID: c.inv.ID, Tool: nameOf(c.tool),
 			LLMContent: out.LLMContent, ReturnDisplay: out.ReturnDisplay, Parts: out.Parts, Error: out.Err}
 		if c.verdict.Verdict != "" {
 			res.Policy = &c.verdict

@@ -168,7 +168,7 @@ func (c *Client) synthesize(inv *events.Invocation, fail *failure) *events.Resul
 		// Waited for: the caller may exit right after, and a node may
 		// have been lost with the executor.
 		ctx, cancel := context.WithTimeout(context.Background(), callerRecordWait)
-		if err := bus.RecordOnce(ctx, c.nc, subject, "caller-result."+inv.ID, data); err != nil {
+		if err := bus.RecordOnce(ctx, c.nc, subject, "caller-result."+c.principal+"."+inv.ID, data); err != nil {
 			slog.Default().Warn("the terminal result of a lost call was not recorded", "invocation", inv.ID, "err", err)
 		}
 		cancel()

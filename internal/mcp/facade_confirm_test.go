@@ -190,7 +190,7 @@ func TestFacadeApproverAnswersBeforeTheAgentsUser(t *testing.T) {
 		for {
 			s, changed := a.Snapshot()
 			for _, r := range s.Pending {
-				a.Answer(context.Background(), r.InvocationID, approve.Answer{Outcome: events.Cancel, Message: "not today"})
+				a.Answer(context.Background(), r.AnswerTo, approve.Answer{Outcome: events.Cancel, Message: "not today"})
 			}
 			select {
 			case <-changed:

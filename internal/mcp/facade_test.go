@@ -207,7 +207,7 @@ func TestFacadeCallsWaitForApproval(t *testing.T) {
 		for {
 			s, changed := a.Snapshot()
 			for _, r := range s.Pending {
-				a.Answer(context.Background(), r.InvocationID, approve.Answer{Outcome: events.Cancel, Message: "not now"})
+				a.Answer(context.Background(), r.AnswerTo, approve.Answer{Outcome: events.Cancel, Message: "not now"})
 			}
 			select {
 			case <-changed:

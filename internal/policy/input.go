@@ -33,6 +33,9 @@ type Input struct {
 	// HardLinks are those of Paths that are regular files with more than
 	// one name: the other name may be any file on the same file system.
 	HardLinks []string
+	// HookAsked says a user's pre hook asked for a person to confirm the
+	// call (internal/hooks: "ask"), for the rules about who may answer.
+	HookAsked bool
 }
 
 // ToolInput is the policy's view of the tool.
@@ -102,6 +105,9 @@ func (in *Input) value() (ast.Value, error) {
 	if len(in.HardLinks) > 0 {
 		fields = append(fields, [2]*ast.Term{hardLinksKey, strs(in.HardLinks)})
 	}
+	if in.HookAsked {
+		fields = append(fields, [2]*ast.Term{hookAskedKey, ast.InternedTerm(true)})
+	}
 	return ast.NewObject(fields...), nil
 }
 
@@ -138,6 +144,9 @@ var k = struct {
 // hardLinksKey names Input.HardLinks, present only when there are some;
 // approverKey Input.Approver.
 var hardLinksKey, approverKey = str("hardLinks"), str("approver")
+
+// hookAskedKey names Input.HookAsked, present only when set.
+var hookAskedKey = str("hookAsked")
 
 // kv is one field of an object whose value is a string.
 func kv(key *ast.Term, value string) [2]*ast.Term { return [2]*ast.Term{key, ast.InternedTerm(value)} }

@@ -292,7 +292,7 @@ func (aa *autoApprover) run(ctx context.Context, ans approve.Answer) {
 				aa.asked <- r.InvocationID
 				continue
 			}
-			if _, err := aa.a.Answer(ctx, r.InvocationID, ans); err == nil {
+			if _, err := aa.a.Answer(ctx, r.AnswerTo, ans); err == nil {
 				select {
 				case aa.asked <- r.InvocationID:
 				default:

@@ -26,8 +26,8 @@ type callConfig struct {
 
 // WithInvocationID makes the call under id instead of a fresh unique one,
 // so that it can be cancelled (Cancel) or its output read (ReadOutput)
-// from elsewhere. An executor refuses a second call under an id that is
-// still running.
+// from elsewhere. An id is the caller's once: an executor refuses a
+// second call under an id this principal used before (INVOCATION_ID_REUSED).
 func WithInvocationID(id string) CallOption { return func(c *callConfig) { c.id = id } }
 
 // WithProgress hands fn the tool's output as it is produced, in order,

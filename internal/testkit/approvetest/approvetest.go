@@ -32,7 +32,7 @@ func Seat(tb testing.TB, b *bus.Bus, id string, answer func(approve.Request) eve
 		for {
 			s, changed := a.Snapshot()
 			for _, r := range s.Pending {
-				a.Answer(ctx, r.InvocationID, approve.Answer{Outcome: answer(r)})
+				a.Answer(ctx, r.AnswerTo, approve.Answer{Outcome: answer(r)})
 			}
 			select {
 			case <-changed:

@@ -1,0 +1,111 @@
+package executor
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/bus"
+	"github.com/toolbus/toolbus/internal/events"
+)
+
+// Invocation ids are the caller's choice, and the audit trail, the
+// approvers and the give-up protocol name a call by its principal and id.
+// A second call under an id its principal used could hide the first in
+// the trail, or take its place in front of an approver; so an id names
+// one call of a principal, fleet-wide: the executor that takes a call
+// creates the key of its principal and id in the bucket of taken ids
+// (kv.Create fails when the key exists), and refuses a call whose key
+// exists with events.ErrInvocationIDReused, whichever executor took the
+// first.
+//
+// The same request sent again (the same bytes) is refused too, not run a
+// second time: nothing in the invoke protocol sends an invocation twice
+// (a caller that lost its result gives the call up, and the executor
+// that finished it sends the result again; see claims.go), so a copy is
+// a client's own retry, and running it again would repeat the call's
+// effects. It is told apart from a reused id in the refusal's words.
+
+// DefaultIDTTL is how long an id stays taken: far longer than a call can
+// live (a ten-minute deadline after rounds of five-minute confirmations),
+// and a day, so that the audit reads of a day never see one id twice.
+const DefaultIDTTL = 24 * time.Hour
+
+// idWait bounds the wait for the bucket of taken ids on the way of one
+// call: a cluster electing a leader answers within seconds.
+const idWait = 15 * time.Second
+
+// IDKey is the key of principal's id in the bucket of taken ids: the
+// principal token and the id's SHA-256 (ids may hold any bytes, keys may
+// not), so that two principals may use the same id.
+func IDKey(principal, id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return principal + "." + base64.RawURLEncoding.EncodeToString(sum[:])
+}
+
+// takenIDs is the bucket of taken ids.
+type takenIDs struct {
+	kv jetstream.KeyValue
+}
+
+func openTakenIDs(ctx context.Context, js jetstream.JetStream, ttl time.Duration) (*takenIDs, error) {
+	kv, err := bus.EnsureKeyValue(ctx, js, jetstream.KeyValueConfig{
+		Bucket:      events.InvocationIDBucket,
+		Description: "toolbus: invocation ids taken, by principal, so that no id names two calls",
+		History:     1,
+		TTL:         ttl,
+		Storage:     jetstream.FileStorage,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("taken ids: %w", err)
+	}
+	return &takenIDs{kv: kv}, nil
+}
+
+// errIDReused and errIDCopy are the refusals of take.
+var (
+	errIDReused = errors.New("id reused")
+	errIDCopy   = errors.New("request sent again")
+)
+
+// take marks principal's id as taken by the request body. It fails with
+// errIDReused when another request took it, errIDCopy when this same
+// request did, or with why the bucket could not say.
+func (t *takenIDs) take(ctx context.Context, principal, id string, body []byte) error {
+	key := IDKey(principal, id)
+	sum := sha256.Sum256(body)
+	ctx, cancel := context.WithTimeout(ctx, idWait)
+	defer cancel()
+	err := bus.RetryWhile(ctx, bus.Transient, func() error {
+		_, err := t.kv.Create(ctx, key, sum[:])
+		return err
+	})
+	if !errors.Is(err, jetstream.ErrKeyExists) {
+		return err
+	}
+	if e, gerr := t.kv.Get(ctx, key); gerr == nil && bytes.Equal(e.Value(), sum[:]) {
+		return errIDCopy
+	}
+	return errIDReused
+}
+
+// takeID takes the call's id for it, or returns the stop that refuses the
+// call: the id is taken, or could not be checked (never run unchecked).
+func (c *call) takeID() *stop {
+	err := c.e.ids.take(c.ctx, c.principal, c.inv.ID, c.body)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, errIDCopy):
+		return &stop{events.ErrInvocationIDReused, fmt.Sprintf("Invocation id %q was taken by this same request before; a request is run once, and its result went to the first one. Use a fresh id for a new call.", c.inv.ID)}
+	case errors.Is(err, errIDReused):
+		return &stop{events.ErrInvocationIDReused, fmt.Sprintf("Invocation id %q names another call of this caller; an id names one call. Use a fresh id.", c.inv.ID)}
+	}
+	return &stop{events.ErrExecutionFailed, fmt.Sprintf("The executor could not check that invocation id %q is unused, so the call was not run: %v", c.inv.ID, err)}
+}
