@@ -61,12 +61,12 @@ type Command struct {
 	// SIGKILL; zero means DefaultGrace.
 	Grace time.Duration
 	// Sandbox, when not nil, confines every process of the tree with
-	// Landlock (internal/sandbox), as far as the kernel can: the root is
-	// forked from a thread of the supervisor confined by it, so neither
-	// the caller nor the supervisor is. A policy that does not build is
-	// an error of Start; a kernel without Landlock is not (best effort).
-	// Elsewhere than Linux it is ignored.
-	Sandbox *sandbox.Policy
+	// Landlock, as far as the kernel can: the root is forked from a
+	// thread of the supervisor confined by it, so neither the caller nor
+	// the supervisor is. A ruleset that does not build is an error of
+	// Start; a kernel without Landlock is not (best effort). Elsewhere
+	// than Linux it is ignored.
+	Sandbox *sandbox.Sandbox
 }
 
 // ErrClosed is returned by a Starter's Start after Close.

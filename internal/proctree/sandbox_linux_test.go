@@ -16,7 +16,7 @@ import (
 // hides the secrets.
 type confined struct {
 	ws, seeds, data, outside string
-	policy                   *sandbox.Policy
+	sb                       *sandbox.Sandbox
 }
 
 func newConfined(t *testing.T) *confined {
@@ -44,7 +44,11 @@ func newConfined(t *testing.T) *confined {
 			c.outside = dir
 		}
 	}
-	c.policy = &sandbox.Policy{Writable: []string{c.ws}, Hidden: []string{c.seeds, c.data}}
+	var err error
+	if c.sb, err = sandbox.New(sandbox.Policy{Writable: []string{c.ws}, Hidden: []string{c.seeds, c.data}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.sb.Close() })
 	return c
 }
 
@@ -55,7 +59,7 @@ func (c *confined) run(t *testing.T, s *Starter, line string) (int, string) {
 	var out buffer
 	cmd := bashCommand(c.ws, line, &out)
 	cmd.Stderr = &out
-	cmd.Sandbox = c.policy
+	cmd.Sandbox = c.sb
 	ws, err := start(t, s, cmd).Wait()
 	if err != nil {
 		t.Fatalf("%q: %v", line, err)
@@ -149,24 +153,50 @@ func TestASandboxedTreeCannotReadTheSecrets(t *testing.T) {
 	}
 }
 
-// A policy that does not build is an error of Start, not a tree that
-// runs unconfined.
-func TestABadPolicyDoesNotStart(t *testing.T) {
+// The ruleset a Sandbox keeps follows the file system: a directory made
+// beside a hidden one after the first confined command is readable by
+// the next, and a hidden directory made since is hidden from it.
+func TestTheRulesetFollowsTheFileSystem(t *testing.T) {
 	var s Starter
 	defer s.Close()
-	ws := t.TempDir()
-	for _, p := range []*sandbox.Policy{
-		{Hidden: []string{"relative/data"}},
-		{Writable: []string{filepath.Join(ws, "data", "inside")}, Hidden: []string{filepath.Join(ws, "data")}},
-	} {
-		cmd := bashCommand(ws, "echo ran > ran", nil)
-		cmd.Sandbox = p
-		if tr, err := s.Start(cmd); err == nil {
-			tr.Wait()
-			t.Errorf("%+v: started", p)
+	parent := t.TempDir()
+	// late is in a directory that has nothing hidden yet, so none of the
+	// directories listed for the first ruleset changes when it is made.
+	ws, data, late := filepath.Join(parent, "ws"), filepath.Join(parent, "data"), filepath.Join(parent, "sub", "late-data")
+	for _, d := range []string{ws, data, filepath.Dir(late)} {
+		os.Mkdir(d, 0o700)
+	}
+	sb, err := sandbox.New(sandbox.Policy{Writable: []string{ws}, Hidden: []string{data, late}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	run := func(line string) (int, string) {
+		t.Helper()
+		var out buffer
+		cmd := bashCommand(ws, line, &out)
+		cmd.Stderr, cmd.Sandbox = &out, sb
+		st, err := start(t, &s, cmd).Wait()
+		if err != nil {
+			t.Fatal(err)
 		}
+		return st.ExitStatus(), out.String()
 	}
-	if _, err := os.Stat(filepath.Join(ws, "ran")); err == nil {
-		t.Error("a command ran under a policy that does not build")
+	if status, out := run("true"); status != 0 {
+		t.Fatalf("exit %d: %s", status, out)
 	}
+	beside := filepath.Join(parent, "beside")
+	os.Mkdir(beside, 0o700)
+	os.WriteFile(filepath.Join(beside, "notes"), []byte("NOTES\n"), 0o600)
+	if status, out := run("cat " + filepath.Join(beside, "notes")); status != 0 || out != "NOTES\n" {
+		t.Errorf("a directory made beside the hidden one: exit %d, %q", status, out)
+	}
+	os.Mkdir(late, 0o700)
+	os.WriteFile(filepath.Join(late, "checkpoint.key"), []byte("LATEKEY\n"), 0o600)
+	t.Run("denied", func(t *testing.T) {
+		testkit.NeedsLandlock(t)
+		if status, out := run("cat " + filepath.Join(late, "checkpoint.key")); status == 0 || strings.Contains(out, "LATEKEY") {
+			t.Errorf("a hidden directory made after the first command: exit %d, %q", status, out)
+		}
+	})
 }

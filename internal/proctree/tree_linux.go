@@ -327,13 +327,13 @@ func (t *Tree) Wait() (syscall.WaitStatus, error) {
 	return t.res.status, t.res.err
 }
 
-// ruleset is p as a Landlock ruleset; nil when p is, or when the kernel
+// ruleset is sb's Landlock ruleset; nil when sb is, or when the kernel
 // cannot enforce it.
-func ruleset(p *sandbox.Policy) (*sandbox.Ruleset, error) {
-	if p == nil {
+func ruleset(sb *sandbox.Sandbox) (*sandbox.Ruleset, error) {
+	if sb == nil {
 		return nil, nil
 	}
-	rs, err := p.Ruleset()
+	rs, err := sb.Ruleset()
 	if errors.Is(err, sandbox.ErrUnavailable) {
 		return nil, nil
 	}

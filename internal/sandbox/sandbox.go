@@ -90,6 +90,28 @@ func within(p, dir string) bool {
 	return p == dir || strings.HasPrefix(p, dir+"/")
 }
 
+// Sandbox is a Policy ready to confine processes. It keeps the last
+// ruleset it built and builds another only when the paths of the policy
+// resolve otherwise or a directory listed for it changed. Safe for
+// concurrent use; Close it.
+type Sandbox struct {
+	policy Policy
+	cache  cache
+}
+
+// New validates p and returns a Sandbox for it. The Sandbox keeps a copy
+// of p.
+func New(p Policy) (*Sandbox, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	p.Writable, p.Hidden = slices.Clone(p.Writable), slices.Clone(p.Hidden)
+	return &Sandbox{policy: p}, nil
+}
+
+// Policy is the policy s enforces.
+func (s *Sandbox) Policy() Policy { return s.policy }
+
 // ErrUnavailable is the reason a Policy is not enforced: the kernel has
 // no Landlock (not built in, not enabled at boot, not Linux).
 var ErrUnavailable = errors.New("landlock is not available")

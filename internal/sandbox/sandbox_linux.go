@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -70,30 +71,107 @@ func (r *Ruleset) Flags() uint32 { return r.flags }
 // Close closes the ruleset; processes it confines stay confined.
 func (r *Ruleset) Close() error { return syscall.Close(r.fd) }
 
-// Ruleset makes p into a Landlock ruleset, as the file system is now: it
-// lists the directories on the way to a hidden one. It returns an error
-// wrapping ErrUnavailable when the kernel cannot confine anything.
-// Creating a ruleset confines nobody.
-func (p *Policy) Ruleset() (*Ruleset, error) {
-	if err := p.Validate(); err != nil {
-		return nil, err
-	}
+// Ruleset is s's policy as a Landlock ruleset, as the file system is
+// now (the directories on the way to a hidden one are listed), for the
+// caller to close. It returns an error wrapping ErrUnavailable when the
+// kernel cannot confine anything. Creating a ruleset confines nobody.
+func (s *Sandbox) Ruleset() (*Ruleset, error) {
 	v, err := ABI()
 	if err != nil {
 		return nil, err
 	}
-	rules, err := p.rules(v)
+	hidden, err := realPaths(s.policy.Hidden)
 	if err != nil {
 		return nil, err
 	}
-	fd, flags, err := config.NewRulesetFD(rules...)
+	writable, err := realPaths(slices.Concat(s.policy.Writable, TempDirs()))
+	if err != nil {
+		return nil, err
+	}
+	key := strings.Join(hidden, "\x00") + "\x01" + strings.Join(writable, "\x00")
+	s.cache.mu.Lock()
+	defer s.cache.mu.Unlock()
+	if s.cache.rs == nil || s.cache.key != key || !s.cache.fresh() {
+		b := &builder{hidden: hidden}
+		if err := b.build(v, writable); err != nil {
+			return nil, err
+		}
+		fd, flags, err := config.NewRulesetFD(b.rules...)
+		if err != nil {
+			return nil, fmt.Errorf("sandbox: %w", err)
+		}
+		if fd < 0 {
+			return nil, fmt.Errorf("%w: nothing this kernel's Landlock can enforce", ErrUnavailable)
+		}
+		s.cache.close()
+		s.cache.rs, s.cache.key, s.cache.listed = &Ruleset{fd: fd, flags: flags}, key, b.listed
+	}
+	fd, err := unix.FcntlInt(uintptr(s.cache.rs.fd), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
-	if fd < 0 {
-		return nil, fmt.Errorf("%w: nothing this kernel's Landlock can enforce", ErrUnavailable)
+	return &Ruleset{fd: fd, flags: s.cache.rs.flags}, nil
+}
+
+// Close closes the ruleset s keeps; processes it confined stay confined.
+func (s *Sandbox) Close() error {
+	s.cache.mu.Lock()
+	defer s.cache.mu.Unlock()
+	s.cache.close()
+	return nil
+}
+
+// cache is the last ruleset a Sandbox built, for the same resolved paths
+// and as long as none of the directories listed for it changed.
+type cache struct {
+	mu     sync.Mutex
+	rs     *Ruleset
+	key    string
+	listed []listing
+}
+
+// listing is a directory whose entries became rules, as it was then: an
+// entry made, removed or renamed changes its modification time. A
+// directory granted whole is held by its inode only (sameInode): what
+// changes inside it is covered by its rule, but a new directory made
+// where it was is not.
+type listing struct {
+	dir       string
+	stamp     stamp
+	sameInode bool
+}
+
+type stamp struct {
+	ino, dev uint64
+	mtime    syscall.Timespec
+}
+
+func stampOf(dir string) (stamp, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(dir, &st); err != nil {
+		return stamp{}, err
 	}
-	return &Ruleset{fd: fd, flags: flags}, nil
+	return stamp{ino: st.Ino, dev: st.Dev, mtime: st.Mtim}, nil
+}
+
+func (c *cache) fresh() bool {
+	for _, l := range c.listed {
+		st, err := stampOf(l.dir)
+		if l.sameInode {
+			st.mtime = l.stamp.mtime
+		}
+		if err != nil || st != l.stamp {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *cache) close() {
+	if c.rs != nil {
+		c.rs.Close()
+		c.rs = nil
+	}
 }
 
 // RestrictThread confines the calling OS thread, and what it starts from
@@ -113,17 +191,9 @@ func RestrictThread(fd int, flags uint32) error {
 	return nil
 }
 
-// rules are p's Landlock rules under ABI version v.
-func (p *Policy) rules(v int) ([]landlock.Rule, error) {
-	hidden, err := realPaths(p.Hidden)
-	if err != nil {
-		return nil, err
-	}
-	writable, err := realPaths(slices.Concat(p.Writable, TempDirs()))
-	if err != nil {
-		return nil, err
-	}
-	b := &builder{hidden: hidden}
+// build makes the rules under ABI version v: read everything, write the
+// writable hierarchies and the devices, all but what is hidden.
+func (b *builder) build(v int, writable []string) error {
 	write := landlock.AccessFSSet(writeRights)
 	if v >= 2 {
 		// Moving a file between directories of the workspace; without it
@@ -131,19 +201,22 @@ func (p *Policy) rules(v int) ([]landlock.Rule, error) {
 		write |= ll.AccessFSRefer
 	}
 	if err := b.grant("/", readRights); err != nil {
-		return nil, err
+		return err
 	}
 	for _, w := range writable {
+		if st, err := stampOf(w); err == nil {
+			b.listed = append(b.listed, listing{dir: w, stamp: st, sameInode: true})
+		}
 		if err := b.grant(w, write); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	for _, d := range devices {
 		if err := b.grant(d, deviceRights); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return b.rules, nil
+	return nil
 }
 
 // builder collects the rules that grant hierarchies with what is hidden
@@ -151,40 +224,52 @@ func (p *Policy) rules(v int) ([]landlock.Rule, error) {
 type builder struct {
 	hidden []string // real, clean
 	rules  []landlock.Rule
+	listed []listing
 }
 
 // grant grants access to path's hierarchy but not to what is hidden in
 // it: a directory with something hidden beneath is not granted itself,
 // its entries are, each in the same way.
 func (b *builder) grant(path string, access landlock.AccessFSSet) error {
-	if slices.ContainsFunc(b.hidden, func(h string) bool { return within(path, h) }) {
-		return nil
-	}
 	fi, err := os.Lstat(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	} else if err != nil {
 		return fmt.Errorf("sandbox: %w", err)
 	}
+	return b.grantEntry(path, fi.Mode().Type(), access)
+}
+
+// grantEntry is grant for path, whose type (as a directory entry gives
+// it, without a stat) is typ.
+func (b *builder) grantEntry(path string, typ fs.FileMode, access landlock.AccessFSSet) error {
+	if slices.ContainsFunc(b.hidden, func(h string) bool { return within(path, h) }) {
+		return nil
+	}
 	switch {
-	case fi.Mode()&fs.ModeSymlink != 0:
+	case typ&fs.ModeSymlink != 0:
 		// A rule on it would hold its target, which may be hidden; the
 		// target is granted, or not, where it lies.
 		return nil
-	case !fi.IsDir():
+	case !typ.IsDir():
 		b.add(path, access&fileRights)
 		return nil
 	case !slices.ContainsFunc(b.hidden, func(h string) bool { return within(h, path) }):
 		b.add(path, access)
 		return nil
 	}
-	names, err := readDirNames(path)
+	st, err := stampOf(path)
+	if err != nil {
+		return nil // gone: nothing to grant
+	}
+	entries, err := os.ReadDir(path)
 	if err != nil {
 		// Its entries stay out of reach: hiding fails closed.
 		return nil
 	}
-	for _, n := range names {
-		if err := b.grant(filepath.Join(path, n), access); err != nil {
+	b.listed = append(b.listed, listing{dir: path, stamp: st})
+	for _, e := range entries {
+		if err := b.grantEntry(filepath.Join(path, e.Name()), e.Type(), access); err != nil {
 			return err
 		}
 	}
@@ -196,15 +281,6 @@ func (b *builder) add(path string, access landlock.AccessFSSet) {
 		// A path that goes between Lstat and the rule is no error.
 		b.rules = append(b.rules, landlock.PathAccess(access, path).IgnoreIfMissing())
 	}
-}
-
-func readDirNames(dir string) ([]string, error) {
-	f, err := os.Open(dir)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return f.Readdirnames(-1)
 }
 
 // realPaths are paths absolute, clean and with symbolic links resolved,
