@@ -1,6 +1,7 @@
 package proctree
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -34,6 +35,10 @@ const maxIdle = 2
 // two idle. Its zero value is ready for use; Close ends the idle ones.
 // Safe for concurrent use.
 type Starter struct {
+	// Sandbox, when not nil, confines the trees whose Command names no
+	// Sandbox of its own. Set it before the first Start.
+	Sandbox *sandbox.Sandbox
+
 	mu     sync.Mutex
 	idle   []*supervised
 	closed bool
@@ -176,7 +181,7 @@ func (s *Starter) run(sup *supervised, id uint64, c Command) (*Tree, error) {
 	if c.Stdin != nil {
 		fds = append(fds, int(c.Stdin.Fd()))
 	}
-	rs, err := ruleset(c.Sandbox)
+	rs, err := ruleset(cmp.Or(c.Sandbox, s.Sandbox))
 	if err != nil {
 		closeFiles(outR, outW, errR, errW)
 		s.release(sup, true)
