@@ -64,7 +64,8 @@ func run(args []string) error {
 	cfg := executor.Config{Identity: identity, Observer: m, WorkspaceName: *workspaceName,
 		Timeout: *timeout, ConfirmTimeout: *confirmTimeout, Logger: log}
 	outputs.Apply(&cfg)
-	node, err := executornode.Start(ctx, executornode.Config{Bus: b, Executor: cfg, Workspace: *workspace, PolicyDir: *policyDir, Settings: files})
+	node, err := executornode.Start(ctx, executornode.Config{Bus: b, Executor: cfg, Workspace: *workspace, PolicyDir: *policyDir, Settings: files,
+		Secrets: cli.ToolSecrets(*workspace)})
 	if err != nil {
 		return err
 	}

@@ -181,7 +181,7 @@ func (u *up) start(ctx context.Context, busCfg busnode.Config, files *settings.F
 	exCfg := executor.Config{Identity: cli.Identity("executor"), Observer: m, Logger: log}
 	f.outputs.Apply(&exCfg)
 	if u.exec, err = executornode.Start(ctx, executornode.Config{Bus: exBus, Executor: exCfg, Workspace: *f.workspace,
-		PolicyDir: *f.policyDir, Settings: files}); err != nil {
+		PolicyDir: *f.policyDir, Settings: files, Secrets: f.toolSecrets()}); err != nil {
 		return err
 	}
 	u.stops = append(u.stops, func() { u.exec.Close(context.Background()) })

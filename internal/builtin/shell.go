@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/proctree"
+	"github.com/toolbus/toolbus/internal/sandbox"
 	"github.com/toolbus/toolbus/internal/tool"
 )
 
@@ -40,6 +43,33 @@ type Shells struct {
 // NewShells returns a shell runner confined to ws.
 func NewShells(ws *Workspace) *Shells {
 	return &Shells{ws: ws, bg: make(map[string]*background)}
+}
+
+// NewConfinedShells is NewShells with every command, in the foreground
+// or the background, confined by sb (internal/sandbox): it cannot read
+// toolbus's own secrets, nor write outside the workspace and temp dirs.
+func NewConfinedShells(ws *Workspace, sb *sandbox.Sandbox) *Shells {
+	s := NewShells(ws)
+	s.starter.Sandbox = sb
+	return s
+}
+
+// ownEnv are the prefixes of toolbus's own environment variables, which
+// hold its secrets (TOOLBUS_STORE_KEY, TOOLBUS_CONSOLE_TOKEN, the NATS
+// credentials): a shell line gets the executor's environment without
+// them. The rest is the user's, which the line is run for.
+var ownEnv = []string{"TOOLBUS_", "NATS_"}
+
+// withoutOwnEnv is environ without toolbus's own variables. It is never nil,
+// so that it is never taken for "the caller's environment".
+func withoutOwnEnv(environ []string) []string {
+	out := make([]string, 0, len(environ))
+	for _, kv := range environ {
+		if !slices.ContainsFunc(ownEnv, func(p string) bool { return strings.HasPrefix(kv, p) }) {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 // Close kills every background command and waits for it to end, and ends
@@ -76,7 +106,7 @@ func (s *Shells) start(line, dir string, keep bool, stdout, stderr *capped) (*pr
 		return nil, err
 	}
 	p := &process{stdout: stdout, stderr: stderr}
-	p.tree, err = s.starter.Start(proctree.Command{Path: bash, Args: []string{"bash", "-c", line}, Dir: dir,
+	p.tree, err = s.starter.Start(proctree.Command{Path: bash, Args: []string{"bash", "-c", line}, Dir: dir, Env: withoutOwnEnv(os.Environ()),
 		Stdout: p.stdout, Stderr: p.stderr, Keep: keep, Grace: killGrace})
 	if err != nil {
 		return nil, err

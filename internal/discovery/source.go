@@ -17,6 +17,7 @@ import (
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/proctree"
+	"github.com/toolbus/toolbus/internal/sandbox"
 	"github.com/toolbus/toolbus/internal/tool"
 )
 
@@ -47,6 +48,10 @@ type Options struct {
 	// Environ is the environment the commands' is filtered from (see
 	// FilterEnv); nil means os.Environ().
 	Environ []string
+	// Sandbox, when not nil, confines both commands and every process
+	// they start (internal/sandbox): the project's code, run with a
+	// model's arguments, cannot read toolbus's own secrets.
+	Sandbox *sandbox.Sandbox
 	Logger  *slog.Logger
 	// Now is the clock of the cache and the idle expiry; nil means
 	// time.Now.
@@ -115,7 +120,7 @@ func Start(ctx context.Context, opts Options) (*Source, error) {
 	if err := opts.Settings.Validate(); err != nil {
 		return nil, fmt.Errorf("discovery: %w", err)
 	}
-	s := &Source{opts: opts, log: opts.Logger, now: opts.Now, environ: opts.Environ, starter: &proctree.Starter{},
+	s := &Source{opts: opts, log: opts.Logger, now: opts.Now, environ: opts.Environ, starter: &proctree.Starter{Sandbox: opts.Sandbox},
 		settings: opts.Settings, wake: make(chan struct{}, 1), stop: make(chan struct{})}
 	if s.log == nil {
 		s.log = slog.Default()

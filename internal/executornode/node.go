@@ -17,6 +17,7 @@ import (
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/executor"
 	"github.com/toolbus/toolbus/internal/policy"
+	"github.com/toolbus/toolbus/internal/sandbox"
 	"github.com/toolbus/toolbus/internal/settings"
 	defaultpolicy "github.com/toolbus/toolbus/policy"
 )
@@ -44,6 +45,17 @@ type Config struct {
 	// Settings are the agents' settings files: their MCP servers, their
 	// discovery command and their hooks. Nil for none.
 	Settings *settings.Files
+	// Secrets are the files and directories the tool processes (shell
+	// lines, background commands, discovered tools) may not read, list or
+	// write: the bus's data dir, the identity seeds, the credentials
+	// (cli.ToolSecrets gives a command's). They run confined by Landlock
+	// (internal/sandbox), reading everything else and writing only the
+	// workspace, the temp dirs and Writable, as far as the kernel can;
+	// Start logs how far.
+	Secrets []string
+	// Writable are directories the tool processes may write besides the
+	// workspace and the temp dirs: a shared build cache, say.
+	Writable []string
 	// Configure, when set, adjusts the executor's configuration once the
 	// node has assembled it, before the executor starts: tests give it
 	// another policy, a deadline or more tools.
@@ -92,7 +104,9 @@ type Node struct {
 	MCP *MCP
 	// Discovery is the node's discovery command, nil without one.
 	Discovery *Discovery
-	shells    *builtin.Shells
+	// Sandbox confines the node's tool processes.
+	Sandbox *sandbox.Sandbox
+	shells  *builtin.Shells
 
 	closeOnce sync.Once
 	closeErr  error
@@ -119,8 +133,14 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		if n.Workspace, err = builtin.NewWorkspace(cfg.Workspace); err != nil {
 			return nil, err
 		}
-		n.shells = builtin.NewShells(n.Workspace)
-		ex.Tools, ex.Workspace = builtin.Tools(n.Workspace, n.shells), n.Workspace.Root()
+		ex.Workspace = n.Workspace.Root()
+	}
+	if n.Sandbox, err = newSandbox(cfg, ex.Workspace, ex.Logger); err != nil {
+		return nil, err
+	}
+	if n.Workspace != nil {
+		n.shells = builtin.NewConfinedShells(n.Workspace, n.Sandbox)
+		ex.Tools = builtin.Tools(n.Workspace, n.shells)
 	}
 	if ex.Policy == nil {
 		if ex.Policy, err = compilePolicy(ctx, cfg.PolicyDir); err != nil {
@@ -141,10 +161,30 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	// The tools of the settings' discovery command run in this
 	// executor's workspace, so it hosts them.
-	if n.Discovery, err = startDiscovery(ctx, cfg.Bus, n.Executor, ex.Identity, cfg.Settings.Gemini, ex.Workspace, ex.Tools, ex.Logger); err != nil {
+	if n.Discovery, err = startDiscovery(ctx, cfg.Bus, n.Executor, ex.Identity, cfg.Settings.Gemini, ex.Workspace, ex.Tools, n.Sandbox, ex.Logger); err != nil {
 		return nil, err
 	}
 	return n, nil
+}
+
+// newSandbox is the confinement of the node's tool processes, which it
+// logs: what they may write and not read, and what the kernel enforces.
+func newSandbox(cfg Config, workspace string, log *slog.Logger) (*sandbox.Sandbox, error) {
+	var writable []string
+	if workspace != "" {
+		writable = append(writable, workspace)
+	}
+	sb, err := sandbox.New(sandbox.Policy{Writable: append(writable, cfg.Writable...), Hidden: cfg.Secrets})
+	if err != nil {
+		return nil, fmt.Errorf("executor node: tool processes: %w", err)
+	}
+	level, how := slog.LevelInfo, sandbox.Describe()
+	if _, err := sandbox.ABI(); err != nil {
+		level = slog.LevelWarn // best effort: the tools run, unconfined
+	}
+	log.Log(context.Background(), level, "tool processes confined", "landlock", how,
+		"writable", append(writable, cfg.Writable...), "unreadable", cfg.Secrets, "network", "not confined")
+	return sb, nil
 }
 
 // compilePolicy compiles the policy of dir, or the built-in policy.
@@ -181,6 +221,9 @@ func (n *Node) close(ctx context.Context) error {
 	n.Discovery.Stop() // after the calls, which run its commands
 	if n.shells != nil {
 		n.shells.Close()
+	}
+	if n.Sandbox != nil {
+		n.Sandbox.Close()
 	}
 	if n.Workspace != nil {
 		n.Workspace.Close()

@@ -31,6 +31,8 @@ import (
 	"os"
 	"syscall"
 	"time"
+
+	"github.com/toolbus/toolbus/internal/sandbox"
 )
 
 // Command is what Start runs.
@@ -58,6 +60,13 @@ type Command struct {
 	// Grace is how long the tree's processes have between SIGTERM and
 	// SIGKILL; zero means DefaultGrace.
 	Grace time.Duration
+	// Sandbox, when not nil, confines every process of the tree with
+	// Landlock, as far as the kernel can: the root is forked from a
+	// thread of the supervisor confined by it, so neither the caller nor
+	// the supervisor is. A ruleset that does not build is an error of
+	// Start; a kernel without Landlock is not (best effort). Elsewhere
+	// than Linux it is ignored.
+	Sandbox *sandbox.Sandbox
 }
 
 // ErrClosed is returned by a Starter's Start after Close.

@@ -17,8 +17,8 @@ import (
 // sent as its tree ended is not taken for the next one's.
 //
 // Owner to supervisor: "run ID REQUEST" with the tree's stdout and stderr
-// attached (SCM_RIGHTS), and its stdin after them when it has one; "stop
-// ID". The end of the socket (the owner closed
+// attached (SCM_RIGHTS), its stdin after them when it has one, and last
+// the Landlock ruleset that confines it when one does; "stop ID". The end of the socket (the owner closed
 // it, or exited) ends the running tree and the supervisor.
 //
 // Supervisor to owner: "started ID PID" or "failed ID WHY", then once no
@@ -44,13 +44,17 @@ const (
 //
 // The environment comes before the arguments, counted; a count of -1
 // means the supervisor's own (which is the owner's).
+//
+// Landlock is the flags of the Landlock ruleset that confines the tree,
+// whose file comes last with the message; -1 when none does.
 type request struct {
-	Path  string
-	Args  []string
-	Env   []string
-	Dir   string
-	Keep  bool
-	Grace time.Duration
+	Path     string
+	Args     []string
+	Env      []string
+	Dir      string
+	Keep     bool
+	Grace    time.Duration
+	Landlock int64
 }
 
 func (r *request) encode() []byte {
@@ -58,7 +62,7 @@ func (r *request) encode() []byte {
 	if r.Env == nil {
 		n = -1
 	}
-	b := fmt.Appendf(nil, "%t\x00%d\x00%s\x00%s\x00%d", r.Keep, r.Grace, r.Dir, r.Path, n)
+	b := fmt.Appendf(nil, "%t\x00%d\x00%d\x00%s\x00%s\x00%d", r.Keep, r.Grace, r.Landlock, r.Dir, r.Path, n)
 	for _, a := range append(r.Env[:len(r.Env):len(r.Env)], r.Args...) {
 		b = append(append(b, 0), a...)
 	}
@@ -67,18 +71,19 @@ func (r *request) encode() []byte {
 
 func decodeRequest(b []byte) (*request, error) {
 	f := strings.Split(string(b), "\x00")
-	if len(f) < 5 {
+	if len(f) < 6 {
 		return nil, fmt.Errorf("malformed request")
 	}
-	r := &request{Dir: f[2], Path: f[3]}
-	var err1, err2, err3 error
+	r := &request{Dir: f[3], Path: f[4]}
+	var err1, err2, err3, err4 error
 	r.Keep, err1 = strconv.ParseBool(f[0])
 	grace, err2 := strconv.ParseInt(f[1], 10, 64)
-	nenv, err3 := strconv.Atoi(f[4])
-	if err := errors.Join(err1, err2, err3); err != nil {
+	r.Landlock, err3 = strconv.ParseInt(f[2], 10, 64)
+	nenv, err4 := strconv.Atoi(f[5])
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
 		return nil, fmt.Errorf("malformed request: %w", err)
 	}
-	rest := f[5:]
+	rest := f[6:]
 	if nenv > len(rest) {
 		return nil, fmt.Errorf("malformed request: %d variables, %d fields", nenv, len(rest))
 	}

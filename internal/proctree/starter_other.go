@@ -2,11 +2,18 @@
 
 package proctree
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/toolbus/toolbus/internal/sandbox"
+)
 
 // Starter starts trees; without a supervisor there is nothing to start
 // ahead. Its zero value is ready for use. Safe for concurrent use.
 type Starter struct {
+	// Sandbox is ignored: elsewhere than Linux there is no Landlock.
+	Sandbox *sandbox.Sandbox
+
 	mu     sync.Mutex
 	closed bool
 }

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/toolbus/toolbus/internal/sandbox"
 )
 
 // marker is the argv[0] under which the binary runs as a supervisor.
@@ -84,7 +86,7 @@ func supervise() int {
 // of the socket.
 func (s *supervisor) read() {
 	defer close(s.msgs)
-	oob := make([]byte, syscall.CmsgSpace(3*4)) // stdout, stderr, stdin
+	oob := make([]byte, syscall.CmsgSpace(4*4)) // stdout, stderr, stdin, ruleset
 	for {
 		// A fresh buffer each time: the message's body is a slice of it.
 		m, err := receive(s.owner, make([]byte, maxRequest), oob)
@@ -104,12 +106,18 @@ func (s *supervisor) say(kind string, id uint64, detail any) {
 // processes it could not kill are left; the ended message says so too.
 func (s *supervisor) run(m message) bool {
 	req, err := decodeRequest(m.body)
+	files, ruleset := m.fds, -1
+	if err == nil && req.Landlock >= 0 && len(files) > 0 {
+		files, ruleset = files[:len(files)-1], files[len(files)-1]
+	}
 	switch {
 	case err != nil:
 	case s.subreaper != nil:
 		err = s.subreaper
-	case len(m.fds) != 2 && len(m.fds) != 3:
-		err = fmt.Errorf("got %d files for the output and input, want 2 or 3", len(m.fds))
+	case req.Landlock >= 0 && ruleset < 0:
+		err = errors.New("no Landlock ruleset came with a confined command")
+	case len(files) != 2 && len(files) != 3:
+		err = fmt.Errorf("got %d files for the output and input, want 2 or 3", len(files))
 	}
 	if err != nil {
 		closeFds(m.fds)
@@ -120,15 +128,21 @@ func (s *supervisor) run(m message) bool {
 	if env == nil {
 		env = os.Environ()
 	}
-	if len(m.fds) == 3 {
-		stdin = uintptr(m.fds[2])
+	if len(files) == 3 {
+		stdin = uintptr(files[2])
 	}
-	root, err := syscall.ForkExec(req.Path, req.Args, &syscall.ProcAttr{
+	attr := &syscall.ProcAttr{
 		Dir:   req.Dir,
 		Env:   env,
-		Files: []uintptr{stdin, uintptr(m.fds[0]), uintptr(m.fds[1])},
+		Files: []uintptr{stdin, uintptr(files[0]), uintptr(files[1])},
 		Sys:   &syscall.SysProcAttr{Setpgid: true},
-	})
+	}
+	var root int
+	if ruleset >= 0 {
+		root, err = forkExecConfined(req.Path, req.Args, attr, ruleset, uint32(req.Landlock))
+	} else {
+		root, err = syscall.ForkExec(req.Path, req.Args, attr)
+	}
 	closeFds(m.fds) // the tree's processes hold them now: the owner reads to their end
 	if err != nil {
 		s.say(msgFailed, m.id, err)
@@ -144,6 +158,29 @@ func (s *supervisor) run(m message) bool {
 	}
 	s.say(msgEnded, m.id, t.ended(how))
 	return goOn
+}
+
+// forkExecConfined forks and executes the root from a thread of its own,
+// confined by the Landlock ruleset first: the child inherits the thread's
+// confinement, and the thread, never unlocked, ends with its goroutine, so
+// that the supervisor's other threads stay free for the next trees.
+func forkExecConfined(path string, args []string, attr *syscall.ProcAttr, ruleset int, flags uint32) (int, error) {
+	type forked struct {
+		pid int
+		err error
+	}
+	done := make(chan forked, 1)
+	go func() {
+		runtime.LockOSThread() // for good: see above
+		if err := sandbox.RestrictThread(ruleset, flags); err != nil {
+			done <- forked{err: err}
+			return
+		}
+		pid, err := syscall.ForkExec(path, args, attr)
+		done <- forked{pid, err}
+	}()
+	f := <-done
+	return f.pid, f.err
 }
 
 // follow returns when the tree has ended: on its own, or ended by the

@@ -1,6 +1,7 @@
 package proctree
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/toolbus/toolbus/internal/sandbox"
 )
 
 // forceDelay is how long after the grace a stopped tree's supervisor has
@@ -32,6 +35,10 @@ const maxIdle = 2
 // two idle. Its zero value is ready for use; Close ends the idle ones.
 // Safe for concurrent use.
 type Starter struct {
+	// Sandbox, when not nil, confines the trees whose Command names no
+	// Sandbox of its own. Set it before the first Start.
+	Sandbox *sandbox.Sandbox
+
 	mu     sync.Mutex
 	idle   []*supervised
 	closed bool
@@ -169,12 +176,23 @@ func (s *Starter) run(sup *supervised, id uint64, c Command) (*Tree, error) {
 		s.release(sup, true)
 		return nil, err
 	}
-	req := request{Path: c.Path, Args: c.Args, Env: c.Env, Dir: c.Dir, Keep: c.Keep, Grace: c.grace()}
-	msg := append(fmt.Appendf(nil, "%s %d ", msgRun, id), req.encode()...)
+	req := request{Path: c.Path, Args: c.Args, Env: c.Env, Dir: c.Dir, Keep: c.Keep, Grace: c.grace(), Landlock: -1}
 	fds := []int{int(outW.Fd()), int(errW.Fd())}
 	if c.Stdin != nil {
 		fds = append(fds, int(c.Stdin.Fd()))
 	}
+	rs, err := ruleset(cmp.Or(c.Sandbox, s.Sandbox))
+	if err != nil {
+		closeFiles(outR, outW, errR, errW)
+		s.release(sup, true)
+		return nil, err
+	}
+	if rs != nil {
+		req.Landlock = int64(rs.Flags())
+		fds = append(fds, rs.Fd())
+		defer rs.Close() // the supervisor has its own once it is sent
+	}
+	msg := append(fmt.Appendf(nil, "%s %d ", msgRun, id), req.encode()...)
 	_, _, err = sup.conn.WriteMsgUnix(msg, syscall.UnixRights(fds...), nil)
 	closeFiles(outW, errW) // the supervisor has its own now
 	var m message
@@ -312,6 +330,19 @@ func (t *Tree) Done() <-chan struct{} { return t.done }
 func (t *Tree) Wait() (syscall.WaitStatus, error) {
 	<-t.done
 	return t.res.status, t.res.err
+}
+
+// ruleset is sb's Landlock ruleset; nil when sb is, or when the kernel
+// cannot enforce it.
+func ruleset(sb *sandbox.Sandbox) (*sandbox.Ruleset, error) {
+	if sb == nil {
+		return nil, nil
+	}
+	rs, err := sb.Ruleset()
+	if errors.Is(err, sandbox.ErrUnavailable) {
+		return nil, nil
+	}
+	return rs, err
 }
 
 func closeFiles(fs ...*os.File) {

@@ -19,6 +19,8 @@ import (
 
 	"go.uber.org/goleak"
 	"golang.org/x/tools/txtar"
+
+	"github.com/toolbus/toolbus/internal/sandbox"
 )
 
 // Golden compares files with the txtar archive at path, after rewriting
@@ -225,4 +227,15 @@ func Testdata(tb testing.TB, name string) string {
 		tb.Fatal(err)
 	}
 	return p
+}
+
+// NeedsLandlock skips the test, or the subtest that asserts a Landlock
+// confinement holds, on a kernel without Landlock (internal/sandbox),
+// saying so: the code path runs everywhere, its enforcement only where
+// the kernel has it.
+func NeedsLandlock(tb testing.TB) {
+	tb.Helper()
+	if _, err := sandbox.ABI(); err != nil {
+		tb.Skipf("the confinement is not asserted: %v", err)
+	}
 }

@@ -12,6 +12,7 @@ silent_fail) exit 7 ;;
 signal) printf 'before'; kill -KILL $$ ;;
 big) head -c 300000 /dev/zero | tr '\0' x ;;
 env) env | sort ;;
+steal) cat "$(cat target)" ;;                    # the file the workspace's "target" names
 stdin_size) wc -c | tr -d ' \n' ;;
 noread) head -c 100 >/dev/null ;;               # leaves most of a long stdin unread
 ignore_term) trap '' TERM; echo $$ > term.pid; while :; do sleep 1; done ;;

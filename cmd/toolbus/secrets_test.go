@@ -1,0 +1,37 @@
+package main
+
+import (
+	"flag"
+	"path/filepath"
+	"slices"
+	"testing"
+)
+
+// toolbus up's tool processes are kept from its data dir and its
+// identities, wherever --identities puts them.
+func TestUpHidesItsDataAndIdentitiesFromTools(t *testing.T) {
+	data, ids := t.TempDir(), t.TempDir()
+	for _, tt := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--data", data}, []string{data, filepath.Join(data, "identities")}},
+		{[]string{"--data", data, "--identities", ids}, []string{data, ids}},
+		{[]string{"--data", data, "--identities", "off"}, []string{data}},
+	} {
+		fs := flag.NewFlagSet("up", flag.ContinueOnError)
+		f := newUpFlags(fs)
+		if err := fs.Parse(tt.args); err != nil {
+			t.Fatal(err)
+		}
+		got := f.toolSecrets()
+		for _, w := range tt.want {
+			if !slices.Contains(got, w) {
+				t.Errorf("%v: %v does not hide %s", tt.args, got, w)
+			}
+		}
+		if slices.ContainsFunc(got, func(p string) bool { return filepath.Base(p) == "off" }) {
+			t.Errorf("%v: %v hides a directory named off", tt.args, got)
+		}
+	}
+}
