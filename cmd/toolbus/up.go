@@ -199,7 +199,7 @@ func (u *up) start(ctx context.Context, busCfg busnode.Config, files *settings.F
 		u.stops = append(u.stops, func() { u.cons.stop() })
 	}
 	if *f.mcpListen != "off" {
-		mcpBus, err := u.as(ctx, "mcp")
+		mcpBus, err := u.as(ctx, "facade")
 		if err != nil {
 			return err
 		}
@@ -284,7 +284,7 @@ func (u *up) describe() {
 var upMembers = []auth.Member{
 	{Name: "bus", Role: auth.RoleBus}, {Name: "developer", Role: auth.RoleAdmin},
 	{Name: "registry", Role: auth.RoleRegistry}, {Name: "executor", Role: auth.RoleExecutor},
-	{Name: "console", Role: auth.RoleApprover}, {Name: "mcp", Role: auth.RoleAgent},
+	{Name: "console", Role: auth.RoleApprover}, {Name: "facade", Role: auth.RoleFacade},
 	{Name: "agent", Role: auth.RoleAgent}, {Name: "auditor", Role: auth.RoleAuditor},
 }
 

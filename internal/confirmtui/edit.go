@@ -70,6 +70,7 @@ func (m *Model) afterEdit(msg editedMsg) tea.Cmd {
 		m.status = styleBad.Render("nothing sent:") + " the request is no longer pending"
 		return nil
 	}
+	m.selectedCall = r.Principal + "\x00" + r.InvocationID
 	return m.answer(r, approve.Answer{Outcome: events.ModifyWithEditor, Args: args})
 }
 

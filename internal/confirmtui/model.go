@@ -59,6 +59,9 @@ type Model struct {
 	shown    map[string]bool      // requests this view showed as pending
 	endedAt  map[string]time.Time // when this view saw a shown request end
 	selected string               // the selected request's AnswerTo
+	// selectedCall is the principal and invocation id of the request
+	// this view last answered with an edit (keepSelection).
+	selectedCall string
 	index    int                  // its position, kept when it leaves
 	// moved: the selected request left and the next one was selected
 	// for the person, who has not looked at it yet.
@@ -165,6 +168,17 @@ func (m *Model) keepSelection() {
 	for i, r := range q {
 		if r.AnswerTo == m.selected {
 			m.index = i
+			return
+		}
+	}
+	// The next round of the call this view answered with an edit is the
+	// same call, asked again by its executor: it takes the selection
+	// without a key being swallowed. An executor refuses a caller's
+	// reused id, so only that call's executor asks under the same
+	// principal and id.
+	for i, r := range q {
+		if m.selectedCall != "" && r.Pending() && r.Principal+"\x00"+r.InvocationID == m.selectedCall {
+			m.selected, m.index, m.moved = r.AnswerTo, i, false
 			return
 		}
 	}

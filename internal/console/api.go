@@ -123,6 +123,11 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, _ caller) {
 
 // answerBody is what the page sends to answer a request.
 type answerBody struct {
+	// AnswerTo names the request answered: its own token, unique to it.
+	AnswerTo string `json:"answerTo,omitempty"`
+	// InvocationID names it by its call, which is refused when two
+	// requests of that id wait: an agent may reuse an id to put another
+	// request beside the one the person read.
 	InvocationID string         `json:"invocationId"`
 	Outcome      events.Outcome `json:"outcome"`
 	// Args is the edited arguments of modify_with_editor, as the JSON
@@ -146,10 +151,25 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, c caller) {
 		return
 	}
 	st, _ := s.cfg.Approver.Snapshot()
-	req, found := st.Find(body.InvocationID)
+	if body.AnswerTo == "" && body.InvocationID != "" {
+		var waiting []approve.Request
+		for _, r := range st.OfInvocation(body.InvocationID) {
+			if r.Pending() {
+				waiting = append(waiting, r)
+			}
+		}
+		if len(waiting) > 1 {
+			writeError(w, http.StatusConflict, "two requests of this call wait: answer one by its answerTo")
+			return
+		}
+		if len(waiting) == 1 {
+			body.AnswerTo = waiting[0].AnswerTo
+		}
+	}
+	req, found := st.Find(body.AnswerTo)
 	switch {
-	case body.InvocationID == "":
-		writeError(w, http.StatusBadRequest, "invocationId is empty")
+	case body.AnswerTo == "" && body.InvocationID == "":
+		writeError(w, http.StatusBadRequest, "answerTo is empty")
 		return
 	case !found || !req.Pending():
 		writeError(w, http.StatusConflict, approve.ErrNotPending.Error())
@@ -164,7 +184,7 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, c caller) {
 		}
 		ans.Args = json.RawMessage(body.Args)
 	}
-	a, err := s.cfg.Approver.Answer(r.Context(), body.InvocationID, ans)
+	a, err := s.cfg.Approver.Answer(r.Context(), body.AnswerTo, ans)
 	switch {
 	case errors.Is(err, approve.ErrNotPending):
 		writeError(w, http.StatusConflict, err.Error())

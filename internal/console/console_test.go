@@ -398,7 +398,8 @@ func TestAnsweredRequestsHideTheirSecrets(t *testing.T) {
 	if len(s.Pending) != 1 || !strings.Contains(string(s.Pending[0].Args), token) || !strings.Contains(s.Pending[0].Diff, token) {
 		t.Fatalf("the pending request hides what the approver decides on: %+v", s.Pending)
 	}
-	if _, err := e.approver.Answer(context.Background(), "inv-secret", approve.Answer{Outcome: events.ProceedOnce, Message: "ok, token " + token}); err != nil {
+	st, _ := e.approver.Snapshot()
+	if _, err := e.approver.Answer(context.Background(), st.OfInvocation("inv-secret")[0].AnswerTo, approve.Answer{Outcome: events.ProceedOnce, Message: "ok, token " + token}); err != nil {
 		t.Fatal(err)
 	}
 	c.wait(t)

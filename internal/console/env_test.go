@@ -146,8 +146,11 @@ func (e *env) waitPending(t *testing.T, id string) approve.Request {
 // the executor refused for it.
 func (e *env) pendingNow(id string) (bool, []events.ConfirmRejected) {
 	st, _ := e.approver.Snapshot()
-	r, ok := st.Find(id)
-	return ok && r.Pending(), r.Rejected
+	rs := st.OfInvocation(id)
+	if len(rs) == 0 {
+		return false, nil
+	}
+	return rs[0].Pending(), rs[0].Rejected
 }
 
 // signIn returns an HTTP client holding a session cookie, and the page's
