@@ -62,7 +62,7 @@ type Model struct {
 	// selectedCall is the principal and invocation id of the request
 	// this view last answered with an edit (keepSelection).
 	selectedCall string
-	index    int                  // its position, kept when it leaves
+	index        int // its position, kept when it leaves
 	// moved: the selected request left and the next one was selected
 	// for the person, who has not looked at it yet.
 	moved bool
