@@ -59,6 +59,7 @@ var members = append(auth.DefaultMembers(),
 	auth.Member{Name: "mallory", Role: auth.RoleAgent},
 	auth.Member{Name: "eve", Role: auth.RoleApprover},
 	auth.Member{Name: "trent", Role: auth.RoleAuditor},
+	auth.Member{Name: "executor2", Role: auth.RoleExecutor},
 )
 
 func startFleet(t *testing.T) *fleet {
@@ -633,6 +634,78 @@ func TestAForwardedCallKeepsItsProvenCaller(t *testing.T) {
 		t.Errorf("the policy saw the forwarded call's caller as %+v (%v)", in.Caller, err)
 	}
 	f.clean(t, "executor")
+}
+
+// An executor that takes a call for another's workspace forwards it;
+// the one that runs it answers the agent, in its own account, at the
+// reply subject the bus gave the agent's request (a client may not send
+// a message naming that subject as its reply). Calls that ask go
+// through an approver and come back the same way.
+func TestForwardedCallsAnswerAnAgentInItsAccount(t *testing.T) {
+	f := startFleet(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "README.md"), []byte("# two\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ws, err := builtin.NewWorkspace(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ws.Close() })
+	shells := builtin.NewShells(ws)
+	pol, err := policy.Compile(context.Background(), policy.Files(defaultpolicy.Default()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex := f.as(t, "executor2")
+	two, err := executor.Start(context.Background(), ex.Conn(), ex.JetStream(), executor.Config{
+		Identity: events.Identity{ID: ex.Principal(), Role: "executor"}, IdentitiesEnforced: true, WorkspaceName: "two",
+		Tools: builtin.Tools(ws, shells), Policy: pol, Workspace: ws.Root(), Logger: f.logger("executor2")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		two.Stop(ctx)
+		shells.Close()
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := toolbus.Connect(ctx, f.bus.URL(), toolbus.WithIdentityFile(identity.SeedFile(f.dir, "agent")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if !testkit.Poll(20*time.Second, func() bool {
+		_, err := c.Invoke(ctx, "read_file", map[string]string{"file_path": "README.md"}, toolbus.WithWorkspace("two"))
+		return err == nil
+	}) {
+		t.Fatal("executor2's workspace never became callable")
+	}
+	// Twenty calls to each workspace: the queue group hands about half
+	// of them to the executor of the other one.
+	for i := range 20 {
+		for ws, want := range map[string]string{"two": "# two", f.workspace: "# hello"} {
+			res, err := c.Invoke(ctx, "read_file", map[string]string{"file_path": "README.md"}, toolbus.WithWorkspace(ws))
+			if err != nil || !strings.Contains(res.LLMContent, want) {
+				t.Fatalf("call %d for %s: %+v %v", i, ws, res, err)
+			}
+		}
+	}
+	approving, stop := context.WithCancel(ctx)
+	f.approveAll(t, approving)
+	for i := range 4 {
+		name := fmt.Sprintf("asked-%d.txt", i)
+		if _, err := c.Invoke(ctx, "write_file", map[string]string{"file_path": name, "content": "x"}, toolbus.WithWorkspace("two")); err != nil {
+			t.Fatalf("an approved write in the other workspace: %v", err)
+		}
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			t.Errorf("the approved write did not land in workspace two: %v", err)
+		}
+	}
+	stop()
+	f.clean(t, "agent", "executor", "executor2")
 }
 
 // A call's whole stored output is its caller's: the agent reads its own

@@ -195,19 +195,17 @@ func (b *Bus) awaitAudit(ctx context.Context, cfg Config) error {
 		// identity may not even look at it. It waits for the cluster's
 		// JetStream all the same.
 		return untilJetStream(ctx, b.log, true, func(ctx context.Context) error {
-			_, err := b.js.AccountInfo(ctx)
-			if errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) || errors.Is(err, jetstream.ErrJetStreamNotEnabled) {
-				// A member in an account of its own (internal/auth) has
-				// no JetStream there: it reaches the services account's
-				// under its prefix, where it may look up the catalogue,
-				// found or not once JetStream is up.
-				js, perr := jetstream.NewWithAPIPrefix(b.nc, events.ServicesAPIPrefix)
-				if perr != nil {
-					return perr
+			js, services, err := jetStreamOf(ctx, b.nc)
+			if err == nil && services {
+				// The services account's JetStream, seen from the
+				// member's own account: ready once the catalogue is
+				// found, or found missing.
+				if _, err = js.Stream(ctx, "KV_"+events.CatalogBucket); errors.Is(err, jetstream.ErrStreamNotFound) {
+					err = nil
 				}
-				if _, err = js.Stream(ctx, "KV_"+events.CatalogBucket); err == nil || errors.Is(err, jetstream.ErrStreamNotFound) {
-					b.js, err = js, nil
-				}
+			}
+			if err == nil {
+				b.js = js
 			}
 			return err
 		})
@@ -260,4 +258,30 @@ func (b *Bus) shutdownServer() {
 		b.srv.Shutdown()
 		b.srv.WaitForShutdown()
 	}
+}
+
+// JetStreamOf is the JetStream API that nc reaches: its account's own,
+// or, for a member in an account of its own (internal/auth), which has
+// no JetStream, the services account's under events.ServicesAPIPrefix.
+// It fails with what the account's JetStream said when neither holds.
+func JetStreamOf(ctx context.Context, nc *nats.Conn) (jetstream.JetStream, error) {
+	js, _, err := jetStreamOf(ctx, nc)
+	return js, err
+}
+
+// jetStreamOf is JetStreamOf, saying whether the API is the services
+// account's seen from another.
+func jetStreamOf(ctx context.Context, nc *nats.Conn) (js jetstream.JetStream, services bool, err error) {
+	if js, err = jetstream.New(nc); err != nil {
+		return nil, false, err
+	}
+	_, err = js.AccountInfo(ctx)
+	switch {
+	case err == nil:
+		return js, false, nil
+	case errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) || errors.Is(err, jetstream.ErrJetStreamNotEnabled):
+		js, err = jetstream.NewWithAPIPrefix(nc, events.ServicesAPIPrefix)
+		return js, err == nil, err
+	}
+	return nil, false, err
 }

@@ -163,6 +163,14 @@ const (
 	// PrincipalHeader carries the principal of a call one executor
 	// forwards to another (see principal.go).
 	PrincipalHeader = "Toolbus-Principal"
+	// AnswerToHeader carries, on a forwarded call, the reply subject the
+	// bus gave the caller's request. The executor that runs the call
+	// answers there itself: a client may not name a bus-made reply
+	// subject ("_R_.…", an answer's way back into the caller's account)
+	// as the reply of its own message, and a relay through the
+	// forwarding executor would reorder a result after the caller's
+	// fence (invoke.Client.fence).
+	AnswerToHeader = "Toolbus-Answer-To"
 )
 
 // Names of the JetStream assets that hold the shared state.

@@ -104,6 +104,10 @@ func (e *Executor) take(m *nats.Msg, forwarded bool) {
 		// What the caller sent, before anything is done about it; a
 		// forwarded call was recorded by the executor it came to.
 		e.recordRequest(m)
+	} else if to := m.Header.Get(events.AnswerToHeader); to != "" {
+		// Only executors publish on their exec subjects, so the caller's
+		// reply subject named here is the one the bus gave the caller.
+		m.Reply = to
 	}
 	e.accept(m, forwarded)
 }
@@ -348,8 +352,11 @@ func (e *Executor) forward(m *nats.Msg, inv *events.Invocation, t *events.Tool, 
 	// The executor that takes it cannot see the subject the caller sent
 	// it on: the principal read from it goes along. Only executors may
 	// publish on the executors' own subjects.
-	fwd := &nats.Msg{Subject: events.ExecSubject(host), Reply: m.Reply, Data: m.Data, Header: nats.Header{}}
+	fwd := &nats.Msg{Subject: events.ExecSubject(host), Data: m.Data, Header: nats.Header{}}
 	fwd.Header.Set(events.PrincipalHeader, e.principalOf(m, false))
+	if m.Reply != "" {
+		fwd.Header.Set(events.AnswerToHeader, m.Reply)
+	}
 	if err := e.nc.PublishMsg(fwd); err != nil {
 		e.respondRaw(m.Reply, e.result(inv, t.Name, events.ErrExecutorLost, "forward to "+host+": "+err.Error()))
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/catalog"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/identity"
@@ -132,10 +133,15 @@ func Connect(ctx context.Context, url string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("toolbus: connect to %s: %w", url, err)
 	}
-	js, err := jetstream.New(nc)
+	// A fleet's agent has an account of its own and reads the shared
+	// state through the services account's JetStream; without JetStream
+	// (yet), the catalogue calls say so when made.
+	js, err := bus.JetStreamOf(ctx, nc)
 	if err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("toolbus: jetstream: %w", err)
+		if js, err = jetstream.New(nc); err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("toolbus: jetstream: %w", err)
+		}
 	}
 	host, _ := os.Hostname()
 	id := events.Identity{ID: cfg.id.ID, Role: "agent", Agent: cfg.id.Agent, Session: cfg.id.Session, User: cfg.id.User, Host: host}
