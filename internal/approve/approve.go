@@ -74,6 +74,10 @@ type Request struct {
 	Rejected []events.ConfirmRejected
 	// Ended is when it was answered or closed.
 	Ended time.Time
+	// Revision grows with every change to the request while it waits (a
+	// refused answer), so that a view sends a request again only when
+	// it changed.
+	Revision uint64
 }
 
 // Pending reports whether the request still waits for an answer.
@@ -333,6 +337,9 @@ func (a *Approver) release() {
 // Identity is who this approver answers as.
 func (a *Approver) Identity() events.Identity { return a.cfg.Identity }
 
+// Keep is how many ended requests State.Recent holds at most.
+func (a *Approver) Keep() int { return a.cfg.Keep }
+
 // Stop leaves the fleet: the service is deregistered and the stream no
 // longer followed. Answers in flight fail.
 func (a *Approver) Stop() {
@@ -463,6 +470,7 @@ func (a *Approver) apply(subject string, data []byte) {
 		}
 		if r := a.byAnswerTo[rej.AnswerTo]; r != nil && r.InvocationID == rej.InvocationID && a.firstCopy(rej.ID) {
 			r.Rejected = append(r.Rejected, *rej)
+			r.Revision++
 			changed = true
 		}
 	case events.SubjectConfirmClosed:

@@ -17,6 +17,7 @@ import (
 type allowEntry struct {
 	Key string `json:"key"`
 	events.AllowRecord
+	rev uint64 // the bucket's revision of the entry
 }
 
 // allowWatch follows the allowlist bucket, so the page shows an approval
@@ -27,7 +28,7 @@ type allowWatch struct {
 	done   chan struct{}
 
 	mu      sync.Mutex
-	records map[string]events.AllowRecord
+	records map[string]allowEntry
 	changed chan struct{}
 }
 
@@ -38,7 +39,7 @@ func watchAllowlist(ctx context.Context, kv jetstream.KeyValue, log *slog.Logger
 		cancel()
 		return nil, fmt.Errorf("console: follow the allowlist: %w", err)
 	}
-	a := &allowWatch{w: w, cancel: cancel, done: make(chan struct{}), records: map[string]events.AllowRecord{}, changed: make(chan struct{})}
+	a := &allowWatch{w: w, cancel: cancel, done: make(chan struct{}), records: map[string]allowEntry{}, changed: make(chan struct{})}
 	// The initial values end with a nil entry; reading them first means
 	// the first page shows the whole list.
 	for initial := true; initial; {
@@ -82,7 +83,7 @@ func (a *allowWatch) apply(e jetstream.KeyValueEntry, log *slog.Logger) {
 			log.Warn("console: an allowlist record does not decode", "key", e.Key(), "err", err)
 			return
 		}
-		a.records[e.Key()] = r
+		a.records[e.Key()] = allowEntry{Key: e.Key(), AllowRecord: r, rev: e.Revision()}
 	default: // delete, purge
 		delete(a.records, e.Key())
 	}
@@ -96,8 +97,8 @@ func (a *allowWatch) snapshot() ([]allowEntry, <-chan struct{}) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	out := make([]allowEntry, 0, len(a.records))
-	for k, r := range a.records {
-		out = append(out, allowEntry{Key: k, AllowRecord: r})
+	for _, r := range a.records {
+		out = append(out, r)
 	}
 	slices.SortFunc(out, func(x, y allowEntry) int {
 		if c := x.AddedAt.Compare(y.AddedAt); c != 0 {

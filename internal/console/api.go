@@ -1,12 +1,10 @@
 package console
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"html/template"
 	"io/fs"
 	"mime"
 	"net/http"
@@ -22,7 +20,15 @@ import (
 // largest thing the page sends.
 const maxBody = 1 << 20
 
-var indexPage = template.Must(template.ParseFS(assets, "assets/index.html"))
+// indexPage is the page: the same for everyone, holding nothing of the
+// queue (its script fetches that with the token).
+var indexPage = func() []byte {
+	b, err := fs.ReadFile(assets, "assets/index.html")
+	if err != nil {
+		panic(err) // the embedded tree is fixed at build time
+	}
+	return b
+}()
 
 func (s *Server) routes() http.Handler {
 	static, err := fs.Sub(assets, "assets")
@@ -31,9 +37,9 @@ func (s *Server) routes() http.Handler {
 	}
 	files := http.FileServerFS(static)
 	mux := http.NewServeMux()
-	g := s.auth.guard
-	mux.Handle("GET /{$}", g(s.index))
-	mux.Handle("GET /static/{file}", g(func(w http.ResponseWriter, r *http.Request, _ caller) {
+	g, pub := s.auth.guard, s.auth.public
+	mux.Handle("GET /{$}", pub(s.index))
+	mux.Handle("GET /static/{file}", pub(func(w http.ResponseWriter, r *http.Request) {
 		r.URL.Path = "/" + r.PathValue("file")
 		if r.URL.Path == "/index.html" {
 			http.NotFound(w, r)
@@ -45,42 +51,39 @@ func (s *Server) routes() http.Handler {
 	mux.Handle("GET /api/events", g(s.events))
 	mux.Handle("/api/answer", g(s.answer))
 	mux.Handle("/api/revoke", g(s.revoke))
-	mux.Handle("/", g(func(w http.ResponseWriter, r *http.Request, _ caller) { http.NotFound(w, r) }))
+	mux.Handle("/", g(http.NotFound))
 	return mux
 }
 
-// index serves the page with the session's CSRF token in a meta element,
-// which only a page of this origin can read.
-func (s *Server) index(w http.ResponseWriter, r *http.Request, c caller) {
-	var buf bytes.Buffer
-	csrf := ""
-	if c.session != "" {
-		csrf = s.auth.csrf(c.session)
-	}
-	if err := indexPage.Execute(&buf, map[string]string{"CSRF": csrf, "Approver": s.cfg.Approver.Identity().ID}); err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
-	}
+// index serves the page.
+func (s *Server) index(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	w.Write(buf.Bytes())
+	w.Write(indexPage)
 }
 
-func (s *Server) current() (state, <-chan struct{}, <-chan struct{}) {
-	st, changed := s.cfg.Approver.Snapshot()
-	allow, allowChanged := s.allow.snapshot()
-	return newState(st, allow, s.cfg.Approver.Identity().ID, s.cfg.Redact), changed, allowChanged
+func (s *Server) getState(w http.ResponseWriter, _ *http.Request) {
+	st, _ := s.cfg.Approver.Snapshot()
+	allow, _ := s.allow.snapshot()
+	writeJSON(w, http.StatusOK, newState(st, allow, s.cfg.Approver.Identity().ID, s.cfg.Redact))
 }
 
-func (s *Server) getState(w http.ResponseWriter, _ *http.Request, _ caller) {
-	st, _, _ := s.current()
-	writeJSON(w, http.StatusOK, st)
+// hello is the first event of a stream: who the console answers as, and
+// the whole state as one change.
+type hello struct {
+	Approver string `json:"approver"`
+	// Keep is how many ended requests the history holds.
+	Keep int `json:"keep"`
+	change
 }
 
-// events streams the state: whole at once, then again on every change of
-// the queue or the allowlist, with a comment now and then so proxies keep
-// an idle stream open. It ends when the client goes or the console stops;
-// the page reconnects.
-func (s *Server) events(w http.ResponseWriter, r *http.Request, _ caller) {
+// events streams the state to a page as server-sent events: the whole
+// of it first ("snapshot"), then each change of the queue or the
+// allowlist as what changed ("change"), with a comment now and then so
+// proxies keep an idle stream open. What a change costs is the size of
+// the change: a queue of many large requests is sent once, not again on
+// every change. It ends when the client goes or the console stops; the
+// page reconnects and starts from a snapshot again.
+func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -88,18 +91,29 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, _ caller) {
 	w.WriteHeader(http.StatusOK)
 	tick := time.NewTicker(heartbeat)
 	defer tick.Stop()
-	for {
-		st, changed, allowChanged := s.current()
-		data, err := json.Marshal(st)
-		if err != nil {
-			s.log.Error("console: encode the state", "err", err)
-			return
+	sent := newShown()
+	for first := true; ; first = false {
+		st, changed := s.cfg.Approver.Snapshot()
+		allow, allowChanged := s.allow.snapshot()
+		c := sent.diff(st, allow, s.cfg.Redact)
+		st = approve.State{} // the requests are the approver's; this page holds keys only
+		var ev any = c
+		name := "change"
+		if first {
+			ev, name = hello{Approver: s.cfg.Approver.Identity().ID, Keep: s.cfg.Approver.Keep(), change: c}, "snapshot"
 		}
-		if _, err := fmt.Fprintf(w, "event: state\ndata: %s\n\n", data); err != nil {
-			return
-		}
-		if rc.Flush() != nil {
-			return
+		if first || !c.empty() {
+			data, err := json.Marshal(ev)
+			if err != nil {
+				s.log.Error("console: encode a change", "err", err)
+				return
+			}
+			if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", name, data); err != nil {
+				return
+			}
+			if rc.Flush() != nil {
+				return
+			}
 		}
 	wait:
 		for {
@@ -123,13 +137,11 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, _ caller) {
 
 // answerBody is what the page sends to answer a request.
 type answerBody struct {
-	// AnswerTo names the request answered: its own token, unique to it.
-	AnswerTo string `json:"answerTo,omitempty"`
-	// InvocationID names it by its call, which is refused when two
-	// requests of that id wait: an agent may reuse an id to put another
-	// request beside the one the person read.
-	InvocationID string         `json:"invocationId"`
-	Outcome      events.Outcome `json:"outcome"`
+	// AnswerTo names the request answered: its own token, as the page
+	// was sent it (its key). Never a call's id: a caller may put a
+	// second request of the same id beside the one the person read.
+	AnswerTo string         `json:"answerTo"`
+	Outcome  events.Outcome `json:"outcome"`
 	// Args is the edited arguments of modify_with_editor, as the JSON
 	// text the person typed.
 	Args    string `json:"args,omitempty"`
@@ -142,36 +154,21 @@ type ack struct {
 	Reason   string `json:"reason,omitempty"`
 }
 
-func (s *Server) answer(w http.ResponseWriter, r *http.Request, c caller) {
-	if !s.auth.sameOrigin(w, r, c) {
+func (s *Server) answer(w http.ResponseWriter, r *http.Request) {
+	if !s.auth.sameOrigin(w, r) {
 		return
 	}
 	var body answerBody
 	if !readJSON(w, r, &body) {
 		return
 	}
-	st, _ := s.cfg.Approver.Snapshot()
-	if body.AnswerTo == "" && body.InvocationID != "" {
-		var waiting []approve.Request
-		for _, r := range st.OfInvocation(body.InvocationID) {
-			if r.Pending() {
-				waiting = append(waiting, r)
-			}
-		}
-		if len(waiting) > 1 {
-			writeError(w, http.StatusConflict, "two requests of this call wait: answer one by its answerTo")
-			return
-		}
-		if len(waiting) == 1 {
-			body.AnswerTo = waiting[0].AnswerTo
-		}
-	}
-	req, found := st.Find(body.AnswerTo)
-	switch {
-	case body.AnswerTo == "" && body.InvocationID == "":
-		writeError(w, http.StatusBadRequest, "answerTo is empty")
+	if body.AnswerTo == "" {
+		writeError(w, http.StatusBadRequest, "answerTo is empty: name the request by the key it was shown with")
 		return
-	case !found || !req.Pending():
+	}
+	st, _ := s.cfg.Approver.Snapshot()
+	req, found := st.Find(body.AnswerTo)
+	if !found || !req.Pending() {
 		writeError(w, http.StatusConflict, approve.ErrNotPending.Error())
 		return
 	}
@@ -195,11 +192,11 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, c caller) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	case err != nil:
-		s.log.Warn("console: an answer failed", "invocation", body.InvocationID, "err", err)
+		s.log.Warn("console: an answer failed", "invocation", req.InvocationID, "answerTo", body.AnswerTo, "err", err)
 		writeError(w, http.StatusBadGateway, err.Error())
 		return
 	}
-	s.log.Info("console: answered", "invocation", body.InvocationID, "outcome", body.Outcome, "accepted", a.Accepted, "reason", a.Reason)
+	s.log.Info("console: answered", "invocation", req.InvocationID, "answerTo", body.AnswerTo, "outcome", body.Outcome, "accepted", a.Accepted, "reason", a.Reason)
 	writeJSON(w, http.StatusOK, ack{Accepted: a.Accepted, Reason: a.Reason})
 }
 
@@ -210,8 +207,8 @@ func errText(err error) string {
 	return err.Error()
 }
 
-func (s *Server) revoke(w http.ResponseWriter, r *http.Request, c caller) {
-	if !s.auth.sameOrigin(w, r, c) {
+func (s *Server) revoke(w http.ResponseWriter, r *http.Request) {
+	if !s.auth.sameOrigin(w, r) {
 		return
 	}
 	var body struct {

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/internal/approve"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/testkit/browser"
@@ -234,7 +236,7 @@ func TestBrowserDeny(t *testing.T) {
 }
 
 // TestBrowserWithoutToken: the page opened by its address without the
-// token is refused and shows nothing of the queue.
+// token says it is signed out and shows nothing of the queue.
 func TestBrowserWithoutToken(t *testing.T) {
 	e := newEnv(t)
 	e.callAsync(t, "inv-hidden", "write_file", `{"file_path":"a.txt","content":"hidden-content\n"}`)
@@ -246,9 +248,10 @@ func TestBrowserWithoutToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp.Status != http.StatusUnauthorized {
-		t.Errorf("status %d, want 401", resp.Status)
+	if resp.Status != http.StatusOK {
+		t.Errorf("status %d, want the page", resp.Status)
 	}
+	tb.waitJS(t, `document.querySelector("#conn.down") !== null && document.querySelector("#conn").textContent.includes("signed out")`)
 	body := evalJS[string](t, tb, `document.documentElement.outerHTML`)
 	if strings.Contains(body, "inv-hidden") || strings.Contains(body, "hidden-content") || strings.Contains(body, "write_file") {
 		t.Errorf("the refused page shows the queue: %s", body)
@@ -263,17 +266,16 @@ func TestBrowserWithoutToken(t *testing.T) {
 }
 
 // TestBrowserCrossSite: a page of another origin (same site: another port
-// on loopback, so the browser even sends the session cookie) posts
-// answers to the console, by fetch and by a form; all are refused and the
-// request still waits.
+// on loopback) posts answers to the console, by fetch and by a form; all
+// are refused and the request still waits.
 func TestBrowserCrossSite(t *testing.T) {
 	e := newEnv(t)
 	e.callAsync(t, "inv-csrf", "write_file", `{"file_path":"a.txt","content":"x\n"}`)
-	e.waitPending(t, "inv-csrf")
+	req := e.waitPending(t, "inv-csrf")
 	tb := openConsole(t, e)
 
 	target := e.console.BaseURL() + "api/answer"
-	body := `{"invocationId":"inv-csrf","outcome":"proceed_once"}`
+	body := attackerAnswer(req)
 	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html")
 		fmt.Fprintf(w, `<!doctype html><body>
@@ -308,7 +310,7 @@ document.getElementById("f").submit();
 		if !strings.HasPrefix(r, "401 ") && !strings.HasPrefix(r, "403 ") {
 			t.Errorf("a cross-site post was answered: %s", r)
 		}
-		formRefused = formRefused || (strings.HasPrefix(r, "403 ") && strings.HasSuffix(r, " Document"))
+		formRefused = formRefused || ((strings.HasPrefix(r, "401 ") || strings.HasPrefix(r, "403 ")) && strings.HasSuffix(r, " Document"))
 	}
 	if !formRefused {
 		t.Errorf("no refusal of the form's post among the console's responses %q", responses)
@@ -541,5 +543,136 @@ func TestBrowserShellFlagged(t *testing.T) {
 		if got := text(t, tb, sel+" .flags"); !strings.Contains(got, f.Text+" — "+f.Why) {
 			t.Errorf("flag %q is not listed: %q", want, got)
 		}
+	}
+}
+
+// TestBrowserSessionStaysOnItsPort is a prompt-injected agent that serves
+// a page on another loopback port and gets the person, signed in to the
+// console, to open it. Whatever the browser hands that page's server (a
+// cookie is bound to the host, not the port) and whatever its script
+// tries, the agent cannot answer the pending shell line: the agent's own
+// process replays everything it captured against the console, with the
+// console's Origin, and the line still waits.
+func TestBrowserSessionStaysOnItsPort(t *testing.T) {
+	e := newEnv(t)
+	e.callAsync(t, "inv-port", "run_shell_command", `{"command":"echo pwned > pwned.txt"}`)
+	req := e.waitPending(t, "inv-port")
+	tb := openConsole(t, e)
+
+	target := e.console.BaseURL() + "api/answer"
+	body := attackerAnswer(req)
+	var mu sync.Mutex
+	var captured []http.Header // what the browser sent the agent's server
+	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		captured = append(captured, r.Header.Clone())
+		mu.Unlock()
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprintf(w, `<!doctype html><body>
+<form id="f" method="POST" action=%q target="sink" enctype="text/plain"><input name=%q value='"}'></form>
+<iframe name="sink" id="sink"></iframe>
+<script>
+window.done = {};
+const body = %q;
+done.storage = JSON.stringify(sessionStorage) + document.cookie;
+fetch(%q, {method: "POST", mode: "no-cors", credentials: "include", headers: {"Content-Type": "text/plain"}, body})
+  .then(r => done.nocors = "sent", e => done.nocors = "error " + e);
+fetch(%q, {method: "POST", credentials: "include", headers: {"Content-Type": "application/json"}, body})
+  .then(r => done.cors = "status " + r.status, e => done.cors = "blocked");
+document.getElementById("sink").addEventListener("load", () => done.form = "sent");
+document.getElementById("f").submit();
+</script></body>`, target, strings.TrimSuffix(body, `}`)+`,"x":"`, body, target, target)
+	}))
+	defer evil.Close()
+
+	// The person opens the agent's page in the tab the console is in, as
+	// they would follow a link the agent printed.
+	tb.do(t, chromedp.Navigate(evil.URL))
+	tb.waitJS(t, `window.done && done.nocors && done.cors && done.form`)
+	if got := evalJS[string](t, tb, `done.storage`); got != "{}" {
+		t.Errorf("the agent's page reads %q of the console's session", got)
+	}
+
+	// The agent's process replays every header the browser sent its page,
+	// cookies included, as the console's own page would send them.
+	origin := strings.TrimSuffix(e.console.BaseURL(), "/")
+	mu.Lock()
+	headers := slices.Clone(captured)
+	mu.Unlock()
+	for _, h := range headers {
+		page := httpReq(t, "GET", e.console.BaseURL(), "", map[string]string{"Cookie": h.Get("Cookie")})
+		_, html := do(t, http.DefaultClient, page)
+		_, after, _ := strings.Cut(html, `name="toolbus-csrf" content="`)
+		csrf, _, _ := strings.Cut(after, `"`)
+		post := httpReq(t, "POST", target, body, map[string]string{"Content-Type": "application/json", "Origin": origin,
+			"Cookie": h.Get("Cookie"), "Authorization": h.Get("Authorization"), "X-Toolbus-Csrf": csrf})
+		if status, got := do(t, http.DefaultClient, post); status != http.StatusUnauthorized && status != http.StatusForbidden {
+			t.Errorf("the agent's replay of what its page was sent (cookie %q): status %d %s, want 401 or 403", h.Get("Cookie"), status, got)
+		}
+	}
+	if len(headers) == 0 {
+		t.Fatal("the agent's page was never requested")
+	}
+	// The console's session is nowhere the browser would send it.
+	jar, err := chromedp.Call(tb.ctx, network.GetCookies, network.GetCookiesParams{URLs: []string{e.console.BaseURL(), evil.URL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(jar.Cookies) != 0 {
+		t.Errorf("the browser keeps cookies for the console's host: %+v", jar.Cookies)
+	}
+	if pending, rejected := e.pendingNow("inv-port"); !pending || len(rejected) != 0 {
+		t.Errorf("after the agent's page: pending %v, rejected %v; want still pending, nothing sent", pending, rejected)
+	}
+	if _, err := os.Stat(filepath.Join(e.ws.Root(), "pwned.txt")); err == nil {
+		t.Error("the shell line ran")
+	}
+}
+
+// attackerAnswer is the body the console's page sends to allow req once,
+// which an attacker knows as well as the page does.
+func attackerAnswer(req approve.Request) string {
+	return fmt.Sprintf(`{"answerTo":%q,"outcome":"proceed_once"}`, req.AnswerTo)
+}
+
+// TestBrowserReusedIDReplacesNothing: while a harmless edit waits, a
+// shell line for another workspace is asked under the same invocation id.
+// The person sees two cards; allowing the edit runs the edit, and the
+// shell line still waits, unanswered.
+func TestBrowserReusedIDReplacesNothing(t *testing.T) {
+	e := newEnv(t)
+	tb := openConsole(t, e)
+	c := e.callAsync(t, "inv-reused", "write_file", `{"file_path":"notes.md","content":"harmless\n"}`)
+	edit := e.waitPending(t, "inv-reused")
+	shell := events.ConfirmRequest{InvocationID: "inv-reused", Tool: "run_shell_command", Kind: "execute", Caller: events.Identity{ID: "agent:test", Role: "agent"},
+		Command: "rm -rf /srv/other-workspace", Args: json.RawMessage(`{"command":"rm -rf /srv/other-workspace"}`),
+		Reason: "asks", DeadlineMillis: 60_000, AnswerTo: events.AnswerSubjectPrefix + "the-shell-line"}
+	answers := e.ask(t, shell)
+	editCard := fmt.Sprintf(`article.request[data-key=%q]`, edit.AnswerTo)
+	shellCard := fmt.Sprintf(`article.request[data-key=%q]`, shell.AnswerTo)
+	tb.waitJS(t, fmt.Sprintf(`document.querySelector(%q) !== null && document.querySelector(%q) !== null`, editCard, shellCard))
+	if got := text(t, tb, editCard+" .tool"); got != "write_file" {
+		t.Errorf("the edit's card shows %q", got)
+	}
+	if got := text(t, tb, shellCard+" .command"); got != shell.Command {
+		t.Errorf("the shell line's card shows %q", got)
+	}
+	if n := evalJS[float64](t, tb, `document.querySelectorAll('article.request[data-invocation="inv-reused"]').length`); n != 2 {
+		t.Errorf("%v cards for the id, want 2", n)
+	}
+
+	tb.do(t, chromedp.Click(chromedp.CSS(editCard+" .allow-once")))
+	if res := c.wait(t); res.Error != nil {
+		t.Fatalf("the allowed edit failed: %+v", res.Error)
+	}
+	tb.waitJS(t, fmt.Sprintf(`document.querySelector(%q) === null`, editCard))
+	if pending, rejected := e.pendingKey(shell.AnswerTo); !pending || len(rejected) != 0 {
+		t.Errorf("the shell line after the edit was allowed: pending %v, rejected %v", pending, rejected)
+	}
+	if n, _, _ := answers.Pending(); n != 0 {
+		t.Errorf("the shell line got %d answers", n)
+	}
+	if got := text(t, tb, shellCard+" .command"); got != shell.Command {
+		t.Errorf("the shell line's card is gone or changed: %q", got)
 	}
 }

@@ -6,8 +6,9 @@
 //
 // Everything it shows comes from agents, which may be prompt-injected, so
 // the page treats every field as text, and the server admits only holders
-// of its token, refuses state changes from any other origin, and sends a
-// Content-Security-Policy that allows no inline script.
+// of its token (sent as a header, never a cookie: see auth), refuses state
+// changes from any other origin, and sends a Content-Security-Policy that
+// allows no inline script.
 package console
 
 import (
@@ -172,9 +173,11 @@ func (s *Server) BaseURL() string {
 	return "http://" + net.JoinHostPort(host, strconv.Itoa(a.Port)) + "/"
 }
 
-// URL is the address a person opens: the first visit trades the token in
-// it for a session cookie.
-func (s *Server) URL() string { return s.BaseURL() + "?token=" + url.QueryEscape(s.cfg.Token) }
+// URL is the address a person opens. The token is in the fragment, which
+// the browser never sends anywhere: the page's script takes it into the
+// tab's sessionStorage, of the console's origin alone, and takes it out
+// of the address bar and the history (see auth).
+func (s *Server) URL() string { return s.BaseURL() + "#token=" + url.QueryEscape(s.cfg.Token) }
 
 // Token is the access token, for Authorization: Bearer.
 func (s *Server) Token() string { return s.cfg.Token }

@@ -1,9 +1,9 @@
 package console
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -59,78 +59,70 @@ func httpReq(t *testing.T, method, url, body string, header map[string]string) *
 	return req
 }
 
-// TestAccessNeedsTheToken: without the token, a cookie made from it, or a
-// bearer, every path is refused and shows nothing of the queue.
+// TestAccessNeedsTheToken: without the token as a bearer, the API is
+// refused and nothing shows the queue; the page and its files, which hold
+// nothing of it, load for anyone; no response sets a cookie, and a cookie,
+// forged or not, opens nothing.
 func TestAccessNeedsTheToken(t *testing.T) {
 	e := newEnv(t)
 	e.callAsync(t, "inv-secret", "write_file", `{"file_path":"a.txt","content":"secret-content\n"}`)
 	e.waitPending(t, "inv-secret")
 	base := e.console.BaseURL()
 	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-
-	for _, path := range []string{"", "api/state", "api/events", "static/app.js", "static/app.css", "nope"} {
-		status, body := do(t, noRedirect, httpReq(t, "GET", base+path, "", nil))
-		if status != http.StatusUnauthorized || strings.Contains(body, "secret-content") || strings.Contains(body, "inv-secret") {
-			t.Errorf("GET /%s without a token: status %d, body %q; want 401 and nothing of the queue", path, status, body)
+	get := func(path string, header map[string]string) (*http.Response, string) {
+		t.Helper()
+		resp, err := noRedirect.Do(httpReq(t, "GET", base+path, "", header))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if c := resp.Header.Values("Set-Cookie"); len(c) != 0 {
+			t.Errorf("GET /%s sets cookies: %q", path, c)
+		}
+		return resp, readAll(t, resp)
+	}
+	for _, path := range []string{"api/state", "api/events", "nope"} {
+		resp, body := get(path, nil)
+		if resp.StatusCode != http.StatusUnauthorized || strings.Contains(body, "secret-content") || strings.Contains(body, "inv-secret") {
+			t.Errorf("GET /%s without a token: status %d, body %q; want 401 and nothing of the queue", path, resp.StatusCode, body)
+		}
+	}
+	for _, path := range []string{"", "static/app.js", "static/app.css", "?token=" + e.console.Token()} {
+		resp, body := get(path, nil)
+		if resp.StatusCode != http.StatusOK || strings.Contains(body, "secret-content") || strings.Contains(body, "inv-secret") {
+			t.Errorf("GET /%s: status %d; want 200 and nothing of the queue", path, resp.StatusCode)
 		}
 	}
 	for _, path := range []string{"api/answer", "api/revoke"} {
-		status, _ := do(t, noRedirect, httpReq(t, "POST", base+path, `{"invocationId":"inv-secret","outcome":"proceed_once"}`,
+		status, _ := do(t, noRedirect, httpReq(t, "POST", base+path, `{"answerTo":"k","outcome":"proceed_once"}`,
 			map[string]string{"Content-Type": "application/json", "Origin": strings.TrimSuffix(base, "/")}))
 		if status != http.StatusUnauthorized {
 			t.Errorf("POST /%s without a token: status %d, want 401", path, status)
 		}
 	}
-	status, _ := do(t, noRedirect, httpReq(t, "GET", base+"?token=wrong", "", nil))
-	if status != http.StatusForbidden {
-		t.Errorf("a wrong token: status %d, want 403", status)
+	if resp, _ := get("?token=wrong", nil); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("a wrong token: status %d, want 403", resp.StatusCode)
 	}
-	status, _ = do(t, noRedirect, httpReq(t, "GET", base+"api/state", "", map[string]string{"Authorization": "Bearer wrong-token-wrong-token"}))
-	if status != http.StatusUnauthorized {
-		t.Errorf("a wrong bearer: status %d, want 401", status)
-	}
-	forged := &http.Cookie{Name: "toolbus_console_" + strconv.Itoa(e.console.Addr().(*net.TCPAddr).Port), Value: "abc.def"}
-	req := httpReq(t, "GET", base+"api/state", "", nil)
-	req.AddCookie(forged)
-	if status, _ := do(t, noRedirect, req); status != http.StatusUnauthorized {
-		t.Errorf("a forged session cookie: status %d, want 401", status)
-	}
-
-	// The token is traded for a cookie the page's script cannot read, and
-	// the address loses the token.
-	resp, err := noRedirect.Get(e.console.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/" {
-		t.Fatalf("the token: status %d, Location %q; want 303 to /", resp.StatusCode, resp.Header.Get("Location"))
-	}
-	// From any path, the exchange leads to the page itself, never
-	// elsewhere.
-	for _, path := range []string{"static/app.js", "nope/", "/evil.example/"} {
-		resp, err := noRedirect.Get(base + path + "?token=" + e.console.Token())
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if loc := resp.Header.Get("Location"); resp.StatusCode == http.StatusSeeOther && loc != "/" {
-			t.Errorf("the token on /%s redirects to %q, want /", path, loc)
+	port := strconv.Itoa(e.console.Addr().(*net.TCPAddr).Port)
+	for name, h := range map[string]map[string]string{
+		"a wrong bearer":          {"Authorization": "Bearer wrong-token-wrong-token"},
+		"the token, not a bearer": {"Authorization": e.console.Token()},
+		"the token as a cookie":   {"Cookie": "toolbus_console_" + port + "=" + e.console.Token()},
+		"a forged session":        {"Cookie": "toolbus_console_" + port + "=abc.def"},
+	} {
+		if resp, _ := get("api/state", h); resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("%s: status %d, want 401", name, resp.StatusCode)
 		}
 	}
-	cookies := resp.Cookies()
-	if len(cookies) != 1 || !cookies[0].HttpOnly || cookies[0].SameSite != http.SameSiteStrictMode {
-		t.Fatalf("the session cookie is %+v; want one, HttpOnly and SameSite=Strict", cookies)
+	if resp, _ := get("api/state?token="+e.console.Token(), nil); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("the token in the query of an API call: status %d, want 401", resp.StatusCode)
 	}
-	req = httpReq(t, "GET", base+"api/state", "", nil)
-	req.AddCookie(cookies[0])
-	status, body := do(t, noRedirect, req)
-	if status != http.StatusOK || !strings.Contains(body, "inv-secret") {
-		t.Errorf("with the cookie: status %d, body %q", status, body)
+	resp, body := get("api/state", map[string]string{"Authorization": "Bearer " + e.console.Token()})
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, "inv-secret") {
+		t.Errorf("with the bearer: status %d, body %q", resp.StatusCode, body)
 	}
-	status, body = do(t, noRedirect, httpReq(t, "GET", base+"api/state", "", map[string]string{"Authorization": "Bearer " + e.console.Token()}))
-	if status != http.StatusOK || !strings.Contains(body, "inv-secret") {
-		t.Errorf("with the bearer: status %d, body %q", status, body)
+	if !strings.HasPrefix(e.console.URL(), base+"#token=") {
+		t.Errorf("the address printed is %s, want the token in its fragment, which the browser sends nowhere", e.console.URL())
 	}
 }
 
@@ -138,10 +130,9 @@ func TestAccessNeedsTheToken(t *testing.T) {
 // CSP and its companions.
 func TestHeaders(t *testing.T) {
 	e := newEnv(t)
-	client, _ := e.signIn(t)
 	for _, path := range []string{"", "static/app.js", "api/state", "nope"} {
-		for _, c := range []*http.Client{client, http.DefaultClient} {
-			resp, err := c.Get(e.console.BaseURL() + path)
+		for _, h := range []map[string]string{e.bearer(), nil} {
+			resp, err := http.DefaultClient.Do(httpReq(t, "GET", e.console.BaseURL()+path, "", h))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -165,7 +156,7 @@ func TestHeaders(t *testing.T) {
 // own (a DNS rebinding) is refused even with a valid session.
 func TestHostHeader(t *testing.T) {
 	e := newEnv(t)
-	client, _ := e.signIn(t)
+	client := http.DefaultClient
 	port := strconv.Itoa(e.console.Addr().(*net.TCPAddr).Port)
 	for host, want := range map[string]int{
 		"attacker.example:" + port: http.StatusForbidden,
@@ -180,44 +171,43 @@ func TestHostHeader(t *testing.T) {
 	}
 }
 
-// TestStateChangesNeedSameOriginAndCSRF: an answer with the session
-// cookie is refused unless it also shows the CSRF token and comes from the
-// console's own origin, and a refused one answers nothing.
-func TestStateChangesNeedSameOriginAndCSRF(t *testing.T) {
+// TestStateChangesNeedTheBearerAndSameOrigin: an answer is refused
+// unless it shows the token as a bearer, and, when a browser says where
+// it comes from, comes from the console's own origin; a refused one
+// answers nothing.
+func TestStateChangesNeedTheBearerAndSameOrigin(t *testing.T) {
 	e := newEnv(t)
 	e.callAsync(t, "inv-csrf", "write_file", `{"file_path":"a.txt","content":"x\n"}`)
-	e.waitPending(t, "inv-csrf")
-	client, csrf := e.signIn(t)
+	req := e.waitPending(t, "inv-csrf")
 	origin := strings.TrimSuffix(e.console.BaseURL(), "/")
-	body := `{"invocationId":"inv-csrf","outcome":"proceed_once"}`
+	port := strconv.Itoa(e.console.Addr().(*net.TCPAddr).Port)
+	bearer := "Bearer " + e.console.Token()
+	body := fmt.Sprintf(`{"answerTo":%q,"outcome":"proceed_once"}`, req.AnswerTo)
 	tests := []struct {
 		name   string
 		method string
 		header map[string]string
 		want   int
 	}{
-		{"no CSRF token", "POST", map[string]string{"Content-Type": "application/json", "Origin": origin}, 403},
-		{"wrong CSRF token", "POST", map[string]string{"Content-Type": "application/json", "Origin": origin, csrfHeader: csrf + "x"}, 403},
-		{"foreign Origin", "POST", map[string]string{"Content-Type": "application/json", "Origin": "http://attacker.example", csrfHeader: csrf}, 403},
-		{"null Origin", "POST", map[string]string{"Content-Type": "application/json", "Origin": "null", csrfHeader: csrf}, 403},
-		{"same-site, other origin", "POST", map[string]string{"Content-Type": "application/json", "Sec-Fetch-Site": "same-site", csrfHeader: csrf}, 403},
-		{"cross-site", "POST", map[string]string{"Content-Type": "application/json", "Sec-Fetch-Site": "cross-site", csrfHeader: csrf}, 403},
-		{"no origin at all", "POST", map[string]string{"Content-Type": "application/json", csrfHeader: csrf}, 403},
-		{"a form", "POST", map[string]string{"Content-Type": "application/x-www-form-urlencoded", "Origin": origin, csrfHeader: csrf}, 415},
-		{"GET", "GET", map[string]string{"Origin": origin, csrfHeader: csrf}, 405},
-		{"bearer from another origin", "POST", map[string]string{"Content-Type": "application/json", "Origin": "http://attacker.example", "Authorization": "Bearer " + e.console.Token()}, 403},
+		{"no bearer", "POST", map[string]string{"Content-Type": "application/json", "Origin": origin, "Sec-Fetch-Site": "same-origin"}, 401},
+		{"a cookie of the token", "POST", map[string]string{"Content-Type": "application/json", "Origin": origin, "Cookie": "toolbus_console_" + port + "=" + e.console.Token()}, 401},
+		{"foreign Origin", "POST", map[string]string{"Content-Type": "application/json", "Origin": "http://attacker.example", "Authorization": bearer}, 403},
+		{"another port", "POST", map[string]string{"Content-Type": "application/json", "Origin": "http://127.0.0.1:1", "Authorization": bearer}, 403},
+		{"null Origin", "POST", map[string]string{"Content-Type": "application/json", "Origin": "null", "Authorization": bearer}, 403},
+		{"same-site, other origin", "POST", map[string]string{"Content-Type": "application/json", "Sec-Fetch-Site": "same-site", "Authorization": bearer}, 403},
+		{"cross-site", "POST", map[string]string{"Content-Type": "application/json", "Sec-Fetch-Site": "cross-site", "Authorization": bearer}, 403},
+		{"a form", "POST", map[string]string{"Content-Type": "application/x-www-form-urlencoded", "Origin": origin, "Authorization": bearer}, 415},
+		{"GET", "GET", map[string]string{"Origin": origin, "Authorization": bearer}, 405},
 	}
 	for _, tt := range tests {
-		req := httpReq(t, tt.method, e.console.BaseURL()+"api/answer", body, tt.header)
-		if status, got := do(t, client, req); status != tt.want {
+		r := httpReq(t, tt.method, e.console.BaseURL()+"api/answer", body, tt.header)
+		if status, got := do(t, http.DefaultClient, r); status != tt.want {
 			t.Errorf("%s: status %d (%s), want %d", tt.name, status, got, tt.want)
 		}
 	}
-	for _, path := range []string{"api/revoke"} {
-		req := httpReq(t, "POST", e.console.BaseURL()+path, `{"key":"k"}`, map[string]string{"Content-Type": "application/json", "Origin": "http://attacker.example", csrfHeader: csrf})
-		if status, _ := do(t, client, req); status != http.StatusForbidden {
-			t.Errorf("revoke from another origin: status %d, want 403", status)
-		}
+	r := httpReq(t, "POST", e.console.BaseURL()+"api/revoke", `{"key":"k"}`, map[string]string{"Content-Type": "application/json", "Origin": "http://attacker.example", "Authorization": bearer})
+	if status, _ := do(t, http.DefaultClient, r); status != http.StatusForbidden {
+		t.Errorf("revoke from another origin: status %d, want 403", status)
 	}
 	if pending, rejected := e.pendingNow("inv-csrf"); !pending || len(rejected) != 0 {
 		t.Errorf("after the refused posts: pending %v, rejected %v; want still pending and nothing sent", pending, rejected)
@@ -230,9 +220,10 @@ func TestAnswerIsChecked(t *testing.T) {
 	e := newEnv(t)
 	e.callAsync(t, "inv-check", "write_file", `{"file_path":"a.txt","content":"x\n"}`)
 	req := e.waitPending(t, "inv-check")
-	client, csrf := e.signIn(t)
+	client := http.DefaultClient
 	origin := strings.TrimSuffix(e.console.BaseURL(), "/")
-	h := map[string]string{"Content-Type": "application/json", "Origin": origin, csrfHeader: csrf}
+	h := map[string]string{"Content-Type": "application/json", "Origin": origin, "Authorization": "Bearer " + e.console.Token()}
+	key := fmt.Sprintf("%q", req.AnswerTo)
 	offered := map[events.Outcome]bool{}
 	for _, a := range req.Always {
 		offered[a.Outcome] = true
@@ -241,19 +232,22 @@ func TestAnswerIsChecked(t *testing.T) {
 		name, body string
 		want       int
 	}{
-		{"unknown outcome", `{"invocationId":"inv-check","outcome":"proceed_forever"}`, 400},
-		{"modify with no object", `{"invocationId":"inv-check","outcome":"modify_with_editor","args":"[1,2]"}`, 400},
-		{"modify with bad JSON", `{"invocationId":"inv-check","outcome":"modify_with_editor","args":"{"}`, 400},
-		{"unknown invocation", `{"invocationId":"inv-nope","outcome":"proceed_once"}`, 409},
-		{"unknown field", `{"invocationId":"inv-check","outcome":"proceed_once","as":"root"}`, 400},
-		{"long reason", `{"invocationId":"inv-check","outcome":"cancel","message":"` + strings.Repeat("x", events.MaxAnswerMessage+1) + `"}`, 400},
+		{"unknown outcome", `{"answerTo":` + key + `,"outcome":"proceed_forever"}`, 400},
+		{"modify with no object", `{"answerTo":` + key + `,"outcome":"modify_with_editor","args":"[1,2]"}`, 400},
+		{"modify with bad JSON", `{"answerTo":` + key + `,"outcome":"modify_with_editor","args":"{"}`, 400},
+		{"unknown request", `{"answerTo":"toolbus.answer.nope","outcome":"proceed_once"}`, 409},
+		{"no key", `{"outcome":"proceed_once"}`, 400},
+		{"by invocation id", `{"invocationId":"inv-check","outcome":"proceed_once"}`, 400},
+		{"the invocation id as the key", `{"answerTo":"inv-check","outcome":"proceed_once"}`, 409},
+		{"unknown field", `{"answerTo":` + key + `,"outcome":"proceed_once","as":"root"}`, 400},
+		{"long reason", `{"answerTo":` + key + `,"outcome":"cancel","message":"` + strings.Repeat("x", events.MaxAnswerMessage+1) + `"}`, 400},
 	}
 	for _, o := range []events.Outcome{events.ProceedAlways, events.ProceedAlwaysTool, events.ProceedAlwaysServer} {
 		if !offered[o] {
 			tests = append(tests, struct {
 				name, body string
 				want       int
-			}{"not offered: " + string(o), `{"invocationId":"inv-check","outcome":"` + string(o) + `"}`, 400})
+			}{"not offered: " + string(o), `{"answerTo":` + key + `,"outcome":"` + string(o) + `"}`, 400})
 		}
 	}
 	for _, tt := range tests {
@@ -267,59 +261,32 @@ func TestAnswerIsChecked(t *testing.T) {
 	}
 }
 
-// TestEventStream: the stream sends the state at once and again when a
-// request arrives, and ends when the console closes.
+// TestEventStream: the stream sends the whole state at once, then what
+// changes: a request that arrives, and the same request as it ends; it
+// ends when the console closes.
 func TestEventStream(t *testing.T) {
 	e := newEnv(t)
-	req := httpReq(t, "GET", e.console.BaseURL()+"api/events", "", map[string]string{"Authorization": "Bearer " + e.console.Token()})
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
+	st := e.stream(t)
+	var first hello
+	if name, data := st.next(t); name != "snapshot" || json.Unmarshal(data, &first) != nil || len(first.Pending) != 0 || first.Approver != "approver:ada" || first.Keep != approve.DefaultKeep {
+		t.Fatalf("the first event: %s %s", name, data)
+	}
+	c := e.callAsync(t, "inv-stream", "write_file", `{"file_path":"a.txt","content":"x\n"}`)
+	ch := st.change(t)
+	if len(ch.Pending) != 1 || len(ch.Ended) != 0 {
+		t.Fatalf("the change when a request arrives: %+v", ch)
+	}
+	p := ch.Pending[0]
+	if p.InvocationID != "inv-stream" || p.Tool != "write_file" || !strings.Contains(p.Diff, "+x") || p.Deadline.IsZero() || !strings.HasPrefix(p.Key, events.AnswerSubjectPrefix) {
+		t.Errorf("the pending request: %+v", p)
+	}
+	if _, err := e.approver.Answer(context.Background(), p.Key, approve.Answer{Outcome: events.Cancel}); err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
-		t.Fatalf("Content-Type %q", ct)
-	}
-	states := make(chan state, 10)
-	ended := make(chan struct{})
-	go func() {
-		defer close(ended)
-		sc := bufio.NewScanner(resp.Body)
-		sc.Buffer(nil, 1<<22)
-		for sc.Scan() {
-			if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
-				var s state
-				if err := json.Unmarshal([]byte(data), &s); err != nil {
-					t.Errorf("a state that does not decode: %v", err)
-					return
-				}
-				states <- s
-			}
-		}
-	}()
-	next := func() state {
-		t.Helper()
-		select {
-		case s := <-states:
-			return s
-		case <-time.After(wait):
-			t.Fatal("no state on the stream")
-		}
-		return state{}
-	}
-	if s := next(); len(s.Pending) != 0 || s.Approver != "approver:ada" {
-		t.Fatalf("the first state: %+v", s)
-	}
-	e.callAsync(t, "inv-stream", "write_file", `{"file_path":"a.txt","content":"x\n"}`)
-	for {
-		s := next()
-		if len(s.Pending) == 1 {
-			p := s.Pending[0]
-			if p.InvocationID != "inv-stream" || p.Tool != "write_file" || !strings.Contains(p.Diff, "+x") || p.Deadline.IsZero() {
-				t.Errorf("the pending request: %+v", p)
-			}
-			break
-		}
+	c.wait(t)
+	ch = st.change(t)
+	if len(ch.Pending) != 0 || len(ch.Ended) != 1 || ch.Ended[0].Key != p.Key || ch.Ended[0].Answer == nil {
+		t.Errorf("the change when it ends: %+v", ch)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -327,7 +294,7 @@ func TestEventStream(t *testing.T) {
 		t.Fatalf("close with a stream open: %v", err)
 	}
 	select {
-	case <-ended:
+	case <-st.ended:
 	case <-time.After(wait):
 		t.Fatal("the stream did not end when the console closed")
 	}
@@ -346,7 +313,7 @@ func TestConfiguredToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close(context.Background())
-	if !strings.HasSuffix(s.URL(), "?token=a-token-of-my-own-choosing") {
+	if !strings.HasSuffix(s.URL(), "#token=a-token-of-my-own-choosing") {
 		t.Errorf("URL %s", s.URL())
 	}
 	// The address is taken: a clear error, no fallback for an address
@@ -398,8 +365,7 @@ func TestAnsweredRequestsHideTheirSecrets(t *testing.T) {
 	if len(s.Pending) != 1 || !strings.Contains(string(s.Pending[0].Args), token) || !strings.Contains(s.Pending[0].Diff, token) {
 		t.Fatalf("the pending request hides what the approver decides on: %+v", s.Pending)
 	}
-	st, _ := e.approver.Snapshot()
-	if _, err := e.approver.Answer(context.Background(), st.OfInvocation("inv-secret")[0].AnswerTo, approve.Answer{Outcome: events.ProceedOnce, Message: "ok, token " + token}); err != nil {
+	if _, err := e.approver.Answer(context.Background(), s.Pending[0].Key, approve.Answer{Outcome: events.ProceedOnce, Message: "ok, token " + token}); err != nil {
 		t.Fatal(err)
 	}
 	c.wait(t)

@@ -1,18 +1,21 @@
 package console
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
-	"net/http/cookiejar"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 	"go.uber.org/goleak"
 
 	"github.com/toolbus/toolbus/internal/approve"
@@ -153,30 +156,102 @@ func (e *env) pendingNow(id string) (bool, []events.ConfirmRejected) {
 	return rs[0].Pending(), rs[0].Rejected
 }
 
-// signIn returns an HTTP client holding a session cookie, and the page's
-// CSRF token.
-func (e *env) signIn(t *testing.T) (*http.Client, string) {
+// bearer is the header a script signs in with.
+func (e *env) bearer() map[string]string {
+	return map[string]string{"Authorization": "Bearer " + e.console.Token()}
+}
+
+// eventStream is a page's stream of events, read in the background.
+type eventStream struct {
+	events chan sse
+	ended  chan struct{}
+	bytes  atomic.Int64 // bytes read, keep-alives included
+}
+
+type sse struct {
+	name string
+	data []byte
+}
+
+// stream connects to the console's event stream as a page does; it is
+// closed when the test ends.
+func (e *env) stream(t *testing.T) *eventStream {
 	t.Helper()
-	jar, err := cookiejar.New(nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, "GET", e.console.BaseURL()+"api/events", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &http.Client{Jar: jar}
-	resp, err := c.Get(e.console.URL())
+	req.Header.Set("Authorization", "Bearer "+e.console.Token())
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("sign in: status %d", resp.StatusCode)
+	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != http.StatusOK || ct != "text/event-stream" {
+		t.Fatalf("the event stream: status %d, Content-Type %q", resp.StatusCode, ct)
 	}
-	page := readAll(t, resp)
-	_, after, ok := strings.Cut(page, `name="toolbus-csrf" content="`)
-	csrf, _, ok2 := strings.Cut(after, `"`)
-	if !ok || !ok2 || csrf == "" {
-		t.Fatalf("no CSRF token in the page:\n%s", page)
+	s := &eventStream{events: make(chan sse, 1024), ended: make(chan struct{})}
+	go func() {
+		defer close(s.ended)
+		r := bufio.NewReaderSize(resp.Body, 1<<16)
+		var ev sse
+		for {
+			line, err := r.ReadBytes('\n')
+			s.bytes.Add(int64(len(line)))
+			if err != nil {
+				return
+			}
+			line = bytes.TrimSuffix(line, []byte("\n"))
+			switch {
+			case bytes.HasPrefix(line, []byte("event: ")):
+				ev.name = string(line[len("event: "):])
+			case bytes.HasPrefix(line, []byte("data: ")):
+				ev.data = append(ev.data, line[len("data: "):]...)
+			case len(line) == 0 && ev.name != "":
+				s.events <- ev
+				ev = sse{}
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		resp.Body.Close()
+		<-s.ended
+	})
+	return s
+}
+
+// next returns the next event.
+func (s *eventStream) next(t *testing.T) (string, []byte) {
+	t.Helper()
+	select {
+	case ev := <-s.events:
+		return ev.name, ev.data
+	case <-s.ended:
+		t.Fatal("the event stream ended")
+	case <-time.After(wait):
+		t.Fatal("no event on the stream")
 	}
-	return c, csrf
+	return "", nil
+}
+
+// change returns the next event, which must be a change.
+func (s *eventStream) change(t *testing.T) change {
+	t.Helper()
+	name, data := s.next(t)
+	var c change
+	if name != "change" || json.Unmarshal(data, &c) != nil {
+		t.Fatalf("want a change, got %s %s", name, data)
+	}
+	return c
+}
+
+// pendingKey reports whether the request with key still waits, and the
+// answers the executor refused for it.
+func (e *env) pendingKey(key string) (bool, []events.ConfirmRejected) {
+	st, _ := e.approver.Snapshot()
+	r, ok := st.Find(key)
+	return ok && r.Pending(), r.Rejected
 }
 
 // writeWorkspaceFile puts a file into the workspace, for a diff with
@@ -186,4 +261,33 @@ func (e *env) writeWorkspaceFile(t *testing.T, name, content string) {
 	if err := os.WriteFile(filepath.Join(e.ws.Root(), name), []byte(content), 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// ask publishes a confirmation request as an executor does, for a call
+// that no executor of this fleet runs, and returns what answers to it
+// arrive: the request of another executor, as far as the console can tell.
+func (e *env) ask(t *testing.T, req events.ConfirmRequest) *nats.Subscription {
+	t.Helper()
+	nc := bustest.Connect(t, e.bus).Conn()
+	if req.Sender.ID == "" {
+		req.Sender = events.Identity{ID: "executor@elsewhere", Role: "executor"}
+	}
+	if req.AnswerTo == "" {
+		req.AnswerTo = events.AnswerSubjectPrefix + nuid.Next()
+	}
+	answers, err := nc.SubscribeSync(req.AnswerTo + ".>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := events.Encode(&req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Publish(events.SubjectConfirm, data); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return answers
 }

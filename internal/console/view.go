@@ -10,8 +10,8 @@ import (
 	"github.com/toolbus/toolbus/internal/redact"
 )
 
-// state is what the page shows, sent whole on every change: the queue is
-// short and a whole state keeps the page from drifting.
+// state is what the page shows: sent whole when a page connects (and on
+// GET /api/state), then changed by deltas (see change).
 type state struct {
 	// Now is the server's clock, so the page counts time left against
 	// it rather than against a browser clock that may be off.
@@ -24,8 +24,10 @@ type state struct {
 
 // request is a confirmation request as the page shows it.
 type request struct {
-	// RequestID tells the rounds of one invocation apart: modified
-	// arguments are judged again and may be asked about again.
+	// Key names the request, and an answer names it: the request's own
+	// AnswerTo token. Many requests may share an
+	// invocation id, the rounds of a modified call or a caller's reuse.
+	Key          string                `json:"key"`
 	RequestID    string                `json:"requestId"`
 	InvocationID string                `json:"invocationId"`
 	Tool         string                `json:"tool"`
@@ -45,6 +47,10 @@ type request struct {
 	Closed       *events.ConfirmClosed `json:"closed,omitempty"`
 	Rejected     []rejected            `json:"rejected,omitempty"`
 	Ended        time.Time             `json:"ended,omitzero"`
+	// Shortened says the executor cut the request's arguments, diff,
+	// shell line or flags to what an approver is shown
+	// (events.ConfirmRequest.Shortened): the page warns before anything.
+	Shortened bool `json:"shortened,omitempty"`
 }
 
 // answered is the answer the executor acted on.
@@ -106,9 +112,9 @@ func redacted(v request, red *redact.Redactor) request {
 }
 
 func newRequest(r approve.Request) request {
-	v := request{RequestID: r.ID, InvocationID: r.InvocationID, Tool: r.Tool, Server: r.Server, Kind: r.Kind, Caller: r.Caller,
+	v := request{Key: r.AnswerTo, RequestID: r.ID, InvocationID: r.InvocationID, Tool: r.Tool, Server: r.Server, Kind: r.Kind, Caller: r.Caller,
 		Reason: r.Reason, Args: r.Args, Diff: r.Diff, Command: r.Command, Flagged: r.Flagged, Always: r.Always,
-		Asked: r.Time, Status: r.Status(), Closed: r.Closed, Ended: r.Ended}
+		Asked: r.Time, Status: r.Status(), Closed: r.Closed, Ended: r.Ended, Shortened: r.Shortened}
 	if r.DeadlineMillis > 0 {
 		v.Deadline = r.Deadline
 	}
@@ -123,4 +129,91 @@ func newRequest(r approve.Request) request {
 		v.Rejected = append(v.Rejected, rejected{By: rej.Answer.Sender.ID, Outcome: rej.Answer.Outcome, Reason: rej.Reason})
 	}
 	return v
+}
+
+// change is what a page is sent when the queue or the allowlist changes:
+// only what changed, so what a change costs a page is the size of the
+// change, not of the whole queue.
+type change struct {
+	Now time.Time `json:"now"`
+	// Pending are requests new to the page, or changed (a refusal
+	// recorded), whole.
+	Pending []request `json:"pending,omitempty"`
+	// Ended are requests that ended, oldest first, as the history shows
+	// them: the page takes each off its queue if there and puts it on top
+	// of its history.
+	Ended []request `json:"ended,omitempty"`
+	// Gone are the keys of requests the page shows that are no longer
+	// kept at all.
+	Gone []string `json:"gone,omitempty"`
+	// Allow are allowlist entries new or changed; Revoked the keys of
+	// entries gone.
+	Allow   []allowEntry `json:"allow,omitempty"`
+	Revoked []string     `json:"revoked,omitempty"`
+}
+
+func (c *change) empty() bool {
+	return len(c.Pending) == 0 && len(c.Ended) == 0 && len(c.Gone) == 0 && len(c.Allow) == 0 && len(c.Revoked) == 0
+}
+
+// shown is what one page has been sent, so the next change sends it only
+// the difference. It holds keys and revisions, never requests.
+type shown struct {
+	pending map[string]uint64 // request key -> revision sent
+	recent  map[string]bool   // keys of the ended requests sent
+	allow   map[string]uint64 // allowlist key -> revision sent
+}
+
+func newShown() *shown {
+	return &shown{pending: map[string]uint64{}, recent: map[string]bool{}, allow: map[string]uint64{}}
+}
+
+// diff records st and allow as shown and returns what changed since the
+// last call; the first call returns everything.
+func (p *shown) diff(st approve.State, allow []allowEntry, red *redact.Redactor) change {
+	c := change{Now: time.Now().UTC()}
+	live := make(map[string]bool, len(st.Pending))
+	for _, r := range st.Pending {
+		k := r.AnswerTo
+		live[k] = true
+		if rev, ok := p.pending[k]; !ok || rev != r.Revision {
+			c.Pending = append(c.Pending, newRequest(r))
+			p.pending[k] = r.Revision
+		}
+	}
+	recent := make(map[string]bool, len(st.Recent))
+	for i := len(st.Recent) - 1; i >= 0; i-- {
+		r := st.Recent[i]
+		k := r.AnswerTo
+		recent[k] = true
+		if !p.recent[k] {
+			c.Ended = append(c.Ended, redacted(newRequest(r), red))
+		}
+	}
+	for k := range p.pending {
+		if !live[k] {
+			delete(p.pending, k)
+			if !recent[k] {
+				c.Gone = append(c.Gone, k)
+			}
+		}
+	}
+	p.recent = recent
+	seen := make(map[string]bool, len(allow))
+	for _, e := range allow {
+		seen[e.Key] = true
+		if rev, ok := p.allow[e.Key]; !ok || rev != e.rev {
+			c.Allow = append(c.Allow, e)
+			p.allow[e.Key] = e.rev
+		}
+	}
+	for k := range p.allow {
+		if !seen[k] {
+			delete(p.allow, k)
+			c.Revoked = append(c.Revoked, k)
+		}
+	}
+	slices.Sort(c.Gone)
+	slices.Sort(c.Revoked)
+	return c
 }

@@ -1,6 +1,10 @@
 package events
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"fmt"
+	"unicode/utf8"
+)
 
 // The confirmation protocol. When the policy says ASK_USER, the executor
 // publishes a ConfirmRequest on SubjectConfirm; any approver (a terminal, the
@@ -57,7 +61,7 @@ type ConfirmRequest struct {
 	// and an answer counts only on the AnswerTo of the request it
 	// answers, so a request cannot take another's place in a view.
 	AnswerTo string `json:"answerTo,omitempty"`
-	// Shortened says Args or Command were cut to what an approver is
+	// Shortened says Args, Diff, Command or Flagged were cut to what an approver is
 	// shown (MaxShownArgs, MaxShownCommand): Args is then a JSON string
 	// holding the first bytes of the arguments. The whole request is in
 	// the invocation's record in the audit stream.
@@ -69,7 +73,60 @@ type ConfirmRequest struct {
 const (
 	MaxShownArgs    = 16 << 10
 	MaxShownCommand = 8 << 10
+	MaxShownDiff    = 64 << 10
+	// MaxShownFlags and MaxShownFlag bound the flags a request shows:
+	// how many, and the bytes of each.
+	MaxShownFlags = 64
+	MaxShownFlag  = 512
 )
+
+// Shorten cuts what r shows to the bounds every approver can hold, as an
+// executor does before it asks: arguments past MaxShownArgs are shown as
+// a JSON string of their first bytes, a diff or a command as its first
+// bytes, each with a note saying where it was cut, and r says it was
+// Shortened. The invocation's record in the audit stream keeps the whole
+// request.
+func (r *ConfirmRequest) Shorten() {
+	if len(r.Args) > MaxShownArgs {
+		head := truncateBytes(string(r.Args), MaxShownArgs)
+		note := fmt.Sprintf("%s… [arguments cut at %d of %d bytes; the whole call is in the audit trail]", head, len(head), len(r.Args))
+		if quoted, err := json.Marshal(note); err == nil {
+			r.Args = quoted
+		} else {
+			r.Args = nil
+		}
+		r.Shortened = true
+	}
+	if len(r.Command) > MaxShownCommand {
+		head := truncateBytes(r.Command, MaxShownCommand)
+		r.Command = fmt.Sprintf("%s… [command cut at %d of %d bytes; the whole call is in the audit trail]", head, len(head), len(r.Command))
+		r.Shortened = true
+	}
+	if len(r.Diff) > MaxShownDiff {
+		head := truncateBytes(r.Diff, MaxShownDiff)
+		r.Diff = fmt.Sprintf("%s\n… [diff cut at %d of %d bytes; the whole call is in the audit trail]\n", head, len(head), len(r.Diff))
+		r.Shortened = true
+	}
+	if len(r.Flagged) > MaxShownFlags {
+		r.Flagged, r.Shortened = r.Flagged[:MaxShownFlags], true
+	}
+	for i := range r.Flagged {
+		if f := &r.Flagged[i]; len(f.Text) > MaxShownFlag {
+			f.Text, r.Shortened = truncateBytes(f.Text, MaxShownFlag)+"…", true
+		}
+	}
+}
+
+// truncateBytes is s cut to at most n bytes, on a character boundary.
+func truncateBytes(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
 
 // Flag is one part of a call the policy points an approver at.
 type Flag struct {

@@ -2,7 +2,6 @@ package executor
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -277,7 +276,7 @@ func (c *call) confirmRequest(d policy.Decision, pol *policy.Policy, in *policy.
 		e.log.Warn("the policy's flagged rule failed; the approver sees no flags", "invocation", c.inv.ID, "err", err)
 	}
 	req.Flagged = flagged
-	shorten(req)
+	req.Shorten()
 	if d.Remember {
 		outcomes := []events.Outcome{events.ProceedAlways, events.ProceedAlwaysTool}
 		if in.Tool.Source == events.SourceMCP {
@@ -297,43 +296,6 @@ func (c *call) confirmRequest(d policy.Decision, pol *policy.Policy, in *policy.
 	}
 	return req
 }
-
-// shorten cuts what req shows to the bounds every approver can hold
-// (events.MaxShownArgs, MaxShownCommand): arguments past it are shown as
-// a JSON string of their first bytes, a command as its first bytes, each
-// with a note, and req says it was shortened. The invocation's record in
-// the audit stream keeps the whole request.
-func shorten(req *events.ConfirmRequest) {
-	if len(req.Args) > events.MaxShownArgs {
-		head := truncateBytes(string(req.Args), events.MaxShownArgs)
-		note := fmt.Sprintf("%s… [arguments cut at %d of %d bytes; the whole call is in the audit trail]", head, len(head), len(req.Args))
-		if quoted, err := json.Marshal(note); err == nil {
-			req.Args = quoted
-		} else {
-			req.Args = nil
-		}
-		req.Shortened = true
-	}
-	if len(req.Command) > events.MaxShownCommand {
-		head := truncateBytes(req.Command, events.MaxShownCommand)
-		req.Command = fmt.Sprintf("%s… [command cut at %d of %d bytes; the whole call is in the audit trail]", head, len(head), len(req.Command))
-		req.Shortened = true
-	}
-	if len(req.Flagged) > maxShownFlags {
-		req.Flagged, req.Shortened = req.Flagged[:maxShownFlags], true
-	}
-	for i := range req.Flagged {
-		if f := &req.Flagged[i]; len(f.Text) > maxShownFlag {
-			f.Text, req.Shortened = truncateBytes(f.Text, maxShownFlag)+"…", true
-		}
-	}
-}
-
-// Bounds of the flags a request shows: how many, and the bytes of each.
-const (
-	maxShownFlags = 64
-	maxShownFlag  = 512
-)
 
 // ack tells the approver that sent msg whether its answer decides the
 // call. An answer sent without a reply subject gets none.

@@ -4,12 +4,30 @@
 "use strict";
 
 (function () {
-  const csrf = document.querySelector('meta[name="toolbus-csrf"]').content;
-  // Cards are keyed by request: a call whose arguments were modified is
-  // asked about again, as a new request of the same invocation.
-  const cards = new Map(); // requestId -> {el, req}
+  // The session is the token, kept in this tab's sessionStorage: it
+  // belongs to the console's origin (scheme, host and port) alone, so a
+  // page an agent serves on another port never sees it, and the browser
+  // sends it nowhere by itself. It arrives in the address's fragment
+  // (#token=, never sent to any server) or, from older addresses, its
+  // query, and leaves the address bar and the history at once.
+  const tokenKey = "toolbus-console-token";
+  (function takeToken() {
+    const from = new URLSearchParams(location.hash.slice(1)).get("token") || new URLSearchParams(location.search).get("token");
+    if (from) sessionStorage.setItem(tokenKey, from);
+    if (location.hash || location.search) history.replaceState(null, "", location.pathname);
+  })();
+  function token() { return sessionStorage.getItem(tokenKey) || ""; }
+
+  // Cards are keyed by request (its answer token): a call whose arguments
+  // were modified is asked about again, as a new request of the same
+  // invocation, and another request may reuse an invocation id; each is
+  // a card of its own.
+  const cards = new Map(); // key -> {el, req}
+  let recent = []; // ended requests, newest first
+  let keep = 100;
+  const allowlist = new Map(); // key -> entry
   let offset = 0; // server clock minus browser clock, in ms
-  let source = null;
+  let stream = null; // the AbortController of the event stream
   let retry = 1000;
 
   // visible shows characters that could hide or reorder what a person
@@ -27,26 +45,65 @@
   function q(root, sel) { return root.querySelector(sel); }
 
   // ---- connection ----
-  function connect() {
-    if (source) source.close();
-    source = new EventSource("/api/events");
-    source.addEventListener("state", (ev) => {
+  // The events come as server-sent events read with fetch, which, unlike
+  // EventSource, can send the token as a header.
+  async function connect() {
+    if (stream) stream.abort();
+    const ctl = new AbortController();
+    stream = ctl;
+    if (!token()) {
+      setConn(false, "signed out: open the address with #token= that toolbus printed");
+      return;
+    }
+    let r;
+    try {
+      r = await fetch("/api/events", { headers: { Authorization: "Bearer " + token() }, cache: "no-store", signal: ctl.signal });
+    } catch (e) {
+      return reconnect(ctl);
+    }
+    if (r.status === 401 || r.status === 403) {
+      setConn(false, "signed out: open the address with #token= that toolbus printed");
+      return;
+    }
+    if (!r.ok || !r.body) return reconnect(ctl);
+    const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
+    let buf = "";
+    try {
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buf += value;
+        let end;
+        while ((end = buf.indexOf("\n\n")) >= 0) {
+          dispatch(buf.slice(0, end));
+          buf = buf.slice(end + 2);
+        }
+      }
+    } catch (e) {
+      // the stream broke off: reconnect below
+    }
+    reconnect(ctl);
+  }
+  function reconnect(ctl) {
+    if (stream !== ctl) return; // a newer connection took over
+    setConn(false, "reconnecting…");
+    setTimeout(connect, retry);
+    retry = Math.min(retry * 2, 15000);
+  }
+  function dispatch(block) {
+    let name = "message", data = "";
+    for (const line of block.split("\n")) {
+      if (line.startsWith("event: ")) name = line.slice(7);
+      else if (line.startsWith("data: ")) data += line.slice(6);
+    }
+    if (!data) return; // a keep-alive
+    const ev = JSON.parse(data);
+    if (name === "snapshot") {
       retry = 1000;
       setConn(true, "live");
-      render(JSON.parse(ev.data));
-    });
-    source.onerror = () => {
-      setConn(false, "reconnecting…");
-      if (source.readyState === EventSource.CLOSED) {
-        // The browser gave up (the server refused or went away): find
-        // out why, then try again.
-        fetch("/api/state", { credentials: "same-origin" }).then((r) => {
-          if (r.status === 401 || r.status === 403) setConn(false, "signed out: open the address with ?token= that toolbus printed");
-        }).catch(() => {});
-        setTimeout(connect, retry);
-        retry = Math.min(retry * 2, 15000);
-      }
-    };
+      reset(ev);
+    }
+    if (name === "snapshot" || name === "change") apply(ev, name === "snapshot");
   }
   function setConn(up, text) {
     const c = document.getElementById("conn");
@@ -54,39 +111,63 @@
     c.className = "conn " + (up ? "up" : "down");
   }
 
-  // ---- rendering ----
-  function render(st) {
-    offset = Date.parse(st.now) - Date.now();
-    const seen = new Set();
+  // ---- state ----
+  // reset forgets what the page showed: a snapshot follows, whole.
+  function reset(hello) {
+    document.getElementById("approver").textContent = visible(hello.approver);
+    keep = hello.keep || keep;
+    for (const c of cards.values()) c.el.remove();
+    cards.clear();
+    recent = [];
+    allowlist.clear();
+  }
+
+  // apply applies a change: requests new or changed, requests ended,
+  // requests gone, allowlist entries added and revoked.
+  function apply(ch, whole) {
+    offset = Date.parse(ch.now) - Date.now();
     const list = document.getElementById("pending");
-    for (const req of st.pending) {
-      seen.add(req.requestId);
-      let c = cards.get(req.requestId);
+    for (const req of ch.pending || []) {
+      let c = cards.get(req.key);
       if (!c) {
         c = { el: newCard(req), req: req };
-        cards.set(req.requestId, c);
+        cards.set(req.key, c);
         list.appendChild(c.el);
       }
       c.req = req;
       renderRejected(c.el, req);
     }
-    for (const [id, c] of cards) {
-      if (!seen.has(id)) {
-        c.el.remove();
-        cards.delete(id);
-      }
+    for (const req of ch.ended || []) {
+      drop(req.key);
+      recent = recent.filter((r) => r.key !== req.key);
+      recent.unshift(req);
     }
-    document.getElementById("pending-count").textContent = String(st.pending.length);
-    document.getElementById("pending-empty").hidden = st.pending.length > 0;
-    renderRecent(st.recent);
-    renderAllowlist(st.allowlist || []);
+    recent.length = Math.min(recent.length, keep);
+    for (const key of ch.gone || []) drop(key);
+    for (const e of ch.allow || []) allowlist.set(e.key, e);
+    for (const key of ch.revoked || []) allowlist.delete(key);
+    document.getElementById("pending-count").textContent = String(cards.size);
+    document.getElementById("pending-empty").hidden = cards.size > 0;
+    if (whole || (ch.ended || []).length) renderRecent(recent);
+    if (whole || (ch.allow || []).length || (ch.revoked || []).length) renderAllowlist(sortedAllowlist());
     tick();
+  }
+  function drop(key) {
+    const c = cards.get(key);
+    if (c) {
+      c.el.remove();
+      cards.delete(key);
+    }
+  }
+  function sortedAllowlist() {
+    return Array.from(allowlist.values()).sort((a, b) => (Date.parse(a.addedAt) - Date.parse(b.addedAt)) || (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
   }
 
   function newCard(req) {
     const node = document.getElementById("card").content.firstElementChild.cloneNode(true);
     node.dataset.invocation = req.invocationId;
     node.dataset.request = req.requestId;
+    node.dataset.key = req.key;
     q(node, ".tool").textContent = visible(req.tool);
     q(node, ".server").textContent = req.server ? visible("on " + req.server) : "";
     q(node, ".kind").textContent = visible(req.kind);
@@ -96,6 +177,14 @@
     const pretty = req.args === undefined ? "" : JSON.stringify(req.args, null, 2);
     q(node, ".args").textContent = visible(pretty);
     q(node, ".modify-args").value = pretty;
+    if (req.shortened) {
+      // What the approver would approve is more than is shown: say so
+      // before anything else, and offer no editor over a part.
+      const warn = q(node, ".cut");
+      warn.hidden = false;
+      warn.textContent = "Shown only in part: this request is longer than an approver is shown, and each cut part says where it was cut. The whole call is in the audit trail; allow it only if you know what the rest is.";
+      if (typeof req.args === "string") q(node, ".modify-open").disabled = true;
+    }
     if (req.command) {
       q(node, ".command-block").hidden = false;
       renderCommand(q(node, ".command"), q(node, ".flags"), req.command, req.flagged || []);
@@ -248,6 +337,7 @@
     for (const r of recent) {
       const tr = el("tr");
       tr.dataset.invocation = r.invocationId;
+      tr.dataset.key = r.key;
       tr.appendChild(el("td", "", r.ended ? new Date(r.ended).toLocaleTimeString() : ""));
       tr.appendChild(el("td", "", r.tool));
       tr.appendChild(el("td", "", who(r.caller)));
@@ -307,8 +397,8 @@
   async function post(path, body) {
     const r = await fetch(path, {
       method: "POST",
-      credentials: "same-origin",
-      headers: { "Content-Type": "application/json", "X-Toolbus-Csrf": csrf },
+      credentials: "omit",
+      headers: { "Content-Type": "application/json", Authorization: "Bearer " + token() },
       body: JSON.stringify(body),
     });
     let data = {};
@@ -318,9 +408,10 @@
   }
 
   async function send(node, answer) {
-    const req = cards.get(node.dataset.request);
+    const req = cards.get(node.dataset.key);
     if (!req) return;
-    answer.invocationId = req.req.invocationId;
+    answer.answerTo = req.req.key;
+    const wasDisabled = new Set(Array.from(node.querySelectorAll("button")).filter((b) => b.disabled));
     for (const b of node.querySelectorAll("button")) b.disabled = true;
     const ack = q(node, ".ack");
     ack.className = "ack";
@@ -338,7 +429,7 @@
     const li = el("li", "", answer.outcome + " on " + req.req.tool + " (" + req.req.invocationId + "): " + line);
     li.dataset.invocation = req.req.invocationId;
     document.getElementById("acks").prepend(li);
-    for (const b of node.querySelectorAll("button")) b.disabled = false;
+    for (const b of node.querySelectorAll("button")) b.disabled = wasDisabled.has(b);
   }
 
   async function revoke(key, button) {
