@@ -32,6 +32,9 @@
 # agent:NAME` adds another, which the nodes admit after
 # `deploy/local-fleet.sh reload [DIR]` (SIGHUP to each node).
 set -euo pipefail
+# Everything made here is this user's alone: the logs hold the console's
+# address with its token, the data dirs the stores.
+umask 077
 
 cmd=${1:-}
 dir=${2:-${TOOLBUS_FLEET_DIR:-./.local-fleet}}
@@ -48,9 +51,13 @@ urls() {
 # start_part NAME COMMAND ARGS...: runs a part in the background, its
 # output in DIR/log/NAME.log, its pid in DIR/run/NAME.pid.
 start_part() {
-	local name=$1
+	local name=$1 log=$dir/log/$1.log
 	shift
-	"$@" >"$dir/log/$name.log" 2>&1 &
+	# A log an earlier run left keeps its mode through ">": make it the
+	# user's alone before anything is written to it.
+	: >"$log"
+	chmod 600 "$log"
+	"$@" >"$log" 2>&1 &
 	echo $! >"$dir/run/$name.pid"
 }
 
@@ -72,6 +79,7 @@ wait_port() {
 
 start() {
 	mkdir -p "$dir/bin" "$dir/log" "$dir/run" "$dir/ws1" "$dir/ws2"
+	chmod 700 "$dir/log" "$dir/run"
 	dir=$(cd "$dir" && pwd)
 	for pidfile in "$dir"/run/*.pid; do
 		if running "$pidfile"; then

@@ -70,6 +70,14 @@ func TestLocalFleetScript(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
+	// A log an earlier run left readable by all, which the next run must
+	// not write the console's token into as it is.
+	if err := os.MkdirAll(filepath.Join(dir, "log"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "log", "console.log"), []byte("an earlier run\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	out, err := script("start")
 	t.Cleanup(func() {
 		if out, err := script("stop"); err != nil {
@@ -91,6 +99,24 @@ func TestLocalFleetScript(t *testing.T) {
 	pids, _ := filepath.Glob(filepath.Join(dir, "run", "*.pid"))
 	if len(pids) != 7 {
 		t.Fatalf("%d parts started, want 7: %v\n%s", len(pids), pids, out)
+	}
+	// The console's address, token and all, is in its log: every log is
+	// the user's alone.
+	if !strings.Contains(out, "#token=") {
+		t.Errorf("start does not print the console's address with its token:\n%s", out)
+	}
+	logs, _ := filepath.Glob(filepath.Join(dir, "log", "*.log"))
+	for _, l := range append(logs, filepath.Join(dir, "log")) {
+		fi, err := os.Stat(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm()&0o077 != 0 {
+			t.Errorf("%s is %v: others may read it", l, fi.Mode().Perm())
+		}
+	}
+	if len(logs) != 7 {
+		t.Errorf("%d logs, want 7: %v", len(logs), logs)
 	}
 	node := func(i int) string { return fmt.Sprintf("nats://127.0.0.1:%d", port+i) }
 	agent := "TOOLBUS_IDENTITY=" + filepath.Join(dir, "identities", "agent.nk")
