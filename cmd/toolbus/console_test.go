@@ -21,7 +21,7 @@ import (
 func consoleURL(t *testing.T, line string) string {
 	t.Helper()
 	i := strings.Index(line, "http://")
-	if i < 0 || !strings.Contains(line, "?token=") {
+	if i < 0 || !strings.Contains(line, "#token=") {
 		t.Fatalf("no console address with a token in %q", line)
 	}
 	return strings.TrimSpace(line[i:])
@@ -118,11 +118,11 @@ func TestConsoleCommand(t *testing.T) {
 	t.Setenv("TOOLBUS_CONSOLE_TOKEN", token)
 	cons := startDaemon(t, "toolbus", "console", "--nats", nats, "--listen", "127.0.0.1:0", "--as", "approver:grace")
 	page := consoleURL(t, cons.waitLine(t, "console:"))
-	if !strings.HasSuffix(page, "?token="+token) {
+	if !strings.HasSuffix(page, "#token="+token) {
 		t.Errorf("the console's address %s does not carry the configured token", page)
 	}
 	cons.waitLine(t, "Press Ctrl-C to stop.")
-	base, _, _ := strings.Cut(page, "?")
+	base, _, _ := strings.Cut(page, "#")
 	for _, auth := range []string{"", "Bearer " + token} {
 		req, _ := http.NewRequest("GET", base+"api/state", nil)
 		if auth != "" {
