@@ -1,0 +1,54 @@
+package executor
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/policy"
+)
+
+// TestDecisionCacheStoresNothingItMayNotServe: put alone keeps nothing of
+// a key over the bound or of a policy that is not deterministic (get
+// refuses both too, but an entry kept and never served is memory an
+// agent could fill), and the byte budget counts the shell line each
+// record holds.
+func TestDecisionCacheStoresNothingItMayNotServe(t *testing.T) {
+	pol := defaultPol(t)
+	allow := judged{Decision: policy.Decision{Verdict: events.Allow, Reason: "r"}}
+	var d decisions
+	d.put(pol, 1, bytes.Repeat([]byte("x"), maxCachedKey+1), allow)
+	if len(d.m) != 0 {
+		t.Errorf("a key over the bound was stored: %d entries", len(d.m))
+	}
+	random, err := policy.Compile(context.Background(), policy.Files{"p.rego": `package toolbus
+
+decision := {"verdict": "ALLOW", "reason": sprintf("%d", [rand.intn("x", 10)])}
+`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if random.Deterministic() {
+		t.Fatal("a policy calling rand.intn is deterministic")
+	}
+	d = decisions{}
+	d.put(random, 1, []byte("read_file\x00small"), allow)
+	if len(d.m) != 0 {
+		t.Errorf("a nondeterministic policy's decision was stored: %d entries", len(d.m))
+	}
+
+	d = decisions{}
+	line := strings.Repeat("l", 1<<20)
+	for i := range maxCachedBytes>>20 + 2 {
+		d.put(pol, 1, []byte(fmt.Sprintf("run_shell_command\x00%d", i)), judged{Decision: allow.Decision, rec: policy.Recorded{ShellLine: line}})
+		if d.bytes > maxCachedBytes {
+			t.Fatalf("%d bytes kept, over the budget of %d", d.bytes, maxCachedBytes)
+		}
+	}
+	if len(d.m) > maxCachedBytes>>20 {
+		t.Errorf("%d records of a 1 MiB shell line kept within %d bytes", len(d.m), maxCachedBytes)
+	}
+}
