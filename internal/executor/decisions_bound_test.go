@@ -40,6 +40,14 @@ decision := {"verdict": "ALLOW", "reason": sprintf("%d", [rand.intn("x", 10)])}
 		t.Errorf("a nondeterministic policy's decision was stored: %d entries", len(d.m))
 	}
 
+	// A new allowlist starts the cache over, and the cache serves under it.
+	d = decisions{}
+	d.put(pol, 1, []byte("k1"), allow)
+	d.put(pol, 2, []byte("k2"), allow)
+	if _, ok := d.get(pol, 2, []byte("k2")); !ok || len(d.m) != 1 {
+		t.Errorf("after an allowlist change: served %v, %d entries; want served, 1", ok, len(d.m))
+	}
+
 	d = decisions{}
 	line := strings.Repeat("l", 1<<20)
 	for i := range maxCachedBytes>>20 + 2 {
