@@ -38,9 +38,11 @@ func answerWith(t *testing.T, nc *nats.Conn, req *events.ConfirmRequest, as, pri
 
 // TestAProvenAgentCannotApproveItsOwnCall: where the bus proves who sends
 // (identities enforced), an agent answers its own confirmation request
-// on the subjects it may send on, naming itself as the bus knows it. What
-// the subject proves passes the executor's own checks; the policy's
-// refusal must still hold. Only a person's answer runs the call.
+// on the subjects it may send on. Naming itself as the bus knows it
+// passes the executor's own checks, and the policy's refusal must still
+// hold; naming anyone else (a person, its user with the approver role),
+// or answering for another caller's user, the executor refuses. Only a
+// person's answer runs the call.
 func TestAProvenAgentCannotApproveItsOwnCall(t *testing.T) {
 	e := newEnv(t, func(c *Config) { c.IdentitiesEnforced = true })
 	const principal = "agent:x"
@@ -85,6 +87,33 @@ func TestAProvenAgentCannotApproveItsOwnCall(t *testing.T) {
 			t.Errorf("%s answering %s on the %s subject: accepted %v, %q; want refused: %q", a.who.ID, a.outcome, a.as, ack.Accepted, ack.Reason, a.refusal)
 		}
 	}
+	// Answers that name someone the subject does not prove: the
+	// executor's own checks refuse them before the policy is asked.
+	otherConn := bustest.Connect(t, e.bus).Conn()
+	for _, a := range []struct {
+		as, principal string
+		who           events.Identity
+		refusal       string
+	}{
+		{events.AnswerAsApprover, principal, events.Identity{ID: "approver:ada", Role: "approver"}, `sent with the identity "agent:x"`},
+		{events.AnswerAsApprover, principal, events.AgentUser(caller), "answers on the caller's subject"},
+		{events.AnswerAsCaller, principal, events.Identity{ID: events.AgentUser(caller).ID, Role: "approver", Session: "s1"}, "must come from"},
+		{events.AnswerAsCaller, principal, events.Identity{ID: "approver:ada", Role: events.RoleAgentUser, Session: "s1"}, "must come from"},
+		{events.AnswerAsCaller, "agent:y", events.AgentUser(caller), `sent with the identity "agent:y"`},
+	} {
+		nc := agentConn
+		if a.principal != principal {
+			nc = otherConn
+		}
+		ack := answerWith(t, nc, req, a.as, a.principal, a.who, events.ProceedAlways)
+		if a.who.Role == events.RoleAgentUser && a.who.ID == events.AgentUser(caller).ID {
+			ack = answerWith(t, nc, req, a.as, a.principal, a.who, events.ProceedOnce)
+		}
+		if ack.Accepted || !strings.Contains(ack.Reason, a.refusal) {
+			t.Errorf("%s (%s) on the %s subject of %s: accepted %v, %q; want refused: %q", a.who.ID, a.who.Role, a.as, a.principal, ack.Accepted, ack.Reason, a.refusal)
+		}
+	}
+
 	select {
 	case res := <-done:
 		t.Fatalf("the call ended on its own caller's answers: %s %q", errType(res), res.LLMContent)
