@@ -29,6 +29,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -143,6 +144,7 @@ func main() {
 		workers = flag.Int("workers", 1, "mutants tested at once")
 		timeout = flag.Duration("timeout", 5*time.Minute, "go test -timeout for one mutant")
 		module  = flag.String("module", "github.com/toolbus/toolbus", "the module path, to match the cover profile")
+		only    = flag.String("only", "", "run only the mutants whose line (as printed: file:line:col KIND old -> new) this regexp matches")
 	)
 	flag.Parse()
 	if *pkgs == "" || flag.NArg() == 0 {
@@ -184,6 +186,12 @@ func main() {
 		fatal(err)
 	}
 
+	var onlyRE *regexp.Regexp
+	if *only != "" {
+		if onlyRE, err = regexp.Compile(*only); err != nil {
+			fatal(err)
+		}
+	}
 	var all, runnable []mutant
 	notCovered := map[string]int{}
 	for _, f := range flag.Args() {
@@ -194,6 +202,9 @@ func main() {
 		}
 		lines := cov[*module+"/"+filepath.ToSlash(f)]
 		for _, m := range ms {
+			if onlyRE != nil && !onlyRE.MatchString(rel(root, m)) {
+				continue
+			}
 			all = append(all, m)
 			if lines[m.line] {
 				runnable = append(runnable, m)
