@@ -100,6 +100,8 @@ func TestAProvenAgentCannotApproveItsOwnCall(t *testing.T) {
 		{events.AnswerAsCaller, principal, events.Identity{ID: events.AgentUser(caller).ID, Role: "approver", Session: "s1"}, "must come from"},
 		{events.AnswerAsCaller, principal, events.Identity{ID: "approver:ada", Role: events.RoleAgentUser, Session: "s1"}, "must come from"},
 		{events.AnswerAsCaller, "agent:y", events.AgentUser(caller), `sent with the identity "agent:y"`},
+		// a subject that names no way of answering proves nothing
+		{"boss", principal, events.Identity{ID: "approver:ada", Role: "approver"}, "want"},
 	} {
 		nc := agentConn
 		if a.principal != principal {
