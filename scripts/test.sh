@@ -94,6 +94,16 @@ echo "== Rego tests: toolbus policy test, and the stock opa test"
 go run ./cmd/toolbus policy test policy/
 go tool opa test policy/
 
+if [ ${#race[@]} -gt 0 ]; then
+	# Every mutant of the default policy (a rule body, an expression, a
+	# list entry, a regular expression's alternative deleted) must fail a
+	# Rego test, or be listed in policy/equivalent_mutants.txt with why.
+	# Under -race it skips, as it is several times slower there: it runs
+	# here without.
+	echo "== policy mutants"
+	go test -count=1 -run '^TestEveryPolicyMutantFailsATest$' ./internal/policy/mutant/
+fi
+
 echo "== benchmarks compile and run once"
 # Their tables are long; they are shown only when a benchmark fails.
 bench_log=$(mktemp)

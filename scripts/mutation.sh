@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Go mutation testing of the security-critical code (docs/testing.md).
+# Slow (each mutant builds and runs a test binary): not part of
+# scripts/test.sh. The Rego policy's mutation check is, and runs in about
+# 0.2 s a mutant (internal/policy/mutant).
+#
+#   scripts/mutation.sh [group...]    groups: builtin policy shell executor audit (default: all)
+#
+# Each group names its files and the tests that judge them; a -run filter
+# keeps the executor's to those that exercise the code (its whole -short
+# suite takes two minutes a mutant). GOMUTATE_WORKERS sets how many
+# mutants run at once (default 2).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+workers=${GOMUTATE_WORKERS:-2}
+mutate() { go run ./scripts/gomutate -workers "$workers" "$@"; }
+
+groups=("$@")
+[ ${#groups[@]} -gt 0 ] || groups=(builtin policy shell executor audit)
+for g in "${groups[@]}"; do
+	echo "== $g"
+	case $g in
+	builtin)
+		mutate -test ./internal/builtin/ $(git ls-files 'internal/builtin/*.go' | grep -v '_test.go$' | grep -v '_other.go$') ;;
+	policy)
+		# The sandbox tests run shell lines under bwrap for seconds each
+		# and judge none of these files.
+		mutate -test ./internal/policy/ -skip 'TestSandbox' $(git ls-files 'internal/policy/*.go' | grep -v '_test.go$') ;;
+	shell)
+		mutate -test ./internal/policy/shell/,./internal/policy/ -skip 'TestSandbox' $(git ls-files 'internal/policy/shell/*.go' | grep -v '_test.go$') ;;
+	executor)
+		mutate -test ./internal/executor/ -run 'TestDecisionCache|TestACachedAllow|TestAClaimNever|TestHardLinkToAKey|TestEveryDecisionIsRecorded' \
+			internal/executor/decisions.go
+		mutate -test ./internal/executor/ -run 'TestAgentUser|TestAProvenAgent|TestConfirmationOutcomes|TestCallerConfirms|TestModifyWithEditor|TestHugeEdit|TestProceedAlways' \
+			internal/executor/confirm.go
+		mutate -test ./internal/executor/ -run 'TestRemembered|TestProceedAlways|TestHardLinkToAKey|TestAnExecutorTrusts|TestARevokedApproval' \
+			internal/executor/allowlist.go ;;
+	audit)
+		mutate -test ./internal/audit/ internal/audit/join.go ;;
+	*)
+		echo "unknown group $g"; exit 2 ;;
+	esac
+done
