@@ -48,14 +48,21 @@ type env struct {
 
 type option func(*Config)
 
+// defaultPol is the default policy, compiled (its Rego tests run) once
+// for every test of the package: a Policy is immutable and shared by
+// all goroutines, as by an executor's calls.
 func defaultPol(t testing.TB) *policy.Policy {
 	t.Helper()
-	p, err := policy.Compile(context.Background(), policy.Files(defaultpolicy.Default()))
+	p, err := defaultPolicy()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return p
 }
+
+var defaultPolicy = sync.OnceValues(func() (*policy.Policy, error) {
+	return policy.Compile(context.Background(), policy.Files(defaultpolicy.Default()))
+})
 
 func newEnv(t *testing.T, opts ...option) *env {
 	t.Helper()

@@ -17,6 +17,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/metrics"
@@ -413,8 +414,14 @@ func failedTests(ctx context.Context, modules map[string]*ast.Module) ([]string,
 	return failures, nil
 }
 
+// testCaseTimeout bounds one Rego test case of a policy set.
+const testCaseTimeout = 2 * time.Minute
+
 func testModules(ctx context.Context, modules map[string]*ast.Module) ([]TestResult, error) {
-	ch, err := tester.NewRunner().SetModules(modules).SetDefaultRegoVersion(ast.RegoV1).RaiseBuiltinErrors(true).RunTests(ctx, nil)
+	// A test case gets far more than OPA's default of 5 s: a busy
+	// executor must not refuse a good policy because its tests ran
+	// slowly. One that never ends is still stopped (and ctx bounds all).
+	ch, err := tester.NewRunner().SetModules(modules).SetDefaultRegoVersion(ast.RegoV1).RaiseBuiltinErrors(true).SetTimeout(testCaseTimeout).RunTests(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("policy: run Rego tests: %w", err)
 	}
