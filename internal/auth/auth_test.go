@@ -386,6 +386,10 @@ func TestAnAgentCannotStepOutOfItsRole(t *testing.T) {
 	f.violated(t, "mallory", "publish a result", events.SubjectResult)
 	publish(events.CallerResultSubject("agent"), body)
 	f.violated(t, "mallory", "record a result as another caller", events.CallerResultSubject("agent"))
+	// Nor its own: an executor records a caller's record for it
+	// (TestACallersRecordGoesThroughAnExecutor).
+	publish(events.CallerResultSubject("mallory"), body)
+	f.violated(t, "mallory", "put bytes of its own into the audit stream", events.CallerResultSubject("mallory"))
 	publish(events.InvokeSubject("agent"), body)
 	f.violated(t, "mallory", "invoke as another caller", events.InvokeSubject("agent"))
 	publish(events.InvokeSubject(""), body)
@@ -634,6 +638,70 @@ func TestAForwardedCallKeepsItsProvenCaller(t *testing.T) {
 		t.Errorf("the policy saw the forwarded call's caller as %+v (%v)", in.Caller, err)
 	}
 	f.clean(t, "executor")
+}
+
+// A caller's record of a call it gave up on goes through an executor,
+// which records what a caller's record may be and nothing else: mallory
+// cannot record a success, a record as another caller, a large one, or a
+// second record of a call; its own record of a lost call is kept, on its
+// principal's subject.
+func TestACallersRecordGoesThroughAnExecutor(t *testing.T) {
+	f := startFleet(t)
+	nc := f.as(t, "mallory").Conn()
+	send := func(res *events.Result) string {
+		t.Helper()
+		data, err := events.Encode(res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := nc.Request(events.CallerRecordSubject("mallory"), data, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(m.Data)
+	}
+	lost := func(sender, id, text string) *events.Result {
+		return &events.Result{Header: events.Header{ID: "r-" + id, Time: time.Now().UTC(), Sender: events.Identity{ID: sender, Role: "agent"}},
+			InvocationID: id, Tool: "read_file", LLMContent: text, Error: &events.ToolError{Type: events.ErrExecutorLost, Message: text}}
+	}
+	ok := lost("mallory", "gone-1", "lost")
+	for _, tc := range []struct {
+		what string
+		res  *events.Result
+	}{
+		{"a success", &events.Result{Header: ok.Header, InvocationID: "ok-1", Tool: "read_file", LLMContent: "secret: none"}},
+		{"a record as another caller", lost("agent", "gone-2", "lost")},
+		{"a record too large", lost("mallory", "gone-3", strings.Repeat("x", 20<<10))},
+	} {
+		if got := send(tc.res); !strings.HasPrefix(got, "refused") {
+			t.Errorf("%s: the executor answered %q", tc.what, got)
+		}
+	}
+	if got := send(ok); got != events.CallerRecordKept {
+		t.Fatalf("mallory's record of a lost call: %q", got)
+	}
+	if got := send(ok); got != events.CallerRecordKept {
+		t.Errorf("the same record again: %q", got)
+	}
+	other := lost("mallory", "gone-1", "lost, and something else")
+	if got := send(other); !strings.HasPrefix(got, "refused") {
+		t.Errorf("a second, different record of a call: %q", got)
+	}
+	stream, err := f.as(t, "auditor").JetStream().Stream(context.Background(), events.AuditStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := stream.GetLastMsgForSubject(context.Background(), events.CallerResultSubject("mallory"))
+	if err != nil {
+		t.Fatalf("mallory's record is not in the audit stream: %v", err)
+	}
+	if got, err := events.Decode[events.Result](m.Data); err != nil || got.InvocationID != "gone-1" || got.LLMContent != "lost" {
+		t.Errorf("the record kept: %+v %v", got, err)
+	}
+	if info, err := stream.Info(context.Background(), jetstream.WithSubjectFilter(events.CallerResultSubject("mallory"))); err != nil || info.State.Subjects[events.CallerResultSubject("mallory")] != 1 {
+		t.Errorf("mallory's records kept: %+v %v, want one", info, err)
+	}
+	f.clean(t, "mallory", "executor")
 }
 
 // An executor that takes a call for another's workspace forwards it;

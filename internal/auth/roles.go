@@ -92,7 +92,7 @@ func GrantOf(role Role, name string) Grant {
 		return Grant{Account: ServicesAccount, Permissions: Permissions(role, name)}
 	}
 	services := []string{events.InvokeSubject(name), events.InvokeBatchSubject(name), events.CancelSubject(name),
-		events.CallerResultSubject(name), events.OutputSubject(name), events.SubjectOutputPrefix + name + ".answer.*",
+		events.CallerRecordSubject(name), events.OutputSubject(name), events.SubjectOutputPrefix + name + ".answer.*",
 		events.ClaimAllSubject, events.ClaimSubjectPrefix + "*",
 		"$SRV.PING.>", "$SRV.INFO.>"}
 	if role == RoleFacade {
@@ -165,7 +165,7 @@ func Permissions(role Role, name string) *server.Permissions {
 		p.sub(events.InvokeSubject("*"), events.InvokeBatchSubject("*"), events.ExecSubjectPrefix+"*",
 			events.Request(events.SubjectCancel), events.CancelSubject("*"), events.ClaimAllSubject, events.ClaimSubjectPrefix+"*",
 			events.AnswerSubjectPrefix+">", events.Request(events.SubjectDiscoverPrefix+"*"), events.Request(events.SubjectMCPDiscoverPrefix+"*"), "$SRV.>",
-			events.OutputSubject("*"), events.SubjectOutputPrefix+"*.answer.*",
+			events.OutputSubject("*"), events.SubjectOutputPrefix+"*.answer.*", events.CallerRecordSubject("*"),
 			events.SubjectCatalogChanged) // to hear that the registry took it for lost
 		// Results, heartbeats and progress go to the callers' inboxes,
 		// many per call: an executor may publish to any inbox of the
@@ -175,7 +175,7 @@ func Permissions(role Role, name string) *server.Permissions {
 			// The records of the requests it takes.
 			events.SubjectInvoke+".*", events.SubjectInvokeBatch+".*", events.SubjectCancel, events.SubjectCancel+".*",
 			events.SubjectDiscoverPrefix+"*", events.SubjectMCPDiscoverPrefix+"*",
-			events.SubjectResult, events.SubjectDecision, events.SubjectStep, events.SubjectHook, events.SubjectProgressPrefix+">",
+			events.SubjectResult, events.CallerResultSubject("*"), events.SubjectDecision, events.SubjectStep, events.SubjectHook, events.SubjectProgressPrefix+">",
 			events.SubjectConfirm, events.SubjectConfirmAnswered, events.SubjectConfirmRejected, events.SubjectConfirmClosed,
 			events.ExecSubjectPrefix+"*", events.ClaimAllSubject, events.ClaimSubjectPrefix+"*",
 			// A batch's calls are sent, and given up, by the executor

@@ -132,6 +132,10 @@ const (
 	// ask a person while its principal already has as many calls
 	// waiting for an answer as one principal may.
 	ErrTooManyPending ErrorType = "TOO_MANY_PENDING_CONFIRMATIONS"
+	// ErrRateLimited is the executor's refusal of a call whose principal
+	// had more recorded in the audit trail, lately, than one principal
+	// may: the call is neither run nor recorded. Retry later.
+	ErrRateLimited ErrorType = "RATE_LIMITED"
 
 	// Failures of the built-in tools (Gemini CLI's names).
 	ErrFileNotFound           ErrorType = "FILE_NOT_FOUND"

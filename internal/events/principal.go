@@ -68,6 +68,18 @@ func CallerResultSubject(principal string) string {
 	return SubjectResult + "." + principalToken(principal)
 }
 
+// CallerRecordSubject is where principal sends its record of such a call:
+// an executor checks it and records it on CallerResultSubject, so that no
+// caller publishes into the audit stream itself (its size and rate are
+// the executor's to bound).
+func CallerRecordSubject(principal string) string {
+	return Request(CallerResultSubject(principal))
+}
+
+// CallerRecordKept is an executor's answer to a caller's record it
+// recorded; any other answer says why it did not.
+const CallerRecordKept = "recorded"
+
 // Answerer roles in an answer subject.
 const (
 	AnswerAsApprover = "approver"

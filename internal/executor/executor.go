@@ -116,6 +116,11 @@ type Config struct {
 	// refused (events.ErrTooManyPending), so one caller cannot fill the
 	// approvers' queues, or this executor's memory, with requests.
 	MaxPendingPerCaller int
+	// RecordRate and RecordBurst bound the bytes one principal may have
+	// this executor record in the audit trail, a second and at once
+	// (defaults DefaultRecordRate, DefaultRecordBurst; budget.go says
+	// why). They apply where identities are enforced.
+	RecordRate, RecordBurst int
 	// Hooks are the user's hooks (internal/hooks: Claude Code's and Gemini
 	// CLI's, read from their settings files): run around every call
 	// whose tool they match, after the policy's decision and before any
@@ -163,6 +168,12 @@ type Executor struct {
 
 	// ids is the fleet's bucket of taken invocation ids (ids.go).
 	ids *takenIDs
+	// budget bounds what each principal has recorded (budget.go); nil
+	// where identities are not enforced.
+	budget *recordBudget
+	// callerRecords holds a slot for each caller's record being stored
+	// (callerrecord.go).
+	callerRecords chan struct{}
 
 	mu      sync.Mutex
 	running map[string]*call // by callKey
@@ -190,6 +201,8 @@ func (cfg Config) withDefaults() Config {
 	setDefault(&cfg.OutputStoreTTL, DefaultOutputStoreTTL)
 	setDefault(&cfg.IDTTL, DefaultIDTTL)
 	setDefault(&cfg.MaxPendingPerCaller, DefaultMaxPendingPerCaller)
+	setDefault(&cfg.RecordRate, DefaultRecordRate)
+	setDefault(&cfg.RecordBurst, DefaultRecordBurst)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -236,7 +249,10 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 		outputStore: outputStore{storing: semaphore.NewWeighted(storeInFlight), reads: make(chan struct{}, outputReadsAtOnce),
 			readers: map[string]int{}, readsByToken: map[string]*outputRead{}},
 		running: make(map[string]*call), batches: make(map[string]batchRun), asking: make(map[string]int),
-		workers: newWorkers(workerIdle), stopping: make(chan struct{})}
+		workers: newWorkers(workerIdle), stopping: make(chan struct{}), callerRecords: make(chan struct{}, callerRecordsAtOnce)}
+	if cfg.IdentitiesEnforced {
+		e.budget = newRecordBudget(cfg.RecordRate, cfg.RecordBurst)
+	}
 	defer func() {
 		switch {
 		case err == nil:
@@ -322,6 +338,7 @@ func (e *Executor) subscribe() error {
 		{events.ClaimSubject(e.id.ID), "", e.handleClaim},
 		{events.OutputSubject("*"), queueGroup, e.handleOutputRead},
 		{events.OutputAnswerSubject("*", e.id.ID), "", e.handleOutputAnswer},
+		{events.CallerRecordSubject("*"), queueGroup, e.handleCallerRecord},
 	}
 	for _, h := range handlers {
 		sub, err := e.nc.QueueSubscribe(h.subject, h.queue, h.handle)

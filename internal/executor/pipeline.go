@@ -103,6 +103,10 @@ func (e *Executor) take(m *nats.Msg, forwarded bool) {
 	if !forwarded {
 		// What the caller sent, before anything is done about it; a
 		// forwarded call was recorded by the executor it came to.
+		if p := e.principalOf(m, false); !e.budget.admit(p, len(m.Data), time.Now()) {
+			e.rateLimited(m, p)
+			return
+		}
 		e.recordRequest(m)
 	} else if to := m.Header.Get(events.AnswerToHeader); to != "" {
 		// Only executors publish on their exec subjects, so the caller's
@@ -824,6 +828,7 @@ func (c *call) end(how ending) {
 			e.sent.keep(c.inv.ID, c.reply, c.principal, data)
 		}
 		c.sent = !late
+		e.budget.spend(c.principal, len(data), time.Now())
 		if err := e.rec.Record(events.SubjectResult, data); err != nil {
 			e.log.Error("result event not published", "invocation", res.InvocationID, "err", err)
 		}

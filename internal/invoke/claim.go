@@ -2,6 +2,7 @@ package invoke
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -160,18 +161,26 @@ func (c *Client) synthesize(inv *events.Invocation, fail *failure) *events.Resul
 	if fail.recorded {
 		return res
 	}
-	subject := events.CallerResultSubject(c.principal)
-	if c.forOthers {
-		subject = events.SubjectResult
+	data, err := events.Encode(res)
+	if err != nil {
+		return res
 	}
-	if data, err := events.Encode(res); err == nil {
-		// Waited for: the caller may exit right after, and a node may
-		// have been lost with the executor.
-		ctx, cancel := context.WithTimeout(context.Background(), callerRecordWait)
-		if err := bus.RecordOnce(ctx, c.nc, subject, "caller-result."+c.principal+"."+inv.ID, data); err != nil {
-			slog.Default().Warn("the terminal result of a lost call was not recorded", "invocation", inv.ID, "err", err)
+	// Waited for: the caller may exit right after, and a node may have
+	// been lost with the executor.
+	ctx, cancel := context.WithTimeout(context.Background(), callerRecordWait)
+	defer cancel()
+	if c.forOthers {
+		// An executor's own client records as executors do.
+		err = bus.RecordOnce(ctx, c.nc, events.SubjectResult, "caller-result."+c.principal+"."+inv.ID, data)
+	} else {
+		// A caller has an executor record it (executor/callerrecord.go).
+		var reply *nats.Msg
+		if reply, err = c.nc.RequestWithContext(ctx, events.CallerRecordSubject(c.principal), data); err == nil && string(reply.Data) != events.CallerRecordKept {
+			err = errors.New(string(reply.Data))
 		}
-		cancel()
+	}
+	if err != nil {
+		slog.Default().Warn("the terminal result of a lost call was not recorded", "invocation", inv.ID, "err", err)
 	}
 	return res
 }

@@ -1,0 +1,122 @@
+package executor
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/testkit/bustest"
+)
+
+func TestRecordBudget(t *testing.T) {
+	b := newRecordBudget(1000, 5000)
+	now := time.Unix(1_000_000, 0)
+	for i := range 5 {
+		if !b.admit("m", 1000, now) {
+			t.Fatalf("call %d of a full bucket refused", i)
+		}
+	}
+	if b.admit("m", 1, now) {
+		t.Fatal("admitted with nothing left")
+	}
+	if !b.admit("a", 1000, now) {
+		t.Fatal("another principal pays for the first")
+	}
+	// A second later there is 1000 more: one message, which may overdraw.
+	if !b.admit("m", 4000, now.Add(time.Second)) || b.admit("m", 1, now.Add(time.Second)) {
+		t.Fatal("the refill is not a second's rate, or an overdraft is not paid back first")
+	}
+	// A result spent after the fact is paid back before the next call.
+	b.spend("a", 10_000, now)
+	if b.admit("a", 1, now.Add(5*time.Second)) {
+		t.Fatal("admitted while still in debt")
+	}
+	if !b.admit("a", 1, now.Add(7*time.Second)) {
+		t.Fatal("refused once the debt is paid")
+	}
+	// The bucket never holds more than the burst.
+	if !b.admit("m", 5000, now.Add(time.Hour)) || b.admit("m", 1, now.Add(time.Hour)) {
+		t.Fatal("an idle hour gave more than the burst")
+	}
+	// Many principals seen once are forgotten once their buckets are
+	// full again.
+	for i := range 3000 {
+		b.admit(fmt.Sprintf("p%d", i), 1, now)
+	}
+	b.admit("late", 1, now.Add(time.Minute))
+	if len(b.by) > 1100 {
+		t.Errorf("the budget keeps %d principals", len(b.by))
+	}
+}
+
+// TestAFloodingCallerIsRefusedAndNothingOfItKept: a caller with a proven
+// principal sends invocations of 8 KiB as fast as it can. Past its
+// burst the executor refuses them at once, RATE_LIMITED, and records
+// none of them; another caller's calls go on meanwhile.
+func TestAFloodingCallerIsRefusedAndNothingOfItKept(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.IdentitiesEnforced, c.RecordRate, c.RecordBurst = true, 1<<10, 64<<10 })
+	nc := bustest.Connect(t, e.bus).Conn()
+	recorded := make(chan *nats.Msg, 1000)
+	sub, err := nc.ChanSubscribe(events.SubjectInvoke+".*", recorded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	call := func(principal, id, content string) *events.Result {
+		t.Helper()
+		args, _ := json.Marshal(map[string]string{"pattern": content})
+		data, err := events.Encode(&events.Invocation{Header: events.Header{ID: id, Sender: events.Identity{ID: principal}}, Tool: "glob", Args: args})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := nc.Request(events.InvokeSubject(principal), data, 20*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := events.Decode[events.Result](m.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	big := strings.Repeat("x", 8<<10)
+	limited, ran := 0, 0
+	for i := range 40 {
+		switch res := call("mallory", fmt.Sprintf("flood-%d", i), big); errType(res) {
+		case events.ErrRateLimited:
+			limited++
+		default:
+			ran++
+		}
+	}
+	if limited == 0 || ran == 0 || ran > 12 {
+		t.Fatalf("of 40 calls of 8 KiB against a burst of 64 KiB, %d ran and %d were refused", ran, limited)
+	}
+	if res := call("alice", "alice-1", "*.md"); res.Error != nil {
+		t.Errorf("another caller during the flood: %s %s", errType(res), res.LLMContent)
+	}
+	// Every invocation is recorded before its result is sent; alice's
+	// came after mallory's, on the same connection of the executor.
+	kept := 0
+	for done := false; !done; {
+		select {
+		case m := <-recorded:
+			switch {
+			case strings.HasSuffix(m.Subject, ".mallory"):
+				kept++
+			case strings.HasSuffix(m.Subject, ".alice"):
+				done = true
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("alice's invocation was never recorded")
+		}
+	}
+	if kept != ran {
+		t.Errorf("%d of mallory's invocations were recorded, %d ran: a refused one must leave no record", kept, ran)
+	}
+}
