@@ -40,6 +40,15 @@ const (
 	ErrCancelled = ErrorType(events.ErrCancelled)
 	// ErrExecutorLost: the executor running the call went away.
 	ErrExecutorLost = ErrorType(events.ErrExecutorLost)
+	// ErrInvocationIDReused: the id named another call of this caller,
+	// or this same request sent before. Use a fresh id.
+	ErrInvocationIDReused = ErrorType(events.ErrInvocationIDReused)
+	// ErrTooManyPending: the call would ask a person while as many of
+	// this caller's calls wait for an answer as one caller may.
+	ErrTooManyPending = ErrorType(events.ErrTooManyPending)
+	// ErrRateLimited: this caller had more recorded in the audit trail
+	// lately than one caller may; the call was not run. Retry later.
+	ErrRateLimited = ErrorType(events.ErrRateLimited)
 
 	// Failures of the built-in tools.
 	ErrFileNotFound           = ErrorType(events.ErrFileNotFound)
