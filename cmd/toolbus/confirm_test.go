@@ -202,8 +202,15 @@ type pendingCall struct {
 
 func startCall(t *testing.T, url, tool, args string, extra ...string) *pendingCall {
 	t.Helper()
+	return startCallWith(t, nil, url, tool, args, extra...)
+}
+
+// startCallWith is startCall with env added to the command's environment.
+func startCallWith(t *testing.T, env []string, url, tool, args string, extra ...string) *pendingCall {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	cmd := exec.CommandContext(ctx, bin("toolbus"), append([]string{"call", tool, "--args", args, "--nats", url}, extra...)...)
+	cmd.Env = append(os.Environ(), env...)
 	c := &pendingCall{done: make(chan int, 1)}
 	cmd.Stdout, cmd.Stderr = &c.stdout, &c.stderr
 	if err := cmd.Start(); err != nil {

@@ -160,6 +160,13 @@ func (u *up) start(ctx context.Context, busCfg busnode.Config, files *settings.F
 		defer cancel()
 		u.node.Close(ctx)
 	})
+	if id := f.idDir(); id != "off" {
+		forget, err := cli.WriteDeveloperNote(u.node.URL(), identity.SeedFile(id, "developer"))
+		if err != nil {
+			return fmt.Errorf("note the developer's identity for this host's commands: %w", err)
+		}
+		u.stops = append(u.stops, forget)
+	}
 	m, stopMetrics, err := cli.StartMetrics(*f.metricsAddr, "up", u.node.Bus, log)
 	if err != nil {
 		return err
@@ -249,7 +256,7 @@ func (u *up) describe() {
 	fmt.Printf("toolbus is up\n  bus:       %s\n  data:      %s\n  workspace: %s\n  policy:    %s\n  tools:     %d registered, %d active\n",
 		u.node.URL(), *f.dataDir, exec.Workspace.Root(), exec.Executor.Policy().Revision(), reg.Len(), len(reg.AllToolNames()))
 	if id := f.idDir(); id != "off" {
-		fmt.Printf("  identities: %s (a client with none is the developer, an admin; an agent to confine: TOOLBUS_IDENTITY=%s)\n",
+		fmt.Printf("  identities: %s (commands on this host act as the developer, an admin; a client with no identity is the agent, as is TOOLBUS_IDENTITY=%s)\n",
 			id, identity.SeedFile(id, "agent"))
 	}
 	if *f.settingsPath != "" {
@@ -289,9 +296,10 @@ var upMembers = []auth.Member{
 }
 
 // upIdentities makes (or completes) the identities in dir and sets cfg to
-// admit only them, a client with none taken as the developer: on
-// loopback, one developer needs no step of their own, and the parts are
-// confined to their roles as in a fleet.
+// admit only them, a client with none taken as the agent: a shell line a
+// model wrote connects from this host too. The developer's commands need
+// no step of their own all the same (cli.WriteDeveloperNote), and the
+// parts are confined to their roles as in a fleet.
 func upIdentities(dir string, cfg *busnode.Config) error {
 	if _, err := auth.Init(dir, upMembers); err != nil {
 		return fmt.Errorf("identities in %s: %w", dir, err)
@@ -301,7 +309,7 @@ func upIdentities(dir string, cfg *busnode.Config) error {
 		return fmt.Errorf("identities in %s: %w", dir, err)
 	}
 	for _, m := range roster.Members {
-		if m.Name == "developer" {
+		if m.Name == "agent" {
 			cfg.AnonymousKey = m.PublicKey
 		}
 	}

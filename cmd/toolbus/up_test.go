@@ -1,15 +1,22 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestUpHasIdentities: `toolbus up` makes the identities its parts
-// connect with on its first start and keeps them; a client with none is
-// the developer, with nothing to set up; an agent given the agent's seed
+// connect with on its first start and keeps them; the developer's
+// commands on the host act as its admin, with nothing to set up, and a
+// client with no identity that cannot read up's note is its agent; an agent given the agent's seed
 // is held to an agent's permissions, and its calls name it, proven.
 func TestUpHasIdentities(t *testing.T) {
 	// A toolbus up of its own, on free ports and its own data.
@@ -44,6 +51,16 @@ func TestUpHasIdentities(t *testing.T) {
 	if code != 0 || !strings.Contains(strings.ReplaceAll(out, " ", ""), `"proven":true`) || !strings.Contains(out, `"agent"`) {
 		t.Errorf("the auditor's view of the agent's call: exit %d %s %s", code, out, errOut)
 	}
+	// A client with no identity that cannot read up's note (elsewhere on
+	// the host, or confined) is the agent, and learns so from the bus.
+	nowhere := []string{"XDG_STATE_HOME=" + t.TempDir()}
+	if out, errOut, code := toolbusWith(t, nowhere, "call", "read_file", "--id", "by-nobody", "--args", `{"file_path":"README.md"}`, "--nats", url); code != 0 || out != "# readme\n" {
+		t.Errorf("a call with no identity: exit %d %q %s", code, out, errOut)
+	}
+	out, errOut, code = toolbusWith(t, seed("auditor"), "audit", "show", "by-nobody", "--json", "--nats", url)
+	if code != 0 || !strings.Contains(strings.ReplaceAll(out, " ", ""), `"proven":true`) || !strings.Contains(out, `"agent"`) {
+		t.Errorf("the auditor's view of a call with no identity: exit %d %s %s", code, out, errOut)
+	}
 	// An agent pushes no policy; the developer does.
 	if _, errOut, code := toolbusWith(t, seed("agent"), "policy", "push", "../../policy", "--nats", url); code == 0 || !strings.Contains(errOut, "nothing pushed") {
 		t.Errorf("the agent pushed a policy: exit %d %s", code, errOut)
@@ -62,4 +79,93 @@ func TestUpHasIdentities(t *testing.T) {
 		t.Errorf("the agent's call after a restart: exit %d %q %s", code, out, errOut)
 	}
 	up.stop(t)
+}
+
+// TestAnApprovedShellLineOnUpIsOnlyTheAgent: on `toolbus up`, a shell
+// line the agent asked for and the developer approved runs on the developer's host, where the
+// developer's commands act as an admin. It cannot read the developer's
+// seed (Landlock hides the data dir), and a command it runs with no
+// identity is the agent: it cannot push a policy, and its calls name
+// the agent, proven. The developer's own commands still act as admin.
+func TestAnApprovedShellLineOnUpIsOnlyTheAgent(t *testing.T) {
+	t.Parallel()
+	ws, data := t.TempDir(), t.TempDir()
+	os.WriteFile(filepath.Join(ws, "README.md"), []byte("# readme\n"), 0o644)
+	up := startDaemon(t, "toolbus", "up", "--listen", "127.0.0.1:0", "--data", data, "--workspace", ws, "--console", "off", "--mcp-listen", "off")
+	url := busURL(t, up.waitLine(t, "bus:"))
+	up.waitLine(t, "Press Ctrl-C to stop.")
+	t.Cleanup(func() { up.stop(t) })
+	policyDir, err := filepath.Abs("../../policy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := fmt.Sprintf(`cat %[1]s >/dev/null 2>&1; echo "cat=$?"; timeout 60 %[2]s policy push %[3]s --nats %[4]s >/dev/null 2>&1; echo "push=$?"; timeout 60 %[2]s call read_file --id from-the-shell --args '{"file_path":"README.md"}' --nats %[4]s >/dev/null 2>&1; echo "call=$?"`,
+		filepath.Join(data, "identities", "developer.nk"), bin("toolbus"), policyDir, url)
+	args, _ := json.Marshal(map[string]string{"command": line})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	approver := exec.CommandContext(ctx, bin("toolbus"), "confirm", "--json", "--as", "approver:dev", "--nats", url)
+	stdin, _ := approver.StdinPipe()
+	stdout, _ := approver.StdoutPipe()
+	if err := approver.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer approver.Wait()
+	defer stdin.Close()
+	dec := json.NewDecoder(stdout)
+	var ready map[string]any
+	if err := dec.Decode(&ready); err != nil || ready["event"] != "ready" {
+		t.Fatalf("confirm --json's first line: %v %v", ready, err)
+	}
+	// The agent asks; the developer approves.
+	call := startCallWith(t, []string{"TOOLBUS_IDENTITY=" + filepath.Join(data, "identities", "agent.nk")}, url, "run_shell_command", string(args))
+	for {
+		var m map[string]any
+		if err := dec.Decode(&m); err != nil {
+			t.Fatalf("confirm --json: %v; the call: %s %s", err, call.stdout.String(), call.stderr.String())
+		}
+		if m["event"] == "request" {
+			io.WriteString(stdin, fmt.Sprintf(`{"answerTo":%q,"outcome":"proceed_once"}`+"\n", m["answerTo"]))
+			break
+		}
+	}
+	for {
+		var m map[string]any
+		if err := dec.Decode(&m); err != nil {
+			t.Fatalf("confirm --json: %v", err)
+		}
+		if m["event"] == "ack" {
+			if m["accepted"] != true {
+				t.Fatalf("the answer was refused: %v", m)
+			}
+			break
+		}
+	}
+	var code int
+	select {
+	case code = <-call.done:
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("the approved shell line did not return: %s %s", call.stdout.String(), call.stderr.String())
+	}
+	if code != 0 {
+		t.Fatalf("the approved shell line: exit %d %s %s", code, call.stdout.String(), call.stderr.String())
+	}
+	out := call.stdout.String()
+	if !strings.Contains(out, "cat=1") {
+		t.Errorf("the shell line read the developer's seed: %s", out)
+	}
+	if strings.Contains(out, "push=0") {
+		t.Errorf("the shell line pushed a policy: %s", out)
+	}
+	if got, errOut, code := toolbus(t, "policy", "show", "--nats", url); code != 0 || !strings.Contains(got, "no policy pushed") {
+		t.Errorf("after the shell line, policy show: exit %d %s %s", code, got, errOut)
+	}
+	if !strings.Contains(out, "call=0") {
+		t.Errorf("the shell line could not call as the agent: %s", out)
+	}
+	got, errOut, code := toolbus(t, "audit", "show", "from-the-shell", "--json", "--nats", url)
+	if code != 0 || !strings.Contains(strings.ReplaceAll(got, " ", ""), `"proven":true`) || !strings.Contains(got, `"agent"`) {
+		t.Errorf("the shell line's call, as the developer's audit shows it: exit %d %s %s", code, got, errOut)
+	}
 }

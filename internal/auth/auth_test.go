@@ -404,12 +404,29 @@ func TestAnAgentCannotStepOutOfItsRole(t *testing.T) {
 	f.violated(t, "mallory", "read the audit stream", "$JS.API.CONSUMER.CREATE."+events.AuditStream)
 	publish("$JS.API.STREAM.DELETE."+"KV_"+events.CatalogBucket, nil)
 	f.violated(t, "mallory", "delete the catalogue", "$JS.API.STREAM.DELETE.KV_"+events.CatalogBucket)
-	subscribe("_INBOX.>")
-	f.violated(t, "mallory", "hear every member's replies", "_INBOX.>")
-	subscribe(identity.InboxPrefix("agent") + ".>")
-	f.violated(t, "mallory", "hear another agent's results", identity.InboxPrefix("agent")+".>")
 	subscribe(events.SubjectProgressPrefix + ">")
 	f.violated(t, "mallory", "hear every call's output", events.SubjectProgressPrefix+">")
+	// Every inbox subject mallory may hear is of its own account: another
+	// agent's results, in another account, never reach it.
+	inboxes, err := nc.SubscribeSync("_INBOX.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent := f.as(t, "agent")
+	agentClient := invoke.NewClient(agent.Conn(), events.Identity{Role: "agent"}, agent.Principal())
+	defer agentClient.Close()
+	callCtx, callCancel := context.WithTimeout(context.Background(), 30*time.Second)
+	if r, err := agentClient.Invoke(callCtx, &events.Invocation{Tool: "read_file", Args: json.RawMessage(`{"file_path":"README.md"}`)}, nil); err != nil || r.Error != nil {
+		t.Fatalf("the agent's call: %+v %v", r, err)
+	}
+	callCancel()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if n, _, _ := inboxes.Pending(); n != 0 {
+		t.Errorf("mallory heard %d messages of the agent's call on _INBOX.>", n)
+	}
+	inboxes.Unsubscribe()
 
 	// On its own subject, naming another caller: refused by the executor,
 	// and the refusal is on record.

@@ -118,7 +118,8 @@ func TestOnlyExecutorsSendForOthers(t *testing.T) {
 			}
 		}
 		for _, s := range p.Subscribe.Allow {
-			if strings.HasPrefix(s, "_INBOX.") && s != identity.InboxPrefix("m")+".>" {
+			// In an account of its own, every inbox is the member's.
+			if strings.HasPrefix(s, "_INBOX.") && s != identity.InboxPrefix("m")+".>" && auth.GrantOf(r, "m").Account == auth.ServicesAccount {
 				t.Errorf("%s may hear %s", r, s)
 			}
 		}

@@ -108,10 +108,16 @@ func GrantOf(role Role, name string) Grant {
 		services = append(services, "$JS.API.STREAM.INFO.KV_"+b, "$JS.API.DIRECT.GET.KV_"+b, "$JS.API.DIRECT.GET.KV_"+b+".>")
 	}
 	streams := []string{events.CatalogLiveSubject + ".>"}
-	inbox := identity.InboxPrefix(name) + ".>"
+	// The inboxes of an account of its own are its alone: no other
+	// account hears them, and answers come back into them through the
+	// bus's response mapping. Any client of the account may use the
+	// default prefix: one the bus admits with no identity as this
+	// member (toolbus up's agent) does not know its name.
+	inbox := "_INBOX.>"
 	p := perms{}
-	p.pub(inbox) // a caller's note to itself (invoke.Client's fence)
-	p.jsInfo()   // its own account's, which has no JetStream: how bus.Connect tells
+	p.pub(inbox)                // a caller's note to itself (invoke.Client's fence)
+	p.jsInfo()                  // its own account's, which has no JetStream: how bus.Connect tells
+	p.pub("$SYS.REQ.USER.INFO") // the bus says whom it admitted: one with no identity learns its name
 	for _, s := range services {
 		p.pub(LocalSubject(s))
 	}

@@ -7,6 +7,7 @@ package bus
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -190,28 +191,40 @@ func (b *Bus) options(cfg Config) ([]nats.Option, error) {
 // a quorum of nodes is up, nothing can be stored. (A part cannot tell a
 // cluster from a single server: it waits as long as ctx lets it.)
 func (b *Bus) awaitAudit(ctx context.Context, cfg Config) error {
-	if b.principal != "" && b.srv == nil {
-		// A member of a fleet leaves the audit stream to the bus: its
-		// identity may not even look at it. It waits for the cluster's
-		// JetStream all the same.
-		return untilJetStream(ctx, b.log, true, func(ctx context.Context) error {
-			js, services, err := jetStreamOf(ctx, b.nc)
-			if err == nil && services {
-				// The services account's JetStream, seen from the
-				// member's own account: ready once the catalogue is
-				// found, or found missing.
-				if _, err = js.Stream(ctx, "KV_"+events.CatalogBucket); errors.Is(err, jetstream.ErrStreamNotFound) {
-					err = nil
-				}
-			}
-			if err == nil {
-				b.js = js
-			}
-			return err
+	if b.srv != nil {
+		return untilJetStream(ctx, b.log, cfg.Clustered, func(ctx context.Context) error {
+			return ensureAudit(ctx, b.js, cfg, true)
 		})
 	}
-	return untilJetStream(ctx, b.log, cfg.Clustered || b.srv == nil, func(ctx context.Context) error {
-		return ensureAudit(ctx, b.js, cfg, b.srv != nil)
+	return untilJetStream(ctx, b.log, true, func(ctx context.Context) error {
+		js, services, err := jetStreamOf(ctx, b.nc)
+		switch {
+		case err != nil:
+			return err
+		case services:
+			// A member in an account of its own (internal/auth), named
+			// by its seed or taken for one by a bus that admits clients
+			// with no identity as an agent: it reads the services
+			// account's JetStream, ready once the catalogue is found,
+			// or found missing.
+			if _, err = js.Stream(ctx, "KV_"+events.CatalogBucket); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+				return err
+			}
+			if b.principal == "" {
+				// Admitted with no identity: the bus says as whom. The
+				// account of such a member is named after it.
+				if b.principal, err = accountOf(ctx, b.nc); err != nil {
+					return err
+				}
+			}
+			b.js = js
+			return nil
+		case b.principal != "":
+			// A member of a fleet leaves the audit stream to the bus:
+			// its identity may not even look at it.
+			return nil
+		}
+		return ensureAudit(ctx, b.js, cfg, false)
 	})
 }
 
@@ -284,4 +297,25 @@ func jetStreamOf(ctx context.Context, nc *nats.Conn) (js jetstream.JetStream, se
 		return js, err == nil, err
 	}
 	return nil, false, err
+}
+
+// accountOf asks the server which account nc's user is in
+// ($SYS.REQ.USER.INFO, which answers a user about itself alone).
+func accountOf(ctx context.Context, nc *nats.Conn) (string, error) {
+	m, err := nc.RequestWithContext(ctx, "$SYS.REQ.USER.INFO", nil)
+	if err != nil {
+		return "", fmt.Errorf("ask the bus who this connection is: %w", err)
+	}
+	var resp struct {
+		Data *struct {
+			Account string `json:"account"`
+		} `json:"data"`
+		Error *struct {
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(m.Data, &resp); err != nil || resp.Data == nil || resp.Data.Account == "" {
+		return "", fmt.Errorf("the bus did not say who this connection is: %s", m.Data)
+	}
+	return resp.Data.Account, nil
 }

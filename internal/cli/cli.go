@@ -136,11 +136,16 @@ func SignalContext() (context.Context, context.CancelFunc) {
 // file), TOOLBUS_NATS_CA (the CA of the servers' certificates), and
 // TOOLBUS_NATS_CERT and TOOLBUS_NATS_KEY (a client certificate), and
 // TOOLBUS_IDENTITY (the seed file of a fleet member, `toolbus init`).
+//
+// With none of these, a command that connects to a `toolbus up` on this
+// host acts as its developer, when it can read the seed up noted
+// (developer.go); else it shows no identity, and up takes it for its
+// agent.
 func Connect(ctx context.Context, url, name string, log *slog.Logger) (*bus.Bus, error) {
 	b, err := bus.Connect(ctx, bus.Config{URL: url, Name: name, Logger: log,
 		CredsFile: os.Getenv("TOOLBUS_NATS_CREDS"), CAFile: os.Getenv("TOOLBUS_NATS_CA"),
 		CertFile: os.Getenv("TOOLBUS_NATS_CERT"), KeyFile: os.Getenv("TOOLBUS_NATS_KEY"),
-		NkeyFile: os.Getenv(IdentityEnv)})
+		NkeyFile: identityFor(url)})
 	if err != nil {
 		hint := ""
 		if url == bus.DefaultURL {
@@ -162,6 +167,19 @@ func unwrapConnect(err error) error {
 // IdentityEnv names the seed file a part connects with in a fleet with
 // identities.
 const IdentityEnv = "TOOLBUS_IDENTITY"
+
+// identityFor is the seed file a command connects to url with: the
+// environment's, else the developer's of a `toolbus up` on this host, else
+// none.
+func identityFor(url string) string {
+	if seed := os.Getenv(IdentityEnv); seed != "" {
+		return seed
+	}
+	if os.Getenv("TOOLBUS_NATS_CREDS") != "" {
+		return ""
+	}
+	return developerSeed(url)
+}
 
 // Close closes b, giving it ten seconds to drain.
 func Close(b *bus.Bus) error {

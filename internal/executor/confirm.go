@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -267,15 +266,13 @@ func (c *call) confirmRequest(d policy.Decision, pol *policy.Policy, in *policy.
 			req.Diff = diff
 		}
 	}
-	// A request must fit in one message: a huge diff is cut, with a note.
-	if limit := e.cfg.MaxContent * 2; utf8.RuneCountInString(req.Diff) > limit {
-		req.Diff = truncate(req.Diff, limit) + fmt.Sprintf("\n[diff truncated at %d characters]\n", limit)
-	}
 	flagged, err := pol.Flagged(c.ctx, in)
 	if err != nil {
 		e.log.Warn("the policy's flagged rule failed; the approver sees no flags", "invocation", c.inv.ID, "err", err)
 	}
 	req.Flagged = flagged
+	// What every approver holds is bounded, and a request fits in one
+	// message: a huge diff, arguments or command are cut, with a note.
 	req.Shorten()
 	if d.Remember {
 		outcomes := []events.Outcome{events.ProceedAlways, events.ProceedAlwaysTool}

@@ -729,7 +729,7 @@ func TestHugeEditStillReachesTheApprover(t *testing.T) {
 		t.Fatalf("%s %s", errType(res), res.LLMContent)
 	}
 	req := <-a.requests
-	if !strings.Contains(req.Diff, "[diff truncated at") {
+	if !req.Shortened || !strings.Contains(req.Diff, "[diff cut at") || len(req.Diff) > events.MaxShownDiff+200 {
 		t.Errorf("diff of %d bytes was not cut", len(req.Diff))
 	}
 }

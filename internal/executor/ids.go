@@ -42,11 +42,12 @@ const DefaultIDTTL = 24 * time.Hour
 const idWait = 15 * time.Second
 
 // IDKey is the key of principal's id in the bucket of taken ids: the
-// principal token and the id's SHA-256 (ids may hold any bytes, keys may
-// not), so that two principals may use the same id.
+// principal token and the id's SHA-256, each base64url-encoded (ids may
+// hold any bytes and principal tokens any a subject may, keys may not),
+// so that two principals may use the same id.
 func IDKey(principal, id string) string {
 	sum := sha256.Sum256([]byte(id))
-	return principal + "." + base64.RawURLEncoding.EncodeToString(sum[:])
+	return base64.RawURLEncoding.EncodeToString([]byte(principal)) + "." + base64.RawURLEncoding.EncodeToString(sum[:])
 }
 
 // takenIDs is the bucket of taken ids.

@@ -65,6 +65,8 @@ func TestAProvenAgentCannotApproveItsOwnCall(t *testing.T) {
 	var req *events.ConfirmRequest
 	select {
 	case req = <-asked:
+	case res := <-done:
+		t.Fatalf("the call ended before its caller was asked to confirm: %s %s", errType(res), res.LLMContent)
 	case <-time.After(30 * time.Second):
 		t.Fatal("the caller was not asked to confirm")
 	}

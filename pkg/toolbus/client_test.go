@@ -66,6 +66,7 @@ var allTypes = []toolbus.ErrorType{
 	toolbus.ErrConfirmationTimeout, toolbus.ErrExecutionFailed, toolbus.ErrTimeout, toolbus.ErrCancelled,
 	toolbus.ErrExecutorLost, toolbus.ErrFileNotFound, toolbus.ErrFileTooLarge, toolbus.ErrPathNotInWorkspace,
 	toolbus.ErrEditNoOccurrence, toolbus.ErrEditOccurrenceMismatch, toolbus.ErrShellFailed, toolbus.ErrMCPToolError,
+	toolbus.ErrInvocationIDReused, toolbus.ErrTooManyPending, toolbus.ErrRateLimited,
 }
 
 // checkFailure checks that a failed call gave both a Result and its
@@ -137,6 +138,12 @@ func TestErrorTypes(t *testing.T) {
 	checkFailure(t, res, err, toolbus.ErrEditNoOccurrence, "could not find old_string")
 	res, err = c.Invoke(ctx, "replace", map[string]any{"file_path": "README.md", "old_string": "hello", "new_string": "x", "expected_replacements": 2})
 	checkFailure(t, res, err, toolbus.ErrEditOccurrenceMismatch, "expected 2 occurrence(s) of old_string in README.md, found 1")
+	// An id names one call: the same id again is refused, not run.
+	if _, err := c.Invoke(ctx, "read_file", map[string]string{"file_path": "README.md"}, toolbus.WithInvocationID("once")); err != nil {
+		t.Fatal(err)
+	}
+	res, err = c.Invoke(ctx, "read_file", map[string]string{"file_path": "README.md"}, toolbus.WithInvocationID("once"))
+	checkFailure(t, res, err, toolbus.ErrInvocationIDReused, "an id names one call")
 	// The caller's own deadline: the call is stopped and says TIMEOUT.
 	short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()

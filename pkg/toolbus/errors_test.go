@@ -20,7 +20,9 @@ import (
 //
 //	ErrToolNotFound, ErrInvalidParams, ErrPolicyDenied, ErrPathNotInWorkspace,
 //	ErrFileNotFound, ErrFileTooLarge, ErrExecutionFailed, ErrUserCancelled,
-//	ErrTimeout, ErrEditNoOccurrence, ErrEditOccurrenceMismatch   TestErrorTypes
+//	ErrTimeout, ErrEditNoOccurrence, ErrEditOccurrenceMismatch,
+//	ErrInvocationIDReused                                        TestErrorTypes
+//	ErrTooManyPending, ErrRateLimited                            TestOneCallerCannotFillTheApproversQueue (internal/approve), TestAFloodingCallerIsRefusedAndNothingOfItKept (internal/executor)
 //	ErrConfirmationTimeout                                       TestConfirmationTimeout
 //	ErrCancelled                                                 TestCancelFromAnotherClient, TestContextCancelled, TestBatch
 //	ErrShellFailed                                               TestShellFailed
