@@ -28,7 +28,8 @@
 # call names one of them (--workspace), and runs there only.
 #
 # The identities are bus, admin, registry, executor1, executor2, approver
-# (the console), auditor and agent; `toolbus init DIR/identities --add
+# (the console), auditor, agent and facade (for `toolbus mcp serve`, the
+# only member that may answer as a caller's user); `toolbus init DIR/identities --add
 # agent:NAME` adds another, which the nodes admit after
 # `deploy/local-fleet.sh reload [DIR]` (SIGHUP to each node).
 set -euo pipefail
@@ -91,7 +92,7 @@ start() {
 	(cd "$repo" && go build -o "$dir/bin/" ./cmd/bus ./cmd/registry ./cmd/executor ./cmd/toolbus)
 	local ids="$dir/identities"
 	"$dir/bin/toolbus" init "$ids" --add bus:bus --add admin:admin --add registry:registry --add executor:executor1 \
-		--add executor:executor2 --add approver:approver --add auditor:auditor --add agent:agent >/dev/null
+		--add executor:executor2 --add approver:approver --add auditor:auditor --add agent:agent --add facade:facade >/dev/null
 	local routes="nats-route://127.0.0.1:$route,nats-route://127.0.0.1:$((route + 1)),nats-route://127.0.0.1:$((route + 2))"
 	for i in 0 1 2; do
 		start_part "bus$((i + 1))" "$dir/bin/bus" --listen "127.0.0.1:$((port + i))" --data "$dir/data/bus$((i + 1))" \
@@ -113,7 +114,7 @@ start() {
 	wait_port "${console##*:}"
 	echo "fleet up: $all"
 	echo "metrics:  http://127.0.0.1:$metrics/metrics .. :$((metrics + 6))"
-	echo "identities: $ids (TOOLBUS_IDENTITY=$ids/agent.nk to call as the agent)"
+	echo "identities: $ids (TOOLBUS_IDENTITY=$ids/agent.nk to call as the agent; $ids/facade.nk for toolbus mcp serve)"
 	echo "console:  $(grep -o 'http://[^ ]*token=[^ ]*' "$dir/log/console.log" | head -1)"
 }
 
