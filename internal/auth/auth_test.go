@@ -1078,3 +1078,69 @@ func TestApproversAndAuditorsCannotWriteThroughJetStream(t *testing.T) {
 	})
 	f.clean(t, "approver", "executor", "registry")
 }
+
+// An approver (a console's seat) reads the allowlist and follows its
+// changes, by direct get and the bucket's republished changes, with no
+// consumer and no violation; revoking an approval is an admin's.
+func TestAnApproverFollowsTheAllowlist(t *testing.T) {
+	f := startFleet(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	eve := f.as(t, "eve")
+	kv, err := executor.AwaitAllowlistBucket(ctx, eve.JetStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := f.as(t, "admin").JetStream().KeyValue(ctx, events.AllowlistBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Put(ctx, "before", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	w, err := bus.Watch(ctx, eve.JetStream(), events.AllowlistBucket, events.AllowlistLiveSubject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	next := func() jetstream.KeyValueEntry {
+		t.Helper()
+		select {
+		case e := <-w.Updates():
+			return e
+		case <-ctx.Done():
+			t.Fatal("the watch said nothing")
+			return nil
+		}
+	}
+	if e := next(); e == nil || e.Key() != "before" {
+		t.Fatalf("the watch's first entry: %v", e)
+	}
+	if e := next(); e != nil {
+		t.Fatalf("the watch's end of the initial values: %v", e)
+	}
+	if _, err := admin.Put(ctx, "after", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	if e := next(); e == nil || e.Key() != "after" || e.Operation() != jetstream.KeyValuePut {
+		t.Fatalf("a new entry: %v", e)
+	}
+	if e, err := kv.Get(ctx, "after"); err != nil || string(e.Value()) != `{}` {
+		t.Errorf("the approver's read of an entry: %v %v", e, err)
+	}
+	f.clean(t, "eve")
+	short, stop := context.WithTimeout(ctx, 3*time.Second)
+	defer stop()
+	if err := kv.Delete(short, "after"); err == nil {
+		t.Error("the approver revoked an approval")
+	}
+	if _, err := admin.Get(ctx, "after"); err != nil {
+		t.Errorf("the approval after the approver's revoke: %v", err)
+	}
+	if err := admin.Delete(ctx, "after"); err != nil {
+		t.Fatal(err)
+	}
+	if e := next(); e == nil || e.Key() != "after" || e.Operation() != jetstream.KeyValueDelete {
+		t.Fatalf("an admin's revoke, seen by the approver: %v", e)
+	}
+}
