@@ -266,34 +266,42 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 // subscription does not wait for the stream's copy, which may lag (on a
 // node catching up after a restart, or the copy made from the audit
 // stream). Each event is applied once, whichever way comes first. It
-// returns once the stream's backlog is read, with the sequence to read
-// it on from (catchUp).
+// returns once the stream's backlog is read, with where to read on from
+// (catchUp).
 //
 // It reads the stream by direct get, never with a consumer: in a fleet
 // an approver lives in an account of its own (internal/auth), and a
 // consumer's deliver subject would be its to choose in the account that
 // holds the stream.
-func (a *Approver) follow(ctx context.Context, js jetstream.JetStream) (next uint64, err error) {
+func (a *Approver) follow(ctx context.Context, js jetstream.JetStream) (next bus.Range, err error) {
 	if a.live, err = a.nc.Subscribe(events.SubjectConfirmAll, func(m *nats.Msg) { a.apply(m.Subject, m.Data) }); err != nil {
-		return 0, fmt.Errorf("approve: follow the confirmation requests: %w", err)
+		return next, fmt.Errorf("approve: follow the confirmation requests: %w", err)
 	}
-	// Nothing is read twice on a try after a failure: a page that failed
-	// midway is read on from its last event applied.
+	// Until an event is read, the read starts at a time; then after the
+	// last event read, so that a try after a failure, and catchUp, read
+	// nothing twice and nothing from before the window.
 	r := bus.Range{Since: time.Now().Add(-a.cfg.Window)}
 	// A fleet's nodes take their ports before their cluster has made the
 	// stream: an approver started with them waits for it, as a part
 	// waits for the cluster's JetStream.
 	err = bus.RetryWhile(ctx, streamMissing, func() error {
 		last, err := bus.Read(ctx, js, events.ConfirmStream, r, a.applyStored)
-		if last > 0 {
-			r.From = last + 1
-		}
+		r = readOn(r, last)
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("approve: read the confirmation requests in stream %s: %w", events.ConfirmStream, err)
+		return r, fmt.Errorf("approve: read the confirmation requests in stream %s: %w", events.ConfirmStream, err)
 	}
-	return max(r.From, 1), nil
+	return r, nil
+}
+
+// readOn is where a read of r that gave the events up to sequence last
+// (0: none) goes on from.
+func readOn(r bus.Range, last uint64) bus.Range {
+	if last > 0 {
+		r.From, r.Since = last+1, time.Time{}
+	}
+	return r
 }
 
 // applyStored applies one event read from the stream.
@@ -302,31 +310,29 @@ func (a *Approver) applyStored(m *bus.StoredMsg) error {
 	return nil
 }
 
-// catchUp reads the stream on from sequence next every catchUp, until
-// ctx ends: what the live subscription missed (it was reconnecting, or
-// the event reached the stream after the read at start had passed)
-// comes from there.
-func (a *Approver) catchUp(ctx context.Context, js jetstream.JetStream, next uint64) {
+// catchUp reads the stream on from next every catchUp, until ctx ends:
+// what the live subscription missed (it was reconnecting, or the event
+// reached the stream after the read at start had passed) comes from
+// there.
+func (a *Approver) catchUp(ctx context.Context, js jetstream.JetStream, next bus.Range) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(catchUp):
 		}
-		last, err := bus.Read(ctx, js, events.ConfirmStream, bus.Range{From: next}, a.applyStored)
-		if last > 0 {
-			next = last + 1
-		}
+		last, err := bus.Read(ctx, js, events.ConfirmStream, next, a.applyStored)
+		next = readOn(next, last)
 		if err != nil && ctx.Err() == nil {
 			a.log.Debug("approve: reading the confirmation requests", "err", err)
 		}
 	}
 }
 
-// streamMissing says err is the audit stream not being there yet, or the
-// cluster settling.
+// streamMissing says err is the stream of confirmations not being there
+// yet (or not answering direct gets yet), or the cluster settling.
 func streamMissing(err error) bool {
-	return errors.Is(err, jetstream.ErrStreamNotFound) || bus.Transient(err)
+	return errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, bus.ErrNoStream) || bus.Transient(err)
 }
 
 // register makes the approver present: it registers the approver service
