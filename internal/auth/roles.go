@@ -143,9 +143,11 @@ func GrantOf(role Role, name string) Grant {
 		p.sub("$SRV.>")
 		p.respond()
 	case RoleAuditor:
-		// It reads the audit stream whole, one message or a page of
-		// them at a time, and the policy (policy explain) and the
-		// catalogue.
+		// It reads the audit stream whole, a page at a time by direct
+		// get, and single messages from the stream's leader (where a
+		// read must end, whether one that stopped short lags: any copy
+		// answers a direct get), and the policy (policy explain) and
+		// the catalogue.
 		g.Services = []string{"$SRV.PING.>", "$SRV.INFO.>", "$JS.API.STREAM.MSG.GET." + events.AuditStream}
 		g.Services = append(g.Services, readByDirectGet(events.AuditStream)...)
 		g.Services = append(g.Services, readBuckets(events.CatalogBucket, events.PolicyBucket)...)
@@ -162,17 +164,17 @@ func GrantOf(role Role, name string) Grant {
 	return g
 }
 
-// readByDirectGet is what a member in an account of its own imports to read
-// stream s: its info, and its messages by JetStream's direct get, which
-// answers only the requester and writes nothing. Creating a consumer is
+// readByDirectGet is what a member in an account of its own imports to
+// read stream s: its info, and its messages by JetStream's direct get,
+// which answers only the requester and writes nothing. Creating a consumer is
 // not among them: its deliver subject would be the member's to choose,
 // in the services account.
 func readByDirectGet(s string) []string {
 	return []string{"$JS.API.STREAM.INFO." + s, "$JS.API.DIRECT.GET." + s, "$JS.API.DIRECT.GET." + s + ".>"}
 }
 
-// readBuckets is readByDirectGet of each bucket's stream: a key's value, or
-// the last of each key (bus.Watch), by direct get.
+// readBuckets is readByDirectGet of each bucket's stream: a key's value,
+// or the last of each key (bus.Watch).
 func readBuckets(buckets ...string) []string {
 	var out []string
 	for _, b := range buckets {
@@ -198,8 +200,9 @@ func ParseRole(s string) (Role, error) {
 const responseWindow = 24 * time.Hour
 
 // Permissions is what member name of role may publish and subscribe to.
-// It is one switch over the roles, kept whole so that a reviewer sees
-// every role's rights side by side.
+// It is one switch over the roles of the services account, kept whole so
+// that a reviewer sees their rights side by side; the roles that live in
+// accounts of their own are GrantOf's, one switch too.
 func Permissions(role Role, name string) *server.Permissions {
 	inbox := identity.InboxPrefix(name) + ".>"
 	p := perms{}
