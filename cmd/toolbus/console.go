@@ -82,7 +82,7 @@ func startConsole(ctx context.Context, b *bus.Bus, listen, token, as string, log
 	if err != nil {
 		return nil, err
 	}
-	s, err := console.Start(ctx, console.Config{Approver: a, Allowlist: kv, Listen: listen, Token: token, Logger: log})
+	s, err := console.Start(ctx, console.Config{Approver: a, Allowlist: kv, JetStream: b.JetStream(), Listen: listen, Token: token, Logger: log})
 	if err != nil {
 		a.Stop()
 		return nil, err

@@ -1,6 +1,7 @@
 // Package approve is an approver's seat in the confirmation protocol (see
 // internal/events/confirm.go): it follows every confirmation request of the
-// fleet from the audit stream — those sent before it started included —
+// fleet as it is sent and from the stream that keeps them
+// (events.ConfirmStream) — those sent before it started included —
 // keeps the queue of pending ones and the recent outcomes, and sends
 // answers under one identity. The terminal approver (toolbus confirm) and
 // the web console are views over an Approver.
@@ -37,6 +38,10 @@ const (
 	// said nothing stays pending: the executor's own closed event
 	// normally comes first.
 	orphanGrace = 5 * time.Second
+	// catchUp is how often the stream is read for events the live
+	// subscription missed (a reconnect, an event stored in the stream
+	// after the read at start had passed it).
+	catchUp = time.Second
 )
 
 // Config configures an Approver.
@@ -48,8 +53,9 @@ type Config struct {
 	// (bus.Bus's Principal; "" for none): answers go on its subject, and
 	// with one the executor takes Identity.ID to be it.
 	Principal string
-	// Window is how far back the audit stream is read at start for
-	// requests still pending (default DefaultWindow).
+	// Window is how far back the stream of confirmations is read at
+	// start for requests still pending (default DefaultWindow; the
+	// stream keeps bus.ConfirmMaxAge).
 	Window time.Duration
 	// Keep is how many ended requests State.Recent holds (default
 	// DefaultKeep).
@@ -168,8 +174,9 @@ type Approver struct {
 	cfg  Config
 	log  *slog.Logger
 	svc  micro.Service
-	cons jetstream.ConsumeContext
 	live *nats.Subscription // the confirmation subjects as they are sent
+	// stopReading ends the reads of the stream after the one at start.
+	stopReading context.CancelFunc
 
 	mu sync.Mutex
 	// byAnswerTo holds the requests pending and recent by their
@@ -178,8 +185,6 @@ type Approver struct {
 	pending    []*Request // oldest first
 	recent     []*Request // newest first
 	changed    chan struct{}
-	ready      chan struct{} // closed once the stream's backlog is read
-	isReady    bool
 	// applied holds the envelope ids of the events applied lately, in
 	// the order applied: each event comes twice (live and from the
 	// stream), and a copy of one round's answer must not end the next.
@@ -187,7 +192,7 @@ type Approver struct {
 	appliedOrder []string
 
 	stop chan struct{}
-	done chan struct{}
+	done sync.WaitGroup // expire and the stream's catch-up
 }
 
 // withDefaults is cfg with its identity taken from the principal, and
@@ -224,81 +229,110 @@ func (cfg Config) Validate() error {
 }
 
 // Start registers the toolbus-approver service on nc, so executors know
-// an approver is present, and follows the confirmation subjects of the
-// audit stream from Window ago. It returns once the requests already in
-// the stream are read and the server knows the service: an executor that
-// asks whether an approver is present after Start returns finds this one.
-// On failure, whatever it started is stopped again, in one place.
+// an approver is present, and follows the confirmation subjects as they
+// are sent and in events.ConfirmStream from Window ago. It returns once
+// the requests already in the stream are read and the server knows the
+// service: an executor that asks whether an approver is present after
+// Start returns finds this one. On failure, whatever it started is
+// stopped again, in one place.
 func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Config) (_ *Approver, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
 	a := &Approver{nc: nc, cfg: cfg, log: cfg.Logger, byAnswerTo: map[string]*Request{}, changed: make(chan struct{}), applied: map[string]struct{}{},
-		ready: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
+		stop: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			a.release()
 		}
 	}()
-	if err := a.follow(ctx, js); err != nil {
+	next, err := a.follow(ctx, js)
+	if err != nil {
 		return nil, err
 	}
 	if err := a.register(ctx); err != nil {
 		return nil, err
 	}
-	go a.expire()
+	reading, stopReading := context.WithCancel(context.Background())
+	a.stopReading = stopReading
+	a.done.Go(a.expire)
+	a.done.Go(func() { a.catchUp(reading, js, next) })
 	return a, nil
 }
 
 // follow takes the requests as they are sent, and from the stream: the
-// stream gives those sent before this approver started (and any a
-// reconnect missed); the live subscription does not wait for the
-// stream's copy on the node the consumer happens to live on, which lags
-// while that node catches up after a restart. Each event is applied
-// once, whichever way comes first. It returns once the stream's backlog
-// is read.
-func (a *Approver) follow(ctx context.Context, js jetstream.JetStream) (err error) {
+// stream gives those sent before this approver started; the live
+// subscription does not wait for the stream's copy, which may lag (on a
+// node catching up after a restart, or the copy made from the audit
+// stream). Each event is applied once, whichever way comes first. It
+// returns once the stream's backlog is read, with where to read on from
+// (catchUp).
+//
+// It reads the stream by direct get, never with a consumer: in a fleet
+// an approver lives in an account of its own (internal/auth), and a
+// consumer's deliver subject would be its to choose in the account that
+// holds the stream.
+func (a *Approver) follow(ctx context.Context, js jetstream.JetStream) (next bus.Range, err error) {
 	if a.live, err = a.nc.Subscribe(events.SubjectConfirmAll, func(m *nats.Msg) { a.apply(m.Subject, m.Data) }); err != nil {
-		return fmt.Errorf("approve: follow the confirmation requests: %w", err)
+		return next, fmt.Errorf("approve: follow the confirmation requests: %w", err)
 	}
-	start := time.Now().Add(-a.cfg.Window)
-	var cons jetstream.Consumer
+	// Until an event is read, the read starts at a time; then after the
+	// last event read, so that a try after a failure, and catchUp, read
+	// nothing twice and nothing from before the window.
+	r := bus.Range{Since: time.Now().Add(-a.cfg.Window)}
 	// A fleet's nodes take their ports before their cluster has made the
-	// audit stream: an approver started with them waits for it, as a
-	// part waits for the cluster's JetStream.
-	err = bus.RetryWhile(ctx, streamMissing, func() (err error) {
-		cons, err = js.OrderedConsumer(ctx, events.AuditStream, jetstream.OrderedConsumerConfig{
-			// One filter: a fleet's approver may read only this of the stream.
-			FilterSubjects: []string{events.SubjectConfirmAll},
-			DeliverPolicy:  jetstream.DeliverByStartTimePolicy,
-			OptStartTime:   &start,
-		})
+	// stream: an approver started with them waits for it, as a part
+	// waits for the cluster's JetStream.
+	err = bus.RetryWhile(ctx, streamMissing, func() error {
+		last, err := bus.Read(ctx, js, events.ConfirmStream, r, a.applyStored)
+		r = readOn(r, last)
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("approve: follow the confirmation requests in stream %s: %w", events.AuditStream, err)
+		return r, fmt.Errorf("approve: read the confirmation requests in stream %s: %w", events.ConfirmStream, err)
 	}
-	if info := cons.CachedInfo(); info == nil || info.NumPending == 0 {
-		a.markReady()
+	return r, nil
+}
+
+// readOn is where a read of r that gave the events up to sequence last
+// (0: none) goes on from.
+func readOn(r bus.Range, last uint64) bus.Range {
+	if last > 0 {
+		r.From, r.Since = last+1, time.Time{}
 	}
-	if a.cons, err = cons.Consume(a.handle, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		a.log.Warn("approve: following the confirmation requests", "err", err)
-	})); err != nil {
-		return fmt.Errorf("approve: %w", err)
-	}
-	select {
-	case <-a.ready:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+	return r
+}
+
+// applyStored applies one event read from the stream.
+func (a *Approver) applyStored(m *bus.StoredMsg) error {
+	a.apply(m.Subject, m.Data)
+	return nil
+}
+
+// catchUp reads the stream on from next every catchUp, until ctx ends:
+// what the live subscription missed (it was reconnecting, or the event
+// reached the stream after the read at start had passed) comes from
+// there.
+func (a *Approver) catchUp(ctx context.Context, js jetstream.JetStream, next bus.Range) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(catchUp):
+		}
+		last, err := bus.Read(ctx, js, events.ConfirmStream, next, a.applyStored)
+		next = readOn(next, last)
+		if err != nil && ctx.Err() == nil {
+			a.log.Debug("approve: reading the confirmation requests", "err", err)
+		}
 	}
 }
 
-// streamMissing says err is the audit stream not being there yet, or the
-// cluster settling.
+// streamMissing says err is the stream of confirmations not being there
+// yet (or not answering direct gets yet), or the cluster settling.
 func streamMissing(err error) bool {
-	return errors.Is(err, jetstream.ErrStreamNotFound) || bus.Transient(err)
+	return errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, bus.ErrNoStream) || bus.Transient(err)
 }
 
 // register makes the approver present: it registers the approver service
@@ -326,9 +360,6 @@ func (a *Approver) release() {
 	if a.svc != nil {
 		a.svc.Stop()
 	}
-	if a.cons != nil {
-		a.cons.Stop()
-	}
 	if a.live != nil {
 		a.live.Unsubscribe()
 	}
@@ -351,8 +382,8 @@ func (a *Approver) Stop() {
 	close(a.stop)
 	a.svc.Stop()
 	a.live.Unsubscribe()
-	a.cons.Stop()
-	<-a.done
+	a.stopReading()
+	a.done.Wait()
 }
 
 // Snapshot returns the queue and a channel that is closed when it changes
@@ -417,14 +448,6 @@ func (a *Approver) Answer(ctx context.Context, answerTo string, ans Answer) (*ev
 		return nil, fmt.Errorf("approve: the executor's acknowledgement: %w", err)
 	}
 	return ack, nil
-}
-
-// handle applies one event of the stream.
-func (a *Approver) handle(m jetstream.Msg) {
-	if meta, err := m.Metadata(); err == nil && meta.NumPending == 0 {
-		defer a.markReady()
-	}
-	a.apply(m.Subject(), m.Data())
 }
 
 // apply applies one event, from the stream or as it was sent. Each comes
@@ -530,20 +553,10 @@ func (a *Approver) notify() {
 	a.changed = make(chan struct{})
 }
 
-func (a *Approver) markReady() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if !a.isReady {
-		a.isReady = true
-		close(a.ready)
-	}
-}
-
 // expire closes requests whose executor said nothing past their
 // deadline (it crashed, or its closed event was lost), so no queue keeps
 // a request nobody waits for.
 func (a *Approver) expire() {
-	defer close(a.done)
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {

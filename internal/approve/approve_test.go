@@ -390,8 +390,8 @@ func TestAnswerSubjectUnderAttack(t *testing.T) {
 	}
 }
 
-// Requests reach an approver as they are sent, whatever its consumer of
-// the stream does: with that consumer stopped (as when it lives on a node
+// Requests reach an approver as they are sent, whatever its reads of the
+// stream do: with them stopped (as when its copy of the stream is
 // catching up after a restart), a call still waits in its queue, and the
 // answer goes through. Every event comes twice, live and from the stream:
 // a copy adds nothing, and a copy of a request that ended does not bring
@@ -430,17 +430,22 @@ func TestRequestsComeLiveAndFromTheStreamOnce(t *testing.T) {
 }
 
 // An approver started before its fleet's cluster has made the audit
-// stream (the nodes take their ports first) waits for the stream, and
-// follows it once it is there.
+// stream and the stream of confirmations beside it (the nodes take their
+// ports first) waits for them, and follows them once they are there.
 func TestAnApproverWaitsForTheAuditStream(t *testing.T) {
 	b := bustest.Start(t, "")
 	ctx := context.Background()
-	if err := b.JetStream().DeleteStream(ctx, events.AuditStream); err != nil {
-		t.Fatal(err)
+	streams := []string{events.ConfirmStream, events.AuditStream}
+	for _, s := range streams {
+		if err := b.JetStream().DeleteStream(ctx, s); err != nil {
+			t.Fatal(err)
+		}
 	}
-	conn := bustest.Connect(t, b) // a part that connects makes the stream again: it must come later
-	if err := conn.JetStream().DeleteStream(ctx, events.AuditStream); err != nil {
-		t.Fatal(err)
+	conn := bustest.Connect(t, b) // a part that connects makes the streams again: it must come later
+	for _, s := range streams {
+		if err := conn.JetStream().DeleteStream(ctx, s); err != nil {
+			t.Fatal(err)
+		}
 	}
 	started := make(chan error, 1)
 	var a *approve.Approver

@@ -1,6 +1,6 @@
 package approve
 
-// StopFollowingTheStream stops a's consumer of the audit stream, as if
-// it lived on a node that has fallen behind: only the live subscription
-// is left.
-func StopFollowingTheStream(a *Approver) { a.cons.Stop() }
+// StopFollowingTheStream stops a's reads of the stream of confirmations,
+// as if its copy of the stream had fallen behind: only the live
+// subscription is left.
+func StopFollowingTheStream(a *Approver) { a.stopReading() }

@@ -2,8 +2,11 @@
 // tool.>) back as invocations: each joined from its own events, the
 // invocation, the policy's decision, the confirmation and the answer acted
 // on, the hooks, the steps, the terminal result. It reads straight from
-// the stream with an ordered consumer, from a start time to the end the
-// stream had when the read began (or an end time), and never writes.
+// the stream by direct get (bus.Read), from a start time to the end the
+// stream had when the read began (or an end time), and never writes: no
+// consumer, whose deliver subject would be the reader's to choose in the
+// account that holds the stream (an auditor lives in one of its own:
+// internal/auth).
 // What it returns is as recorded; Redact makes a record fit to show.
 package audit
 
@@ -206,95 +209,83 @@ func read(ctx context.Context, js jetstream.JetStream, subjects []string, j *joi
 	q := j.q
 	start := time.Now()
 	var st Stats
-	var stream jetstream.Stream
-	err := whileElecting(ctx, func(ctx context.Context) (err error) {
-		stream, err = js.Stream(ctx, events.AuditStream)
+	err := whileElecting(ctx, func(ctx context.Context) error {
+		_, err := js.Stream(ctx, events.AuditStream)
 		return err
 	})
 	if err != nil {
 		return nil, st, fmt.Errorf("audit stream %s: %w", events.AuditStream, err)
 	}
-	// The read ends at the last message under subjects as the stream
-	// holds it now.
-	last, lastTime, err := lastUnder(ctx, stream, subjects)
+	// The read ends at the last message under subjects as the stream's
+	// leader holds it now.
+	last, lastTime, err := lastUnder(ctx, js, subjects)
 	if err != nil {
 		return nil, st, fmt.Errorf("audit stream %s: %w", events.AuditStream, err)
 	}
 	if last == 0 || lastTime.Before(q.Since) {
 		return nil, st, nil
 	}
-	cfg := readerConfig(subjects, q.Since)
-	cons, err := orderedConsumer(ctx, stream, cfg)
-	if err != nil {
-		return nil, st, fmt.Errorf("audit stream %s: %w", events.AuditStream, err)
-	}
-	var unknown bus.UnknownConsumer
+	// Events of an invocation come after it: starting at its time misses
+	// none of them.
+	r := bus.Range{Since: q.Since, To: last, Subjects: subjects}
 	var seen uint64 // the stream sequence of the last message read
-	restarts := 0
-	for {
-		batch, err := cons.Fetch(bus.FetchBatch, jetstream.FetchMaxWait(bus.FetchWait))
-		if err != nil {
-			return nil, st, fmt.Errorf("read the audit stream: %w", err)
-		}
-		n, done := take(batch, j, last, &st, &seen)
-		if done {
+	for restarts := 0; ; restarts++ {
+		_, err := readRange(ctx, js, events.AuditStream, r, func(m *bus.StoredMsg) error {
+			st.Messages++
+			seen = m.Sequence
+			if !j.add(m.Subject, m.Data, m.Sequence, m.Time) {
+				st.Malformed++
+			}
+			return nil
+		})
+		if seen >= last {
 			break
 		}
-		if err := batch.Error(); n == 0 && unknown.Again(ctx, err) {
-			continue
-		} else if err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+		if err != nil && !unavailable(err) {
 			return nil, st, fmt.Errorf("read the audit stream: %w", err)
 		}
-		if n > 0 {
-			continue
+		if err == nil {
+			// The read ended before last. Either what was left was
+			// removed meanwhile (retention), or the copy of the stream
+			// that answered lags: a copy still catching up after a
+			// node's loss holds the stream up to some sequence. The
+			// leader says which.
+			more, err := heldAfter(ctx, js, subjects, seen, last)
+			if err != nil {
+				return nil, st, fmt.Errorf("read the audit stream: %w", err)
+			}
+			if !more {
+				break
+			}
 		}
-		// Nothing came within bus.FetchWait before last. Either what was
-		// left was removed meanwhile (retention), or the consumer sits
-		// on a copy of the stream that lags: a copy still recovering
-		// after a node's loss delivers what it has and then nothing (a
-		// test saw one count 2,983 of the leader's 3,000). The leader
-		// says which; a new consumer, placed afresh, goes on after the
-		// last message read.
-		more, err := heldAfter(ctx, stream, subjects, seen, last)
-		if err != nil {
-			return nil, st, fmt.Errorf("read the audit stream: %w", err)
-		}
-		if !more {
-			break
-		}
-		if restarts++; restarts > maxRestarts {
+		if restarts == maxRestarts {
 			return nil, st, fmt.Errorf("read the audit stream: the read stopped at sequence %d, and the stream holds more up to %d; try again", seen, last)
 		}
-		if seen > 0 {
-			cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = jetstream.DeliverByStartSequencePolicy, seen+1, nil
+		// The read goes on after the last message read, a moment later.
+		select {
+		case <-ctx.Done():
+			return nil, st, ctx.Err()
+		case <-time.After(time.Duration(restarts+1) * 200 * time.Millisecond):
 		}
-		if cons, err = orderedConsumer(ctx, stream, cfg); err != nil {
-			return nil, st, fmt.Errorf("audit stream %s: %w", events.AuditStream, err)
+		if seen > 0 {
+			r.From, r.Since = seen+1, time.Time{}
 		}
 	}
 	st.Elapsed = time.Since(start)
 	return j.records(), st, nil
 }
 
-// readerConfig is the consumer of a read of subjects from since (zero:
-// from the start).
-func readerConfig(subjects []string, since time.Time) jetstream.OrderedConsumerConfig {
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: subjects, DeliverPolicy: jetstream.DeliverAllPolicy, InactiveThreshold: bus.ReaderIdle}
-	if !since.IsZero() {
-		// Events of an invocation come after it: starting at its time
-		// misses none of them.
-		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &since
-	}
-	return cfg
-}
+// readRange reads a range of a stream (bus.Read); a test stands a
+// lagging copy of the stream in for it.
+var readRange = bus.Read
 
 // lastUnder is the stream sequence and the time of the last message the
-// stream holds under subjects; 0 when it holds none.
-func lastUnder(ctx context.Context, stream jetstream.Stream, subjects []string) (last uint64, at time.Time, err error) {
+// stream's leader holds under subjects; 0 when it holds none.
+func lastUnder(ctx context.Context, js jetstream.JetStream, subjects []string) (last uint64, at time.Time, err error) {
 	for _, subj := range subjects {
-		var m *jetstream.RawStreamMsg
+		var m *bus.StoredMsg
 		err := whileElecting(ctx, func(ctx context.Context) (err error) {
-			m, err = stream.GetLastMsgForSubject(ctx, subj)
+			m, err = bus.LastMsg(ctx, js, events.AuditStream, subj)
 			return err
 		})
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -311,49 +302,21 @@ func lastUnder(ctx context.Context, stream jetstream.Stream, subjects []string) 
 	return last, at, nil
 }
 
-// take joins the messages of batch, and counts them in st, up to the
-// read's last one: n is how many came, done says the last one did. seen
-// is the stream sequence of the last message read.
-func take(batch jetstream.MessageBatch, j *joiner, last uint64, st *Stats, seen *uint64) (n int, done bool) {
-	for m := range batch.Messages() {
-		n++
-		meta, err := m.Metadata()
-		if err != nil {
-			continue
-		}
-		st.Messages++
-		*seen = meta.Sequence.Stream
-		if !j.add(m.Subject(), m.Data(), meta.Sequence.Stream, meta.Timestamp) {
-			st.Malformed++
-		}
-		if meta.Sequence.Stream >= last {
-			return n, true
-		}
-	}
-	return n, false
-}
-
-// orderedConsumer makes a read's consumer; a test stands a lagging copy
-// of the stream in for it.
-var orderedConsumer = func(ctx context.Context, s jetstream.Stream, cfg jetstream.OrderedConsumerConfig) (jetstream.Consumer, error) {
-	return s.OrderedConsumer(ctx, cfg)
-}
-
-// maxRestarts is how many times a read starts a new consumer when the
-// one it has stops short of what the stream's leader holds.
+// maxRestarts is how many times a read goes on after one that stopped
+// short of what the stream's leader holds.
 const maxRestarts = 3
 
 // heldAfter asks the stream's leader whether it holds a message under
 // subjects after sequence seen, up to last (when seen is 0: whether it
 // still holds last).
-func heldAfter(ctx context.Context, stream jetstream.Stream, subjects []string, seen, last uint64) (bool, error) {
+func heldAfter(ctx context.Context, js jetstream.JetStream, subjects []string, seen, last uint64) (bool, error) {
 	for _, subj := range subjects {
-		var m *jetstream.RawStreamMsg
+		var m *bus.StoredMsg
 		err := whileElecting(ctx, func(ctx context.Context) (err error) {
 			if seen == 0 {
-				m, err = stream.GetMsg(ctx, last)
+				m, err = bus.NextMsg(ctx, js, events.AuditStream, last, "")
 			} else {
-				m, err = stream.GetMsg(ctx, seen+1, jetstream.WithGetMsgSubject(subj))
+				m, err = bus.NextMsg(ctx, js, events.AuditStream, seen+1, subj)
 			}
 			return err
 		})
@@ -393,16 +356,14 @@ func Redact(r *Record, red *redact.Redactor) *Record {
 
 // Tail follows the stream from now on and calls f with each invocation q
 // selects once its terminal result is in (or it has waited a minute for
-// one, as PENDING), until ctx ends.
+// one, as PENDING), until ctx ends. It reads what came since its last
+// read every tailPoll.
 func Tail(ctx context.Context, js jetstream.JetStream, q Query, f func(*Record)) error {
 	stream, err := js.Stream(ctx, events.AuditStream)
 	if err != nil {
 		return fmt.Errorf("audit stream %s: %w", events.AuditStream, err)
 	}
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: Subjects, DeliverPolicy: jetstream.DeliverNewPolicy, InactiveThreshold: bus.ReaderIdle})
-	if err != nil {
-		return fmt.Errorf("audit stream %s: %w", events.AuditStream, err)
-	}
+	next := stream.CachedInfo().State.LastSeq + 1 // from now on
 	j := newJoiner(q, false)
 	flush := func(now time.Time) {
 		kept := j.order[:0]
@@ -419,31 +380,32 @@ func Tail(ctx context.Context, js jetstream.JetStream, q Query, f func(*Record))
 		}
 		j.order = kept
 	}
-	var unknown bus.UnknownConsumer
 	for ctx.Err() == nil {
-		batch, err := cons.Fetch(bus.FetchBatch, jetstream.FetchMaxWait(time.Second))
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("read the audit stream: %w", err)
+		last, err := bus.Read(ctx, js, events.AuditStream, bus.Range{From: next, Subjects: Subjects}, func(m *bus.StoredMsg) error {
+			j.add(m.Subject, m.Data, m.Sequence, m.Time)
+			return nil
+		})
+		if ctx.Err() != nil {
+			return nil
 		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			if meta, err := m.Metadata(); err == nil {
-				j.add(m.Subject(), m.Data(), meta.Sequence.Stream, meta.Timestamp)
-			}
-		}
-		if err := batch.Error(); n == 0 && unknown.Again(ctx, err) {
-			continue
-		} else if err != nil && !errors.Is(err, jetstream.ErrNoMessages) && ctx.Err() == nil {
+		if err != nil && !unavailable(err) {
 			return fmt.Errorf("read the audit stream: %w", err)
 		}
 		flush(time.Now())
+		if last > 0 {
+			next = last + 1
+			continue // there may be more since
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(tailPoll):
+		}
 	}
 	return nil
 }
+
+// tailPoll is how long Tail waits when it has read all there was.
+const tailPoll = 500 * time.Millisecond
 
 // tailWait is how long Tail waits for an invocation's result before it
 // shows it as PENDING.
@@ -463,10 +425,7 @@ func whileElecting(ctx context.Context, f func(context.Context) error) error {
 		try, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err := f(try)
 		cancel()
-		var api *jetstream.APIError
-		unavailable := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
-			errors.As(err, &api) && api.Code == 503
-		if err == nil || !unavailable || ctx.Err() != nil || time.Now().After(deadline) {
+		if err == nil || !unavailable(err) || ctx.Err() != nil || time.Now().After(deadline) {
 			return err
 		}
 		select {
@@ -475,4 +434,12 @@ func whileElecting(ctx context.Context, f func(context.Context) error) error {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// unavailable says err is a stream that does not answer for now: it
+// times out, finds no one to answer, or says it has no leader.
+func unavailable(err error) bool {
+	var api *jetstream.APIError
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, bus.ErrNoStream) || errors.As(err, &api) && api.Code == 503
 }

@@ -309,32 +309,36 @@ func TestEveryRoleDoesItsWorkWithItsOwnPermissions(t *testing.T) {
 	f.clean(t, "bus", "registry", "executor", "approver", "agent", "auditor")
 }
 
-// lastDecision is the decision recorded for invocation id.
+// lastDecision is the decision recorded for invocation id, read by
+// direct get (an auditor may make no consumer).
 func lastDecision(t *testing.T, js jetstream.JetStream, id string) *events.Decision {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	stream, err := js.Stream(ctx, events.AuditStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.SubjectDecision}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+	var found *events.Decision
+	for found == nil {
+		_, err := bus.Read(ctx, js, events.AuditStream, bus.Range{Subjects: []string{events.SubjectDecision}}, func(m *bus.StoredMsg) error {
+			d, err := events.Decode[events.Decision](m.Data)
+			if err != nil {
+				return err
+			}
+			if d.InvocationID == id {
+				found = d
+				return bus.ErrStop
+			}
+			return nil
+		})
 		if err != nil {
 			t.Fatalf("no decision for %s: %v", id, err)
 		}
-		d, err := events.Decode[events.Decision](m.Data())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d.InvocationID == id {
-			return d
+		if found == nil {
+			if ctx.Err() != nil {
+				t.Fatalf("no decision for %s", id)
+			}
+			time.Sleep(50 * time.Millisecond) // the record is stored a moment after the call ends
 		}
 	}
+	return found
 }
 
 // What an injected agent with a member's credentials tries: each attempt
@@ -512,18 +516,16 @@ func TestAnApproverCannotPoseAsAnotherOrInvoke(t *testing.T) {
 	body, _ := events.Encode(&events.Invocation{Header: events.Header{Sender: events.Identity{ID: "eve"}}, Tool: "read_file", Args: json.RawMessage(`{}`)})
 	nc.Publish(events.InvokeSubject("eve"), body)
 	f.violated(t, "eve", "invoke", events.InvokeSubject("eve"))
-	// It reads the confirmation story of the audit stream, nothing else.
-	nc.Publish("$JS.API.CONSUMER.CREATE."+events.AuditStream+".x."+events.SubjectResult, []byte(`{}`))
-	f.violated(t, "eve", "read the results", "$JS.API.CONSUMER.CREATE."+events.AuditStream+".x."+events.SubjectResult)
-	nc.Publish("$JS.API.STREAM.MSG.GET."+events.AuditStream, []byte(`{"seq":1}`))
-	f.violated(t, "eve", "read any message", "$JS.API.STREAM.MSG.GET."+events.AuditStream)
-	// A consumer named for the confirmations that asks for everything
-	// is refused by the server.
-	sneaky := []byte(`{"stream_name":"` + events.AuditStream + `","config":{"name":"x","filter_subject":"tool.>","ack_policy":"none","deliver_policy":"all"}}`)
-	if m, err := nc.Request("$JS.API.CONSUMER.CREATE."+events.AuditStream+".x."+events.SubjectConfirmAll, sneaky, 10*time.Second); err != nil {
-		t.Errorf("a consumer of everything under the confirmations' name: %v", err)
-	} else if !strings.Contains(string(m.Data), `"error"`) {
-		t.Errorf("a consumer of everything under the confirmations' name was made: %s", m.Data)
+	// It reads the confirmation story, from a stream that holds nothing
+	// else, and nothing of the audit stream: no consumer, no message.
+	for what, subject := range map[string]string{
+		"read the results":                     "$JS.API.CONSUMER.CREATE." + events.AuditStream + ".x." + events.SubjectResult,
+		"read the confirmations by a consumer": auth.LocalSubject("$JS.API.CONSUMER.CREATE." + events.AuditStream + ".x." + events.SubjectConfirmAll),
+		"read any message":                     "$JS.API.STREAM.MSG.GET." + events.AuditStream,
+		"read any message by direct get":       auth.LocalSubject("$JS.API.DIRECT.GET." + events.AuditStream),
+	} {
+		nc.PublishRequest(subject, nc.NewInbox(), []byte(`{"seq":1}`))
+		f.violated(t, "eve", what, subject)
 	}
 
 	agent := f.as(t, "agent")
@@ -963,4 +965,199 @@ func TestAMemberAddedToARunningFleet(t *testing.T) {
 		again.Close(ctx)
 	}
 	f.clean(t, "agent", "executor")
+}
+
+// JetStream answers an API request on the reply subject the requester
+// names, in the account that holds the streams: a member there that may
+// send any API request can have JetStream write its answer to a bucket's
+// key, or into the audit stream. The approver and the auditor live in
+// accounts of their own: a reply subject they name stays there, whatever
+// request carries it, and they may make no consumer (whose deliver
+// subject is another reply subject of their choosing). The same request
+// sent from the services account does write: the test's own proof that
+// it would see a write.
+func TestApproversAndAuditorsCannotWriteThroughJetStream(t *testing.T) {
+	f := startFleet(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	admin := f.as(t, "admin")
+	js := admin.JetStream()
+	catalog, allowlist := "KV_"+events.CatalogBucket, "KV_"+events.AllowlistBucket
+	var shard string // a real shard key of the catalogue
+	testkit.EventuallyWithin(t, 20*time.Second, "the catalogue has a shard", func() bool {
+		msgs, _, err := bus.LastOfEach(ctx, js, catalog, "$KV."+events.CatalogBucket+".>")
+		if err != nil || len(msgs) == 0 {
+			return false
+		}
+		shard = msgs[0].Subject
+		return true
+	})
+	kv, err := js.KeyValue(ctx, events.AllowlistBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := []byte(`{"tool":"write_file","addedBy":"admin"}`)
+	if _, err := kv.Put(ctx, "kept", kept); err != nil {
+		t.Fatal(err)
+	}
+	lastSeq := func(stream string) uint64 {
+		t.Helper()
+		s, err := js.Stream(ctx, stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.CachedInfo().State.LastSeq
+	}
+	// written lists what the stream stored under subject after sequence
+	// from that is a JetStream answer (API responses are typed; a direct
+	// get's carries the stream's name in a header).
+	written := func(stream string, from uint64, subject string) []string {
+		t.Helper()
+		var out []string
+		if _, err := bus.Read(ctx, js, stream, bus.Range{From: from + 1, Subjects: []string{subject}}, func(m *bus.StoredMsg) error {
+			if strings.Contains(string(m.Data), "io.nats.jetstream.api") || m.Header.Get("Nats-Stream") != "" {
+				out = append(out, m.Subject+": "+string(m.Data))
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	since := map[string]uint64{catalog: lastSeq(catalog), allowlist: lastSeq(allowlist), events.AuditStream: lastSeq(events.AuditStream)}
+	targets := map[string]string{ // reply subject -> the stream that would store it
+		shard: catalog,
+		"$KV." + events.AllowlistBucket + ".kept":    allowlist,
+		"$KV." + events.AllowlistBucket + ".planted": allowlist,
+		events.SubjectAuditCheckpoint:                events.AuditStream,
+	}
+
+	for _, name := range []string{"eve", "trent"} {
+		nc := f.as(t, name).Conn()
+		for reply := range targets {
+			// Its own account's API (no JetStream there), and the
+			// services account's that it imports: the reply stays in
+			// its account.
+			for subject, body := range map[string]string{
+				"$JS.API.INFO": "",
+				auth.LocalSubject("$JS.API.STREAM.INFO." + catalog): "",
+				auth.LocalSubject("$JS.API.DIRECT.GET." + catalog):  `{"last_by_subj":"` + shard + `"}`,
+			} {
+				if err := nc.PublishRequest(subject, reply, []byte(body)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// The services account's own API, which it does not import:
+			// refused by the bus.
+			if err := nc.PublishRequest(auth.LocalSubject("$JS.API.INFO"), reply, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		f.violated(t, name, "send the services account's JetStream API any request", auth.LocalSubject("$JS.API.INFO"))
+		for _, stream := range []string{events.AuditStream, catalog, allowlist} {
+			for _, subject := range []string{"$JS.API.CONSUMER.CREATE." + stream, auth.LocalSubject("$JS.API.CONSUMER.CREATE." + stream),
+				auth.LocalSubject("$JS.API.CONSUMER.CREATE." + stream + ".x.>")} {
+				nc.PublishRequest(subject, nc.NewInbox(), []byte(`{"stream_name":"`+stream+`","config":{"deliver_subject":"`+shard+`"}}`))
+				f.violated(t, name, "make a consumer", subject)
+			}
+		}
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		short, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if c, err := f.as(t, name).JetStream().OrderedConsumer(short, events.AuditStream, jetstream.OrderedConsumerConfig{}); err == nil {
+			if _, err := c.Next(jetstream.FetchMaxWait(2 * time.Second)); err == nil {
+				t.Errorf("%s read the audit stream through a consumer", name)
+			}
+		}
+		cancel()
+	}
+	time.Sleep(time.Second) // what JetStream would answer, it has answered
+	for reply, stream := range targets {
+		if w := written(stream, since[stream], reply); len(w) > 0 {
+			t.Errorf("a reply subject named from another account was written in %s: %q", stream, w)
+		}
+	}
+	if e, err := kv.Get(ctx, "kept"); err != nil || !slices.Equal(e.Value(), kept) || e.Revision() > since[allowlist] {
+		t.Errorf("the allowlist entry after the attempts: %v %v", e, err)
+	}
+	if _, err := kv.Get(ctx, "planted"); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Errorf("an allowlist entry was planted: %v", err)
+	}
+
+	// From the services account, the same request writes.
+	control := "$KV." + events.AllowlistBucket + ".control"
+	if err := admin.Conn().PublishRequest("$JS.API.INFO", control, nil); err != nil {
+		t.Fatal(err)
+	}
+	testkit.EventuallyWithin(t, 10*time.Second, "an API answer to a reply subject in the services account is stored", func() bool {
+		return len(written(allowlist, since[allowlist], control)) == 1
+	})
+	f.clean(t, "approver", "executor", "registry")
+}
+
+// An approver (a console's seat) reads the allowlist and follows its
+// changes, by direct get and the bucket's republished changes, with no
+// consumer and no violation; revoking an approval is an admin's.
+func TestAnApproverFollowsTheAllowlist(t *testing.T) {
+	f := startFleet(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	eve := f.as(t, "eve")
+	kv, err := executor.AwaitAllowlistBucket(ctx, eve.JetStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := f.as(t, "admin").JetStream().KeyValue(ctx, events.AllowlistBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Put(ctx, "before", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	w, err := bus.Watch(ctx, eve.JetStream(), events.AllowlistBucket, events.AllowlistLiveSubject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	next := func() jetstream.KeyValueEntry {
+		t.Helper()
+		select {
+		case e := <-w.Updates():
+			return e
+		case <-ctx.Done():
+			t.Fatal("the watch said nothing")
+			return nil
+		}
+	}
+	if e := next(); e == nil || e.Key() != "before" {
+		t.Fatalf("the watch's first entry: %v", e)
+	}
+	if e := next(); e != nil {
+		t.Fatalf("the watch's end of the initial values: %v", e)
+	}
+	if _, err := admin.Put(ctx, "after", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	if e := next(); e == nil || e.Key() != "after" || e.Operation() != jetstream.KeyValuePut {
+		t.Fatalf("a new entry: %v", e)
+	}
+	if e, err := kv.Get(ctx, "after"); err != nil || string(e.Value()) != `{}` {
+		t.Errorf("the approver's read of an entry: %v %v", e, err)
+	}
+	f.clean(t, "eve")
+	short, stop := context.WithTimeout(ctx, 3*time.Second)
+	defer stop()
+	if err := kv.Delete(short, "after"); err == nil {
+		t.Error("the approver revoked an approval")
+	}
+	if _, err := admin.Get(ctx, "after"); err != nil {
+		t.Errorf("the approval after the approver's revoke: %v", err)
+	}
+	if err := admin.Delete(ctx, "after"); err != nil {
+		t.Fatal(err)
+	}
+	if e := next(); e == nil || e.Key() != "after" || e.Operation() != jetstream.KeyValueDelete {
+		t.Fatalf("an admin's revoke, seen by the approver: %v", e)
+	}
 }

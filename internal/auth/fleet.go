@@ -249,15 +249,18 @@ func LoadRoster(dir string) (Roster, error) {
 
 // ServerConfig is the nats-server accounts block for r's members, in
 // nats-server's own config syntax: the services account, with JetStream,
-// its members (one nkey user each, with its role's permissions) and what
-// it exports; then one account for each member that lives in its own,
-// importing only its Grant's subjects. An export names the accounts that
-// may import it, so the file cannot be widened by adding an import alone.
+// its members (one nkey user each, with its role's permissions), what it
+// exports and what it imports from the members' accounts (an approver's
+// ping); then one account for each member that lives in its own,
+// importing only its Grant's subjects and exporting its Grant's
+// Exports to the services account alone. An export names the accounts
+// that may import it, so the file cannot be widened by adding an import
+// alone.
 func ServerConfig(r Roster) string {
 	var b strings.Builder
 	b.WriteString("# toolbus fleet identities, written by `toolbus init`; regenerate rather than edit.\n")
-	b.WriteString("# Each member may publish its binding subjects only with its own name; agents and the\n")
-	b.WriteString("# MCP facade each live in an account of their own: see internal/auth.\n")
+	b.WriteString("# Each member may publish its binding subjects only with its own name; agents, the\n")
+	b.WriteString("# MCP facade, approvers and auditors each live in an account of their own: see internal/auth.\n")
 	b.WriteString("accounts {\n")
 	var own []Member
 	services := map[string][]string{} // subject -> importing accounts
@@ -291,6 +294,15 @@ func ServerConfig(r Roster) string {
 	for _, s := range slices.Sorted(maps.Keys(streams)) {
 		fmt.Fprintf(&b, "      { stream: %q, accounts: %s }\n", s, list(streams[s]))
 	}
+	b.WriteString("    ]\n    imports = [\n")
+	for _, m := range own {
+		g := GrantOf(m.Role, m.Name)
+		for _, s := range g.Exports {
+			// Each member's own, from each: several approvers all
+			// answer a ping, and the first answer is enough.
+			fmt.Fprintf(&b, "      { service: { account: %q, subject: %q } }\n", g.Account, s)
+		}
+	}
 	b.WriteString("    ]\n  }\n")
 	for _, m := range own {
 		g := GrantOf(m.Role, m.Name)
@@ -302,6 +314,10 @@ func ServerConfig(r Roster) string {
 		}
 		for _, s := range g.Streams {
 			fmt.Fprintf(&b, "      { stream: { account: %s, subject: %q } }\n", ServicesAccount, s)
+		}
+		b.WriteString("    ]\n    exports = [\n")
+		for _, s := range g.Exports {
+			fmt.Fprintf(&b, "      { service: %q, accounts: [%s] }\n", s, ServicesAccount)
 		}
 		b.WriteString("    ]\n  }\n")
 	}

@@ -12,14 +12,18 @@
 // (events.InvokeSubject, events.AnswerSubject, ...) and each identity may
 // publish them only with its own name, which makes the name proven.
 //
-// Agents and the MCP facade, which a model steers, each live in a NATS
-// account of their own (see Grant): the services account, where the
-// streams, the buckets and the services are, is out of their reach but
-// for the service subjects it exports to them. A service answers them
-// on the reply subject the bus made for the request, which leads back
-// into the requester's own account and nowhere else, so no reply subject
-// an agent names can make a service, or JetStream, write into the
-// services account with the service's rights.
+// Agents and the MCP facade, which a model steers, and the approvers and
+// auditors, who only answer and read, each live in a NATS account of
+// their own (see Grant): the services account, where the streams, the
+// buckets and the services are, is out of their reach but for the
+// service subjects it exports to them. A service answers them on the
+// reply subject the bus made for the request, which leads back into the
+// requester's own account and nowhere else, so no reply subject such a
+// member names can make a service, or JetStream, write into the
+// services account with the service's rights. (In the services account,
+// any member that may send a JetStream API request may name any reply
+// subject there, a bucket's key say, and JetStream answers on it: only
+// the members that keep the streams and buckets live there.)
 package auth
 
 import (
@@ -57,23 +61,32 @@ var Roles = []Role{RoleBus, RoleAdmin, RoleRegistry, RoleExecutor, RoleApprover,
 
 // ServicesAccount is the NATS account of the toolbus services: the
 // streams and buckets, and the members that keep them (bus, admin,
-// registry, executor). The auditor and the approver live in it too.
+// registry, executor).
 const ServicesAccount = "TOOLBUS"
 
 // ownAccount says whether a role's members each live in an account of
 // their own, reaching the services account only through what it exports
 // to them.
-func ownAccount(r Role) bool { return r == RoleAgent || r == RoleFacade }
+func ownAccount(r Role) bool {
+	switch r {
+	case RoleAgent, RoleFacade, RoleApprover, RoleAuditor:
+		return true
+	}
+	return false
+}
 
 // Grant is what one member may reach: the account it lives in, its
 // permissions there, and, for a member with an account of its own, the
 // subjects of the services account it may send to (service imports,
-// answered only to it) and hear (stream imports).
+// answered only to it) and hear (stream imports), and the subjects of
+// its own account the services account may send to (Exports, which it
+// imports).
 type Grant struct {
 	Account     string
 	Permissions *server.Permissions
 	Services    []string
 	Streams     []string
+	Exports     []string
 }
 
 // LocalSubject is what a member in an account of its own sends to reach
@@ -91,39 +104,89 @@ func GrantOf(role Role, name string) Grant {
 	if !ownAccount(role) {
 		return Grant{Account: ServicesAccount, Permissions: Permissions(role, name)}
 	}
-	services := []string{events.InvokeSubject(name), events.InvokeBatchSubject(name), events.CancelSubject(name),
-		events.CallerRecordSubject(name), events.OutputSubject(name), events.SubjectOutputPrefix + name + ".answer.*",
-		events.ClaimAllSubject, events.ClaimSubjectPrefix + "*",
-		"$SRV.PING.>", "$SRV.INFO.>"}
-	if role == RoleFacade {
-		services = append(services, events.AnswerSubject(events.AnswerSubjectPrefix+"*", events.AnswerAsCaller, name))
+	g := Grant{Account: name}
+	p := perms{}
+	switch role {
+	case RoleAgent, RoleFacade:
+		g.Services = []string{events.InvokeSubject(name), events.InvokeBatchSubject(name), events.CancelSubject(name),
+			events.CallerRecordSubject(name), events.OutputSubject(name), events.SubjectOutputPrefix + name + ".answer.*",
+			events.ClaimAllSubject, events.ClaimSubjectPrefix + "*",
+			"$SRV.PING.>", "$SRV.INFO.>"}
+		if role == RoleFacade {
+			g.Services = append(g.Services, events.AnswerSubject(events.AnswerSubjectPrefix+"*", events.AnswerAsCaller, name))
+		}
+		// The catalogue, the state of the MCP servers and discovery
+		// commands behind it (toolbus tools list) and the pushed policy.
+		g.Services = append(g.Services, readBuckets(events.CatalogBucket, events.PolicyBucket, events.MCPStatusBucket, events.DiscoveryStatusBucket)...)
+		g.Streams = []string{events.CatalogLiveSubject + ".>"}
+	case RoleApprover:
+		// It answers as itself, hears the confirmation subjects as they
+		// are sent and reads back those of the last day from the stream
+		// that holds them and nothing else (events.ConfirmStream): the
+		// audit stream itself, whose direct get cannot be held to some
+		// of its subjects, is out of its reach. It reads the catalogue
+		// and the allowlist (a console shows and follows it; revoking is
+		// an admin's).
+		g.Services = []string{events.AnswerSubject(events.AnswerSubjectPrefix+"*", events.AnswerAsApprover, name),
+			// Not $SRV.PING.>: the services account imports this
+			// account's own ping (below), and an import each way on
+			// subjects that meet would be a cycle, which the server
+			// refuses.
+			"$SRV.PING." + events.ExecutorService, "$SRV.PING." + events.RegistryService, "$SRV.INFO.>"}
+		g.Services = append(g.Services, readByDirectGet(events.ConfirmStream)...)
+		g.Services = append(g.Services, readBuckets(events.CatalogBucket, events.AllowlistBucket)...)
+		g.Streams = []string{events.SubjectConfirmAll, events.CatalogLiveSubject + ".>", events.AllowlistLiveSubject + ".>"}
+		// Executors ask whether an approver is there before they wait
+		// for one: its service's ping is exported to the services
+		// account, and answered once, on the bus-made reply subject.
+		g.Exports = []string{"$SRV.PING." + events.ApproverService}
+		p.sub("$SRV.>")
+		p.respond()
+	case RoleAuditor:
+		// It reads the audit stream whole, a page at a time by direct
+		// get, and single messages from the stream's leader (where a
+		// read must end, whether one that stopped short lags: any copy
+		// answers a direct get), and the policy (policy explain) and
+		// the catalogue.
+		g.Services = []string{"$SRV.PING.>", "$SRV.INFO.>", "$JS.API.STREAM.MSG.GET." + events.AuditStream}
+		g.Services = append(g.Services, readByDirectGet(events.AuditStream)...)
+		g.Services = append(g.Services, readBuckets(events.CatalogBucket, events.PolicyBucket)...)
 	}
-	// The catalogue, the state of the MCP servers and discovery commands
-	// behind it (toolbus tools list) and the pushed policy, read one
-	// message at a time or the last of each key: JetStream's direct get,
-	// which answers only the requester and writes nothing. Creating a
-	// consumer is not among them: its deliver subject would be the
-	// caller's to choose, in the services account.
-	for _, b := range []string{events.CatalogBucket, events.PolicyBucket, events.MCPStatusBucket, events.DiscoveryStatusBucket} {
-		services = append(services, "$JS.API.STREAM.INFO.KV_"+b, "$JS.API.DIRECT.GET.KV_"+b, "$JS.API.DIRECT.GET.KV_"+b+".>")
-	}
-	streams := []string{events.CatalogLiveSubject + ".>"}
 	// The inboxes of an account of its own are its alone: no other
 	// account hears them, and answers come back into them through the
 	// bus's response mapping. Any client of the account may use the
 	// default prefix: one the bus admits with no identity as this
 	// member (toolbus up's agent) does not know its name.
 	inbox := "_INBOX.>"
-	p := perms{}
 	p.pub(inbox)                // a caller's note to itself (invoke.Client's fence)
 	p.jsInfo()                  // its own account's, which has no JetStream: how bus.Connect tells
 	p.pub("$SYS.REQ.USER.INFO") // the bus says whom it admitted: one with no identity learns its name
-	for _, s := range services {
+	for _, s := range g.Services {
 		p.pub(LocalSubject(s))
 	}
 	p.sub(inbox)
-	p.sub(streams...)
-	return Grant{Account: name, Permissions: p.permissions(), Services: services, Streams: streams}
+	p.sub(g.Streams...)
+	g.Permissions = p.permissions()
+	return g
+}
+
+// readByDirectGet is what a member in an account of its own imports to
+// read stream s: its info, and its messages by JetStream's direct get,
+// which answers only the requester and writes nothing. Creating a consumer is
+// not among them: its deliver subject would be the member's to choose,
+// in the services account.
+func readByDirectGet(s string) []string {
+	return []string{"$JS.API.STREAM.INFO." + s, "$JS.API.DIRECT.GET." + s, "$JS.API.DIRECT.GET." + s + ".>"}
+}
+
+// readBuckets is readByDirectGet of each bucket's stream: a key's value,
+// or the last of each key (bus.Watch).
+func readBuckets(buckets ...string) []string {
+	var out []string
+	for _, b := range buckets {
+		out = append(out, readByDirectGet("KV_"+b)...)
+	}
+	return out
 }
 
 // ParseRole reads a role's name.
@@ -143,8 +206,9 @@ func ParseRole(s string) (Role, error) {
 const responseWindow = 24 * time.Hour
 
 // Permissions is what member name of role may publish and subscribe to.
-// It is one switch over the roles, kept whole so that a reviewer sees
-// every role's rights side by side.
+// It is one switch over the roles of the services account, kept whole so
+// that a reviewer sees their rights side by side; the roles that live in
+// accounts of their own are GrantOf's, one switch too.
 func Permissions(role Role, name string) *server.Permissions {
 	inbox := identity.InboxPrefix(name) + ".>"
 	p := perms{}
@@ -200,21 +264,7 @@ func Permissions(role Role, name string) *server.Permissions {
 		// keys, only the registry the catalogue's.
 		p.createKV(events.PolicyBucket, events.CatalogBucket)
 		p.readKV(events.PolicyBucket, events.CatalogBucket)
-	case RoleApprover:
-		p.sub(events.SubjectConfirmAll, "$SRV.>")
-		p.pub(events.AnswerSubject(events.AnswerSubjectPrefix+"*", events.AnswerAsApprover, name), "$SRV.PING.>")
-		p.respond()
-		p.jsInfo()
-		// Approvers follow the confirmation subjects of the audit stream,
-		// and read nothing else of it: the server checks the filter named
-		// in a consumer's create subject against its config.
-		p.readStreamFiltered(events.AuditStream, events.SubjectConfirmAll)
-		p.readKV(events.CatalogBucket, events.AllowlistBucket)
-	case RoleAuditor:
-		p.respond()
-		p.jsInfo()
-		p.readStream(events.AuditStream)
-	case RoleAgent, RoleFacade:
+	case RoleApprover, RoleAuditor, RoleAgent, RoleFacade:
 		// They live in accounts of their own: GrantOf.
 		return GrantOf(role, name).Permissions
 	}
@@ -248,17 +298,6 @@ func (p *perms) readStream(s string) {
 		"$JS.API.CONSUMER.CREATE."+s, "$JS.API.CONSUMER.CREATE."+s+".>",
 		"$JS.API.CONSUMER.INFO."+s+".>", "$JS.API.CONSUMER.DELETE."+s+".>", "$JS.API.CONSUMER.MSG.NEXT."+s+".>",
 		"$JS.API.STREAM.MSG.GET."+s, "$JS.API.DIRECT.GET."+s, "$JS.API.DIRECT.GET."+s+".>",
-		"$JS.ACK."+s+".>", "$JS.FC."+s+".>")
-}
-
-// readStreamFiltered lets the member read stream s only through
-// consumers of one filter among subjects; no single messages.
-func (p *perms) readStreamFiltered(s string, subjects ...string) {
-	p.pub("$JS.API.STREAM.INFO." + s)
-	for _, f := range subjects {
-		p.pub("$JS.API.CONSUMER.CREATE." + s + ".*." + f)
-	}
-	p.pub("$JS.API.CONSUMER.INFO."+s+".>", "$JS.API.CONSUMER.DELETE."+s+".>", "$JS.API.CONSUMER.MSG.NEXT."+s+".>",
 		"$JS.ACK."+s+".>", "$JS.FC."+s+".>")
 }
 

@@ -95,6 +95,9 @@ type Bus struct {
 	log *slog.Logger
 	// principal is the member name of NkeyFile, "" without one.
 	principal string
+	// services says js is the services account's JetStream, seen from
+	// a member's account of its own (JetStreamOf).
+	services bool
 }
 
 // Connect connects to the bus cfg describes and ensures the audit stream
@@ -217,7 +220,7 @@ func (b *Bus) awaitAudit(ctx context.Context, cfg Config) error {
 					return err
 				}
 			}
-			b.js = js
+			b.js, b.services = js, true
 			return nil
 		case b.principal != "":
 			// A member of a fleet leaves the audit stream to the bus:
@@ -233,6 +236,22 @@ func (b *Bus) Conn() *nats.Conn { return b.nc }
 
 // JetStream is the JetStream context of Conn.
 func (b *Bus) JetStream() jetstream.JetStream { return b.js }
+
+// JetStreamReady says whether the JetStream this part uses answers: its
+// account's, or, for a member in an account of its own, the services
+// account's, asked what such a member may ask of it (the catalogue's
+// info, as Connect waits for it; the account's own info it may not).
+func (b *Bus) JetStreamReady(ctx context.Context) error {
+	if !b.services {
+		_, err := b.js.AccountInfo(ctx)
+		return err
+	}
+	_, err := b.js.Stream(ctx, "KV_"+events.CatalogBucket)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		err = nil
+	}
+	return err
+}
 
 // URL is where other processes reach this bus.
 func (b *Bus) URL() string { return b.url }

@@ -40,19 +40,16 @@ func countRecords(t *testing.T, js jetstream.JetStream, subject string, want int
 
 // readRecords reads every message on subject in the audit stream once,
 // from the stream's leader (a message get answered by it, one after the
-// other), not from a consumer placed on whichever copy: after a node is
-// lost, one on a copy still recovering answered nothing for 90 s.
+// other), not from a consumer placed on whichever copy, nor by direct
+// get, which any copy answers: after a node is lost, a consumer on a
+// copy still recovering answered nothing for 90 s.
 func readRecords(js jetstream.JetStream, subject string) (map[string]int, int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	stream, err := js.Stream(ctx, events.AuditStream)
-	if err != nil {
-		return nil, 0, err
-	}
 	seen := map[string]int{}
 	n := 0
 	for seq := uint64(1); ; n++ {
-		m, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+		m, err := bus.NextMsg(ctx, js, events.AuditStream, seq, subject)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return seen, n, nil
 		}

@@ -33,14 +33,13 @@ func ensureAudit(ctx context.Context, js jetstream.JetStream, cfg Config, owner 
 		}
 		if s, err := js.Stream(ctx, events.AuditStream); err == nil {
 			cfg := s.CachedInfo().Config
-			if !cfg.NoAck {
-				return nil
+			if cfg.NoAck || !cfg.AllowDirect {
+				cfg.NoAck, cfg.AllowDirect = false, true
+				if _, err := js.UpdateStream(ctx, cfg); err != nil {
+					return fmt.Errorf("audit stream %s does not acknowledge records or answer direct gets, and could not be changed to: %w", events.AuditStream, err)
+				}
 			}
-			cfg.NoAck = false
-			if _, err := js.UpdateStream(ctx, cfg); err != nil {
-				return fmt.Errorf("audit stream %s does not acknowledge records, and could not be changed to: %w", events.AuditStream, err)
-			}
-			return nil
+			return ensureConfirmations(ctx, js, cfg.Replicas, cfg.MaxBytes, false)
 		} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
 			return fmt.Errorf("audit stream %s: %w", events.AuditStream, err)
 		}
@@ -64,9 +63,63 @@ func ensureAudit(ctx context.Context, js jetstream.JetStream, cfg Config, owner 
 		DenyDelete:  deny,
 		DenyPurge:   deny,
 		Replicas:    copies,
+		// Readers that may not make consumers (an auditor: internal/auth)
+		// read it by direct get (Read).
+		AllowDirect: true,
 	})
 	if err != nil {
 		return fmt.Errorf("audit stream %s: %w", events.AuditStream, err)
+	}
+	return ensureConfirmations(ctx, js, copies, maxBytes, owner)
+}
+
+// How long and how much of the confirmation subjects ConfirmStream
+// keeps: as long as a confirmation may wait for an answer (an approver
+// reads back less: approve.DefaultWindow), and no more than a quarter
+// of the audit stream's bytes.
+const (
+	ConfirmMaxAge   = 24 * time.Hour
+	confirmMaxBytes = 256 << 20
+)
+
+// ensureConfirmations makes the stream of the audit stream's
+// confirmation subjects (events.ConfirmStream), sourced from it, which
+// approvers read instead of the audit stream. A stream made beside an
+// audit stream that has history starts with what it would hold: the
+// confirmations of the last ConfirmMaxAge (stored anew, with the time
+// they were copied). The owner updates an existing one to its copies and
+// limits; a part that only connects leaves it as it is.
+func ensureConfirmations(ctx context.Context, js jetstream.JetStream, copies int, auditBytes int64, owner bool) error {
+	s, err := js.Stream(ctx, events.ConfirmStream)
+	switch {
+	case err == nil && !owner:
+		return nil
+	case err != nil && !errors.Is(err, jetstream.ErrStreamNotFound):
+		return fmt.Errorf("confirmation stream %s: %w", events.ConfirmStream, err)
+	}
+	maxBytes := int64(confirmMaxBytes)
+	if auditBytes > 0 {
+		maxBytes = min(maxBytes, max(auditBytes/4, 1<<20))
+	}
+	start := time.Now().Add(-ConfirmMaxAge)
+	source := &jetstream.StreamSource{Name: events.AuditStream, FilterSubject: events.SubjectConfirmAll, OptStartTime: &start}
+	if err == nil && len(s.CachedInfo().Config.Sources) == 1 {
+		// Where an existing stream's source started is its own.
+		source = s.CachedInfo().Config.Sources[0]
+	}
+	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        events.ConfirmStream,
+		Description: "toolbus confirmation requests and their ends, copied from " + events.AuditStream + " for approvers",
+		Sources:     []*jetstream.StreamSource{source},
+		Storage:     jetstream.FileStorage,
+		MaxAge:      ConfirmMaxAge,
+		MaxBytes:    maxBytes,
+		Discard:     jetstream.DiscardOld,
+		Replicas:    copies,
+		AllowDirect: true,
+	})
+	if err != nil {
+		return fmt.Errorf("confirmation stream %s: %w", events.ConfirmStream, err)
 	}
 	return nil
 }

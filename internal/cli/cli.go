@@ -93,10 +93,7 @@ func ServeMetrics(addr, daemon string, log *slog.Logger) (m *metrics.Metrics, st
 // JetStream.
 func WatchBus(m *metrics.Metrics, b *bus.Bus) {
 	m.WatchConn(b.Conn())
-	m.Ready("jetstream", func(ctx context.Context) error {
-		_, err := b.JetStream().AccountInfo(ctx)
-		return err
-	})
+	m.Ready("jetstream", b.JetStreamReady)
 }
 
 // Identity is this process's identity in the given role: role@host.

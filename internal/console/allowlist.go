@@ -10,6 +10,8 @@ import (
 	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/events"
 )
 
@@ -23,34 +25,33 @@ type allowEntry struct {
 // allowWatch follows the allowlist bucket, so the page shows an approval
 // as soon as any executor remembers it and drops it when anyone revokes it.
 type allowWatch struct {
-	w      jetstream.KeyWatcher
-	cancel context.CancelFunc
-	done   chan struct{}
+	w    jetstream.KeyWatcher
+	done chan struct{}
 
 	mu      sync.Mutex
 	records map[string]allowEntry
 	changed chan struct{}
 }
 
-func watchAllowlist(ctx context.Context, kv jetstream.KeyValue, log *slog.Logger) (*allowWatch, error) {
-	wctx, cancel := context.WithCancel(context.Background())
-	w, err := kv.WatchAll(wctx)
+// watchAllowlist reads the bucket by direct get and follows the changes
+// it republishes (bus.Watch): the console's approver may live in an
+// account of its own, where it may not make a consumer of the bucket.
+func watchAllowlist(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, log *slog.Logger) (*allowWatch, error) {
+	w, err := bus.Watch(ctx, js, kv.Bucket(), events.AllowlistLiveSubject)
 	if err != nil {
-		cancel()
 		return nil, fmt.Errorf("console: follow the allowlist: %w", err)
 	}
-	a := &allowWatch{w: w, cancel: cancel, done: make(chan struct{}), records: map[string]allowEntry{}, changed: make(chan struct{})}
+	a := &allowWatch{w: w, done: make(chan struct{}), records: map[string]allowEntry{}, changed: make(chan struct{})}
 	// The initial values end with a nil entry; reading them first means
 	// the first page shows the whole list.
 	for initial := true; initial; {
 		select {
 		case <-ctx.Done():
 			w.Stop()
-			cancel()
 			return nil, ctx.Err()
 		case e, ok := <-w.Updates():
 			if !ok {
-				cancel()
+				w.Stop()
 				return nil, fmt.Errorf("console: the allowlist watch ended at start")
 			}
 			if e == nil {
@@ -111,6 +112,5 @@ func (a *allowWatch) snapshot() ([]allowEntry, <-chan struct{}) {
 
 func (a *allowWatch) stop() {
 	a.w.Stop()
-	a.cancel()
 	<-a.done
 }

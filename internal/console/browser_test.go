@@ -501,7 +501,7 @@ func TestBrowserReconnects(t *testing.T) {
 	e.callAsync(t, "inv-meanwhile", "write_file", `{"file_path":"a.txt","content":"x\n"}`)
 	e.waitPending(t, "inv-meanwhile")
 	var err error
-	e.console, err = Start(context.Background(), Config{Approver: e.approver, Allowlist: e.allowlist, Listen: addr, Token: token, Logger: bustest.Quiet()})
+	e.console, err = Start(context.Background(), Config{Approver: e.approver, Allowlist: e.allowlist, JetStream: e.js, Listen: addr, Token: token, Logger: bustest.Quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}

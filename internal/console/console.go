@@ -55,6 +55,10 @@ type Config struct {
 	// Allowlist is the fleet's allowlist bucket (executor.OpenAllowlistBucket).
 	// Required.
 	Allowlist jetstream.KeyValue
+	// JetStream is what Allowlist was opened through: the console reads
+	// the bucket with direct gets and follows its republished changes
+	// (bus.Watch), no consumer. Required.
+	JetStream jetstream.JetStream
 	// Listen is the address to listen on. Empty means DefaultListen, or a
 	// free loopback port when DefaultListen is taken.
 	Listen string
@@ -86,7 +90,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Approver == nil {
 		return nil, errors.New("console: no approver given")
 	}
-	if cfg.Allowlist == nil {
+	if cfg.Allowlist == nil || cfg.JetStream == nil {
 		return nil, errors.New("console: no allowlist bucket given")
 	}
 	if cfg.Logger == nil {
@@ -108,7 +112,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	allow, err := watchAllowlist(ctx, cfg.Allowlist, cfg.Logger)
+	allow, err := watchAllowlist(ctx, cfg.JetStream, cfg.Allowlist, cfg.Logger)
 	if err != nil {
 		ln.Close()
 		return nil, err

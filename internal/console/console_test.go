@@ -303,11 +303,11 @@ func TestEventStream(t *testing.T) {
 // TestConfiguredToken: a short token is refused; a configured one works.
 func TestConfiguredToken(t *testing.T) {
 	e := newEnv(t)
-	_, err := Start(context.Background(), Config{Approver: e.approver, Allowlist: e.allowlist, Listen: "127.0.0.1:0", Token: "short"})
+	_, err := Start(context.Background(), Config{Approver: e.approver, Allowlist: e.allowlist, JetStream: e.js, Listen: "127.0.0.1:0", Token: "short"})
 	if err == nil || !strings.Contains(err.Error(), "at least") {
 		t.Errorf("a short token: %v", err)
 	}
-	s, err := Start(context.Background(), Config{Approver: e.approver, Allowlist: e.allowlist, Listen: "127.0.0.1:0",
+	s, err := Start(context.Background(), Config{Approver: e.approver, Allowlist: e.allowlist, JetStream: e.js, Listen: "127.0.0.1:0",
 		Token: "a-token-of-my-own-choosing", Logger: bustest.Quiet()})
 	if err != nil {
 		t.Fatal(err)
@@ -318,7 +318,7 @@ func TestConfiguredToken(t *testing.T) {
 	}
 	// The address is taken: a clear error, no fallback for an address
 	// the user chose.
-	_, err = Start(context.Background(), Config{Approver: e.approver, Allowlist: e.allowlist, Listen: s.Addr().String()})
+	_, err = Start(context.Background(), Config{Approver: e.approver, Allowlist: e.allowlist, JetStream: e.js, Listen: s.Addr().String()})
 	if err == nil || !strings.Contains(err.Error(), "choose another address") {
 		t.Errorf("a taken address: %v", err)
 	}
@@ -331,7 +331,7 @@ func TestDefaultAddressFallsBack(t *testing.T) {
 	if ln, err := net.Listen("tcp", DefaultListen); err == nil {
 		defer ln.Close()
 	} // else someone holds it already, which serves as well
-	s, err := Start(context.Background(), Config{Approver: e.approver, Allowlist: e.allowlist, Logger: bustest.Quiet()})
+	s, err := Start(context.Background(), Config{Approver: e.approver, Allowlist: e.allowlist, JetStream: e.js, Logger: bustest.Quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,6 +45,7 @@ type env struct {
 	client    *invoke.Client
 	approver  *approve.Approver
 	allowlist jetstream.KeyValue
+	js        jetstream.JetStream // the console's, which the allowlist is read through
 	console   *Server
 }
 
@@ -61,6 +62,7 @@ func newEnvAs(t *testing.T, approverID string) *env {
 	// The console runs on a connection of its own, as `toolbus console`
 	// does on another machine.
 	conn := bustest.Connect(t, b)
+	e.js = conn.JetStream()
 	e.allowlist, err = executor.OpenAllowlistBucket(context.Background(), conn.JetStream())
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +73,7 @@ func newEnvAs(t *testing.T, approverID string) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.approver.Stop)
-	e.console, err = Start(context.Background(), Config{Approver: e.approver, Allowlist: e.allowlist, Listen: "127.0.0.1:0", Logger: bustest.Quiet()})
+	e.console, err = Start(context.Background(), Config{Approver: e.approver, Allowlist: e.allowlist, JetStream: e.js, Listen: "127.0.0.1:0", Logger: bustest.Quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -177,6 +177,13 @@ const (
 const (
 	// AuditStream is the stream that captures SubjectAll.
 	AuditStream = "TOOLBUS_EVENTS"
+	// ConfirmStream holds a copy of the confirmation subjects of the
+	// audit stream (SubjectConfirmAll), sourced from it, for a day: what
+	// an approver reads back when it starts. Direct get cannot be held
+	// to some subjects of a stream (the filter is in the request's body,
+	// which no permission sees), so approvers read this stream, which
+	// holds nothing else, and never the audit stream itself.
+	ConfirmStream = "TOOLBUS_CONFIRMATIONS"
 	// CatalogBucket is the KV bucket holding the catalogue: its Tool
 	// entries in shards, one entry per line (internal/catalog says how).
 	CatalogBucket = "TOOLBUS_CATALOG"
@@ -185,10 +192,15 @@ const (
 	// sequence: readers that may not make a consumer of the bucket (the
 	// agents) follow it there (JetStream's RePublish).
 	CatalogLiveSubject = "toolbus.live.catalog"
+	// AllowlistLiveSubject + "." + key is where the bus republishes each
+	// change of the allowlist bucket, for readers that may not make a
+	// consumer of it (an approver's console follows it there).
+	AllowlistLiveSubject = "toolbus.live.allowlist"
 	// ServicesAPIPrefix is where a member in an account of its own (an
-	// agent, the MCP facade) sends the JetStream API requests it may
-	// send to the services account, which holds the streams: its own
-	// account's $JS.API is its own JetStream, which it has none of.
+	// agent, the MCP facade, an approver, an auditor) sends the
+	// JetStream API requests it may send to the services account, which
+	// holds the streams: its own account's $JS.API is its own
+	// JetStream, which it has none of.
 	ServicesAPIPrefix = "$JS.TOOLBUS.API"
 	// OutputBucket is the object store holding whole outputs that were too
 	// long for a result, named by invocation id.

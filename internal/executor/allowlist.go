@@ -46,11 +46,14 @@ func AwaitAllowlistBucket(ctx context.Context, js jetstream.JetStream) (jetstrea
 }
 
 // allowlistConfig is the allowlist bucket's; executors make or update it.
+// Its changes are republished for readers that may not make a consumer
+// of it (bus.Watch): an approver's console, in a fleet with identities.
 var allowlistConfig = jetstream.KeyValueConfig{
 	Bucket:      events.AllowlistBucket,
 	Description: "toolbus allowlist: approvals remembered fleet-wide",
 	History:     5,
 	Storage:     jetstream.FileStorage,
+	RePublish:   &jetstream.RePublish{Source: "$KV." + events.AllowlistBucket + ".>", Destination: events.AllowlistLiveSubject + ".>"},
 }
 
 // allowlist follows the bucket, so every executor of the fleet sees an
