@@ -208,6 +208,10 @@ func Permissions(role Role, name string) *server.Permissions {
 		p.respond()
 		p.jsInfo()
 		p.readStream(events.AuditStream)
+		// The ends of the checkpoint chain, which the bus keeps outside
+		// the stream (and alone writes): audit verify checks the stream
+		// against them.
+		p.readKV(events.AuditChainBucket)
 	case RoleAgent, RoleFacade:
 		// They live in accounts of their own: GrantOf.
 		return GrantOf(role, name).Permissions
