@@ -269,6 +269,39 @@ func TestAnUpgradedBusNumbersOnFromTheOldChain(t *testing.T) {
 	}
 }
 
+// Events that come while a checkpoint is made land before it in the
+// stream but are not in its range: the next checkpoint takes them, even
+// when that checkpoint is the stream's last message.
+func TestEventsDuringACheckpointAreInTheNext(t *testing.T) {
+	t.Parallel()
+	b := bustest.Start(t, "")
+	_, key, _ := ed25519.GenerateKey(rand.Reader)
+	pub := key.Public().(ed25519.PublicKey)
+	steps(t, b, 10)
+	// A checkpoint of #1..#10 made while #11..#15 came.
+	cp := &events.AuditCheckpoint{Header: events.Header{Sender: events.Identity{ID: "bus@test", Role: "bus"}}, Index: 1, From: 1, To: 10, Count: 10,
+		Digest: digest(t, b, 1, 10), Key: checkpoint.KeyID(pub)}
+	steps(t, b, 5)
+	events.Stamp(cp)
+	sign(t, cp, key)
+	data, err := events.Encode(cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.RecordOnce(context.Background(), b.Conn(), events.SubjectAuditCheckpoint, "slow-checkpoint", data); err != nil {
+		t.Fatal(err)
+	}
+	cpr := checkpoint.Start(b.Conn(), b.JetStream(), key, events.Identity{ID: "bus@test", Role: "bus"}, time.Hour, bustest.Quiet())
+	defer cpr.Stop()
+	next := takeCheckpoint(t, cpr)
+	if next.From != 11 || next.To != 16 || next.Index != 2 || next.Previous != cp.Digest {
+		t.Errorf("the next checkpoint: %+v", next)
+	}
+	if rep := verify(t, b, pub); !rep.OK() || rep.Checkpoints != 2 || rep.Unchecked != 1 {
+		t.Errorf("%+v", rep)
+	}
+}
+
 func sign(t *testing.T, cp *events.AuditCheckpoint, key ed25519.PrivateKey) {
 	t.Helper()
 	cp.Signature = base64.StdEncoding.EncodeToString(ed25519.Sign(key, cp.SignedText()))

@@ -299,8 +299,10 @@ func (c *Checkpointer) Checkpoint(ctx context.Context) (*events.AuditCheckpoint,
 	}
 	to := info.State.LastSeq
 	// Nothing since, or only the last checkpoint itself: a quiet bus gets
-	// no checkpoint of checkpoints.
-	if info.State.Msgs == 0 || to < from || to == inStreamSeq {
+	// no checkpoint of checkpoints. A checkpoint that is the stream's last
+	// message may still leave events before it to do: those that came
+	// while it was made.
+	if info.State.Msgs == 0 || to < from || from == to && to == inStreamSeq {
 		return nil, nil
 	}
 	d := newRangeDigest()
