@@ -325,8 +325,14 @@ func writeStory(w io.Writer, r *audit.Record) error {
 // oneLine is s with its whitespace collapsed, cut as firstLine cuts.
 func oneLine(s string, n int) string { return firstLine(strings.Join(strings.Fields(s), " "), n) }
 
-// errTampered is verify's failure: the report says what.
-var errTampered = errors.New("the audit stream does not match its checkpoints")
+// errTampered and errIncomplete are verify's failures: the report says
+// what. A trail that lost its start (or its latest checkpoints) is not
+// called tampered, since retention does that too, but it is not ok
+// either: nothing shows what the lost part held.
+var (
+	errTampered   = errors.New("the audit stream does not match its checkpoints")
+	errIncomplete = errors.New("the audit trail is not whole: part of it is no longer in the stream")
+)
 
 func auditVerify(args []string) error {
 	fs := flag.NewFlagSet("audit verify", flag.ContinueOnError)
@@ -357,8 +363,24 @@ func auditVerify(args []string) error {
 		for _, p := range rep.Problems {
 			fmt.Println("problem:", p)
 		}
-		if !rep.OK() {
+		if lost := rep.Lost(); lost != "" {
+			fmt.Println("lost:", lost)
+		}
+		if rep.ChainUnknown != "" {
+			fmt.Printf("chain head unknown: %s; a loss of the latest checkpoints would not show\n", rep.ChainUnknown)
+		}
+		switch {
+		case !rep.Intact():
 			return errTampered
+		case !rep.OK() && rep.Messages == 0:
+			fmt.Println("nothing remains to verify")
+			return errIncomplete
+		case !rep.OK():
+			fmt.Printf("what remains verifies: no sequence is missing from #%d on and every checkpoint left matches\n", rep.FirstSeq)
+			if rep.LostEvents[1] > 0 || rep.LostCheckpoints > 0 || rep.LostUncounted {
+				fmt.Println("(--since checks only what is left from a given time on)")
+			}
+			return errIncomplete
 		}
 		fmt.Println("ok: no sequence is missing and every checkpoint matches")
 		return nil

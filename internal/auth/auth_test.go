@@ -2,6 +2,8 @@ package auth_test
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -23,6 +25,7 @@ import (
 
 	"github.com/toolbus/toolbus/internal/approve"
 	"github.com/toolbus/toolbus/internal/audit"
+	"github.com/toolbus/toolbus/internal/audit/checkpoint"
 	"github.com/toolbus/toolbus/internal/auth"
 	"github.com/toolbus/toolbus/internal/builtin"
 	"github.com/toolbus/toolbus/internal/bus"
@@ -596,6 +599,28 @@ func TestAnAuditorOnlyReads(t *testing.T) {
 	if _, _, err := audit.Read(context.Background(), trent.JetStream(), audit.Query{}); err != nil {
 		t.Fatalf("the auditor's read: %v", err)
 	}
+
+	// The bus keeps the checkpoint chain's ends in a bucket of its own;
+	// the auditor verifies against them, and may not write them.
+	_, key, _ := ed25519.GenerateKey(rand.Reader)
+	cpr := checkpoint.Start(f.bus.Conn(), f.bus.JetStream(), key, events.Identity{ID: "bus", Role: "bus"}, time.Hour, bustest.Quiet())
+	defer cpr.Stop()
+	data, _ := events.Encode(&events.Step{Header: events.Header{Sender: events.Identity{ID: "bus"}}, InvocationID: "inv", Tool: "read_file", Step: "validated"})
+	f.bus.Conn().Publish(events.SubjectStep, data)
+	f.bus.Conn().Flush()
+	var cp *events.AuditCheckpoint
+	testkit.Eventually(t, "a checkpoint", func() bool {
+		cp, _ = cpr.Checkpoint(context.Background())
+		return cp != nil
+	})
+	rep, err := checkpoint.Verify(context.Background(), trent.JetStream(), time.Time{}, key.Public().(ed25519.PublicKey))
+	if err != nil || rep.Head == nil || rep.Head.Digest != cp.Digest || rep.ChainUnknown != "" {
+		t.Fatalf("the auditor's verify: %+v %v", rep, err)
+	}
+	head := "$KV." + events.AuditChainBucket + "." + checkpoint.HeadKey(checkpoint.KeyID(key.Public().(ed25519.PublicKey)))
+	nc.Publish(head, []byte(`{}`))
+	f.violated(t, "trent", "write the chain's head", head)
+	f.clean(t, "bus")
 }
 
 // The Go client connects as a member: its calls are the member's, proven,

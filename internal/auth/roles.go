@@ -151,6 +151,10 @@ func GrantOf(role Role, name string) Grant {
 		g.Services = []string{"$SRV.PING.>", "$SRV.INFO.>", "$JS.API.STREAM.MSG.GET." + events.AuditStream}
 		g.Services = append(g.Services, readByDirectGet(events.AuditStream)...)
 		g.Services = append(g.Services, readBuckets(events.CatalogBucket, events.PolicyBucket)...)
+		// The ends of the checkpoint chain, which the bus keeps outside
+		// the stream (and alone writes): audit verify checks the stream
+		// against them.
+		g.Services = append(g.Services, readBuckets(events.AuditChainBucket)...)
 	}
 	// The inboxes of an account of its own are its alone: no other
 	// account hears them, and answers come back into them through the

@@ -179,6 +179,15 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	}
 	n := &Node{Bus: b, srv: srv, opts: opts, authConfig: cfg.AuthConfig}
 	if key != nil {
+		// The chain's ends are kept beside the stream from the start:
+		// verify tells a bus that keeps them from one from before they
+		// were kept by the bucket being there.
+		if _, err := checkpoint.EnsureChainBucket(ctx, b.JetStream()); err != nil {
+			closeCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			b.Close(closeCtx) // and with it the server
+			return nil, err
+		}
 		n.checkpoints = checkpoint.Start(b.Conn(), b.JetStream(), key, cfg.Identity, cfg.CheckpointEvery, cfg.Logger)
 	}
 	return n, nil

@@ -9,8 +9,18 @@ import "strconv"
 // stream keeps it like any event; `toolbus audit verify` recomputes each
 // digest from the messages and checks each signature with the public key
 // it trusts, so a message removed or changed after its checkpoint shows.
+//
+// The stream's limits (age, bytes) evict its oldest messages, checkpoints
+// too, so the bus also keeps the chain's first and latest checkpoints in
+// AuditChainBucket, outside the stream: Index numbers the chain so that
+// verify can tell how much of it is gone.
 type AuditCheckpoint struct {
 	Header
+	// Index numbers the chain: 1 for the first checkpoint a bus makes
+	// (or the first after an upgrade from a bus that did not number
+	// them), one more for each after. 0 is a checkpoint from before
+	// checkpoints were numbered: its place is unknown.
+	Index uint64 `json:"index,omitempty"`
 	From  uint64 `json:"from"`
 	To    uint64 `json:"to"`
 	Count uint64 `json:"count"`
@@ -43,13 +53,23 @@ func (c *AuditCheckpoint) Validate() error {
 		return invalid(typ, "digest is not a hex SHA-256")
 	case c.Key == "" || c.Signature == "":
 		return invalid(typ, "unsigned")
+	case c.Index > 1 && c.Previous == "":
+		// Only the chain's first checkpoint may start it.
+		return invalid(typ, "checkpoint %d of the chain follows none", c.Index)
 	}
 	return nil
 }
 
 // SignedText is what Signature signs: every field but the signature, in a
-// fixed form.
+// fixed form. A numbered checkpoint signs a v2 text, which has the index;
+// one without an index keeps the v1 text it was signed with. Removing a
+// checkpoint's index changes the text's version, so its signature no
+// longer matches.
 func (c *AuditCheckpoint) SignedText() []byte {
-	return []byte("toolbus audit checkpoint v1\n" + c.Sender.ID + "\n" + c.Time.UTC().Format("2006-01-02T15:04:05.000000000Z") + "\n" +
-		strconv.FormatUint(c.From, 10) + "\n" + strconv.FormatUint(c.To, 10) + "\n" + strconv.FormatUint(c.Count, 10) + "\n" + c.Digest + "\n" + c.Previous + "\n" + c.Key + "\n")
+	version, index := "v1", ""
+	if c.Index > 0 {
+		version, index = "v2", strconv.FormatUint(c.Index, 10)+"\n"
+	}
+	return []byte("toolbus audit checkpoint " + version + "\n" + c.Sender.ID + "\n" + c.Time.UTC().Format("2006-01-02T15:04:05.000000000Z") + "\n" +
+		strconv.FormatUint(c.From, 10) + "\n" + strconv.FormatUint(c.To, 10) + "\n" + strconv.FormatUint(c.Count, 10) + "\n" + c.Digest + "\n" + c.Previous + "\n" + c.Key + "\n" + index)
 }

@@ -63,7 +63,7 @@ func examples() map[string]Envelope {
 		"hook_run_timed_out.json": &HookRun{Header: hdr("hk-2", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-1", Tool: "read_file",
 			Event: HookPost, AgentEvent: "AfterTool", Hook: "audit-log", Command: "node audit.js", File: ".gemini/settings.json",
 			Outcome: HookTimedOut, Message: "did not finish within 1m0s and was killed", DurationMillis: 61002},
-		"audit_checkpoint.json": &AuditCheckpoint{Header: hdr("ck-1", Identity{ID: "bus@dev-1", Role: "bus"}), From: 1, To: 5000, Count: 5000,
+		"audit_checkpoint.json": &AuditCheckpoint{Header: hdr("ck-1", Identity{ID: "bus@dev-1", Role: "bus"}), Index: 1, From: 1, To: 5000, Count: 5000,
 			Digest: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", Previous: "", Key: "3b1f0c2d9e8a7b6c", Signature: "c2lnbmF0dXJl"},
 		"step.json":           &Step{Header: hdr("st-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-1", Tool: "read_file", Step: "validated"},
 		"output_request.json": &OutputRequest{Header: hdr("out-1", agent), Name: "inv-3.part0"},
@@ -388,6 +388,35 @@ func TestHookRunValidate(t *testing.T) {
 				t.Fatalf("got %v, want ErrInvalid saying %q", err, tt.says)
 			}
 		})
+	}
+}
+
+// A checkpoint's index is signed; one without an index keeps the text it
+// was signed with before checkpoints were numbered, so old checkpoints
+// still verify; a numbered checkpoint past the first must follow one.
+func TestAuditCheckpointIndex(t *testing.T) {
+	t.Parallel()
+	cp := &AuditCheckpoint{Header: hdr("ck", Identity{ID: "bus@dev-1", Role: "bus"}), From: 1, To: 3, Count: 3,
+		Digest: strings.Repeat("a", 64), Key: "k", Signature: "s"}
+	const v1 = "toolbus audit checkpoint v1\nbus@dev-1\n2026-11-22T10:00:00.000000000Z\n1\n3\n3\n" +
+		"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n\nk\n"
+	if got := string(cp.SignedText()); got != v1 {
+		t.Errorf("the text of a checkpoint without an index changed:\n%q\nwant\n%q", got, v1)
+	}
+	cp.Index = 1
+	if got := string(cp.SignedText()); !strings.HasPrefix(got, "toolbus audit checkpoint v2\n") || !strings.HasSuffix(got, "\nk\n1\n") {
+		t.Errorf("a numbered checkpoint's text: %q", got)
+	}
+	if err := cp.Validate(); err != nil {
+		t.Errorf("the first checkpoint: %v", err)
+	}
+	cp.Index = 2
+	if err := cp.Validate(); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "follows none") {
+		t.Errorf("checkpoint 2 with no previous: %v", err)
+	}
+	cp.Previous = strings.Repeat("b", 64)
+	if err := cp.Validate(); err != nil {
+		t.Errorf("checkpoint 2: %v", err)
 	}
 }
 

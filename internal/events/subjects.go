@@ -217,6 +217,11 @@ const (
 	// RegistryStateBucket is the KV bucket where the registry keeps its own
 	// state (sequence counter, runtime enable/disable overrides).
 	RegistryStateBucket = "TOOLBUS_REGISTRY"
+	// AuditChainBucket is the KV bucket where the bus's owner keeps, per
+	// signing key, the first and the latest AuditCheckpoint of its chain
+	// (internal/audit/checkpoint), outside the audit stream whose limits
+	// may evict them. Only the bus writes it; auditors read it.
+	AuditChainBucket = "TOOLBUS_AUDIT_CHAIN"
 )
 
 // RegistryService is the NATS micro service name of the registry; its

@@ -127,7 +127,7 @@ func TestVerifyFindsWhatWasRemoved(t *testing.T) {
 	first := takeCheckpoint(t, cpr)
 	steps(t, b, 20)
 	second := takeCheckpoint(t, cpr)
-	if second.From != first.To+1 || second.Previous != first.Digest {
+	if second.From != first.To+1 || second.Previous != first.Digest || first.Index != 1 || second.Index != 2 {
 		t.Errorf("not chained: %+v then %+v", first, second)
 	}
 	if cp, err := cpr.Checkpoint(ctx); err != nil || cp != nil {
@@ -135,7 +135,7 @@ func TestVerifyFindsWhatWasRemoved(t *testing.T) {
 	}
 	steps(t, b, 5)
 	rep := verify(t, b, pub)
-	if !rep.OK() || rep.Checkpoints != 2 || rep.Unchecked != 6 {
+	if !rep.OK() || rep.Checkpoints != 2 || rep.Unchecked != 6 || rep.Head == nil || rep.Head.Digest != second.Digest {
 		t.Fatalf("a clean stream: %+v", rep)
 	}
 
