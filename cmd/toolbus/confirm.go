@@ -91,7 +91,7 @@ func runConfirm(args []string) error {
 	}
 	defer cli.Close(b)
 	ap, err := approve.Start(ctx, b.Conn(), b.JetStream(), approve.Config{
-		Identity: cli.ApproverIdentity(*as), Principal: b.Principal(), Logger: log})
+		Identity: cli.ApproverIdentity(*as), Principal: cli.ApproverPrincipal(b.Principal(), *natsURL, *as), Logger: log})
 	if err != nil {
 		return err
 	}

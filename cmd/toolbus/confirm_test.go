@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -202,7 +203,21 @@ type pendingCall struct {
 
 func startCall(t *testing.T, url, tool, args string, extra ...string) *pendingCall {
 	t.Helper()
-	return startCallWith(t, nil, url, tool, args, extra...)
+	return startCallWith(t, agentOf(url), url, tool, args, extra...)
+}
+
+// agents holds, by bus URL, the agent's seed of each `toolbus up` of
+// upForConfirm: its calls are the agent's, and the developer approves
+// them (nobody may approve a call they made).
+var agents sync.Map
+
+// agentOf is the environment that makes a command the agent of the up at
+// url; none for another bus.
+func agentOf(url string) []string {
+	if seed, ok := agents.Load(url); ok {
+		return []string{"TOOLBUS_IDENTITY=" + seed.(string)}
+	}
+	return nil
 }
 
 // startCallWith is startCall with env added to the command's environment.
@@ -250,14 +265,15 @@ func (c *pendingCall) wait(t *testing.T) int {
 }
 
 // upForConfirm runs `toolbus up` on a free port and returns its URL and
-// workspace.
+// workspace; startCall calls it as its agent.
 func upForConfirm(t *testing.T) (string, string) {
 	t.Helper()
-	ws := t.TempDir()
-	up := startDaemon(t, "toolbus", "up", "--listen", "127.0.0.1:0", "--data", t.TempDir(), "--workspace", ws)
+	ws, data := t.TempDir(), t.TempDir()
+	up := startDaemon(t, "toolbus", "up", "--listen", "127.0.0.1:0", "--data", data, "--workspace", ws)
 	url := busURL(t, up.waitLine(t, "bus:"))
 	up.waitLine(t, "Press Ctrl-C to stop.")
-	t.Cleanup(func() { up.stop(t) })
+	agents.Store(url, filepath.Join(data, "identities", "agent.nk"))
+	t.Cleanup(func() { up.stop(t); agents.Delete(url) })
 	return url, ws
 }
 
@@ -464,8 +480,7 @@ func TestConfirmRefusedApprover(t *testing.T) {
 	// A toolbus up of its own, on free ports and its own data.
 	t.Parallel()
 	url, ws := upForConfirm(t)
-	host, _ := os.Hostname()
-	self := startApprover(t, url, nil, "--as", "cli@"+host) // the id `toolbus call` calls as
+	self := startApprover(t, url, nil, "--as", "agent") // who startCall calls as
 	self.waitScreen("0 pending")
 	call := startCall(t, url, "write_file", `{"file_path":`+jsonString(ws+"/self.txt")+`,"content":"x\n"}`)
 	self.waitScreen("1 pending", "write_file")
@@ -545,9 +560,7 @@ func TestConfirmJSON(t *testing.T) {
 		}
 	}
 
-	// On toolbus up's host the command acts as its developer, whose
-	// proven name an approver goes by, whatever --as claims.
-	if ready := next("ready"); ready["approver"] != "developer" {
+	if ready := next("ready"); ready["approver"] != "approver:script" {
 		t.Fatalf("ready line: %v", ready)
 	}
 	call := startCall(t, url, "write_file", `{"file_path":`+jsonString(ws+"/script.txt")+`,"content":"by a script\n"}`)
@@ -570,7 +583,7 @@ func TestConfirmJSON(t *testing.T) {
 	if ack := next("ack"); ack["accepted"] != true || ack["invocationId"] != id {
 		t.Errorf("ack line: %v", ack)
 	}
-	if ans := next("answered"); ans["by"] != "developer" || ans["outcome"] != "proceed_once" {
+	if ans := next("answered"); ans["by"] != "approver:script" || ans["outcome"] != "proceed_once" {
 		t.Errorf("answered line: %v", ans)
 	}
 	if code := call.wait(t); code != 0 {

@@ -50,7 +50,7 @@ func runConsole(args []string) error {
 		return err
 	}
 	defer stopMetrics()
-	c, err := startConsole(ctx, b, *listen, *token, *as, log)
+	c, err := startConsole(ctx, b, cli.ApproverPrincipal(b.Principal(), *natsURL, *as), *listen, *token, *as, log)
 	if err != nil {
 		return err
 	}
@@ -67,9 +67,10 @@ type runningConsole struct {
 	server   *console.Server
 }
 
-// startConsole takes an approver's seat on b as the identity as and
-// serves the console over it on listen.
-func startConsole(ctx context.Context, b *bus.Bus, listen, token, as string, log *slog.Logger) (*runningConsole, error) {
+// startConsole takes an approver's seat on b as the identity as, proven
+// as principal ("" for a claim), and serves the console over it on
+// listen.
+func startConsole(ctx context.Context, b *bus.Bus, principal, listen, token, as string, log *slog.Logger) (*runningConsole, error) {
 	open := executor.OpenAllowlistBucket
 	if b.Principal() != "" {
 		open = executor.AwaitAllowlistBucket // an approver's identity reads it only
@@ -78,7 +79,7 @@ func startConsole(ctx context.Context, b *bus.Bus, listen, token, as string, log
 	if err != nil {
 		return nil, fmt.Errorf("console: the allowlist: %w", err)
 	}
-	a, err := approve.Start(ctx, b.Conn(), b.JetStream(), approve.Config{Identity: cli.ApproverIdentity(as), Principal: b.Principal(), Logger: log})
+	a, err := approve.Start(ctx, b.Conn(), b.JetStream(), approve.Config{Identity: cli.ApproverIdentity(as), Principal: principal, Logger: log})
 	if err != nil {
 		return nil, err
 	}

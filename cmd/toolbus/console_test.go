@@ -138,7 +138,7 @@ func TestConsoleCommand(t *testing.T) {
 		if auth != "" {
 			want = http.StatusOK
 		}
-		if resp.StatusCode != want || (want == http.StatusOK && !strings.Contains(string(body), `"approver":"developer"`)) {
+		if resp.StatusCode != want || (want == http.StatusOK && !strings.Contains(string(body), `"approver":"approver:grace"`)) {
 			t.Errorf("GET state with %q: status %d, body %s", auth, resp.StatusCode, body)
 		}
 	}

@@ -76,3 +76,15 @@ func loopbackAddr(raw string) (string, bool) {
 	}
 	return net.JoinHostPort(host, port), true
 }
+
+// ApproverPrincipal is the principal an approver command (confirm,
+// console) answers with: its connection's, except where it acts as the
+// developer of a `toolbus up` on this host, an admin, who may send as
+// anyone, and names another approver with --as: then that name is a
+// claim, judged unproven, as without identities.
+func ApproverPrincipal(principal, busURL, as string) string {
+	if as != "" && os.Getenv(IdentityEnv) == "" && os.Getenv("TOOLBUS_NATS_CREDS") == "" && developerSeed(busURL) != "" {
+		return ""
+	}
+	return principal
+}
