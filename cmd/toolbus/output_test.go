@@ -119,7 +119,8 @@ func TestParallelLargeReadsFromTheCommandLine(t *testing.T) {
 	ws := t.TempDir()
 	line := strings.Repeat("b", 9999) + "\n"
 	os.WriteFile(filepath.Join(ws, "big.txt"), []byte(strings.Repeat(line, 2000)), 0o644) // 20,000,000 bytes
-	up := startDaemon(t, "toolbus", "up", "--listen", "127.0.0.1:0", "--data", t.TempDir(), "--workspace", ws)
+	data := t.TempDir()
+	up := startDaemon(t, "toolbus", "up", "--listen", "127.0.0.1:0", "--data", data, "--workspace", ws)
 	url := busURL(t, up.waitLine(t, "bus:"))
 	up.waitLine(t, "Press Ctrl-C to stop.")
 
@@ -161,7 +162,9 @@ func TestParallelLargeReadsFromTheCommandLine(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	conn, err := bus.Connect(ctx, bus.Config{URL: url, Name: "audit-reader", Logger: bustest.Quiet()})
+	// As up's developer: a client with no identity is its agent, who
+	// may not read the audit stream.
+	conn, err := bus.Connect(ctx, bus.Config{URL: url, Name: "audit-reader", Logger: bustest.Quiet(), NkeyFile: filepath.Join(data, "identities", "developer.nk")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/identity"
 	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/fakegemini"
 	"github.com/toolbus/toolbus/internal/testkit/npmpeer"
@@ -304,6 +305,8 @@ type peerFleet struct {
 	natsURL  string
 	endpoint string
 	token    string
+	// developer is the seed of up's admin, who reads the audit stream.
+	developer string
 }
 
 // peerReadme is the workspace README's text, which read_file must return.
@@ -322,7 +325,9 @@ func startPeerFleet(t *testing.T) *peerFleet {
 	f := &peerFleet{token: "peer-token-" + strings.ReplaceAll(t.Name(), "/", "-")}
 	// startDaemon passes the test's environment on.
 	t.Setenv(mcpTokenEnv, f.token)
-	f.up = startDaemon(t, "toolbus", "up", "--listen", "127.0.0.1:0", "--data", t.TempDir(), "--workspace", ws,
+	data := t.TempDir()
+	f.developer = filepath.Join(data, "identities", "developer.nk")
+	f.up = startDaemon(t, "toolbus", "up", "--listen", "127.0.0.1:0", "--data", data, "--workspace", ws,
 		"--console", "off", "--mcp-listen", "127.0.0.1:0")
 	f.natsURL = busURL(t, f.up.waitLine(t, "bus:"))
 	line := f.up.waitLine(t, "mcp serve:")
@@ -345,7 +350,11 @@ func (f *peerFleet) stdio() []string {
 // the last one there when it is called.
 func (f *peerFleet) invocations(t *testing.T) []*events.Invocation {
 	t.Helper()
-	nc, err := nats.Connect(f.natsURL)
+	_, as, err := identity.Connect(f.developer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(f.natsURL, as...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -118,7 +118,7 @@ func GrantOf(role Role, name string) Grant {
 		// The catalogue, the state of the MCP servers and discovery
 		// commands behind it (toolbus tools list) and the pushed policy.
 		g.Services = append(g.Services, readBuckets(events.CatalogBucket, events.PolicyBucket, events.MCPStatusBucket, events.DiscoveryStatusBucket)...)
-		g.Streams = []string{events.CatalogLiveSubject + ".>"}
+		g.Streams = []string{events.CatalogLiveSubject + ".>", events.PolicyLiveSubject + ".>"}
 	case RoleApprover:
 		// It answers as itself, hears the confirmation subjects as they
 		// are sent and reads back those of the last day from the stream
@@ -308,9 +308,12 @@ func (p *perms) readStream(s string) {
 func (p *perms) readKV(buckets ...string) {
 	for _, b := range buckets {
 		p.readStream("KV_" + b)
-		if b == events.CatalogBucket {
-			// Where its changes are republished: bus.Watch.
+		// Where their changes are republished: bus.Watch.
+		switch b {
+		case events.CatalogBucket:
 			p.sub(events.CatalogLiveSubject + ".>")
+		case events.PolicyBucket:
+			p.sub(events.PolicyLiveSubject + ".>")
 		}
 	}
 }

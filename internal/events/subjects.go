@@ -196,6 +196,10 @@ const (
 	// change of the allowlist bucket, for readers that may not make a
 	// consumer of it (an approver's console follows it there).
 	AllowlistLiveSubject = "toolbus.live.allowlist"
+	// PolicyLiveSubject + "." + key is where the bus republishes each
+	// change of the policy bucket: a member that may not make a consumer
+	// of it (an agent's MCP facade) follows the pushed policy there.
+	PolicyLiveSubject = "toolbus.live.policy"
 	// ServicesAPIPrefix is where a member in an account of its own (an
 	// agent, the MCP facade, an approver, an auditor) sends the
 	// JetStream API requests it may send to the services account, which

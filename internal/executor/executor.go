@@ -318,6 +318,11 @@ func (e *Executor) follow(ctx context.Context) (err error) {
 	if e.rec, err = bus.NewRecorder(e.nc, e.log); err != nil {
 		return err
 	}
+	// The policy bucket republishes its changes, for those that follow
+	// it without a consumer; a bucket made before is brought to that.
+	if err := policy.EnsureBucket(ctx, e.js); err != nil {
+		return err
+	}
 	e.watcher, err = policy.Watch(ctx, e.js, policy.WatchConfig{Dir: e.cfg.PolicyDir, Current: e.cfg.Policy.Revision(),
 		Apply: e.SetPolicy, Report: e.reportPolicy, Logger: e.log})
 	return err

@@ -28,18 +28,33 @@ type Pushed struct {
 	At       time.Time `json:"at"`
 }
 
+// bucketConfig is the policy bucket's config. Its changes are
+// republished (events.PolicyLiveSubject) for those that follow it without
+// a consumer (bus.Watch).
+var bucketConfig = jetstream.KeyValueConfig{
+	Bucket:      events.PolicyBucket,
+	Description: "toolbus policy: the set pushed to the fleet, with its history",
+	History:     16,
+	Storage:     jetstream.FileStorage,
+	RePublish:   &jetstream.RePublish{Source: "$KV." + events.PolicyBucket + ".>", Destination: events.PolicyLiveSubject + ".>"},
+}
+
 // Bucket opens the policy bucket, and creates it if it is missing.
 func Bucket(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
-	kv, err := bus.OpenKeyValue(ctx, js, jetstream.KeyValueConfig{
-		Bucket:      events.PolicyBucket,
-		Description: "toolbus policy: the set pushed to the fleet, with its history",
-		History:     16,
-		Storage:     jetstream.FileStorage,
-	})
+	kv, err := bus.OpenKeyValue(ctx, js, bucketConfig)
 	if err != nil {
 		return nil, fmt.Errorf("policy bucket: %w", err)
 	}
 	return kv, nil
+}
+
+// EnsureBucket makes the policy bucket, or brings one made before to its
+// config (the republishing of its changes): an executor does at start.
+func EnsureBucket(ctx context.Context, js jetstream.JetStream) error {
+	if _, err := bus.EnsureKeyValue(ctx, js, bucketConfig); err != nil {
+		return fmt.Errorf("policy bucket: %w", err)
+	}
+	return nil
 }
 
 // Push compiles files and runs their Rego tests, and only if both pass
@@ -136,8 +151,10 @@ func Watch(ctx context.Context, js jetstream.JetStream, cfg WatchConfig) (*Watch
 	if err != nil {
 		return nil, err
 	}
-	wctx, end := context.WithCancel(context.Background())
-	watcher, err := kv.Watch(wctx, activeKey)
+	end := func() {}
+	// By direct get and the republished changes, not a consumer: the
+	// facade of an agent follows it too (bus.Watch).
+	watcher, err := bus.Watch(ctx, js, events.PolicyBucket, events.PolicyLiveSubject)
 	if err != nil {
 		end()
 		return nil, fmt.Errorf("policy: %w", err)
