@@ -1,10 +1,12 @@
 package bus
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,6 +25,11 @@ import (
 
 // ErrNoStream means the stream asked for is not on the bus.
 var ErrNoStream = errors.New("no such stream on the bus")
+
+// errTooManyResults is the server's refusal of a multi_last get that
+// matches more subjects than it answers at once (1024 in nats-server
+// 2.15), however it is paged.
+var errTooManyResults = errors.New("too many subjects for one multi-last get")
 
 // StoredMsg is one message of a stream, as direct get gives it.
 type StoredMsg struct {
@@ -54,6 +61,9 @@ func LastOfEach(ctx context.Context, js jetstream.JetStream, stream, filter stri
 			req["seq"], req["up_to_seq"] = from, upTo
 		}
 		page, eob, err := directGet(ctx, js, stream, req)
+		if errors.Is(err, errTooManyResults) && len(out) == 0 {
+			return lastOfEachByReading(ctx, js, stream, filter)
+		}
 		if err != nil {
 			return nil, 0, err
 		}
@@ -100,6 +110,8 @@ func directGet(ctx context.Context, js jetstream.JetStream, stream string, req a
 			return msgs, nil, nil
 		case "503":
 			return nil, nil, fmt.Errorf("%w: %s", ErrNoStream, stream)
+		case "413":
+			return nil, nil, fmt.Errorf("direct get of %s: %w", stream, errTooManyResults)
 		default:
 			return nil, nil, fmt.Errorf("direct get of %s: status %s %s", stream, status, m.Header.Get("Description"))
 		}
@@ -254,3 +266,24 @@ func (e *entry) Revision() uint64                { return e.revision }
 func (e *entry) Created() time.Time              { return e.created }
 func (e *entry) Delta() uint64                   { return 0 }
 func (e *entry) Operation() jetstream.KeyValueOp { return e.op }
+
+// lastOfEachByReading is LastOfEach for a filter that matches more
+// subjects than a multi_last get answers: every message under filter is
+// read (bus.Read), the last of each subject kept. A bucket that keeps
+// one value per key (the catalogue) costs the same either way.
+func lastOfEachByReading(ctx context.Context, js jetstream.JetStream, stream, filter string) ([]*StoredMsg, uint64, error) {
+	last := map[string]*StoredMsg{}
+	upTo, err := Read(ctx, js, stream, Range{Subjects: []string{filter}}, func(m *StoredMsg) error {
+		last[m.Subject] = m
+		return nil
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	out := make([]*StoredMsg, 0, len(last))
+	for _, m := range last {
+		out = append(out, m)
+	}
+	slices.SortFunc(out, func(a, b *StoredMsg) int { return cmp.Compare(a.Sequence, b.Sequence) })
+	return out, upTo, nil
+}
