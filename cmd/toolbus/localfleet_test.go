@@ -123,12 +123,15 @@ func TestLocalFleetScript(t *testing.T) {
 	call := func(url string, more ...string) (string, string, int) {
 		return toolbusWith(t, []string{agent}, append([]string{"call", "read_file", "--args", `{"file_path":"README.md"}`, "--nats", url}, more...)...)
 	}
-	if !testkit.Poll(2*time.Minute, func() bool {
-		_, _, code := call(node(2), "--workspace", "one")
-		return code == 0
-	}) {
-		logs, _ := os.ReadFile(filepath.Join(dir, "log", "executor1.log"))
-		t.Fatalf("no call succeeded through the fleet in two minutes; executor1:\n%s", logs)
+	// Each executor registers its workspace's tools once it is up, the
+	// second maybe seconds after the first.
+	for _, ws := range []string{"one", "two"} {
+		if !testkit.Poll(2*time.Minute, func() bool {
+			_, _, code := call(node(2), "--workspace", ws)
+			return code == 0
+		}) {
+			t.Fatalf("no call in workspace %s succeeded through the fleet in two minutes", ws)
+		}
 	}
 	// Every node takes calls, and each runs in the workspace it names,
 	// whichever executor took it.
@@ -256,10 +259,20 @@ func lostExecutor(t *testing.T, dir, agent string, node func(int) string) {
 	// Mid-call: the policy asked, and the call waits for an answer.
 	auditor := "TOOLBUS_IDENTITY=" + filepath.Join(dir, "identities", "auditor.nk")
 	var listed string
+	var ended *outcome
 	if !testkit.Poll(time.Minute, func() bool {
+		select {
+		case o := <-pending:
+			ended = &o
+			return true
+		default:
+		}
 		listed, _, _ = toolbusWith(t, []string{auditor}, "audit", "list", "--tool", "run_shell_command", "--verdict", "ASK_USER", "--json", "--nats", node(1))
 		return strings.Contains(strings.ReplaceAll(listed, " ", ""), `"outcome":"PENDING"`)
-	}) {
+	}) || ended != nil {
+		if ended != nil {
+			t.Fatalf("the shell call ended before it was confirmed: exit %d %s", ended.code, ended.errOut)
+		}
 		t.Fatalf("the shell call never waited for confirmation: %s", listed)
 	}
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
