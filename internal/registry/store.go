@@ -49,11 +49,21 @@ func openStore(ctx context.Context, js jetstream.JetStream) (*store, error) {
 // load reads what an earlier registry left on the bus.
 func (s *store) load(ctx context.Context, log *slog.Logger) ([]*events.Tool, State, error) {
 	var st State
-	cat, err := catalog.Load(ctx, s.js, log)
+	// A bucket just made in a cluster answers once its copies are
+	// placed: until then a read finds no responder, which is tried again.
+	var cat *catalog.Catalog
+	err := bus.RetryWhile(ctx, bus.Transient, func() (err error) {
+		cat, err = catalog.Load(ctx, s.js, log)
+		return err
+	})
 	if err != nil {
 		return nil, st, err
 	}
-	e, err := s.state.Get(ctx, stateKey)
+	var e jetstream.KeyValueEntry
+	err = bus.RetryWhile(ctx, bus.Transient, func() (err error) {
+		e, err = s.state.Get(ctx, stateKey)
+		return err
+	})
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 	case err != nil:
