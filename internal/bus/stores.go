@@ -52,7 +52,7 @@ func ensureAudit(ctx context.Context, js jetstream.JetStream, cfg Config, owner 
 	if s, err := js.Stream(ctx, events.AuditStream); err == nil && s.CachedInfo().Config.DenyDelete {
 		deny = true // once refused, for good: JetStream cannot take it back
 	}
-	_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	streamCfg := jetstream.StreamConfig{
 		Name:        events.AuditStream,
 		Description: "toolbus audit trail: every event under tool.>",
 		Subjects:    []string{events.SubjectAll},
@@ -66,7 +66,18 @@ func ensureAudit(ctx context.Context, js jetstream.JetStream, cfg Config, owner 
 		// Readers that may not make consumers (an auditor: internal/auth)
 		// read it by direct get (Read).
 		AllowDirect: true,
-	})
+	}
+	var err error
+	if owner {
+		_, err = js.CreateOrUpdateStream(ctx, streamCfg)
+	} else {
+		// Only made, never updated: the owner may have made it since
+		// it was looked up, with retention of its own.
+		_, err = js.CreateStream(ctx, streamCfg)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return ensureAudit(ctx, js, cfg, false)
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("audit stream %s: %w", events.AuditStream, err)
 	}
@@ -107,7 +118,7 @@ func ensureConfirmations(ctx context.Context, js jetstream.JetStream, copies int
 		// Where an existing stream's source started is its own.
 		source = s.CachedInfo().Config.Sources[0]
 	}
-	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	confirmCfg := jetstream.StreamConfig{
 		Name:        events.ConfirmStream,
 		Description: "toolbus confirmation requests and their ends, copied from " + events.AuditStream + " for approvers",
 		Sources:     []*jetstream.StreamSource{source},
@@ -117,7 +128,15 @@ func ensureConfirmations(ctx context.Context, js jetstream.JetStream, copies int
 		Discard:     jetstream.DiscardOld,
 		Replicas:    copies,
 		AllowDirect: true,
-	})
+	}
+	if owner {
+		_, err = js.CreateOrUpdateStream(ctx, confirmCfg)
+	} else {
+		_, err = js.CreateStream(ctx, confirmCfg)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			err = nil // made meanwhile, as its maker wanted it
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("confirmation stream %s: %w", events.ConfirmStream, err)
 	}
@@ -238,8 +257,10 @@ func RetryWhile(ctx context.Context, again func(error) bool, f func() error) err
 }
 
 // Transient reports an error a cluster gives while it settles: a request
-// no leader answered in time, or JetStream saying it is not available yet
-// (API error 10008). Such a request is worth sending again.
+// no leader answered in time or at all, or JetStream saying it is not
+// available yet (API error 10008). Such a request is worth sending
+// again; one that timed out may have been done, which the sender must
+// allow for.
 func Transient(err error) bool { return transient(err) }
 
 func transient(err error) bool {
@@ -248,6 +269,7 @@ func transient(err error) bool {
 		return true
 	}
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse) || // a publish no stream leader took
 		strings.Contains(err.Error(), "temporarily unavailable")
 }
 

@@ -3,6 +3,7 @@ package executor
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
@@ -78,23 +79,41 @@ var (
 // take marks principal's id as taken by the request body. It fails with
 // errIDReused when another request took it, errIDCopy when this same
 // request did, or with why the bucket could not say.
+//
+// The key's value is the request's SHA-256 and a nonce of this take: a
+// create whose acknowledgement was lost (a node lost, a leader being
+// elected) is tried again, and then finds its own value, which is no
+// copy.
 func (t *takenIDs) take(ctx context.Context, principal, id string, body []byte) error {
 	key := IDKey(principal, id)
 	sum := sha256.Sum256(body)
+	value := make([]byte, 0, len(sum)+takeNonce)
+	value = append(value, sum[:]...)
+	value = append(value, make([]byte, takeNonce)...)
+	_, _ = rand.Read(value[len(sum):]) // crypto/rand.Read never fails (Go 1.24)
 	ctx, cancel := context.WithTimeout(ctx, idWait)
 	defer cancel()
 	err := bus.RetryWhile(ctx, bus.Transient, func() error {
-		_, err := t.kv.Create(ctx, key, sum[:])
+		_, err := t.kv.Create(ctx, key, value)
 		return err
 	})
 	if !errors.Is(err, jetstream.ErrKeyExists) {
 		return err
 	}
-	if e, gerr := t.kv.Get(ctx, key); gerr == nil && bytes.Equal(e.Value(), sum[:]) {
+	e, gerr := t.kv.Get(ctx, key)
+	switch {
+	case gerr != nil:
+		return fmt.Errorf("taken, but not readable: %w", gerr)
+	case bytes.Equal(e.Value(), value):
+		return nil // this take's own create, acknowledged late
+	case bytes.HasPrefix(e.Value(), sum[:]):
 		return errIDCopy
 	}
 	return errIDReused
 }
+
+// takeNonce is the bytes of a take's nonce.
+const takeNonce = 16
 
 // takeID takes the call's id for it, or returns the stop that refuses the
 // call: the id is taken, or could not be checked (never run unchecked).
