@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
+	"github.com/toolbus/toolbus/internal/approve"
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/cli"
 	"github.com/toolbus/toolbus/internal/events"
@@ -182,16 +183,21 @@ func runAllowlist(args []string) error {
 			if len(rest) == 0 {
 				return usageError{errors.New("allowlist revoke takes the keys to revoke (see allowlist list)")}
 			}
-			for _, key := range rest {
-				if _, err := kv.Get(ctx, key); err != nil {
-					return fmt.Errorf("no allowlist entry %q", key)
+			// Through an executor, which records who revoked what.
+			reply, err := approve.Revoke(ctx, b.Conn(), cli.Identity("cli"), b.Principal(), rest)
+			if reply != nil {
+				for _, key := range reply.Revoked {
+					fmt.Println("revoked", key)
 				}
-				if err := kv.Delete(ctx, key); err != nil {
-					return err
+				if err == nil && len(reply.Unknown) > 0 {
+					quoted := make([]string, len(reply.Unknown))
+					for i, k := range reply.Unknown {
+						quoted[i] = strconv.Quote(k)
+					}
+					err = fmt.Errorf("no allowlist entry %s", strings.Join(quoted, ", "))
 				}
-				fmt.Println("revoked", key)
 			}
-			return nil
+			return err
 		}
 		return usageError{fmt.Errorf("allowlist: unknown sub-command %q", args[0])}
 	})

@@ -14,6 +14,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/browser"
 )
 
@@ -98,6 +99,30 @@ func TestConsoleThroughUp(t *testing.T) {
 	}
 	if data, err := os.ReadFile(filepath.Join(ws, "hello.txt")); string(data) != "hello from the agent\n" {
 		t.Errorf("hello.txt is %q (%v)", data, err)
+	}
+
+	// "Always" remembers the command; the console lists it, and a click
+	// revokes it: the console's approver may not write the allowlist,
+	// and asks an executor to.
+	shell := startBackground(t, "call", "run_shell_command", "--args", `{"command":"ls -la"}`, "--nats", nats)
+	run(chromedp.WaitVisible(chromedp.CSS(`article.request .always-btn`)))
+	run(chromedp.Click(chromedp.CSS(`article.request .always-btn`)))
+	select {
+	case err := <-shell.done:
+		if err != nil {
+			t.Fatalf("the call approved always: %v; %s", err, shell.stderr.String())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the call approved always did not return")
+	}
+	run(chromedp.WaitVisible(chromedp.CSS(`#allowlist button.revoke`)))
+	run(chromedp.Click(chromedp.CSS(`#allowlist button.revoke`)))
+	if !testkit.Poll(30*time.Second, func() bool {
+		out, _, code := toolbus(t, "allowlist", "list", "--json", "--nats", nats)
+		return code == 0 && strings.TrimSpace(out) == "[]"
+	}) {
+		out, errOut, _ := toolbus(t, "allowlist", "list", "--json", "--nats", nats)
+		t.Errorf("after the console's revoke, the allowlist: %s %s", out, errOut)
 	}
 	up.stop(t)
 }

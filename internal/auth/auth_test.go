@@ -1186,3 +1186,65 @@ func TestAnApproverFollowsTheAllowlist(t *testing.T) {
 		t.Fatalf("an admin's revoke, seen by the approver: %v", e)
 	}
 }
+
+// An approver, out of reach of the allowlist bucket, revokes a
+// remembered approval by asking an executor as itself; the trail says
+// who revoked it. An agent reaches no revoke subject, and an approver
+// only its own.
+func TestAnApproverRevokesThroughAnExecutor(t *testing.T) {
+	f := startFleet(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	admin := f.as(t, "admin")
+	kv, err := executor.OpenAllowlistBucket(ctx, admin.JetStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := events.AllowRecord{AllowEntry: events.AllowEntry{Scope: "tool", Tool: "write_file"}, By: "approver", For: "call-1", AddedAt: time.Now()}
+	data, err := json.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, rec.Key(), data); err != nil {
+		t.Fatal(err)
+	}
+
+	mallory := f.as(t, "mallory").Conn()
+	for _, as := range []string{"mallory", "approver"} {
+		if err := mallory.Publish(events.RevokeSubject(as), []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+		f.violated(t, "mallory", "revoke an approval as "+as, events.RevokeSubject(as))
+	}
+	if err := f.as(t, "eve").Conn().Publish(events.RevokeSubject("approver"), []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	f.violated(t, "eve", "revoke as another approver", events.RevokeSubject("approver"))
+	if _, err := kv.Get(ctx, rec.Key()); err != nil {
+		t.Fatalf("the entry is gone before anyone allowed revoked it: %v", err)
+	}
+
+	reply, err := f.approver.Revoke(ctx, rec.Key(), "0123")
+	if err != nil || !slices.Equal(reply.Revoked, []string{rec.Key()}) || !slices.Equal(reply.Unknown, []string{"0123"}) {
+		t.Fatalf("revoke: %+v %v", reply, err)
+	}
+	if _, err := kv.Get(ctx, rec.Key()); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Errorf("after the revoke, the entry: %v", err)
+	}
+	// The trail holds the request, under the approver's proven name.
+	var revoked *events.RevokeRequest
+	auditor := f.as(t, "auditor").JetStream()
+	if !testkit.Poll(20*time.Second, func() bool {
+		_, err := bus.Read(ctx, auditor, events.AuditStream, bus.Range{Subjects: []string{events.SubjectAllowlistRevoke + ".approver"}}, func(m *bus.StoredMsg) error {
+			revoked, err = events.Decode[events.RevokeRequest](m.Data)
+			return err
+		})
+		return err == nil && revoked != nil
+	}) {
+		t.Fatal("the revocation is not in the audit trail")
+	}
+	if revoked.Sender.ID != "approver" || !slices.Equal(revoked.Keys, []string{rec.Key(), "0123"}) {
+		t.Errorf("recorded revocation: %+v", revoked)
+	}
+	f.clean(t, "bus", "executor", "approver", "admin", "auditor")
+}

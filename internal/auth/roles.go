@@ -5,9 +5,10 @@
 //
 // The permissions are the design's contract: only executors take
 // invocations and publish results; only approvers answer confirmations;
-// only admins push policy or revoke the allowlist; only the registry
-// writes the catalogue; auditors read the audit stream and nothing else;
-// agents invoke, cancel their own calls and read the catalogue. Subjects
+// only admins push policy; only admins and approvers revoke the
+// allowlist (through an executor); only the registry writes the
+// catalogue; auditors read the audit stream and nothing else; agents
+// invoke, cancel their own calls and read the catalogue. Subjects
 // that bind a message to its sender carry the sender's name
 // (events.InvokeSubject, events.AnswerSubject, ...) and each identity may
 // publish them only with its own name, which makes the name proven.
@@ -125,9 +126,9 @@ func GrantOf(role Role, name string) Grant {
 		// that holds them and nothing else (events.ConfirmStream): the
 		// audit stream itself, whose direct get cannot be held to some
 		// of its subjects, is out of its reach. It reads the catalogue
-		// and the allowlist (a console shows and follows it; revoking is
-		// an admin's).
-		g.Services = []string{events.AnswerSubject(events.AnswerSubjectPrefix+"*", events.AnswerAsApprover, name),
+		// and the allowlist (a console shows and follows it), and
+		// revokes an entry by asking the executors, as itself.
+		g.Services = []string{events.AnswerSubject(events.AnswerSubjectPrefix+"*", events.AnswerAsApprover, name), events.RevokeSubject(name),
 			// Not $SRV.PING.>: the services account imports this
 			// account's own ping (below), and an import each way on
 			// subjects that meet would be a cycle, which the server
@@ -239,7 +240,7 @@ func Permissions(role Role, name string) *server.Permissions {
 		p.sub(events.InvokeSubject("*"), events.InvokeBatchSubject("*"), events.ExecSubjectPrefix+"*",
 			events.Request(events.SubjectCancel), events.CancelSubject("*"), events.ClaimAllSubject, events.ClaimSubjectPrefix+"*",
 			events.AnswerSubjectPrefix+">", events.Request(events.SubjectDiscoverPrefix+"*"), events.Request(events.SubjectMCPDiscoverPrefix+"*"), "$SRV.>",
-			events.OutputSubject("*"), events.SubjectOutputPrefix+"*.answer.*", events.CallerRecordSubject("*"),
+			events.OutputSubject("*"), events.SubjectOutputPrefix+"*.answer.*", events.CallerRecordSubject("*"), events.RevokeSubject("*"),
 			events.SubjectCatalogChanged) // to hear that the registry took it for lost
 		// Results, heartbeats and progress go to the callers' inboxes,
 		// many per call: an executor may publish to any inbox of the
@@ -249,6 +250,7 @@ func Permissions(role Role, name string) *server.Permissions {
 			// The records of the requests it takes.
 			events.SubjectInvoke+".*", events.SubjectInvokeBatch+".*", events.SubjectCancel, events.SubjectCancel+".*",
 			events.SubjectDiscoverPrefix+"*", events.SubjectMCPDiscoverPrefix+"*",
+			events.SubjectAllowlistRevoke+".*",
 			events.SubjectResult, events.CallerResultSubject("*"), events.SubjectDecision, events.SubjectStep, events.SubjectHook, events.SubjectProgressPrefix+">",
 			events.SubjectConfirm, events.SubjectConfirmAnswered, events.SubjectConfirmRejected, events.SubjectConfirmClosed,
 			events.ExecSubjectPrefix+"*", events.ClaimAllSubject, events.ClaimSubjectPrefix+"*",

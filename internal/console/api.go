@@ -10,8 +10,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolbus/toolbus/internal/approve"
 	"github.com/toolbus/toolbus/internal/events"
 )
@@ -223,16 +221,15 @@ func (s *Server) revoke(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
-	if _, err := s.cfg.Allowlist.Get(ctx, body.Key); err != nil {
-		if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
-			writeError(w, http.StatusNotFound, fmt.Sprintf("no allowlist entry %q", body.Key))
-			return
-		}
+	// The console's approver may not write the bucket: it asks the
+	// executors, as itself, and the trail records who revoked.
+	reply, err := s.cfg.Approver.Revoke(ctx, body.Key)
+	switch {
+	case err != nil:
 		writeError(w, http.StatusBadGateway, err.Error())
 		return
-	}
-	if err := s.cfg.Allowlist.Delete(ctx, body.Key); err != nil {
-		writeError(w, http.StatusBadGateway, err.Error())
+	case len(reply.Revoked) == 0:
+		writeError(w, http.StatusNotFound, fmt.Sprintf("no allowlist entry %q", body.Key))
 		return
 	}
 	s.log.Info("console: revoked an allowlist entry", "key", body.Key)

@@ -46,3 +46,59 @@ func (r AllowRecord) Key() string {
 	}
 	return hex.EncodeToString(h.Sum(nil)[:12])
 }
+
+// SubjectAllowlistRevoke + "." + principal carries RevokeRequest
+// (request; see RevokeSubject): an executor deletes the entries and
+// records the request, so the trail says who revoked what.
+const SubjectAllowlistRevoke = "tool.allowlist.revoke"
+
+// RevokeSubject is where principal asks for remembered approvals to be
+// revoked. Only those who may revoke reach it: an approver imports its
+// own, in an account of its own; in the services account only admins
+// may send to it.
+func RevokeSubject(principal string) string {
+	return Request(SubjectAllowlistRevoke + "." + principalToken(principal))
+}
+
+// RevokeRequest asks for allowlist entries (AllowRecord.Key) to be
+// deleted.
+type RevokeRequest struct {
+	Header
+	Keys []string `json:"keys"`
+}
+
+// EnvelopeType implements Envelope.
+func (*RevokeRequest) EnvelopeType() string { return "tool.allowlist.revoke" }
+
+// MaxRevokeKeys bounds the keys of one RevokeRequest.
+const MaxRevokeKeys = 1024
+
+// Validate implements Envelope.
+func (r *RevokeRequest) Validate() error {
+	if err := r.validate(); err != nil {
+		return err
+	}
+	if len(r.Keys) == 0 {
+		return invalid(r.EnvelopeType(), "keys is empty")
+	}
+	if len(r.Keys) > MaxRevokeKeys {
+		return invalid(r.EnvelopeType(), "%d keys; at most %d in one request", len(r.Keys), MaxRevokeKeys)
+	}
+	return nil
+}
+
+// RevokeReply answers a RevokeRequest: the keys revoked, and those the
+// allowlist did not hold. Error says why nothing more was done.
+type RevokeReply struct {
+	Header
+	RequestID string   `json:"requestId"`
+	Revoked   []string `json:"revoked,omitempty"`
+	Unknown   []string `json:"unknown,omitempty"`
+	Error     string   `json:"error,omitempty"`
+}
+
+// EnvelopeType implements Envelope.
+func (*RevokeReply) EnvelopeType() string { return "tool.allowlist.revoke.reply" }
+
+// Validate implements Envelope.
+func (r *RevokeReply) Validate() error { return r.validate() }

@@ -67,6 +67,8 @@ func examples() map[string]Envelope {
 			Digest: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", Previous: "", Key: "3b1f0c2d9e8a7b6c", Signature: "c2lnbmF0dXJl"},
 		"step.json":           &Step{Header: hdr("st-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-1", Tool: "read_file", Step: "validated"},
 		"output_request.json": &OutputRequest{Header: hdr("out-1", agent), Name: "inv-3.part0"},
+		"revoke_request.json": &RevokeRequest{Header: hdr("rv-1", Identity{ID: "approver:ada", Role: "approver", User: "ada"}), Keys: []string{"4f1c2a9be07d3e5a61c08b2f"}},
+		"revoke_reply.json":   &RevokeReply{Header: hdr("rv-2", Identity{ID: "executor@dev-1", Role: "executor"}), RequestID: "rv-1", Revoked: []string{"4f1c2a9be07d3e5a61c08b2f"}, Unknown: []string{"0000"}},
 		"cancel.json":         &CancelRequest{Header: hdr("cx-1", Identity{ID: "cli@dev-1", Role: "cli"}), InvocationID: "inv-2", Reason: "taking too long"},
 		// A caller that stopped waiting: it publishes the call's terminal
 		// result itself, and the executor's result comes Late.
@@ -247,6 +249,8 @@ func FuzzDecode(f *testing.F) {
 		check(Decode[CancelRequest](data))
 		check(Decode[HookRun](data))
 		check(Decode[OutputRequest](data))
+		check(Decode[RevokeRequest](data))
+		check(Decode[RevokeReply](data))
 		if tool, err := DecodeTool(data); err == nil {
 			again, err := json.Marshal(tool)
 			if err != nil {
@@ -305,6 +309,10 @@ func decodeAs(e Envelope, data []byte) (Envelope, error) {
 		return Decode[HookRun](data)
 	case *OutputRequest:
 		return Decode[OutputRequest](data)
+	case *RevokeRequest:
+		return Decode[RevokeRequest](data)
+	case *RevokeReply:
+		return Decode[RevokeReply](data)
 	}
 	panic("decodeAs: unknown envelope")
 }

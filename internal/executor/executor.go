@@ -344,6 +344,7 @@ func (e *Executor) subscribe() error {
 		{events.OutputSubject("*"), queueGroup, e.handleOutputRead},
 		{events.OutputAnswerSubject("*", e.id.ID), "", e.handleOutputAnswer},
 		{events.CallerRecordSubject("*"), queueGroup, e.handleCallerRecord},
+		{events.RevokeSubject("*"), queueGroup, e.handleRevoke},
 	}
 	for _, h := range handlers {
 		sub, err := e.nc.QueueSubscribe(h.subject, h.queue, h.handle)
