@@ -34,10 +34,13 @@ func httpGet(t *testing.T, url string) (int, string) {
 }
 
 // freeRun finds n consecutive free loopback ports and returns the first.
+// They are below Linux's ephemeral range (32768 on), where the kernel
+// picks the local ports of outgoing connections: a port found free there
+// is taken by some test's connection before the script listens on it.
 func freeRun(t *testing.T, n int) int {
 	t.Helper()
 	for range 100 {
-		base := 20000 + rand.IntN(40000)
+		base := 10000 + rand.IntN(22000)
 		ok := true
 		for i := range n {
 			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(base+i))
@@ -205,6 +208,8 @@ func TestLocalFleetScript(t *testing.T) {
 	if served < 4 {
 		t.Errorf("the executors' metrics count %v read_file calls; at least 4 were made", served)
 	}
+	ids := func(name string) string { return filepath.Join(dir, "identities", name+".nk") }
+	attackAsConfinedMembers(t, node(1), "one", ids("agent"), ids("auditor"), ids("approver"), "", []string{"TOOLBUS_IDENTITY=" + ids("admin")})
 	lostExecutor(t, dir, agent, node)
 	lostNode(t, dir, node)
 	restartEverything(t, dir, agent, node, script)

@@ -68,6 +68,9 @@ func TestUpHasIdentities(t *testing.T) {
 	if out, errOut, code := toolbus(t, "policy", "push", "../../policy", "--nats", url); code != 0 || !strings.Contains(out, "pushed sha256:") {
 		t.Errorf("the developer's push: exit %d %s %s", code, out, errOut)
 	}
+	// What a review found the agent, the auditor and the console's
+	// approver could do: each is refused, and nothing changes.
+	attackAsConfinedMembers(t, url, "", "", filepath.Join(ids, "auditor.nk"), filepath.Join(ids, "console.nk"), filepath.Join(data, "audit-signing.pub"), nil)
 	up.stop(t)
 
 	// Started again, it keeps its identities.
