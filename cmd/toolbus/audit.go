@@ -18,14 +18,17 @@ import (
 	"github.com/toolbus/toolbus/internal/audit/checkpoint"
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/cli"
+	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/redact"
 )
 
 func runAudit(args []string) error {
 	if len(args) == 0 {
-		return usageError{errors.New("audit: want list, show, export, tail, verify or whatif")}
+		return usageError{errors.New("audit: want list, show, export, tail, verify, whatif or init")}
 	}
 	switch args[0] {
+	case "init":
+		return auditInit(args[1:])
 	case "list":
 		return auditList(args[1:], false)
 	case "export":
@@ -39,7 +42,35 @@ func runAudit(args []string) error {
 	case "whatif":
 		return auditWhatIf(args[1:])
 	}
-	return usageError{fmt.Errorf("audit: unknown sub-command %q (want list, show, export, tail, verify or whatif)", args[0])}
+	return usageError{fmt.Errorf("audit: unknown sub-command %q (want list, show, export, tail, verify, whatif or init)", args[0])}
+}
+
+// auditInit makes the audit stream on a NATS deployment with no toolbus
+// bus node, where no part may: every member but an admin leaves it to
+// the bus (docs/security.md, "On a NATS deployment of your own").
+func auditInit(args []string) error {
+	fs := flag.NewFlagSet("audit init", flag.ContinueOnError)
+	natsURL := cli.NATSFlag(fs)
+	maxAge := fs.Duration("max-age", 0, "keep audit events this long (0: until --max-bytes is reached)")
+	maxBytes := fs.Int64("max-bytes", 0, "keep at most this many bytes of audit events, dropping the oldest (0: 1 GiB)")
+	replicas := fs.Int("replicas", 0, "copies the cluster keeps of the audit stream (0: 3 when the connection knows of 3 servers, else 1)")
+	if _, err := parse(fs, args); err != nil {
+		return err
+	}
+	if *maxAge < 0 || *maxBytes < 0 || *replicas < 0 {
+		return usageError{errors.New("audit init: --max-age, --max-bytes and --replicas cannot be negative")}
+	}
+	return withBus(*natsURL, "toolbus-audit-init", func(ctx context.Context, b *bus.Bus) error {
+		copies := *replicas
+		if copies == 0 && len(b.Conn().Servers()) >= 3 {
+			copies = 3
+		}
+		if err := bus.EnsureAudit(ctx, b.JetStream(), bus.Config{AuditMaxAge: *maxAge, AuditMaxBytes: *maxBytes, Replicas: copies}); err != nil {
+			return err
+		}
+		fmt.Printf("audit stream ready: %s (and %s for approvers)\n", events.AuditStream, events.ConfirmStream)
+		return nil
+	})
 }
 
 // auditFlags are the flags every audit command shares.

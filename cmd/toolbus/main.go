@@ -48,6 +48,8 @@ Usage:
   toolbus audit export [--since D|T] [--format jsonl]   one invocation a line, for a SIEM
   toolbus audit tail [filters] [--json]               invocations as they end, live
   toolbus audit verify [--since D|T] [--key FILE]      no event missing, every signed checkpoint matching
+  toolbus audit init [--max-age D] [--max-bytes N] [--replicas N]
+      make the audit stream on a NATS deployment with no toolbus bus node (as an admin)
   toolbus audit whatif --policy DIR [--since D|T] [filters] [--json] [--fail-on-change]
       judge the recorded calls again under DIR's policy, executing nothing: which decisions would change
   toolbus version

@@ -57,8 +57,14 @@ type daemon struct {
 
 func startDaemon(t *testing.T, name string, args ...string) *daemon {
 	t.Helper()
+	return startDaemonWith(t, nil, name, args...)
+}
+
+// startDaemonWith is startDaemon with env added to the environment.
+func startDaemonWith(t *testing.T, env []string, name string, args ...string) *daemon {
+	t.Helper()
 	d := &daemon{cmd: exec.Command(bin(name), args...), lines: make(chan string, 100), done: make(chan error, 1)}
-	d.cmd.Env = append(os.Environ(), "TOOLBUS_NATS=")
+	d.cmd.Env = append(append(os.Environ(), "TOOLBUS_NATS="), env...)
 	out, err := d.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

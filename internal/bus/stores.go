@@ -14,6 +14,40 @@ import (
 	"github.com/toolbus/toolbus/internal/events"
 )
 
+// EnsureAudit makes the audit stream, and the stream of its confirmation
+// subjects, to cfg's retention and copies, or updates them to it: what
+// the bus node does at its start, for a NATS deployment with no toolbus
+// bus node (`toolbus audit init`). It needs an admin's permissions.
+func EnsureAudit(ctx context.Context, js jetstream.JetStream, cfg Config) error {
+	return ensureAudit(ctx, js, cfg, true)
+}
+
+// AwaitAudit waits, as long as ctx lets it, for the audit stream to be
+// there, saying every 5 s on log what is missing: a part whose events
+// would go nowhere does not start. A toolbus bus node makes the stream
+// at its start; on a NATS deployment with none, an admin does, once.
+func AwaitAudit(ctx context.Context, js jetstream.JetStream, log *slog.Logger) error {
+	warned := time.Now()
+	for {
+		_, err := js.Stream(ctx, events.AuditStream)
+		switch {
+		case err == nil:
+			return nil
+		case !errors.Is(err, jetstream.ErrStreamNotFound) && !transient(err):
+			return fmt.Errorf("audit stream %s: %w", events.AuditStream, err)
+		case time.Since(warned) > 5*time.Second:
+			log.Warn("no audit stream on this bus yet: a toolbus bus node makes it, or an admin with `toolbus audit init` on a NATS deployment with none",
+				"stream", events.AuditStream, "err", err)
+			warned = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("audit stream %s: %w (last: %v)", events.AuditStream, ctx.Err(), err)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
 // ensureAudit creates the stream that keeps every event, or, for the bus's
 // owner (the process that runs the server), updates it to cfg's retention.
 // A part that only connects leaves an existing stream as it is: its own

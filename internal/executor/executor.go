@@ -290,6 +290,10 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 // store, the allowlist, the catalogue, the recorder of its events and the
 // policy pushed to the fleet (closeFollowers closes them).
 func (e *Executor) follow(ctx context.Context) (err error) {
+	// Every call is recorded: with no audit stream, none is taken.
+	if err := bus.AwaitAudit(ctx, e.js, e.log); err != nil {
+		return fmt.Errorf("executor: %w", err)
+	}
 	// nats.go makes an object store's stream with DiscardNew: a full store
 	// refuses the chunks of a new object (and Put removes those it took)
 	// instead of dropping the oldest chunks, which would corrupt objects
