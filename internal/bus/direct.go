@@ -138,6 +138,14 @@ func apiPrefix(js jetstream.JetStream) string {
 // change as the bucket republishes it on live + "." + key, which only
 // those stored after the values read are taken from. ctx bounds the
 // first read; Stop ends the watch.
+//
+// A republished change is a plain message: one sent while the
+// connection reconnects, or while a starting cluster's routes carry no
+// interest yet, is lost, and the first read may come from a copy that
+// lags. So every WatchCatchUp the watch also reads what the bucket holds
+// after the last change it gave, and gives what it missed, in order: a
+// revoked approval or a pushed policy reaches every reader within
+// seconds, whatever the bus went through.
 func Watch(ctx context.Context, js jetstream.JetStream, bucket, live string) (jetstream.KeyWatcher, error) {
 	nc := js.Conn()
 	w := &directWatcher{updates: make(chan jetstream.KeyValueEntry, 256), stopped: make(chan struct{})}
@@ -165,7 +173,8 @@ func Watch(ctx context.Context, js jetstream.JetStream, bucket, live string) (je
 		sub.Unsubscribe()
 		return nil, err
 	}
-	msgs, upTo, err := LastOfEach(ctx, js, "KV_"+bucket, "$KV."+bucket+".>")
+	stream, filter := "KV_"+bucket, "$KV."+bucket+".>"
+	msgs, upTo, err := LastOfEach(ctx, js, stream, filter)
 	if err != nil {
 		sub.Unsubscribe()
 		return nil, err
@@ -185,10 +194,24 @@ func Watch(ctx context.Context, js jetstream.JetStream, bucket, live string) (je
 		if !w.send(nil) {
 			return
 		}
+		tick := time.NewTicker(WatchCatchUp)
+		defer tick.Stop()
 		for {
 			select {
 			case <-w.stopped:
 				return
+			case <-tick.C:
+				missed, err := readAfter(js, stream, filter, upTo, w.stopped)
+				if err != nil {
+					continue // the bus is away: the next tick reads again
+				}
+				for _, m := range missed {
+					upTo = m.Sequence
+					if !w.send(entryOf(bucket, strings.TrimPrefix(m.Subject, "$KV."+bucket+"."), m.Sequence, m.Time, m.Header, m.Data)) {
+						return
+					}
+				}
+				continue
 			case <-changes:
 			}
 			mu.Lock()
@@ -209,6 +232,30 @@ func Watch(ctx context.Context, js jetstream.JetStream, bucket, live string) (je
 		}
 	}()
 	return w, nil
+}
+
+// WatchCatchUp is how often a Watch reads what its bucket holds beyond
+// the last change it gave.
+var WatchCatchUp = 2 * time.Second
+
+// readAfter reads the messages of stream under filter after sequence
+// upTo, in order, until stop is closed or pageWait passes.
+func readAfter(js jetstream.JetStream, stream, filter string, upTo uint64, stop <-chan struct{}) ([]*StoredMsg, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), pageWait)
+	defer cancel()
+	go func() {
+		select {
+		case <-stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	var missed []*StoredMsg
+	_, err := Read(ctx, js, stream, Range{From: upTo + 1, Subjects: []string{filter}}, func(m *StoredMsg) error {
+		missed = append(missed, m)
+		return nil
+	})
+	return missed, err
 }
 
 type directWatcher struct {

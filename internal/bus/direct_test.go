@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -48,5 +49,66 @@ func TestLastOfEachBeyondWhatOneGetAnswers(t *testing.T) {
 		if want := map[bool]string{true: "second", false: "first"}[m.Sequence > keys]; string(m.Data) != want {
 			t.Errorf("%s holds %q, want %q", m.Subject, m.Data, want)
 		}
+	}
+}
+
+// A change whose republished copy never reaches a watcher (sent while
+// its connection reconnected, say) reaches it all the same: the watch
+// reads what the bucket holds after the last change it gave. Here the
+// watcher listens where nothing is republished, so only that read can
+// bring the changes: a put, and a delete.
+func TestWatchCatchesUpWithWhatItMissed(t *testing.T) {
+	defer func(d time.Duration) { bus.WatchCatchUp = d }(bus.WatchCatchUp)
+	bus.WatchCatchUp = 50 * time.Millisecond
+	b := bustest.Start(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	kv, err := b.JetStream().CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "MISSED", History: 1,
+		RePublish: &jetstream.RePublish{Source: "$KV.MISSED.>", Destination: "live.missed.>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.PutString(ctx, "a", "1"); err != nil {
+		t.Fatal(err)
+	}
+	reader := bustest.Connect(t, b)
+	w, err := bus.Watch(ctx, reader.JetStream(), "MISSED", "nowhere")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	next := func() jetstream.KeyValueEntry {
+		t.Helper()
+		select {
+		case e := <-w.Updates():
+			return e
+		case <-ctx.Done():
+			t.Fatal("no update")
+			return nil
+		}
+	}
+	if e := next(); e == nil || e.Key() != "a" || string(e.Value()) != "1" {
+		t.Fatalf("first entry %v", e)
+	}
+	if e := next(); e != nil {
+		t.Fatalf("want the end of the initial values, got %v", e)
+	}
+	if _, err := kv.PutString(ctx, "b", "2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Delete(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if e := next(); e.Key() != "b" || string(e.Value()) != "2" || e.Operation() != jetstream.KeyValuePut {
+		t.Errorf("the missed put: %s %q %v", e.Key(), e.Value(), e.Operation())
+	}
+	if e := next(); e.Key() != "a" || e.Operation() != jetstream.KeyValueDelete {
+		t.Errorf("the missed delete: %s %v", e.Key(), e.Operation())
+	}
+	// Given once: a later read brings nothing again.
+	select {
+	case e := <-w.Updates():
+		t.Errorf("a change given twice: %s %v", e.Key(), e.Operation())
+	case <-time.After(10 * bus.WatchCatchUp):
 	}
 }
