@@ -33,7 +33,7 @@ for g in "${groups[@]}"; do
 			internal/executor/decisions.go
 		mutate -test ./internal/executor/ -run 'TestAgentUser|TestAProvenAgent|TestConfirmationOutcomes|TestCallerConfirms|TestModifyWithEditor|TestHugeEdit|TestProceedAlways' \
 			internal/executor/confirm.go
-		mutate -test ./internal/executor/ -run 'TestRemembered|TestProceedAlways|TestHardLinkToAKey|TestAnExecutorTrusts|TestARevokedApproval' \
+		mutate -test ./internal/executor/ -run 'TestRemembered|TestProceedAlways|TestHardLinkToAKey|TestAnExecutorTrusts|TestARevokedApproval|TestAllowlist' \
 			internal/executor/allowlist.go ;;
 	audit)
 		mutate -test ./internal/audit/ internal/audit/join.go ;;
