@@ -35,7 +35,7 @@ func waiting(ex *Executor) (calls, principals int) {
 // agent that sends call after call the policy asks about cannot make its
 // approvers hold more than MaxPendingPerCaller questions; the next one is
 // refused at once, and as questions are answered it may ask again, never
-// more than the bound at a time.
+// more than the bound at a time, or when one is cancelled.
 func TestQuestionsWaitingAreBoundedPerCaller(t *testing.T) {
 	const bound = 2
 	e := newEnv(t, func(c *Config) { c.MaxPendingPerCaller, c.ConfirmTimeout = bound, time.Minute })
@@ -85,7 +85,14 @@ func TestQuestionsWaitingAreBoundedPerCaller(t *testing.T) {
 	third := ask("3.md")
 	refused("two waiting again")
 	answered(second)
-	answered(third)
+	// A question its caller gives up on ends the wait, cancelled, and
+	// frees its place.
+	if err := e.client.Cancel(context.Background(), third.InvocationID, "changed my mind"); err != nil {
+		t.Fatal(err)
+	}
+	if res := <-results; errType(res) != events.ErrCancelled || !strings.Contains(res.LLMContent, "cancelled while waiting for confirmation") {
+		t.Errorf("a call cancelled while waiting: %s %q", errType(res), res.LLMContent)
+	}
 	if calls, principals := waiting(e.exec); calls != 0 || principals != 0 {
 		t.Errorf("every call answered: %d calls of %d principals still counted", calls, principals)
 	}
