@@ -31,9 +31,9 @@ for g in "${groups[@]}"; do
 	executor)
 		mutate -test ./internal/executor/ -run 'TestDecisionCache|TestACachedAllow|TestAClaimNever|TestHardLinkToAKey|TestEveryDecisionIsRecorded' \
 			internal/executor/decisions.go
-		mutate -test ./internal/executor/ -run 'TestAgentUser|TestAProvenAgent|TestConfirmationOutcomes|TestCallerConfirms|TestModifyWithEditor|TestHugeEdit|TestProceedAlways' \
+		mutate -test ./internal/executor/ -run 'TestAgentUser|TestAProvenAgent|TestConfirmationOutcomes|TestCallerConfirms|TestModifyWithEditor|TestHugeEdit|TestProceedAlways|TestQuestion' \
 			internal/executor/confirm.go
-		mutate -test ./internal/executor/ -run 'TestRemembered|TestProceedAlways|TestHardLinkToAKey|TestAnExecutorTrusts|TestARevokedApproval' \
+		mutate -test ./internal/executor/ -run 'TestRemembered|TestProceedAlways|TestHardLinkToAKey|TestAnExecutorTrusts|TestARevokedApproval|TestAllowlist' \
 			internal/executor/allowlist.go ;;
 	audit)
 		mutate -test ./internal/audit/ internal/audit/join.go ;;

@@ -174,3 +174,27 @@ func TestReadsAreBounded(t *testing.T) {
 		t.Errorf("read_many_files:\n%s", out.LLMContent)
 	}
 }
+
+// TestAWriteCutShortIsAnError: a write the kernel refuses part of (here
+// past the file size limit; a full disk alike) fails the call, and is
+// never reported as written.
+func TestAWriteCutShortIsAnError(t *testing.T) {
+	ws, _ := newWorkspace(t)
+	var was syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_FSIZE, &was); err != nil {
+		t.Fatal(err)
+	}
+	// Go ignores SIGXFSZ: the write returns EFBIG instead.
+	limit := was
+	limit.Cur = 1 << 16
+	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &limit); err != nil {
+		t.Skipf("cannot lower the file size limit: %v", err)
+	}
+	created, err := ws.WriteFile("big.txt", make([]byte, 1<<17), nil)
+	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &was); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(err, syscall.EFBIG) {
+		t.Errorf("a write cut at the size limit: created %v, err %v; want EFBIG", created, err)
+	}
+}

@@ -64,3 +64,37 @@ func TestListDirectoryListsEveryEntry(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteFileShowsAnExistingFileToItsCheck, from the attacker's side:
+// a name in the workspace made a second name of a file elsewhere (a hard
+// link to a key) is shown to the check as the file it is, with its two
+// names, before a byte is written; a check that refuses it leaves the
+// file as it was.
+func TestWriteFileShowsAnExistingFileToItsCheck(t *testing.T) {
+	ws, _ := newWorkspace(t)
+	key := filepath.Join(t.TempDir(), "id_ed25519")
+	if err := os.WriteFile(key, []byte("KEY"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(key, filepath.Join(ws.Root(), "notes.txt")); err != nil {
+		t.Skipf("no hard link across the two directories: %v", err)
+	}
+	var shown []tool.File
+	refuse := errors.New("a file with more than one name")
+	_, err := ws.WriteFile("notes.txt", []byte("planted"), func(f tool.File) error {
+		shown = append(shown, f)
+		if f.Links > 1 {
+			return refuse
+		}
+		return nil
+	})
+	if !errors.Is(err, ErrChanged) {
+		t.Errorf("writing a hard link to a key: %v, want ErrChanged", err)
+	}
+	if len(shown) != 1 || shown[0].ID.Ino == 0 || shown[0].Links != 2 {
+		t.Errorf("the check was shown %+v, want the file with its 2 names", shown)
+	}
+	if data, _ := os.ReadFile(key); string(data) != "KEY" {
+		t.Errorf("the key now holds %q", data)
+	}
+}

@@ -132,7 +132,9 @@ func TestAgentUserAnswersAreJudgedByThePolicy(t *testing.T) {
 // kind the policy keeps from that user: no request comes to it, and with
 // no approver connected the call is denied.
 func TestCallerConfirmsWidensNothingForAShellLine(t *testing.T) {
-	e := newEnv(t)
+	// Denied at once; a caller wrongly asked waits this long, not the
+	// default five minutes.
+	e := newEnv(t, func(c *Config) { c.ConfirmTimeout = 20 * time.Second })
 	asked := make(chan *events.ConfirmRequest, 1)
 	inv := &events.Invocation{Header: events.Header{Sender: events.Identity{ID: "agent:test", Role: "agent", Session: "s1"}}, Tool: "run_shell_command",
 		Args: json.RawMessage(`{"command":"touch x"}`), CallerConfirms: true}

@@ -66,3 +66,29 @@ decision := {"verdict": "ALLOW", "reason": sprintf("%d", [rand.intn("x", 10)])}
 		t.Errorf("%d records of 1 MiB kept within %d bytes", len(d.m), maxCachedBytes)
 	}
 }
+
+// TestDecisionCacheBoundsAreInclusive: a key of exactly maxCachedKey
+// bytes is kept and served, and the cache holds maxCachedDecisions
+// decisions before it starts over, not one more.
+func TestDecisionCacheBoundsAreInclusive(t *testing.T) {
+	pol := defaultPol(t)
+	allow := judged{Decision: policy.Decision{Verdict: events.Allow, Reason: "r"}}
+	var d decisions
+	key := bytes.Repeat([]byte("k"), maxCachedKey)
+	d.put(pol, 1, key, allow)
+	if _, ok := d.get(pol, 1, key); !ok {
+		t.Errorf("a key of exactly %d bytes was not served", maxCachedKey)
+	}
+
+	d = decisions{}
+	for i := range maxCachedDecisions {
+		d.put(pol, 1, fmt.Appendf(nil, "read_file\x00%d", i), allow)
+	}
+	if len(d.m) != maxCachedDecisions {
+		t.Fatalf("%d decisions kept of %d put, want all", len(d.m), maxCachedDecisions)
+	}
+	d.put(pol, 1, []byte("read_file\x00one more"), allow)
+	if len(d.m) != 1 {
+		t.Errorf("one past the bound: %d decisions kept, want the cache started over with 1", len(d.m))
+	}
+}
