@@ -21,7 +21,7 @@ import (
 	"github.com/toolbus/toolbus/internal/testkit/executortest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testkit.NATSObjectPutLeak()) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testkit.NATSLeaks()...) }
 
 // seat starts an approver as id on a connection of its own.
 func seat(t *testing.T, f *executortest.Fleet, id string) *approve.Approver {

@@ -18,7 +18,7 @@ import (
 	"github.com/toolbus/toolbus/internal/testkit/bustest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testkit.NATSLeaks()...) }
 
 func TestEmbeddedBusKeepsEventsAndAnswersRequests(t *testing.T) {
 	b := bustest.Start(t, "")

@@ -33,7 +33,7 @@ import (
 	defaultpolicy "github.com/toolbus/toolbus/policy"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testkit.NATSObjectPutLeak()) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testkit.NATSLeaks()...) }
 
 // env is a bus with a registry and one executor hosting the built-ins.
 type env struct {
@@ -958,5 +958,5 @@ func TestAFailedStartLeavesNothingRunning(t *testing.T) {
 	} else if !strings.Contains(err.Error(), "catalogue") {
 		t.Fatalf("it failed on something else: %v", err)
 	}
-	goleak.VerifyNone(t, before, testkit.NATSObjectPutLeak())
+	goleak.VerifyNone(t, append(testkit.NATSLeaks(), before)...)
 }

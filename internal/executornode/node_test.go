@@ -20,7 +20,7 @@ import (
 	"github.com/toolbus/toolbus/internal/testkit/registrytest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testkit.NATSObjectPutLeak()) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testkit.NATSLeaks()...) }
 
 func workspace(t *testing.T) string {
 	t.Helper()
@@ -118,7 +118,7 @@ func TestAFailedStartStopsWhatItStarted(t *testing.T) {
 	start()
 	before := goleak.IgnoreCurrent()
 	start()
-	goleak.VerifyNone(t, before, testkit.NATSObjectPutLeak())
+	goleak.VerifyNone(t, append(testkit.NATSLeaks(), before)...)
 	c := invoke.NewClient(bustest.Connect(t, cfg.Bus).Conn(), events.Identity{ID: "agent:test", Role: "agent"}, "")
 	defer c.Close()
 	if err := c.Ping(context.Background()); err == nil {

@@ -24,7 +24,7 @@ import (
 	"github.com/toolbus/toolbus/internal/testkit/bustest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testkit.NATSObjectPutLeak()) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testkit.NATSLeaks()...) }
 
 var registryID = events.Identity{ID: "registry@test", Role: "registry"}
 

@@ -83,15 +83,23 @@ func zombie(pid int) bool {
 	return len(f) > 0 && f[0] == "Z"
 }
 
-// NATSObjectPutLeak is the goroutine nats.go (v1.55.0) leaves behind, now
-// and then, after an object store Put: Put makes a JetStream context of
-// its own, whose first async publish starts resetPendingAcksOnReconnect;
-// when Put's cleanup clears the status channel before that goroutine has
-// read it, the goroutine waits on a nil channel forever. One goroutine per
-// unlucky Put, in nats.go itself; the tests that check for leaks let this
-// one through and nothing else.
-func NATSObjectPutLeak() goleak.Option {
-	return goleak.IgnoreTopFunction("github.com/nats-io/nats.go/jetstream.(*jetStream).resetPendingAcksOnReconnect")
+// NATSLeaks are the goroutines the NATS libraries leave behind on their
+// own, which the tests that check for leaks let through, and nothing
+// else:
+//   - nats.go (v1.55.0), now and then, after an object store Put: Put
+//     makes a JetStream context of its own, whose first async publish
+//     starts resetPendingAcksOnReconnect; when Put's cleanup clears the
+//     status channel before that goroutine has read it, the goroutine
+//     waits on a nil channel forever. One per unlucky Put.
+//   - nats-server (v2.15.2), when a server shuts down while a stream
+//     with a source (the confirmation stream, bus.ConfirmStream) sets up
+//     its source consumer: the goroutine waiting for the consumer's
+//     answer has no quit channel and ends when its own timer fires.
+func NATSLeaks() []goleak.Option {
+	return []goleak.Option{
+		goleak.IgnoreTopFunction("github.com/nats-io/nats.go/jetstream.(*jetStream).resetPendingAcksOnReconnect"),
+		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*stream).trySetupSourceConsumer.func3"),
+	}
 }
 
 // WaitReaped waits until pid no longer exists at all, not even as a

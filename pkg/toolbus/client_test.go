@@ -22,9 +22,9 @@ import (
 	"github.com/toolbus/toolbus/pkg/toolbus"
 )
 
-// nats.go leaves a goroutine behind now and then after an object store Put
-// (testkit.NATSObjectPutLeak); any other is a leak.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testkit.NATSObjectPutLeak()) }
+// The NATS libraries leave a goroutine behind now and then
+// (testkit.NATSLeaks); any other is a leak.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testkit.NATSLeaks()...) }
 
 // testFleet starts a fleet for the length of the test.
 func testFleet(t *testing.T, configure ...func(*executor.Config)) *fleet {
