@@ -144,23 +144,7 @@ func TestQuestionRefusalsAreRecordedUpToABound(t *testing.T) {
 		}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			asked := make(chan *events.ConfirmRequest, 1)
-			done := make(chan *events.Result, 1)
-			go func() {
-				inv := &events.Invocation{Header: events.Header{Sender: caller}, Tool: "write_file",
-					Args: json.RawMessage(`{"file_path":"notes.md","content":"x"}`), CallerConfirms: true}
-				res, err := e.client.InvokeAs(context.Background(), inv, &invoke.Watch{Confirm: func(req *events.ConfirmRequest) { asked <- req }})
-				if err != nil {
-					t.Error(err)
-				}
-				done <- res
-			}()
-			var req *events.ConfirmRequest
-			select {
-			case req = <-asked:
-			case res := <-done:
-				t.Fatalf("the call ended before its caller was asked: %s %q", errType(res), res.LLMContent)
-			}
+			req, done := askCaller(t, e.client, caller, "notes.md")
 			const sent = maxRecordedRefusals + 3
 			for range sent {
 				if ack := tt.refused(req); ack.Accepted {

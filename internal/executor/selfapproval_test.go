@@ -51,25 +51,7 @@ func TestAProvenAgentCannotApproveItsOwnCall(t *testing.T) {
 	client := invoke.NewClient(agentConn, caller, principal)
 	t.Cleanup(func() { client.Close() })
 
-	asked := make(chan *events.ConfirmRequest, 1)
-	done := make(chan *events.Result, 1)
-	go func() {
-		inv := &events.Invocation{Header: events.Header{Sender: caller}, Tool: "write_file",
-			Args: json.RawMessage(`{"file_path":"self.txt","content":"x"}`), CallerConfirms: true}
-		res, err := client.InvokeAs(context.Background(), inv, &invoke.Watch{Confirm: func(req *events.ConfirmRequest) { asked <- req }})
-		if err != nil {
-			t.Error(err)
-		}
-		done <- res
-	}()
-	var req *events.ConfirmRequest
-	select {
-	case req = <-asked:
-	case res := <-done:
-		t.Fatalf("the call ended before its caller was asked to confirm: %s %s", errType(res), res.LLMContent)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the caller was not asked to confirm")
-	}
+	req, done := askCaller(t, client, caller, "self.txt")
 
 	for _, a := range []struct {
 		as      string
@@ -138,4 +120,31 @@ func TestAProvenAgentCannotApproveItsOwnCall(t *testing.T) {
 	if res := <-done; res.Error != nil {
 		t.Fatalf("the approved call failed: %s %q", errType(res), res.LLMContent)
 	}
+}
+
+// askCaller sends, as caller through client, a write of file that the
+// caller confirms through its user, and returns the confirmation request
+// the caller is asked, and where the call's result comes once answered.
+func askCaller(t *testing.T, client *invoke.Client, caller events.Identity, file string) (*events.ConfirmRequest, <-chan *events.Result) {
+	t.Helper()
+	asked := make(chan *events.ConfirmRequest, 1)
+	done := make(chan *events.Result, 1)
+	go func() {
+		args, _ := json.Marshal(map[string]string{"file_path": file, "content": "x"})
+		inv := &events.Invocation{Header: events.Header{Sender: caller}, Tool: "write_file", Args: args, CallerConfirms: true}
+		res, err := client.InvokeAs(context.Background(), inv, &invoke.Watch{Confirm: func(req *events.ConfirmRequest) { asked <- req }})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	select {
+	case req := <-asked:
+		return req, done
+	case res := <-done:
+		t.Fatalf("the call ended before its caller was asked to confirm: %s %s", errType(res), res.LLMContent)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the caller was not asked to confirm")
+	}
+	return nil, nil
 }
