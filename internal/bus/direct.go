@@ -196,12 +196,22 @@ func Watch(ctx context.Context, js jetstream.JetStream, bucket, live string) (je
 		}
 		tick := time.NewTicker(WatchCatchUp)
 		defer tick.Stop()
+		// Stop ends a catch-up read under way too.
+		alive, stop := context.WithCancel(context.Background())
+		defer stop()
+		go func() {
+			select {
+			case <-w.stopped:
+				stop()
+			case <-alive.Done():
+			}
+		}()
 		for {
 			select {
 			case <-w.stopped:
 				return
 			case <-tick.C:
-				missed, err := readAfter(js, stream, filter, upTo, w.stopped)
+				missed, err := readAfter(alive, js, stream, filter, upTo)
 				if err != nil {
 					continue // the bus is away: the next tick reads again
 				}
@@ -239,17 +249,10 @@ func Watch(ctx context.Context, js jetstream.JetStream, bucket, live string) (je
 var WatchCatchUp = 2 * time.Second
 
 // readAfter reads the messages of stream under filter after sequence
-// upTo, in order, until stop is closed or pageWait passes.
-func readAfter(js jetstream.JetStream, stream, filter string, upTo uint64, stop <-chan struct{}) ([]*StoredMsg, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), pageWait)
+// upTo, in order, for at most pageWait or until ctx ends.
+func readAfter(ctx context.Context, js jetstream.JetStream, stream, filter string, upTo uint64) ([]*StoredMsg, error) {
+	ctx, cancel := context.WithTimeout(ctx, pageWait)
 	defer cancel()
-	go func() {
-		select {
-		case <-stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	var missed []*StoredMsg
 	_, err := Read(ctx, js, stream, Range{From: upTo + 1, Subjects: []string{filter}}, func(m *StoredMsg) error {
 		missed = append(missed, m)
