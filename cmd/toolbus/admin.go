@@ -172,12 +172,12 @@ func runAllowlist(args []string) error {
 		return err
 	}
 	return withBus(*natsURL, "toolbus-allowlist", func(ctx context.Context, b *bus.Bus) error {
-		kv, err := executor.OpenAllowlistBucket(ctx, b.JetStream())
-		if err != nil {
-			return err
-		}
 		switch args[0] {
 		case "list", "ls":
+			kv, err := executor.OpenAllowlistBucket(ctx, b.JetStream())
+			if err != nil {
+				return err
+			}
 			return allowlistList(ctx, kv, *asJSON)
 		case "revoke":
 			if len(rest) == 0 {
