@@ -174,7 +174,16 @@ func Watch(ctx context.Context, js jetstream.JetStream, bucket, live string) (je
 		return nil, err
 	}
 	stream, filter := "KV_"+bucket, "$KV."+bucket+".>"
-	msgs, upTo, err := LastOfEach(ctx, js, stream, filter)
+	// A bucket just made in a cluster may have no direct-get responder
+	// for a while: a watcher that starts then waits for one.
+	var (
+		msgs []*StoredMsg
+		upTo uint64
+	)
+	err = retryTransient(ctx, func() (err error) {
+		msgs, upTo, err = LastOfEach(ctx, js, stream, filter)
+		return err
+	})
 	if err != nil {
 		sub.Unsubscribe()
 		return nil, err
