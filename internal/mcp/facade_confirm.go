@@ -52,6 +52,12 @@ func (f *Facade) askUser(ctx context.Context, inv *events.Invocation, req *event
 		}
 		return
 	}
+	f.answerForUser(ctx, inv, req, result)
+}
+
+// answerForUser answers req, the confirmation request of inv, with what
+// the client's user chose: only an accept allows the call.
+func (f *Facade) answerForUser(ctx context.Context, inv *events.Invocation, req *events.ConfirmRequest, result *mcp.ElicitationResult) {
 	answer := &events.ConfirmAnswer{Header: events.Header{Sender: events.AgentUser(inv.Sender)}, InvocationID: inv.ID, Outcome: events.Cancel}
 	switch result.Action {
 	case mcp.ElicitationResponseActionAccept:

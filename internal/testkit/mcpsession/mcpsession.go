@@ -39,6 +39,31 @@ func Initialize(t testing.TB, c *mcpclient.Client, name, version string) {
 	}
 }
 
+// InitializeModern starts c and connects it as name/version with protocol
+// 2026-07-28 (stateless: server/discover, the protocol in every request's
+// _meta), failing the test when the server does not speak it. c is closed
+// when the test ends.
+func InitializeModern(t testing.TB, c *mcpclient.Client, name, version string) {
+	t.Helper()
+	life, end := context.WithCancel(context.Background())
+	t.Cleanup(end)
+	if err := c.Start(life); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	init := mcp.InitializeRequest{}
+	init.Params.ProtocolVersion = mcp.ProtocolVersion20260728
+	init.Params.ClientInfo = mcp.Implementation{Name: name, Version: version}
+	if _, err := c.Initialize(ctx, init); err != nil {
+		t.Fatal(err)
+	}
+	if v := c.ProtocolVersion(); v != mcp.ProtocolVersion20260728 {
+		t.Fatalf("the client speaks %q with the server, not %s", v, mcp.ProtocolVersion20260728)
+	}
+}
+
 // Call calls tool name with args, a JSON object, and fails the test when
 // the call gets no result at all (an error result is a result).
 func Call(t testing.TB, c *mcpclient.Client, name, args string) *mcp.CallToolResult {

