@@ -69,6 +69,24 @@ test_trusted_mcp_server_allowed_even_for_edits if verdict(mcp(true, "edit")) == 
 
 test_untrusted_mcp_asks_even_for_reads if verdict(mcp(false, "read")) == "ASK_USER"
 
+# A prompt's get and a resource's read are judged as calls of their
+# server: allowed when it is trusted, asked about when it is not.
+test_prompts_and_resources_follow_their_servers_trust if {
+	every k in ["prompt", "resource"] {
+		verdict(mcp(true, k)) == "ALLOW"
+		verdict(mcp(false, k)) == "ASK_USER"
+	}
+}
+
+# A resource whose URI names a file is judged by the file's path, as a
+# read_file of it is: a key file is denied, trusted server or not.
+test_a_resource_naming_a_key_file_is_denied if {
+	every trust in [true, false] {
+		inp := object.union(mcp(trust, "resource"), {"args": {"uri": "file:///home/ada/.ssh/id_rsa"}, "paths": ["/home/ada/.ssh/id_rsa"]})
+		verdict(inp) == "DENY"
+	}
+}
+
 # --- allowlist ---------------------------------------------------------------
 
 test_allowlisted_tool_allowed if {

@@ -51,21 +51,11 @@ const notificationAttempts = 4
 // toolbus, so that the list keeps up with toolbus.
 var notThroughToolbus = map[string]map[string]string{
 	"conformance-server": {
-		// toolbus hosts the tools of MCP servers; their resources, prompts
-		// and completions are not in its catalogue, and the facade declares
-		// tools only.
-		"resources-list":                "the facade serves tools only (no resources capability)",
-		"resources-read-text":           "the facade serves tools only (no resources capability)",
-		"resources-read-binary":         "the facade serves tools only (no resources capability)",
-		"resources-templates-read":      "the facade serves tools only (no resources capability)",
-		"resources-subscribe":           "the facade serves tools only (no resources capability)",
-		"resources-unsubscribe":         "the facade serves tools only (no resources capability)",
-		"prompts-list":                  "the facade serves tools only (no prompts capability)",
-		"prompts-get-simple":            "the facade serves tools only (no prompts capability)",
-		"prompts-get-with-args":         "the facade serves tools only (no prompts capability)",
-		"prompts-get-embedded-resource": "the facade serves tools only (no prompts capability)",
-		"prompts-get-with-image":        "the facade serves tools only (no prompts capability)",
-		"completion-complete":           "the facade serves tools only (no completions capability)",
+		// The facade serves the servers' prompts and resources, but
+		// neither subscriptions to a resource nor completions yet.
+		"resources-subscribe":   "the facade does not take subscriptions to resources",
+		"resources-unsubscribe": "the facade does not take subscriptions to resources",
+		"completion-complete":   "the facade has no completions capability",
 		// A call's live output reaches the facade over the bus as text,
 		// which the facade sends as progress; a server's log messages
 		// (notifications/message) are not carried, so the facade declares
@@ -80,7 +70,6 @@ var notThroughToolbus = map[string]map[string]string{
 		"tools-call-elicitation":       "the server's elicitation/create is not forwarded to the facade's client",
 		"elicitation-sep1034-defaults": "the server's elicitation/create is not forwarded to the facade's client",
 		"elicitation-sep1330-enums":    "the server's elicitation/create is not forwarded to the facade's client",
-		"0.2.0-alpha.12/caching":       "its checks of prompts/list and resources/list need those served (the facade serves tools only)",
 	},
 	"server-everything": {
 		// The suite calls fixture tools that exist on neither server:
@@ -91,10 +80,8 @@ var notThroughToolbus = map[string]map[string]string{
 		"tools-call-simple-text": "a suite artifact: its fixture tool exists on neither server (toolbus answers an unknown tool -32602)",
 		"tools-call-error":       "a suite artifact: its fixture tool exists on neither server (toolbus answers an unknown tool -32602)",
 		"logging-set-level":      "the facade has no logging capability: servers' log messages are not carried over the bus",
-		"prompts-list":           "the facade serves tools only (no prompts capability)",
-		"resources-list":         "the facade serves tools only (no resources capability)",
-		"resources-subscribe":    "the facade serves tools only (no resources capability)",
-		"resources-unsubscribe":  "the facade serves tools only (no resources capability)",
+		"resources-subscribe":    "the facade does not take subscriptions to resources",
+		"resources-unsubscribe":  "the facade does not take subscriptions to resources",
 	},
 }
 

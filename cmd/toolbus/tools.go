@@ -78,6 +78,9 @@ func toolsList(args []string) error {
 	}
 	var tools []*events.Tool
 	for _, t := range c.All() {
+		if !t.IsTool() {
+			continue // an MCP server's prompts and resources are not tools
+		}
 		if (*activeOnly || *format != "") && !t.Active {
 			continue // declarations are for active tools only
 		}

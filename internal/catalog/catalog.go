@@ -222,10 +222,11 @@ func (c *Catalog) All() []*events.Tool {
 }
 
 // AllTools is every active tool sorted by display name (getAllTools).
+// Prompts and resources are not tools (Features).
 func (c *Catalog) AllTools() []*events.Tool {
 	entries := make([]*Entry, 0, len(c.sorted))
 	for _, e := range c.sorted {
-		if e.tool.Active {
+		if e.tool.Active && e.tool.IsTool() {
 			entries = append(entries, e)
 		}
 	}
@@ -247,7 +248,7 @@ func (c *Catalog) AllTools() []*events.Tool {
 func (c *Catalog) AllToolNames() []string {
 	out := make([]string, 0, len(c.sorted))
 	for _, e := range c.sorted {
-		if e.tool.Active {
+		if e.tool.Active && e.tool.IsTool() {
 			out = append(out, e.tool.Name)
 		}
 	}
@@ -259,11 +260,23 @@ func (c *Catalog) AllToolNames() []string {
 func (c *Catalog) ToolsByServer(server string) []*events.Tool {
 	var out []*events.Tool
 	for _, e := range c.sorted {
-		if e.tool.Active && e.tool.Source == events.SourceMCP && e.tool.Server == server {
+		if e.tool.Active && e.tool.IsTool() && e.tool.Source == events.SourceMCP && e.tool.Server == server {
 			out = append(out, e.tool)
 		}
 	}
 	slices.SortFunc(out, func(a, b *events.Tool) int { return localeCompare(a.Name, b.Name) })
+	return out
+}
+
+// Features is every active prompt or resource of an MCP server (kind k:
+// events.KindPrompt or events.KindResource), in sortTools order.
+func (c *Catalog) Features(k events.Kind) []*events.Tool {
+	var out []*events.Tool
+	for _, e := range c.sorted {
+		if e.tool.Active && e.tool.Kind == k {
+			out = append(out, e.tool)
+		}
+	}
 	return out
 }
 
@@ -274,14 +287,14 @@ func (c *Catalog) Declarations(f Format) []byte {
 	c.declOnce[f].Do(func() {
 		size := 2
 		for _, e := range c.sorted {
-			if e.tool.Active {
+			if e.tool.Active && e.tool.IsTool() {
 				size += len(e.Declaration(f)) + 1
 			}
 		}
 		b := make([]byte, 0, size)
 		b = append(b, '[')
 		for _, e := range c.sorted {
-			if e.tool.Active {
+			if e.tool.Active && e.tool.IsTool() {
 				if len(b) > 1 {
 					b = append(b, ',')
 				}
@@ -302,7 +315,7 @@ func (c *Catalog) DeclarationsFor(f Format, names []string) []byte {
 	seen := make(map[*Entry]bool, len(names))
 	for _, n := range names {
 		e := c.entry(n)
-		if e == nil || !e.tool.Active || seen[e] {
+		if e == nil || !e.tool.Active || !e.tool.IsTool() || seen[e] {
 			continue
 		}
 		seen[e] = true

@@ -162,6 +162,10 @@ const (
 type ToolError struct {
 	Type    ErrorType `json:"type"`
 	Message string    `json:"message"`
+	// MCPCode is the JSON-RPC error code an MCP server answered a prompt's
+	// get or a resource's read with (-32002: no such resource), which the
+	// facade gives its client as is.
+	MCPCode int `json:"mcpCode,omitempty"`
 }
 
 // Result is the one terminal answer to an Invocation (seed 003 ToolResult).
@@ -178,6 +182,10 @@ type Result struct {
 	// kept as typed parts, in the order the tool gave them. LLMContent
 	// holds the text parts, joined, and resource links as text.
 	Parts []Part `json:"parts,omitempty"`
+	// MCPResult is, for a prompt's get or a resource's read, the MCP
+	// server's result as it sent it (a GetPromptResult or a
+	// ReadResourceResult); LLMContent then holds it as text.
+	MCPResult json.RawMessage `json:"mcpResult,omitempty"`
 	// Error is set on failure.
 	Error *ToolError `json:"error,omitempty"`
 	// Truncated is set when LLMContent was capped; OutputRef then names the

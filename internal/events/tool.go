@@ -27,8 +27,18 @@ const (
 	KindOther   Kind = "other"
 )
 
+// The kinds of what an MCP server offers beside tools: a prompt to get,
+// a resource (or a template of resources) to read. Their entries are in
+// the catalogue, named by the rules of MCP tools, and their gets and reads
+// are calls that the policy judges and the audit records; but they are
+// not tools (IsTool), and no tool list or declaration shows them.
+const (
+	KindPrompt   Kind = "prompt"
+	KindResource Kind = "resource"
+)
+
 // Kinds lists every valid kind.
-var Kinds = []Kind{KindRead, KindEdit, KindDelete, KindMove, KindSearch, KindExecute, KindThink, KindFetch, KindOther}
+var Kinds = []Kind{KindRead, KindEdit, KindDelete, KindMove, KindSearch, KindExecute, KindThink, KindFetch, KindOther, KindPrompt, KindResource}
 
 // Valid reports whether k is one of Kinds.
 func (k Kind) Valid() bool {
@@ -88,6 +98,10 @@ type ToolSpec struct {
 	Annotations     json.RawMessage `json:"annotations,omitempty"`
 	OutputMarkdown  bool            `json:"outputMarkdown,omitempty"`
 	CanUpdateOutput bool            `json:"canUpdateOutput,omitempty"`
+	// MCPDeclaration is, for a prompt or a resource (KindPrompt,
+	// KindResource), the MCP server's declaration of it as sent: a prompt,
+	// a resource or a resource template object.
+	MCPDeclaration json.RawMessage `json:"mcpDeclaration,omitempty"`
 }
 
 // Tool is one catalogue entry: a line of its shard in the CatalogBucket
@@ -139,7 +153,14 @@ type Tool struct {
 	// JavaScript Map keeps a key's position.
 	Seq       uint64    `json:"seq"`
 	UpdatedAt time.Time `json:"updatedAt"`
+	// MCPDeclaration is ToolSpec.MCPDeclaration: what the MCP server
+	// declared of a prompt or a resource.
+	MCPDeclaration json.RawMessage `json:"mcpDeclaration,omitempty"`
 }
+
+// IsTool says t is a tool: not a prompt or a resource of an MCP server,
+// which only MCP clients are shown, as prompts and resources.
+func (t *Tool) IsTool() bool { return t.Kind != KindPrompt && t.Kind != KindResource }
 
 // WorkspaceBound says calls of t act on a workspace: the built-in file
 // and shell tools and the tools a discovery command found, which run

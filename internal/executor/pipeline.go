@@ -771,7 +771,7 @@ func (c *call) end(how ending) {
 		defer c.release()
 		e := c.e
 		res := &events.Result{Header: c.header(), InvocationID: c.inv.ID, Tool: nameOf(c.tool),
-			LLMContent: out.LLMContent, ReturnDisplay: out.ReturnDisplay, Parts: out.Parts, Error: out.Err}
+			LLMContent: out.LLMContent, ReturnDisplay: out.ReturnDisplay, Parts: out.Parts, MCPResult: out.MCPResult, Error: out.Err}
 		if c.verdict.Verdict != "" {
 			res.Policy = &c.verdict
 		}

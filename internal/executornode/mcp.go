@@ -144,8 +144,17 @@ func (w *MCP) Stop() {
 
 // HostOn hosts MCP servers' tools on ex.
 func HostOn(ex *executor.Executor) mcp.HostFunc {
-	return func(ctx context.Context, server string, trust bool, tools []tool.Tool) (names, warnings []string, err error) {
-		return host(ctx, ex, executor.Scope{Source: events.SourceMCP, Server: server, Trust: trust}, tools)
+	return func(ctx context.Context, server string, trust bool, tools []tool.Tool) (map[string]string, []string, error) {
+		reply, warnings, err := hostReply(ctx, ex, executor.Scope{Source: events.SourceMCP, Server: server, Trust: trust}, tools)
+		names := map[string]string{}
+		if reply != nil {
+			for _, o := range reply.Tools {
+				if o.Name != "" {
+					names[o.Requested] = o.Name
+				}
+			}
+		}
+		return names, warnings, err
 	}
 }
 
@@ -154,15 +163,27 @@ func HostOn(ex *executor.Executor) mcp.HostFunc {
 // or changed. With no registry up yet, the set waits for one: a warning,
 // not an error.
 func host(ctx context.Context, ex *executor.Executor, scope executor.Scope, tools []tool.Tool) (names, warnings []string, err error) {
-	reply, err := ex.Host(ctx, scope, tools)
-	if errors.Is(err, registry.ErrNoRegistry) {
-		return nil, []string{"no registry is up yet; the tools are registered when one comes up"}, nil
-	}
+	reply, warnings, err := hostReply(ctx, ex, scope, tools)
 	if reply != nil {
 		for _, o := range reply.Tools {
 			if o.Name != "" {
 				names = append(names, o.Name)
 			}
+		}
+	}
+	return names, warnings, err
+}
+
+// hostReply hosts tools on ex in scope, and returns the registry's reply
+// with a warning for each tool that was refused or changed.
+func hostReply(ctx context.Context, ex *executor.Executor, scope executor.Scope, tools []tool.Tool) (*events.RegisterReply, []string, error) {
+	reply, err := ex.Host(ctx, scope, tools)
+	if errors.Is(err, registry.ErrNoRegistry) {
+		return nil, []string{"no registry is up yet; the tools are registered when one comes up"}, nil
+	}
+	var warnings []string
+	if reply != nil {
+		for _, o := range reply.Tools {
 			if o.Error != "" {
 				warnings = append(warnings, fmt.Sprintf("%s: %s", o.Requested, o.Error))
 			} else if o.Warning != "" {
@@ -170,5 +191,5 @@ func host(ctx context.Context, ex *executor.Executor, scope executor.Scope, tool
 			}
 		}
 	}
-	return names, warnings, err
+	return reply, warnings, err
 }

@@ -72,8 +72,9 @@ type Facade struct {
 	client  *invoke.Client
 	held    *heldCalls // calls of 2026-07-28 clients asked to confirm (facade_mrtr.go)
 
-	mu     sync.Mutex
-	listed string // the tool set last given to the server, to skip no-op updates
+	mu       sync.Mutex
+	listed   string       // the tool set last given to the server, to skip no-op updates
+	features featureLists // the prompts and resources last given to it
 
 	shown shownCache
 
@@ -100,6 +101,8 @@ func StartFacade(ctx context.Context, cfg FacadeConfig) (*Facade, error) {
 		client: invoke.NewClient(cfg.Conn, events.Identity{ID: "mcp-facade@" + cfg.Host, Role: "agent", Host: cfg.Host}, cfg.Principal)}
 	f.srv = mcpserver.NewMCPServer("toolbus", cfg.Version,
 		mcpserver.WithToolCapabilities(true),
+		mcpserver.WithPromptCapabilities(true),
+		mcpserver.WithResourceCapabilities(false, true),
 		mcpserver.WithToolFilter(f.visible),
 		mcpserver.WithElicitation(),
 		mcpserver.WithRecovery(),
@@ -165,7 +168,9 @@ func (f *Facade) follow(changed <-chan struct{}) {
 func (f *Facade) Refresh() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	active := f.replica.Catalog().AllTools()
+	cat := f.replica.Catalog()
+	f.refreshFeatures(cat)
+	active := cat.AllTools()
 	tools := make([]mcpserver.ServerTool, 0, len(active))
 	var key strings.Builder
 	for _, t := range active {
@@ -377,17 +382,9 @@ func (f *Facade) handler(name string) mcpserver.ToolHandlerFunc {
 		}
 		watch := &invoke.Watch{Progress: f.progress(ctx, req)}
 		if canAsk {
-			// A confirmation put to the client's user ends with the
-			// call (another approver may answer first): the wait is
-			// the call's.
-			var asking sync.WaitGroup
-			defer asking.Wait()
-			callCtx, endCall := context.WithCancel(ctx)
-			defer endCall()
-			inv.CallerConfirms = true
-			watch.Confirm = func(req *events.ConfirmRequest) {
-				asking.Go(func() { f.askUser(callCtx, inv, req) })
-			}
+			ask, wait := f.askingWatch(ctx, inv)
+			defer wait()
+			watch.Confirm = ask
 		}
 		res, err := f.client.InvokeAs(ctx, inv, watch)
 		if err != nil {
@@ -397,6 +394,24 @@ func (f *Facade) handler(name string) mcpserver.ToolHandlerFunc {
 			return errorResult(inv.ID, events.ErrExecutionFailed, "toolbus: "+err.Error()), nil
 		}
 		return f.result(ctx, res), nil
+	}
+}
+
+// askingWatch has inv confirmed by the client's user too (elicitation/
+// create, facade_confirm.go): it returns the Watch.Confirm that asks them,
+// and a wait that ends the questions still open and waits for them. A
+// question ends with the call (another approver may answer first): call
+// wait when the call has ended.
+func (f *Facade) askingWatch(ctx context.Context, inv *events.Invocation) (ask func(*events.ConfirmRequest), wait func()) {
+	var asking sync.WaitGroup
+	callCtx, endCall := context.WithCancel(ctx)
+	inv.CallerConfirms = true
+	ask = func(req *events.ConfirmRequest) {
+		asking.Go(func() { f.askUser(callCtx, inv, req) })
+	}
+	return ask, func() {
+		endCall()
+		asking.Wait()
 	}
 }
 

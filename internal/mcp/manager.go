@@ -26,12 +26,13 @@ import (
 	"github.com/toolbus/toolbus/internal/tool"
 )
 
-// HostFunc hosts tools as the whole set of one server's tools on the
-// executor, replacing what it hosted for the server before (none: the
-// server's tools are dropped). It returns the catalogue names the tools
-// got and warnings about tools that were not hosted. The executor's Host
-// is one; cmd wires it.
-type HostFunc func(ctx context.Context, server string, trust bool, tools []tool.Tool) (names, warnings []string, err error)
+// HostFunc hosts tools as the whole set of one server's tools (and its
+// prompts and resources, features.go) on the executor, replacing what it
+// hosted for the server before (none: the server's tools are dropped). It
+// returns the catalogue name each hosted entry got, by the entry's own
+// name (its Spec().Name), and warnings about entries that were not hosted.
+// The executor's Host is one; cmd wires it.
+type HostFunc func(ctx context.Context, server string, trust bool, tools []tool.Tool) (names map[string]string, warnings []string, err error)
 
 // Options configure a Manager.
 type Options struct {

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/tool"
 )
@@ -54,7 +55,8 @@ type server struct {
 
 // discovered is what a discovery ended with.
 type discovered struct {
-	tools    []string
+	tools    []string // the catalogue names of the server's tools
+	features int      // how many of its prompts and resources are hosted
 	warnings []string
 	err      error
 }
@@ -228,9 +230,14 @@ func (s *server) session() error {
 func (s *server) list(sess *session) discovered {
 	ctx, cancel := s.stepContext(connectTimeout)
 	defer cancel()
-	defs, err := sess.listTools(ctx)
-	if err != nil {
-		return discovered{err: fmt.Errorf("list tools: %w", sess.explainIfDead(err))}
+	var defs []mcp.Tool
+	// A server that offers prompts or resources alone declares no tools,
+	// and may answer tools/list -32601.
+	if sess.client.GetServerCapabilities().Tools != nil {
+		var err error
+		if defs, err = sess.listTools(ctx); err != nil {
+			return discovered{err: fmt.Errorf("list tools: %w", sess.explainIfDead(err))}
+		}
 	}
 	var tools []tool.Tool
 	var found discovered
@@ -245,8 +252,19 @@ func (s *server) list(sess *session) discovered {
 		}
 		tools = append(tools, t)
 	}
-	names, warnings, err := s.m.host(ctx, s.cfg.Name, s.cfg.Trust, tools)
-	found.tools, found.warnings = names, append(found.warnings, warnings...)
+	features, warnings, err := s.features(ctx, sess)
+	if err != nil {
+		return discovered{err: sess.explainIfDead(err)}
+	}
+	found.warnings = append(found.warnings, warnings...)
+	names, warnings, err := s.m.host(ctx, s.cfg.Name, s.cfg.Trust, append(tools, features...))
+	found.warnings = append(found.warnings, warnings...)
+	for _, t := range tools {
+		if name, ok := names[t.Spec().Name]; ok {
+			found.tools = append(found.tools, name)
+		}
+	}
+	found.features = len(names) - len(found.tools)
 	for _, w := range found.warnings {
 		s.m.log.Warn("MCP tool not hosted", "server", s.cfg.Name, "reason", w)
 	}

@@ -237,7 +237,8 @@ func (s *session) explainIfDead(err error) error {
 // notified handles the server's notifications.
 func (s *session) notified(n mcp.JSONRPCNotification) {
 	switch n.Method {
-	case string(mcp.MethodNotificationToolsListChanged):
+	case string(mcp.MethodNotificationToolsListChanged), string(mcp.MethodNotificationPromptsListChanged),
+		string(mcp.MethodNotificationResourcesListChanged):
 		if s.onListChanged != nil {
 			s.onListChanged()
 		}

@@ -371,6 +371,7 @@ func (r *Registry) entryOf(reg *registration) (*events.Tool, error) {
 		Parameters:       reg.params,
 		GeminiParameters: gemini,
 		Annotations:      spec.Annotations,
+		MCPDeclaration:   spec.MCPDeclaration,
 		UpdatedAt:        r.now(),
 	}
 	t.ConcurrencySafe = spec.ConcurrencySafe || t.ReadOnly
@@ -457,7 +458,8 @@ func sameDeclaration(t *events.Tool, spec *events.ToolSpec, kind events.Kind, pa
 	return t.Kind == kind && t.Description == spec.Description && t.DisplayName == displayName && t.Category == category &&
 		t.ReadOnly == readOnly && t.ConcurrencySafe == (spec.ConcurrencySafe || readOnly) && t.Trust == req.Trust &&
 		t.OutputMarkdown == spec.OutputMarkdown && t.CanUpdateOutput == spec.CanUpdateOutput &&
-		bytes.Equal(t.Parameters, params) && bytes.Equal(t.Annotations, spec.Annotations)
+		bytes.Equal(t.Parameters, params) && bytes.Equal(t.Annotations, spec.Annotations) &&
+		bytes.Equal(t.MCPDeclaration, spec.MCPDeclaration)
 }
 
 // compactSchema checks that raw is a JSON object and removes insignificant

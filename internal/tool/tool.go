@@ -81,7 +81,10 @@ type Output struct {
 	// Parts are the output's typed parts that are not text (an MCP
 	// tool's images, audio, embedded resources).
 	Parts []events.Part
-	Err   *events.ToolError
+	// MCPResult is an MCP server's result as it sent it, for a prompt's
+	// get or a resource's read (events.Result.MCPResult).
+	MCPResult json.RawMessage
+	Err       *events.ToolError
 	// Whole, when set, holds the whole llmContent of an output too large
 	// for memory, and LLMContent only its head. The executor owns it from
 	// the moment Run returns: it stores it and closes it.

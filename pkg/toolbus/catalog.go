@@ -104,7 +104,7 @@ func (c *Client) Tools(ctx context.Context) ([]Tool, error) {
 	}
 	var out []Tool
 	for _, t := range cat.All() {
-		if !t.Active {
+		if !t.Active || !t.IsTool() {
 			continue
 		}
 		out = append(out, Tool{Name: t.Name, ExportName: t.ExportName, DisplayName: t.DisplayName,

@@ -1,0 +1,206 @@
+package mcp
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	mcpserver "github.com/mark3labs/mcp-go/server"
+
+	"github.com/toolbus/toolbus/internal/catalog"
+	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/invoke"
+)
+
+// The facade serves the prompts and resources of the fleet's MCP servers
+// (features.go) as its own: prompts/list and resources/list (templates
+// too) from the catalogue, and each get or read as a call of the entry,
+// which the policy judges and the audit records as any call. A prompt is
+// listed under its own name, or, when another server's prompt took it,
+// under "<server>__<name>" (the naming rule of MCP tools); a resource
+// under its URI, as its server gave it, since content refers to it there.
+
+// featureLists is what Refresh last gave the server of each list, so that
+// an unchanged list is not set again (each set tells every client).
+type featureLists struct {
+	prompts, resources string
+}
+
+// refreshFeatures gives the server the catalogue's prompts, resources and
+// resource templates, each list only when it changed. The caller holds
+// f.mu.
+func (f *Facade) refreshFeatures(cat *catalog.Catalog) {
+	var key strings.Builder
+	var prompts []mcpserver.ServerPrompt
+	for _, t := range cat.Features(events.KindPrompt) {
+		var p mcp.Prompt
+		if err := json.Unmarshal(t.MCPDeclaration, &p); err != nil {
+			f.log.Warn("mcp facade: a prompt is left out", "prompt", t.Name, "err", err)
+			continue
+		}
+		p.Name = promptListName(t.Name)
+		prompts = append(prompts, mcpserver.ServerPrompt{Prompt: p, Handler: f.getPrompt(t.Name)})
+		fmt.Fprintf(&key, "%s\x00%d\x00", t.Name, t.Seq)
+	}
+	if key.String() != f.features.prompts {
+		f.features.prompts = key.String()
+		f.srv.SetPrompts(prompts...)
+	}
+
+	key.Reset()
+	var resources []mcpserver.ServerResource
+	var templates []mcpserver.ServerResourceTemplate
+	seen := map[string]bool{}
+	for _, t := range cat.Features(events.KindResource) {
+		var d struct {
+			URI         string `json:"uri"`
+			URITemplate string `json:"uriTemplate"`
+		}
+		if err := json.Unmarshal(t.MCPDeclaration, &d); err != nil {
+			f.log.Warn("mcp facade: a resource is left out", "resource", t.Name, "err", err)
+			continue
+		}
+		if d.URI != "" {
+			if seen[d.URI] {
+				// Two servers offer one URI: the first in the catalogue's
+				// order keeps it.
+				f.log.Warn("mcp facade: a resource URI is offered twice; the first is served", "resource", t.Name, "uri", d.URI)
+				continue
+			}
+			seen[d.URI] = true
+			var r mcp.Resource
+			if err := json.Unmarshal(t.MCPDeclaration, &r); err != nil {
+				f.log.Warn("mcp facade: a resource is left out", "resource", t.Name, "err", err)
+				continue
+			}
+			resources = append(resources, mcpserver.ServerResource{Resource: r, Handler: f.readResource(t.Name)})
+		} else {
+			var rt mcp.ResourceTemplate
+			if err := json.Unmarshal(t.MCPDeclaration, &rt); err != nil || rt.URITemplate == nil {
+				f.log.Warn("mcp facade: a resource template is left out", "resource", t.Name, "err", err)
+				continue
+			}
+			templates = append(templates, mcpserver.ServerResourceTemplate{Template: rt, Handler: mcpserver.ResourceTemplateHandlerFunc(f.readResource(t.Name))})
+		}
+		fmt.Fprintf(&key, "%s\x00%d\x00", t.Name, t.Seq)
+	}
+	if key.String() != f.features.resources {
+		f.features.resources = key.String()
+		f.srv.SetResources(resources...)
+		f.srv.SetResourceTemplates(templates...)
+	}
+}
+
+// promptListName is the name a prompt's catalogue entry is listed under:
+// the entry's name without the prefix of prompts' own names.
+func promptListName(entry string) string {
+	return strings.Replace(entry, promptPrefix, "", 1)
+}
+
+// getPrompt gets the prompt of catalogue entry name for a client.
+func (f *Facade) getPrompt(name string) mcpserver.PromptHandlerFunc {
+	return func(ctx context.Context, req mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+		args := req.Params.Arguments
+		if args == nil {
+			args = map[string]string{}
+		}
+		data, err := json.Marshal(args)
+		if err != nil {
+			return nil, err
+		}
+		res, err := f.callFeature(ctx, name, data)
+		if err != nil {
+			return nil, err
+		}
+		var raw struct {
+			Meta        *mcp.Meta `json:"_meta"`
+			Description string    `json:"description"`
+			Messages    []struct {
+				Role    mcp.Role        `json:"role"`
+				Content json.RawMessage `json:"content"`
+			} `json:"messages"`
+		}
+		if err := json.Unmarshal(res.MCPResult, &raw); err != nil {
+			return nil, fmt.Errorf("toolbus: the prompt's result does not decode: %w", err)
+		}
+		out := &mcp.GetPromptResult{Description: raw.Description, Messages: make([]mcp.PromptMessage, 0, len(raw.Messages))}
+		out.Meta = raw.Meta
+		for _, m := range raw.Messages {
+			out.Messages = append(out.Messages, mcp.PromptMessage{Role: m.Role, Content: rawContent{raw: m.Content}})
+		}
+		return out, nil
+	}
+}
+
+// readResource reads a resource of catalogue entry name for a client.
+func (f *Facade) readResource(name string) mcpserver.ResourceHandlerFunc {
+	return func(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+		data, err := json.Marshal(map[string]string{"uri": req.Params.URI})
+		if err != nil {
+			return nil, err
+		}
+		res, err := f.callFeature(ctx, name, data)
+		if err != nil {
+			return nil, err
+		}
+		var raw struct {
+			Contents []json.RawMessage `json:"contents"`
+		}
+		if err := json.Unmarshal(res.MCPResult, &raw); err != nil {
+			return nil, fmt.Errorf("toolbus: the resource's result does not decode: %w", err)
+		}
+		out := make([]mcp.ResourceContents, len(raw.Contents))
+		for i, c := range raw.Contents {
+			out[i] = rawResourceContents{raw: c}
+		}
+		return out, nil
+	}
+}
+
+// callFeature calls catalogue entry name with args for a client, as its
+// tools are called (the policy, a person when it asks, the audit), and
+// returns the result that carries the server's answer, or why there is
+// none. The person in front of a client of protocol 2025-11-25 or before
+// may be asked, as for a tool; one of 2026-07-28 is not (its question
+// would be an input-required result of prompts/get or resources/read), so
+// its gets and reads are left to the approvers.
+func (f *Facade) callFeature(ctx context.Context, name string, args json.RawMessage) (*events.Result, error) {
+	inv := &events.Invocation{Header: events.Header{Sender: f.caller(ctx)}, Tool: name, Args: args, Workspace: f.cfg.Workspace}
+	watch := &invoke.Watch{}
+	if !f.cfg.NoElicitation && canElicit(ctx) && !mcpserver.IsModernRequest(ctx) {
+		ask, wait := f.askingWatch(ctx, inv)
+		defer wait()
+		watch.Confirm = ask
+	}
+	res, err := f.client.InvokeAs(ctx, inv, watch)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("toolbus: %w", err)
+	case res.Error != nil:
+		return nil, fmt.Errorf("%s: %s", res.Error.Type, res.Error.Message)
+	case len(res.MCPResult) == 0:
+		return nil, fmt.Errorf("toolbus: %s answered with no MCP result", name)
+	}
+	return res, nil
+}
+
+// rawContent is a content block as the server sent it. mcp.Content can only
+// be one of mcp-go's types: embedding one satisfies it, and MarshalJSON
+// gives the server's bytes, whatever fields they hold.
+type rawContent struct {
+	mcp.TextContent
+	raw json.RawMessage
+}
+
+func (c rawContent) MarshalJSON() ([]byte, error) { return c.raw, nil }
+
+// rawResourceContents is one content of a resource as the server sent it,
+// as rawContent is for content blocks.
+type rawResourceContents struct {
+	mcp.TextResourceContents
+	raw json.RawMessage
+}
+
+func (c rawResourceContents) MarshalJSON() ([]byte, error) { return c.raw, nil }

@@ -1,0 +1,210 @@
+package mcp_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	mcpclient "github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/toolbus/toolbus/internal/events"
+	toolmcp "github.com/toolbus/toolbus/internal/mcp"
+	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/bustest"
+)
+
+// newFeatureServer is an MCP server with prompts, resources and a
+// template of resources, each with fields mcp-go's types do not know
+// (which must pass through as sent).
+func newFeatureServer() *server.MCPServer {
+	s := server.NewMCPServer("features", "1.0", server.WithPromptCapabilities(true), server.WithResourceCapabilities(false, true))
+	s.AddPrompt(mcp.NewPrompt("greeting", mcp.WithPromptDescription("greets someone"),
+		mcp.WithArgument("name", mcp.ArgumentDescription("who"), mcp.RequiredArgument())),
+		func(_ context.Context, req mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+			return mcp.NewGetPromptResult("a greeting", []mcp.PromptMessage{
+				mcp.NewPromptMessage(mcp.RoleUser, mcp.TextContent{Type: "text", Text: "Say hello to " + req.Params.Arguments["name"],
+					Annotated: mcp.Annotated{Annotations: &mcp.Annotations{Audience: []mcp.Role{mcp.RoleUser}}}}),
+				mcp.NewPromptMessage(mcp.RoleAssistant, mcp.NewImageContent("aGVsbG8=", "image/png")),
+			}), nil
+		})
+	s.AddResource(mcp.NewResource("notes://readme", "readme", mcp.WithResourceDescription("the readme"), mcp.WithMIMEType("text/markdown")),
+		func(_ context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+			return []mcp.ResourceContents{mcp.TextResourceContents{URI: req.Params.URI, MIMEType: "text/markdown", Text: "# Read me\n",
+				Meta: map[string]any{"x-origin": "test"}}}, nil
+		})
+	s.AddResource(mcp.NewResource("notes://logo", "logo", mcp.WithMIMEType("image/png")),
+		func(_ context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+			return []mcp.ResourceContents{mcp.BlobResourceContents{URI: req.Params.URI, MIMEType: "image/png", Blob: "iVBORw0KGgo="}}, nil
+		})
+	s.AddResource(mcp.NewResource("file:///home/ada/.ssh/id_rsa", "key"),
+		func(_ context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+			return []mcp.ResourceContents{mcp.TextResourceContents{URI: req.Params.URI, Text: "-----BEGIN OPENSSH PRIVATE KEY-----"}}, nil
+		})
+	s.AddResourceTemplate(mcp.NewResourceTemplate("notes://day/{n}", "day", mcp.WithTemplateDescription("the notes of a day")),
+		func(_ context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+			return []mcp.ResourceContents{mcp.TextResourceContents{URI: req.Params.URI, Text: "notes of " + req.Params.URI}}, nil
+		})
+	return s
+}
+
+// featureFleet is a fleet hosting newFeatureServer's features, trusted or
+// not, a facade in front of it and an MCP client of the facade.
+func featureFleet(t *testing.T, trust bool) (direct, through *mcpclient.Client) {
+	t.Helper()
+	url := httpServer(t, newFeatureServer(), nil)
+	f := startFleet(t, parse(t, fmt.Sprintf(`{"mcpServers": {"notes": {"httpUrl": %q, "trust": %v}}}`, url, trust)))
+	f.waitState(t, "notes", events.MCPConnected)
+	conn := bustest.Connect(t, f.bus)
+	fac, err := toolmcp.StartFacade(context.Background(), toolmcp.FacadeConfig{Conn: conn.Conn(), JS: conn.JetStream(), Logger: bustest.Quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(fac.HTTPHandler(toolmcp.HTTPConfig{Addr: ln.Addr().(*net.TCPAddr)}))
+	srv.Listener.Close()
+	srv.Listener = ln
+	srv.Start()
+	t.Cleanup(func() {
+		srv.Close()
+		fac.Close()
+	})
+	through = connectHTTP(t, srv.URL+toolmcp.HTTPPath, "", "features-client")
+	direct = connectHTTP(t, url, "", "features-client")
+	// Until the facade lists what the server offers.
+	if !testkit.Poll(30*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		p, err1 := through.ListPrompts(ctx, mcp.ListPromptsRequest{})
+		r, err2 := through.ListResources(ctx, mcp.ListResourcesRequest{})
+		return err1 == nil && err2 == nil && len(p.Prompts) == 1 && len(r.Resources) == 3
+	}) {
+		t.Fatal("the facade never listed the server's prompt and resources")
+	}
+	return direct, through
+}
+
+// asJSON is v encoded, for comparing what two servers answered.
+func asJSON(t *testing.T, v any) string {
+	t.Helper()
+	data, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+// The prompts and resources of a trusted server reach an MCP client of
+// the facade as the server gave them: the same lists, the same results,
+// annotations and _meta included, as a client of the server itself gets.
+// A URI no resource or template of the fleet names is not found.
+func TestFacadeServesTheServersPromptsAndResources(t *testing.T) {
+	direct, through := featureFleet(t, true)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	for _, c := range []struct {
+		what string
+		get  func(c *mcpclient.Client) (any, error)
+	}{
+		{"prompts/list", func(c *mcpclient.Client) (any, error) {
+			r, err := c.ListPrompts(ctx, mcp.ListPromptsRequest{})
+			if r != nil {
+				return r.Prompts, err
+			}
+			return nil, err
+		}},
+		{"resources/list", func(c *mcpclient.Client) (any, error) {
+			r, err := c.ListResources(ctx, mcp.ListResourcesRequest{})
+			if r != nil {
+				return r.Resources, err
+			}
+			return nil, err
+		}},
+		{"resources/templates/list", func(c *mcpclient.Client) (any, error) {
+			r, err := c.ListResourceTemplates(ctx, mcp.ListResourceTemplatesRequest{})
+			if r != nil {
+				return r.ResourceTemplates, err
+			}
+			return nil, err
+		}},
+		{"prompts/get", func(c *mcpclient.Client) (any, error) {
+			req := mcp.GetPromptRequest{}
+			req.Params.Name, req.Params.Arguments = "greeting", map[string]string{"name": "Ada"}
+			r, err := c.GetPrompt(ctx, req)
+			if r != nil {
+				return map[string]any{"description": r.Description, "messages": r.Messages}, err
+			}
+			return nil, err
+		}},
+		{"resources/read text", readURI(ctx, "notes://readme")},
+		{"resources/read blob", readURI(ctx, "notes://logo")},
+		{"resources/read of a template", readURI(ctx, "notes://day/7")},
+	} {
+		want, err := c.get(direct)
+		if err != nil {
+			t.Fatalf("%s directly: %v", c.what, err)
+		}
+		got, err := c.get(through)
+		if err != nil {
+			t.Errorf("%s through toolbus: %v", c.what, err)
+			continue
+		}
+		if w, g := asJSON(t, want), asJSON(t, got); w != g {
+			t.Errorf("%s through toolbus differs:\n got %s\nwant %s", c.what, g, w)
+		}
+	}
+	if _, err := readURI(ctx, "notes://nowhere")(through); err == nil {
+		t.Error("a URI nothing names was read")
+	}
+	// No tool list shows them.
+	for _, name := range toolNames(t, through) {
+		if strings.Contains(name, "prompt.") || strings.Contains(name, "resource.") {
+			t.Errorf("tools/list shows %s", name)
+		}
+	}
+}
+
+func readURI(ctx context.Context, uri string) func(c *mcpclient.Client) (any, error) {
+	return func(c *mcpclient.Client) (any, error) {
+		req := mcp.ReadResourceRequest{}
+		req.Params.URI = uri
+		r, err := c.ReadResource(ctx, req)
+		if r != nil {
+			return r.Contents, err
+		}
+		return nil, err
+	}
+}
+
+// A get or a read is a call the policy judges: a resource that names a
+// key file is denied whatever the server's trust, and the features of a
+// server that is not trusted ask, which with no approver is a refusal.
+func TestFacadeJudgesReadsAndGets(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, trusted := featureFleet(t, true)
+	_, err := readURI(ctx, "file:///home/ada/.ssh/id_rsa")(trusted)
+	if err == nil || !strings.Contains(err.Error(), "POLICY_DENIED") {
+		t.Errorf("a key file read as a resource of a trusted server: %v", err)
+	}
+
+	_, untrusted := featureFleet(t, false)
+	if _, err := readURI(ctx, "notes://readme")(untrusted); err == nil || !strings.Contains(err.Error(), "POLICY_DENIED") || !strings.Contains(err.Error(), "not trusted") {
+		t.Errorf("a resource of a server that is not trusted, no approver: %v", err)
+	}
+	req := mcp.GetPromptRequest{}
+	req.Params.Name, req.Params.Arguments = "greeting", map[string]string{"name": "Ada"}
+	if _, err := untrusted.GetPrompt(ctx, req); err == nil || !strings.Contains(err.Error(), "POLICY_DENIED") {
+		t.Errorf("a prompt of a server that is not trusted, no approver: %v", err)
+	}
+}
