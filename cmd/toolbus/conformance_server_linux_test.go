@@ -51,11 +51,10 @@ const notificationAttempts = 4
 // toolbus, so that the list keeps up with toolbus.
 var notThroughToolbus = map[string]map[string]string{
 	"conformance-server": {
-		// The facade serves the servers' prompts and resources, but
-		// neither subscriptions to a resource nor completions yet.
+		// The facade serves the servers' prompts, resources and
+		// completions, but takes no subscriptions to a resource yet.
 		"resources-subscribe":   "the facade does not take subscriptions to resources",
 		"resources-unsubscribe": "the facade does not take subscriptions to resources",
-		"completion-complete":   "the facade has no completions capability",
 		// A call's live output reaches the facade over the bus as text,
 		// which the facade sends as progress; a server's log messages
 		// (notifications/message) are not carried, so the facade declares

@@ -26,6 +26,12 @@ type Invocation struct {
 	// any approver does, as RoleAgentUser. It widens nothing by itself:
 	// the policy judges the answer like every other (approver_allowed).
 	CallerConfirms bool `json:"callerConfirms,omitempty"`
+	// Complete asks for the completions of an argument of the prompt or
+	// resource template Tool names (MCP completion/complete), in place of
+	// a get or a read: Args are then the completion's "argument" and
+	// "context", as MCP has them, which the policy is shown as the call's
+	// arguments.
+	Complete bool `json:"complete,omitempty"`
 }
 
 // EnvelopeType implements Envelope.

@@ -432,6 +432,18 @@ func (c *call) admit(found bool) (confirmed bool, st *stop) {
 		d := time.Duration(inv.TimeoutMillis) * time.Millisecond
 		return false, &stop{events.ErrInvalidParams, fmt.Sprintf("timeoutMillis asks for %s; a call may ask for at most %s", d, e.cfg.MaxTimeout)}
 	}
+	if inv.Complete {
+		if _, ok := c.impl.(tool.Completer); !ok {
+			return false, &stop{events.ErrInvalidParams, fmt.Sprintf("%s has no arguments to complete: only an MCP server's prompts and resource templates do", c.tool.Name)}
+		}
+		// The completion's own params, not the entry's arguments: the
+		// schema is not theirs to meet.
+		args, err := policy.DecodeArgs(inv.Args)
+		if err != nil {
+			return false, &stop{events.ErrInvalidParams, err.Error()}
+		}
+		return c.authorize(args)
+	}
 	start := time.Now()
 	args, st := c.validate(inv.Args)
 	e.observer.Stage("validate", time.Since(start))
@@ -604,7 +616,8 @@ func (c *call) execute(confirmed bool) {
 	if confirmed {
 		c.step("started", fmt.Sprintf("deadline %s", c.timeout))
 	}
-	c.tc = tool.Call{ID: inv.ID, Args: inv.Args, Progress: c.progress, Refused: c.refused, Opened: c.opened, MaxOutput: e.cfg.MaxOutput}
+	c.tc = tool.Call{ID: inv.ID, Args: inv.Args, Progress: c.progress, Refused: c.refused, Opened: c.opened, MaxOutput: e.cfg.MaxOutput,
+		Complete: inv.Complete}
 	c.end(c.outcome(c.runBounded()))
 }
 
@@ -694,7 +707,11 @@ func runSafely(ctx context.Context, t tool.Tool, tc *tool.Call) (out *tool.Outpu
 			err = fmt.Errorf("the tool crashed: %v", r)
 		}
 	}()
-	out, err = t.Run(ctx, tc)
+	if c, ok := t.(tool.Completer); ok && tc.Complete {
+		out, err = c.Complete(ctx, tc)
+	} else {
+		out, err = t.Run(ctx, tc)
+	}
 	if err == nil && out == nil {
 		err = errors.New("the tool returned no output")
 	}

@@ -103,9 +103,12 @@ func StartFacade(ctx context.Context, cfg FacadeConfig) (*Facade, error) {
 		mcpserver.WithToolCapabilities(true),
 		mcpserver.WithPromptCapabilities(true),
 		mcpserver.WithResourceCapabilities(false, true),
+		mcpserver.WithCompletions(),
 		mcpserver.WithToolFilter(f.visible),
 		mcpserver.WithElicitation(),
 		mcpserver.WithRecovery(),
+		mcpserver.WithPromptCompletionProvider(completions{f}),
+		mcpserver.WithResourceCompletionProvider(completions{f}),
 		mcpserver.WithInstructions("The tools of a toolbus fleet. Every call is judged by the fleet's policy; some wait for a person to approve them."))
 	// The channel is taken before the catalogue is read, so that a change
 	// in between is not missed.

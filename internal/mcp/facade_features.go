@@ -26,6 +26,10 @@ import (
 // an unchanged list is not set again (each set tells every client).
 type featureLists struct {
 	prompts, resources string
+	// The catalogue entries of the prompts by the name they are listed
+	// under, and of the templates by their URI template: what a
+	// completion names.
+	promptEntries, templateEntries map[string]string
 }
 
 // refreshFeatures gives the server the catalogue's prompts, resources and
@@ -34,6 +38,7 @@ type featureLists struct {
 func (f *Facade) refreshFeatures(cat *catalog.Catalog) {
 	var key strings.Builder
 	var prompts []mcpserver.ServerPrompt
+	promptEntries, templateEntries := map[string]string{}, map[string]string{}
 	for _, t := range cat.Features(events.KindPrompt) {
 		var p mcp.Prompt
 		if err := json.Unmarshal(t.MCPDeclaration, &p); err != nil {
@@ -41,6 +46,7 @@ func (f *Facade) refreshFeatures(cat *catalog.Catalog) {
 			continue
 		}
 		p.Name = promptListName(t.Name)
+		promptEntries[p.Name] = t.Name
 		prompts = append(prompts, mcpserver.ServerPrompt{Prompt: p, Handler: f.getPrompt(t.Name)})
 		fmt.Fprintf(&key, "%s\x00%d\x00", t.Name, t.Seq)
 	}
@@ -83,9 +89,13 @@ func (f *Facade) refreshFeatures(cat *catalog.Catalog) {
 				continue
 			}
 			templates = append(templates, mcpserver.ServerResourceTemplate{Template: rt, Handler: mcpserver.ResourceTemplateHandlerFunc(f.readResource(t.Name))})
+			if _, taken := templateEntries[d.URITemplate]; !taken {
+				templateEntries[d.URITemplate] = t.Name
+			}
 		}
 		fmt.Fprintf(&key, "%s\x00%d\x00", t.Name, t.Seq)
 	}
+	f.features.promptEntries, f.features.templateEntries = promptEntries, templateEntries
 	if key.String() != f.features.resources {
 		f.features.resources = key.String()
 		f.srv.SetResources(resources...)
@@ -110,7 +120,7 @@ func (f *Facade) getPrompt(name string) mcpserver.PromptHandlerFunc {
 		if err != nil {
 			return nil, err
 		}
-		res, err := f.callFeature(ctx, name, data)
+		res, err := f.callFeature(ctx, name, data, false)
 		if err != nil {
 			return nil, err
 		}
@@ -141,7 +151,7 @@ func (f *Facade) readResource(name string) mcpserver.ResourceHandlerFunc {
 		if err != nil {
 			return nil, err
 		}
-		res, err := f.callFeature(ctx, name, data)
+		res, err := f.callFeature(ctx, name, data, false)
 		if err != nil {
 			return nil, err
 		}
@@ -159,6 +169,48 @@ func (f *Facade) readResource(name string) mcpserver.ResourceHandlerFunc {
 	}
 }
 
+// completions answers completion/complete for the prompts and resource
+// templates the facade serves, as a call of the entry (Invocation.Complete).
+type completions struct{ f *Facade }
+
+func (c completions) CompletePromptArgument(ctx context.Context, prompt string, arg mcp.CompleteArgument, cctx mcp.CompleteContext) (*mcp.Completion, error) {
+	c.f.mu.Lock()
+	entry, ok := c.f.features.promptEntries[prompt]
+	c.f.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("toolbus: no prompt %q", prompt)
+	}
+	return c.f.complete(ctx, entry, arg, cctx)
+}
+
+func (c completions) CompleteResourceArgument(ctx context.Context, uri string, arg mcp.CompleteArgument, cctx mcp.CompleteContext) (*mcp.Completion, error) {
+	c.f.mu.Lock()
+	entry, ok := c.f.features.templateEntries[uri]
+	c.f.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("toolbus: no resource template %q", uri)
+	}
+	return c.f.complete(ctx, entry, arg, cctx)
+}
+
+// complete asks the server of catalogue entry name for the completions of
+// arg.
+func (f *Facade) complete(ctx context.Context, name string, arg mcp.CompleteArgument, cctx mcp.CompleteContext) (*mcp.Completion, error) {
+	data, err := json.Marshal(map[string]any{"argument": arg, "context": cctx})
+	if err != nil {
+		return nil, err
+	}
+	res, err := f.callFeature(ctx, name, data, true)
+	if err != nil {
+		return nil, err
+	}
+	var out mcp.CompleteResult
+	if err := json.Unmarshal(res.MCPResult, &out); err != nil {
+		return nil, fmt.Errorf("toolbus: the completion does not decode: %w", err)
+	}
+	return &out.Completion, nil
+}
+
 // callFeature calls catalogue entry name with args for a client, as its
 // tools are called (the policy, a person when it asks, the audit), and
 // returns the result that carries the server's answer, or why there is
@@ -166,8 +218,8 @@ func (f *Facade) readResource(name string) mcpserver.ResourceHandlerFunc {
 // may be asked, as for a tool; one of 2026-07-28 is not (its question
 // would be an input-required result of prompts/get or resources/read), so
 // its gets and reads are left to the approvers.
-func (f *Facade) callFeature(ctx context.Context, name string, args json.RawMessage) (*events.Result, error) {
-	inv := &events.Invocation{Header: events.Header{Sender: f.caller(ctx)}, Tool: name, Args: args, Workspace: f.cfg.Workspace}
+func (f *Facade) callFeature(ctx context.Context, name string, args json.RawMessage, complete bool) (*events.Result, error) {
+	inv := &events.Invocation{Header: events.Header{Sender: f.caller(ctx)}, Tool: name, Args: args, Workspace: f.cfg.Workspace, Complete: complete}
 	watch := &invoke.Watch{}
 	if !f.cfg.NoElicitation && canElicit(ctx) && !mcpserver.IsModernRequest(ctx) {
 		ask, wait := f.askingWatch(ctx, inv)

@@ -159,6 +159,12 @@ func (p *serverPrompt) Run(ctx context.Context, call *tool.Call) (*tool.Output, 
 	return p.srv.request(ctx, string(mcp.MethodPromptsGet), map[string]any{"name": p.name, "arguments": args}, promptText)
 }
 
+// Complete implements tool.Completer: completion/complete of one of the
+// prompt's arguments.
+func (p *serverPrompt) Complete(ctx context.Context, call *tool.Call) (*tool.Output, error) {
+	return p.srv.complete(ctx, map[string]any{"type": "ref/prompt", "name": p.name}, call.Args)
+}
+
 // serverResource is one resource, or one template of resources, of an MCP
 // server, as an executor hosts it. Its one argument is the URI to read:
 // the resource's own (a schema constant), or one its template matches.
@@ -280,6 +286,32 @@ func (r *serverResource) Run(ctx context.Context, call *tool.Call) (*tool.Output
 		return tool.Failed(events.ErrInvalidParams, err.Error()), nil
 	}
 	return r.srv.request(ctx, string(mcp.MethodResourcesRead), map[string]any{"uri": args.URI}, resourceText)
+}
+
+// Complete implements tool.Completer: completion/complete of one of the
+// template's variables. A resource has none.
+func (r *serverResource) Complete(ctx context.Context, call *tool.Call) (*tool.Output, error) {
+	if r.template == nil {
+		return tool.Failed(events.ErrInvalidParams, fmt.Sprintf("the resource %s has no arguments to complete", r.uri)), nil
+	}
+	return r.srv.complete(ctx, map[string]any{"type": "ref/resource", "uri": r.template.Raw()}, call.Args)
+}
+
+// complete sends completion/complete for ref, with the argument and
+// context of args (MCP's completion params).
+func (s *server) complete(ctx context.Context, ref map[string]any, args json.RawMessage) (*tool.Output, error) {
+	var p struct {
+		Argument json.RawMessage `json:"argument"`
+		Context  json.RawMessage `json:"context"`
+	}
+	if err := json.Unmarshal(args, &p); err != nil || len(p.Argument) == 0 {
+		return tool.Failed(events.ErrInvalidParams, "a completion names the argument to complete"), nil
+	}
+	params := map[string]any{"ref": ref, "argument": p.Argument}
+	if len(p.Context) > 0 {
+		params["context"] = p.Context
+	}
+	return s.request(ctx, string(mcp.MethodCompletionComplete), params, func(raw json.RawMessage) string { return string(raw) })
 }
 
 // request sends method with params to the server's current session and

@@ -24,7 +24,8 @@ import (
 // template of resources, each with fields mcp-go's types do not know
 // (which must pass through as sent).
 func newFeatureServer() *server.MCPServer {
-	s := server.NewMCPServer("features", "1.0", server.WithPromptCapabilities(true), server.WithResourceCapabilities(false, true))
+	s := server.NewMCPServer("features", "1.0", server.WithPromptCapabilities(true), server.WithResourceCapabilities(false, true),
+		server.WithCompletions(), server.WithPromptCompletionProvider(names{}), server.WithResourceCompletionProvider(names{}))
 	s.AddPrompt(mcp.NewPrompt("greeting", mcp.WithPromptDescription("greets someone"),
 		mcp.WithArgument("name", mcp.ArgumentDescription("who"), mcp.RequiredArgument())),
 		func(_ context.Context, req mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
@@ -52,6 +53,28 @@ func newFeatureServer() *server.MCPServer {
 			return []mcp.ResourceContents{mcp.TextResourceContents{URI: req.Params.URI, Text: "notes of " + req.Params.URI}}, nil
 		})
 	return s
+}
+
+// names completes a prompt's argument or a template's variable from a
+// list of names, saying where it was asked.
+type names struct{}
+
+func (names) complete(where, value string) (*mcp.Completion, error) {
+	var out []string
+	for _, n := range []string{"Ada", "Alan", "Grace"} {
+		if strings.HasPrefix(n, value) {
+			out = append(out, n+" ("+where+")")
+		}
+	}
+	return &mcp.Completion{Values: out, Total: len(out)}, nil
+}
+
+func (n names) CompletePromptArgument(_ context.Context, prompt string, arg mcp.CompleteArgument, _ mcp.CompleteContext) (*mcp.Completion, error) {
+	return n.complete(prompt+"/"+arg.Name, arg.Value)
+}
+
+func (n names) CompleteResourceArgument(_ context.Context, uri string, arg mcp.CompleteArgument, _ mcp.CompleteContext) (*mcp.Completion, error) {
+	return n.complete(uri+"/"+arg.Name, arg.Value)
 }
 
 // featureFleet is a fleet hosting newFeatureServer's features, trusted or
@@ -146,6 +169,8 @@ func TestFacadeServesTheServersPromptsAndResources(t *testing.T) {
 			}
 			return nil, err
 		}},
+		{"completion/complete of a prompt's argument", complete(ctx, mcp.PromptReference{Type: "ref/prompt", Name: "greeting"}, "name", "A")},
+		{"completion/complete of a template's variable", complete(ctx, mcp.ResourceReference{Type: "ref/resource", URI: "notes://day/{n}"}, "n", "G")},
 		{"resources/read text", readURI(ctx, "notes://readme")},
 		{"resources/read blob", readURI(ctx, "notes://logo")},
 		{"resources/read of a template", readURI(ctx, "notes://day/7")},
@@ -171,6 +196,19 @@ func TestFacadeServesTheServersPromptsAndResources(t *testing.T) {
 		if strings.Contains(name, "prompt.") || strings.Contains(name, "resource.") {
 			t.Errorf("tools/list shows %s", name)
 		}
+	}
+}
+
+func complete(ctx context.Context, ref any, arg, value string) func(c *mcpclient.Client) (any, error) {
+	return func(c *mcpclient.Client) (any, error) {
+		req := mcp.CompleteRequest{}
+		req.Params.Ref = ref
+		req.Params.Argument = mcp.CompleteArgument{Name: arg, Value: value}
+		r, err := c.Complete(ctx, req)
+		if r != nil {
+			return r.Completion, err
+		}
+		return nil, err
 	}
 }
 

@@ -49,6 +49,16 @@ type Call struct {
 	// the policy judged (the name became a link, another file was renamed
 	// onto it, or it was hard-linked since) and the tool must not use it.
 	Opened func(f File) error
+	// Complete asks a Completer for the completions of an argument
+	// (events.Invocation.Complete): Args are MCP's completion params.
+	Complete bool
+}
+
+// Completer is implemented by an MCP server's prompts and resource
+// templates, whose arguments the server may complete
+// (completion/complete): Complete runs a call whose Complete is set.
+type Completer interface {
+	Complete(ctx context.Context, call *Call) (*Output, error)
 }
 
 // DefaultMaxOutput is how many bytes of output a call keeps when it does
