@@ -369,7 +369,12 @@ func (f *Facade) handler(name string) mcpserver.ToolHandlerFunc {
 			}
 		}
 		inv := &events.Invocation{Header: events.Header{Sender: f.caller(ctx)}, Tool: name, Args: args, Workspace: f.cfg.Workspace}
-		watch := &invoke.Watch{Progress: f.progress(ctx, req)}
+		notify := f.progress(ctx, req)
+		watch := &invoke.Watch{Progress: notify}
+		if notify != nil {
+			// A client that shows progress shows why the call takes long.
+			watch.Waiting = func(w *invoke.Waiting) { notify(w.String()) }
+		}
 		if !f.cfg.NoElicitation && canElicit(ctx) {
 			// A confirmation put to the client's user ends with the
 			// call (another approver may answer first): the wait is
