@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"time"
 
@@ -50,7 +51,11 @@ func runConsole(args []string) error {
 		return err
 	}
 	defer stopMetrics()
-	c, err := startConsole(ctx, b, cli.ApproverPrincipal(b.Principal(), *natsURL, *as), *listen, *token, *as, log)
+	ln, err := console.Listen(*listen, log)
+	if err != nil {
+		return err
+	}
+	c, err := startConsole(ctx, b, cli.ApproverPrincipal(b.Principal(), *natsURL, *as), ln, *token, *as, log)
 	if err != nil {
 		return err
 	}
@@ -68,22 +73,26 @@ type runningConsole struct {
 }
 
 // startConsole takes an approver's seat on b as the identity as, proven
-// as principal ("" for a claim), and serves the console over it on
-// listen.
-func startConsole(ctx context.Context, b *bus.Bus, principal, listen, token, as string, log *slog.Logger) (*runningConsole, error) {
+// as principal ("" for a claim), and serves the console over it on ln,
+// which it closes on failure. The seat is present only while a page
+// watches: a console nobody looks at must not hold calls for minutes.
+func startConsole(ctx context.Context, b *bus.Bus, principal string, ln net.Listener, token, as string, log *slog.Logger) (*runningConsole, error) {
 	open := executor.OpenAllowlistBucket
 	if b.Principal() != "" {
 		open = executor.AwaitAllowlistBucket // an approver's identity reads it only
 	}
 	kv, err := open(ctx, b.JetStream())
 	if err != nil {
+		ln.Close()
 		return nil, fmt.Errorf("console: the allowlist: %w", err)
 	}
-	a, err := approve.Start(ctx, b.Conn(), b.JetStream(), approve.Config{Identity: cli.ApproverIdentity(as), Principal: principal, Logger: log})
+	a, err := approve.Start(ctx, b.Conn(), b.JetStream(), approve.Config{Identity: cli.ApproverIdentity(as), Principal: principal,
+		PresentWhileHeld: true, Linger: console.ReloadGrace, Logger: log})
 	if err != nil {
+		ln.Close()
 		return nil, err
 	}
-	s, err := console.Start(ctx, console.Config{Approver: a, Allowlist: kv, JetStream: b.JetStream(), Listen: listen, Token: token, Logger: log})
+	s, err := console.Start(ctx, console.Config{Approver: a, Allowlist: kv, JetStream: b.JetStream(), Listener: ln, Token: token, Logger: log})
 	if err != nil {
 		a.Stop()
 		return nil, err
