@@ -211,7 +211,7 @@ func (u *up) start(ctx context.Context, busCfg busnode.Config, files *settings.F
 		if err != nil {
 			return err
 		}
-		if u.cons, err = startConsole(ctx, consBus, consBus.Principal(), consLn, os.Getenv(consoleTokenEnv), "", log); err != nil {
+		if u.cons, err = startConsole(ctx, consBus, consBus.Principal(), console.Config{Listener: consLn, Token: os.Getenv(consoleTokenEnv)}, "", log); err != nil {
 			return err
 		}
 		u.stops = append(u.stops, func() { u.cons.stop() })
