@@ -7,6 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/toolbus/toolbus/internal/cli"
@@ -21,12 +23,57 @@ func (c callFailed) Error() string {
 	return fmt.Sprintf("%s: %s", c.res.Error.Type, c.res.Error.Message)
 }
 
+// stoppedBy is the cause of a command's end by a signal: Ctrl-C
+// (SIGINT), or SIGTERM. Its exit code is the shell's for a death by that
+// signal, 128 + its number, so a script tells it from a failed call.
+type stoppedBy struct{ sig syscall.Signal }
+
+func (s stoppedBy) Error() string {
+	if s.sig == syscall.SIGINT {
+		return "cancelled by you"
+	}
+	return "cancelled: " + s.sig.String()
+}
+
+func (s stoppedBy) ExitCode() int { return 128 + int(s.sig) }
+
+// errCallerTimeout is the cause of the end of a call's context when
+// --timeout passed: the caller's deadline, not the executor's.
+var errCallerTimeout = errors.New("--timeout passed")
+
+// callContext is a context that ends, with a stoppedBy as its cause, at
+// the first Ctrl-C or SIGTERM; a second one stops the command at once,
+// as it would have with no handler.
+func callContext() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case s := <-sigs:
+			signal.Stop(sigs)
+			if sig, ok := s.(syscall.Signal); ok {
+				cancel(stoppedBy{sig})
+			} else {
+				cancel(stoppedBy{syscall.SIGINT})
+			}
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sigs)
+		close(done)
+		cancel(nil)
+	}
+}
+
 func runCall(args []string) error {
 	fs := flag.NewFlagSet("call", flag.ContinueOnError)
 	natsURL := cli.NATSFlag(fs)
 	argsJSON := fs.String("args", "{}", "the arguments, a JSON object")
 	asJSON := fs.Bool("json", false, "print the whole result as JSON")
-	timeout := fs.Duration("timeout", 0, "give up (and cancel the call) after this long; default: the executor's deadline")
+	timeout := fs.Duration("timeout", 0, "give up (and cancel the call) after this long, a wait for approval included; it is also the tool's deadline once it runs; default: the executor's deadlines")
 	stream := fs.Bool("stream", false, "print output to stderr as the tool produces it")
 	id := fs.String("id", "", "the invocation id (default: a new unique one), for `toolbus cancel`")
 	workspace := fs.String("workspace", os.Getenv("TOOLBUS_WORKSPACE"), "the workspace a file or shell tool acts on, as its executors name it (env TOOLBUS_WORKSPACE; default: the one there is)")
@@ -40,38 +87,26 @@ func runCall(args []string) error {
 	if !json.Valid([]byte(*argsJSON)) {
 		return usageError{fmt.Errorf("--args is not valid JSON: %s", *argsJSON)}
 	}
-	ctx, stop := cli.SignalContext()
+	ctx, stop := callContext()
 	defer stop()
+	var due time.Time // when --timeout passes
 	if *timeout > 0 {
 		// The executor enforces the deadline and reports TIMEOUT itself,
 		// having stopped the tool; the command waits a little longer for
 		// that result before giving up on its own.
+		due = time.Now().Add(*timeout)
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, *timeout+3*time.Second)
+		ctx, cancel = context.WithDeadlineCause(ctx, due.Add(3*time.Second), errCallerTimeout)
 		defer cancel()
 	}
-	log, _ := cli.Logger("warn")
-	connectCtx, cancelConnect := context.WithTimeout(ctx, 30*time.Second)
-	b, err := cli.Connect(connectCtx, *natsURL, "toolbus-call", log)
-	cancelConnect()
-	if err != nil {
-		return err
+	res, err := callTool(ctx, *natsURL, &events.Invocation{Header: events.Header{ID: *id}, Tool: rest[0], Args: json.RawMessage(*argsJSON), Workspace: *workspace},
+		*timeout, due, *stream)
+	var sig stoppedBy
+	if errors.As(context.Cause(ctx), &sig) && (err != nil || res.Error != nil) {
+		// The call ended because the person stopped it: say so, not what
+		// the call's end looks like from the bus.
+		return sig
 	}
-	defer cli.Close(b)
-	client := invoke.NewClient(b.Conn(), cli.Identity("cli"), b.Principal())
-	defer client.Close()
-	if err := client.Ping(ctx); err != nil {
-		return err
-	}
-	var progress func(string)
-	if *stream {
-		progress = func(s string) { fmt.Fprint(os.Stderr, s) }
-	}
-	inv := &events.Invocation{Header: events.Header{ID: *id}, Tool: rest[0], Args: json.RawMessage(*argsJSON), Workspace: *workspace}
-	if *timeout > 0 {
-		inv.TimeoutMillis = timeout.Milliseconds()
-	}
-	res, err := client.Invoke(ctx, inv, progress)
 	if err != nil {
 		return err
 	}
@@ -86,7 +121,53 @@ func runCall(args []string) error {
 		}
 	}
 	if res.Error != nil {
+		if res.Error.Type == events.ErrTimeout && errors.Is(context.Cause(ctx), errCallerTimeout) && res.Sender.Role != "executor" {
+			// The command gave up, not the executor: say whose
+			// deadline it was (the executor's say so themselves).
+			res.Error.Message = fmt.Sprintf("the caller's --timeout of %s passed before the call ended, so it was cancelled", *timeout)
+		}
 		return callFailed{res}
 	}
 	return nil
+}
+
+// callTool connects to the bus at natsURL and makes the call inv, printing to
+// stderr that it waits for approval when it does (and the tool's output
+// as it comes, with stream). timeout is the call's own deadline (0: the
+// executor's), due when it passes (zero: never).
+func callTool(ctx context.Context, natsURL string, inv *events.Invocation, timeout time.Duration, due time.Time, stream bool) (*events.Result, error) {
+	log, _ := cli.Logger("warn")
+	connectCtx, cancelConnect := context.WithTimeout(ctx, 30*time.Second)
+	b, err := cli.Connect(connectCtx, natsURL, "toolbus-call", log)
+	cancelConnect()
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close(b)
+	client := invoke.NewClient(b.Conn(), cli.Identity("cli"), b.Principal())
+	defer client.Close()
+	if err := client.Ping(ctx); err != nil {
+		return nil, err
+	}
+	w := &invoke.Watch{Waiting: func(n *invoke.Waiting) { fmt.Fprintln(os.Stderr, "toolbus: "+waitingLine(n, due, time.Now())) }}
+	if stream {
+		w.Progress = func(s string) { fmt.Fprint(os.Stderr, s) }
+	}
+	if timeout > 0 {
+		inv.TimeoutMillis = timeout.Milliseconds()
+	}
+	return client.InvokeWatch(ctx, inv, w)
+}
+
+// waitingLine says that a call waits for approval, how long it may, and
+// where it is approved; when the caller's --timeout (due) ends the wait
+// before the executor's confirmation deadline, that is the time left,
+// and the line says so.
+func waitingLine(n *invoke.Waiting, due, now time.Time) string {
+	if due.IsZero() || !due.Before(n.Deadline) {
+		return n.Message(now)
+	}
+	m := *n
+	m.Deadline = due
+	return m.Message(now) + " (your --timeout ends the wait first)"
 }

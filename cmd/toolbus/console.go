@@ -50,7 +50,7 @@ func runConsole(args []string) error {
 		return err
 	}
 	defer stopMetrics()
-	c, err := startConsole(ctx, b, cli.ApproverPrincipal(b.Principal(), *natsURL, *as), *listen, *token, *as, log)
+	c, err := startConsole(ctx, b, cli.ApproverPrincipal(b.Principal(), *natsURL, *as), console.Config{Listen: *listen, Token: *token}, *as, log)
 	if err != nil {
 		return err
 	}
@@ -68,22 +68,32 @@ type runningConsole struct {
 }
 
 // startConsole takes an approver's seat on b as the identity as, proven
-// as principal ("" for a claim), and serves the console over it on
-// listen.
-func startConsole(ctx context.Context, b *bus.Bus, principal, listen, token, as string, log *slog.Logger) (*runningConsole, error) {
+// as principal ("" for a claim), and serves the console over it where cc
+// says (Listen or Listener, which it closes on failure; Token). The seat
+// is present only while a page watches: a console nobody looks at must
+// not hold calls for minutes.
+func startConsole(ctx context.Context, b *bus.Bus, principal string, cc console.Config, as string, log *slog.Logger) (*runningConsole, error) {
+	fail := func(err error) (*runningConsole, error) {
+		if cc.Listener != nil {
+			cc.Listener.Close()
+		}
+		return nil, err
+	}
 	open := executor.OpenAllowlistBucket
 	if b.Principal() != "" {
 		open = executor.AwaitAllowlistBucket // an approver's identity reads it only
 	}
 	kv, err := open(ctx, b.JetStream())
 	if err != nil {
-		return nil, fmt.Errorf("console: the allowlist: %w", err)
+		return fail(fmt.Errorf("console: the allowlist: %w", err))
 	}
-	a, err := approve.Start(ctx, b.Conn(), b.JetStream(), approve.Config{Identity: cli.ApproverIdentity(as), Principal: principal, Logger: log})
+	a, err := approve.Start(ctx, b.Conn(), b.JetStream(), approve.Config{Identity: cli.ApproverIdentity(as), Principal: principal,
+		PresentWhileHeld: true, Linger: console.ReloadGrace, Logger: log})
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
-	s, err := console.Start(ctx, console.Config{Approver: a, Allowlist: kv, JetStream: b.JetStream(), Listen: listen, Token: token, Logger: log})
+	cc.Approver, cc.Allowlist, cc.JetStream, cc.Logger = a, kv, b.JetStream(), log
+	s, err := console.Start(ctx, cc)
 	if err != nil {
 		a.Stop()
 		return nil, err

@@ -3,17 +3,22 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/nats-io/nats.go/micro"
 
+	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/browser"
 )
@@ -32,8 +37,26 @@ func consoleURL(t *testing.T, line string) string {
 // running when the test ends.
 type background struct {
 	cmd    *exec.Cmd
-	stderr bytes.Buffer
+	stderr lockedBuffer
 	done   chan error
+}
+
+// lockedBuffer is a bytes.Buffer a command writes while a test reads it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func startBackground(t *testing.T, args ...string) *background {
@@ -53,18 +76,75 @@ func startBackground(t *testing.T, args ...string) *background {
 	return b
 }
 
+// waitStderr waits until the command printed s on stderr.
+func (b *background) waitStderr(t *testing.T, s string) {
+	t.Helper()
+	if !testkit.Poll(60*time.Second, func() bool { return strings.Contains(b.stderr.String(), s) }) {
+		t.Fatalf("%v did not print %q; stderr:\n%s", b.cmd.Args, s, b.stderr.String())
+	}
+}
+
+// exitCode waits for the command to end and returns its exit code.
+func (b *background) exitCode(t *testing.T) int {
+	t.Helper()
+	select {
+	case err := <-b.done:
+		var ee *exec.ExitError
+		switch {
+		case err == nil:
+			return 0
+		case errors.As(err, &ee):
+			return ee.ExitCode()
+		}
+		t.Fatalf("%v: %v", b.cmd.Args, err)
+	case <-time.After(60 * time.Second):
+		t.Fatalf("%v did not end; stderr:\n%s", b.cmd.Args, b.stderr.String())
+	}
+	return -1
+}
+
+// approverPresent asks the bus at url, as the developer of the toolbus up
+// whose data is data, whether an approver is present, as an executor
+// does before it asks one.
+func approverPresent(t *testing.T, url, data string) func() bool {
+	t.Helper()
+	dev := connectHostile(t, "developer", url, filepath.Join(data, "identities", "developer.nk"))
+	subject, _ := micro.ControlSubject(micro.PingVerb, events.ApproverService, "")
+	return func() bool {
+		_, err := dev.nc.Request(subject, nil, 2*time.Second)
+		return err == nil
+	}
+}
+
 // TestConsoleThroughUp is the issue's "done when", as a person does it:
-// toolbus up prints the console's address with its token; a write from
-// another shell waits; the page shows it with its diff; a click approves
-// it; the file is written and the call returns.
+// toolbus up prints the console's address with its token. While no page
+// is open nobody would see a request, and a write from another shell is
+// denied at once, saying where to approve. With the page open, a write
+// waits and says so; the page shows it with its diff; a click approves
+// it; the file is written and the call returns. Ctrl-C gives a waiting
+// call up, and a --timeout says it was the caller's. With the page
+// closed, a write is denied at once again.
 func TestConsoleThroughUp(t *testing.T) {
-	ws := t.TempDir()
-	up := startDaemon(t, "toolbus", "up", "--listen", "127.0.0.1:0", "--data", t.TempDir(), "--workspace", ws, "--console", "127.0.0.1:0")
+	ws, data := t.TempDir(), t.TempDir()
+	up := startDaemon(t, "toolbus", "up", "--listen", "127.0.0.1:0", "--data", data, "--workspace", ws, "--console", "127.0.0.1:0")
 	nats := busURL(t, up.waitLine(t, "bus:"))
 	page := consoleURL(t, up.waitLine(t, "console:"))
+	base, _, _ := strings.Cut(page, "#")
 	up.waitLine(t, "Press Ctrl-C to stop.")
+	present := approverPresent(t, nats, data)
 
-	call := startBackground(t, "call", "write_file", "--args", `{"file_path":"hello.txt","content":"hello from the agent\n"}`, "--nats", nats)
+	// The console listens, no page is open: denied at once, long before
+	// the confirmation deadline (5 minutes; --timeout bounds the test),
+	// with the console's address and toolbus confirm to approve by.
+	deniedAtOnce := func(when string) {
+		t.Helper()
+		_, errOut, code := toolbus(t, "call", "write_file", "--args", `{"file_path":"denied.txt","content":"x"}`, "--nats", nats, "--timeout", "2m")
+		if code != 1 || !strings.Contains(errOut, "POLICY_DENIED") || !strings.Contains(errOut, "no approver is connected") ||
+			!strings.Contains(errOut, base) || !strings.Contains(errOut, "toolbus confirm") {
+			t.Errorf("%s: exit %d, stderr %q; want POLICY_DENIED at once, saying where to approve", when, code, errOut)
+		}
+	}
+	deniedAtOnce("no page open")
 
 	ctx := browser.New(t)
 	run := func(steps ...chromedp.Action[chromedp.Void]) {
@@ -76,6 +156,17 @@ func TestConsoleThroughUp(t *testing.T) {
 		}
 	}
 	run(chromedp.Navigate(page))
+	// Live: the page holds its stream open, and the console is present.
+	run(chromedp.WaitVisible(chromedp.CSS(`#conn.up`)))
+	if !present() {
+		t.Fatal("a page is open, and no approver is present")
+	}
+
+	call := startBackground(t, "call", "write_file", "--args", `{"file_path":"hello.txt","content":"hello from the agent\n"}`, "--nats", nats)
+	call.waitStderr(t, "waiting for approval of write_file")
+	if errOut := call.stderr.String(); !strings.Contains(errOut, "left; to approve it, open the console at "+base) {
+		t.Errorf("the waiting line: %q", errOut)
+	}
 	run(chromedp.WaitVisible(chromedp.CSS(`article.request .allow-once`)))
 	c, cancel := context.WithTimeout(ctx, 30*time.Second)
 	diff, err := chromedp.Run(c, chromedp.Evaluate[string](`document.querySelector("article.request .diff").textContent`))
@@ -89,13 +180,8 @@ func TestConsoleThroughUp(t *testing.T) {
 	default:
 	}
 	run(chromedp.Click(chromedp.CSS(`article.request .allow-once`)))
-	select {
-	case err := <-call.done:
-		if err != nil {
-			t.Fatalf("the approved call: %v; %s", err, call.stderr.String())
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("the approved call did not return")
+	if code := call.exitCode(t); code != 0 {
+		t.Fatalf("the approved call: exit %d; %s", code, call.stderr.String())
 	}
 	if data, err := os.ReadFile(filepath.Join(ws, "hello.txt")); string(data) != "hello from the agent\n" {
 		t.Errorf("hello.txt is %q (%v)", data, err)
@@ -107,13 +193,8 @@ func TestConsoleThroughUp(t *testing.T) {
 	shell := startBackground(t, "call", "run_shell_command", "--args", `{"command":"ls -la"}`, "--nats", nats)
 	run(chromedp.WaitVisible(chromedp.CSS(`article.request .always-btn`)))
 	run(chromedp.Click(chromedp.CSS(`article.request .always-btn`)))
-	select {
-	case err := <-shell.done:
-		if err != nil {
-			t.Fatalf("the call approved always: %v; %s", err, shell.stderr.String())
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("the call approved always did not return")
+	if code := shell.exitCode(t); code != 0 {
+		t.Fatalf("the call approved always: exit %d; %s", code, shell.stderr.String())
 	}
 	run(chromedp.WaitVisible(chromedp.CSS(`#allowlist button.revoke`)))
 	run(chromedp.Click(chromedp.CSS(`#allowlist button.revoke`)))
@@ -124,6 +205,38 @@ func TestConsoleThroughUp(t *testing.T) {
 		out, errOut, _ := toolbus(t, "allowlist", "list", "--json", "--nats", nats)
 		t.Errorf("after the console's revoke, the allowlist: %s %s", out, errOut)
 	}
+
+	// Ctrl-C gives a waiting call up: the caller says so and exits 130,
+	// and the request leaves the page.
+	interrupted := startBackground(t, "call", "write_file", "--args", `{"file_path":"never.txt","content":"x"}`, "--nats", nats)
+	interrupted.waitStderr(t, "waiting for approval of write_file")
+	run(chromedp.WaitVisible(chromedp.CSS(`article.request .allow-once`)))
+	if err := interrupted.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := interrupted.exitCode(t); code != 130 || !strings.Contains(interrupted.stderr.String(), "toolbus: cancelled by you") {
+		t.Errorf("Ctrl-C: exit %d, stderr %q; want 130, cancelled by you", code, interrupted.stderr.String())
+	}
+	run(chromedp.WaitNotPresent(chromedp.CSS(`article.request .allow-once`)))
+
+	// The caller's --timeout ends the wait first: the waiting line says
+	// so, and the failure names the caller's deadline.
+	timedOut := startBackground(t, "call", "write_file", "--args", `{"file_path":"never.txt","content":"x"}`, "--nats", nats, "--timeout", "1s")
+	if code := timedOut.exitCode(t); code != 1 || !strings.Contains(timedOut.stderr.String(), "(your --timeout ends the wait first)") ||
+		!strings.Contains(timedOut.stderr.String(), "TIMEOUT: the caller's --timeout of 1s passed") {
+		t.Errorf("--timeout: exit %d, stderr %q", code, timedOut.stderr.String())
+	}
+	if _, err := os.Stat(filepath.Join(ws, "never.txt")); err == nil {
+		t.Error("a call given up was written")
+	}
+
+	// The page closes: after the console's grace for a reload, nobody is
+	// there, and a write is denied at once again.
+	run(chromedp.Navigate("about:blank"))
+	if !testkit.Poll(60*time.Second, func() bool { return !present() }) {
+		t.Fatal("the page is closed, and the console is still present")
+	}
+	deniedAtOnce("the page closed")
 	up.stop(t)
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -256,6 +257,9 @@ func lostExecutor(t *testing.T, dir, agent string, node func(int) string) {
 		errOut string
 		code   int
 	}
+	// A person watches, who answers nothing: the console with no page
+	// open is none, and the call would be denied at once.
+	defer watchingApprover(t, "TOOLBUS_IDENTITY="+filepath.Join(dir, "identities", "approver.nk"), node(0)+","+node(1)+","+node(2))()
 	pending := make(chan outcome, 1)
 	go func() {
 		_, errOut, code := call("two", "run_shell_command", `{"command":"sleep 30"}`)
@@ -307,6 +311,42 @@ func lostExecutor(t *testing.T, dir, agent string, node func(int) string) {
 	}) {
 		t.Fatalf("workspace two with its executor back: exit %d %s", code, errOut)
 	}
+}
+
+// watchingApprover runs `toolbus confirm --json` as the member whose
+// identity env names, on the bus at url, answering nothing, and returns
+// once it is present; the returned func ends it.
+func watchingApprover(t *testing.T, env, url string) func() {
+	t.Helper()
+	confirm := exec.Command(bin("toolbus"), "confirm", "--json", "--nats", url)
+	confirm.Env = append(os.Environ(), env)
+	var confirmErr lockedBuffer
+	confirm.Stderr = &confirmErr
+	stdin, _ := confirm.StdinPipe()
+	stdout, _ := confirm.StdoutPipe()
+	if err := confirm.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ready, ended := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(ended)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), `"event":"ready"`) {
+				close(ready)
+			}
+		}
+	}()
+	stop := func() { stdin.Close(); <-ended; confirm.Wait() }
+	select {
+	case <-ready:
+	case <-ended:
+		t.Fatalf("toolbus confirm ended before it was ready: %s", confirmErr.String())
+	case <-time.After(time.Minute):
+		stop()
+		t.Fatalf("toolbus confirm not ready in a minute: %s", confirmErr.String())
+	}
+	return stop
 }
 
 // restartEverything pushes a policy, remembers an approval and makes some

@@ -33,7 +33,7 @@ Usage:
   toolbus mcp serve [--agent ID] [--session ID] [--listen HOST:PORT] [--token T]
       the fleet's tools as one MCP server: over stdio for an agent, or over HTTP
   toolbus call NAME --args JSON [--json] [--timeout D] [--stream] [--id ID] [--workspace NAME]
-      run a tool; exit 0 on success, 1 with the error type on stderr on failure
+      run a tool; exit 0 on success, 1 with the error type on stderr on failure, 130 on Ctrl-C
   toolbus cancel INVOCATION_ID
   toolbus policy test [DIR] [-v]      run a policy set's Rego tests (default: the built-in policy)
   toolbus policy push DIR             test, then enforce DIR's policy on every executor
@@ -114,10 +114,16 @@ type usageError struct{ error }
 
 func (e usageError) Unwrap() error { return e.error }
 
+// exitCode is 2 for a mistake in the command line, the code an error
+// carries (ExitCode, as stoppedBy does), else 1.
 func exitCode(err error) int {
 	var u usageError
 	if errors.As(err, &u) || errors.Is(err, flag.ErrHelp) {
 		return 2
+	}
+	var coded interface{ ExitCode() int }
+	if errors.As(err, &coded) {
+		return coded.ExitCode()
 	}
 	return 1
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	mcpclient "github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
@@ -66,13 +67,32 @@ func TestMCPServeOverStdioAndHTTP(t *testing.T) {
 	}
 
 	// A client whose user confirms through elicitation: with no approver
-	// running, the edit it accepts is made.
+	// running, the edit it accepts is made. Its progress token hears that
+	// the call waits for approval.
 	asked := make(chan string, 4)
 	tr := transport.NewStdio(bin("toolbus"), append(os.Environ(), "TOOLBUS_NATS="), "mcp", "serve", "--nats", url)
 	editor := mcpclient.NewClient(tr, mcpclient.WithElicitationHandler(acceptingUser(asked)))
 	mcpSession(t, editor, "stdio-editor")
-	if isErr, text := mcpCall(t, editor, "write_file", `{"file_path":"hello.txt","content":"hello from the user\n"}`); isErr {
-		t.Errorf("an edit the user accepted: %q", text)
+	progress := make(chan string, 16)
+	editor.OnNotification(func(n mcp.JSONRPCNotification) {
+		if msg, ok := n.Params.AdditionalFields["message"].(string); ok && n.Method == "notifications/progress" {
+			progress <- msg
+		}
+	})
+	edit := mcp.CallToolRequest{}
+	edit.Params.Name = "write_file"
+	edit.Params.Arguments = map[string]any{"file_path": "hello.txt", "content": "hello from the user\n"}
+	edit.Params.Meta = &mcp.Meta{ProgressToken: "edit-1"}
+	if res, err := editor.CallTool(context.Background(), edit); err != nil || res.IsError {
+		t.Errorf("an edit the user accepted: %v %+v", err, res)
+	}
+	select {
+	case msg := <-progress:
+		if !strings.HasPrefix(msg, "waiting for approval of write_file") {
+			t.Errorf("the progress while the edit waited: %q", msg)
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("no progress notification said the edit waited for approval")
 	}
 	select {
 	case msg := <-asked:

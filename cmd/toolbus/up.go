@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -147,9 +148,9 @@ type up struct {
 }
 
 // start starts the bus node and the parts: registry, executor node,
-// console (an approver: with it, a call the policy asks about waits for a
-// person instead of being denied at once) and MCP endpoint (where agents
-// that speak MCP call the fleet's tools).
+// console (an approver while a page is open: then a call the policy asks
+// about waits for a person instead of being denied at once) and MCP
+// endpoint (where agents that speak MCP call the fleet's tools).
 func (u *up) start(ctx context.Context, busCfg busnode.Config, files *settings.Files, regSettings registry.Settings) (err error) {
 	f, log := u.f, u.log
 	if u.node, err = busnode.Start(ctx, busCfg); err != nil {
@@ -187,6 +188,16 @@ func (u *up) start(ctx context.Context, busCfg busnode.Config, files *settings.F
 	}
 	exCfg := executor.Config{Identity: cli.Identity("executor"), Observer: m, Logger: log}
 	f.outputs.Apply(&exCfg)
+	// The console's address is known before the executor starts, which
+	// tells a caller denied for want of an approver where to find one.
+	var consLn net.Listener
+	if *f.consoleAddr != "off" {
+		if consLn, err = console.Listen(*f.consoleAddr, log); err != nil {
+			return err
+		}
+		u.stops = append(u.stops, func() { consLn.Close() }) // the console's, once it started
+		exCfg.ApproveHint = fmt.Sprintf("open the console at %s (with the token `toolbus up` printed) or run `toolbus confirm`", console.BaseURL(consLn.Addr()))
+	}
 	if u.exec, err = executornode.Start(ctx, executornode.Config{Bus: exBus, Executor: exCfg, Workspace: *f.workspace,
 		PolicyDir: *f.policyDir, Settings: files, Secrets: f.toolSecrets()}); err != nil {
 		return err
@@ -195,12 +206,12 @@ func (u *up) start(ctx context.Context, busCfg busnode.Config, files *settings.F
 	if u.exec.MCP != nil {
 		m.WatchMCP(u.exec.MCP.Manager.Status)
 	}
-	if *f.consoleAddr != "off" {
+	if consLn != nil {
 		consBus, err := u.as(ctx, "console")
 		if err != nil {
 			return err
 		}
-		if u.cons, err = startConsole(ctx, consBus, consBus.Principal(), *f.consoleAddr, os.Getenv(consoleTokenEnv), "", log); err != nil {
+		if u.cons, err = startConsole(ctx, consBus, consBus.Principal(), console.Config{Listener: consLn, Token: os.Getenv(consoleTokenEnv)}, "", log); err != nil {
 			return err
 		}
 		u.stops = append(u.stops, func() { u.cons.stop() })

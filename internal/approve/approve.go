@@ -5,6 +5,12 @@
 // keeps the queue of pending ones and the recent outcomes, and sends
 // answers under one identity. The terminal approver (toolbus confirm) and
 // the web console are views over an Approver.
+//
+// An approver is present when a person can see a request now: executors
+// ask whether one is (the toolbus-approver service answers pings) and
+// deny at once a call nobody would see. A terminal view is present while
+// it runs; the console only while a page watches it
+// (Config.PresentWhileHeld, Hold).
 package approve
 
 import (
@@ -62,7 +68,16 @@ type Config struct {
 	Keep int
 	// Version is reported by the toolbus-approver service.
 	Version string
-	Logger  *slog.Logger
+	// PresentWhileHeld makes the approver present only while something
+	// holds it present (Hold): a view that has a person in front of it
+	// only sometimes (the web console, while a page is open). Without
+	// it, the approver is present from Start to Stop.
+	PresentWhileHeld bool
+	// Linger is how long a PresentWhileHeld approver stays present
+	// after its last hold is released, so that a page that reloads does
+	// not leave a call in between to be denied. 0: not at all.
+	Linger time.Duration
+	Logger *slog.Logger
 }
 
 // Request is a confirmation request as an approver shows it: what the
@@ -173,7 +188,6 @@ type Approver struct {
 	nc   *nats.Conn
 	cfg  Config
 	log  *slog.Logger
-	svc  micro.Service
 	live *nats.Subscription // the confirmation subjects as they are sent
 	// stopReading ends the reads of the stream after the one at start.
 	stopReading context.CancelFunc
@@ -193,6 +207,18 @@ type Approver struct {
 
 	stop chan struct{}
 	done sync.WaitGroup // expire and the stream's catch-up
+
+	presence presence
+}
+
+// presence is whether executors find the approver: the service is
+// registered while it is present, and only then.
+type presence struct {
+	mu      sync.Mutex
+	svc     micro.Service // nil while absent
+	holds   int
+	linger  *time.Timer // ends presence after the last hold, unless held again
+	stopped bool
 }
 
 // withDefaults is cfg with its identity taken from the principal, and
@@ -228,10 +254,11 @@ func (cfg Config) Validate() error {
 	return nil
 }
 
-// Start registers the toolbus-approver service on nc, so executors know
-// an approver is present, and follows the confirmation subjects as they
-// are sent and in events.ConfirmStream from Window ago. It returns once
-// the requests already in the stream are read and the server knows the
+// Start follows the confirmation subjects as they are sent and in
+// events.ConfirmStream from Window ago, and makes the approver present
+// (registers the toolbus-approver service on nc), unless
+// Config.PresentWhileHeld leaves that to Hold. It returns once the
+// requests already in the stream are read and the server knows the
 // service: an executor that asks whether an approver is present after
 // Start returns finds this one. On failure, whatever it started is
 // stopped again, in one place.
@@ -251,8 +278,13 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 	if err != nil {
 		return nil, err
 	}
-	if err := a.register(ctx); err != nil {
-		return nil, err
+	if !cfg.PresentWhileHeld {
+		a.presence.mu.Lock()
+		err := a.register(ctx)
+		a.presence.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
 	}
 	reading, stopReading := context.WithCancel(context.Background())
 	a.stopReading = stopReading
@@ -338,10 +370,11 @@ func streamMissing(err error) bool {
 // register makes the approver present: it registers the approver service
 // and waits until the server has its subscriptions, since until then a
 // presence check from another connection finds no approver and the call
-// is denied.
-func (a *Approver) register(ctx context.Context) (err error) {
-	if a.svc, err = micro.AddService(a.nc, micro.Config{Name: events.ApproverService, Version: a.cfg.Version,
-		Description: "toolbus approver " + a.cfg.Identity.ID, Metadata: map[string]string{"id": a.cfg.Identity.ID}}); err != nil {
+// is denied. a.presence.mu is held.
+func (a *Approver) register(ctx context.Context) error {
+	svc, err := micro.AddService(a.nc, micro.Config{Name: events.ApproverService, Version: a.cfg.Version,
+		Description: "toolbus approver " + a.cfg.Identity.ID, Metadata: map[string]string{"id": a.cfg.Identity.ID}})
+	if err != nil {
 		return fmt.Errorf("approve: register the %s service: %w", events.ApproverService, err)
 	}
 	if _, ok := ctx.Deadline(); !ok {
@@ -350,16 +383,98 @@ func (a *Approver) register(ctx context.Context) (err error) {
 		defer cancel()
 	}
 	if err := a.nc.FlushWithContext(ctx); err != nil {
+		svc.Stop()
 		return fmt.Errorf("approve: register the %s service: %w", events.ApproverService, err)
 	}
+	a.presence.svc = svc
 	return nil
+}
+
+// deregister makes the approver absent, and waits (a little) until the
+// server knows: until then an executor's presence check still finds it,
+// and a call would wait for nobody. a.presence.mu is held.
+func (a *Approver) deregister() {
+	if a.presence.svc == nil {
+		return
+	}
+	a.presence.svc.Stop()
+	a.presence.svc = nil
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := a.nc.FlushWithContext(ctx); err != nil && !a.nc.IsClosed() {
+		a.log.Debug("approve: the server may not know yet that the approver left", "err", err)
+	}
+}
+
+// ErrStopped is returned by Hold on an approver that was stopped.
+var ErrStopped = errors.New("approve: the approver has stopped")
+
+// Hold makes the approver present until release is called: the console
+// holds it while a page watches. Holds count: the approver stays present
+// until every one is released, and then for Config.Linger more. Hold
+// returns once the approver is present (an executor's presence check
+// from any connection finds it); release may be called any number of
+// times, also after Stop. On an approver present from Start to Stop
+// (no Config.PresentWhileHeld) it changes nothing.
+func (a *Approver) Hold(ctx context.Context) (release func(), err error) {
+	p := &a.presence
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped {
+		return nil, ErrStopped
+	}
+	if p.linger != nil {
+		p.linger.Stop()
+		p.linger = nil
+	}
+	if p.svc == nil {
+		if err := a.register(ctx); err != nil {
+			return nil, err
+		}
+	}
+	p.holds++
+	var once sync.Once
+	return func() { once.Do(a.unhold) }, nil
+}
+
+// unhold releases one hold; the last one ends the approver's presence,
+// after Config.Linger.
+func (a *Approver) unhold() {
+	p := &a.presence
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.holds--; p.holds > 0 || p.stopped || !a.cfg.PresentWhileHeld {
+		return
+	}
+	if a.cfg.Linger <= 0 {
+		a.deregister()
+		return
+	}
+	var t *time.Timer
+	t = time.AfterFunc(a.cfg.Linger, func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.linger == t { // not held again since, nor stopped
+			p.linger = nil
+			a.deregister()
+		}
+	})
+	p.linger = t
+}
+
+// Present reports whether the approver is present now: executors that
+// ask find it.
+func (a *Approver) Present() bool {
+	a.presence.mu.Lock()
+	defer a.presence.mu.Unlock()
+	return a.presence.svc != nil
 }
 
 // release stops what a failed Start started.
 func (a *Approver) release() {
-	if a.svc != nil {
-		a.svc.Stop()
-	}
+	a.presence.mu.Lock()
+	a.deregister()
+	a.presence.mu.Unlock()
 	if a.live != nil {
 		a.live.Unsubscribe()
 	}
@@ -371,8 +486,9 @@ func (a *Approver) Identity() events.Identity { return a.cfg.Identity }
 // Keep is how many ended requests State.Recent holds at most.
 func (a *Approver) Keep() int { return a.cfg.Keep }
 
-// Stop leaves the fleet: the service is deregistered and the stream no
-// longer followed. Answers in flight fail.
+// Stop leaves the fleet: the approver is no longer present and the
+// stream no longer followed. Answers in flight fail; Hold fails from
+// now on.
 func (a *Approver) Stop() {
 	select {
 	case <-a.stop:
@@ -380,7 +496,14 @@ func (a *Approver) Stop() {
 	default:
 	}
 	close(a.stop)
-	a.svc.Stop()
+	a.presence.mu.Lock()
+	a.presence.stopped = true
+	if a.presence.linger != nil {
+		a.presence.linger.Stop()
+		a.presence.linger = nil
+	}
+	a.deregister()
+	a.presence.mu.Unlock()
 	a.live.Unsubscribe()
 	a.stopReading()
 	a.done.Wait()

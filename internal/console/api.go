@@ -81,7 +81,16 @@ type hello struct {
 // the change: a queue of many large requests is sent once, not again on
 // every change. It ends when the client goes or the console stops; the
 // page reconnects and starts from a snapshot again.
+//
+// While a stream is open, a person can see the requests: it holds the
+// approver present (approve.Approver.Hold), so executors send calls here
+// to wait for an answer instead of denying them at once.
 func (s *Server) events(w http.ResponseWriter, r *http.Request) {
+	if release, err := s.cfg.Approver.Hold(r.Context()); err != nil {
+		s.log.Warn("console: a page watches, but executors were not told an approver is present", "err", err)
+	} else {
+		defer release()
+	}
 	rc := http.NewResponseController(w)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")

@@ -9,6 +9,12 @@
 // of its token (sent as a header, never a cookie: see auth), refuses state
 // changes from any other origin, and sends a Content-Security-Policy that
 // allows no inline script.
+//
+// The console is an approver executors send calls to only while a person
+// can see them: while at least one page holds its live event stream open
+// (see Config.Approver). A console listening with no page open counts for
+// nothing, and a call the policy asks about is denied at once instead of
+// waiting for an answer nobody would give.
 package console
 
 import (
@@ -45,12 +51,21 @@ const MinTokenLength = 16
 // proxies and browsers keep it open.
 const heartbeat = 15 * time.Second
 
+// ReloadGrace is how long a console's approver should stay present after
+// its last page stopped watching (approve.Config.Linger): a page that
+// reloads, or reconnects after its stream broke off, is back within it,
+// and a call made in between waits instead of being denied.
+const ReloadGrace = 5 * time.Second
+
 //go:embed assets
 var assets embed.FS
 
 // Config configures a console server.
 type Config struct {
-	// Approver is the seat the console answers from. Required.
+	// Approver is the seat the console answers from. Required. Start it
+	// with approve.Config.PresentWhileHeld (and Linger ReloadGrace) for
+	// the console to be present only while a page watches it: each
+	// open event stream holds it present.
 	Approver *approve.Approver
 	// Allowlist is the fleet's allowlist bucket (executor.OpenAllowlistBucket).
 	// Required.
@@ -62,6 +77,10 @@ type Config struct {
 	// Listen is the address to listen on. Empty means DefaultListen, or a
 	// free loopback port when DefaultListen is taken.
 	Listen string
+	// Listener, when set, is listened on instead of Listen (see Listen):
+	// the console's address is then known before it starts. The console
+	// closes it.
+	Listener net.Listener
 	// Token grants access; empty means one is generated. At least
 	// MinTokenLength characters.
 	Token  string
@@ -87,11 +106,18 @@ type Server struct {
 
 // Start validates cfg, listens, and serves in the background until Close.
 func Start(ctx context.Context, cfg Config) (*Server, error) {
+	ln := cfg.Listener
+	fail := func(err error) (*Server, error) {
+		if ln != nil {
+			ln.Close()
+		}
+		return nil, err
+	}
 	if cfg.Approver == nil {
-		return nil, errors.New("console: no approver given")
+		return fail(errors.New("console: no approver given"))
 	}
 	if cfg.Allowlist == nil || cfg.JetStream == nil {
-		return nil, errors.New("console: no allowlist bucket given")
+		return fail(errors.New("console: no allowlist bucket given"))
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -102,20 +128,21 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Token == "" {
 		t, err := newToken()
 		if err != nil {
-			return nil, err
+			return fail(err)
 		}
 		cfg.Token = t
 	} else if len(cfg.Token) < MinTokenLength {
-		return nil, fmt.Errorf("console: the token is %d characters; at least %d are needed", len(cfg.Token), MinTokenLength)
+		return fail(fmt.Errorf("console: the token is %d characters; at least %d are needed", len(cfg.Token), MinTokenLength))
 	}
-	ln, err := listen(cfg.Listen, cfg.Logger)
-	if err != nil {
-		return nil, err
+	if ln == nil {
+		var err error
+		if ln, err = Listen(cfg.Listen, cfg.Logger); err != nil {
+			return nil, err
+		}
 	}
 	allow, err := watchAllowlist(ctx, cfg.JetStream, cfg.Allowlist, cfg.Logger)
 	if err != nil {
-		ln.Close()
-		return nil, err
+		return fail(err)
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, ln: ln, allow: allow,
 		stopping: make(chan struct{}), served: make(chan struct{})}
@@ -138,9 +165,14 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// listen binds addr; the default address falls back to a free loopback
-// port when taken, an address the user chose does not.
-func listen(addr string, log *slog.Logger) (net.Listener, error) {
+// Listen binds the console's address addr, as Start does with
+// Config.Listen: the default address (addr empty) falls back to a free
+// loopback port when taken, an address the user chose does not. log may
+// be nil.
+func Listen(addr string, log *slog.Logger) (net.Listener, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	if addr == "" {
 		ln, err := net.Listen("tcp", DefaultListen)
 		if err == nil {
@@ -168,8 +200,12 @@ func newToken() (string, error) {
 func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 
 // BaseURL is the console's address without the token.
-func (s *Server) BaseURL() string {
-	a := s.ln.Addr().(*net.TCPAddr)
+func (s *Server) BaseURL() string { return BaseURL(s.ln.Addr()) }
+
+// BaseURL is the address, without the token, of a console listening on
+// addr (a *net.TCPAddr, as Listen gives).
+func BaseURL(addr net.Addr) string {
+	a := addr.(*net.TCPAddr)
 	host := a.IP.String()
 	if a.IP.IsUnspecified() {
 		host = "127.0.0.1"

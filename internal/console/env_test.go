@@ -51,8 +51,17 @@ type env struct {
 
 func newEnv(t *testing.T) *env { return newEnvAs(t, "approver:ada") }
 
-// newEnvAs starts a fleet whose console answers as approverID.
+// newEnvAs starts a fleet whose console answers as approverID. Its
+// approver is present from the start, page or no page: the tests of what
+// a page shows and sends need not open one before a call asks.
 func newEnvAs(t *testing.T, approverID string) *env {
+	t.Helper()
+	return newEnvWith(t, approve.Config{Identity: events.Identity{ID: approverID}})
+}
+
+// newEnvWith starts a fleet whose console answers from an approver
+// configured as cfg.
+func newEnvWith(t *testing.T, cfg approve.Config) *env {
 	t.Helper()
 	f := executortest.Start(t)
 	b := f.Bus
@@ -67,8 +76,8 @@ func newEnvAs(t *testing.T, approverID string) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.approver, err = approve.Start(context.Background(), conn.Conn(), conn.JetStream(),
-		approve.Config{Identity: events.Identity{ID: approverID}, Logger: bustest.Quiet()})
+	cfg.Logger = bustest.Quiet()
+	e.approver, err = approve.Start(context.Background(), conn.Conn(), conn.JetStream(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,6 +177,9 @@ type eventStream struct {
 	events chan sse
 	ended  chan struct{}
 	bytes  atomic.Int64 // bytes read, keep-alives included
+	// close closes the stream, as a page that goes away does, and
+	// waits until it is read to its end.
+	close func()
 }
 
 type sse struct {
@@ -215,11 +227,15 @@ func (e *env) stream(t *testing.T) *eventStream {
 			}
 		}
 	}()
-	t.Cleanup(func() {
-		cancel()
-		resp.Body.Close()
-		<-s.ended
-	})
+	var once sync.Once
+	s.close = func() {
+		once.Do(func() {
+			cancel()
+			resp.Body.Close()
+			<-s.ended
+		})
+	}
+	t.Cleanup(s.close)
 	return s
 }
 

@@ -303,3 +303,38 @@ func (*ConfirmClosed) EnvelopeType() string { return "tool.confirm.closed" }
 func (c *ConfirmClosed) Validate() error {
 	return c.header().validateAbout(c.EnvelopeType(), c.InvocationID)
 }
+
+// ConfirmWaiting tells a caller that its call waits for a person's
+// answer: sent by the executor on the invocation's reply subject, as a
+// message of kind KindWaiting, once the confirmation request is out (and
+// again for each later round of it). It is the caller's alone and is not
+// recorded: the ConfirmRequest is.
+type ConfirmWaiting struct {
+	Header
+	InvocationID string `json:"invocationId"`
+	Tool         string `json:"tool"`
+	// Reason is the policy's reason for asking.
+	Reason string `json:"reason,omitempty"`
+	// DeadlineMillis is how long from now the executor waits for an
+	// answer: a span, not a time, so that the caller's clock need not
+	// agree with the executor's.
+	DeadlineMillis int64 `json:"deadlineMillis"`
+	// Hint says where a person approves calls of this executor (the web
+	// console's address, `toolbus confirm`).
+	Hint string `json:"hint,omitempty"`
+}
+
+// EnvelopeType implements Envelope.
+func (*ConfirmWaiting) EnvelopeType() string { return "tool.confirm.waiting" }
+
+// Validate implements Envelope.
+func (c *ConfirmWaiting) Validate() error {
+	typ := c.EnvelopeType()
+	if err := c.header().validateAbout(typ, c.InvocationID); err != nil {
+		return err
+	}
+	if c.DeadlineMillis < 0 {
+		return invalid(typ, "deadlineMillis is negative")
+	}
+	return nil
+}

@@ -57,6 +57,8 @@ func examples() map[string]Envelope {
 		"confirm_ack.json":      &ConfirmAck{Header: hdr("ack-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-4", Reason: "approver:bob may not answer: nobody may approve a call they made"},
 		"confirm_rejected.json": &ConfirmRejected{Header: hdr("rj-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-4", Answer: ConfirmAnswer{Header: hdr("ca-3", agent), InvocationID: "inv-4", Outcome: ProceedOnce}, Reason: "nobody may approve a call they made"},
 		"confirm_closed.json":   &ConfirmClosed{Header: hdr("cc-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-5", ErrorType: ErrConfirmationTimeout, Reason: "No approver answered within 5m0s, so the call is denied.", AnswerTo: "toolbus.answer.q3Vb0hS1nYxJk2dQ7sLw9A"},
+		"confirm_waiting.json": &ConfirmWaiting{Header: hdr("cw-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-2", Tool: "write_file", Reason: "edits ask the user",
+			DeadlineMillis: 300000, Hint: "open the console at http://127.0.0.1:7878/ or run `toolbus confirm`"},
 		"hook_run.json": &HookRun{Header: hdr("hk-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-2", Tool: "run_shell_command",
 			Event: HookPre, AgentEvent: "PreToolUse", Hook: ".claude/hooks/no-curl.sh", Command: ".claude/hooks/no-curl.sh", File: ".claude/settings.json",
 			Outcome: HookDeny, Message: "curl is not allowed here", ExitCode: new(2), DurationMillis: 4},
@@ -241,6 +243,7 @@ func FuzzDecode(f *testing.F) {
 		check(Decode[ConfirmAck](data))
 		check(Decode[ConfirmRejected](data))
 		check(Decode[ConfirmClosed](data))
+		check(Decode[ConfirmWaiting](data))
 		check(Decode[Result](data))
 		check(Decode[Step](data))
 		check(Decode[BatchInvocation](data))
@@ -291,6 +294,8 @@ func decodeAs(e Envelope, data []byte) (Envelope, error) {
 		return Decode[ConfirmRejected](data)
 	case *ConfirmClosed:
 		return Decode[ConfirmClosed](data)
+	case *ConfirmWaiting:
+		return Decode[ConfirmWaiting](data)
 	case *Result:
 		return Decode[Result](data)
 	case *Step:

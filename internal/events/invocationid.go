@@ -34,6 +34,10 @@ func (c *ConfirmRejected) ForInvocation() string { return c.InvocationID }
 // (InvocationID).
 func (c *ConfirmClosed) ForInvocation() string { return c.InvocationID }
 
+// ForInvocation is the id of the invocation that waits for an answer
+// (InvocationID).
+func (c *ConfirmWaiting) ForInvocation() string { return c.InvocationID }
+
 // ForInvocation is the id of the invocation that passed the step
 // (InvocationID).
 func (s *Step) ForInvocation() string { return s.InvocationID }

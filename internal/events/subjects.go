@@ -154,6 +154,9 @@ const (
 	// KindConfirm carries a ConfirmRequest that the caller may put to its
 	// own user (Invocation.CallerConfirms).
 	KindConfirm = "confirm"
+	// KindWaiting carries a ConfirmWaiting: the call waits for a
+	// person's answer, until when, and where one gives it.
+	KindWaiting = "waiting"
 	// KindFence marks a caller's own message to its own inbox (see
 	// invoke.Client): no executor sends it.
 	KindFence = "fence"

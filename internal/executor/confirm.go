@@ -34,7 +34,9 @@ func (c *call) confirm(d policy.Decision, args map[string]any) (*events.ConfirmA
 	// tool.confirm need be connected.
 	q.callerAsks = c.inv.CallerConfirms && c.reply != "" && q.pol.ElicitationAllowed(c.ctx, q.in)
 	if !q.callerAsks && !e.approverPresent(c.ctx) {
-		return nil, &stop{events.ErrPolicyDenied, fmt.Sprintf("The policy asks for confirmation (%s), but no approver is connected to give it, so the call is denied.", d.Reason)}
+		// Nobody would see the request: waiting for an answer would only
+		// hold the caller until the deadline.
+		return nil, &stop{events.ErrPolicyDenied, fmt.Sprintf("The policy asks for confirmation (%s), but no approver is connected to give it, so the call is denied. To approve calls like this one, %s, then make the call again.", d.Reason, e.cfg.ApproveHint)}
 	}
 	q.req = c.confirmRequest(d, q.pol, q.in)
 	q.req.CallerMayAnswer = q.callerAsks
@@ -113,8 +115,9 @@ type question struct {
 
 // ask sends the question: recorded, so that an approver that follows the
 // audit stream sees it even when a node was lost on the way, and to the
-// caller when its user is asked. It has no reply subject: the answers go
-// to AnswerSubject(req.AnswerTo, ...).
+// caller when its user is asked; and it tells the caller its call waits
+// (waiting). It has no reply subject: the answers go to
+// AnswerSubject(req.AnswerTo, ...).
 func (c *call) ask(q *question, reason string) *stop {
 	e := c.e
 	data, err := events.Encode(q.req)
@@ -133,7 +136,29 @@ func (c *call) ask(q *question, reason string) *stop {
 			e.log.Warn("the confirmation request did not reach the caller; the approvers may still answer", "invocation", c.inv.ID, "err", err)
 		}
 	}
+	c.waiting(reason)
 	return nil
+}
+
+// waiting tells the caller that its call waits for a person, until when,
+// and where one answers: a caller that prints nothing for minutes looks
+// hung. Heartbeats keep the call alive; this says why it takes long.
+func (c *call) waiting(reason string) {
+	e := c.e
+	if c.reply == "" {
+		return
+	}
+	data, err := events.Encode(&events.ConfirmWaiting{Header: events.Header{Sender: e.id}, InvocationID: c.inv.ID, Tool: c.tool.Name,
+		Reason: reason, DeadlineMillis: e.cfg.ConfirmTimeout.Milliseconds(), Hint: e.cfg.ApproveHint})
+	if err != nil {
+		e.log.Error("the waiting notice does not encode", "invocation", c.inv.ID, "err", err)
+		return
+	}
+	m := nats.NewMsg(c.reply)
+	m.Header.Set(events.KindHeader, events.KindWaiting)
+	m.Header.Set(events.ExecutorHeader, e.id.ID)
+	m.Data = data
+	_ = e.nc.PublishMsg(m)
 }
 
 // awaitAnswer waits for the first answer the policy accepts, until ctx
@@ -148,7 +173,7 @@ func (c *call) awaitAnswer(ctx context.Context, q *question, answers *nats.Subsc
 			case c.ctx.Err() != nil:
 				st = &stop{events.ErrCancelled, fmt.Sprintf("cancelled while waiting for confirmation: %v", context.Cause(c.ctx))}
 			case errors.Is(err, context.DeadlineExceeded):
-				st = &stop{events.ErrConfirmationTimeout, fmt.Sprintf("No approver answered within %s, so the call is denied.", e.cfg.ConfirmTimeout)}
+				st = &stop{events.ErrConfirmationTimeout, fmt.Sprintf("No approver answered within %s, so the call is denied. To approve calls like this one, %s.", e.cfg.ConfirmTimeout, e.cfg.ApproveHint)}
 			}
 			e.publish(events.SubjectConfirmClosed, &events.ConfirmClosed{Header: c.header(), InvocationID: c.inv.ID, ErrorType: st.Type, Reason: st.Msg, AnswerTo: q.req.AnswerTo})
 			return nil, st

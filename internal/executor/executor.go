@@ -43,6 +43,9 @@ const (
 	// 1 GiB matches the audit stream's default size.
 	DefaultOutputStoreBytes = 1 << 30
 	DefaultOutputStoreTTL   = 7 * 24 * time.Hour
+	// DefaultApproveHint is Config.ApproveHint when none is given: the
+	// executor does not know where its fleet's console is.
+	DefaultApproveHint = "run `toolbus confirm`, or open the web console (`toolbus console`)"
 	// DefaultMaxPendingPerCaller is how many calls of one principal may
 	// wait for a person's answer at once on one executor.
 	DefaultMaxPendingPerCaller = 16
@@ -94,6 +97,12 @@ type Config struct {
 	ServerTimeouts map[string]time.Duration
 	// ConfirmTimeout is how long an approver may take (default 5 min).
 	ConfirmTimeout time.Duration
+	// ApproveHint says where a person approves this executor's calls,
+	// as the end of a sentence: "open the console at http://…/ or run
+	// `toolbus confirm`" (default DefaultApproveHint). A call denied
+	// because nobody is there to ask, or nobody answered in time, says
+	// it, and so does the message that tells a caller its call waits.
+	ApproveHint string
 	// MaxContent caps llmContent in characters (default 40,000); the whole
 	// output goes to the object store.
 	MaxContent int
@@ -195,6 +204,9 @@ func (cfg Config) withDefaults() Config {
 	setDefault(&cfg.Timeout, DefaultTimeout)
 	setDefault(&cfg.MaxTimeout, DefaultMaxTimeout)
 	setDefault(&cfg.ConfirmTimeout, DefaultConfirmTimeout)
+	if cfg.ApproveHint == "" {
+		cfg.ApproveHint = DefaultApproveHint
+	}
 	setDefault(&cfg.MaxContent, DefaultMaxContent)
 	setDefault(&cfg.MaxOutput, tool.DefaultMaxOutput)
 	setDefault(&cfg.OutputStoreBytes, DefaultOutputStoreBytes)

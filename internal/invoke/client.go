@@ -72,11 +72,61 @@ type Watch struct {
 	// leaves it to the approvers on tool.confirm. It must not block: the
 	// wait for the result goes on while the user decides.
 	Confirm func(*events.ConfirmRequest)
+	// Waiting is told that the call waits for a person's answer (the
+	// policy asked for one), until when and where one is given: once
+	// per round of confirmation. It must not block.
+	Waiting func(*Waiting)
 }
 
-func (w *Watch) progress(m *nats.Msg) {
-	if w != nil && w.Progress != nil && m.Header.Get(events.KindHeader) == events.KindProgress {
-		w.Progress(string(m.Data))
+// Waiting is a call's notice that it waits for a person's answer.
+type Waiting struct {
+	events.ConfirmWaiting
+	// Deadline is when the executor stops waiting, on this host's
+	// clock: when the notice came, plus DeadlineMillis.
+	Deadline time.Time
+}
+
+// Message says for a person what the call waits for, how long it may
+// still wait at now, and where it is approved: "waiting for approval of
+// write_file (edits ask) — 4m59s left; to approve it, run `toolbus
+// confirm`…".
+func (w *Waiting) Message(now time.Time) string {
+	var b strings.Builder
+	b.WriteString("waiting for approval of " + w.Tool)
+	if w.Reason != "" {
+		b.WriteString(" (" + w.Reason + ")")
+	}
+	fmt.Fprintf(&b, " — %s left", max(w.Deadline.Sub(now), 0).Round(time.Second))
+	if w.Hint != "" {
+		b.WriteString("; to approve it, " + w.Hint)
+	}
+	return b.String()
+}
+
+// String is Message now.
+func (w *Waiting) String() string { return w.Message(time.Now()) }
+
+// hear hands what the executor sent before the result (m, received at
+// at) to w: output to Progress, a waiting notice to Waiting; heartbeats
+// and what does not decode to nobody.
+func (w *Watch) hear(m *nats.Msg, at time.Time) {
+	if w == nil {
+		return
+	}
+	switch m.Header.Get(events.KindHeader) {
+	case events.KindProgress:
+		if w.Progress != nil {
+			w.Progress(string(m.Data))
+		}
+	case events.KindWaiting:
+		if w.Waiting == nil {
+			return
+		}
+		n, err := events.Decode[events.ConfirmWaiting](m.Data)
+		if err != nil {
+			return
+		}
+		w.Waiting(&Waiting{ConfirmWaiting: *n, Deadline: at.Add(time.Duration(n.DeadlineMillis) * time.Millisecond)})
 	}
 }
 
@@ -172,6 +222,13 @@ func (c *Client) start() error {
 func (c *Client) Invoke(ctx context.Context, inv *events.Invocation, progress func(string)) (*events.Result, error) {
 	inv.Sender = c.id
 	return c.invoke(ctx, inv, &Watch{Progress: progress})
+}
+
+// InvokeWatch is Invoke with w (nil for none) to hear the call's
+// output and whether it waits for a person's answer.
+func (c *Client) InvokeWatch(ctx context.Context, inv *events.Invocation, w *Watch) (*events.Result, error) {
+	inv.Sender = c.id
+	return c.invoke(ctx, inv, w)
 }
 
 // InvokeAs is Invoke on behalf of inv.Sender, for a client that calls for

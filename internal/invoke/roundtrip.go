@@ -55,7 +55,7 @@ func (c *Client) roundTrip(ctx context.Context, subject, id string, data []byte,
 			wt.heard = time.Now()
 			lost.Reset(LostAfter)
 		case m := <-p.events:
-			w.progress(m)
+			w.hear(m, time.Now())
 			if x := m.Header.Get(events.ExecutorHeader); x != "" {
 				wt.executor = x
 			}
@@ -80,12 +80,11 @@ func (c *Client) roundTrip(ctx context.Context, subject, id string, data []byte,
 				return wt.answered(m)
 			default:
 			}
-			t := events.ErrCancelled
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				t = events.ErrTimeout
+			fail := events.ToolError{Type: events.ErrTimeout, Message: "The call did not finish before the caller's deadline; it was cancelled."}
+			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				fail = events.ToolError{Type: events.ErrCancelled, Message: fmt.Sprintf("The caller stopped waiting (%v); the call was cancelled.", context.Cause(ctx))}
 			}
-			return wt.giveUp("the caller stopped waiting: "+ctx.Err().Error(),
-				events.ToolError{Type: t, Message: "The call did not finish before the caller's deadline; it was cancelled."})
+			return wt.giveUp("the caller stopped waiting: "+context.Cause(ctx).Error(), fail)
 		}
 	}
 }
@@ -136,7 +135,7 @@ func (wt *wait) answered(m *nats.Msg) (*nats.Msg, *failure, error) {
 	for drained := false; !drained; {
 		select {
 		case ev := <-wt.p.events:
-			wt.w.progress(ev)
+			wt.w.hear(ev, time.Now())
 		default:
 			drained = true
 		}

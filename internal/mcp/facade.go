@@ -383,7 +383,12 @@ func (f *Facade) handler(name string) mcpserver.ToolHandlerFunc {
 		if canAsk && mcpserver.IsModernRequest(ctx) {
 			return f.callModern(ctx, req, inv)
 		}
-		watch := &invoke.Watch{Progress: f.progress(ctx, req)}
+		notify := f.progress(ctx, req)
+		watch := &invoke.Watch{Progress: notify}
+		if notify != nil {
+			// A client that shows progress shows why the call takes long.
+			watch.Waiting = func(w *invoke.Waiting) { notify(w.String()) }
+		}
 		if canAsk {
 			ask, wait := f.askingWatch(ctx, inv)
 			defer wait()

@@ -135,6 +135,7 @@ func (f *Facade) startHeld(inv *events.Invocation, state heldState) (*heldCall, 
 	h.mu.Unlock()
 	watch := &invoke.Watch{
 		Progress: hc.forwardProgress,
+		Waiting:  func(w *invoke.Waiting) { hc.forwardProgress(w.String()) },
 		Confirm: func(req *events.ConfirmRequest) {
 			select {
 			case hc.asks <- req:
