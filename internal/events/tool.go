@@ -98,10 +98,10 @@ type ToolSpec struct {
 	Annotations     json.RawMessage `json:"annotations,omitempty"`
 	OutputMarkdown  bool            `json:"outputMarkdown,omitempty"`
 	CanUpdateOutput bool            `json:"canUpdateOutput,omitempty"`
-	// MCPDeclaration is, for a prompt or a resource (KindPrompt,
+	// MCPFeature is, for a prompt or a resource (KindPrompt,
 	// KindResource), the MCP server's declaration of it as sent: a prompt,
 	// a resource or a resource template object.
-	MCPDeclaration json.RawMessage `json:"mcpDeclaration,omitempty"`
+	MCPFeature json.RawMessage `json:"mcpFeature,omitempty"`
 }
 
 // Tool is one catalogue entry: a line of its shard in the CatalogBucket
@@ -153,9 +153,9 @@ type Tool struct {
 	// JavaScript Map keeps a key's position.
 	Seq       uint64    `json:"seq"`
 	UpdatedAt time.Time `json:"updatedAt"`
-	// MCPDeclaration is ToolSpec.MCPDeclaration: what the MCP server
+	// MCPFeature is ToolSpec.MCPFeature: what the MCP server
 	// declared of a prompt or a resource.
-	MCPDeclaration json.RawMessage `json:"mcpDeclaration,omitempty"`
+	MCPFeature json.RawMessage `json:"mcpFeature,omitempty"`
 }
 
 // IsTool says t is a tool: not a prompt or a resource of an MCP server,

@@ -41,7 +41,7 @@ func (f *Facade) refreshFeatures(cat *catalog.Catalog) {
 	promptEntries, templateEntries := map[string]string{}, map[string]string{}
 	for _, t := range cat.Features(events.KindPrompt) {
 		var p mcp.Prompt
-		if err := json.Unmarshal(t.MCPDeclaration, &p); err != nil {
+		if err := json.Unmarshal(t.MCPFeature, &p); err != nil {
 			f.log.Warn("mcp facade: a prompt is left out", "prompt", t.Name, "err", err)
 			continue
 		}
@@ -64,7 +64,7 @@ func (f *Facade) refreshFeatures(cat *catalog.Catalog) {
 			URI         string `json:"uri"`
 			URITemplate string `json:"uriTemplate"`
 		}
-		if err := json.Unmarshal(t.MCPDeclaration, &d); err != nil {
+		if err := json.Unmarshal(t.MCPFeature, &d); err != nil {
 			f.log.Warn("mcp facade: a resource is left out", "resource", t.Name, "err", err)
 			continue
 		}
@@ -77,14 +77,14 @@ func (f *Facade) refreshFeatures(cat *catalog.Catalog) {
 			}
 			seen[d.URI] = true
 			var r mcp.Resource
-			if err := json.Unmarshal(t.MCPDeclaration, &r); err != nil {
+			if err := json.Unmarshal(t.MCPFeature, &r); err != nil {
 				f.log.Warn("mcp facade: a resource is left out", "resource", t.Name, "err", err)
 				continue
 			}
 			resources = append(resources, mcpserver.ServerResource{Resource: r, Handler: f.readResource(t.Name)})
 		} else {
 			var rt mcp.ResourceTemplate
-			if err := json.Unmarshal(t.MCPDeclaration, &rt); err != nil || rt.URITemplate == nil {
+			if err := json.Unmarshal(t.MCPFeature, &rt); err != nil || rt.URITemplate == nil {
 				f.log.Warn("mcp facade: a resource template is left out", "resource", t.Name, "err", err)
 				continue
 			}

@@ -28,7 +28,7 @@ import (
 // (facade_features.go); no tool list shows them.
 //
 // The server's declaration and its result travel as it sent them
-// (ToolSpec.MCPDeclaration, Result.MCPResult), read and requested on the
+// (ToolSpec.MCPFeature, Result.MCPResult), read and requested on the
 // session's transport directly, so that nothing mcp-go does not know of
 // is lost on the way.
 
@@ -135,7 +135,7 @@ func newServerPrompt(srv *server, raw json.RawMessage) (*serverPrompt, error) {
 		Kind:           events.KindPrompt,
 		Parameters:     params,
 		ReadOnly:       true,
-		MCPDeclaration: raw,
+		MCPFeature: raw,
 	}}, nil
 }
 
@@ -232,7 +232,7 @@ func newServerResource(srv *server, raw json.RawMessage, template bool, names ma
 		Kind:           events.KindResource,
 		Parameters:     params,
 		ReadOnly:       true,
-		MCPDeclaration: raw,
+		MCPFeature: raw,
 	}
 	return r, nil
 }

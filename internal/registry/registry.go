@@ -371,7 +371,7 @@ func (r *Registry) entryOf(reg *registration) (*events.Tool, error) {
 		Parameters:       reg.params,
 		GeminiParameters: gemini,
 		Annotations:      spec.Annotations,
-		MCPDeclaration:   spec.MCPDeclaration,
+		MCPFeature:   spec.MCPFeature,
 		UpdatedAt:        r.now(),
 	}
 	t.ConcurrencySafe = spec.ConcurrencySafe || t.ReadOnly
@@ -459,7 +459,7 @@ func sameDeclaration(t *events.Tool, spec *events.ToolSpec, kind events.Kind, pa
 		t.ReadOnly == readOnly && t.ConcurrencySafe == (spec.ConcurrencySafe || readOnly) && t.Trust == req.Trust &&
 		t.OutputMarkdown == spec.OutputMarkdown && t.CanUpdateOutput == spec.CanUpdateOutput &&
 		bytes.Equal(t.Parameters, params) && bytes.Equal(t.Annotations, spec.Annotations) &&
-		bytes.Equal(t.MCPDeclaration, spec.MCPDeclaration)
+		bytes.Equal(t.MCPFeature, spec.MCPFeature)
 }
 
 // compactSchema checks that raw is a JSON object and removes insignificant
