@@ -79,9 +79,16 @@ type Output struct {
 	LLMContent    string
 	ReturnDisplay string
 	// Parts are the output's typed parts that are not text (an MCP
-	// tool's images, audio, embedded resources).
-	Parts []events.Part
-	Err   *events.ToolError
+	// tool's images, audio, embedded resources); with PartsWhole, its
+	// whole content, text included (events.Result.PartsWhole), of which
+	// LLMContent is the text.
+	Parts      []events.Part
+	PartsWhole bool
+	// Structured is an MCP tool's structuredContent and Meta its
+	// result's _meta, as the server sent them.
+	Structured json.RawMessage
+	Meta       json.RawMessage
+	Err        *events.ToolError
 	// Whole, when set, holds the whole llmContent of an output too large
 	// for memory, and LLMContent only its head. The executor owns it from
 	// the moment Run returns: it stores it and closes it.
