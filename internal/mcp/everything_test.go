@@ -65,8 +65,9 @@ var everythingChecks = []struct {
 	{"get-tiny-image", checkImage},
 	{"get-resource-links", func(t *testing.T, f *fleet, _ string) {
 		res := f.call(t, "get-resource-links", `{"count":2}`, nil)
-		if res.Error != nil || strings.Count(res.LLMContent, "Resource Link: ") != 2 || len(res.Parts) != 0 {
-			t.Errorf("get-resource-links 2: %+v, want two \"Resource Link:\" lines and no parts", res)
+		if res.Error != nil || strings.Count(res.LLMContent, "Resource Link: ") != 2 || len(res.Parts) != 3 ||
+			res.Parts[0].Type != events.PartText || res.Parts[1].Type != events.PartLink || res.Parts[2].Type != events.PartLink {
+			t.Errorf("get-resource-links 2: %+v, want two \"Resource Link:\" lines, and its text and two links as parts", res)
 		}
 	}},
 	{"progress", checkProgress},
@@ -231,10 +232,11 @@ func checkImage(t *testing.T, f *fleet, _ string) {
 	if want := "Here's the image you requested:\nThe image above is the MCP logo."; res.LLMContent != want {
 		t.Errorf("get-tiny-image's text %q, want %q", res.LLMContent, want)
 	}
-	if len(res.Parts) != 1 {
-		t.Fatalf("get-tiny-image: %d parts, want 1 image", len(res.Parts))
+	// Its blocks are text, image, text.
+	if len(res.Parts) != 3 || res.Parts[0].Type != events.PartText || res.Parts[2].Type != events.PartText {
+		t.Fatalf("get-tiny-image: parts %+v, want a text, an image and a text", res.Parts)
 	}
-	p := res.Parts[0]
+	p := res.Parts[1]
 	if p.Type != events.PartImage || p.MIMEType != "image/png" || p.Data == "" || p.Size != len(p.Data) {
 		t.Errorf("get-tiny-image's part: type %q, mimeType %q, %d bytes of data, size %d", p.Type, p.MIMEType, len(p.Data), p.Size)
 	}

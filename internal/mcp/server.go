@@ -243,12 +243,15 @@ func (s *server) list(sess *session) discovered {
 			found.warnings = append(found.warnings, err.Error())
 			continue
 		}
+		for _, why := range t.left {
+			found.warnings = append(found.warnings, fmt.Sprintf("%s: %s", def.Name, why))
+		}
 		tools = append(tools, t)
 	}
 	names, warnings, err := s.m.host(ctx, s.cfg.Name, s.cfg.Trust, tools)
 	found.tools, found.warnings = names, append(found.warnings, warnings...)
 	for _, w := range found.warnings {
-		s.m.log.Warn("MCP tool not hosted", "server", s.cfg.Name, "reason", w)
+		s.m.log.Warn("MCP tool not hosted, or not as declared", "server", s.cfg.Name, "reason", w)
 	}
 	if err != nil {
 		found.err = fmt.Errorf("register tools: %w", err)
