@@ -176,7 +176,8 @@ func (f *Facade) Refresh() {
 			continue
 		}
 		tools = append(tools, mcpserver.ServerTool{Tool: mt, Handler: f.handler(t.Name)})
-		fmt.Fprintf(&key, "%s\x00%d\x00", t.Name, t.Seq)
+		// An update keeps a tool's Seq: its time tells a new declaration.
+		fmt.Fprintf(&key, "%s\x00%d\x00%d\x00", t.Name, t.Seq, t.UpdatedAt.UnixNano())
 	}
 	// The policy decides what each caller is shown: a new revision is a
 	// change of the list even when the tools are the same.

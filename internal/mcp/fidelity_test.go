@@ -459,3 +459,36 @@ func TestFacadeCapabilities(t *testing.T) {
 		t.Errorf("capabilities %s, want %s", init.Capabilities, `{"tools":{"listChanged":true}}`)
 	}
 }
+
+// TestFacadeListsAChangedDeclaration: a server that changes a tool's
+// declaration (another outputSchema, title) and says its list changed has
+// the facade list the tool anew.
+func TestFacadeListsAChangedDeclaration(t *testing.T) {
+	s := server.NewMCPServer("evolving", "1.0", server.WithToolCapabilities(true))
+	declare := func(version string) {
+		tl := mcp.NewTool("evolving", mcp.WithToolTitle("Version "+version))
+		tl.RawOutputSchema = json.RawMessage(`{"type":"object","properties":{"v` + version + `":{"type":"string"}}}`)
+		s.AddTool(tl, func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return mcp.NewToolResultText(version), nil
+		})
+	}
+	declare("1")
+	url := httpServer(t, s, nil)
+	f := startFleet(t, parse(t, fmt.Sprintf(`{"mcpServers":{"evolving":{"httpUrl":%q,"trust":true}}}`, url)))
+	f.waitState(t, "evolving", events.MCPConnected)
+	c := connectHTTP(t, serveFacade(t, f.bus), "", "fidelity-evolving")
+	title := func() any {
+		if tl := listedTools(t, c)["evolving"]; tl != nil {
+			return tl["title"]
+		}
+		return nil
+	}
+	testkit.Eventually(t, "the facade lists version 1", func() bool { return title() == "Version 1" })
+	declare("2")
+	testkit.Eventually(t, "the catalogue has version 2", func() bool { return f.waitTool(t, "evolving").Title == "Version 2" })
+	testkit.Eventually(t, "the facade lists version 2", func() bool { return title() == "Version 2" })
+	out := listedTools(t, c)["evolving"]["outputSchema"].(map[string]any)["properties"].(map[string]any)
+	if _, ok := out["v2"]; !ok {
+		t.Errorf("outputSchema's properties %v, want version 2's", out)
+	}
+}
