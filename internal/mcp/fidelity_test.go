@@ -329,13 +329,23 @@ func only(m map[string]any, keys ...string) map[string]any {
 	return out
 }
 
-// differential lists the tools and calls each of calls (name → arguments)
-// straight on the backend at url and through the facade, and compares.
-func differential(t *testing.T, backendURL, facadeURL string, calls map[string]string) {
+// call is a tool and its arguments.
+type call struct{ name, args string }
+
+// differential lists the tools, and makes each of calls, straight on the
+// backend at backendURL and through the facade, and compares. The tools
+// in unhosted are the backend's that toolbus does not host.
+func differential(t *testing.T, backendURL, facadeURL string, calls []call, unhosted ...string) {
 	t.Helper()
 	direct := connectHTTP(t, backendURL, "", "fidelity-direct")
 	facade := connectHTTP(t, facadeURL, "", "fidelity-facade")
 	want := listedTools(t, direct)
+	for _, name := range unhosted {
+		delete(want, name)
+	}
+	if len(want) == 0 {
+		t.Fatal("the backend lists no tools")
+	}
 	var got map[string]map[string]any
 	testkit.Eventually(t, "the facade lists the backend's tools", func() bool {
 		got = listedTools(t, facade)
@@ -349,17 +359,26 @@ func differential(t *testing.T, backendURL, facadeURL string, calls map[string]s
 	for name, entry := range want {
 		sameJSON(t, "tools/list entry "+name, got[name], asListed(entry))
 	}
-	for name, args := range calls {
-		params := map[string]any{"name": name, "arguments": json.RawMessage(args)}
+	for _, c := range calls {
+		params := map[string]any{"name": c.name, "arguments": json.RawMessage(c.args)}
+		// A server may put the time in what it returns: the two calls
+		// are made again when they straddle a tick of its clock.
 		var viaFacade, straight map[string]any
-		decode(t, rawRequest(t, facade, "tools/call", params), &viaFacade)
-		decode(t, rawRequest(t, direct, "tools/call", params), &straight)
-		sameJSON(t, "tools/call "+name, withoutToolbusMeta(viaFacade), withEmptyContent(straight))
+		for try := 0; try < 3; try++ {
+			viaFacade, straight = nil, nil
+			decode(t, rawRequest(t, facade, "tools/call", params), &viaFacade)
+			decode(t, rawRequest(t, direct, "tools/call", params), &straight)
+			viaFacade, straight = withoutToolbusMeta(viaFacade), withEmptyContent(straight)
+			if reflect.DeepEqual(viaFacade, straight) {
+				break
+			}
+		}
+		sameJSON(t, "tools/call "+c.name+" "+c.args, viaFacade, straight)
 		// mcp-go's client reads it as it reads the server's.
 		req := mcp.CallToolRequest{}
-		req.Params.Name, req.Params.Arguments = name, json.RawMessage(args)
+		req.Params.Name, req.Params.Arguments = c.name, json.RawMessage(c.args)
 		if _, err := facade.CallTool(context.Background(), req); err != nil {
-			t.Errorf("%s: mcp-go's client does not read the facade's result: %v", name, err)
+			t.Errorf("%s: mcp-go's client does not read the facade's result: %v", c.name, err)
 		}
 	}
 }
@@ -375,7 +394,7 @@ func TestFacadeFidelity(t *testing.T) {
 	facade := serveFacade(t, f.bus)
 
 	t.Run("raw", func(t *testing.T) {
-		differential(t, raw, facade, map[string]string{"raw_weather": `{"city":"Paris"}`, "raw_mixed": `{}`, "raw_fail": `{}`, "raw_structured": `{}`})
+		differential(t, raw, facade, []call{{"raw_weather", `{"city":"Paris"}`}, {"raw_mixed", `{}`}, {"raw_fail", `{}`}, {"raw_structured", `{}`}})
 		// What mcp-go's types have no room for is in the catalogue.
 		tl := f.waitTool(t, "raw_weather")
 		for _, want := range []string{`"x-vendor-cost":{"tier":2}`} {
@@ -388,7 +407,7 @@ func TestFacadeFidelity(t *testing.T) {
 		}
 	})
 	t.Run("mcp-go", func(t *testing.T) {
-		differential(t, goURL, facade, map[string]string{"go_weather": `{"city":"Paris"}`, "go_mixed": `{}`, "go_fail": `{}`})
+		differential(t, goURL, facade, []call{{"go_weather", `{"city":"Paris"}`}, {"go_mixed", `{}`}, {"go_fail", `{}`}})
 	})
 	t.Run("limits", func(t *testing.T) { checkFidelityLimits(t, f, facade) })
 }
