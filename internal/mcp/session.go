@@ -353,10 +353,10 @@ func decodeTool(raw json.RawMessage) (listedTool, error) {
 	if in := given(sent.InputSchema); in != nil {
 		def.InputSchema, def.RawInputSchema = mcp.ToolInputSchema{}, in
 	}
-	if out := given(sent.OutputSchema); out != nil {
+	if out := nonEmpty(sent.OutputSchema); out != nil {
 		def.OutputSchema, def.RawOutputSchema = mcp.ToolOutputSchema{}, out
 	}
-	def.annotations, def.icons, def.meta = given(sent.Annotations), given(sent.Icons), given(sent.Meta)
+	def.annotations, def.icons, def.meta = nonEmpty(sent.Annotations), nonEmpty(sent.Icons), nonEmpty(sent.Meta)
 	return def, nil
 }
 
@@ -365,6 +365,20 @@ func decodeTool(raw json.RawMessage) (listedTool, error) {
 func given(raw json.RawMessage) json.RawMessage {
 	if t := bytes.TrimSpace(raw); len(t) == 0 || bytes.Equal(t, []byte("null")) {
 		return nil
+	}
+	return raw
+}
+
+// nonEmpty is given, and nil for an empty object or array too, which
+// says nothing and which the catalogue does not keep: a tool declared
+// with one would differ from its catalogue entry at every listing.
+func nonEmpty(raw json.RawMessage) json.RawMessage {
+	raw = given(raw)
+	if len(raw) > 0 && len(raw) < 16 {
+		var b bytes.Buffer
+		if json.Compact(&b, raw) == nil && (b.String() == "{}" || b.String() == "[]") {
+			return nil
+		}
 	}
 	return raw
 }
