@@ -256,8 +256,8 @@ func (c *converter) resource(r mcp.ResourceContents, a mcp.Annotated, meta *mcp.
 			// text than dropped.
 			if r.Text != "" {
 				c.text = append(c.text, r.Text)
-				c.part(events.Part{Type: events.PartText, Text: r.Text}, a, meta)
 			}
+			c.part(events.Part{Type: events.PartText, Text: r.Text}, a, meta)
 			return
 		}
 		p := events.Part{Type: events.PartResource, MIMEType: r.MIMEType, URI: r.URI, Text: r.Text}

@@ -343,6 +343,9 @@ func FuzzOutput(f *testing.F) {
 		`{"content":[],"structuredContent":{"a":[1,2,{"b":null}]}}`,
 		`{"content":[],"isError":true}`,
 		`{"content":[{"type":"text","text":""}],"isError":true}`,
+		`{"_meta":{"a":1},"content":[{"type":"text","text":"x","annotations":{"priority":0.5},"_meta":{"k":[1]}}]}`,
+		`{"content":[{"type":"resource","resource":{"uri":"","text":""},"annotations":{"audience":["user"]}}]}`,
+		`{"content":[{"type":"resource_link","uri":"","name":"n","size":3}]}`,
 	} {
 		f.Add([]byte(seed))
 	}
