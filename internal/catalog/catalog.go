@@ -48,7 +48,8 @@ func (e *Entry) Declaration(f Format) []byte {
 	t := e.tool
 	// Sized once: escaping rarely adds more than the slack.
 	size := 96 + len(t.Name) + len(t.ExportName) + len(t.DisplayName) + len(t.Description) +
-		max(len(t.Parameters), len(t.GeminiParameters)) + len(t.Annotations)
+		max(len(t.Parameters), len(t.GeminiParameters)) + len(t.Annotations) +
+		len(t.Title) + len(t.OutputSchema) + len(t.Icons) + len(t.Meta)
 	d := appendDeclaration(make([]byte, 0, size), t, f)
 	e.decl[f].Store(&d)
 	return d

@@ -19,7 +19,9 @@ const (
 	OpenAI
 	// Anthropic is a Messages API tool: name, description, input_schema.
 	Anthropic
-	// MCP is an MCP tools/list entry: name, title, description, inputSchema.
+	// MCP is an MCP tools/list entry: name, title, description,
+	// inputSchema, and what an MCP server declared of the tool beyond
+	// (outputSchema, annotations, icons, _meta).
 	MCP
 	numFormats
 )
@@ -85,20 +87,37 @@ func appendDeclaration(b []byte, t *events.Tool, f Format) []byte {
 	case MCP:
 		b = append(b, `{"name":`...)
 		b = appendString(b, t.Name)
-		if t.DisplayName != "" && t.DisplayName != t.Name {
+		if title := mcpTitle(t); title != "" {
 			b = append(b, `,"title":`...)
-			b = appendString(b, t.DisplayName)
+			b = appendString(b, title)
 		}
 		b = append(b, `,"description":`...)
 		b = appendString(b, t.Description)
 		b = append(b, `,"inputSchema":`...)
 		b = append(b, t.Parameters...)
-		if len(t.Annotations) > 0 {
-			b = append(b, `,"annotations":`...)
-			b = append(b, t.Annotations...)
+		for _, f := range [...]struct {
+			key string
+			raw []byte
+		}{{`,"outputSchema":`, t.OutputSchema}, {`,"annotations":`, t.Annotations}, {`,"icons":`, t.Icons}, {`,"_meta":`, t.Meta}} {
+			if len(f.raw) > 0 {
+				b = append(b, f.key...)
+				b = append(b, f.raw...)
+			}
 		}
 	}
 	return append(b, '}')
+}
+
+// mcpTitle is t's title in an MCP declaration: the title its MCP server
+// gave it, else its display name when that is not its name.
+func mcpTitle(t *events.Tool) string {
+	if t.Title != "" {
+		return t.Title
+	}
+	if t.DisplayName != t.Name {
+		return t.DisplayName
+	}
+	return ""
 }
 
 const hex = "0123456789abcdef"

@@ -78,6 +78,17 @@ func examples() map[string]Envelope {
 		"result_late.json": &Result{Header: hdr("res-2", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-3", Tool: "read_file",
 			LLMContent:    "[Output truncated: showing 40000 of 20000000 characters. The whole output could not be kept: the object store TOOLBUS_OUTPUTS is full (maximum bytes exceeded); older outputs make room as they expire.]",
 			ReturnDisplay: "Read 2000 lines from big.txt", Truncated: true, Late: true},
+		// An MCP tool's result kept as its server sent it: block by
+		// block, a link as a link, structuredContent and _meta.
+		"result_mcp.json": &Result{Header: hdr("res-3", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-6", Tool: "weather",
+			LLMContent: "Sunny.\nResource Link: Forecast at https://wx.test/f\n\n[From hook \"audit\" (AfterTool):]\nseen", ReturnDisplay: "Sunny.",
+			Parts: []Part{
+				{Type: PartText, Text: "Sunny.", Annotations: json.RawMessage(`{"audience":["user"],"priority":0.7}`)},
+				{Type: PartImage, MIMEType: "image/png", Data: "iVBORw0KGgo=", Size: 12, Meta: json.RawMessage(`{"wx.test/map":true}`)},
+				{Type: PartLink, URI: "https://wx.test/f", Name: "forecast", Title: "Forecast", MIMEType: "text/html", ResourceSize: new(int64(2048))},
+				{Type: PartResource, URI: "file:///log.txt", MIMEType: "text/plain", Ref: "TOOLBUS_OUTPUTS/inv-6.part3", RefText: true, Size: 400000},
+			},
+			PartsWhole: true, PartsText: 51, StructuredContent: json.RawMessage(`{"temp":21.5,"sky":"clear"}`), Meta: json.RawMessage(`{"wx.test/trace":"abc"}`)},
 		"result.json": &Result{Header: Header{ID: "res-1", Time: when, Sender: Identity{ID: "executor@dev-1", Role: "executor"}, Principal: "agent-7"}, InvocationID: "inv-2", Tool: "run_shell_command",
 			LLMContent: "Command denied.", ReturnDisplay: "Command denied.", Error: &ToolError{Type: ErrPolicyDenied, Message: "rm -rf / is a dangerous command"},
 			Policy: &PolicyVerdict{Verdict: Deny, Reason: "rm -rf / is a dangerous command", Revision: "sha256:0f3a"}},

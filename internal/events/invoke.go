@@ -187,7 +187,25 @@ type Result struct {
 	// text: the images, audio and embedded resources of an MCP result,
 	// kept as typed parts, in the order the tool gave them. LLMContent
 	// holds the text parts, joined, and resource links as text.
-	Parts []Part `json:"parts,omitempty"`
+	//
+	// With PartsWhole, Parts are the whole content the tool gave, text
+	// blocks and resource links included, each as it came (annotations,
+	// _meta), in its order; none for an empty content. LLMContent is then
+	// made of them for a reader of text alone, and its first PartsText
+	// bytes are that; what follows was added on the way (notes, hooks'
+	// feedback). A result of one plain text block, as most are, has
+	// neither: LLMContent is that text.
+	Parts      []Part `json:"parts,omitempty"`
+	PartsWhole bool   `json:"partsWhole,omitempty"`
+	PartsText  int    `json:"partsText,omitempty"`
+	// StructuredContent is the JSON value an MCP tool returned as
+	// structuredContent, as it sent it. One larger than the output limit
+	// is kept in the object store instead, where StructuredRef names it
+	// (LLMContent says so); it is never cut.
+	StructuredContent json.RawMessage `json:"structuredContent,omitempty"`
+	StructuredRef     string          `json:"structuredRef,omitempty"`
+	// Meta is the _meta object of an MCP tool's result, as it sent it.
+	Meta json.RawMessage `json:"meta,omitempty"`
 	// MCPResult is, for a prompt's get or a resource's read, the MCP
 	// server's result as it sent it (a GetPromptResult or a
 	// ReadResourceResult); LLMContent then holds it as text.
@@ -238,6 +256,9 @@ func (r *Result) Validate() error {
 		if err := r.Parts[i].Validate(); err != nil {
 			return invalid(typ, "part %d: %v", i, err)
 		}
+	}
+	if len(r.Meta) > 0 && !isJSONObject(r.Meta) {
+		return invalid(typ, "meta is not a JSON object")
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package events
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	jsonv2 "github.com/go-json-experiment/json"
@@ -94,7 +95,7 @@ type ToolSpec struct {
 	ConcurrencySafe bool `json:"concurrencySafe,omitempty"`
 	// Aliases are other names the tool answers to (seed 004).
 	Aliases []string `json:"aliases,omitempty"`
-	// Annotations are MCP tool annotations, kept as sent.
+	// Annotations are MCP tool annotations, kept as sent, every key.
 	Annotations     json.RawMessage `json:"annotations,omitempty"`
 	OutputMarkdown  bool            `json:"outputMarkdown,omitempty"`
 	CanUpdateOutput bool            `json:"canUpdateOutput,omitempty"`
@@ -102,6 +103,73 @@ type ToolSpec struct {
 	// KindResource), the MCP server's declaration of it as sent: a prompt,
 	// a resource or a resource template object.
 	MCPFeature json.RawMessage `json:"mcpFeature,omitempty"`
+	MCPDeclaration
+}
+
+// MCPDeclaration is what an MCP server declares of a tool beyond what
+// every tool has, kept as the server sent it so that the facade lists
+// the tool as the server did. The JSON values keep their keys, their
+// order and their numbers; only insignificant whitespace and string
+// escapes may differ from the server's bytes. Together the three JSON
+// values take at most MaxMCPDeclaration bytes (TrimMCPDeclaration).
+type MCPDeclaration struct {
+	// Title is the tool's title, for people.
+	Title string `json:"title,omitempty"`
+	// OutputSchema is the JSON Schema (an object) of the tool's
+	// structuredContent.
+	OutputSchema json.RawMessage `json:"outputSchema,omitempty"`
+	// Icons is the tool's icons, a JSON array.
+	Icons json.RawMessage `json:"icons,omitempty"`
+	// Meta is the tool's _meta, a JSON object.
+	Meta json.RawMessage `json:"meta,omitempty"`
+}
+
+// MaxMCPDeclaration bounds the bytes of a tool's outputSchema, icons and
+// _meta together. A catalogue shard (and a registration) is one message:
+// one tool of megabytes would make its shard impossible to write, and
+// with it every later change of the catalogue.
+const MaxMCPDeclaration = 64 << 10
+
+// TrimMCPDeclaration leaves out of d, largest first, the outputSchema,
+// icons and _meta that take it past MaxMCPDeclaration, and says what it
+// left out, one sentence each.
+func (d *MCPDeclaration) TrimMCPDeclaration() []string {
+	fields := []struct {
+		name string
+		raw  *json.RawMessage
+	}{{"outputSchema", &d.OutputSchema}, {"icons", &d.Icons}, {"_meta", &d.Meta}}
+	total := 0
+	for _, f := range fields {
+		total += len(*f.raw)
+	}
+	var dropped []string
+	for total > MaxMCPDeclaration {
+		big := 0
+		for i, f := range fields {
+			if len(*f.raw) > len(*fields[big].raw) {
+				big = i
+			}
+		}
+		f := fields[big]
+		dropped = append(dropped, fmt.Sprintf("its %s (%d bytes) is left out: a tool's outputSchema, icons and _meta may take %d bytes together",
+			f.name, len(*f.raw), MaxMCPDeclaration))
+		total -= len(*f.raw)
+		*f.raw = nil
+	}
+	return dropped
+}
+
+// validate checks d's JSON values are of the kinds MCP has them.
+func (d *MCPDeclaration) validate() error {
+	switch {
+	case len(d.OutputSchema) > 0 && !isJSONObject(d.OutputSchema):
+		return errors.New("outputSchema is not a JSON object")
+	case len(d.Icons) > 0 && !isJSONArray(d.Icons):
+		return errors.New("icons is not a JSON array")
+	case len(d.Meta) > 0 && !isJSONObject(d.Meta):
+		return errors.New("meta is not a JSON object")
+	}
+	return nil
 }
 
 // Tool is one catalogue entry: a line of its shard in the CatalogBucket
@@ -141,7 +209,10 @@ type Tool struct {
 	// GeminiParameters is Parameters sanitised for the Gemini API, present
 	// only where sanitising changed something.
 	GeminiParameters json.RawMessage `json:"geminiParameters,omitempty"`
-	Annotations      json.RawMessage `json:"annotations,omitempty"`
+	// Annotations are the tool's MCP annotations, every key as sent.
+	Annotations json.RawMessage `json:"annotations,omitempty"`
+	// MCPDeclaration is the rest of an MCP tool's declaration, as sent.
+	MCPDeclaration
 	// Hosts are the ids of the providers (executors, MCP managers) that
 	// serve the tool.
 	Hosts []string `json:"hosts,omitempty"`
@@ -188,6 +259,9 @@ func (t *Tool) Validate() error {
 	case !isJSONObject(t.Parameters):
 		return invalid("tool", "%q: parameters is not a JSON object", t.Name)
 	}
+	if err := t.MCPDeclaration.validate(); err != nil {
+		return invalid("tool", "%q: %v", t.Name, err)
+	}
 	return nil
 }
 
@@ -212,6 +286,12 @@ func DecodeTool(data []byte) (*Tool, error) {
 // Invalid UTF-8 becomes U+FFFD, as encoding/json would make it.
 func EncodeTool(t *Tool) ([]byte, error) {
 	return jsonv2.Marshal(t, jsontext.AllowInvalidUTF8(true))
+}
+
+// isJSONArray is isJSONObject for an array.
+func isJSONArray(raw json.RawMessage) bool {
+	raw = bytes.TrimLeft(raw, " \t\r\n")
+	return len(raw) > 0 && raw[0] == '['
 }
 
 // isJSONObject reports whether raw, already known to be valid JSON (it came

@@ -152,7 +152,8 @@ func TestLargeBatchResultStillArrives(t *testing.T) {
 
 // TestResultFitsASmallMaxPayload: on a bus whose max payload is smaller
 // than a capped result (40,000 four-byte characters in llmContent and in
-// returnDisplay), the result is cut to fit and its whole output kept.
+// returnDisplay), the result is cut to fit and its whole output kept; a
+// structuredContent that does not fit is kept whole in the store.
 func TestResultFitsASmallMaxPayload(t *testing.T) {
 	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), MaxPayload: 256 << 10, NoLog: true, NoSigs: true})
 	if err != nil {
@@ -179,7 +180,13 @@ func TestResultFitsASmallMaxPayload(t *testing.T) {
 	tl := tool.Func(events.ToolSpec{Name: "wide", Kind: events.KindRead}, func(context.Context, *tool.Call) (*tool.Output, error) {
 		return &tool.Output{LLMContent: wide, ReturnDisplay: wide}, nil
 	})
-	ex, err := Start(ctx, b.Conn(), b.JetStream(), Config{Identity: events.Identity{ID: "executor@small"}, Tools: []tool.Tool{tl}, Policy: defaultPol(t), Logger: bustest.Quiet()})
+	// A structuredContent within the output limit, but of more bytes
+	// than the message has room for beside the text.
+	structured := json.RawMessage(`{"s":"` + strings.Repeat("😀", DefaultMaxContent-10) + `"}`)
+	withJSON := tool.Func(events.ToolSpec{Name: "wide_json", Kind: events.KindRead}, func(context.Context, *tool.Call) (*tool.Output, error) {
+		return &tool.Output{LLMContent: wide, ReturnDisplay: wide, Structured: structured}, nil
+	})
+	ex, err := Start(ctx, b.Conn(), b.JetStream(), Config{Identity: events.Identity{ID: "executor@small"}, Tools: []tool.Tool{tl, withJSON}, Policy: defaultPol(t), Logger: bustest.Quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,5 +207,18 @@ func TestResultFitsASmallMaxPayload(t *testing.T) {
 	}
 	if whole, err := obs.GetString(ctx, res.InvocationID); err != nil || whole != wide {
 		t.Errorf("the whole output is not kept: %d bytes, %v", len(whole), err)
+	}
+
+	// The structuredContent goes whole to the store, never cut.
+	waitTool(t, ex, "wide_json")
+	res, err = client.Invoke(ctx, &events.Invocation{Tool: "wide_json", Args: json.RawMessage(`{}`)}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Error != nil || res.StructuredContent != nil || res.StructuredRef == "" || !res.Truncated {
+		t.Fatalf("wide_json: %v, %d bytes of structuredContent, ref %q, truncated %v", res.Error, len(res.StructuredContent), res.StructuredRef, res.Truncated)
+	}
+	if whole, err := obs.GetString(ctx, events.OutputObjectName(res.StructuredRef)); err != nil || whole != string(structured) {
+		t.Errorf("the structuredContent is not kept: %d bytes, %v", len(whole), err)
 	}
 }

@@ -100,9 +100,36 @@ func (e *Executor) capOutput(ctx context.Context, owner string, res *events.Resu
 	res.ReturnDisplay = truncate(res.ReturnDisplay, limit)
 }
 
+// capStructured keeps an MCP tool's structuredContent within MaxContent
+// characters, as capOutput keeps the text. A JSON value cut short is no
+// longer JSON, so one larger is never cut: it goes whole to the object
+// store, StructuredRef names it, and LLMContent says so, or why it could
+// not be kept.
+func (e *Executor) capStructured(ctx context.Context, owner string, res *events.Result) {
+	data := res.StructuredContent
+	if len(data) <= e.cfg.MaxContent || utf8.RuneCount(data) <= e.cfg.MaxContent {
+		return
+	}
+	res.LLMContent += e.storeStructured(ctx, owner, res)
+}
+
+// storeStructured moves res's structuredContent to the object store and
+// returns the note that says where it is, or why it is not kept.
+func (e *Executor) storeStructured(ctx context.Context, owner string, res *events.Result) string {
+	sized := &events.Result{InvocationID: res.InvocationID + ".structured"}
+	n, err := e.keepWhole(ctx, owner, sized, text(res.StructuredContent))
+	res.StructuredContent = nil
+	if err != nil {
+		return fmt.Sprintf("\n\n[The structuredContent, %d characters, is too large for the result and could not be kept: %s.]", n, storeFailure(err))
+	}
+	res.StructuredRef = sized.OutputRef
+	return fmt.Sprintf("\n\n[The structuredContent, %d characters, is too large for the result; it is in the object store at %s.]", n, res.StructuredRef)
+}
+
 // maxInlineParts is how many bytes of typed parts (an MCP tool's images,
-// audio, blobs) a result carries itself; beyond it, parts go to the
-// object store, largest first, and the result names where (Part.Ref).
+// audio, blobs, and the text of a result kept block by block) a result
+// carries itself; beyond it, parts go to the object store, largest first,
+// and the result names where (Part.Ref).
 // Well under the default max payload of 1 MB, so that a screenshot does
 // not make a result that cannot be sent.
 const maxInlineParts = 256 << 10
@@ -134,9 +161,9 @@ func (e *Executor) storeParts(ctx context.Context, owner string, res *events.Res
 			break
 		}
 		p := &res.Parts[i]
-		data := p.Data
+		data, isText := p.Data, false
 		if data == "" {
-			data = p.Text
+			data, isText = p.Text, true
 		}
 		if data == "" {
 			continue
@@ -147,7 +174,7 @@ func (e *Executor) storeParts(ctx context.Context, owner string, res *events.Res
 			dropped = append(dropped, fmt.Sprintf("part %d (%s %s, %d bytes): %s", i, p.Type, p.MIMEType, len(data), storeFailure(err)))
 			p.Ref = ""
 		} else {
-			p.Ref = sized.OutputRef
+			p.Ref, p.RefText = sized.OutputRef, isText
 		}
 		p.Size, p.Data, p.Text = len(data), "", ""
 		total -= len(data)
@@ -323,7 +350,7 @@ func (e *Executor) fit(owner string, env events.Envelope, results []*events.Resu
 		// case escaping makes the encoded text longer than the text.
 		content := 0
 		for _, r := range results {
-			content += len(r.LLMContent) + len(r.ReturnDisplay)
+			content += len(r.LLMContent) + len(r.ReturnDisplay) + len(r.StructuredContent)
 		}
 		share := max((limit-(len(data)-content))/len(results)>>round, 256)
 		for _, r := range results {
@@ -338,8 +365,14 @@ func (e *Executor) fit(owner string, env events.Envelope, results []*events.Resu
 }
 
 // cutResult cuts r's outputs to share bytes between them, keeping the
-// whole llmContent in the object store unless it is there already.
+// whole llmContent in the object store unless it is there already. A
+// structuredContent that takes them past share goes to the store whole
+// first (storeStructured; StructuredRef says where, should the cut take
+// the note that says so).
 func (e *Executor) cutResult(owner string, r *events.Result, share int) {
+	if len(r.StructuredContent) > 0 && len(r.LLMContent)+len(r.ReturnDisplay)+len(r.StructuredContent) > share {
+		r.LLMContent += e.storeStructured(context.Background(), owner, r)
+	}
 	if len(r.LLMContent)+len(r.ReturnDisplay) <= share {
 		return
 	}

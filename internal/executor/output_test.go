@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/invoke"
 	"github.com/toolbus/toolbus/internal/testkit/bustest"
+	"github.com/toolbus/toolbus/internal/tool"
 )
 
 // TestFullOutputStoreCapsTheResult: with the store's byte limit reached, a
@@ -58,6 +60,37 @@ func TestFullOutputStoreCapsTheResult(t *testing.T) {
 }
 
 func tail(s string) string { return s[max(0, len(s)-300):] }
+
+// TestStructuredContentIsNeverCut: an MCP tool's structuredContent within
+// the output limit comes in the result as the tool gave it; one past it
+// is not cut (a cut JSON value is no value) but kept whole in the object
+// store, and the text says where.
+func TestStructuredContentIsNeverCut(t *testing.T) {
+	small := json.RawMessage(`{"n":1.50,"big":12345678901234567890}`)
+	big := json.RawMessage(`{"rows":"` + strings.Repeat("r", DefaultMaxContent) + `"}`)
+	json := func(name string, v json.RawMessage) tool.Tool {
+		return tool.Func(events.ToolSpec{Name: name, Kind: events.KindRead}, func(context.Context, *tool.Call) (*tool.Output, error) {
+			return &tool.Output{LLMContent: "rows", ReturnDisplay: "rows", Structured: v}, nil
+		})
+	}
+	e := newEnv(t, func(c *Config) { c.Tools = append(c.Tools, json("small_json", small), json("big_json", big)) })
+	waitTool(t, e.exec, "big_json")
+	if res := e.call(t, "small_json", `{}`); string(res.StructuredContent) != string(small) || res.StructuredRef != "" || res.LLMContent != "rows" {
+		t.Errorf("small: %s, ref %q, %q; want it as the tool gave it", res.StructuredContent, res.StructuredRef, res.LLMContent)
+	}
+	res := e.call(t, "big_json", `{}`)
+	want := "rows\n\n[The structuredContent, 40011 characters, is too large for the result; it is in the object store at " + res.StructuredRef + ".]"
+	if res.StructuredContent != nil || res.StructuredRef != events.OutputBucket+"/"+res.InvocationID+".structured" || res.LLMContent != want {
+		t.Errorf("big: %d bytes inline, ref %q, %q; want it stored and said so", len(res.StructuredContent), res.StructuredRef, res.LLMContent)
+	}
+	obs, err := e.bus.JetStream().ObjectStore(context.Background(), events.OutputBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if whole, err := obs.GetString(context.Background(), events.OutputObjectName(res.StructuredRef)); err != nil || whole != string(big) {
+		t.Errorf("the stored structuredContent: %d bytes, %v; want %d", len(whole), err, len(big))
+	}
+}
 
 // TestOutputStoreLimitsReachAnExistingBucket: a bucket made by an older
 // executor, without limits, gets the byte limit and the TTL, and keeps

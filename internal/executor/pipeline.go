@@ -788,7 +788,12 @@ func (c *call) end(how ending) {
 		defer c.release()
 		e := c.e
 		res := &events.Result{Header: c.header(), InvocationID: c.inv.ID, Tool: nameOf(c.tool),
-			LLMContent: out.LLMContent, ReturnDisplay: out.ReturnDisplay, Parts: out.Parts, MCPResult: out.MCPResult, Error: out.Err}
+			LLMContent: out.LLMContent, ReturnDisplay: out.ReturnDisplay, Parts: out.Parts, Error: out.Err,
+			PartsWhole: out.PartsWhole, StructuredContent: out.Structured, Meta: out.Meta, MCPResult: out.MCPResult}
+		if out.PartsWhole && out.Whole == nil {
+			// What follows is what the way adds: notes, hooks' feedback.
+			res.PartsText = len(out.LLMContent)
+		}
 		if c.verdict.Verdict != "" {
 			res.Policy = &c.verdict
 		}
@@ -798,6 +803,7 @@ func (c *call) end(how ending) {
 		// Storing the whole output can take seconds; the heartbeat goes on
 		// meanwhile, so the caller does not take the call for lost.
 		e.capOutput(c.ctx, c.principal, res, out.Whole)
+		e.capStructured(c.ctx, c.principal, res)
 		e.storeParts(c.ctx, c.principal, res)
 		if ran {
 			c.postHooks(res)

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mark3labs/mcp-go/mcp"
+
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/npmpeer"
@@ -65,8 +67,9 @@ var everythingChecks = []struct {
 	{"get-tiny-image", checkImage},
 	{"get-resource-links", func(t *testing.T, f *fleet, _ string) {
 		res := f.call(t, "get-resource-links", `{"count":2}`, nil)
-		if res.Error != nil || strings.Count(res.LLMContent, "Resource Link: ") != 2 || len(res.Parts) != 0 {
-			t.Errorf("get-resource-links 2: %+v, want two \"Resource Link:\" lines and no parts", res)
+		if res.Error != nil || strings.Count(res.LLMContent, "Resource Link: ") != 2 || len(res.Parts) != 3 ||
+			res.Parts[0].Type != events.PartText || res.Parts[1].Type != events.PartLink || res.Parts[2].Type != events.PartLink {
+			t.Errorf("get-resource-links 2: %+v, want two \"Resource Link:\" lines, and its text and two links as parts", res)
 		}
 	}},
 	{"progress", checkProgress},
@@ -88,12 +91,57 @@ func TestEverything(t *testing.T) {
 		t.Run("killed", func(t *testing.T) { checkKilled(t, f) })
 	})
 	t.Run("http", func(t *testing.T) {
-		server := map[string]any{"httpUrl": npmpeer.EverythingHTTP(t), "trust": true}
-		f := startEverything(t, server)
+		url := npmpeer.EverythingHTTP(t)
+		f := startEverything(t, map[string]any{"httpUrl": url, "trust": true})
 		for _, c := range everythingChecks {
 			t.Run(c.name, func(t *testing.T) { c.check(t, f, "http") })
 		}
+		t.Run("through the facade", func(t *testing.T) { checkEverythingFidelity(t, f, url) })
 	})
+}
+
+// checkEverythingFidelity: through the facade, server-everything's tools
+// are listed as it lists them (titles, outputSchema, annotations), and
+// its results are as it sends them: structuredContent, annotated text and
+// image, resource links, embedded text and blob resources.
+func checkEverythingFidelity(t *testing.T, f *fleet, url string) {
+	facade := serveFacade(t, f.bus)
+	differential(t, url, facade, []call{
+		{"echo", `{"message":"hi"}`},
+		{"get-sum", `{"a":2,"b":3}`},
+		{"get-structured-content", `{"location":"Chicago"}`},
+		{"get-annotated-message", `{"messageType":"error","includeImage":true}`},
+		{"get-annotated-message", `{"messageType":"debug","includeImage":false}`},
+		{"get-resource-links", `{"count":3}`},
+		{"get-resource-reference", `{"resourceType":"Text","resourceId":2}`},
+		{"get-resource-reference", `{"resourceType":"Blob","resourceId":1}`},
+		{"get-tiny-image", `{}`},
+	}, "simulate-research-query")
+
+	// What the comparison above is about is there to compare.
+	c := connectHTTP(t, facade, "", "fidelity-everything")
+	listed := listedTools(t, c)["get-structured-content"]
+	if listed["title"] != "Get Structured Content Tool" || listed["outputSchema"] == nil {
+		t.Errorf("get-structured-content through the facade: title %v, outputSchema %v", listed["title"], listed["outputSchema"])
+	}
+	res := callTool(t, c, "get-structured-content", `{"location":"Chicago"}`)
+	if res.StructuredContent == nil {
+		t.Error("get-structured-content through the facade: no structuredContent")
+	}
+	res = callTool(t, c, "get-resource-links", `{"count":2}`)
+	if len(res.Content) != 3 {
+		t.Fatalf("get-resource-links through the facade: %d blocks, want a text and two links", len(res.Content))
+	}
+	if link, ok := res.Content[1].(mcp.ResourceLink); !ok || link.URI == "" || link.Description == "" {
+		t.Errorf("get-resource-links through the facade: %#v, want a resource link", res.Content[1])
+	}
+	res = callTool(t, c, "get-annotated-message", `{"messageType":"success","includeImage":true}`)
+	if len(res.Content) != 2 {
+		t.Fatalf("get-annotated-message through the facade: %d blocks, want a text and an image", len(res.Content))
+	}
+	if text, ok := res.Content[0].(mcp.TextContent); !ok || text.Annotations == nil || text.Annotations.Priority == nil || *text.Annotations.Priority != 0.7 {
+		t.Errorf("get-annotated-message through the facade: %#v, want its annotations", res.Content[0])
+	}
 }
 
 // startEverything starts a fleet whose one MCP server is server
@@ -231,10 +279,11 @@ func checkImage(t *testing.T, f *fleet, _ string) {
 	if want := "Here's the image you requested:\nThe image above is the MCP logo."; res.LLMContent != want {
 		t.Errorf("get-tiny-image's text %q, want %q", res.LLMContent, want)
 	}
-	if len(res.Parts) != 1 {
-		t.Fatalf("get-tiny-image: %d parts, want 1 image", len(res.Parts))
+	// Its blocks are text, image, text.
+	if len(res.Parts) != 3 || res.Parts[0].Type != events.PartText || res.Parts[2].Type != events.PartText {
+		t.Fatalf("get-tiny-image: parts %+v, want a text, an image and a text", res.Parts)
 	}
-	p := res.Parts[0]
+	p := res.Parts[1]
 	if p.Type != events.PartImage || p.MIMEType != "image/png" || p.Data == "" || p.Size != len(p.Data) {
 		t.Errorf("get-tiny-image's part: type %q, mimeType %q, %d bytes of data, size %d", p.Type, p.MIMEType, len(p.Data), p.Size)
 	}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -100,12 +101,14 @@ func StartFacade(ctx context.Context, cfg FacadeConfig) (*Facade, error) {
 	f := &Facade{cfg: cfg, log: cfg.Logger, replica: replica, stop: make(chan struct{}), done: make(chan struct{}), held: newHeldCalls(),
 		client: invoke.NewClient(cfg.Conn, events.Identity{ID: "mcp-facade@" + cfg.Host, Role: "agent", Host: cfg.Host}, cfg.Principal)}
 	f.srv = mcpserver.NewMCPServer("toolbus", cfg.Version,
+		// Tools, and the list changes, are all it serves. Elicitation
+		// is a capability of clients, not of servers: asking a client
+		// (RequestElicitation) needs only the client's.
 		mcpserver.WithToolCapabilities(true),
 		mcpserver.WithPromptCapabilities(true),
 		mcpserver.WithResourceCapabilities(false, true),
 		mcpserver.WithCompletions(),
 		mcpserver.WithToolFilter(f.visible),
-		mcpserver.WithElicitation(),
 		mcpserver.WithRecovery(),
 		mcpserver.WithPromptCompletionProvider(completions{f}),
 		mcpserver.WithResourceCompletionProvider(completions{f}),
@@ -183,7 +186,8 @@ func (f *Facade) Refresh() {
 			continue
 		}
 		tools = append(tools, mcpserver.ServerTool{Tool: mt, Handler: f.handler(t.Name)})
-		fmt.Fprintf(&key, "%s\x00%d\x00", t.Name, t.Seq)
+		// An update keeps a tool's Seq: its time tells a new declaration.
+		fmt.Fprintf(&key, "%s\x00%d\x00%d\x00", t.Name, t.Seq, t.UpdatedAt.UnixNano())
 	}
 	// The policy decides what each caller is shown: a new revision is a
 	// change of the list even when the tools are the same.
@@ -200,17 +204,33 @@ func (f *Facade) Refresh() {
 }
 
 // mcpTool is a catalogue entry as an MCP tools/list entry: its catalogue
-// name (which maps back as is), its title, description, schema and
-// annotations as stored.
+// name (which maps back as is), its description and input schema, and
+// what an MCP server declared of it as the server sent it: title,
+// outputSchema, annotations, icons and _meta. A tool of toolbus's own
+// has its display name as its annotations' title. mcp-go's Tool has room
+// for the annotation and icon keys MCP defines and for no other: those
+// the catalogue keeps beyond them are not listed here.
 func mcpTool(t *events.Tool) (mcp.Tool, error) {
 	schema := t.Parameters
 	if len(bytes.TrimSpace(schema)) == 0 {
 		schema = json.RawMessage(`{"type":"object"}`)
 	}
 	mt := mcp.NewToolWithRawSchema(t.Name, t.Description, schema)
-	if t.DisplayName != "" && t.DisplayName != t.Name {
+	mt.Title = t.Title
+	if len(t.OutputSchema) > 0 {
+		mt.RawOutputSchema = t.OutputSchema
+	}
+	if t.Source != events.SourceMCP && t.DisplayName != "" && t.DisplayName != t.Name {
 		mt.Annotations.Title = t.DisplayName
 	}
+	if len(t.Icons) > 0 {
+		// Icons that do not decode are left out, not the tool: they
+		// only decorate it.
+		if json.Unmarshal(t.Icons, &mt.Icons) != nil {
+			mt.Icons = nil
+		}
+	}
+	mt.Meta = rawMeta(t.Meta)
 	if len(t.Annotations) > 0 {
 		if err := json.Unmarshal(t.Annotations, &mt.Annotations); err != nil {
 			return mt, fmt.Errorf("annotations: %w", err)
@@ -439,37 +459,70 @@ func (f *Facade) progress(ctx context.Context, req mcp.CallToolRequest) func(str
 	}
 }
 
-// result is a toolbus result as an MCP tool result: the text for the
-// model, the typed parts, and on failure isError with the error type and
-// the reason. _meta names the invocation (for toolbus cancel and the
-// audit trail) and where the whole output is when it was cut.
+// result is a toolbus result as an MCP tool result. An MCP tool's result
+// comes back as its server sent it: its content block by block (Parts,
+// with PartsWhole), its structuredContent and its _meta, and isError with
+// its own content when the tool failed; what toolbus added on the way
+// (notes, hooks' feedback) is a text block after the tool's. A result
+// cut to the output limit is its text, cut, and its parts that are not
+// text, as is any other tool's result. Any other failure is isError with
+// the error type and the reason. _meta names the invocation (for toolbus
+// cancel and the audit trail) and where the whole output (or a
+// structuredContent too large to carry) is when it was cut, beside the
+// tool's own keys.
 func (f *Facade) result(ctx context.Context, res *events.Result) *mcp.CallToolResult {
-	if res.Error != nil {
+	toolFailed := res.Error != nil && res.Error.Type == events.ErrMCPToolError
+	if res.Error != nil && !toolFailed {
 		out := errorResult(res.InvocationID, res.Error.Type, fmt.Sprintf("%s: %s", res.Error.Type, res.Error.Message))
 		if res.LLMContent != "" && res.LLMContent != res.Error.Message {
 			out.Content = append(out.Content, mcp.NewTextContent(res.LLMContent))
 		}
 		return out
 	}
-	out := &mcp.CallToolResult{}
-	meta := map[string]any{"toolbus/invocationId": res.InvocationID}
+	out := &mcp.CallToolResult{IsError: toolFailed, RawStructuredContent: res.StructuredContent}
+	meta := rawFields(res.Meta, 4)
+	meta["toolbus/invocationId"] = res.InvocationID
+	if toolFailed {
+		meta["toolbus/errorType"] = string(res.Error.Type)
+	}
 	if res.Truncated {
 		meta["toolbus/truncated"] = true
 		meta["toolbus/outputRef"] = res.OutputRef
 	}
+	if res.StructuredRef != "" {
+		meta["toolbus/structuredContentRef"] = res.StructuredRef
+	}
 	out.Meta = &mcp.Meta{AdditionalFields: meta}
-	if res.LLMContent != "" || len(res.Parts) == 0 {
+	if res.PartsWhole && !res.Truncated {
+		out.Content = make([]mcp.Content, 0, len(res.Parts)+1)
+		for _, p := range res.Parts {
+			out.Content = append(out.Content, f.block(ctx, p))
+		}
+		if res.PartsText <= len(res.LLMContent) {
+			if added := strings.TrimLeft(res.LLMContent[res.PartsText:], "\n"); added != "" {
+				out.Content = append(out.Content, mcp.NewTextContent(added))
+			}
+		}
+		return out
+	}
+	// The text holds the text parts and the links.
+	media := slices.DeleteFunc(slices.Clone(res.Parts), func(p events.Part) bool { return p.Type == events.PartText || p.Type == events.PartLink })
+	if res.LLMContent != "" || len(media) == 0 {
 		out.Content = append(out.Content, mcp.NewTextContent(res.LLMContent))
 	}
-	for _, p := range res.Parts {
-		c, err := f.content(ctx, p)
-		if err != nil {
-			out.Content = append(out.Content, mcp.NewTextContent(fmt.Sprintf("[%s part not included: %v]", p.Type, err)))
-			continue
-		}
-		out.Content = append(out.Content, c)
+	for _, p := range media {
+		out.Content = append(out.Content, f.block(ctx, p))
 	}
 	return out
+}
+
+// block is p as MCP content, or a text that says why it is not.
+func (f *Facade) block(ctx context.Context, p events.Part) mcp.Content {
+	c, err := f.content(ctx, p)
+	if err != nil {
+		return mcp.NewTextContent(fmt.Sprintf("[%s part not included: %v]", p.Type, err))
+	}
+	return c
 }
 
 func errorResult(invocation string, t events.ErrorType, text string) *mcp.CallToolResult {
@@ -478,10 +531,11 @@ func errorResult(invocation string, t events.ErrorType, text string) *mcp.CallTo
 	return out
 }
 
-// content is a typed part as MCP content; a part kept in the object
-// store (too large for a message) is fetched.
+// content is a typed part as MCP content, with its annotations and
+// _meta; a part kept in the object store (too large for a message) is
+// fetched.
 func (f *Facade) content(ctx context.Context, p events.Part) (mcp.Content, error) {
-	data := p.Data
+	data, text := p.Data, p.Text
 	if p.Ref != "" {
 		// An executor reads it for the facade, whose calls made it.
 		r, err := f.client.ReadOutput(ctx, p.Ref)
@@ -493,18 +547,83 @@ func (f *Facade) content(ctx context.Context, p events.Part) (mcp.Content, error
 		if err != nil {
 			return nil, err
 		}
-		data = string(b)
-	}
-	switch p.Type {
-	case events.PartImage:
-		return mcp.NewImageContent(data, p.MIMEType), nil
-	case events.PartAudio:
-		return mcp.NewAudioContent(data, p.MIMEType), nil
-	case events.PartResource:
-		if p.Text != "" || data == "" {
-			return mcp.NewEmbeddedResource(mcp.TextResourceContents{URI: p.URI, MIMEType: p.MIMEType, Text: p.Text}), nil
+		if p.RefText {
+			text = string(b)
+		} else {
+			data = string(b)
 		}
-		return mcp.NewEmbeddedResource(mcp.BlobResourceContents{URI: p.URI, MIMEType: p.MIMEType, Blob: data}), nil
+	}
+	var a mcp.Annotated
+	if len(p.Annotations) > 0 {
+		a.Annotations = new(mcp.Annotations)
+		if err := json.Unmarshal(p.Annotations, a.Annotations); err != nil {
+			return nil, fmt.Errorf("annotations: %w", err)
+		}
+	}
+	meta := rawMeta(p.Meta)
+	switch p.Type {
+	case events.PartText:
+		return mcp.TextContent{Annotated: a, Meta: meta, Type: mcp.ContentTypeText, Text: text}, nil
+	case events.PartImage:
+		return mcp.ImageContent{Annotated: a, Meta: meta, Type: mcp.ContentTypeImage, Data: data, MIMEType: p.MIMEType}, nil
+	case events.PartAudio:
+		return mcp.AudioContent{Annotated: a, Meta: meta, Type: mcp.ContentTypeAudio, Data: data, MIMEType: p.MIMEType}, nil
+	case events.PartLink:
+		return linkContent{mcp.ResourceLink{Annotated: a, Meta: meta, Type: mcp.ContentTypeLink, URI: p.URI, Name: p.Name,
+			Title: p.Title, Description: p.Description, MIMEType: p.MIMEType, Size: p.ResourceSize}}, nil
+	case events.PartResource:
+		var resMeta map[string]any
+		if len(p.ResourceMeta) > 0 {
+			resMeta = rawFields(p.ResourceMeta, 0)
+		}
+		var contents mcp.ResourceContents = mcp.TextResourceContents{Meta: resMeta, URI: p.URI, MIMEType: p.MIMEType, Text: text}
+		if data != "" {
+			contents = mcp.BlobResourceContents{Meta: resMeta, URI: p.URI, MIMEType: p.MIMEType, Blob: data}
+		}
+		return mcp.EmbeddedResource{Annotated: a, Meta: meta, Type: mcp.ContentTypeResource, Resource: contents}, nil
 	}
 	return nil, fmt.Errorf("unknown part type %q", p.Type)
+}
+
+// linkContent is a resource_link block as its server sent it:
+// mcp.ResourceLink writes description and mimeType even when they are
+// empty, which MCP has as optional, and no server that left them out
+// would recognise its link. Embedding the block keeps it mcp.Content.
+type linkContent struct{ mcp.ResourceLink }
+
+func (l linkContent) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Annotations *mcp.Annotations `json:"annotations,omitempty"`
+		Meta        *mcp.Meta        `json:"_meta,omitempty"`
+		Type        string           `json:"type"`
+		URI         string           `json:"uri"`
+		Name        string           `json:"name"`
+		Title       string           `json:"title,omitempty"`
+		Description string           `json:"description,omitempty"`
+		MIMEType    string           `json:"mimeType,omitempty"`
+		Size        *int64           `json:"size,omitempty"`
+	}{l.Annotations, l.Meta, l.Type, l.URI, l.Name, l.Title, l.Description, l.MIMEType, l.Size})
+}
+
+// rawMeta is a _meta object as mcp-go carries it, its values the JSON the
+// server sent (numbers keep their digits); nil for none.
+func rawMeta(raw json.RawMessage) *mcp.Meta {
+	if len(raw) == 0 {
+		return nil
+	}
+	return &mcp.Meta{AdditionalFields: rawFields(raw, 0)}
+}
+
+// rawFields is the JSON object raw as a map of its members' JSON, with
+// room for more; empty when raw is not an object.
+func rawFields(raw json.RawMessage, room int) map[string]any {
+	var fields map[string]json.RawMessage
+	if len(raw) > 0 {
+		json.Unmarshal(raw, &fields)
+	}
+	m := make(map[string]any, len(fields)+room)
+	for k, v := range fields {
+		m[k] = v
+	}
+	return m
 }

@@ -48,7 +48,7 @@ func (f *Facade) refreshFeatures(cat *catalog.Catalog) {
 		p.Name = promptListName(t.Name)
 		promptEntries[p.Name] = t.Name
 		prompts = append(prompts, mcpserver.ServerPrompt{Prompt: p, Handler: f.getPrompt(t.Name)})
-		fmt.Fprintf(&key, "%s\x00%d\x00", t.Name, t.Seq)
+		fmt.Fprintf(&key, "%s\x00%d\x00%d\x00", t.Name, t.Seq, t.UpdatedAt.UnixNano())
 	}
 	if key.String() != f.features.prompts {
 		f.features.prompts = key.String()
@@ -93,7 +93,7 @@ func (f *Facade) refreshFeatures(cat *catalog.Catalog) {
 				templateEntries[d.URITemplate] = t.Name
 			}
 		}
-		fmt.Fprintf(&key, "%s\x00%d\x00", t.Name, t.Seq)
+		fmt.Fprintf(&key, "%s\x00%d\x00%d\x00", t.Name, t.Seq, t.UpdatedAt.UnixNano())
 	}
 	f.features.promptEntries, f.features.templateEntries = promptEntries, templateEntries
 	if key.String() != f.features.resources {

@@ -260,7 +260,9 @@ func TestCallsOverHTTP(t *testing.T) {
 		t.Errorf("fail: %+v, want MCP_TOOL_ERROR with the server's text", res)
 	}
 	res := f.call(t, "image", `{}`, nil)
-	if res.Error != nil || res.LLMContent != "a pixel" || len(res.Parts) != 1 || res.Parts[0].Type != events.PartImage || res.Parts[0].Data != "iVBORw0KGgo=" {
+	// Its text and its image, block by block.
+	if res.Error != nil || res.LLMContent != "a pixel" || !res.PartsWhole || len(res.Parts) != 2 || res.Parts[0].Text != "a pixel" ||
+		res.Parts[1].Type != events.PartImage || res.Parts[1].Data != "iVBORw0KGgo=" {
 		t.Errorf("image: %+v", res)
 	}
 	// An image too large for a message travels by reference.

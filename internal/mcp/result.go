@@ -53,15 +53,29 @@ const ErrorWithoutText = "the MCP tool reported an error without text"
 // A result with isError has Err set to an MCP_TOOL_ERROR whose message,
 // like LLMContent, is the server's text, or ErrorWithoutText; its parts
 // are kept, as a screenshot of a failure may show what went wrong.
+//
+// For a consumer that passes the result on as MCP (the facade), the
+// result is also kept as the server sent it. Unless its content is one
+// plain text block, as most are, PartsWhole is set and Parts hold every
+// block in its order: text blocks and resource links too, each with its
+// annotations and _meta (a block that could not be kept is a text part
+// with the note that says so). StructuredContent and the result's _meta
+// are kept as sent (Structured, Meta). Annotations and _meta of more
+// than maxExtras bytes in all are left out, and the text says so.
 func Output(serverName, toolName string, res *mcp.CallToolResult) *tool.Output {
 	if res == nil {
 		res = &mcp.CallToolResult{}
 	}
-	c := converter{server: serverName, tool: toolName}
+	c := converter{server: serverName, tool: toolName, whole: partsWhole(res.Content), budget: maxExtras}
 	for _, block := range res.Content {
 		c.add(block)
 	}
-	out := &tool.Output{Parts: c.parts}
+	meta := c.meta(res.Meta)
+	c.noteDropped()
+	out := &tool.Output{Parts: c.parts, PartsWhole: c.whole, Meta: meta}
+	if hasStructured(res) {
+		out.Structured = structuredJSON(res)
+	}
 	text := strings.Join(c.text, textSep)
 	onlyStructured := len(res.Content) == 0 && hasStructured(res)
 	switch {
@@ -73,7 +87,7 @@ func Output(serverName, toolName string, res *mcp.CallToolResult) *tool.Output {
 		// An empty result, as seed 000 shows one.
 		out.ReturnDisplay = "```json\n[]\n```"
 	}
-	if text == "" && len(c.parts) > 0 {
+	if text == "" && c.media > 0 {
 		text = c.describeParts()
 	}
 	out.LLMContent = text
@@ -98,11 +112,33 @@ func Output(serverName, toolName string, res *mcp.CallToolResult) *tool.Output {
 	return out
 }
 
+// maxExtras bounds the bytes of annotations and _meta (the result's and
+// its blocks') that a result keeps: they ride in the result message,
+// beside its text and parts, which have limits of their own.
+const maxExtras = 64 << 10
+
 // converter gathers a result's text pieces and parts, block by block.
+// With whole, every block is a part, text blocks and links included.
 type converter struct {
 	server, tool string
+	whole        bool
 	text         []string
 	parts        []events.Part
+	media        int // parts that are not text nor links
+	// budget is what is left of maxExtras; dropped counts the
+	// annotations and _meta that did not fit it.
+	budget, dropped int
+}
+
+// partsWhole reports whether a result of content is kept block by block:
+// unless it is one text block with nothing but its text, which
+// LLMContent holds as it is.
+func partsWhole(content []mcp.Content) bool {
+	if len(content) != 1 {
+		return true
+	}
+	t, ok := deref(content[0]).(mcp.TextContent)
+	return !ok || t.Annotations != nil || t.Meta != nil
 }
 
 func (c *converter) add(block mcp.Content) {
@@ -112,10 +148,11 @@ func (c *converter) add(block mcp.Content) {
 		if b.Text != "" {
 			c.text = append(c.text, b.Text)
 		}
+		c.part(events.Part{Type: events.PartText, Text: b.Text}, b.Annotated, b.Meta)
 	case mcp.ImageContent:
-		c.media(events.PartImage, "an image", b.MIMEType, b.Data)
+		c.keepMedia(events.PartImage, "an image", b.MIMEType, b.Data, b.Annotated, b.Meta)
 	case mcp.AudioContent:
-		c.media(events.PartAudio, "audio", b.MIMEType, b.Data)
+		c.keepMedia(events.PartAudio, "audio", b.MIMEType, b.Data, b.Annotated, b.Meta)
 	case mcp.ResourceLink:
 		label := b.Title
 		if label == "" {
@@ -124,16 +161,70 @@ func (c *converter) add(block mcp.Content) {
 		if label == "" {
 			label = b.URI
 		}
-		c.text = append(c.text, fmt.Sprintf("Resource Link: %s at %s", label, b.URI))
+		line := fmt.Sprintf("Resource Link: %s at %s", label, b.URI)
+		c.text = append(c.text, line)
+		if b.URI == "" {
+			// A part needs a URI: the line stands for the link.
+			c.part(events.Part{Type: events.PartText, Text: line}, mcp.Annotated{}, nil)
+			return
+		}
+		c.part(events.Part{Type: events.PartLink, URI: b.URI, Name: b.Name, Title: b.Title, Description: b.Description,
+			MIMEType: b.MIMEType, ResourceSize: b.Size}, b.Annotated, b.Meta)
 	case mcp.EmbeddedResource:
-		c.resource(b.Resource)
+		c.resource(b.Resource, b.Annotated, b.Meta)
 	default:
-		c.text = append(c.text, fmt.Sprintf("[unsupported content type %s]", contentType(block)))
+		c.line(fmt.Sprintf("[unsupported content type %s]", contentType(block)))
 	}
 }
 
-// media keeps an image or audio block as a part, or says why it could not.
-func (c *converter) media(typ events.PartType, what, mimeType, data string) {
+// part adds p, with the annotations and _meta a of its block, when the
+// parts are the whole content.
+func (c *converter) part(p events.Part, a mcp.Annotated, meta *mcp.Meta) {
+	if !c.whole {
+		return
+	}
+	if a.Annotations != nil {
+		p.Annotations = c.extra(a.Annotations)
+	}
+	if meta != nil {
+		p.Meta = c.extra(meta)
+	}
+	c.parts = append(c.parts, p)
+}
+
+// extra is v as JSON, when it is a JSON object that fits what is left
+// of the budget; nil otherwise.
+func (c *converter) extra(v any) json.RawMessage {
+	data, err := json.Marshal(v)
+	if err != nil || len(data) == 0 || data[0] != '{' {
+		return nil
+	}
+	if len(data) > c.budget {
+		c.dropped++
+		return nil
+	}
+	c.budget -= len(data)
+	return data
+}
+
+// meta is the result's _meta as JSON, nil when it has none.
+func (c *converter) meta(m *mcp.Meta) json.RawMessage {
+	if m == nil {
+		return nil
+	}
+	return c.extra(m)
+}
+
+// noteDropped says how many annotations and _meta were left out.
+func (c *converter) noteDropped() {
+	if c.dropped > 0 {
+		c.note("%d annotations or _meta beyond the %d bytes a result keeps of them", c.dropped, maxExtras)
+	}
+}
+
+// keepMedia keeps an image or audio block as a part, or says why it
+// could not.
+func (c *converter) keepMedia(typ events.PartType, what, mimeType, data string, a mcp.Annotated, meta *mcp.Meta) {
 	switch {
 	case mimeType == "":
 		c.note("%s without a MIME type", what)
@@ -142,12 +233,22 @@ func (c *converter) media(typ events.PartType, what, mimeType, data string) {
 	case !isBase64(data):
 		c.note("%s (%s) whose data is not valid base64", what, mimeType)
 	default:
-		c.parts = append(c.parts, events.Part{Type: typ, MIMEType: mimeType, Data: data, Size: len(data)})
+		c.nonText(events.Part{Type: typ, MIMEType: mimeType, Data: data, Size: len(data)}, a, meta)
 	}
 }
 
+// nonText adds p, a part that is not text: every result keeps those.
+func (c *converter) nonText(p events.Part, a mcp.Annotated, meta *mcp.Meta) {
+	c.media++
+	if c.whole {
+		c.part(p, a, meta)
+		return
+	}
+	c.parts = append(c.parts, p)
+}
+
 // resource keeps an embedded resource as a part, or says why it could not.
-func (c *converter) resource(r mcp.ResourceContents) {
+func (c *converter) resource(r mcp.ResourceContents, a mcp.Annotated, meta *mcp.Meta) {
 	switch r := derefResource(r).(type) {
 	case mcp.TextResourceContents:
 		if r.URI == "" {
@@ -156,9 +257,14 @@ func (c *converter) resource(r mcp.ResourceContents) {
 			if r.Text != "" {
 				c.text = append(c.text, r.Text)
 			}
+			c.part(events.Part{Type: events.PartText, Text: r.Text}, a, meta)
 			return
 		}
-		c.parts = append(c.parts, events.Part{Type: events.PartResource, MIMEType: r.MIMEType, URI: r.URI, Text: r.Text})
+		p := events.Part{Type: events.PartResource, MIMEType: r.MIMEType, URI: r.URI, Text: r.Text}
+		if r.Meta != nil && c.whole {
+			p.ResourceMeta = c.extra(r.Meta)
+		}
+		c.nonText(p, a, meta)
 	case mcp.BlobResourceContents:
 		mimeType := r.MIMEType
 		if mimeType == "" {
@@ -171,7 +277,11 @@ func (c *converter) resource(r mcp.ResourceContents) {
 		case !isBase64(r.Blob):
 			c.note("an embedded resource %s (%s) whose data is not valid base64", r.URI, mimeType)
 		default:
-			c.parts = append(c.parts, events.Part{Type: events.PartResource, MIMEType: mimeType, URI: r.URI, Data: r.Blob, Size: len(r.Blob)})
+			p := events.Part{Type: events.PartResource, MIMEType: mimeType, URI: r.URI, Data: r.Blob, Size: len(r.Blob)}
+			if r.Meta != nil && c.whole {
+				p.ResourceMeta = c.extra(r.Meta)
+			}
+			c.nonText(p, a, meta)
 		}
 	case nil:
 		c.note("an embedded resource without contents")
@@ -182,16 +292,26 @@ func (c *converter) resource(r mcp.ResourceContents) {
 
 // note adds to the text what the tool returned and could not be kept.
 func (c *converter) note(format string, args ...any) {
-	c.text = append(c.text, fmt.Sprintf("[Tool '%s' of MCP server '%s' returned %s; it was left out]",
+	c.line(fmt.Sprintf("[Tool '%s' of MCP server '%s' returned %s; it was left out]",
 		c.tool, c.server, fmt.Sprintf(format, args...)))
 }
 
-// describeParts says what the parts are, one line each.
+// line adds a line of toolbus's own to the text, and a text part with it
+// where the block it stands for was.
+func (c *converter) line(s string) {
+	c.text = append(c.text, s)
+	c.part(events.Part{Type: events.PartText, Text: s}, mcp.Annotated{}, nil)
+}
+
+// describeParts says what the parts that are not text are, one line
+// each.
 func (c *converter) describeParts() string {
-	lines := make([]string, len(c.parts))
-	for i, p := range c.parts {
+	var lines []string
+	for _, p := range c.parts {
 		var what string
 		switch p.Type {
+		case events.PartText, events.PartLink:
+			continue
 		case events.PartImage:
 			what = fmt.Sprintf("an image (%s)", p.MIMEType)
 		case events.PartAudio:
@@ -202,7 +322,7 @@ func (c *converter) describeParts() string {
 				what += fmt.Sprintf(" (%s)", p.MIMEType)
 			}
 		}
-		lines[i] = fmt.Sprintf("[Tool '%s' of MCP server '%s' returned %s]", c.tool, c.server, what)
+		lines = append(lines, fmt.Sprintf("[Tool '%s' of MCP server '%s' returned %s]", c.tool, c.server, what))
 	}
 	return strings.Join(lines, "\n")
 }
@@ -270,6 +390,19 @@ func hasStructured(res *mcp.CallToolResult) bool {
 		return string(bytes.TrimSpace(res.RawStructuredContent)) != "null"
 	}
 	return res.StructuredContent != nil
+}
+
+// structuredJSON is a result's structuredContent as JSON, as the server
+// sent it when it came over the wire; nil when it is not JSON.
+func structuredJSON(res *mcp.CallToolResult) json.RawMessage {
+	if len(res.RawStructuredContent) > 0 && json.Valid(res.RawStructuredContent) {
+		return res.RawStructuredContent
+	}
+	data, err := json.Marshal(res.StructuredContent)
+	if err != nil {
+		return nil
+	}
+	return data
 }
 
 // structured is the text (compact JSON) and the display (indented, fenced)

@@ -1,9 +1,10 @@
 package mcp
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
-	"slices"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -243,8 +244,11 @@ func TestOutput(t *testing.T) {
 			if got.ReturnDisplay != tc.want.ReturnDisplay {
 				t.Errorf("ReturnDisplay: got\n%s\nwant\n%s", got.ReturnDisplay, tc.want.ReturnDisplay)
 			}
-			if !slices.Equal(got.Parts, tc.want.Parts) {
-				t.Errorf("Parts: got %+v, want %+v", got.Parts, tc.want.Parts)
+			// The cases' Parts are those that are not text: with
+			// PartsWhole the text parts and links are there too, and
+			// checkOutput holds them to the text.
+			if media := mediaParts(got.Parts); !reflect.DeepEqual(media, tc.want.Parts) {
+				t.Errorf("Parts that are not text: got %+v, want %+v", media, tc.want.Parts)
 			}
 			if fmt.Sprint(got.Err) != fmt.Sprint(tc.want.Err) {
 				t.Errorf("Err: got %+v, want %+v", got.Err, tc.want.Err)
@@ -259,7 +263,7 @@ func TestOutputFromWire(t *testing.T) {
 	for _, tc := range []struct {
 		name, wire   string
 		llm, display string
-		parts        int
+		parts        int // that are not text nor links
 	}{
 		{
 			name:    "text and link",
@@ -306,8 +310,8 @@ func TestOutputFromWire(t *testing.T) {
 			if got.ReturnDisplay != tc.display {
 				t.Errorf("ReturnDisplay: got\n%s\nwant\n%s", got.ReturnDisplay, tc.display)
 			}
-			if len(got.Parts) != tc.parts {
-				t.Errorf("got %d parts, want %d", len(got.Parts), tc.parts)
+			if n := len(mediaParts(got.Parts)); n != tc.parts {
+				t.Errorf("got %d parts that are not text, want %d", n, tc.parts)
 			}
 		})
 	}
@@ -339,6 +343,9 @@ func FuzzOutput(f *testing.F) {
 		`{"content":[],"structuredContent":{"a":[1,2,{"b":null}]}}`,
 		`{"content":[],"isError":true}`,
 		`{"content":[{"type":"text","text":""}],"isError":true}`,
+		`{"_meta":{"a":1},"content":[{"type":"text","text":"x","annotations":{"priority":0.5},"_meta":{"k":[1]}}]}`,
+		`{"content":[{"type":"resource","resource":{"uri":"","text":""},"annotations":{"audience":["user"]}}]}`,
+		`{"content":[{"type":"resource_link","uri":"","name":"n","size":3}]}`,
 	} {
 		f.Add([]byte(seed))
 	}
@@ -363,8 +370,39 @@ func checkOutput(t *testing.T, got *tool.Output, res *mcp.CallToolResult) {
 			t.Errorf("part %d: %v", i, err)
 		}
 	}
-	if len(got.Parts) > 0 && got.LLMContent == "" {
+	if len(mediaParts(got.Parts)) > 0 && got.LLMContent == "" {
 		t.Error("a result with parts has empty LLMContent")
+	}
+	var content []mcp.Content
+	if res != nil {
+		content = res.Content
+	}
+	plain := len(content) == 1 && !got.PartsWhole
+	if plain {
+		if tc, ok := deref(content[0]).(mcp.TextContent); !ok || tc.Annotations != nil || tc.Meta != nil {
+			t.Errorf("PartsWhole is not set for a result of %#v", content[0])
+		}
+	}
+	switch {
+	case !got.PartsWhole && !plain:
+		t.Errorf("PartsWhole is not set for a result of %d blocks", len(content))
+	case got.PartsWhole && len(got.Parts) != len(content)+countNotes(got.Parts, len(content)):
+		t.Errorf("PartsWhole with %d parts for %d blocks", len(got.Parts), len(content))
+	case got.PartsWhole:
+		// The text parts and links, in their order, are the text.
+		var lines []string
+		for _, p := range got.Parts {
+			switch {
+			case p.Type == events.PartText && p.Text != "":
+				lines = append(lines, p.Text)
+			case p.Type == events.PartLink:
+				label := cmp.Or(p.Title, p.Name, p.URI)
+				lines = append(lines, fmt.Sprintf("Resource Link: %s at %s", label, p.URI))
+			}
+		}
+		if text := strings.Join(lines, textSep); text != "" && text != got.LLMContent {
+			t.Errorf("the text parts and links read %q, LLMContent %q", text, got.LLMContent)
+		}
 	}
 	isError := res != nil && res.IsError
 	switch {
@@ -380,6 +418,26 @@ func checkOutput(t *testing.T, got *tool.Output, res *mcp.CallToolResult) {
 	}
 }
 
+// mediaParts are the parts that are not text nor links; nil for none.
+func mediaParts(parts []events.Part) []events.Part {
+	var out []events.Part
+	for _, p := range parts {
+		if p.Type != events.PartText && p.Type != events.PartLink {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// countNotes is how many parts of a whole result of n blocks are not one
+// of its blocks: a note after them all (annotations and _meta left out).
+func countNotes(parts []events.Part, n int) int {
+	if len(parts) > n && parts[len(parts)-1].Type == events.PartText && strings.Contains(parts[len(parts)-1].Text, "annotations or _meta beyond") {
+		return 1
+	}
+	return 0
+}
+
 // fence is compact JSON as Output displays it: indented by two spaces in a
 // ```json fence.
 func fence(compact string) string {
@@ -388,4 +446,82 @@ func fence(compact string) string {
 		panic(err)
 	}
 	return "```json\n" + strings.TrimSpace(s) + "\n```"
+}
+
+// TestOutputKeepsTheResultAsSent: a result of more than one plain text
+// block is kept block by block, each with its annotations and _meta, a
+// link as a link, embedded resources with their own _meta; its
+// structuredContent and _meta as the server sent them.
+func TestOutputKeepsTheResultAsSent(t *testing.T) {
+	wire := `{"_meta":{"srv/trace":"t-1","n":9007199254740993},
+		"content":[
+		{"type":"text","text":"Error: it failed","annotations":{"audience":["user","assistant"],"priority":1},"_meta":{"k":"v"}},
+		{"type":"image","data":"` + png + `","mimeType":"image/png","annotations":{"priority":0.5,"lastModified":"2025-01-12T15:00:58Z"}},
+		{"type":"resource_link","uri":"test://static/resource/2","name":"Text Resource 2","title":"Two","description":"plaintext","mimeType":"text/plain","size":0,"annotations":{"audience":["assistant"]}},
+		{"type":"resource","resource":{"uri":"test://r/1","mimeType":"text/plain","text":"one","_meta":{"rk":1}},"annotations":{"priority":0.25}},
+		{"type":"resource","resource":{"uri":"test://r/2","blob":"AAECAw=="},"_meta":{"b":true}},
+		{"type":"text","text":""}
+	],"structuredContent":{"id":9007199254740993,"list":[1.50,"x"]}}`
+	raw := json.RawMessage(wire)
+	res, err := mcp.ParseCallToolResult(&raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := Output("srv", "tool", res)
+	checkOutput(t, got, res)
+	zero := int64(0)
+	want := []events.Part{
+		{Type: events.PartText, Text: "Error: it failed", Annotations: json.RawMessage(`{"audience":["user","assistant"],"priority":1}`), Meta: json.RawMessage(`{"k":"v"}`)},
+		{Type: events.PartImage, MIMEType: "image/png", Data: png, Size: len(png), Annotations: json.RawMessage(`{"priority":0.5,"lastModified":"2025-01-12T15:00:58Z"}`)},
+		{Type: events.PartLink, URI: "test://static/resource/2", Name: "Text Resource 2", Title: "Two", Description: "plaintext", MIMEType: "text/plain",
+			ResourceSize: &zero, Annotations: json.RawMessage(`{"audience":["assistant"]}`)},
+		{Type: events.PartResource, URI: "test://r/1", MIMEType: "text/plain", Text: "one", ResourceMeta: json.RawMessage(`{"rk":1}`), Annotations: json.RawMessage(`{"priority":0.25}`)},
+		{Type: events.PartResource, URI: "test://r/2", MIMEType: "application/octet-stream", Data: "AAECAw==", Size: 8, Meta: json.RawMessage(`{"b":true}`)},
+		{Type: events.PartText},
+	}
+	if !got.PartsWhole || !reflect.DeepEqual(got.Parts, want) {
+		gotJSON, _ := json.Marshal(got.Parts)
+		wantJSON, _ := json.Marshal(want)
+		t.Errorf("PartsWhole %v, parts\n%s\nwant\n%s", got.PartsWhole, gotJSON, wantJSON)
+	}
+	if s := string(got.Structured); s != `{"id":9007199254740993,"list":[1.50,"x"]}` {
+		t.Errorf("Structured %s, want the server's bytes", s)
+	}
+	var meta map[string]any
+	if err := json.Unmarshal(got.Meta, &meta); err != nil || meta["srv/trace"] != "t-1" {
+		t.Errorf("Meta %s, %v", got.Meta, err)
+	}
+	if want := "Error: it failed\nResource Link: Two at test://static/resource/2"; got.LLMContent != want {
+		t.Errorf("LLMContent %q, want %q", got.LLMContent, want)
+	}
+
+	// One text block with nothing else is the text alone, as ever.
+	for _, plain := range []*mcp.CallToolResult{mcp.NewToolResultText("hi"), mcp.NewToolResultStructured(map[string]any{"a": 1}, `{"a":1}`)} {
+		if got := Output("srv", "tool", plain); got.PartsWhole || got.Parts != nil || got.Meta != nil {
+			t.Errorf("a plain text result: PartsWhole %v, parts %+v, meta %s", got.PartsWhole, got.Parts, got.Meta)
+		}
+	}
+	// An annotated one is kept as a part.
+	annotated := &mcp.CallToolResult{Content: []mcp.Content{mcp.TextContent{Type: "text", Text: "hi",
+		Annotated: mcp.Annotated{Annotations: &mcp.Annotations{Audience: []mcp.Role{mcp.RoleUser}}}}}}
+	if got := Output("srv", "tool", annotated); !got.PartsWhole || len(got.Parts) != 1 || string(got.Parts[0].Annotations) != `{"audience":["user"]}` {
+		t.Errorf("an annotated text: PartsWhole %v, parts %+v", got.PartsWhole, got.Parts)
+	}
+}
+
+// Annotations and _meta past maxExtras are left out, and the text says so.
+func TestOutputBoundsAnnotationsAndMeta(t *testing.T) {
+	big := &mcp.Meta{AdditionalFields: map[string]any{"blob": strings.Repeat("x", maxExtras)}}
+	res := &mcp.CallToolResult{Result: mcp.Result{Meta: big}, Content: []mcp.Content{
+		mcp.TextContent{Type: "text", Text: "a", Meta: &mcp.Meta{AdditionalFields: map[string]any{"small": 1}}},
+		mcp.TextContent{Type: "text", Text: "b", Meta: big},
+	}}
+	got := Output("srv", "tool", res)
+	checkOutput(t, got, res)
+	if got.Meta != nil || string(got.Parts[0].Meta) != `{"small":1}` || got.Parts[1].Meta != nil {
+		t.Errorf("meta %d bytes, parts %+v; want only the small _meta kept", len(got.Meta), got.Parts)
+	}
+	if !strings.Contains(got.LLMContent, "2 annotations or _meta beyond") {
+		t.Errorf("LLMContent %q does not say what was left out", got.LLMContent)
+	}
 }

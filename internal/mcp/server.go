@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/tool"
 )
@@ -230,7 +229,7 @@ func (s *server) session() error {
 func (s *server) list(sess *session) discovered {
 	ctx, cancel := s.stepContext(connectTimeout)
 	defer cancel()
-	var defs []mcp.Tool
+	var defs []listedTool
 	// A server that offers prompts or resources alone declares no tools,
 	// and may answer tools/list -32601.
 	if sess.client.GetServerCapabilities().Tools != nil {
@@ -250,6 +249,9 @@ func (s *server) list(sess *session) discovered {
 			found.warnings = append(found.warnings, err.Error())
 			continue
 		}
+		for _, why := range t.left {
+			found.warnings = append(found.warnings, fmt.Sprintf("%s: %s", def.Name, why))
+		}
 		tools = append(tools, t)
 	}
 	features, warnings, err := s.features(ctx, sess)
@@ -266,7 +268,7 @@ func (s *server) list(sess *session) discovered {
 	}
 	found.features = len(names) - len(found.tools)
 	for _, w := range found.warnings {
-		s.m.log.Warn("MCP tool not hosted", "server", s.cfg.Name, "reason", w)
+		s.m.log.Warn("MCP tool not hosted, or not as declared", "server", s.cfg.Name, "reason", w)
 	}
 	if err != nil {
 		found.err = fmt.Errorf("register tools: %w", err)

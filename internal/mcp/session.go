@@ -272,17 +272,18 @@ func (s *session) watchProgress(handle func(mcp.ProgressNotificationParams)) (to
 	}
 }
 
-// listTools lists the server's tools, every page, with each input schema
-// kept as the server wrote it (Tool.RawInputSchema). mcp-go's
-// Client.ListTools decodes a schema into its ToolInputSchema, which keeps
-// type, properties, required, $defs and additionalProperties and drops
-// every other keyword ($schema, a top-level oneOf or allOf, a
-// description, ...): the catalogue, and every agent after it, would be
-// given a schema other than the server's. So the request goes to the
-// session's transport, under an id of toolbus's own, which mcp-go's
+// listTools lists the server's tools, every page, each with its schemas,
+// annotations, icons and _meta kept as the server wrote them (listedTool).
+// mcp-go's Client.ListTools decodes a schema into its ToolArgumentsSchema,
+// which keeps type, properties, required, $defs and additionalProperties
+// and drops every other keyword ($schema, a top-level oneOf or allOf, a
+// description, ...), and annotations and icons into structs that drop
+// every key they do not know: the catalogue, and every agent after it,
+// would be given a tool other than the server's. So the request goes to
+// the session's transport, under an id of toolbus's own, which mcp-go's
 // numeric ids cannot collide with.
-func (s *session) listTools(ctx context.Context) ([]mcp.Tool, error) {
-	var tools []mcp.Tool
+func (s *session) listTools(ctx context.Context) ([]listedTool, error) {
+	var tools []listedTool
 	seen := map[mcp.Cursor]bool{}
 	var cursor mcp.Cursor
 	for {
@@ -324,22 +325,63 @@ func (s *session) listTools(ctx context.Context) ([]mcp.Tool, error) {
 	}
 }
 
-// decodeTool is one tools/list entry with its input schema as sent.
-func decodeTool(raw json.RawMessage) (mcp.Tool, error) {
-	var def mcp.Tool
-	if err := json.Unmarshal(raw, &def); err != nil {
+// listedTool is one tools/list entry: what mcp-go decodes of it, with
+// its schemas as the server wrote them (RawInputSchema, RawOutputSchema),
+// and its annotations, icons and _meta as the server wrote them (nil when
+// it sent none).
+type listedTool struct {
+	mcp.Tool
+	annotations, icons, meta json.RawMessage
+}
+
+// decodeTool is one tools/list entry with its schemas, annotations, icons
+// and _meta as sent.
+func decodeTool(raw json.RawMessage) (listedTool, error) {
+	var def listedTool
+	if err := json.Unmarshal(raw, &def.Tool); err != nil {
 		return def, fmt.Errorf("a tool of the tools/list result does not decode: %w", err)
 	}
-	var schema struct {
-		InputSchema json.RawMessage `json:"inputSchema"`
+	var sent struct {
+		InputSchema  json.RawMessage `json:"inputSchema"`
+		OutputSchema json.RawMessage `json:"outputSchema"`
+		Annotations  json.RawMessage `json:"annotations"`
+		Icons        json.RawMessage `json:"icons"`
+		Meta         json.RawMessage `json:"_meta"`
 	}
-	if err := json.Unmarshal(raw, &schema); err != nil {
-		return def, fmt.Errorf("tool %q: input schema: %w", def.Name, err)
+	if err := json.Unmarshal(raw, &sent); err != nil {
+		return def, fmt.Errorf("tool %q: %w", def.Name, err)
 	}
-	if in := bytes.TrimSpace(schema.InputSchema); len(in) > 0 && !bytes.Equal(in, []byte("null")) {
-		def.InputSchema, def.RawInputSchema = mcp.ToolInputSchema{}, schema.InputSchema
+	if in := given(sent.InputSchema); in != nil {
+		def.InputSchema, def.RawInputSchema = mcp.ToolInputSchema{}, in
 	}
+	if out := nonEmpty(sent.OutputSchema); out != nil {
+		def.OutputSchema, def.RawOutputSchema = mcp.ToolOutputSchema{}, out
+	}
+	def.annotations, def.icons, def.meta = nonEmpty(sent.Annotations), nonEmpty(sent.Icons), nonEmpty(sent.Meta)
 	return def, nil
+}
+
+// given is raw, or nil when the server gave nothing there (no key, or
+// null).
+func given(raw json.RawMessage) json.RawMessage {
+	if t := bytes.TrimSpace(raw); len(t) == 0 || bytes.Equal(t, []byte("null")) {
+		return nil
+	}
+	return raw
+}
+
+// nonEmpty is given, and nil for an empty object or array too, which
+// says nothing and which the catalogue does not keep: a tool declared
+// with one would differ from its catalogue entry at every listing.
+func nonEmpty(raw json.RawMessage) json.RawMessage {
+	raw = given(raw)
+	if len(raw) > 0 && len(raw) < 16 {
+		var b bytes.Buffer
+		if json.Compact(&b, raw) == nil && (b.String() == "{}" || b.String() == "[]") {
+			return nil
+		}
+	}
+	return raw
 }
 
 // cancellingHTTP is the streamable-HTTP transport, which tells the server

@@ -21,10 +21,15 @@ type serverTool struct {
 	srv  *server
 	name string // the tool's name on the server
 	spec events.ToolSpec
+	// left says what of the server's declaration the spec leaves out,
+	// and why.
+	left []string
 }
 
-// newServerTool declares def, a tool the server listed.
-func newServerTool(srv *server, def mcp.Tool) (*serverTool, error) {
+// newServerTool declares def, a tool the server listed: its title,
+// annotations, outputSchema, icons and _meta go into the catalogue as
+// the server sent them, within their bound (events.MaxMCPDeclaration).
+func newServerTool(srv *server, def listedTool) (*serverTool, error) {
 	if def.Execution != nil && def.Execution.TaskSupport == mcp.TaskSupportRequired {
 		// The spec has a server refuse (-32601) a call of such a tool
 		// that is not a task, and toolbus calls no tool as a task:
@@ -53,30 +58,15 @@ func newServerTool(srv *server, def mcp.Tool) (*serverTool, error) {
 		Parameters:      params,
 		ReadOnly:        readOnly,
 		ConcurrencySafe: readOnly,
-		Annotations:     annotations(def.Annotations),
+		Annotations:     def.annotations,
 		OutputMarkdown:  true,
+		MCPDeclaration: events.MCPDeclaration{Title: def.Title, OutputSchema: def.RawOutputSchema,
+			Icons: def.icons, Meta: def.meta},
 	}
-	return &serverTool{srv: srv, name: def.Name, spec: spec}, nil
-}
-
-// annotations are the hints a server gave, as the policy reads them;
-// nil when it gave none.
-func annotations(a mcp.ToolAnnotation) json.RawMessage {
-	m := map[string]any{}
-	for name, v := range map[string]*bool{"readOnlyHint": a.ReadOnlyHint, "destructiveHint": a.DestructiveHint,
-		"idempotentHint": a.IdempotentHint, "openWorldHint": a.OpenWorldHint} {
-		if v != nil {
-			m[name] = *v
-		}
-	}
-	if a.Title != "" {
-		m["title"] = a.Title
-	}
-	if len(m) == 0 {
-		return nil
-	}
-	data, _ := json.Marshal(m)
-	return data
+	// Trimmed here as the registry would: a register request is one
+	// message a tool, and one of megabytes would fail the server's set.
+	left := spec.TrimMCPDeclaration()
+	return &serverTool{srv: srv, name: def.Name, spec: spec, left: left}, nil
 }
 
 // Spec implements tool.Tool.

@@ -18,7 +18,8 @@ var update = flag.Bool("update", false, "rewrite the golden files")
 // TestGoldenDeclarations pins the declarations each provider format gets,
 // for a built-in tool and for an MCP tool whose name and schema need the
 // registry's rules (a dotted server, a taken name, anyOf with a default, a
-// numeric enum with null).
+// numeric enum with null) and that declares what MCP has beyond (a title,
+// an outputSchema, icons, _meta), which only the MCP format lists.
 func TestGoldenDeclarations(t *testing.T) {
 	t.Parallel()
 	const path = "testdata/declarations.txtar"
@@ -33,7 +34,9 @@ func TestGoldenDeclarations(t *testing.T) {
 				"level": {"type": "integer", "enum": [1, 2, null]}
 			}
 		}`),
-		Annotations: json.RawMessage(`{"readOnlyHint":true}`)}))
+		Annotations: json.RawMessage(`{"readOnlyHint":true}`),
+		MCPDeclaration: events.MCPDeclaration{Title: "Read a page", OutputSchema: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}}}`),
+			Icons: json.RawMessage(`[{"src":"https://docs.test/icon.png","mimeType":"image/png"}]`), Meta: json.RawMessage(`{"docs/version":2}`)}}))
 	c := r.Catalog()
 	var files []txtar.File
 	for f := catalog.Gemini; f <= catalog.MCP; f++ {

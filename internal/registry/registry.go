@@ -213,6 +213,10 @@ type registration struct {
 	name   string          // the catalogue name
 	prev   *events.Tool    // the entry updated or overwritten; nil for a new one
 	op     events.ChangeOp // OpAdded, OpUpdated or OpOverwritten
+	// decl is spec.MCPDeclaration, compacted, within its bound; left says
+	// what of it was left out, and why.
+	decl events.MCPDeclaration
+	left []string
 }
 
 // registerOne registers one tool of req, in steps: check the declaration,
@@ -231,6 +235,10 @@ func (r *Registry) registerOne(req *events.RegisterRequest, spec *events.ToolSpe
 	if err := reg.changesOthers(); err != nil {
 		out.Warning = ""
 		return r.rejected(out, req, err)
+	}
+	if len(reg.left) > 0 {
+		r.log.Warn("tool declaration trimmed", "tool", spec.Name, "provider", req.Provider, "left out", reg.left)
+		out.Warning = strings.Join(append(nonEmpty(out.Warning), reg.left...), "; ")
 	}
 	if r.unchanged(reg) {
 		out.Name = reg.name
@@ -273,7 +281,48 @@ func checkDeclaration(req *events.RegisterRequest, spec *events.ToolSpec) (*regi
 	if err != nil {
 		return nil, err
 	}
-	return &registration{req: req, spec: spec, kind: kind, params: params}, nil
+	decl, left := checkMCPDeclaration(spec.MCPDeclaration)
+	return &registration{req: req, spec: spec, kind: kind, params: params, decl: decl, left: left}, nil
+}
+
+// checkMCPDeclaration is d compacted, without the values that are not
+// JSON of the kind MCP has them (an object, icons an array) or that take
+// it past its bound (events.MaxMCPDeclaration), and what it left out.
+// The tool is registered all the same: these describe it, they do not
+// decide how it is called.
+func checkMCPDeclaration(d events.MCPDeclaration) (events.MCPDeclaration, []string) {
+	var left []string
+	for _, f := range []struct {
+		name  string
+		raw   *json.RawMessage
+		array bool
+	}{{"outputSchema", &d.OutputSchema, false}, {"icons", &d.Icons, true}, {"_meta", &d.Meta, false}} {
+		raw := bytes.TrimSpace(*f.raw)
+		if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+			*f.raw = nil
+			continue
+		}
+		want, open := "object", byte('{')
+		if f.array {
+			want, open = "array", '['
+		}
+		compact, err := compactJSON(raw)
+		if err != nil || raw[0] != open {
+			left = append(left, fmt.Sprintf("its %s is left out: it is not a JSON %s", f.name, want))
+			*f.raw = nil
+			continue
+		}
+		*f.raw = compact
+	}
+	return d, append(left, d.TrimMCPDeclaration()...)
+}
+
+// nonEmpty is s as a list of one, or none when it is empty.
+func nonEmpty(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return []string{s}
 }
 
 // place chooses the name reg goes under and the entry it updates or
@@ -323,7 +372,7 @@ func (reg *registration) changesOthers() error {
 		return nil
 	}
 	others := otherHosts(prev, reg.req.Provider)
-	if len(others) == 0 || reg.op != events.OpOverwritten && sameDeclaration(prev, reg.spec, reg.kind, reg.params, reg.req) {
+	if len(others) == 0 || reg.op != events.OpOverwritten && sameDeclaration(prev, reg) {
 		return nil
 	}
 	what := "with another declaration"
@@ -339,7 +388,7 @@ func (reg *registration) changesOthers() error {
 // nothing: no write, no event.
 func (r *Registry) unchanged(reg *registration) bool {
 	prev, req := reg.prev, reg.req
-	return reg.op == events.OpUpdated && slices.Contains(prev.Hosts, req.Provider) && sameDeclaration(prev, reg.spec, reg.kind, reg.params, req) &&
+	return reg.op == events.OpUpdated && slices.Contains(prev.Hosts, req.Provider) && sameDeclaration(prev, reg) &&
 		slices.Equal(prev.Aliases, r.aliasesFor(reg.name, reg.spec)) && prev.Workspaces[req.Provider] == req.Workspace
 }
 
@@ -371,7 +420,8 @@ func (r *Registry) entryOf(reg *registration) (*events.Tool, error) {
 		Parameters:       reg.params,
 		GeminiParameters: gemini,
 		Annotations:      spec.Annotations,
-		MCPFeature:   spec.MCPFeature,
+		MCPDeclaration:   reg.decl,
+		MCPFeature:       spec.MCPFeature,
 		UpdatedAt:        r.now(),
 	}
 	t.ConcurrencySafe = spec.ConcurrencySafe || t.ReadOnly
@@ -443,9 +493,10 @@ func otherHosts(t *events.Tool, provider string) []string {
 	return out
 }
 
-// sameDeclaration reports whether spec, registered by req, declares t as
-// it is: another host of the same tool must declare it identically.
-func sameDeclaration(t *events.Tool, spec *events.ToolSpec, kind events.Kind, params []byte, req *events.RegisterRequest) bool {
+// sameDeclaration reports whether reg declares t as it is: another host
+// of the same tool must declare it identically.
+func sameDeclaration(t *events.Tool, reg *registration) bool {
+	spec, kind, params, req := reg.spec, reg.kind, reg.params, reg.req
 	displayName := spec.DisplayName
 	if displayName == "" {
 		displayName = t.DisplayName
@@ -459,6 +510,8 @@ func sameDeclaration(t *events.Tool, spec *events.ToolSpec, kind events.Kind, pa
 		t.ReadOnly == readOnly && t.ConcurrencySafe == (spec.ConcurrencySafe || readOnly) && t.Trust == req.Trust &&
 		t.OutputMarkdown == spec.OutputMarkdown && t.CanUpdateOutput == spec.CanUpdateOutput &&
 		bytes.Equal(t.Parameters, params) && bytes.Equal(t.Annotations, spec.Annotations) &&
+		t.Title == reg.decl.Title && bytes.Equal(t.OutputSchema, reg.decl.OutputSchema) &&
+		bytes.Equal(t.Icons, reg.decl.Icons) && bytes.Equal(t.Meta, reg.decl.Meta) &&
 		bytes.Equal(t.MCPFeature, spec.MCPFeature)
 }
 
@@ -472,15 +525,25 @@ func compactSchema(raw json.RawMessage) (json.RawMessage, error) {
 	if trimmed[0] != '{' {
 		return nil, fmt.Errorf("parameters must be a JSON Schema object, got %.20s", trimmed)
 	}
+	compact, err := compactJSON(trimmed)
+	if err != nil {
+		return nil, fmt.Errorf("parameters: %v", err)
+	}
+	return compact, nil
+}
+
+// compactJSON is raw without insignificant whitespace, or an error when
+// it is not JSON.
+func compactJSON(raw json.RawMessage) (json.RawMessage, error) {
 	// Without a byte of whitespace it is compact already: kept as it is
 	// when it is valid JSON (the request's decoder checked that of every
 	// schema it decoded; Valid checks the rest).
-	if !bytes.ContainsAny(trimmed, " \t\r\n") && json.Valid(trimmed) {
-		return trimmed, nil
+	if !bytes.ContainsAny(raw, " \t\r\n") && json.Valid(raw) {
+		return raw, nil
 	}
 	var b bytes.Buffer
-	if err := json.Compact(&b, trimmed); err != nil {
-		return nil, fmt.Errorf("parameters: %v", err)
+	if err := json.Compact(&b, raw); err != nil {
+		return nil, err
 	}
 	return b.Bytes(), nil
 }

@@ -89,8 +89,15 @@ type Output struct {
 	LLMContent    string
 	ReturnDisplay string
 	// Parts are the output's typed parts that are not text (an MCP
-	// tool's images, audio, embedded resources).
-	Parts []events.Part
+	// tool's images, audio, embedded resources); with PartsWhole, its
+	// whole content, text included (events.Result.PartsWhole), of which
+	// LLMContent is the text.
+	Parts      []events.Part
+	PartsWhole bool
+	// Structured is an MCP tool's structuredContent and Meta its
+	// result's _meta, as the server sent them.
+	Structured json.RawMessage
+	Meta       json.RawMessage
 	// MCPResult is an MCP server's result as it sent it, for a prompt's
 	// get or a resource's read (events.Result.MCPResult).
 	MCPResult json.RawMessage

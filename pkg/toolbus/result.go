@@ -88,6 +88,11 @@ func resultFrom(r *events.Result) *Result {
 		OutputRef:    r.OutputRef,
 	}
 	for _, p := range r.Parts {
+		if p.Type == events.PartText || p.Type == events.PartLink {
+			// A result kept block by block (an MCP tool's) has its text
+			// blocks and links as parts too; LLMContent holds them.
+			continue
+		}
 		out.Parts = append(out.Parts, Part{Type: PartType(p.Type), MIMEType: p.MIMEType, Data: p.Data, Text: p.Text, URI: p.URI, Ref: p.Ref, Size: p.Size})
 	}
 	if p := r.Policy; p != nil {
