@@ -55,12 +55,12 @@ var notThroughToolbus = map[string]map[string]string{
 		// completions, but takes no subscriptions to a resource yet.
 		"resources-subscribe":   "the facade does not take subscriptions to resources",
 		"resources-unsubscribe": "the facade does not take subscriptions to resources",
-		// A call's live output reaches the facade over the bus as text,
-		// which the facade sends as progress; a server's log messages
-		// (notifications/message) are not carried, so the facade declares
-		// no logging capability and answers logging/setLevel -32601.
-		"logging-set-level":       "the facade has no logging capability: servers' log messages are not carried over the bus",
-		"tools-call-with-logging": "the facade has no logging capability: servers' log messages are not carried over the bus",
+		// The test server is mcp-go's, which sends a session's
+		// notifications on whichever of its streams reads first: toolbus's
+		// session keeps a GET stream open (for list_changed), and a log
+		// message that comes there names no call, so toolbus sends it to
+		// no client.
+		"tools-call-with-logging": "mcp-go's server sends some of a call's log messages on the session's GET stream, where they name no call",
 		// A server's requests to its client during a call would have to go
 		// from the executor hosting the server back over the bus to the
 		// facade's client; toolbus's MCP client declares neither sampling
@@ -78,7 +78,6 @@ var notThroughToolbus = map[string]map[string]string{
 		// does.
 		"tools-call-simple-text": "a suite artifact: its fixture tool exists on neither server (toolbus answers an unknown tool -32602)",
 		"tools-call-error":       "a suite artifact: its fixture tool exists on neither server (toolbus answers an unknown tool -32602)",
-		"logging-set-level":      "the facade has no logging capability: servers' log messages are not carried over the bus",
 		"resources-subscribe":    "the facade does not take subscriptions to resources",
 		"resources-unsubscribe":  "the facade does not take subscriptions to resources",
 	},
@@ -259,6 +258,9 @@ func compareThroughToolbus(t *testing.T, node22 string, suite conformanceSuite, 
 				t.Errorf("%s through toolbus: %s; toolbus's endpoint must refuse a foreign Host/Origin with a 4xx and take its own:\n%s",
 					name, th, th.failures())
 			}
+		case excused && th.passed() && slices.Contains(lateNotificationScenarios, name):
+			// Excused for notifications a server sends where they name
+			// no call, which it does now and then, not always.
 		case excused && th.passed():
 			t.Errorf("%s passes through toolbus now: take it out of notThroughToolbus (%s)", name, note)
 		case excused && !d.passed():

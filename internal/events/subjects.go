@@ -157,6 +157,10 @@ const (
 	// KindWaiting carries a ConfirmWaiting: the call waits for a
 	// person's answer, until when, and where one gives it.
 	KindWaiting = "waiting"
+	// KindLog carries a log message of the MCP server that serves the
+	// call (the params of its notifications/message, as it sent them),
+	// for the caller alone.
+	KindLog = "log"
 	// KindFence marks a caller's own message to its own inbox (see
 	// invoke.Client): no executor sends it.
 	KindFence = "fence"

@@ -79,6 +79,8 @@ type call struct {
 	stopping    bool
 	// progressSent counts the bytes of live output sent (progress).
 	progressSent int
+	// logsSent counts the log messages of its server sent (log).
+	logsSent int
 	// abandoned: the caller gave up on the call and published its own
 	// terminal result, so the result sent here is Late.
 	abandoned bool
@@ -617,7 +619,7 @@ func (c *call) execute(confirmed bool) {
 		c.step("started", fmt.Sprintf("deadline %s", c.timeout))
 	}
 	c.tc = tool.Call{ID: inv.ID, Args: inv.Args, Progress: c.progress, Refused: c.refused, Opened: c.opened, MaxOutput: e.cfg.MaxOutput,
-		Complete: inv.Complete}
+		Complete: inv.Complete, Log: c.log}
 	c.end(c.outcome(c.runBounded()))
 }
 
@@ -762,6 +764,26 @@ func (c *call) progress(chunk string) bool {
 }
 
 const maxProgress = 1 << 20
+
+// log sends the caller a log message of the MCP server serving the call,
+// up to maxLogs of them: a server that logs without end cannot flood the
+// caller.
+func (c *call) log(params json.RawMessage) {
+	c.mu.Lock()
+	c.logsSent++
+	n := c.logsSent
+	c.mu.Unlock()
+	if c.reply == "" || n > maxLogs {
+		return
+	}
+	m := nats.NewMsg(c.reply)
+	m.Header.Set(events.KindHeader, events.KindLog)
+	m.Data = params
+	_ = c.e.nc.PublishMsg(m)
+}
+
+// maxLogs is how many log messages of its server a call passes on.
+const maxLogs = 1000
 
 func (c *call) sendProgress(chunk string) {
 	_ = c.e.nc.Publish(events.SubjectProgressPrefix+c.inv.ID, []byte(chunk))

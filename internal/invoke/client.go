@@ -11,6 +11,7 @@ package invoke
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -76,6 +77,10 @@ type Watch struct {
 	// policy asked for one), until when and where one is given: once
 	// per round of confirmation. It must not block.
 	Waiting func(*Waiting)
+	// Log receives the log messages of the MCP server that serves the
+	// call, each the params of its notifications/message as it sent them
+	// (level, logger, data). It must not block.
+	Log func(params json.RawMessage)
 }
 
 // Waiting is a call's notice that it waits for a person's answer.
@@ -117,6 +122,10 @@ func (w *Watch) hear(m *nats.Msg, at time.Time) {
 	case events.KindProgress:
 		if w.Progress != nil {
 			w.Progress(string(m.Data))
+		}
+	case events.KindLog:
+		if w.Log != nil {
+			w.Log(json.RawMessage(m.Data))
 		}
 	case events.KindWaiting:
 		if w.Waiting == nil {

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unicode"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -108,6 +109,7 @@ func StartFacade(ctx context.Context, cfg FacadeConfig) (*Facade, error) {
 		mcpserver.WithPromptCapabilities(true),
 		mcpserver.WithResourceCapabilities(false, true),
 		mcpserver.WithCompletions(),
+		mcpserver.WithLogging(),
 		mcpserver.WithToolFilter(f.visible),
 		mcpserver.WithRecovery(),
 		mcpserver.WithPromptCompletionProvider(completions{f}),
@@ -403,8 +405,13 @@ func (f *Facade) handler(name string) mcpserver.ToolHandlerFunc {
 		if canAsk && mcpserver.IsModernRequest(ctx) {
 			return f.callModern(ctx, req, inv)
 		}
-		notify := f.progress(ctx, req)
-		watch := &invoke.Watch{Progress: notify}
+		var notified atomic.Bool
+		notify, log := f.progress(ctx, req), f.logTo(ctx)
+		if notify != nil {
+			progress := notify
+			notify = func(s string) { notified.Store(true); progress(s) }
+		}
+		watch := &invoke.Watch{Progress: notify, Log: func(params json.RawMessage) { notified.Store(true); log(params) }}
 		if notify != nil {
 			// A client that shows progress shows why the call takes long.
 			watch.Waiting = func(w *invoke.Waiting) { notify(w.String()) }
@@ -421,9 +428,22 @@ func (f *Facade) handler(name string) mcpserver.ToolHandlerFunc {
 			}
 			return errorResult(inv.ID, events.ErrExecutionFailed, "toolbus: "+err.Error()), nil
 		}
+		if notified.Load() {
+			settle()
+		}
 		return f.result(ctx, res), nil
 	}
 }
+
+// notificationSettle is how long a handler that sent its client
+// notifications waits before it returns the result. mcp-go's streamable-
+// HTTP server forwards a request's notifications from a goroutine of its
+// own, which drops one it has taken but not yet written when the handler
+// returns: the last log message or progress of a call would be lost now
+// and then. The pause lets it write what it took.
+const notificationSettle = 10 * time.Millisecond
+
+func settle() { time.Sleep(notificationSettle) }
 
 // askingWatch has inv confirmed by the client's user too (elicitation/
 // create, facade_confirm.go): it returns the Watch.Confirm that asks them,
@@ -440,6 +460,26 @@ func (f *Facade) askingWatch(ctx context.Context, inv *events.Invocation) (ask f
 	return ask, func() {
 		endCall()
 		asking.Wait()
+	}
+}
+
+// logTo sends the client of ctx the log messages of the server that serves
+// its call, those at or above the level it chose (logging/setLevel, or
+// the level in a 2026-07-28 request's _meta; none when it chose none).
+func (f *Facade) logTo(ctx context.Context) func(json.RawMessage) {
+	return func(params json.RawMessage) {
+		var p struct {
+			Level  mcp.LoggingLevel `json:"level"`
+			Logger string           `json:"logger"`
+			Data   any              `json:"data"`
+		}
+		if err := json.Unmarshal(params, &p); err != nil || p.Level == "" {
+			return
+		}
+		n := mcp.NewLoggingMessageNotification(p.Level, p.Logger, p.Data)
+		if err := f.srv.SendLogMessageToClient(ctx, n); err != nil {
+			f.log.Debug("mcp facade: a server's log message not sent", "err", err)
+		}
 	}
 }
 

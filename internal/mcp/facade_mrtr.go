@@ -68,6 +68,7 @@ type heldCall struct {
 	round    int                    // the rounds the client was asked
 	asking   *events.ConfirmRequest // the request of the last round
 	progress func(string)           // to the request that waits on the call now
+	log      func(json.RawMessage)  // its server's log messages, to that request
 	expiry   *time.Timer            // drops the call once ended and not fetched
 }
 
@@ -136,6 +137,7 @@ func (f *Facade) startHeld(inv *events.Invocation, state heldState) (*heldCall, 
 	watch := &invoke.Watch{
 		Progress: hc.forwardProgress,
 		Waiting:  func(w *invoke.Waiting) { hc.forwardProgress(w.String()) },
+		Log:      hc.forwardLog,
 		Confirm: func(req *events.ConfirmRequest) {
 			select {
 			case hc.asks <- req:
@@ -161,6 +163,15 @@ func (hc *heldCall) forwardProgress(chunk string) {
 	hc.mu.Unlock()
 	if p != nil {
 		p(chunk)
+	}
+}
+
+func (hc *heldCall) forwardLog(params json.RawMessage) {
+	hc.mu.Lock()
+	l := hc.log
+	hc.mu.Unlock()
+	if l != nil {
+		l(params)
 	}
 }
 
@@ -283,11 +294,11 @@ func (f *Facade) callModern(ctx context.Context, req mcp.CallToolRequest, inv *e
 // client cancelled it) gives the call up.
 func (f *Facade) awaitHeld(ctx context.Context, req mcp.CallToolRequest, hc *heldCall) (*mcp.CallToolResult, error) {
 	hc.mu.Lock()
-	hc.progress = f.progress(ctx, req)
+	hc.progress, hc.log = f.progress(ctx, req), f.logTo(ctx)
 	hc.mu.Unlock()
 	defer func() {
 		hc.mu.Lock()
-		hc.progress = nil
+		hc.progress, hc.log = nil, nil
 		hc.mu.Unlock()
 	}()
 	for {

@@ -129,13 +129,13 @@ func newServerPrompt(srv *server, raw json.RawMessage) (*serverPrompt, error) {
 		display = p.Name
 	}
 	return &serverPrompt{srv: srv, name: p.Name, spec: events.ToolSpec{
-		Name:           promptPrefix + p.Name,
-		DisplayName:    fmt.Sprintf("%s (%s MCP prompt)", display, srv.cfg.Name),
-		Description:    p.Description,
-		Kind:           events.KindPrompt,
-		Parameters:     params,
-		ReadOnly:       true,
-		MCPFeature: raw,
+		Name:        promptPrefix + p.Name,
+		DisplayName: fmt.Sprintf("%s (%s MCP prompt)", display, srv.cfg.Name),
+		Description: p.Description,
+		Kind:        events.KindPrompt,
+		Parameters:  params,
+		ReadOnly:    true,
+		MCPFeature:  raw,
 	}}, nil
 }
 
@@ -226,13 +226,13 @@ func newServerResource(srv *server, raw json.RawMessage, template bool, names ma
 		display = name
 	}
 	r.spec = events.ToolSpec{
-		Name:           own,
-		DisplayName:    fmt.Sprintf("%s (%s MCP %s)", display, srv.cfg.Name, what),
-		Description:    d.Description,
-		Kind:           events.KindResource,
-		Parameters:     params,
-		ReadOnly:       true,
-		MCPFeature: raw,
+		Name:        own,
+		DisplayName: fmt.Sprintf("%s (%s MCP %s)", display, srv.cfg.Name, what),
+		Description: d.Description,
+		Kind:        events.KindResource,
+		Parameters:  params,
+		ReadOnly:    true,
+		MCPFeature:  raw,
 	}
 	return r, nil
 }
@@ -322,6 +322,9 @@ func (s *server) request(ctx context.Context, method string, params map[string]a
 	if sess == nil {
 		return tool.Failed(events.ErrExecutionFailed, s.unavailable()), nil
 	}
+	token := sess.newToken()
+	params["_meta"] = map[string]any{"progressToken": token}
+	defer sess.track(token, nil)()
 	result, err := sess.rawRequest(ctx, method, params)
 	var rpc *serverError
 	switch {

@@ -448,8 +448,8 @@ func checkFidelityLimits(t *testing.T, f *fleet, facadeURL string) {
 }
 
 // TestFacadeCapabilities: the facade says it serves tools, prompts and
-// resources, whose lists change, and completions; elicitation is a
-// client's capability.
+// resources, whose lists change, completions and logging; elicitation is
+// a client's capability.
 func TestFacadeCapabilities(t *testing.T) {
 	ff := startFacade(t, nil, "")
 	tr, err := transport.NewStreamableHTTP(ff.url, transport.WithHTTPLogger(bustest.Quiet()))
@@ -475,7 +475,7 @@ func TestFacadeCapabilities(t *testing.T) {
 	var got, want any
 	decode(t, init.Capabilities, &got)
 	// What the facade serves, and elicitation nowhere: it is a client's.
-	const served = `{"tools":{"listChanged":true},"prompts":{"listChanged":true},"resources":{"listChanged":true},"completions":{}}`
+	const served = `{"tools":{"listChanged":true},"prompts":{"listChanged":true},"resources":{"listChanged":true},"completions":{},"logging":{}}`
 	decode(t, []byte(served), &want)
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("capabilities %s, want %s", init.Capabilities, served)

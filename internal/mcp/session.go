@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -50,7 +51,68 @@ type session struct {
 	// changed; set before the session starts, as notifications may come
 	// at once.
 	onListChanged func()
+
+	// The calls in flight on the session, by their token (the progress
+	// token each call's request carries), each with where its server's
+	// log messages go (nil: nowhere). A log message names no call. Over
+	// streamable HTTP the one the server sends on a call's own response
+	// stream is that call's (logTap); one sent elsewhere goes nowhere,
+	// since mcp-go's servers, for one, send a session's notifications on
+	// whichever of its streams reads first. Over stdio and SSE there is
+	// one stream: a message goes to the one call in flight, and to none
+	// when there are several. Another caller must never read it.
+	inflightMu sync.Mutex
+	inflight   map[string]func(json.RawMessage)
+	// tapped is set for a session whose logTap sees its calls' streams.
+	tapped bool
 }
+
+// track counts a call in flight under token until done is called; its
+// server's log messages go to log.
+func (s *session) track(token string, log func(json.RawMessage)) (done func()) {
+	s.inflightMu.Lock()
+	if s.inflight == nil {
+		s.inflight = map[string]func(json.RawMessage){}
+	}
+	s.inflight[token] = log
+	s.inflightMu.Unlock()
+	return func() {
+		s.inflightMu.Lock()
+		delete(s.inflight, token)
+		s.inflightMu.Unlock()
+	}
+}
+
+// logTo is where the log messages of the call in flight under token go.
+func (s *session) logTo(token string) func(json.RawMessage) {
+	s.inflightMu.Lock()
+	defer s.inflightMu.Unlock()
+	return s.inflight[token]
+}
+
+// logged hands a log message of the server, which came on no call's own
+// stream, to the one call in flight on a session of one stream.
+func (s *session) logged(n mcp.JSONRPCNotification) {
+	s.inflightMu.Lock()
+	var log func(json.RawMessage)
+	if len(s.inflight) == 1 && !s.tapped {
+		for _, l := range s.inflight {
+			log = l
+		}
+	}
+	s.inflightMu.Unlock()
+	if log == nil {
+		return
+	}
+	params, err := json.Marshal(n.Params)
+	if err == nil {
+		log(params)
+	}
+}
+
+// newToken is a token for one request of the session: its progress
+// token, by which its progress and its log messages find it.
+func (s *session) newToken() string { return fmt.Sprintf("toolbus-%d", s.nextToken.Add(1)) }
 
 // protocol keeps sessions on the initialize handshake of protocol
 // 2025-11-25, which every server in use speaks. mcp-go would first probe
@@ -84,8 +146,10 @@ func dial(ctx context.Context, cfg *ServerConfig, starter *proctree.Starter, log
 		var t *mcptransport.StreamableHTTP
 		// Listening continuously is what brings the server's
 		// notifications (tools/list_changed) outside of a call.
+		s.tapped = true
 		t, err = mcptransport.NewStreamableHTTP(cfg.URL, mcptransport.WithHTTPHeaders(cfg.Headers),
-			mcptransport.WithContinuousListening(), mcptransport.WithHTTPLogger(log))
+			mcptransport.WithContinuousListening(), mcptransport.WithHTTPLogger(log),
+			mcptransport.WithHTTPBasicClient(&http.Client{Transport: &logTap{base: http.DefaultTransport, sess: s}}))
 		if err == nil {
 			s.client = client.NewClient(&cancellingHTTP{t}, protocol)
 		}
@@ -107,6 +171,16 @@ func dial(ctx context.Context, cfg *ServerConfig, starter *proctree.Starter, log
 	if _, err := s.client.Initialize(ctx, req); err != nil {
 		s.Close()
 		return nil, s.explain(fmt.Errorf("initialize: %w", err))
+	}
+	// Every message, which goes to the call it comes during: the client
+	// of that call chooses what it is shown (logging/setLevel at the
+	// facade).
+	if s.client.GetServerCapabilities().Logging != nil {
+		level := mcp.SetLevelRequest{}
+		level.Params.Level = mcp.LoggingLevelDebug
+		if err := s.client.SetLevel(ctx, level); err != nil {
+			log.Debug("logging/setLevel refused", "err", err)
+		}
 	}
 	return s, nil
 }
@@ -242,6 +316,8 @@ func (s *session) notified(n mcp.JSONRPCNotification) {
 		if s.onListChanged != nil {
 			s.onListChanged()
 		}
+	case string(mcp.MethodNotificationMessage):
+		s.logged(n)
 	case string(mcp.MethodNotificationProgress):
 		p := mcp.ProgressNotificationParams{}
 		f := n.Params.AdditionalFields
@@ -260,12 +336,11 @@ func (s *session) notified(n mcp.JSONRPCNotification) {
 
 // watchProgress gives a call its progress token, sending the server's
 // progress notifications for it to handle until done is called.
-func (s *session) watchProgress(handle func(mcp.ProgressNotificationParams)) (token string, done func()) {
-	token = fmt.Sprintf("toolbus-%d", s.nextToken.Add(1))
+func (s *session) watchProgress(token string, handle func(mcp.ProgressNotificationParams)) (done func()) {
 	s.progressMu.Lock()
 	s.progress[token] = handle
 	s.progressMu.Unlock()
-	return token, func() {
+	return func() {
 		s.progressMu.Lock()
 		delete(s.progress, token)
 		s.progressMu.Unlock()

@@ -93,10 +93,13 @@ func (t *serverTool) Run(ctx context.Context, call *tool.Call) (*tool.Output, er
 	req := mcp.CallToolRequest{}
 	req.Params.Name = t.name
 	req.Params.Arguments = call.Args
+	// Every call carries a token of its own, by which its progress and
+	// its server's log messages find it.
+	token := sess.newToken()
+	req.Params.Meta = &mcp.Meta{ProgressToken: token}
+	defer sess.track(token, call.Log)()
 	if call.Progress != nil {
-		token, done := sess.watchProgress(func(p mcp.ProgressNotificationParams) { call.Progress(progressLine(p)) })
-		defer done()
-		req.Params.Meta = &mcp.Meta{ProgressToken: token}
+		defer sess.watchProgress(token, func(p mcp.ProgressNotificationParams) { call.Progress(progressLine(p)) })()
 	}
 	res, err := sess.client.CallTool(ctx, req)
 	switch {

@@ -49,6 +49,10 @@ type Call struct {
 	// the policy judged (the name became a link, another file was renamed
 	// onto it, or it was hard-linked since) and the tool must not use it.
 	Opened func(f File) error
+	// Log, when not nil, receives the log messages of the MCP server that
+	// serves the call (its notifications/message params, as sent), for
+	// the caller alone.
+	Log func(params json.RawMessage)
 	// Complete asks a Completer for the completions of an argument
 	// (events.Invocation.Complete): Args are MCP's completion params.
 	Complete bool
