@@ -1,11 +1,14 @@
 package mcp_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net"
 	"net/http/httptest"
+	"os/exec"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +21,7 @@ import (
 	toolmcp "github.com/toolbus/toolbus/internal/mcp"
 	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/bustest"
+	"github.com/toolbus/toolbus/internal/testkit/npmpeer"
 )
 
 // newFeatureServer is an MCP server with prompts, resources and a
@@ -81,6 +85,13 @@ func (n names) CompleteResourceArgument(_ context.Context, uri string, arg mcp.C
 // not, a facade in front of it and an MCP client of the facade.
 func featureFleet(t *testing.T, trust bool) (direct, through *mcpclient.Client) {
 	t.Helper()
+	direct, through, _ = featureFleetAt(t, trust)
+	return direct, through
+}
+
+// featureFleetAt is featureFleet, also returning the facade's URL.
+func featureFleetAt(t *testing.T, trust bool) (direct, through *mcpclient.Client, facadeURL string) {
+	t.Helper()
 	url := httpServer(t, newFeatureServer(), nil)
 	f := startFleet(t, parse(t, fmt.Sprintf(`{"mcpServers": {"notes": {"httpUrl": %q, "trust": %v}}}`, url, trust)))
 	f.waitState(t, "notes", events.MCPConnected)
@@ -101,7 +112,8 @@ func featureFleet(t *testing.T, trust bool) (direct, through *mcpclient.Client) 
 		srv.Close()
 		fac.Close()
 	})
-	through = connectHTTP(t, srv.URL+toolmcp.HTTPPath, "", "features-client")
+	facadeURL = srv.URL + toolmcp.HTTPPath
+	through = connectHTTP(t, facadeURL, "", "features-client")
 	direct = connectHTTP(t, url, "", "features-client")
 	// Until the facade lists what the server offers.
 	if !testkit.Poll(30*time.Second, func() bool {
@@ -113,7 +125,70 @@ func featureFleet(t *testing.T, trust bool) (direct, through *mcpclient.Client) 
 	}) {
 		t.Fatal("the facade never listed the server's prompt and resources")
 	}
-	return direct, through
+	return direct, through, facadeURL
+}
+
+// A client of protocol 2026-07-28 of another implementation, the
+// TypeScript SDK's, gets the same prompts and resources through the facade
+// as mcp-go's client gets from the server itself.
+func TestFacadeServesPromptsAndResourcesToATypeScriptModernClient(t *testing.T) {
+	node := npmpeer.Node(t)
+	sdk := npmpeer.Require(t, npmpeer.ModernClient)
+	direct, _, url := featureFleetAt(t, true)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, "testdata/modern-client.mjs", sdk, url, "features", "greeting", `{"name":"Ada"}`, "notes://readme")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("the TypeScript client: %v\n%s", err, stderr.String())
+	}
+	var got struct {
+		Prompts, Resources, Prompt, Resource json.RawMessage
+	}
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("the TypeScript client's output does not decode: %v\n%s", err, out)
+	}
+	prompts, err := direct.ListPrompts(ctx, mcp.ListPromptsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resources, err := direct.ListResources(ctx, mcp.ListResourcesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := mcp.GetPromptRequest{}
+	req.Params.Name, req.Params.Arguments = "greeting", map[string]string{"name": "Ada"}
+	prompt, err := direct.GetPrompt(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read, err := readURI(ctx, "notes://readme")(direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		what string
+		got  json.RawMessage
+		want any
+	}{
+		{"prompts/list", got.Prompts, prompts.Prompts},
+		{"resources/list", got.Resources, resources.Resources},
+		{"prompts/get", got.Prompt, prompt.Messages},
+		{"resources/read", got.Resource, read},
+	} {
+		var g, w any
+		if err := json.Unmarshal(c.got, &g); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal([]byte(asJSON(t, c.want)), &w); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(g, w) {
+			t.Errorf("%s: the TypeScript client got %s through toolbus, the server gives %s", c.what, c.got, asJSON(t, c.want))
+		}
+	}
 }
 
 // asJSON is v encoded, for comparing what two servers answered.

@@ -4,9 +4,12 @@
 // elicitation with the action given, as a person in front of it would.
 //
 //   node modern-client.mjs <sdk entry module> <url> <accept|decline|none> <tool> <arguments as JSON>
+//   node modern-client.mjs <sdk entry module> <url> features <prompt> <arguments as JSON> <resource URI>
 //
-// "none" declares no elicitation capability. It prints one JSON line:
-// {"result": …, "asked": [messages shown to the user]}.
+// "none" declares no elicitation capability. A call prints one JSON line:
+// {"result": …, "asked": [messages shown to the user]}; "features" lists
+// the prompts and resources, gets the prompt and reads the resource:
+// {"prompts": …, "resources": …, "prompt": …, "resource": …}.
 import { pathToFileURL } from 'node:url';
 
 const [sdkPath, url, action, tool, args] = process.argv.slice(2);
@@ -28,6 +31,19 @@ if (action !== 'none') {
 	});
 }
 await client.connect(new StreamableHTTPClientTransport(new URL(url)));
+if (action === 'features') {
+	try {
+		const [prompt, promptArgs, uri] = process.argv.slice(5);
+		const prompts = (await client.listPrompts()).prompts;
+		const resources = (await client.listResources()).resources;
+		const got = await client.getPrompt({ name: prompt, arguments: JSON.parse(promptArgs) });
+		const read = await client.readResource({ uri });
+		console.log(JSON.stringify({ prompts, resources, prompt: got.messages, resource: read.contents }));
+	} finally {
+		await client.close();
+	}
+	process.exit(0);
+}
 try {
 	const result = await client.callTool({ name: tool, arguments: JSON.parse(args) }, { timeout: 120000 });
 	console.log(JSON.stringify({ result, asked }));
