@@ -44,6 +44,8 @@ func examples() map[string]Envelope {
 		"change_reply.json":    &ChangeReply{Header: hdr("rep-3", registry), RequestID: "req-3", Changes: []Change{{Op: OpDeactivated, Name: "run_shell_command"}}, Unknown: []string{"nope"}},
 		"catalog_changed.json": &CatalogChanged{Header: hdr("ev-1", registry), Cause: "req-1", Changes: []Change{{Op: OpAdded, Name: "github__create_issue"}}},
 		"invocation.json":      &Invocation{Header: hdr("inv-1", agent), Tool: "read_file", Args: json.RawMessage(`{"file_path":"README.md"}`), TimeoutMillis: 120000},
+		"invocation_server_requests.json": &Invocation{Header: hdr("inv-7", agent), Tool: "github__create_issue", Args: json.RawMessage(`{"title":"x"}`),
+			ServerRequests: []string{MethodSampling, MethodElicitation}},
 		"decision.json": &Decision{Header: hdr("dec-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-1", Tool: "read_file", Verdict: Allow, Reason: "read kind is allowed", PolicyRevision: "sha256:0f3a",
 			Input: json.RawMessage(`{"allowlist":[],"caller":{"id":"agent:claude@dev-1"},"env":{"home":"/home/ada","workspace":"/w"},"paths":["/w/README.md"],"tool":{"kind":"read","name":"read_file","source":"builtin"}}`)},
 		"confirm_request.json": &ConfirmRequest{Header: hdr("cr-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-2", Tool: "run_shell_command", Kind: KindExecute,
@@ -59,6 +61,12 @@ func examples() map[string]Envelope {
 		"confirm_closed.json":   &ConfirmClosed{Header: hdr("cc-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-5", ErrorType: ErrConfirmationTimeout, Reason: "No approver answered within 5m0s, so the call is denied.", AnswerTo: "toolbus.answer.q3Vb0hS1nYxJk2dQ7sLw9A"},
 		"confirm_waiting.json": &ConfirmWaiting{Header: hdr("cw-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-2", Tool: "write_file", Reason: "edits ask the user",
 			DeadlineMillis: 300000, Hint: "open the console at http://127.0.0.1:7878/ or run `toolbus confirm`"},
+		"server_request.json": &ServerRequest{Header: hdr("sr-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-7", Server: "github",
+			Method: MethodElicitation, Params: json.RawMessage(`{"message":"Which repository?","requestedSchema":{"type":"object","properties":{"repo":{"type":"string"}}}}`),
+			AnswerTo: "toolbus.answer.Zk1vQm9yVjJ4Y3dUbXpLcA", DeadlineMillis: 27000},
+		"server_answer.json": &ServerAnswer{Header: hdr("sa-1", agent), InvocationID: "inv-7", Result: json.RawMessage(`{"action":"accept","content":{"repo":"toolbus/toolbus"}}`)},
+		"server_answer_error.json": &ServerAnswer{Header: hdr("sa-2", agent), InvocationID: "inv-7",
+			Error: &RPCError{Code: -1, Message: "the user rejected the sampling request"}},
 		"hook_run.json": &HookRun{Header: hdr("hk-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-2", Tool: "run_shell_command",
 			Event: HookPre, AgentEvent: "PreToolUse", Hook: ".claude/hooks/no-curl.sh", Command: ".claude/hooks/no-curl.sh", File: ".claude/settings.json",
 			Outcome: HookDeny, Message: "curl is not allowed here", ExitCode: new(2), DurationMillis: 4},
@@ -255,6 +263,8 @@ func FuzzDecode(f *testing.F) {
 		check(Decode[ConfirmRejected](data))
 		check(Decode[ConfirmClosed](data))
 		check(Decode[ConfirmWaiting](data))
+		check(Decode[ServerRequest](data))
+		check(Decode[ServerAnswer](data))
 		check(Decode[Result](data))
 		check(Decode[Step](data))
 		check(Decode[BatchInvocation](data))
@@ -307,6 +317,10 @@ func decodeAs(e Envelope, data []byte) (Envelope, error) {
 		return Decode[ConfirmClosed](data)
 	case *ConfirmWaiting:
 		return Decode[ConfirmWaiting](data)
+	case *ServerRequest:
+		return Decode[ServerRequest](data)
+	case *ServerAnswer:
+		return Decode[ServerAnswer](data)
 	case *Result:
 		return Decode[Result](data)
 	case *Step:

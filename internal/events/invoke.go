@@ -17,6 +17,15 @@ type Invocation struct {
 	// workspace. Empty: the one workspace the tool's hosts have; a call
 	// that leaves several to choose from is refused, never sent to one.
 	Workspace string `json:"workspace,omitempty"`
+	// ServerRequests are the requests of an MCP server the caller can put
+	// to its own client (ServerRequestMethods: what the client declared,
+	// sampling or elicitation). A request the server serving the call
+	// makes of its client goes to the caller, as a ServerRequest of kind
+	// KindServerRequest on the reply subject, when its method is here and
+	// the policy lets it (data.toolbus.server_request_denied); any other
+	// is refused at once. A method not among ServerRequestMethods is
+	// ignored.
+	ServerRequests []string `json:"serverRequests,omitempty"`
 	// CallerConfirms says the caller can put a confirmation request to
 	// the person in front of it (an MCP client that supports
 	// elicitation). When the policy asks for confirmation and lets that

@@ -161,6 +161,10 @@ const (
 	// call (the params of its notifications/message, as it sent them),
 	// for the caller alone.
 	KindLog = "log"
+	// KindServerRequest carries a ServerRequest: the MCP server that
+	// serves the call asks the caller's own client something
+	// (Invocation.ServerRequests), for the caller alone.
+	KindServerRequest = "server-request"
 	// KindFence marks a caller's own message to its own inbox (see
 	// invoke.Client): no executor sends it.
 	KindFence = "fence"
