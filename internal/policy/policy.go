@@ -68,6 +68,12 @@ const ToolDeniedQuery = "data.toolbus.tool_denied"
 // input. A policy set without it never asks them.
 const ElicitationQuery = "data.toolbus.elicitation_allowed"
 
+// ServerRequestQuery is the set of reasons a request an MCP server makes
+// of the caller's own client while it serves a call (sampling, elicitation)
+// is refused, asked with input.tool, input.caller and input.request. A
+// policy set without it lets no such request through.
+const ServerRequestQuery = "data.toolbus.server_request_denied"
+
 // SamplesQuery is the rule that names files the policy deems sensitive
 // (.env, id_x, ...), for judging shell globs that could match them. It is
 // read once, when the set is compiled.
@@ -133,6 +139,7 @@ type Policy struct {
 	flagged  rego.PreparedEvalQuery
 	toolDeny rego.PreparedEvalQuery
 	elicit   rego.PreparedEvalQuery
+	srvReq   rego.PreparedEvalQuery
 	samples  []string
 	// nondeterministic names a built-in (time, randomness, network) that
 	// makes the same input give different decisions; empty when none.
@@ -203,6 +210,10 @@ func Compile(ctx context.Context, files Files) (*Policy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
+	srq, err := prepare(ServerRequestQuery)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
 	sq, err := prepare(SamplesQuery)
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
@@ -212,7 +223,7 @@ func Compile(ctx context.Context, files Files) (*Policy, error) {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
 	return &Policy{revision: files.Revision(), files: files, query: q, paths: pq, remember: rq,
-		approver: aq, refusals: adq, flagged: fq, toolDeny: tq, elicit: eq, samples: samples,
+		approver: aq, refusals: adq, flagged: fq, toolDeny: tq, elicit: eq, srvReq: srq, samples: samples,
 		nondeterministic: nondeterministic(modules)}, nil
 }
 
