@@ -2,6 +2,7 @@ package events
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 )
 
@@ -109,6 +110,22 @@ type RPCError struct {
 	Message string          `json:"message"`
 	Data    json.RawMessage `json:"data,omitempty"`
 }
+
+// Error implements error: a request answered with e failed so.
+func (e *RPCError) Error() string { return fmt.Sprintf("%s (%d)", e.Message, e.Code) }
+
+// JSON-RPC error codes toolbus answers a server's request with when it
+// does not reach the caller's client, or reaches it and is not answered.
+const (
+	// CodeMethodNotFound: the caller's client cannot answer the method
+	// (it did not declare the capability, or no caller can be found).
+	CodeMethodNotFound = -32601
+	// CodeInvalidRequest: the policy, or a bound, refuses the request.
+	CodeInvalidRequest = -32600
+	// CodeRequestTimeout: no answer came before the deadline, or the
+	// call ended first.
+	CodeRequestTimeout = -32001
+)
 
 // MaxServerAnswer bounds a ServerAnswer's result and error data, in
 // bytes.

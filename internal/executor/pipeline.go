@@ -620,6 +620,7 @@ func (c *call) execute(confirmed bool) {
 	}
 	c.tc = tool.Call{ID: inv.ID, Args: inv.Args, Progress: c.progress, Refused: c.refused, Opened: c.opened, MaxOutput: e.cfg.MaxOutput,
 		Complete: inv.Complete, Log: c.log}
+	c.tc.Ask, c.tc.ServerRequests, c.tc.Caller = c.asker()
 	c.end(c.outcome(c.runBounded()))
 }
 

@@ -58,6 +58,7 @@ type pending struct {
 	result  chan *nats.Msg
 	events  chan *nats.Msg
 	confirm chan *nats.Msg
+	asks    chan *nats.Msg // the requests of the call's MCP server
 	fence   chan struct{}
 }
 
@@ -81,6 +82,14 @@ type Watch struct {
 	// call, each the params of its notifications/message as it sent them
 	// (level, logger, data). It must not block.
 	Log func(params json.RawMessage)
+	// ServerRequest receives a request the MCP server serving the call
+	// makes of the caller's own client (Invocation.ServerRequests). The
+	// caller answers it with Client.AnswerServerRequest, with the client's
+	// result or an error; the server waits for the answer meanwhile. It
+	// must not block. When it is nil, the invocation says the caller
+	// takes no requests (its ServerRequests are dropped), and the
+	// executor refuses them at once.
+	ServerRequest func(*events.ServerRequest)
 }
 
 // Waiting is a call's notice that it waits for a person's answer.
@@ -200,6 +209,8 @@ func (c *Client) start() error {
 				ch = p.result
 			case events.KindConfirm:
 				ch = p.confirm
+			case events.KindServerRequest:
+				ch = p.asks
 			case events.KindFence:
 				select {
 				case p.fence <- struct{}{}:
@@ -269,6 +280,11 @@ func (c *Client) InvokeFor(ctx context.Context, inv *events.Invocation, principa
 func (c *Client) invokeAs(ctx context.Context, inv *events.Invocation, principal string, w *Watch) (*events.Result, error) {
 	if inv.ID == "" {
 		inv.ID = nuid.Next()
+	}
+	if w == nil || w.ServerRequest == nil {
+		// Nobody would answer: the executor refuses the server's
+		// requests at once.
+		inv.ServerRequests = nil
 	}
 	data, err := events.Encode(inv)
 	if err != nil {

@@ -29,7 +29,8 @@ func (c *Client) roundTrip(ctx context.Context, subject, id string, data []byte,
 	}
 	// A call is asked to confirm once, and again after each edit an
 	// approver makes: a few slots, never dropped in practice.
-	p := &pending{result: make(chan *nats.Msg, 1), events: make(chan *nats.Msg, 64), confirm: make(chan *nats.Msg, 4), fence: make(chan struct{}, 1)}
+	p := &pending{result: make(chan *nats.Msg, 1), events: make(chan *nats.Msg, 64), confirm: make(chan *nats.Msg, 4),
+		asks: make(chan *nats.Msg, maxOpenServerRequests), fence: make(chan struct{}, 1)}
 	// The reply token is ours, not the invocation id, which may hold dots.
 	token := nuid.Next()
 	c.mu.Lock()
@@ -52,6 +53,10 @@ func (c *Client) roundTrip(ctx context.Context, subject, id string, data []byte,
 			return wt.answered(m)
 		case m := <-p.confirm:
 			c.confirm(m, w)
+			wt.heard = time.Now()
+			lost.Reset(LostAfter)
+		case m := <-p.asks:
+			c.serverRequest(m, w)
 			wt.heard = time.Now()
 			lost.Reset(LostAfter)
 		case m := <-p.events:

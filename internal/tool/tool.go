@@ -49,6 +49,23 @@ type Call struct {
 	// the policy judged (the name became a link, another file was renamed
 	// onto it, or it was hard-linked since) and the tool must not use it.
 	Opened func(f File) error
+	// Ask, when not nil, puts a request the MCP server serving the call
+	// makes of its client (method events.MethodSampling or
+	// events.MethodElicitation, params as the server sent them) to the
+	// caller's own client, and returns the client's result as it gave
+	// it, or the error the request failed with: an *events.RPCError when
+	// the client, the policy or a bound refused it. It returns by ctx's
+	// end. Nil: the caller can answer no request, and a server's request
+	// is refused at once.
+	Ask func(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error)
+	// ServerRequests are the methods Ask may be given: those the
+	// caller's client declared (events.Invocation.ServerRequests).
+	ServerRequests []string
+	// Caller names the caller of the call: calls with the same Caller
+	// are one caller's (an MCP server's tools keep a session per caller
+	// whose requests can be asked, so that a request that names no call
+	// still names its caller).
+	Caller string
 	// Log, when not nil, receives the log messages of the MCP server that
 	// serves the call (its notifications/message params, as sent), for
 	// the caller alone.
