@@ -421,6 +421,14 @@ func (f *Facade) handler(name string) mcpserver.ToolHandlerFunc {
 			defer wait()
 			watch.Confirm = ask
 		}
+		if methods := serverRequestsOf(ctx); len(methods) > 0 {
+			// The backend server's own requests go to this client
+			// (facade_serverrequest.go).
+			inv.ServerRequests = methods
+			take, wait := f.serverRequestWatch(ctx, inv)
+			defer wait()
+			watch.ServerRequest = take
+		}
 		res, err := f.client.InvokeAs(ctx, inv, watch)
 		if err != nil {
 			if ctx.Err() != nil {

@@ -42,6 +42,13 @@ import (
 const serveStdioEnv = "TOOLBUS_MCP_TEST_STDIO"
 
 func TestMain(m *testing.M) {
+	if os.Getenv(serveAskingEnv) != "" {
+		if err := server.ServeStdio(newAskingServer()); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	if os.Getenv(serveStdioEnv) != "" {
 		// MARK names a file where the server writes the tag of a call
 		// whose context ended on the server: how a test sees a cancel

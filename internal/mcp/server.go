@@ -41,6 +41,9 @@ type server struct {
 	cfg ServerConfig
 
 	sess atomic.Pointer[session] // the session calls use; nil when none
+	// callers are the sessions of callers whose requests the server may
+	// ask (callersession.go).
+	callers callerSessions
 
 	mu     sync.Mutex
 	status events.MCPServerStatus
@@ -369,4 +372,5 @@ func (s *server) stopped() bool {
 func (s *server) close() {
 	close(s.stop)
 	<-s.done
+	s.callers.close()
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"golang.org/x/sys/unix"
 
+	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/proctree"
 )
 
@@ -65,6 +66,9 @@ type session struct {
 	inflight   map[string]func(json.RawMessage)
 	// tapped is set for a session whose logTap sees its calls' streams.
 	tapped bool
+
+	// The requests the server makes of its client (serverrequest.go).
+	asking serverAsks
 }
 
 // track counts a call in flight under token until done is called; its
@@ -126,7 +130,9 @@ var clientInfo = mcp.Implementation{Name: "toolbus", Version: "0.1"}
 
 // dial connects to the server cfg describes and initialises the session.
 // Processes it started are ended when it fails.
-func dial(ctx context.Context, cfg *ServerConfig, starter *proctree.Starter, log *slog.Logger, listChanged func()) (*session, error) {
+// opts are more options of the session's client (a caller session's
+// capabilities, callersession.go).
+func dial(ctx context.Context, cfg *ServerConfig, starter *proctree.Starter, log *slog.Logger, listChanged func(), opts ...client.ClientOption) (*session, error) {
 	// mcp-go's transports log through the server's logger, at debug: what
 	// they say (a stream opened) is theirs, not the operator's business.
 	log = slog.New(debugOnly{log.Handler()}).With("server", cfg.Name)
@@ -151,7 +157,7 @@ func dial(ctx context.Context, cfg *ServerConfig, starter *proctree.Starter, log
 			mcptransport.WithContinuousListening(), mcptransport.WithHTTPLogger(log),
 			mcptransport.WithHTTPBasicClient(&http.Client{Transport: &logTap{base: http.DefaultTransport, sess: s}}))
 		if err == nil {
-			s.client = client.NewClient(&cancellingHTTP{t}, protocol)
+			s.client = client.NewClient(&cancellingHTTP{t}, append([]client.ClientOption{protocol}, opts...)...)
 		}
 	default:
 		err = fmt.Errorf("unknown transport %q", cfg.Transport)
@@ -166,6 +172,7 @@ func dial(ctx context.Context, cfg *ServerConfig, starter *proctree.Starter, log
 		s.Close()
 		return nil, s.explain(fmt.Errorf("start: %w", err))
 	}
+	s.answerRequests()
 	req := mcp.InitializeRequest{}
 	req.Params.ClientInfo = clientInfo
 	if _, err := s.client.Initialize(ctx, req); err != nil {
@@ -221,7 +228,7 @@ func (s *session) startStdio(cfg *ServerConfig, starter *proctree.Starter) error
 		}
 		s.end(s.explain(err))
 	}()
-	s.client = client.NewClient(mcptransport.NewIO(outR, inW, io.NopCloser(strings.NewReader(""))), protocol)
+	s.client = client.NewClient(mcptransport.NewIO(outR, inW, io.NopCloser(strings.NewReader(""))), protocol, askable(events.ServerRequestMethods))
 	return nil
 }
 

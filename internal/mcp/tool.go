@@ -90,14 +90,25 @@ func (t *serverTool) Run(ctx context.Context, call *tool.Call) (*tool.Output, er
 	if sess == nil {
 		return tool.Failed(events.ErrExecutionFailed, t.srv.unavailable()), nil
 	}
+	if call.Ask != nil && t.srv.cfg.Transport == HTTP {
+		// The server's requests during the call may come on a stream
+		// of the session that names no call: on the caller's own
+		// session they still name the caller (callersession.go).
+		if own, release := t.srv.callerSession(ctx, call.Caller, call.ServerRequests); own != nil {
+			defer release()
+			sess = own
+		}
+	}
 	req := mcp.CallToolRequest{}
 	req.Params.Name = t.name
 	req.Params.Arguments = call.Args
-	// Every call carries a token of its own, by which its progress and
-	// its server's log messages find it.
+	// Every call carries a token of its own, by which its progress, its
+	// server's log messages and its server's requests find it.
 	token := sess.newToken()
 	req.Params.Meta = &mcp.Meta{ProgressToken: token}
+	ctx = context.WithValue(ctx, callToken{}, token)
 	defer sess.track(token, call.Log)()
+	defer sess.watchAsks(token, call.Ask)()
 	if call.Progress != nil {
 		defer sess.watchProgress(token, func(p mcp.ProgressNotificationParams) { call.Progress(progressLine(p)) })()
 	}
