@@ -61,14 +61,6 @@ var notThroughToolbus = map[string]map[string]string{
 		// message that comes there names no call, so toolbus sends it to
 		// no client.
 		"tools-call-with-logging": "mcp-go's server sends some of a call's log messages on the session's GET stream, where they name no call",
-		// A server's requests to its client during a call would have to go
-		// from the executor hosting the server back over the bus to the
-		// facade's client; toolbus's MCP client declares neither sampling
-		// nor elicitation, so the server's request fails at once.
-		"tools-call-sampling":          "the server's sampling/createMessage is not forwarded to the facade's client",
-		"tools-call-elicitation":       "the server's elicitation/create is not forwarded to the facade's client",
-		"elicitation-sep1034-defaults": "the server's elicitation/create is not forwarded to the facade's client",
-		"elicitation-sep1330-enums":    "the server's elicitation/create is not forwarded to the facade's client",
 	},
 	"server-everything": {
 		// The suite calls fixture tools that exist on neither server:
