@@ -39,8 +39,13 @@ import (
 // retry must be of the same tool, with the same arguments, by the same
 // caller. The call's answer subject never leaves the facade.
 
-// approvalInput is the key of the approval in an input-required result.
-const approvalInput = "toolbus_approval"
+// approvalInput is the key of the approval in an input-required result,
+// serverInput that of a backend server's own request
+// (facade_serverrequest.go).
+const (
+	approvalInput = "toolbus_approval"
+	serverInput   = "toolbus_server_request"
+)
 
 const (
 	// maxHeldCalls bounds the calls this facade holds for clients that
@@ -60,13 +65,17 @@ type heldCall struct {
 	state  heldState // what every sealed state of this call names, but the round
 	cancel context.CancelFunc
 	asks   chan *events.ConfirmRequest
-	done   chan struct{}
-	res    *events.Result
-	err    error
+	// serverAsks are the requests of the backend server serving the
+	// call, each put to the client as a round of its own.
+	serverAsks chan *events.ServerRequest
+	done       chan struct{}
+	res        *events.Result
+	err        error
 
 	mu       sync.Mutex
 	round    int                    // the rounds the client was asked
 	asking   *events.ConfirmRequest // the request of the last round
+	server   *events.ServerRequest  // or the server's request it was
 	progress func(string)           // to the request that waits on the call now
 	log      func(json.RawMessage)  // its server's log messages, to that request
 	expiry   *time.Timer            // drops the call once ended and not fetched
@@ -119,13 +128,15 @@ func (h *heldCalls) close() {
 
 // start sends inv for a client that will be asked through input-required
 // results, on the facade's context.
-func (f *Facade) startHeld(inv *events.Invocation, state heldState) (*heldCall, error) {
+func (f *Facade) startHeld(inv *events.Invocation, state heldState, serverRequests []string) (*heldCall, error) {
 	h := f.held
 	inv.ID = nuid.Next()
 	inv.CallerConfirms = true
+	inv.ServerRequests = serverRequests
 	state.Invocation = inv.ID
 	ctx, cancel := context.WithCancel(h.ctx)
-	hc := &heldCall{inv: inv, state: state, cancel: cancel, asks: make(chan *events.ConfirmRequest, 4), done: make(chan struct{})}
+	hc := &heldCall{inv: inv, state: state, cancel: cancel, asks: make(chan *events.ConfirmRequest, 4),
+		serverAsks: make(chan *events.ServerRequest, 4), done: make(chan struct{})}
 	h.mu.Lock()
 	if len(h.calls) >= maxHeldCalls || h.ctx.Err() != nil {
 		h.mu.Unlock()
@@ -145,6 +156,18 @@ func (f *Facade) startHeld(inv *events.Invocation, state heldState) (*heldCall, 
 				f.log.Warn("mcp facade: a held call has confirmation requests no client fetched; this one is left to the approvers", "invocation", inv.ID)
 			}
 		},
+	}
+	if len(serverRequests) > 0 {
+		watch.ServerRequest = func(req *events.ServerRequest) {
+			select {
+			case hc.serverAsks <- req:
+			default:
+				// The executor sends a call at most as many at once as
+				// there is room for; the server hears of it at its
+				// deadline.
+				f.log.Warn("mcp facade: a held call has more server requests than it holds; this one is not put to the client", "invocation", inv.ID)
+			}
+		}
 	}
 	h.wg.Go(func() {
 		defer cancel()
@@ -251,7 +274,7 @@ func argsDigest(args json.RawMessage) string {
 func (f *Facade) callModern(ctx context.Context, req mcp.CallToolRequest, inv *events.Invocation) (*mcp.CallToolResult, error) {
 	want := heldState{Tool: inv.Tool, Args: argsDigest(inv.Args), Caller: inv.Sender.ID}
 	if req.Params.RequestState == "" {
-		hc, err := f.startHeld(inv, want)
+		hc, err := f.startHeld(inv, want, declaredRequests(ctx))
 		if err != nil {
 			return errorResult("", events.ErrExecutionFailed, "toolbus: "+err.Error()), nil
 		}
@@ -269,8 +292,11 @@ func (f *Facade) callModern(ctx context.Context, req mcp.CallToolRequest, inv *e
 		return errorResult(st.Invocation, events.ErrExecutionFailed, "toolbus: the call this answer is for is no longer held here (it ended long ago, or the facade restarted); call the tool again"), nil
 	}
 	hc.mu.Lock()
-	asking, current := hc.asking, st.Round == hc.round
+	asking, server, current := hc.asking, hc.server, st.Round == hc.round
 	hc.mu.Unlock()
+	if current && server != nil {
+		return f.answerHeldServerRequest(ctx, req, hc, st.Round, server)
+	}
 	answer := mcpserver.ElicitationResponse(req.Params.InputResponses, approvalInput)
 	switch {
 	case !current || asking == nil:
@@ -323,10 +349,26 @@ func (f *Facade) awaitHeld(ctx context.Context, req mcp.CallToolRequest, hc *hel
 			}
 			hc.mu.Lock()
 			hc.round++
-			hc.asking = r
+			hc.asking, hc.server = r, nil
 			round := hc.round
 			hc.mu.Unlock()
 			return f.inputRequired(hc, round, r), nil
+		case r := <-hc.serverAsks:
+			if r.InvocationID != hc.inv.ID {
+				f.log.Warn("mcp facade: a server's request for another call came to this one; ignored", "invocation", hc.inv.ID, "request", r.InvocationID)
+				continue
+			}
+			hc.mu.Lock()
+			hc.round++
+			hc.asking, hc.server = nil, r
+			round := hc.round
+			hc.mu.Unlock()
+			res, err := f.serverInputRequired(hc, round, r)
+			if err != nil {
+				f.answerServerRequest(ctx, hc.inv, r, nil, err)
+				continue
+			}
+			return res, nil
 		}
 	}
 }

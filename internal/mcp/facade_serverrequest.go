@@ -23,16 +23,26 @@ import (
 // which the executor takes from the caller's principal alone.
 //
 // A client of protocol 2026-07-28 cannot be sent a request of the
-// server's own: its calls say they take none, and a backend's request
-// during them is refused at once.
+// server's own. Where the facade holds its call across requests
+// (facade_mrtr.go: a client that declared elicitation), a backend's
+// request is a round of the call: an input-required result asks it, and
+// the client's retry carries the answer. Any other call of such a client
+// says it takes no requests, and a backend's request during it is refused
+// at once.
 
 // serverRequestsOf are the requests of a backend server the client of ctx
-// can be put: those it declared, for a client of protocol 2025-11-25 or
-// before.
+// can be sent as requests of the facade's own: those it declared, for a
+// client of protocol 2025-11-25 or before.
 func serverRequestsOf(ctx context.Context) []string {
 	if mcpserver.IsModernRequest(ctx) {
 		return nil
 	}
+	return declaredRequests(ctx)
+}
+
+// declaredRequests are the requests of a backend server the client of
+// ctx declared it can answer (sampling, elicitation).
+func declaredRequests(ctx context.Context) []string {
 	s, ok := mcpserver.ClientSessionFromContext(ctx).(mcpserver.SessionWithClientInfo)
 	if !ok {
 		return nil
@@ -84,11 +94,78 @@ func (f *Facade) putServerRequest(ctx context.Context, inv *events.Invocation, r
 	if ctx.Err() != nil {
 		return // the call is over: nobody waits for the answer
 	}
+	f.answerServerRequest(ctx, inv, req, result, rpcErr)
+}
+
+// answerServerRequest sends the executor the answer to req, a request of
+// the server serving inv: result, or rpcErr.
+func (f *Facade) answerServerRequest(ctx context.Context, inv *events.Invocation, req *events.ServerRequest, result json.RawMessage, rpcErr *events.RPCError) {
 	answerCtx, cancel := context.WithTimeout(ctx, answerTimeout)
 	defer cancel()
 	if err := f.client.AnswerServerRequest(answerCtx, inv.Sender, req, result, rpcErr); err != nil && ctx.Err() == nil {
 		f.log.Info("mcp facade: the client's answer to a server's request was not taken", "invocation", inv.ID, "method", req.Method, "err", err)
 	}
+}
+
+// serverInputRequired is the result that puts r, a request of the server
+// serving hc, to a client of protocol 2026-07-28 as round of hc; or the
+// error to answer the server with when r cannot be put so.
+func (f *Facade) serverInputRequired(hc *heldCall, round int, r *events.ServerRequest) (*mcp.CallToolResult, *events.RPCError) {
+	st := hc.state
+	st.Round, st.Expires = round, time.Now().Add(heldStateLife).Unix()
+	b := mcpserver.NewInputRequestBuilder(f.held.seal(st))
+	params := r.Params
+	if len(params) == 0 {
+		params = json.RawMessage(`{}`)
+	}
+	switch r.Method {
+	case events.MethodSampling:
+		var p mcp.CreateMessageParams
+		if err := json.Unmarshal(params, &p); err != nil {
+			return nil, &events.RPCError{Code: mcp.INVALID_PARAMS, Message: "toolbus: the sampling request does not decode: " + err.Error()}
+		}
+		b.Sample(serverInput, p)
+	case events.MethodElicitation:
+		var p mcp.ElicitationParams
+		if err := json.Unmarshal(params, &p); err != nil {
+			return nil, &events.RPCError{Code: mcp.INVALID_PARAMS, Message: "toolbus: the elicitation request does not decode: " + err.Error()}
+		}
+		b.Elicit(serverInput, p)
+	default:
+		return nil, &events.RPCError{Code: events.CodeMethodNotFound, Message: "toolbus: " + r.Method + " is not put to clients"}
+	}
+	res := b.ToolResult()
+	res.Meta = &mcp.Meta{AdditionalFields: map[string]any{"toolbus/invocationId": hc.inv.ID}}
+	return res, nil
+}
+
+// answerHeldServerRequest takes a retry of a held call whose current
+// round put server, a request of its backend server, to the client: the
+// client's answer goes to the server, and the call is waited for again.
+// A retry with no answer is asked again.
+func (f *Facade) answerHeldServerRequest(ctx context.Context, req mcp.CallToolRequest, hc *heldCall, round int, server *events.ServerRequest) (*mcp.CallToolResult, error) {
+	resp, ok := mcpserver.InputResponse(req.Params.InputResponses, serverInput)
+	if !ok {
+		select {
+		case <-hc.done:
+		default:
+			if res, rpcErr := f.serverInputRequired(hc, round, server); rpcErr == nil {
+				return res, nil
+			}
+		}
+		return f.awaitHeld(ctx, req, hc)
+	}
+	hc.mu.Lock()
+	if hc.server == server {
+		hc.server = nil
+	}
+	hc.mu.Unlock()
+	if raw, err := json.Marshal(resp); err != nil || !json.Valid(raw) || len(raw) == 0 || raw[0] != '{' {
+		f.answerServerRequest(ctx, hc.inv, server, nil, &events.RPCError{Code: mcp.INVALID_PARAMS, Message: "the client's answer is not a JSON object"})
+	} else {
+		f.answerServerRequest(ctx, hc.inv, server, raw, nil)
+	}
+	return f.awaitHeld(ctx, req, hc)
 }
 
 // askClient puts req to the client of ctx: its result as JSON, or the

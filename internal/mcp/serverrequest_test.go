@@ -11,12 +11,14 @@ import (
 	"testing"
 
 	mcpclient "github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/toolbus/toolbus/internal/events"
 	toolmcp "github.com/toolbus/toolbus/internal/mcp"
 	"github.com/toolbus/toolbus/internal/testkit/bustest"
+	"github.com/toolbus/toolbus/internal/testkit/mcpsession"
 )
 
 // serveAskingEnv makes the test binary the asking server over stdio.
@@ -110,7 +112,9 @@ func (a *askedClient) asked() []string {
 func (a *askedClient) CreateMessage(ctx context.Context, req mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
 	var prompt string
 	if len(req.Messages) > 0 {
-		if tc, ok := req.Messages[0].Content.(mcp.TextContent); ok {
+		// As the transport decoded it: a map until parsed.
+		content, err := mcp.ParseSamplingContent(req.Messages[0].Content)
+		if tc, ok := content.(mcp.TextContent); ok && err == nil {
 			prompt = tc.Text
 		}
 	}
@@ -271,5 +275,29 @@ func TestUntrustedBackendMayNotAskTheUser(t *testing.T) {
 		if strings.Contains(q, "token") && !strings.Contains(q, "toolbus asks you to confirm") {
 			t.Errorf("the user was asked %q", q)
 		}
+	}
+}
+
+// A client of protocol 2026-07-28 cannot be sent a request of the
+// facade's own: a backend's request during its call comes to it as an
+// input-required result of the call, and its retry carries the answer to
+// the server.
+func TestBackendRequestsReachAModernCaller(t *testing.T) {
+	url := httpAskingFleet(t, true)
+	tr, err := transport.NewStreamableHTTP(url, transport.WithHTTPLogger(bustest.Quiet()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &askedClient{name: "modern"}
+	c := mcpclient.NewClient(tr, mcpclient.WithSamplingHandler(a), mcpclient.WithElicitationHandler(a))
+	mcpsession.InitializeModern(t, c, "modern-client", "1.0")
+	if res := callTool(t, c, "ask_user", `{"message":"Which repository?"}`); res.IsError || text(res) != "user said: accept map[answer:modern answers Which repository?]" {
+		t.Errorf("ask_user: %v %q", res.IsError, text(res))
+	}
+	if res := callTool(t, c, "ask_model", `{"prompt":"what is 6 x 7?"}`); res.IsError || text(res) != "model said: modern answers what is 6 x 7?" {
+		t.Errorf("ask_model: %v %q", res.IsError, text(res))
+	}
+	if got, want := a.asked(), []string{"Which repository?", "what is 6 x 7?"}; strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("the client was asked %q, want %q", got, want)
 	}
 }
