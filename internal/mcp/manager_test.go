@@ -160,7 +160,7 @@ func startFleet(t *testing.T, cfg *toolmcp.Config) *fleet {
 }
 
 // httpServer serves s over streamable HTTP on loopback.
-func httpServer(t *testing.T, s *server.MCPServer, wrap func(http.Handler) http.Handler) string {
+func httpServer(t testing.TB, s *server.MCPServer, wrap func(http.Handler) http.Handler) string {
 	t.Helper()
 	var h http.Handler = server.NewStreamableHTTPServer(s)
 	if wrap != nil {
