@@ -63,6 +63,7 @@ var members = append(auth.DefaultMembers(),
 	auth.Member{Name: "eve", Role: auth.RoleApprover},
 	auth.Member{Name: "trent", Role: auth.RoleAuditor},
 	auth.Member{Name: "executor2", Role: auth.RoleExecutor},
+	auth.Member{Name: "facade2", Role: auth.RoleFacade},
 )
 
 func startFleet(t *testing.T) *fleet {
