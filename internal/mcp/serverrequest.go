@@ -98,8 +98,13 @@ func (s *session) answerRequests() {
 }
 
 // answerMargin is the time kept, before the deadline mcp-go's client sets
-// a request it hands over, to send the server the answer (or the error):
-// the answer goes out under the same deadline.
+// a request it hands over, to send the server the answer (or the error).
+// Over streamable HTTP that deadline is 30 seconds after the request came
+// (client/transport/streamable_http.go, handleIncomingRequest), and the
+// answer is sent under the same context: one given at the deadline is
+// never sent, and the server would wait for its own timeout. So a request
+// nobody answered fails about 28 seconds after it came, however long a
+// person would take.
 const answerMargin = 2 * time.Second
 
 // serverRequest answers one request of the server.
