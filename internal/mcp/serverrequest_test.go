@@ -301,3 +301,32 @@ func TestBackendRequestsReachAModernCaller(t *testing.T) {
 		t.Errorf("the client was asked %q, want %q", got, want)
 	}
 }
+
+// Over stdio a request names no call: while two callers' calls are in
+// flight on the server, neither is asked the other's request, nor its
+// own; the server's requests fail at once.
+func TestBackendRequestsOverStdioNeedOneCallInFlight(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := askingFleet(t, fmt.Sprintf(`"command": %q, "env": {%q: "1"}`, exe, serveAskingEnv), true)
+	clients := map[string]*askedClient{}
+	var wg sync.WaitGroup
+	for _, name := range []string{"alice", "bob"} {
+		c, a := answering(t, url, name)
+		clients[name] = a
+		wg.Go(func() {
+			res := callTool(t, c, "ask_together", fmt.Sprintf(`{"marker":"secret of %s","how":"elicit"}`, name))
+			if !res.IsError || !strings.Contains(text(res), "not one call in flight") {
+				t.Errorf("%s: %v %q; want the request refused", name, res.IsError, text(res))
+			}
+		})
+	}
+	wg.Wait()
+	for name, a := range clients {
+		if asked := a.asked(); len(asked) > 0 {
+			t.Errorf("%s was asked %q", name, asked)
+		}
+	}
+}
