@@ -120,7 +120,7 @@ func (f *Facade) getPrompt(name string) mcpserver.PromptHandlerFunc {
 		if err != nil {
 			return nil, err
 		}
-		res, err := f.callFeature(ctx, name, data, false)
+		res, err := f.callFeature(ctx, name, data, events.OpRun)
 		if err != nil {
 			return nil, err
 		}
@@ -151,7 +151,7 @@ func (f *Facade) readResource(name string) mcpserver.ResourceHandlerFunc {
 		if err != nil {
 			return nil, err
 		}
-		res, err := f.callFeature(ctx, name, data, false)
+		res, err := f.callFeature(ctx, name, data, events.OpRun)
 		if err != nil {
 			return nil, err
 		}
@@ -170,7 +170,7 @@ func (f *Facade) readResource(name string) mcpserver.ResourceHandlerFunc {
 }
 
 // completions answers completion/complete for the prompts and resource
-// templates the facade serves, as a call of the entry (Invocation.Complete).
+// templates the facade serves, as a call of the entry (events.OpComplete).
 type completions struct{ f *Facade }
 
 func (c completions) CompletePromptArgument(ctx context.Context, prompt string, arg mcp.CompleteArgument, cctx mcp.CompleteContext) (*mcp.Completion, error) {
@@ -200,7 +200,7 @@ func (f *Facade) complete(ctx context.Context, name string, arg mcp.CompleteArgu
 	if err != nil {
 		return nil, err
 	}
-	res, err := f.callFeature(ctx, name, data, true)
+	res, err := f.callFeature(ctx, name, data, events.OpComplete)
 	if err != nil {
 		return nil, err
 	}
@@ -211,15 +211,15 @@ func (f *Facade) complete(ctx context.Context, name string, arg mcp.CompleteArgu
 	return &out.Completion, nil
 }
 
-// callFeature calls catalogue entry name with args for a client, as its
-// tools are called (the policy, a person when it asks, the audit), and
-// returns the result that carries the server's answer, or why there is
-// none. The person in front of a client of protocol 2025-11-25 or before
+// callFeature calls catalogue entry name with args for a client, to run
+// it or for op, as its tools are called (the policy, a person when it
+// asks, the audit), and returns the result that carries the server's
+// answer, or why there is none. The person in front of a client of protocol 2025-11-25 or before
 // may be asked, as for a tool; one of 2026-07-28 is not (its question
 // would be an input-required result of prompts/get or resources/read), so
 // its gets and reads are left to the approvers.
-func (f *Facade) callFeature(ctx context.Context, name string, args json.RawMessage, complete bool) (*events.Result, error) {
-	inv := &events.Invocation{Header: events.Header{Sender: f.caller(ctx)}, Tool: name, Args: args, Workspace: f.cfg.Workspace, Complete: complete}
+func (f *Facade) callFeature(ctx context.Context, name string, args json.RawMessage, op events.Operation) (*events.Result, error) {
+	inv := &events.Invocation{Header: events.Header{Sender: f.caller(ctx)}, Tool: name, Args: args, Workspace: f.cfg.Workspace, Op: op}
 	watch := &invoke.Watch{}
 	if !f.cfg.NoElicitation && canElicit(ctx) && !mcpserver.IsModernRequest(ctx) {
 		ask, wait := f.askingWatch(ctx, inv)
