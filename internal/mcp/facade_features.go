@@ -8,6 +8,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
+	"github.com/yosida95/uritemplate/v3"
 
 	"github.com/toolbus/toolbus/internal/catalog"
 	"github.com/toolbus/toolbus/internal/events"
@@ -30,6 +31,19 @@ type featureLists struct {
 	// under, and of the templates by their URI template: what a
 	// completion names.
 	promptEntries, templateEntries map[string]string
+	// The entries of the resources served, by URI, and of the templates,
+	// in the catalogue's order: what a subscription names.
+	resourceRefs map[string]featureRef
+	templateRefs []templateRef
+}
+
+// featureRef is a catalogue entry of a resource and its server.
+type featureRef struct{ entry, server string }
+
+// templateRef is a resource template's entry, with its template.
+type templateRef struct {
+	featureRef
+	template *uritemplate.Template
 }
 
 // refreshFeatures gives the server the catalogue's prompts, resources and
@@ -39,6 +53,7 @@ func (f *Facade) refreshFeatures(cat *catalog.Catalog) {
 	var key strings.Builder
 	var prompts []mcpserver.ServerPrompt
 	promptEntries, templateEntries := map[string]string{}, map[string]string{}
+	resourceRefs, templateRefs := map[string]featureRef{}, []templateRef(nil)
 	for _, t := range cat.Features(events.KindPrompt) {
 		var p mcp.Prompt
 		if err := json.Unmarshal(t.MCPFeature, &p); err != nil {
@@ -82,6 +97,7 @@ func (f *Facade) refreshFeatures(cat *catalog.Catalog) {
 				continue
 			}
 			resources = append(resources, mcpserver.ServerResource{Resource: r, Handler: f.readResource(t.Name)})
+			resourceRefs[d.URI] = featureRef{t.Name, t.Server}
 		} else {
 			var rt mcp.ResourceTemplate
 			if err := json.Unmarshal(t.MCPFeature, &rt); err != nil || rt.URITemplate == nil {
@@ -92,10 +108,14 @@ func (f *Facade) refreshFeatures(cat *catalog.Catalog) {
 			if _, taken := templateEntries[d.URITemplate]; !taken {
 				templateEntries[d.URITemplate] = t.Name
 			}
+			if tmpl, err := uritemplate.New(d.URITemplate); err == nil {
+				templateRefs = append(templateRefs, templateRef{featureRef{t.Name, t.Server}, tmpl})
+			}
 		}
 		fmt.Fprintf(&key, "%s\x00%d\x00%d\x00", t.Name, t.Seq, t.UpdatedAt.UnixNano())
 	}
 	f.features.promptEntries, f.features.templateEntries = promptEntries, templateEntries
+	f.features.resourceRefs, f.features.templateRefs = resourceRefs, templateRefs
 	if key.String() != f.features.resources {
 		f.features.resources = key.String()
 		f.srv.SetResources(resources...)
