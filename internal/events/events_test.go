@@ -44,6 +44,10 @@ func examples() map[string]Envelope {
 		"change_reply.json":    &ChangeReply{Header: hdr("rep-3", registry), RequestID: "req-3", Changes: []Change{{Op: OpDeactivated, Name: "run_shell_command"}}, Unknown: []string{"nope"}},
 		"catalog_changed.json": &CatalogChanged{Header: hdr("ev-1", registry), Cause: "req-1", Changes: []Change{{Op: OpAdded, Name: "github__create_issue"}}},
 		"invocation.json":      &Invocation{Header: hdr("inv-1", agent), Tool: "read_file", Args: json.RawMessage(`{"file_path":"README.md"}`), TimeoutMillis: 120000},
+		// A subscription to a resource of an MCP server: a call of its
+		// entry, with the URI a read would have.
+		"invocation_subscribe.json": &Invocation{Header: hdr("inv-7", agent), Tool: "resource.day", Args: json.RawMessage(`{"uri":"notes://day/7"}`), Op: OpSubscribe},
+		"mcp_resource_updated.json": &MCPResourceUpdated{Header: hdr("up-1", Identity{ID: "executor@dev-1", Role: "executor"}), Executor: "executor@dev-1", Server: "notes", URI: "notes://day/7"},
 		"decision.json": &Decision{Header: hdr("dec-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-1", Tool: "read_file", Verdict: Allow, Reason: "read kind is allowed", PolicyRevision: "sha256:0f3a",
 			Input: json.RawMessage(`{"allowlist":[],"caller":{"id":"agent:claude@dev-1"},"env":{"home":"/home/ada","workspace":"/w"},"paths":["/w/README.md"],"tool":{"kind":"read","name":"read_file","source":"builtin"}}`)},
 		"confirm_request.json": &ConfirmRequest{Header: hdr("cr-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-2", Tool: "run_shell_command", Kind: KindExecute,
@@ -163,6 +167,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"no sender", `{"v":1,"type":"tool.invocation","id":"x","tool":"t"}`, ErrInvalid, "sender.id is empty"},
 		{"no tool", `{"v":1,"type":"tool.invocation","id":"x","sender":{"id":"a"}}`, ErrInvalid, "tool is empty"},
 		{"args not object", `{"v":1,"type":"tool.invocation","id":"x","sender":{"id":"a"},"tool":"t","args":[1]}`, ErrInvalid, "args is not a JSON object"},
+		{"unknown op", `{"v":1,"type":"tool.invocation","id":"x","sender":{"id":"a"},"tool":"t","op":"delete"}`, ErrInvalid, `unknown op "delete"`},
 		{"valid", string(valid), nil, ""},
 	}
 	for _, tt := range tests {
@@ -329,6 +334,8 @@ func decodeAs(e Envelope, data []byte) (Envelope, error) {
 		return Decode[RevokeRequest](data)
 	case *RevokeReply:
 		return Decode[RevokeReply](data)
+	case *MCPResourceUpdated:
+		return Decode[MCPResourceUpdated](data)
 	}
 	panic("decodeAs: unknown envelope")
 }

@@ -53,16 +53,22 @@ type Call struct {
 	// serves the call (its notifications/message params, as sent), for
 	// the caller alone.
 	Log func(params json.RawMessage)
-	// Complete asks a Completer for the completions of an argument
-	// (events.Invocation.Complete): Args are MCP's completion params.
-	Complete bool
+	// Op is the call's operation (events.Invocation.Op), which an
+	// Operator runs in place of Run: OpComplete's Args are MCP's
+	// completion params, OpSubscribe's and OpUnsubscribe's the URI.
+	Op events.Operation
+	// Caller is who sent the call, as the executor checked it: a
+	// subscription is the caller's own, to hold and to give up.
+	Caller events.Identity
 }
 
-// Completer is implemented by an MCP server's prompts and resource
-// templates, whose arguments the server may complete
-// (completion/complete): Complete runs a call whose Complete is set.
-type Completer interface {
-	Complete(ctx context.Context, call *Call) (*Output, error)
+// Operator is implemented by the tools that take operations beside a
+// run: an MCP server's prompts (completions of their arguments) and
+// resources (completions of a template's variables, subscriptions).
+// Operate runs a call whose Op is set, and fails it (an Output with Err)
+// for an operation the tool does not take.
+type Operator interface {
+	Operate(ctx context.Context, call *Call) (*Output, error)
 }
 
 // DefaultMaxOutput is how many bytes of output a call keeps when it does
