@@ -78,6 +78,21 @@ wait_port() {
 	return 1
 }
 
+# wait_log waits until the log file $1 has a line matching the pattern $2
+# (grep -o), and prints the first match.
+wait_log() {
+	local found
+	for _ in $(seq 1 300); do
+		if found=$(grep -o "$2" "$1" 2>/dev/null | head -1) && [ -n "$found" ]; then
+			echo "$found"
+			return 0
+		fi
+		sleep 0.1
+	done
+	echo "local-fleet: $1 says nothing like $2 after 30 s" >&2
+	return 1
+}
+
 start() {
 	mkdir -p "$dir/bin" "$dir/log" "$dir/run" "$dir/ws1" "$dir/ws2"
 	chmod 700 "$dir/log" "$dir/run"
@@ -112,10 +127,12 @@ start() {
 	TOOLBUS_IDENTITY="$ids/executor2.nk" start_part executor2 "$dir/bin/executor" --nats "$all" --workspace "$dir/ws2" --workspace-name two --metrics "127.0.0.1:$((metrics + 5))"
 	TOOLBUS_IDENTITY="$ids/approver.nk" start_part console "$dir/bin/toolbus" console --nats "$all" --listen "$console" --metrics "127.0.0.1:$((metrics + 6))"
 	wait_port "${console##*:}"
+	# The console listens a moment before it prints its address.
+	console_url=$(wait_log "$dir/log/console.log" 'http://[^ ]*token=[^ ]*')
 	echo "fleet up: $all"
 	echo "metrics:  http://127.0.0.1:$metrics/metrics .. :$((metrics + 6))"
 	echo "identities: $ids (TOOLBUS_IDENTITY=$ids/agent.nk to call as the agent; $ids/facade.nk for toolbus mcp serve)"
-	echo "console:  $(grep -o 'http://[^ ]*token=[^ ]*' "$dir/log/console.log" | head -1)"
+	echo "console:  $console_url"
 }
 
 stop() {

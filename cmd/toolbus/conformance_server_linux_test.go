@@ -51,10 +51,6 @@ const notificationAttempts = 4
 // toolbus, so that the list keeps up with toolbus.
 var notThroughToolbus = map[string]map[string]string{
 	"conformance-server": {
-		// The facade serves the servers' prompts, resources and
-		// completions, but takes no subscriptions to a resource yet.
-		"resources-subscribe":   "the facade does not take subscriptions to resources",
-		"resources-unsubscribe": "the facade does not take subscriptions to resources",
 		// The test server is mcp-go's, which sends a session's
 		// notifications on whichever of its streams reads first: toolbus's
 		// session keeps a GET stream open (for list_changed), and a log
@@ -70,8 +66,13 @@ var notThroughToolbus = map[string]map[string]string{
 		// does.
 		"tools-call-simple-text": "a suite artifact: its fixture tool exists on neither server (toolbus answers an unknown tool -32602)",
 		"tools-call-error":       "a suite artifact: its fixture tool exists on neither server (toolbus answers an unknown tool -32602)",
-		"resources-subscribe":    "the facade does not take subscriptions to resources",
-		"resources-unsubscribe":  "the facade does not take subscriptions to resources",
+		// So does the resource these two subscribe to
+		// (test://watched-resource): server-everything takes a
+		// subscription to any URI, the facade refuses one that no
+		// resource or template it serves names, since no server would
+		// ever send its updates.
+		"resources-subscribe":   "a suite artifact: its fixture resource exists on neither server (toolbus refuses a subscription to a URI nothing names)",
+		"resources-unsubscribe": "a suite artifact: its fixture resource exists on neither server (toolbus refuses a subscription to a URI nothing names)",
 	},
 }
 

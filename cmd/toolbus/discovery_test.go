@@ -211,7 +211,7 @@ func TestDiscoveredCallKilledLeavesNothing(t *testing.T) {
 	}
 	call.Process.Signal(syscall.SIGINT)
 	err := call.Wait()
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(callErr.String(), "CANCELLED") {
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 130 || !strings.Contains(callErr.String(), "cancelled by you") {
 		t.Errorf("the interrupted call: %v, %s", err, callErr.String())
 	}
 	for _, pid := range pids {

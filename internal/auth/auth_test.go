@@ -1249,3 +1249,45 @@ func TestAnApproverRevokesThroughAnExecutor(t *testing.T) {
 	}
 	f.clean(t, "bus", "executor", "approver", "admin", "auditor")
 }
+
+// The updates of MCP servers' resources go from the executors to the
+// facade, which sends them on to the clients that subscribed: an agent
+// can neither hear them nor forge one.
+func TestResourceUpdatesReachTheFacadeAlone(t *testing.T) {
+	f := startFleet(t)
+	facade := f.as(t, "facade")
+	heard, err := facade.Conn().SubscribeSync(events.SubjectMCPUpdatedAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := facade.Conn().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	mallory := f.as(t, "mallory").Conn()
+	if _, err := mallory.SubscribeSync(events.SubjectMCPUpdatedAll); err != nil {
+		t.Fatal(err)
+	}
+	f.violated(t, "mallory", "hear the updates of resources", events.SubjectMCPUpdatedAll)
+	if err := mallory.Publish(events.MCPUpdatedSubject("notes"), []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	f.violated(t, "mallory", "forge an update of a resource", events.MCPUpdatedSubject("notes"))
+
+	ex := f.as(t, "executor")
+	data, err := events.Encode(&events.MCPResourceUpdated{Header: events.Header{Sender: events.Identity{ID: ex.Principal(), Role: "executor"}},
+		Executor: ex.Principal(), Server: "notes", URI: "notes://readme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ex.Conn().Publish(events.MCPUpdatedSubject("notes"), data); err != nil {
+		t.Fatal(err)
+	}
+	m, err := heard.NextMsg(10 * time.Second)
+	if err != nil {
+		t.Fatalf("the facade never heard the executor's update: %v", err)
+	}
+	if u, err := events.Decode[events.MCPResourceUpdated](m.Data); err != nil || u.URI != "notes://readme" {
+		t.Errorf("the facade heard %s (%v)", m.Data, err)
+	}
+	f.clean(t, "executor", "facade")
+}

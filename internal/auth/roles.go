@@ -120,6 +120,11 @@ func GrantOf(role Role, name string) Grant {
 		// commands behind it (toolbus tools list) and the pushed policy.
 		g.Services = append(g.Services, readBuckets(events.CatalogBucket, events.PolicyBucket, events.MCPStatusBucket, events.DiscoveryStatusBucket)...)
 		g.Streams = []string{events.CatalogLiveSubject + ".>", events.PolicyLiveSubject + ".>"}
+		if role == RoleFacade {
+			// The updates of the resources its clients subscribed to,
+			// which it sends on to them.
+			g.Streams = append(g.Streams, events.SubjectMCPUpdatedAll)
+		}
 	case RoleApprover:
 		// It answers as itself, hears the confirmation subjects as they
 		// are sent and reads back those of the last day from the stream
@@ -259,7 +264,7 @@ func Permissions(role Role, name string) *server.Permissions {
 			events.InvokeSubject("*"), events.Request(events.SubjectCancel),
 			events.Request(events.SubjectRegister), events.Request(events.SubjectRegistryRemove), events.Request(events.SubjectRegistryToggle),
 			events.SubjectPolicyPrefix+"applied", events.SubjectPolicyPrefix+"rejected",
-			events.SubjectDiscoveryStatus, events.SubjectMCPStatus,
+			events.SubjectDiscoveryStatus, events.SubjectMCPStatus, events.SubjectMCPUpdatedPrefix+"*",
 			"$SRV.PING.>", "$SRV.INFO.>")
 		p.jsInfo()
 		p.makesBuckets()

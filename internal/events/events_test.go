@@ -46,6 +46,10 @@ func examples() map[string]Envelope {
 		"invocation.json":      &Invocation{Header: hdr("inv-1", agent), Tool: "read_file", Args: json.RawMessage(`{"file_path":"README.md"}`), TimeoutMillis: 120000},
 		"invocation_server_requests.json": &Invocation{Header: hdr("inv-7", agent), Tool: "github__create_issue", Args: json.RawMessage(`{"title":"x"}`),
 			ServerRequests: []string{MethodSampling, MethodElicitation}},
+		// A subscription to a resource of an MCP server: a call of its
+		// entry, with the URI a read would have.
+		"invocation_subscribe.json": &Invocation{Header: hdr("inv-7", agent), Tool: "resource.day", Args: json.RawMessage(`{"uri":"notes://day/7"}`), Op: OpSubscribe},
+		"mcp_resource_updated.json": &MCPResourceUpdated{Header: hdr("up-1", Identity{ID: "executor@dev-1", Role: "executor"}), Executor: "executor@dev-1", Server: "notes", URI: "notes://day/7"},
 		"decision.json": &Decision{Header: hdr("dec-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-1", Tool: "read_file", Verdict: Allow, Reason: "read kind is allowed", PolicyRevision: "sha256:0f3a",
 			Input: json.RawMessage(`{"allowlist":[],"caller":{"id":"agent:claude@dev-1"},"env":{"home":"/home/ada","workspace":"/w"},"paths":["/w/README.md"],"tool":{"kind":"read","name":"read_file","source":"builtin"}}`)},
 		"confirm_request.json": &ConfirmRequest{Header: hdr("cr-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-2", Tool: "run_shell_command", Kind: KindExecute,
@@ -171,6 +175,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"no sender", `{"v":1,"type":"tool.invocation","id":"x","tool":"t"}`, ErrInvalid, "sender.id is empty"},
 		{"no tool", `{"v":1,"type":"tool.invocation","id":"x","sender":{"id":"a"}}`, ErrInvalid, "tool is empty"},
 		{"args not object", `{"v":1,"type":"tool.invocation","id":"x","sender":{"id":"a"},"tool":"t","args":[1]}`, ErrInvalid, "args is not a JSON object"},
+		{"unknown op", `{"v":1,"type":"tool.invocation","id":"x","sender":{"id":"a"},"tool":"t","op":"delete"}`, ErrInvalid, `unknown op "delete"`},
 		{"valid", string(valid), nil, ""},
 	}
 	for _, tt := range tests {
@@ -343,6 +348,8 @@ func decodeAs(e Envelope, data []byte) (Envelope, error) {
 		return Decode[RevokeRequest](data)
 	case *RevokeReply:
 		return Decode[RevokeReply](data)
+	case *MCPResourceUpdated:
+		return Decode[MCPResourceUpdated](data)
 	}
 	panic("decodeAs: unknown envelope")
 }

@@ -35,12 +35,45 @@ type Invocation struct {
 	// any approver does, as RoleAgentUser. It widens nothing by itself:
 	// the policy judges the answer like every other (approver_allowed).
 	CallerConfirms bool `json:"callerConfirms,omitempty"`
-	// Complete asks for the completions of an argument of the prompt or
-	// resource template Tool names (MCP completion/complete), in place of
-	// a get or a read: Args are then the completion's "argument" and
-	// "context", as MCP has them, which the policy is shown as the call's
-	// arguments.
-	Complete bool `json:"complete,omitempty"`
+	// Op is what the call does with the tool, when it does not run it
+	// (OpRun): an operation of an MCP server's prompt or resource.
+	Op Operation `json:"op,omitempty"`
+}
+
+// Operation is what an invocation does with the entry it names beside
+// running it. Every operation is a call of the entry: recorded, and judged
+// by the policy as the run (a get, a read) is, but for OpUnsubscribe.
+type Operation string
+
+// The operations of an invocation.
+const (
+	// OpRun runs the tool: a get of a prompt, a read of a resource.
+	OpRun Operation = ""
+	// OpComplete asks for the completions of an argument of the prompt or
+	// resource template the invocation names (MCP completion/complete):
+	// Args are then the completion's "argument" and "context", as MCP has
+	// them, which the policy is shown as the call's arguments; the
+	// entry's schema does not apply to them.
+	OpComplete Operation = "complete"
+	// OpSubscribe subscribes the caller to the updates of a resource
+	// (MCP resources/subscribe): Args are {"uri": ...}, as a read's, and
+	// the policy judges it as the read. The executor that takes it
+	// subscribes its session of the server to the URI and publishes the
+	// server's updates on MCPUpdatedSubject.
+	OpSubscribe Operation = "subscribe"
+	// OpUnsubscribe gives up the caller's subscription to a resource
+	// (MCP resources/unsubscribe), Args as OpSubscribe's. It gives up
+	// only what its caller holds: the policy is not asked.
+	OpUnsubscribe Operation = "unsubscribe"
+)
+
+// Valid reports whether o is one of the operations.
+func (o Operation) Valid() bool {
+	switch o {
+	case OpRun, OpComplete, OpSubscribe, OpUnsubscribe:
+		return true
+	}
+	return false
 }
 
 // EnvelopeType implements Envelope.
@@ -59,6 +92,8 @@ func (i *Invocation) Validate() error {
 		return invalid(typ, "args is not a JSON object")
 	case i.TimeoutMillis < 0:
 		return invalid(typ, "timeoutMillis is negative")
+	case !i.Op.Valid():
+		return invalid(typ, "unknown op %q", i.Op)
 	}
 	return nil
 }

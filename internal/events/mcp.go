@@ -25,7 +25,21 @@ const (
 	// MCPDiscoverRequest to that executor (request,
 	// MCPDiscoverReply).
 	SubjectMCPDiscoverPrefix = "tool.mcp.discover."
+	// SubjectMCPUpdatedPrefix + a server's token (MCPUpdatedSubject)
+	// carries MCPResourceUpdated: a resource of the server that a caller
+	// subscribed to (Invocation.Op OpSubscribe) changed. It is outside
+	// tool.>: the subscription is in the audit trail, each update of it
+	// is not. Only executors publish it; the MCP facade hears it.
+	SubjectMCPUpdatedPrefix = "toolbus.mcp.updated."
+	// SubjectMCPUpdatedAll matches the updates of every server.
+	SubjectMCPUpdatedAll = SubjectMCPUpdatedPrefix + ">"
 )
+
+// MCPUpdatedSubject is where the updates of server's resources go. The
+// name is encoded, since a server's name may hold dots and wildcards.
+func MCPUpdatedSubject(server string) string {
+	return SubjectMCPUpdatedPrefix + base64.RawURLEncoding.EncodeToString([]byte(server))
+}
 
 // MCPState is the state of one MCP server on one executor.
 type MCPState string
@@ -135,6 +149,34 @@ func (r *MCPDiscoverReply) Validate() error {
 	}
 	if r.RequestID == "" {
 		return invalid(r.EnvelopeType(), "requestId is empty")
+	}
+	return nil
+}
+
+// MCPResourceUpdated says that a resource of an MCP server changed (its
+// notifications/resources/updated), sent by the executor whose session of
+// the server is subscribed to it. An executor sends one for a URI a
+// caller holds a subscription to, however often the server says it:
+// updates of one URI that come while one waits to be sent are one.
+type MCPResourceUpdated struct {
+	Header
+	// Executor hosts the server; Server is its name there.
+	Executor string `json:"executor"`
+	Server   string `json:"server"`
+	// URI is the resource's, as the server sent it.
+	URI string `json:"uri"`
+}
+
+// EnvelopeType implements Envelope.
+func (*MCPResourceUpdated) EnvelopeType() string { return "toolbus.mcp.updated" }
+
+// Validate implements Envelope.
+func (u *MCPResourceUpdated) Validate() error {
+	if err := u.header().validate(); err != nil {
+		return err
+	}
+	if u.Executor == "" || u.Server == "" || u.URI == "" {
+		return invalid(u.EnvelopeType(), "executor, server and uri are required")
 	}
 	return nil
 }

@@ -434,10 +434,12 @@ func (c *call) admit(found bool) (confirmed bool, st *stop) {
 		d := time.Duration(inv.TimeoutMillis) * time.Millisecond
 		return false, &stop{events.ErrInvalidParams, fmt.Sprintf("timeoutMillis asks for %s; a call may ask for at most %s", d, e.cfg.MaxTimeout)}
 	}
-	if inv.Complete {
-		if _, ok := c.impl.(tool.Completer); !ok {
-			return false, &stop{events.ErrInvalidParams, fmt.Sprintf("%s has no arguments to complete: only an MCP server's prompts and resource templates do", c.tool.Name)}
+	if inv.Op != events.OpRun {
+		if _, ok := c.impl.(tool.Operator); !ok {
+			return false, &stop{events.ErrInvalidParams, fmt.Sprintf("%s takes no %s: only an MCP server's prompts and resources do", c.tool.Name, inv.Op)}
 		}
+	}
+	if inv.Op == events.OpComplete {
 		// The completion's own params, not the entry's arguments: the
 		// schema is not theirs to meet.
 		args, err := policy.DecodeArgs(inv.Args)
@@ -451,6 +453,11 @@ func (c *call) admit(found bool) (confirmed bool, st *stop) {
 	e.observer.Stage("validate", time.Since(start))
 	if st != nil {
 		return false, st
+	}
+	if inv.Op == events.OpUnsubscribe {
+		// It gives up what its caller holds and nothing else: there is
+		// nothing to judge, and no person to ask.
+		return false, nil
 	}
 	return c.authorize(args)
 }
@@ -619,8 +626,8 @@ func (c *call) execute(confirmed bool) {
 		c.step("started", fmt.Sprintf("deadline %s", c.timeout))
 	}
 	c.tc = tool.Call{ID: inv.ID, Args: inv.Args, Progress: c.progress, Refused: c.refused, Opened: c.opened, MaxOutput: e.cfg.MaxOutput,
-		Complete: inv.Complete, Log: c.log}
-	c.tc.Ask, c.tc.ServerRequests, c.tc.Caller = c.asker()
+		Op: inv.Op, Caller: inv.Sender, Log: c.log}
+	c.tc.Ask, c.tc.ServerRequests = c.asker()
 	c.end(c.outcome(c.runBounded()))
 }
 
@@ -710,8 +717,8 @@ func runSafely(ctx context.Context, t tool.Tool, tc *tool.Call) (out *tool.Outpu
 			err = fmt.Errorf("the tool crashed: %v", r)
 		}
 	}()
-	if c, ok := t.(tool.Completer); ok && tc.Complete {
-		out, err = c.Complete(ctx, tc)
+	if o, ok := t.(tool.Operator); ok && tc.Op != events.OpRun {
+		out, err = o.Operate(ctx, tc)
 	} else {
 		out, err = t.Run(ctx, tc)
 	}

@@ -33,19 +33,17 @@ const (
 	maxRecordedServerRequests = 20
 )
 
-// asker is the call's tool.Call.Ask, the methods it takes and the
-// call's caller: no Ask when the caller can answer no server request, or
-// could not be sent one (no reply subject).
-func (c *call) asker() (ask func(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error), methods []string, caller string) {
-	s := c.inv.Sender
-	caller = c.principal + "\x00" + s.ID + "\x00" + s.Session
+// asker is the call's tool.Call.Ask and the methods it takes: no Ask
+// when the caller can answer no server request, or could not be sent one
+// (no reply subject).
+func (c *call) asker() (ask func(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error), methods []string) {
 	for _, m := range events.ServerRequestMethods {
 		if slices.Contains(c.inv.ServerRequests, m) {
 			methods = append(methods, m)
 		}
 	}
 	if c.reply == "" || len(methods) == 0 {
-		return nil, nil, caller
+		return nil, nil
 	}
 	var open, asked atomic.Int32
 	return func(ctx context.Context, method string, params json.RawMessage) (json.RawMessage, error) {
@@ -65,7 +63,7 @@ func (c *call) asker() (ask func(ctx context.Context, method string, params json
 			c.step("server-request", what)
 		}
 		return res, err
-	}, methods, caller
+	}, methods
 }
 
 // askCaller puts the server's request to the caller and waits for its

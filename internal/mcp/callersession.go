@@ -2,9 +2,12 @@ package mcp
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/toolbus/toolbus/internal/events"
 )
 
 // Caller sessions. A streamable-HTTP server may send a request of its own
@@ -44,6 +47,14 @@ type callerSession struct {
 	err   error
 	calls int         // the calls on it now
 	idle  *time.Timer // closes it when no call came for callerIdle
+}
+
+// callerKey names a caller's sessions: its id, its session, and whether
+// the bus proved the id (with identities, an id names its principal, and
+// no other principal may use it; unproven callers that claim the same id
+// and session share a session, as they share everything a claim gives).
+func callerKey(caller events.Identity) string {
+	return fmt.Sprintf("%t\x00%s\x00%s", caller.Proven, caller.ID, caller.Session)
 }
 
 // callerSession is the session of caller that declares methods, opened

@@ -72,7 +72,9 @@ type Facade struct {
 	srv     *mcpserver.MCPServer
 	replica *catalog.Replica
 	client  *invoke.Client
-	held    *heldCalls // calls of 2026-07-28 clients asked to confirm (facade_mrtr.go)
+	held    *heldCalls         // calls of 2026-07-28 clients asked to confirm (facade_mrtr.go)
+	subs    subscriptions      // clients' subscriptions to resources (facade_subscribe.go)
+	updates *nats.Subscription // the servers' updates of resources
 
 	mu       sync.Mutex
 	listed   string       // the tool set last given to the server, to skip no-op updates
@@ -107,7 +109,8 @@ func StartFacade(ctx context.Context, cfg FacadeConfig) (*Facade, error) {
 		// (RequestElicitation) needs only the client's.
 		mcpserver.WithToolCapabilities(true),
 		mcpserver.WithPromptCapabilities(true),
-		mcpserver.WithResourceCapabilities(false, true),
+		mcpserver.WithResourceCapabilities(true, true),
+		mcpserver.WithHooks(f.subscriptionHooks()),
 		mcpserver.WithCompletions(),
 		mcpserver.WithLogging(),
 		mcpserver.WithToolFilter(f.visible),
@@ -115,6 +118,11 @@ func StartFacade(ctx context.Context, cfg FacadeConfig) (*Facade, error) {
 		mcpserver.WithPromptCompletionProvider(completions{f}),
 		mcpserver.WithResourceCompletionProvider(completions{f}),
 		mcpserver.WithInstructions("The tools of a toolbus fleet. Every call is judged by the fleet's policy; some wait for a person to approve them."))
+	if f.updates, err = f.followUpdates(); err != nil {
+		replica.Close()
+		f.client.Close()
+		return nil, fmt.Errorf("mcp facade: %w", err)
+	}
 	// The channel is taken before the catalogue is read, so that a change
 	// in between is not missed.
 	changed := replica.Changed()
@@ -148,6 +156,8 @@ func (f *Facade) Close() {
 	close(f.stop)
 	<-f.done
 	f.held.close()
+	f.updates.Unsubscribe()
+	f.closeSubscriptions()
 	f.replica.Close()
 	f.client.Close()
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
+	"github.com/yosida95/uritemplate/v3"
 
 	"github.com/toolbus/toolbus/internal/catalog"
 	"github.com/toolbus/toolbus/internal/events"
@@ -30,6 +31,19 @@ type featureLists struct {
 	// under, and of the templates by their URI template: what a
 	// completion names.
 	promptEntries, templateEntries map[string]string
+	// The entries of the resources served, by URI, and of the templates,
+	// in the catalogue's order: what a subscription names.
+	resourceRefs map[string]featureRef
+	templateRefs []templateRef
+}
+
+// featureRef is a catalogue entry of a resource and its server.
+type featureRef struct{ entry, server string }
+
+// templateRef is a resource template's entry, with its template.
+type templateRef struct {
+	featureRef
+	template *uritemplate.Template
 }
 
 // refreshFeatures gives the server the catalogue's prompts, resources and
@@ -39,6 +53,7 @@ func (f *Facade) refreshFeatures(cat *catalog.Catalog) {
 	var key strings.Builder
 	var prompts []mcpserver.ServerPrompt
 	promptEntries, templateEntries := map[string]string{}, map[string]string{}
+	resourceRefs, templateRefs := map[string]featureRef{}, []templateRef(nil)
 	for _, t := range cat.Features(events.KindPrompt) {
 		var p mcp.Prompt
 		if err := json.Unmarshal(t.MCPFeature, &p); err != nil {
@@ -82,6 +97,7 @@ func (f *Facade) refreshFeatures(cat *catalog.Catalog) {
 				continue
 			}
 			resources = append(resources, mcpserver.ServerResource{Resource: r, Handler: f.readResource(t.Name)})
+			resourceRefs[d.URI] = featureRef{t.Name, t.Server}
 		} else {
 			var rt mcp.ResourceTemplate
 			if err := json.Unmarshal(t.MCPFeature, &rt); err != nil || rt.URITemplate == nil {
@@ -92,10 +108,14 @@ func (f *Facade) refreshFeatures(cat *catalog.Catalog) {
 			if _, taken := templateEntries[d.URITemplate]; !taken {
 				templateEntries[d.URITemplate] = t.Name
 			}
+			if tmpl, err := uritemplate.New(d.URITemplate); err == nil {
+				templateRefs = append(templateRefs, templateRef{featureRef{t.Name, t.Server}, tmpl})
+			}
 		}
 		fmt.Fprintf(&key, "%s\x00%d\x00%d\x00", t.Name, t.Seq, t.UpdatedAt.UnixNano())
 	}
 	f.features.promptEntries, f.features.templateEntries = promptEntries, templateEntries
+	f.features.resourceRefs, f.features.templateRefs = resourceRefs, templateRefs
 	if key.String() != f.features.resources {
 		f.features.resources = key.String()
 		f.srv.SetResources(resources...)
@@ -120,7 +140,7 @@ func (f *Facade) getPrompt(name string) mcpserver.PromptHandlerFunc {
 		if err != nil {
 			return nil, err
 		}
-		res, err := f.callFeature(ctx, name, data, false)
+		res, err := f.callFeature(ctx, name, data, events.OpRun)
 		if err != nil {
 			return nil, err
 		}
@@ -151,7 +171,7 @@ func (f *Facade) readResource(name string) mcpserver.ResourceHandlerFunc {
 		if err != nil {
 			return nil, err
 		}
-		res, err := f.callFeature(ctx, name, data, false)
+		res, err := f.callFeature(ctx, name, data, events.OpRun)
 		if err != nil {
 			return nil, err
 		}
@@ -170,7 +190,7 @@ func (f *Facade) readResource(name string) mcpserver.ResourceHandlerFunc {
 }
 
 // completions answers completion/complete for the prompts and resource
-// templates the facade serves, as a call of the entry (Invocation.Complete).
+// templates the facade serves, as a call of the entry (events.OpComplete).
 type completions struct{ f *Facade }
 
 func (c completions) CompletePromptArgument(ctx context.Context, prompt string, arg mcp.CompleteArgument, cctx mcp.CompleteContext) (*mcp.Completion, error) {
@@ -200,7 +220,7 @@ func (f *Facade) complete(ctx context.Context, name string, arg mcp.CompleteArgu
 	if err != nil {
 		return nil, err
 	}
-	res, err := f.callFeature(ctx, name, data, true)
+	res, err := f.callFeature(ctx, name, data, events.OpComplete)
 	if err != nil {
 		return nil, err
 	}
@@ -211,15 +231,15 @@ func (f *Facade) complete(ctx context.Context, name string, arg mcp.CompleteArgu
 	return &out.Completion, nil
 }
 
-// callFeature calls catalogue entry name with args for a client, as its
-// tools are called (the policy, a person when it asks, the audit), and
-// returns the result that carries the server's answer, or why there is
-// none. The person in front of a client of protocol 2025-11-25 or before
+// callFeature calls catalogue entry name with args for a client, to run
+// it or for op, as its tools are called (the policy, a person when it
+// asks, the audit), and returns the result that carries the server's
+// answer, or why there is none. The person in front of a client of protocol 2025-11-25 or before
 // may be asked, as for a tool; one of 2026-07-28 is not (its question
 // would be an input-required result of prompts/get or resources/read), so
 // its gets and reads are left to the approvers.
-func (f *Facade) callFeature(ctx context.Context, name string, args json.RawMessage, complete bool) (*events.Result, error) {
-	inv := &events.Invocation{Header: events.Header{Sender: f.caller(ctx)}, Tool: name, Args: args, Workspace: f.cfg.Workspace, Complete: complete}
+func (f *Facade) callFeature(ctx context.Context, name string, args json.RawMessage, op events.Operation) (*events.Result, error) {
+	inv := &events.Invocation{Header: events.Header{Sender: f.caller(ctx)}, Tool: name, Args: args, Workspace: f.cfg.Workspace, Op: op}
 	watch := &invoke.Watch{}
 	if !f.cfg.NoElicitation && canElicit(ctx) && !mcpserver.IsModernRequest(ctx) {
 		ask, wait := f.askingWatch(ctx, inv)

@@ -159,9 +159,12 @@ func (p *serverPrompt) Run(ctx context.Context, call *tool.Call) (*tool.Output, 
 	return p.srv.request(ctx, string(mcp.MethodPromptsGet), map[string]any{"name": p.name, "arguments": args}, promptText)
 }
 
-// Complete implements tool.Completer: completion/complete of one of the
+// Operate implements tool.Operator: completion/complete of one of the
 // prompt's arguments.
-func (p *serverPrompt) Complete(ctx context.Context, call *tool.Call) (*tool.Output, error) {
+func (p *serverPrompt) Operate(ctx context.Context, call *tool.Call) (*tool.Output, error) {
+	if call.Op != events.OpComplete {
+		return tool.Failed(events.ErrInvalidParams, fmt.Sprintf("a prompt takes no %s", call.Op)), nil
+	}
 	return p.srv.complete(ctx, map[string]any{"type": "ref/prompt", "name": p.name}, call.Args)
 }
 
@@ -288,13 +291,30 @@ func (r *serverResource) Run(ctx context.Context, call *tool.Call) (*tool.Output
 	return r.srv.request(ctx, string(mcp.MethodResourcesRead), map[string]any{"uri": args.URI}, resourceText)
 }
 
-// Complete implements tool.Completer: completion/complete of one of the
-// template's variables. A resource has none.
-func (r *serverResource) Complete(ctx context.Context, call *tool.Call) (*tool.Output, error) {
-	if r.template == nil {
-		return tool.Failed(events.ErrInvalidParams, fmt.Sprintf("the resource %s has no arguments to complete", r.uri)), nil
+// Operate implements tool.Operator: completion/complete of one of the
+// template's variables (a resource has none), and the caller's
+// subscription to the updates of the call's URI, and its end
+// (subscriptions.go).
+func (r *serverResource) Operate(ctx context.Context, call *tool.Call) (*tool.Output, error) {
+	switch call.Op {
+	case events.OpComplete:
+		if r.template == nil {
+			return tool.Failed(events.ErrInvalidParams, fmt.Sprintf("the resource %s has no arguments to complete", r.uri)), nil
+		}
+		return r.srv.complete(ctx, map[string]any{"type": "ref/resource", "uri": r.template.Raw()}, call.Args)
+	case events.OpSubscribe, events.OpUnsubscribe:
+		var args struct {
+			URI string `json:"uri"`
+		}
+		if err := json.Unmarshal(call.Args, &args); err != nil {
+			return tool.Failed(events.ErrInvalidParams, err.Error()), nil
+		}
+		if call.Op == events.OpSubscribe {
+			return r.srv.subs.subscribe(ctx, r.srv, args.URI, call.Caller)
+		}
+		return r.srv.subs.unsubscribe(ctx, r.srv, args.URI, call.Caller), nil
 	}
-	return r.srv.complete(ctx, map[string]any{"type": "ref/resource", "uri": r.template.Raw()}, call.Args)
+	return tool.Failed(events.ErrInvalidParams, fmt.Sprintf("a resource takes no %s", call.Op)), nil
 }
 
 // complete sends completion/complete for ref, with the argument and

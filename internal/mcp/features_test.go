@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"os/exec"
 	"reflect"
@@ -26,10 +27,10 @@ import (
 
 // newFeatureServer is an MCP server with prompts, resources and a
 // template of resources, each with fields mcp-go's types do not know
-// (which must pass through as sent).
-func newFeatureServer() *server.MCPServer {
-	s := server.NewMCPServer("features", "1.0", server.WithPromptCapabilities(true), server.WithResourceCapabilities(false, true),
-		server.WithCompletions(), server.WithPromptCompletionProvider(names{}), server.WithResourceCompletionProvider(names{}))
+// (which must pass through as sent); options given come after its own.
+func newFeatureServer(options ...server.ServerOption) *server.MCPServer {
+	s := server.NewMCPServer("features", "1.0", append([]server.ServerOption{server.WithPromptCapabilities(true), server.WithResourceCapabilities(false, true),
+		server.WithCompletions(), server.WithPromptCompletionProvider(names{}), server.WithResourceCompletionProvider(names{})}, options...)...)
 	s.AddPrompt(mcp.NewPrompt("greeting", mcp.WithPromptDescription("greets someone"),
 		mcp.WithArgument("name", mcp.ArgumentDescription("who"), mcp.RequiredArgument())),
 		func(_ context.Context, req mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
@@ -92,8 +93,16 @@ func featureFleet(t *testing.T, trust bool) (direct, through *mcpclient.Client) 
 // featureFleetAt is featureFleet, also returning the facade's URL.
 func featureFleetAt(t *testing.T, trust bool) (direct, through *mcpclient.Client, facadeURL string) {
 	t.Helper()
-	url := httpServer(t, newFeatureServer(), nil)
-	f := startFleet(t, parse(t, fmt.Sprintf(`{"mcpServers": {"notes": {"httpUrl": %q, "trust": %v}}}`, url, trust)))
+	direct, through, facadeURL, _ = featureFleetOf(t, newFeatureServer(), nil, trust)
+	return direct, through, facadeURL
+}
+
+// featureFleetOf is featureFleetAt with backend as the server, its HTTP
+// handler wrapped in wrap when not nil, also returning the fleet.
+func featureFleetOf(t *testing.T, backend *server.MCPServer, wrap func(http.Handler) http.Handler, trust bool) (direct, through *mcpclient.Client, facadeURL string, f *fleet) {
+	t.Helper()
+	url := httpServer(t, backend, wrap)
+	f = startFleet(t, parse(t, fmt.Sprintf(`{"mcpServers": {"notes": {"httpUrl": %q, "trust": %v}}}`, url, trust)))
 	f.waitState(t, "notes", events.MCPConnected)
 	conn := bustest.Connect(t, f.bus)
 	fac, err := toolmcp.StartFacade(context.Background(), toolmcp.FacadeConfig{Conn: conn.Conn(), JS: conn.JetStream(), Logger: bustest.Quiet()})
@@ -125,7 +134,7 @@ func featureFleetAt(t *testing.T, trust bool) (direct, through *mcpclient.Client
 	}) {
 		t.Fatal("the facade never listed the server's prompt and resources")
 	}
-	return direct, through, facadeURL
+	return direct, through, facadeURL, f
 }
 
 // A client of protocol 2026-07-28 of another implementation, the

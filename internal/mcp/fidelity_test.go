@@ -475,7 +475,7 @@ func TestFacadeCapabilities(t *testing.T) {
 	var got, want any
 	decode(t, init.Capabilities, &got)
 	// What the facade serves, and elicitation nowhere: it is a client's.
-	const served = `{"tools":{"listChanged":true},"prompts":{"listChanged":true},"resources":{"listChanged":true},"completions":{},"logging":{}}`
+	const served = `{"tools":{"listChanged":true},"prompts":{"listChanged":true},"resources":{"subscribe":true,"listChanged":true},"completions":{},"logging":{}}`
 	decode(t, []byte(served), &want)
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("capabilities %s, want %s", init.Capabilities, served)

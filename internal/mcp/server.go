@@ -41,6 +41,7 @@ type server struct {
 	cfg ServerConfig
 
 	sess atomic.Pointer[session] // the session calls use; nil when none
+	subs resourceSubs            // the subscriptions to its resources (subscriptions.go)
 	// callers are the sessions of callers whose requests the server may
 	// ask (callersession.go).
 	callers callerSessions
@@ -165,12 +166,22 @@ func (s *server) session() error {
 		return err
 	}
 	defer sess.Close()
+	updated := s.subs.updated
+	sess.onUpdated.Store(&updated)
+	stopUpdates := make(chan struct{})
+	var publishing sync.WaitGroup
+	publishing.Go(func() { s.publishUpdates(stopUpdates) })
+	defer publishing.Wait()
+	defer close(stopUpdates)
 	found := s.list(sess)
 	if found.err != nil {
 		return found.err
 	}
 	s.sess.Store(sess)
 	defer s.sess.Store(nil)
+	ctx, cancel = s.stepContext(connectTimeout)
+	s.subs.resubscribe(ctx, s, sess)
+	cancel()
 	s.setState(events.MCPConnected, nil, time.Time{}, len(found.tools))
 	listed := time.Now()
 	var relistLater <-chan time.Time

@@ -52,6 +52,9 @@ type session struct {
 	// changed; set before the session starts, as notifications may come
 	// at once.
 	onListChanged func()
+	// onUpdated, once set, is told the URI of each resource the server
+	// says changed (notifications/resources/updated).
+	onUpdated atomic.Pointer[func(uri string)]
 
 	// The calls in flight on the session, by their token (the progress
 	// token each call's request carries), each with where its server's
@@ -325,6 +328,12 @@ func (s *session) notified(n mcp.JSONRPCNotification) {
 		}
 	case string(mcp.MethodNotificationMessage):
 		s.logged(n)
+	case mcp.MethodNotificationResourceUpdated:
+		if updated := s.onUpdated.Load(); updated != nil {
+			if uri, _ := n.Params.AdditionalFields["uri"].(string); uri != "" {
+				(*updated)(uri)
+			}
+		}
 	case string(mcp.MethodNotificationProgress):
 		p := mcp.ProgressNotificationParams{}
 		f := n.Params.AdditionalFields

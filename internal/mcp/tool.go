@@ -94,7 +94,7 @@ func (t *serverTool) Run(ctx context.Context, call *tool.Call) (*tool.Output, er
 		// The server's requests during the call may come on a stream
 		// of the session that names no call: on the caller's own
 		// session they still name the caller (callersession.go).
-		if own, release := t.srv.callerSession(ctx, call.Caller, call.ServerRequests); own != nil {
+		if own, release := t.srv.callerSession(ctx, callerKey(call.Caller), call.ServerRequests); own != nil {
 			defer release()
 			sess = own
 		}

@@ -61,25 +61,28 @@ type Call struct {
 	// ServerRequests are the methods Ask may be given: those the
 	// caller's client declared (events.Invocation.ServerRequests).
 	ServerRequests []string
-	// Caller names the caller of the call: calls with the same Caller
-	// are one caller's (an MCP server's tools keep a session per caller
-	// whose requests can be asked, so that a request that names no call
-	// still names its caller).
-	Caller string
 	// Log, when not nil, receives the log messages of the MCP server that
 	// serves the call (its notifications/message params, as sent), for
 	// the caller alone.
 	Log func(params json.RawMessage)
-	// Complete asks a Completer for the completions of an argument
-	// (events.Invocation.Complete): Args are MCP's completion params.
-	Complete bool
+	// Op is the call's operation (events.Invocation.Op), which an
+	// Operator runs in place of Run: OpComplete's Args are MCP's
+	// completion params, OpSubscribe's and OpUnsubscribe's the URI.
+	Op events.Operation
+	// Caller is who sent the call, as the executor checked it: a
+	// subscription is the caller's own, to hold and to give up, and an
+	// MCP server's tools keep a session per caller whose requests can be
+	// asked, so that a request that names no call still names its caller.
+	Caller events.Identity
 }
 
-// Completer is implemented by an MCP server's prompts and resource
-// templates, whose arguments the server may complete
-// (completion/complete): Complete runs a call whose Complete is set.
-type Completer interface {
-	Complete(ctx context.Context, call *Call) (*Output, error)
+// Operator is implemented by the tools that take operations beside a
+// run: an MCP server's prompts (completions of their arguments) and
+// resources (completions of a template's variables, subscriptions).
+// Operate runs a call whose Op is set, and fails it (an Output with Err)
+// for an operation the tool does not take.
+type Operator interface {
+	Operate(ctx context.Context, call *Call) (*Output, error)
 }
 
 // DefaultMaxOutput is how many bytes of output a call keeps when it does
