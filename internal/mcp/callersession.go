@@ -19,7 +19,10 @@ import (
 // to the server what the caller's client declared (sampling, elicitation)
 // and nothing else: a request on it is that caller's, and goes to its one
 // call in flight (serverAsks.oneCaller). The shared session declares
-// nothing, so a server asks nothing of a caller that cannot answer.
+// both, as a stdio session does, so that a server that lists tools by its
+// client's capabilities lists the same whatever the transport; a request
+// on it that is not on a call's own stream, or is for a caller that
+// cannot answer, is refused at once.
 //
 // A caller session opens on the caller's first such call (initialize, the
 // standalone stream: docs/mcp.md says what it costs), serves its later

@@ -160,7 +160,12 @@ func (s *server) session() error {
 		}
 	}
 	ctx, cancel := s.stepContext(connectTimeout)
-	sess, err := dial(ctx, &s.cfg, s.m.starter, s.m.log, listChanged)
+	// The session every caller shares declares what toolbus can pass
+	// on, as a caller's own session does: a server may list tools by the
+	// capabilities its client declared, and every transport must list
+	// the same. A request that comes on it for a call whose caller cannot
+	// answer, or for no call toolbus can tell, is refused at once.
+	sess, err := dial(ctx, &s.cfg, s.m.starter, s.m.log, listChanged, askable(events.ServerRequestMethods))
 	cancel()
 	if err != nil {
 		return err
