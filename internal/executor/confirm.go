@@ -162,9 +162,15 @@ func (c *call) waiting(reason string) {
 }
 
 // awaitAnswer waits for the first answer the policy accepts, until ctx
-// ends; the wait's end is recorded (ConfirmClosed) when no answer came.
+// ends or, when only approvers can answer, until none is there any more;
+// the wait's end is recorded (ConfirmClosed) when no answer came.
 func (c *call) awaitAnswer(ctx context.Context, q *question, answers *nats.Subscription) (*events.ConfirmAnswer, *stop) {
 	e := c.e
+	if !q.callerAsks {
+		var endChecks func()
+		ctx, endChecks = c.whileApproversStay(ctx)
+		defer endChecks()
+	}
 	for {
 		msg, err := answers.NextMsgWithContext(ctx)
 		if err != nil {
@@ -172,6 +178,8 @@ func (c *call) awaitAnswer(ctx context.Context, q *question, answers *nats.Subsc
 			switch {
 			case c.ctx.Err() != nil:
 				st = &stop{events.ErrCancelled, fmt.Sprintf("cancelled while waiting for confirmation: %v", context.Cause(c.ctx))}
+			case errors.Is(context.Cause(ctx), errApproversLeft):
+				st = &stop{events.ErrPolicyDenied, fmt.Sprintf("No approver is connected any more (the last left while the call waited), so the call is denied. To approve calls like this one, %s, then make the call again.", e.cfg.ApproveHint)}
 			case errors.Is(err, context.DeadlineExceeded):
 				st = &stop{events.ErrConfirmationTimeout, fmt.Sprintf("No approver answered within %s, so the call is denied. To approve calls like this one, %s.", e.cfg.ConfirmTimeout, e.cfg.ApproveHint)}
 			}
@@ -181,6 +189,46 @@ func (c *call) awaitAnswer(ctx context.Context, q *question, answers *nats.Subsc
 		if answer := c.accepted(ctx, q, msg); answer != nil {
 			return answer, nil
 		}
+	}
+}
+
+// errApproversLeft ends a wait for an answer that nobody is there to give.
+var errApproversLeft = errors.New("no approver is connected any more")
+
+// whileApproversStay is ctx, ended with errApproversLeft once no approver
+// has been present at two checks in a row (Config.PresenceCheck apart): a
+// person who closes the console's last page, or stops toolbus confirm,
+// leaves no caller waiting for the whole confirmation timeout. stop ends
+// the checks, and returns once they have ended.
+func (c *call) whileApproversStay(ctx context.Context) (_ context.Context, stop func()) {
+	ctx, leave := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		tick := time.NewTicker(c.e.cfg.PresenceCheck)
+		defer tick.Stop()
+		absent := 0
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			if c.e.approverPresent(ctx) {
+				absent = 0
+			} else if absent++; absent >= 2 {
+				leave(errApproversLeft)
+				return
+			}
+		}
+	}()
+	return ctx, func() {
+		close(done)
+		<-ended
+		leave(nil)
 	}
 }
 

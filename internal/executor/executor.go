@@ -46,6 +46,8 @@ const (
 	// DefaultApproveHint is Config.ApproveHint when none is given: the
 	// executor does not know where its fleet's console is.
 	DefaultApproveHint = "run `toolbus confirm`, or open the web console (`toolbus console`)"
+	// DefaultPresenceCheck is Config.PresenceCheck when none is given.
+	DefaultPresenceCheck = 10 * time.Second
 	// DefaultMaxPendingPerCaller is how many calls of one principal may
 	// wait for a person's answer at once on one executor.
 	DefaultMaxPendingPerCaller = 16
@@ -103,6 +105,10 @@ type Config struct {
 	// because nobody is there to ask, or nobody answered in time, says
 	// it, and so does the message that tells a caller its call waits.
 	ApproveHint string
+	// PresenceCheck is how often a call that waits for an approver asks
+	// whether one is still there (default 10 s): when none is, twice in a
+	// row, the call is denied, as one that came with nobody there is.
+	PresenceCheck time.Duration
 	// MaxContent caps llmContent in characters (default 40,000); the whole
 	// output goes to the object store.
 	MaxContent int
@@ -207,6 +213,7 @@ func (cfg Config) withDefaults() Config {
 	if cfg.ApproveHint == "" {
 		cfg.ApproveHint = DefaultApproveHint
 	}
+	setDefault(&cfg.PresenceCheck, DefaultPresenceCheck)
 	setDefault(&cfg.MaxContent, DefaultMaxContent)
 	setDefault(&cfg.MaxOutput, tool.DefaultMaxOutput)
 	setDefault(&cfg.OutputStoreBytes, DefaultOutputStoreBytes)

@@ -81,3 +81,33 @@ func TestATimedOutConfirmationSaysWhereToApprove(t *testing.T) {
 		t.Errorf("silence: %s %q, want CONFIRMATION_TIMEOUT saying where to approve", errType(res), res.LLMContent)
 	}
 }
+
+// TestACallDeniedWhenTheApproversLeave: a call waits while an approver is
+// there; once the last leaves (the console's last page closed), it is
+// denied after two checks, saying where to approve, not held until the
+// confirmation timeout.
+func TestACallDeniedWhenTheApproversLeave(t *testing.T) {
+	const hint = "open the console at http://console.test:7878/"
+	e := newEnv(t, func(c *Config) {
+		c.ConfirmTimeout, c.ApproveHint, c.PresenceCheck = time.Hour, hint, 50*time.Millisecond
+	})
+	silent := startApprover(t, e.bus, func(*events.ConfirmRequest) *events.ConfirmAnswer { return nil })
+	results := make(chan *events.Result, 1)
+	go func() { results <- e.call(t, "write_file", `{"file_path":"notes.md","content":"v1"}`) }()
+	<-silent.requests
+	// Many checks pass while the approver stays: the call waits on.
+	select {
+	case res := <-results:
+		t.Fatalf("the call ended while its approver was there: %s %q", errType(res), res.LLMContent)
+	case <-time.After(time.Second):
+	}
+	silent.stop()
+	select {
+	case res := <-results:
+		if errType(res) != events.ErrPolicyDenied || !strings.Contains(res.LLMContent, "No approver is connected any more") || !strings.Contains(res.LLMContent, hint) {
+			t.Errorf("the approver left: %s %q, want POLICY_DENIED saying where to approve", errType(res), res.LLMContent)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the call still waits a minute after its last approver left")
+	}
+}
