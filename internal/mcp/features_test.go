@@ -5,9 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"os/exec"
 	"reflect"
 	"strings"
@@ -19,9 +17,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/toolbus/toolbus/internal/events"
-	toolmcp "github.com/toolbus/toolbus/internal/mcp"
 	"github.com/toolbus/toolbus/internal/testkit"
-	"github.com/toolbus/toolbus/internal/testkit/bustest"
 	"github.com/toolbus/toolbus/internal/testkit/npmpeer"
 )
 
@@ -104,24 +100,7 @@ func featureFleetOf(t *testing.T, backend *server.MCPServer, wrap func(http.Hand
 	url := httpServer(t, backend, wrap)
 	f = startFleet(t, parse(t, fmt.Sprintf(`{"mcpServers": {"notes": {"httpUrl": %q, "trust": %v}}}`, url, trust)))
 	f.waitState(t, "notes", events.MCPConnected)
-	conn := bustest.Connect(t, f.bus)
-	fac, err := toolmcp.StartFacade(context.Background(), toolmcp.FacadeConfig{Conn: conn.Conn(), JS: conn.JetStream(), Logger: bustest.Quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewUnstartedServer(fac.HTTPHandler(toolmcp.HTTPConfig{Addr: ln.Addr().(*net.TCPAddr)}))
-	srv.Listener.Close()
-	srv.Listener = ln
-	srv.Start()
-	t.Cleanup(func() {
-		srv.Close()
-		fac.Close()
-	})
-	facadeURL = srv.URL + toolmcp.HTTPPath
+	facadeURL = serveFacade(t, f.bus)
 	through = connectHTTP(t, facadeURL, "", "features-client")
 	direct = connectHTTP(t, url, "", "features-client")
 	// Until the facade lists what the server offers.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -18,7 +17,6 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/toolbus/toolbus/internal/events"
-	toolmcp "github.com/toolbus/toolbus/internal/mcp"
 	"github.com/toolbus/toolbus/internal/testkit/bustest"
 )
 
@@ -136,25 +134,9 @@ func loggingFleet(t *testing.T) string {
 	url := loggingBackend(t)
 	f := startFleet(t, parse(t, fmt.Sprintf(`{"mcpServers": {"logs": {"httpUrl": %q, "trust": true}}}`, url)))
 	f.waitState(t, "logs", events.MCPConnected)
-	conn := bustest.Connect(t, f.bus)
-	fac, err := toolmcp.StartFacade(context.Background(), toolmcp.FacadeConfig{Conn: conn.Conn(), JS: conn.JetStream(), Logger: bustest.Quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewUnstartedServer(fac.HTTPHandler(toolmcp.HTTPConfig{Addr: ln.Addr().(*net.TCPAddr)}))
-	srv.Listener.Close()
-	srv.Listener = ln
-	srv.Start()
-	t.Cleanup(func() {
-		srv.Close()
-		fac.Close()
-	})
+	facadeURL := serveFacade(t, f.bus)
 	f.waitTool(t, "chatty")
-	return srv.URL + toolmcp.HTTPPath
+	return facadeURL
 }
 
 // A server's log messages during a call reach the client that made the
