@@ -3,8 +3,6 @@ package mcp_test
 import (
 	"context"
 	"fmt"
-	"net"
-	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
@@ -16,7 +14,6 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/toolbus/toolbus/internal/events"
-	toolmcp "github.com/toolbus/toolbus/internal/mcp"
 	"github.com/toolbus/toolbus/internal/testkit/bustest"
 	"github.com/toolbus/toolbus/internal/testkit/mcpsession"
 )
@@ -140,25 +137,9 @@ func askingFleet(t *testing.T, entry string, trusted bool) string {
 	t.Helper()
 	f := startFleet(t, parse(t, fmt.Sprintf(`{"mcpServers": {"asking": {%s, "trust": %v}}}`, entry, trusted)))
 	f.waitState(t, "asking", events.MCPConnected)
-	conn := bustest.Connect(t, f.bus)
-	fac, err := toolmcp.StartFacade(context.Background(), toolmcp.FacadeConfig{Conn: conn.Conn(), JS: conn.JetStream(), Logger: bustest.Quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewUnstartedServer(fac.HTTPHandler(toolmcp.HTTPConfig{Addr: ln.Addr().(*net.TCPAddr)}))
-	srv.Listener.Close()
-	srv.Listener = ln
-	srv.Start()
-	t.Cleanup(func() {
-		srv.Close()
-		fac.Close()
-	})
+	url := serveFacade(t, f.bus)
 	f.waitTool(t, "ask_together")
-	return srv.URL + toolmcp.HTTPPath
+	return url
 }
 
 func httpAskingFleet(t *testing.T, trusted bool) string {

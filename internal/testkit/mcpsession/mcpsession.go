@@ -23,20 +23,7 @@ import (
 // given: the client's, not the handshake's.
 func Initialize(t testing.TB, c *mcpclient.Client, name, version string) {
 	t.Helper()
-	life, end := context.WithCancel(context.Background())
-	t.Cleanup(end)
-	if err := c.Start(life); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	init := mcp.InitializeRequest{}
-	init.Params.ProtocolVersion = mcp.LATEST_LEGACY_PROTOCOL_VERSION
-	init.Params.ClientInfo = mcp.Implementation{Name: name, Version: version}
-	if _, err := c.Initialize(ctx, init); err != nil {
-		t.Fatal(err)
-	}
+	connect(t, c, name, version, mcp.LATEST_LEGACY_PROTOCOL_VERSION)
 }
 
 // InitializeModern starts c and connects it as name/version with protocol
@@ -44,6 +31,15 @@ func Initialize(t testing.TB, c *mcpclient.Client, name, version string) {
 // _meta), failing the test when the server does not speak it. c is closed
 // when the test ends.
 func InitializeModern(t testing.TB, c *mcpclient.Client, name, version string) {
+	t.Helper()
+	connect(t, c, name, version, mcp.ProtocolVersion20260728)
+	if v := c.ProtocolVersion(); v != mcp.ProtocolVersion20260728 {
+		t.Fatalf("the client speaks %q with the server, not %s", v, mcp.ProtocolVersion20260728)
+	}
+}
+
+// connect starts c and connects it as name/version asking for protocol.
+func connect(t testing.TB, c *mcpclient.Client, name, version, protocol string) {
 	t.Helper()
 	life, end := context.WithCancel(context.Background())
 	t.Cleanup(end)
@@ -54,13 +50,10 @@ func InitializeModern(t testing.TB, c *mcpclient.Client, name, version string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	init := mcp.InitializeRequest{}
-	init.Params.ProtocolVersion = mcp.ProtocolVersion20260728
+	init.Params.ProtocolVersion = protocol
 	init.Params.ClientInfo = mcp.Implementation{Name: name, Version: version}
 	if _, err := c.Initialize(ctx, init); err != nil {
 		t.Fatal(err)
-	}
-	if v := c.ProtocolVersion(); v != mcp.ProtocolVersion20260728 {
-		t.Fatalf("the client speaks %q with the server, not %s", v, mcp.ProtocolVersion20260728)
 	}
 }
 
