@@ -209,3 +209,161 @@ func TestFacadeSendsNoClientAnotherCallersLogs(t *testing.T) {
 		}
 	}
 }
+
+// asideBackend is an MCP server over streamable HTTP that sends a call's
+// log message on the session's standalone stream (its GET), where it
+// names no call, as mcp-go's servers now and then do. Its one tool,
+// "aside", logs its marker there (once both of two calls are in flight,
+// when its argument "together" is true), and returns after a moment has
+// passed for the message to be read.
+func asideBackend(t *testing.T) string {
+	t.Helper()
+	var mu sync.Mutex
+	streams := map[string]chan string{} // a session's standalone stream
+	sessions := 0
+	entered := 0
+	both := make(chan struct{})
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get("Mcp-Session-Id")
+		if r.Method == http.MethodGet {
+			mu.Lock()
+			ch := streams[id]
+			mu.Unlock()
+			if ch == nil {
+				w.WriteHeader(http.StatusNotFound)
+				return
+			}
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.WriteHeader(http.StatusOK)
+			w.(http.Flusher).Flush()
+			for {
+				select {
+				case msg := <-ch:
+					fmt.Fprintf(w, "event: message\ndata: %s\n\n", msg)
+					w.(http.Flusher).Flush()
+				case <-r.Context().Done():
+					return
+				}
+			}
+		}
+		if r.Method != http.MethodPost {
+			w.WriteHeader(http.StatusMethodNotAllowed)
+			return
+		}
+		var req struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+			Params struct {
+				ProtocolVersion string         `json:"protocolVersion"`
+				Arguments       map[string]any `json:"arguments"`
+			} `json:"params"`
+		}
+		body, _ := io.ReadAll(r.Body)
+		if err := json.Unmarshal(body, &req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if len(req.ID) == 0 {
+			w.WriteHeader(http.StatusAccepted)
+			return
+		}
+		result := func(res string) {
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":%s,"result":%s}`, req.ID, res)
+		}
+		switch req.Method {
+		case "initialize":
+			mu.Lock()
+			sessions++
+			id = fmt.Sprintf("aside-%d", sessions)
+			streams[id] = make(chan string, 16)
+			mu.Unlock()
+			w.Header().Set("Mcp-Session-Id", id)
+			result(fmt.Sprintf(`{"protocolVersion":%q,"capabilities":{"tools":{},"logging":{}},"serverInfo":{"name":"aside","version":"1"}}`, req.Params.ProtocolVersion))
+		case "tools/list":
+			result(`{"tools":[{"name":"aside","inputSchema":{"type":"object","properties":{"marker":{"type":"string"}}}}]}`)
+		case "tools/call":
+			mu.Lock()
+			ch := streams[id]
+			met := both
+			if req.Params.Arguments["together"] == true {
+				if entered++; entered == 2 {
+					close(both)
+				}
+			}
+			mu.Unlock()
+			if req.Params.Arguments["together"] == true {
+				<-met
+			}
+			marker, _ := json.Marshal(req.Params.Arguments["marker"])
+			ch <- fmt.Sprintf(`{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"error","logger":"aside","data":%s}}`, marker)
+			time.Sleep(300 * time.Millisecond) // for the stream to be read
+			result(`{"content":[{"type":"text","text":"done"}]}`)
+		default:
+			result(`{}`)
+		}
+	})
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv.URL + "/mcp"
+}
+
+// A log message a server sends on a session's standalone stream names no
+// call. On a session of one caller's own (a caller that can answer the
+// server's requests has one) it is that caller's, and reaches it; on the
+// session several callers share it reaches no one. No client is ever
+// sent another's, though two callers' calls are in flight at once.
+func TestFacadeSendsACallersSessionLogsToItAlone(t *testing.T) {
+	f := startFleet(t, parse(t, fmt.Sprintf(`{"mcpServers": {"aside": {"httpUrl": %q, "trust": true}}}`, asideBackend(t))))
+	f.waitState(t, "aside", events.MCPConnected)
+	url := serveFacade(t, f.bus)
+	f.waitTool(t, "aside")
+
+	type client struct {
+		c    *mcpclient.Client
+		logs *logsOf
+	}
+	connect := func(name string, asks bool) client {
+		var opts []mcpclient.ClientOption
+		if asks {
+			a := &askedClient{name: name}
+			opts = append(opts, mcpclient.WithSamplingHandler(a), mcpclient.WithElicitationHandler(a))
+		}
+		cl := client{connectHTTP(t, url, "", name, opts...), &logsOf{}}
+		cl.c.OnNotification(cl.logs.notified)
+		level := mcp.SetLevelRequest{}
+		level.Params.Level = mcp.LoggingLevelDebug
+		if err := cl.c.SetLevel(context.Background(), level); err != nil {
+			t.Fatal(err)
+		}
+		return cl
+	}
+	aside := func(name string, cl client, together bool) {
+		if res := callTool(t, cl.c, "aside", fmt.Sprintf(`{"marker":"secret of %s","together":%t}`, name, together)); res.IsError {
+			t.Errorf("aside for %s: %s", name, text(res))
+		}
+	}
+
+	asking := map[string]client{"alice": connect("alice", true), "bob": connect("bob", true)}
+	var wg sync.WaitGroup
+	for name, cl := range asking {
+		wg.Go(func() { aside(name, cl, true) })
+	}
+	wg.Wait()
+	for name, cl := range asking {
+		if got := cl.logs.all(); strings.Join(got, "|") != "error aside secret of "+name {
+			t.Errorf("%s, on a session of its own, was sent %q, want its own message alone", name, got)
+		}
+	}
+
+	// A caller that cannot answer requests shares the server's one
+	// session with every other such caller: a message on its standalone
+	// stream may be anyone's (a late one of another's call), so even a
+	// call alone in flight there is sent none.
+	carol := connect("carol", false)
+	aside("carol", carol, false)
+	time.Sleep(time.Second) // a late notification would come by now
+	if got := carol.logs.all(); len(got) != 0 {
+		t.Errorf("carol, on the shared session, was sent %q", got)
+	}
+}

@@ -11,9 +11,11 @@ import (
 // logTap sits under a streamable-HTTP session's HTTP client and reads the
 // response stream of each request that carries a call's token as it goes
 // by: a log message the server sends there is that call's, and goes to
-// where the call's log messages go (session.track). mcp-go's client tells
-// its notification handler nothing of the stream a notification came on,
-// and one that came on another stream may belong to any call.
+// where the call's log messages go (session.track). It reads the
+// session's standalone stream (its GET) too: a log message there names
+// no call, and is handed to session.loggedAside, which gives it to a
+// call only on a session of one caller. mcp-go's client tells its
+// notification handler nothing of the stream a notification came on.
 type logTap struct {
 	base http.RoundTripper
 	sess *session
@@ -25,8 +27,9 @@ const maxTappedRequest = 1 << 20
 
 func (t *logTap) RoundTrip(req *http.Request) (*http.Response, error) {
 	token := t.tokenOf(req)
+	standalone := req.Method == http.MethodGet
 	resp, err := t.base.RoundTrip(req)
-	if err != nil || token == "" || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+	if err != nil || (token == "" && !standalone) || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		return resp, err
 	}
 	resp.Body = &tappedStream{ReadCloser: resp.Body, sess: t.sess, token: token}
@@ -64,7 +67,8 @@ func (t *logTap) tokenOf(req *http.Request) string {
 }
 
 // tappedStream passes a response stream on unchanged, and hands each log
-// message event in it to the call of token.
+// message event in it to the call of token; a token of "" is the
+// session's standalone stream.
 type tappedStream struct {
 	io.ReadCloser
 	sess  *session
@@ -122,7 +126,12 @@ func (s *tappedStream) event() {
 	if json.Unmarshal(s.data, &n) != nil || n.Method != "notifications/message" {
 		return
 	}
+	params := append(json.RawMessage(nil), n.Params...)
+	if s.token == "" {
+		s.sess.loggedAside(params)
+		return
+	}
 	if log := s.sess.logTo(s.token); log != nil {
-		log(append(json.RawMessage(nil), n.Params...))
+		log(params)
 	}
 }

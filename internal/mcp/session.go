@@ -60,11 +60,13 @@ type session struct {
 	// token each call's request carries), each with where its server's
 	// log messages go (nil: nowhere). A log message names no call. Over
 	// streamable HTTP the one the server sends on a call's own response
-	// stream is that call's (logTap); one sent elsewhere goes nowhere,
-	// since mcp-go's servers, for one, send a session's notifications on
-	// whichever of its streams reads first. Over stdio and SSE there is
-	// one stream: a message goes to the one call in flight, and to none
-	// when there are several. Another caller must never read it.
+	// stream is that call's (logTap); one sent on the session's standalone
+	// stream (mcp-go's servers send a session's notifications on whichever
+	// of its streams reads first) goes to the one call in flight on a
+	// session of one caller (callersession.go), and nowhere on a session
+	// several callers share. Over stdio and SSE there is one stream: a
+	// message goes to the one call in flight, and to none when there are
+	// several. Another caller must never read it.
 	inflightMu sync.Mutex
 	inflight   map[string]func(json.RawMessage)
 	// tapped is set for a session whose logTap sees its calls' streams.
@@ -113,6 +115,31 @@ func (s *session) logged(n mcp.JSONRPCNotification) {
 	}
 	params, err := json.Marshal(n.Params)
 	if err == nil {
+		log(params)
+	}
+}
+
+// loggedAside hands a log message the server sent on the session's
+// standalone stream to the one call in flight, when every call on the
+// session is one caller's: it is that caller's, and most likely that
+// call's. On a session several callers share it may be anyone's, and
+// goes nowhere.
+func (s *session) loggedAside(params json.RawMessage) {
+	s.asking.mu.Lock()
+	oneCaller := s.asking.oneCaller
+	s.asking.mu.Unlock()
+	if !oneCaller {
+		return
+	}
+	s.inflightMu.Lock()
+	var log func(json.RawMessage)
+	if len(s.inflight) == 1 {
+		for _, l := range s.inflight {
+			log = l
+		}
+	}
+	s.inflightMu.Unlock()
+	if log != nil {
 		log(params)
 	}
 }
