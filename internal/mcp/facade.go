@@ -110,7 +110,7 @@ func StartFacade(ctx context.Context, cfg FacadeConfig) (*Facade, error) {
 		mcpserver.WithToolCapabilities(true),
 		mcpserver.WithPromptCapabilities(true),
 		mcpserver.WithResourceCapabilities(true, true),
-		mcpserver.WithHooks(f.subscriptionHooks()),
+		mcpserver.WithHooks(f.hooks()),
 		mcpserver.WithCompletions(),
 		mcpserver.WithLogging(),
 		mcpserver.WithToolFilter(f.visible),
@@ -413,10 +413,14 @@ func (f *Facade) handler(name string) mcpserver.ToolHandlerFunc {
 		inv := &events.Invocation{Header: events.Header{Sender: f.caller(ctx)}, Tool: name, Args: args, Workspace: f.cfg.Workspace}
 		canAsk := !f.cfg.NoElicitation && canElicit(ctx)
 		if canAsk && mcpserver.IsModernRequest(ctx) {
-			return f.callModern(ctx, req, inv)
+			reply, err := f.callModern(ctx, heldRequest{req.Params.MultiRoundTripParams, req.Params.Meta}, inv, declaredRequests(ctx))
+			if err != nil {
+				return nil, err
+			}
+			return f.toolResult(ctx, reply), nil
 		}
 		var notified atomic.Bool
-		notify, log := f.progress(ctx, req), f.logTo(ctx)
+		notify, log := f.progress(ctx, req.Params.Meta), f.logTo(ctx)
 		if notify != nil {
 			progress := notify
 			notify = func(s string) { notified.Store(true); progress(s) }
@@ -502,12 +506,12 @@ func (f *Facade) logTo(ctx context.Context) func(json.RawMessage) {
 }
 
 // progress forwards the call's output as MCP progress notifications when
-// the client asked for them with a progress token.
-func (f *Facade) progress(ctx context.Context, req mcp.CallToolRequest) func(string) {
-	if req.Params.Meta == nil || req.Params.Meta.ProgressToken == nil {
+// the client asked for them with a progress token in the request's meta.
+func (f *Facade) progress(ctx context.Context, meta *mcp.Meta) func(string) {
+	if meta == nil || meta.ProgressToken == nil {
 		return nil
 	}
-	token := req.Params.Meta.ProgressToken
+	token := meta.ProgressToken
 	var n atomic.Int64
 	return func(chunk string) {
 		params := map[string]any{"progressToken": token, "progress": n.Add(1), "message": chunk}

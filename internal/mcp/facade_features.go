@@ -3,6 +3,7 @@ package mcp
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -140,9 +141,12 @@ func (f *Facade) getPrompt(name string) mcpserver.PromptHandlerFunc {
 		if err != nil {
 			return nil, err
 		}
-		res, err := f.callFeature(ctx, name, data, events.OpRun)
+		res, ask, err := f.callFeature(ctx, name, data, events.OpRun, &heldRequest{req.Params.MultiRoundTripParams, req.Params.Meta})
 		if err != nil {
 			return nil, err
+		}
+		if ask != nil {
+			return &mcp.GetPromptResult{Result: mcp.Result{ResultType: mcp.ResultTypeInputRequired, Meta: ask.meta()}, MultiRoundTripResult: *ask.ask}, nil
 		}
 		var raw struct {
 			Meta        *mcp.Meta `json:"_meta"`
@@ -171,9 +175,12 @@ func (f *Facade) readResource(name string) mcpserver.ResourceHandlerFunc {
 		if err != nil {
 			return nil, err
 		}
-		res, err := f.callFeature(ctx, name, data, events.OpRun)
+		res, ask, err := f.callFeature(ctx, name, data, events.OpRun, &heldRequest{req.Params.MultiRoundTripParams, req.Params.Meta})
 		if err != nil {
 			return nil, err
+		}
+		if ask != nil {
+			return []mcp.ResourceContents{askingContents{reply: *ask}}, nil
 		}
 		var raw struct {
 			Contents []json.RawMessage `json:"contents"`
@@ -220,7 +227,9 @@ func (f *Facade) complete(ctx context.Context, name string, arg mcp.CompleteArgu
 	if err != nil {
 		return nil, err
 	}
-	res, err := f.callFeature(ctx, name, data, events.OpComplete)
+	// completion/complete has no input-required result: a client of
+	// 2026-07-28 leaves an approval of it to the approvers.
+	res, _, err := f.callFeature(ctx, name, data, events.OpComplete, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -234,28 +243,80 @@ func (f *Facade) complete(ctx context.Context, name string, arg mcp.CompleteArgu
 // callFeature calls catalogue entry name with args for a client, to run
 // it or for op, as its tools are called (the policy, a person when it
 // asks, the audit), and returns the result that carries the server's
-// answer, or why there is none. The person in front of a client of protocol 2025-11-25 or before
-// may be asked, as for a tool; one of 2026-07-28 is not (its question
-// would be an input-required result of prompts/get or resources/read), so
-// its gets and reads are left to the approvers.
-func (f *Facade) callFeature(ctx context.Context, name string, args json.RawMessage, op events.Operation) (*events.Result, error) {
+// answer, or why there is none. The person in front of the client may be
+// asked, as for a tool: with elicitation/create for a client of protocol
+// 2025-11-25 or before, and for one of 2026-07-28 with an input-required
+// reply (ask) to the request held, when the request can carry one.
+func (f *Facade) callFeature(ctx context.Context, name string, args json.RawMessage, op events.Operation, held *heldRequest) (*events.Result, *heldReply, error) {
 	inv := &events.Invocation{Header: events.Header{Sender: f.caller(ctx)}, Tool: name, Args: args, Workspace: f.cfg.Workspace, Op: op}
-	watch := &invoke.Watch{}
-	if !f.cfg.NoElicitation && canElicit(ctx) && !mcpserver.IsModernRequest(ctx) {
-		ask, wait := f.askingWatch(ctx, inv)
-		defer wait()
-		watch.Confirm = ask
+	var res *events.Result
+	var err error
+	canAsk := !f.cfg.NoElicitation && canElicit(ctx)
+	switch {
+	case canAsk && mcpserver.IsModernRequest(ctx) && held != nil:
+		reply, herr := f.callModern(ctx, *held, inv, nil)
+		switch {
+		case herr != nil:
+			return nil, nil, herr
+		case reply.ask != nil:
+			return nil, &reply, nil
+		case reply.res == nil:
+			return nil, nil, errors.New(reply.failure)
+		}
+		res = reply.res
+	default:
+		watch := &invoke.Watch{}
+		if canAsk && !mcpserver.IsModernRequest(ctx) {
+			ask, wait := f.askingWatch(ctx, inv)
+			defer wait()
+			watch.Confirm = ask
+		}
+		res, err = f.client.InvokeAs(ctx, inv, watch)
 	}
-	res, err := f.client.InvokeAs(ctx, inv, watch)
 	switch {
 	case err != nil:
-		return nil, fmt.Errorf("toolbus: %w", err)
+		return nil, nil, fmt.Errorf("toolbus: %w", err)
 	case res.Error != nil:
-		return nil, fmt.Errorf("%s: %s", res.Error.Type, res.Error.Message)
+		return nil, nil, fmt.Errorf("%s: %s", res.Error.Type, res.Error.Message)
 	case len(res.MCPResult) == 0:
-		return nil, fmt.Errorf("toolbus: %s answered with no MCP result", name)
+		return nil, nil, fmt.Errorf("toolbus: %s answered with no MCP result", name)
 	}
-	return res, nil
+	return res, nil, nil
+}
+
+// hooks are the facade's hooks into mcp-go's server.
+func (f *Facade) hooks() *mcpserver.Hooks {
+	h := &mcpserver.Hooks{}
+	f.subscriptionHooks(h)
+	askingHooks(h)
+	return h
+}
+
+// askingContents stands for the input-required reply of a resources/read:
+// mcp-go's resource handlers return contents, not a result, so the
+// handler returns this one content, and askingHooks' hook after the read
+// makes the result the reply it carries.
+type askingContents struct {
+	mcp.TextResourceContents
+	reply heldReply
+}
+
+// askingHooks makes a resources/read result whose one content is
+// askingContents the input-required reply it carries.
+func askingHooks(h *mcpserver.Hooks) {
+	h.AddAfterReadResource(func(_ context.Context, _ any, _ *mcp.ReadResourceRequest, res *mcp.ReadResourceResult) {
+		if res == nil || len(res.Contents) != 1 {
+			return
+		}
+		ask, ok := res.Contents[0].(askingContents)
+		if !ok {
+			return
+		}
+		res.Contents = nil
+		res.ResultType = mcp.ResultTypeInputRequired
+		res.Meta = ask.reply.meta()
+		res.MultiRoundTripResult = *ask.reply.ask
+	})
 }
 
 // rawContent is a content block as the server sent it. mcp.Content can only

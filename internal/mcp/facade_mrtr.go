@@ -24,8 +24,9 @@ import (
 // Approval for clients of protocol 2026-07-28 and later. Such a client
 // cannot be sent a request of the server's own (elicitation/create): a
 // server that needs its user returns an "input required" result naming
-// what to ask, and the client asks its user and sends the same tools/call
-// again with the answer and the state the result carried (SEP-2322).
+// what to ask, and the client asks its user and sends the same request
+// (tools/call, prompts/get or resources/read) again with the answer and
+// the state the result carried (SEP-2322).
 //
 // A call that waits for an approval cannot end with the first request, so
 // the facade holds it: the call runs on the bus on the facade's own
@@ -268,28 +269,62 @@ func argsDigest(args json.RawMessage) string {
 	return base64.RawURLEncoding.EncodeToString(sum[:])
 }
 
-// callModern runs a tools/call of a 2026-07-28 client that can be asked:
-// a first request starts the call, a retry (a request with a state)
+// heldRequest is what a request of a 2026-07-28 client carries for a
+// held call: a retry's answers and state, and the request's _meta (its
+// progress token).
+type heldRequest struct {
+	mcp.MultiRoundTripParams
+	meta *mcp.Meta
+}
+
+// heldReply is what a request of a held call gets: a question for the
+// client (ask), or the call's end: its result, or why it has none.
+type heldReply struct {
+	ask        *mcp.MultiRoundTripResult
+	invocation string
+	res        *events.Result
+	failure    string
+}
+
+// meta is the _meta of a reply that asks: the invocation it is for.
+func (r heldReply) meta() *mcp.Meta {
+	return &mcp.Meta{AdditionalFields: map[string]any{"toolbus/invocationId": r.invocation}}
+}
+
+// toolResult is r as a tools/call result.
+func (f *Facade) toolResult(ctx context.Context, r heldReply) *mcp.CallToolResult {
+	switch {
+	case r.ask != nil:
+		return &mcp.CallToolResult{Result: mcp.Result{ResultType: mcp.ResultTypeInputRequired, Meta: r.meta()}, MultiRoundTripResult: *r.ask}
+	case r.res != nil:
+		return f.result(ctx, r.res)
+	default:
+		return errorResult(r.invocation, events.ErrExecutionFailed, r.failure)
+	}
+}
+
+// callModern runs a request of a 2026-07-28 client that can be asked: a
+// first request starts the call inv, a retry (a request with a state)
 // answers it.
-func (f *Facade) callModern(ctx context.Context, req mcp.CallToolRequest, inv *events.Invocation) (*mcp.CallToolResult, error) {
+func (f *Facade) callModern(ctx context.Context, req heldRequest, inv *events.Invocation, serverRequests []string) (heldReply, error) {
 	want := heldState{Tool: inv.Tool, Args: argsDigest(inv.Args), Caller: inv.Sender.ID}
-	if req.Params.RequestState == "" {
-		hc, err := f.startHeld(inv, want, declaredRequests(ctx))
+	if req.RequestState == "" {
+		hc, err := f.startHeld(inv, want, serverRequests)
 		if err != nil {
-			return errorResult("", events.ErrExecutionFailed, "toolbus: "+err.Error()), nil
+			return heldReply{failure: "toolbus: " + err.Error()}, nil
 		}
 		return f.awaitHeld(ctx, req, hc)
 	}
-	st, err := f.held.open(req.Params.RequestState, time.Now())
+	st, err := f.held.open(req.RequestState, time.Now())
 	if err != nil {
-		return nil, err
+		return heldReply{}, err
 	}
 	if st.Tool != want.Tool || st.Args != want.Args || st.Caller != want.Caller {
-		return nil, fmt.Errorf("%w: it was issued for another call (tool, arguments or caller differ)", errBadState)
+		return heldReply{}, fmt.Errorf("%w: it was issued for another call (tool, arguments or caller differ)", errBadState)
 	}
 	hc := f.held.get(st.Invocation)
 	if hc == nil {
-		return errorResult(st.Invocation, events.ErrExecutionFailed, "toolbus: the call this answer is for is no longer held here (it ended long ago, or the facade restarted); call the tool again"), nil
+		return heldReply{invocation: st.Invocation, failure: "toolbus: the call this answer is for is no longer held here (it ended long ago, or the facade restarted); call the tool again"}, nil
 	}
 	hc.mu.Lock()
 	asking, server, current := hc.asking, hc.server, st.Round == hc.round
@@ -297,7 +332,7 @@ func (f *Facade) callModern(ctx context.Context, req mcp.CallToolRequest, inv *e
 	if current && server != nil {
 		return f.answerHeldServerRequest(ctx, req, hc, st.Round, server)
 	}
-	answer := mcpserver.ElicitationResponse(req.Params.InputResponses, approvalInput)
+	answer := mcpserver.ElicitationResponse(req.InputResponses, approvalInput)
 	switch {
 	case !current || asking == nil:
 		// An answer to a round that is over decides nothing: the call
@@ -318,9 +353,9 @@ func (f *Facade) callModern(ctx context.Context, req mcp.CallToolRequest, inv *e
 // awaitHeld waits for hc's result, or for a question to put to the
 // client, which ends this request. A request that ends before either (its
 // client cancelled it) gives the call up.
-func (f *Facade) awaitHeld(ctx context.Context, req mcp.CallToolRequest, hc *heldCall) (*mcp.CallToolResult, error) {
+func (f *Facade) awaitHeld(ctx context.Context, req heldRequest, hc *heldCall) (heldReply, error) {
 	hc.mu.Lock()
-	hc.progress, hc.log = f.progress(ctx, req), f.logTo(ctx)
+	hc.progress, hc.log = f.progress(ctx, req.meta), f.logTo(ctx)
 	hc.mu.Unlock()
 	defer func() {
 		hc.mu.Lock()
@@ -333,13 +368,13 @@ func (f *Facade) awaitHeld(ctx context.Context, req mcp.CallToolRequest, hc *hel
 			hc.cancel()
 			<-hc.done
 			f.held.drop(hc)
-			return nil, ctx.Err()
+			return heldReply{}, ctx.Err()
 		case <-hc.done:
 			f.held.drop(hc)
 			if hc.err != nil {
-				return errorResult(hc.inv.ID, events.ErrExecutionFailed, "toolbus: "+hc.err.Error()), nil
+				return heldReply{invocation: hc.inv.ID, failure: "toolbus: " + hc.err.Error()}, nil
 			}
-			return f.result(ctx, hc.res), nil
+			return heldReply{invocation: hc.inv.ID, res: hc.res}, nil
 		case r := <-hc.asks:
 			// The request came to this call's inbox; an id of another
 			// call is ignored, as for the older generation.
@@ -373,15 +408,14 @@ func (f *Facade) awaitHeld(ctx context.Context, req mcp.CallToolRequest, hc *hel
 	}
 }
 
-// inputRequired is the result that asks the client's user to confirm
+// inputRequired is the reply that asks the client's user to confirm
 // round of hc.
-func (f *Facade) inputRequired(hc *heldCall, round int, r *events.ConfirmRequest) *mcp.CallToolResult {
+func (f *Facade) inputRequired(hc *heldCall, round int, r *events.ConfirmRequest) heldReply {
 	st := hc.state
 	st.Round, st.Expires = round, time.Now().Add(heldStateLife).Unix()
-	res := mcpserver.NewInputRequestBuilder(f.held.seal(st)).Elicit(approvalInput, mcp.ElicitationParams{
+	ask := mcpserver.NewInputRequestBuilder(f.held.seal(st)).Elicit(approvalInput, mcp.ElicitationParams{
 		Message:         elicitationMessage(r),
 		RequestedSchema: elicitationSchema,
-	}).ToolResult()
-	res.Meta = &mcp.Meta{AdditionalFields: map[string]any{"toolbus/invocationId": hc.inv.ID}}
-	return res
+	}).ToolResult().MultiRoundTripResult
+	return heldReply{ask: &ask, invocation: hc.inv.ID}
 }

@@ -117,6 +117,9 @@ func modernPost(t *testing.T, url, name, method string, params map[string]any, c
 	if name, ok := params["name"].(string); ok {
 		req.Header.Set("Mcp-Name", name)
 	}
+	if uri, ok := params["uri"].(string); ok {
+		req.Header.Set("Mcp-Name", uri)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	resp, err := http.DefaultClient.Do(req.WithContext(ctx))

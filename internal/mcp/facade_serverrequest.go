@@ -107,10 +107,10 @@ func (f *Facade) answerServerRequest(ctx context.Context, inv *events.Invocation
 	}
 }
 
-// serverInputRequired is the result that puts r, a request of the server
+// serverInputRequired is the reply that puts r, a request of the server
 // serving hc, to a client of protocol 2026-07-28 as round of hc; or the
 // error to answer the server with when r cannot be put so.
-func (f *Facade) serverInputRequired(hc *heldCall, round int, r *events.ServerRequest) (*mcp.CallToolResult, *events.RPCError) {
+func (f *Facade) serverInputRequired(hc *heldCall, round int, r *events.ServerRequest) (heldReply, *events.RPCError) {
 	st := hc.state
 	st.Round, st.Expires = round, time.Now().Add(heldStateLife).Unix()
 	b := mcpserver.NewInputRequestBuilder(f.held.seal(st))
@@ -122,29 +122,28 @@ func (f *Facade) serverInputRequired(hc *heldCall, round int, r *events.ServerRe
 	case events.MethodSampling:
 		var p mcp.CreateMessageParams
 		if err := json.Unmarshal(params, &p); err != nil {
-			return nil, &events.RPCError{Code: mcp.INVALID_PARAMS, Message: "toolbus: the sampling request does not decode: " + err.Error()}
+			return heldReply{}, &events.RPCError{Code: mcp.INVALID_PARAMS, Message: "toolbus: the sampling request does not decode: " + err.Error()}
 		}
 		b.Sample(serverInput, p)
 	case events.MethodElicitation:
 		var p mcp.ElicitationParams
 		if err := json.Unmarshal(params, &p); err != nil {
-			return nil, &events.RPCError{Code: mcp.INVALID_PARAMS, Message: "toolbus: the elicitation request does not decode: " + err.Error()}
+			return heldReply{}, &events.RPCError{Code: mcp.INVALID_PARAMS, Message: "toolbus: the elicitation request does not decode: " + err.Error()}
 		}
 		b.Elicit(serverInput, p)
 	default:
-		return nil, &events.RPCError{Code: events.CodeMethodNotFound, Message: "toolbus: " + r.Method + " is not put to clients"}
+		return heldReply{}, &events.RPCError{Code: events.CodeMethodNotFound, Message: "toolbus: " + r.Method + " is not put to clients"}
 	}
-	res := b.ToolResult()
-	res.Meta = &mcp.Meta{AdditionalFields: map[string]any{"toolbus/invocationId": hc.inv.ID}}
-	return res, nil
+	ask := b.ToolResult().MultiRoundTripResult
+	return heldReply{ask: &ask, invocation: hc.inv.ID}, nil
 }
 
 // answerHeldServerRequest takes a retry of a held call whose current
 // round put server, a request of its backend server, to the client: the
 // client's answer goes to the server, and the call is waited for again.
 // A retry with no answer is asked again.
-func (f *Facade) answerHeldServerRequest(ctx context.Context, req mcp.CallToolRequest, hc *heldCall, round int, server *events.ServerRequest) (*mcp.CallToolResult, error) {
-	resp, ok := mcpserver.InputResponse(req.Params.InputResponses, serverInput)
+func (f *Facade) answerHeldServerRequest(ctx context.Context, req heldRequest, hc *heldCall, round int, server *events.ServerRequest) (heldReply, error) {
+	resp, ok := mcpserver.InputResponse(req.InputResponses, serverInput)
 	if !ok {
 		select {
 		case <-hc.done:

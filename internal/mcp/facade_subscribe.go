@@ -152,8 +152,7 @@ func (s *subscriptions) sessionsOf(server, uri string) []string {
 
 // subscriptionHooks are the mcp-go hooks through which the facade sees
 // its clients' subscriptions and their sessions' ends.
-func (f *Facade) subscriptionHooks() *mcpserver.Hooks {
-	h := &mcpserver.Hooks{}
+func (f *Facade) subscriptionHooks(h *mcpserver.Hooks) {
 	h.AddOnRequestInitialization(f.takeSubscription)
 	h.AddAfterUnsubscribe(func(ctx context.Context, _ any, req *mcp.UnsubscribeRequest, _ *mcp.EmptyResult) {
 		if s := mcpserver.ClientSessionFromContext(ctx); s != nil {
@@ -167,7 +166,6 @@ func (f *Facade) subscriptionHooks() *mcpserver.Hooks {
 	h.AddBeforeSubscriptionsListen(func(_ context.Context, _ any, req *mcp.SubscriptionsListenRequest) {
 		req.Params.Notifications.ResourceSubscriptions = nil
 	})
-	return h
 }
 
 // takeSubscription takes a resources/subscribe request of protocol
@@ -232,7 +230,7 @@ func (f *Facade) subscribe(ctx context.Context, uri string) error {
 	}
 	// Every subscription is judged and recorded, also one of a URI the
 	// facade holds already for this caller.
-	if _, err := f.callFeature(ctx, ref.entry, args, events.OpSubscribe); err != nil {
+	if _, _, err := f.callFeature(ctx, ref.entry, args, events.OpSubscribe, nil); err != nil {
 		return err
 	}
 	s.mu.Lock()

@@ -13,11 +13,14 @@ import (
 	"time"
 
 	mcpclient "github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/bustest"
+	"github.com/toolbus/toolbus/internal/testkit/mcpsession"
 	"github.com/toolbus/toolbus/internal/testkit/npmpeer"
 )
 
@@ -307,5 +310,77 @@ func TestFacadeJudgesReadsAndGets(t *testing.T) {
 	req.Params.Name, req.Params.Arguments = "greeting", map[string]string{"name": "Ada"}
 	if _, err := untrusted.GetPrompt(ctx, req); err == nil || !strings.Contains(err.Error(), "POLICY_DENIED") {
 		t.Errorf("a prompt of a server that is not trusted, no approver: %v", err)
+	}
+}
+
+// The person in front of a client of protocol 2026-07-28 is asked about a
+// get or a read the policy asks about, as about a tool: with an
+// input-required result of prompts/get or resources/read, whose retry
+// carries the answer. An accept gets what the server itself gives; a
+// decline refuses with the person's reason; a retry that carries the
+// state of one request for another is refused.
+func TestFacadeAsksAModernClientsUserForReadsAndGets(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	direct, _, url := featureFleetAt(t, false)
+	user := &userAtClient{answer: respond(mcp.ElicitationResponseActionAccept, nil)}
+	tr, err := transport.NewStreamableHTTP(url, transport.WithHTTPLogger(bustest.Quiet()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := mcpclient.NewClient(tr, mcpclient.WithElicitationHandler(user))
+	mcpsession.InitializeModern(t, c, "modern-reader", "1.0")
+
+	prompt := mcp.GetPromptRequest{}
+	prompt.Params.Name, prompt.Params.Arguments = "greeting", map[string]string{"name": "Ada"}
+	got, err := c.GetPrompt(ctx, prompt)
+	if err != nil {
+		t.Fatalf("an accepted prompt get: %v", err)
+	}
+	want, err := direct.GetPrompt(ctx, prompt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if asJSON(t, got.Messages) != asJSON(t, want.Messages) {
+		t.Errorf("the accepted prompt's messages: %s, want %s", asJSON(t, got.Messages), asJSON(t, want.Messages))
+	}
+	readme := func(c *mcpclient.Client) (*mcp.ReadResourceResult, error) {
+		req := mcp.ReadResourceRequest{}
+		req.Params.URI = "notes://readme"
+		return c.ReadResource(ctx, req)
+	}
+	read, err := readme(c)
+	if err != nil {
+		t.Fatalf("an accepted resource read: %v", err)
+	}
+	wantRead, err := readme(direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if asJSON(t, read.Contents) != asJSON(t, wantRead.Contents) || read.NeedsInput() {
+		t.Errorf("the accepted read: %s, want %s", asJSON(t, read), asJSON(t, wantRead.Contents))
+	}
+	shown := user.shown()
+	if len(shown) != 2 || !strings.Contains(shown[0], "greeting") || !strings.Contains(shown[1], "notes://readme") {
+		t.Errorf("the user was shown %q; want the prompt's question, then the resource's", shown)
+	}
+
+	user.answer = respond(mcp.ElicitationResponseActionDecline, map[string]any{"reason": "not the readme"})
+	if _, err := readme(c); err == nil || !strings.Contains(err.Error(), "declined: not the readme") {
+		t.Errorf("a declined read: %v", err)
+	}
+
+	// The state of a question about the prompt, sent back with a read.
+	res := modernPost(t, url, "modern-reader", "prompts/get", map[string]any{"name": "greeting", "arguments": map[string]any{"name": "Ada"}},
+		map[string]any{"elicitation": map[string]any{}})
+	result, _ := res["result"].(map[string]any)
+	state, _ := result["requestState"].(string)
+	if result["resultType"] != "input_required" || state == "" {
+		t.Fatalf("a modern prompt get that asks: %v", res)
+	}
+	res = modernPost(t, url, "modern-reader", "resources/read", map[string]any{"uri": "notes://readme", "requestState": state,
+		"inputResponses": map[string]any{"toolbus_approval": map[string]any{"action": "accept"}}}, map[string]any{"elicitation": map[string]any{}})
+	if e, _ := res["error"].(map[string]any); e == nil || !strings.Contains(fmt.Sprint(e["message"]), "integrity check") {
+		t.Errorf("a read that carries a prompt get's state: %v", res)
 	}
 }
