@@ -166,6 +166,9 @@ func Compile(ctx context.Context, files Files) (*Policy, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := check(modules); err != nil {
+		return nil, err
+	}
 	if failures, err := failedTests(ctx, modules); err != nil {
 		return nil, err
 	} else if len(failures) > 0 {

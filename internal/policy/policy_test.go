@@ -129,9 +129,11 @@ func TestPolicyFailsClosed(t *testing.T) {
 		rego string
 		says string
 	}{
-		{"undefined decision", "package toolbus\nother := 1\n", "data.toolbus.decision is undefined"},
+		// The set defines a decision, which this input leaves undefined.
+		{"undefined decision", "package toolbus\ndecision := {\"verdict\": \"ALLOW\"} if input.never\n", "data.toolbus.decision is undefined"},
 		{"not an object", "package toolbus\ndecision := \"ALLOW\"\n", "is not an object"},
-		{"unknown verdict", "package toolbus\ndecision := {\"verdict\": \"YES\"}\n", `verdict is "YES"`},
+		// A verdict made when the call is judged, which no check on load sees.
+		{"unknown verdict", "package toolbus\ndecision := {\"verdict\": concat(\"\", [\"Y\", \"ES\"])}\n", `verdict is "YES"`},
 		{"runtime error", "package toolbus\ndecision := {\"verdict\": \"ALLOW\", \"reason\": sprintf(\"%d\", [1/input.zero])}\n", "policy error"},
 		{"conflict", "package toolbus\ndecision := {\"verdict\": \"ALLOW\"} if true\ndecision := {\"verdict\": \"DENY\"} if true\n", "policy error"},
 	}
@@ -160,6 +162,10 @@ func TestCompileRefusesBrokenSets(t *testing.T) {
 		{"empty", Files{}, "empty policy set"},
 		{"syntax error", Files{"p.rego": "package toolbus\ndecision := {"}, "rego_parse_error"},
 		{"not Rego v1", Files{"p.rego": "package toolbus\ndeny[x] { x := 1 }\n"}, "rego_parse_error"},
+		{"no decision", Files{"p.rego": "package toolbus\nother := 1\n"}, "the set defines no data.toolbus.decision"},
+		{"a misspelt decision", Files{"p.rego": "package toolbus\ndesicion := {\"verdict\": \"ALLOW\"}\n"}, `it defines "desicion": a misspelling?`},
+		{"a decision in another package", Files{"p.rego": "package tolbus\ndecision := {\"verdict\": \"ALLOW\"}\n"}, "the set defines no data.toolbus.decision"},
+		{"a misspelt verdict", Files{"p.rego": "package toolbus\n\ndecision := {\"verdict\": \"DENY\"} if input.x\n\nelse := {\"verdict\": \"ALOW\", \"reason\": \"ok\"}\n"}, `p.rego:5: verdict "ALOW" is none of ALLOW, DENY and ASK_USER`},
 		{"failing Rego test", merge(good, Files{"extra_test.rego": "package extra_test\nimport data.toolbus\ntest_wrong if toolbus.decision.verdict == \"ALLOW\" with input as {\"tool\": {\"kind\": \"execute\"}}\n"}), "Rego tests fail: data.extra_test.test_wrong"},
 	}
 	for _, tt := range tests {
