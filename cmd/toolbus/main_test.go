@@ -385,7 +385,7 @@ func TestFleetDaemons(t *testing.T) {
 	for _, tool := range tools {
 		if tool["active"] == false {
 			inactive++
-			if tool["name"] != "run_shell_command" || tool["inactiveReason"] != "excluded by tools.exclude" {
+			if tool["name"] != "run_shell_command" || tool["inactiveReason"] != "excluded by tools.exclude in settings.json (take it out, or toolbus tools enable run_shell_command)" {
 				t.Errorf("inactive: %v (%v)", tool["name"], tool["inactiveReason"])
 			}
 		}

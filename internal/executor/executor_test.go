@@ -960,3 +960,26 @@ func TestAFailedStartLeavesNothingRunning(t *testing.T) {
 	}
 	goleak.VerifyNone(t, append(testkit.NATSLeaks(), before)...)
 }
+
+// A tool that is registered but disabled is not called, and the caller is
+// told it is disabled and what enables it, not that no such tool exists.
+func TestADisabledToolSaysSo(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	reply, err := registry.NewClient(e.callerConn, events.Identity{ID: "admin", Role: "admin"}).Toggle(ctx, &events.ToggleRequest{Names: []string{"glob"}})
+	if err != nil || len(reply.Changes) != 1 {
+		t.Fatalf("disable glob: %+v %v", reply, err)
+	}
+	var res *events.Result
+	if !testkit.Poll(10*time.Second, func() bool {
+		res = e.call(t, "glob", `{"pattern":"*.md"}`)
+		return errType(res) != ""
+	}) {
+		t.Fatalf("glob still runs once disabled: %q", res.LLMContent)
+	}
+	want := `Tool "glob" is disabled: disabled at run time (toolbus tools enable glob).`
+	if errType(res) != events.ErrToolNotFound || res.LLMContent != want {
+		t.Errorf("a disabled tool: %s %q, want %q", errType(res), res.LLMContent, want)
+	}
+}

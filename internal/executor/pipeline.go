@@ -924,12 +924,29 @@ func endAnswers(nc *nats.Conn, reply string) {
 	}
 }
 
-// notFound names the three closest tool names (seed 004 error guidance).
-func notFound(c interface{ AllToolNames() []string }, name string) string {
+// notFound says why name is not a tool to call: a tool that is registered
+// but not active says so, and how it is made active again; any other name
+// gets the three closest tool names (seed 004 error guidance).
+func notFound(c interface {
+	AllToolNames() []string
+	Lookup(name string) (*events.Tool, bool)
+}, name string) string {
+	if t, ok := c.Lookup(name); ok && !t.Active {
+		return inactive(t)
+	}
 	closest := closestNames(name, c.AllToolNames(), 3)
 	msg := fmt.Sprintf("Tool %q not found in the registry.", name)
 	if len(closest) > 0 {
 		msg += " Did you mean: " + strings.Join(closest, ", ") + "?"
 	}
 	return msg
+}
+
+// inactive says that t is registered and not active, and why: the
+// registry's reason names what makes it active again.
+func inactive(t *events.Tool) string {
+	if t.InactiveReason == "" {
+		return fmt.Sprintf("Tool %q is disabled.", t.Name)
+	}
+	return fmt.Sprintf("Tool %q is disabled: %s.", t.Name, t.InactiveReason)
 }

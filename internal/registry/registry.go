@@ -802,21 +802,21 @@ func (r *Registry) activity(t *events.Tool) (bool, string) {
 		if on {
 			return true, ""
 		}
-		return false, "disabled at run time"
+		return false, "disabled at run time (toolbus tools enable " + t.Name + ")"
 	}
 	kindOn, kindSet := st.Kinds[t.Kind]
 	catOn, catSet := st.Categories[t.Category]
 	switch {
 	case kindSet && !kindOn:
-		return false, fmt.Sprintf("kind %q disabled at run time", t.Kind)
+		return false, fmt.Sprintf("kind %q disabled at run time (toolbus tools enable --kind %s)", t.Kind, t.Kind)
 	case catSet && !catOn:
-		return false, fmt.Sprintf("category %q disabled at run time", t.Category)
+		return false, fmt.Sprintf("category %q disabled at run time (toolbus tools enable --category %s)", t.Category, t.Category)
 	case kindSet || catSet:
 		return true, ""
 	case r.exclude[t.Name]:
-		return false, "excluded by tools.exclude"
+		return false, "excluded by tools.exclude in settings.json (take it out, or toolbus tools enable " + t.Name + ")"
 	case len(r.core) > 0 && t.Source == events.SourceBuiltin && !r.core[t.Name]:
-		return false, "not listed in tools.core"
+		return false, "not listed in tools.core in settings.json (add it, or toolbus tools enable " + t.Name + ")"
 	}
 	return true, ""
 }

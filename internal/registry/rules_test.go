@@ -355,16 +355,16 @@ func TestActiveAndExcluded(t *testing.T) {
 		{name: "all active by default", want: map[string]bool{"read_file": true, "run_shell_command": true, "lint": true, "gh_issue": true}},
 		{name: "tools.exclude keeps the tool registered but inactive", settings: Settings{Exclude: []string{"run_shell_command", "lint"}},
 			want:   map[string]bool{"run_shell_command": false, "lint": false, "read_file": true},
-			reason: map[string]string{"run_shell_command": "excluded by tools.exclude"}},
+			reason: map[string]string{"run_shell_command": "excluded by tools.exclude in settings.json (take it out, or toolbus tools enable run_shell_command)"}},
 		{name: "excluded tool enabled at run time", settings: Settings{Exclude: []string{"run_shell_command"}},
 			toggles: []*events.ToggleRequest{{Enable: true, Names: []string{"run_shell_command"}}},
 			want:    map[string]bool{"run_shell_command": true}},
 		{name: "tools.core limits built-ins only", settings: Settings{Core: []string{"read_file", "run_shell_command(git status)"}},
 			want:   map[string]bool{"read_file": true, "run_shell_command": true, "write_file": false, "lint": true, "gh_issue": true},
-			reason: map[string]string{"write_file": "not listed in tools.core"}},
+			reason: map[string]string{"write_file": "not listed in tools.core in settings.json (add it, or toolbus tools enable write_file)"}},
 		{name: "disable a category as a whole", toggles: []*events.ToggleRequest{{Enable: false, Categories: []string{builtin.CategoryFilesystem}}},
 			want:   map[string]bool{"read_file": false, "write_file": false, "replace": false, "glob": true, "run_shell_command": true},
-			reason: map[string]string{"read_file": `category "filesystem" disabled at run time`}},
+			reason: map[string]string{"read_file": `category "filesystem" disabled at run time (toolbus tools enable --category filesystem)`}},
 		{name: "disable a kind, then enable one tool of it", toggles: []*events.ToggleRequest{
 			{Enable: false, Kinds: []events.Kind{events.KindEdit}}, {Enable: true, Names: []string{"replace"}}},
 			want: map[string]bool{"write_file": false, "replace": true, "read_file": true}},
@@ -421,7 +421,7 @@ func TestToggleReportsChangesAndUnknownNames(t *testing.T) {
 	if !slices.Equal(unknown, []string{"nope"}) {
 		t.Errorf("unknown = %v", unknown)
 	}
-	if len(changes) != 1 || changes[0] != (events.Change{Op: events.OpDeactivated, Name: "glob", Warning: "disabled at run time"}) {
+	if len(changes) != 1 || changes[0] != (events.Change{Op: events.OpDeactivated, Name: "glob", Warning: "disabled at run time (toolbus tools enable glob)"}) {
 		t.Errorf("changes = %+v", changes)
 	}
 	if changes, _ := r.Toggle(&events.ToggleRequest{Enable: false, Names: []string{"glob"}}); len(changes) != 0 {

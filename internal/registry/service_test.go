@@ -195,7 +195,7 @@ func TestCatalogueSurvivesRegistryAndBusRestarts(t *testing.T) {
 	select {
 	case m := <-changes:
 		ev, err := events.Decode[events.CatalogChanged](m.Data)
-		if err != nil || ev.Cause != "restore" || ev.Changes[0] != (events.Change{Op: events.OpDeactivated, Name: "lint", Warning: "excluded by tools.exclude"}) {
+		if err != nil || ev.Cause != "restore" || ev.Changes[0] != (events.Change{Op: events.OpDeactivated, Name: "lint", Warning: "excluded by tools.exclude in settings.json (take it out, or toolbus tools enable lint)"}) {
 			t.Errorf("restore event %+v (%v)", ev, err)
 		}
 	case <-time.After(10 * time.Second):
