@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -130,6 +131,13 @@ type fleet struct {
 
 func startFleet(t *testing.T, cfg *toolmcp.Config) *fleet {
 	t.Helper()
+	return startFleetWith(t, cfg, bustest.Quiet(), 3*time.Second)
+}
+
+// startFleetWith is startFleet with the executor's and the manager's
+// logger, and the manager's first retry after backoff.
+func startFleetWith(t *testing.T, cfg *toolmcp.Config, log *slog.Logger, backoff time.Duration) *fleet {
+	t.Helper()
 	b := bustest.Start(t, "")
 	registrytest.Start(t, b)
 	pol, err := policy.Compile(context.Background(), policy.Files(defaultpolicy.Default()))
@@ -143,7 +151,7 @@ func startFleet(t *testing.T, cfg *toolmcp.Config) *fleet {
 		t.Fatal(err)
 	}
 	mgr, err := toolmcp.Start(context.Background(), cfg, toolmcp.Options{Identity: id, Conn: b.Conn(), JS: b.JetStream(),
-		Host: executornode.HostOn(ex), Logger: bustest.Quiet(), MinBackoff: 3 * time.Second})
+		Host: executornode.HostOn(ex), Logger: log, MinBackoff: backoff})
 	if err != nil {
 		t.Fatal(err)
 	}

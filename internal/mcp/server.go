@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,6 +50,9 @@ type server struct {
 
 	mu     sync.Mutex
 	status events.MCPServerStatus
+	// hostedWith is what the last hosting of the tools warned of, so that
+	// listing the same tools again says nothing new.
+	hostedWith string
 
 	// discover asks the runner to list the tools again (or, when
 	// disconnected, to connect at once); the reply is the outcome.
@@ -124,6 +129,7 @@ func (s *server) run() {
 		return
 	}
 	backoff := s.m.backoff
+	lastErr, failures := "", 0 // the failures in a row, and the last one's reason
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
 			s.mu.Lock()
@@ -138,10 +144,19 @@ func (s *server) run() {
 		}
 		if time.Since(began) > stableAfter {
 			backoff = s.m.backoff
+			lastErr, failures = "", 0
 		}
 		next := time.Now().Add(backoff)
 		s.setState(events.MCPDisconnected, err, next, -1)
-		s.m.log.Warn("MCP server disconnected", "server", s.cfg.Name, "err", err, "retry in", backoff)
+		// A server that stays down says so once, again when the reason
+		// changes, and every tenth attempt; the attempts between are
+		// debug.
+		level := slog.LevelDebug
+		if msg := fmt.Sprint(err); msg != lastErr || failures%10 == 0 {
+			level, lastErr = slog.LevelWarn, msg
+		}
+		failures++
+		s.m.log.Log(context.Background(), level, "MCP server disconnected", "server", s.cfg.Name, "err", err, "attempt", failures, "retry in", backoff)
 		if !s.wait(backoff) {
 			return
 		}
@@ -286,8 +301,13 @@ func (s *server) list(sess *session) discovered {
 		}
 	}
 	found.features = len(names) - len(found.tools)
-	for _, w := range found.warnings {
-		s.m.log.Warn("MCP tool not hosted, or not as declared", "server", s.cfg.Name, "reason", w)
+	s.mu.Lock()
+	said := strings.Join(found.warnings, "\n")
+	fresh := said != s.hostedWith
+	s.hostedWith = said
+	s.mu.Unlock()
+	if fresh {
+		logHosting(s.m.log, s.cfg.Name, found.warnings)
 	}
 	if err != nil {
 		found.err = fmt.Errorf("register tools: %w", err)
@@ -389,4 +409,37 @@ func (s *server) close() {
 	close(s.stop)
 	<-s.done
 	s.callers.close()
+}
+
+// logHosting says in one line per server what did not go as the server
+// declared: the tools renamed because another source had their names, and
+// those not hosted or trimmed, each with a few examples. `toolbus tools
+// discover --server` lists them all.
+func logHosting(log *slog.Logger, server string, warnings []string) {
+	if len(warnings) == 0 {
+		return
+	}
+	var renamed, other []string
+	for _, w := range warnings {
+		if strings.Contains(w, "; registered as ") {
+			renamed = append(renamed, w)
+		} else {
+			other = append(other, w)
+		}
+	}
+	examples := func(ws []string) string {
+		if len(ws) > 3 {
+			return strings.Join(ws[:3], " | ") + fmt.Sprintf(" | and %d more", len(ws)-3)
+		}
+		return strings.Join(ws, " | ")
+	}
+	attrs := []any{"server", server}
+	if len(renamed) > 0 {
+		attrs = append(attrs, "renamed", len(renamed), "renamed_examples", examples(renamed))
+	}
+	if len(other) > 0 {
+		attrs = append(attrs, "not_as_declared", len(other), "examples", examples(other))
+	}
+	attrs = append(attrs, "all", "toolbus tools discover --server "+server)
+	log.Warn("MCP server: tools hosted with changes", attrs...)
 }

@@ -148,7 +148,30 @@ func (r *Registry) Register(req *events.RegisterRequest) RegisterResult {
 	if req.Replace && last {
 		res.Removed = r.dropUnseen(req, seen, &res.Changes)
 	}
+	r.logRenames(req, res.Changes)
 	return res
+}
+
+// logRenames says in one line which tools of a request were registered
+// with a warning: under another name than they asked for, because another
+// source had theirs, or trimmed; the provider's reply lists each.
+func (r *Registry) logRenames(req *events.RegisterRequest, changes []events.Change) {
+	var renamed []string
+	for _, c := range changes {
+		if c.Warning != "" && c.Op != events.OpDeactivated {
+			renamed = append(renamed, c.Warning)
+		}
+	}
+	if len(renamed) == 0 {
+		return
+	}
+	examples := renamed
+	more := ""
+	if len(examples) > 3 {
+		examples, more = examples[:3], fmt.Sprintf(" | and %d more", len(renamed)-3)
+	}
+	r.log.Warn("tools registered with warnings", "provider", req.Provider, "server", req.Server, "count", len(renamed),
+		"examples", strings.Join(examples, " | ")+more)
 }
 
 // batchFor returns the set of identities a Replace request has named so
@@ -249,9 +272,6 @@ func (r *Registry) registerOne(req *events.RegisterRequest, spec *events.ToolSpe
 		return r.rejected(out, req, err)
 	}
 	r.store(t, reg)
-	if out.Warning != "" {
-		r.log.Warn("tool name conflict", "tool", spec.Name, "provider", req.Provider, "warning", out.Warning)
-	}
 	out.Name = reg.name
 	*changes = append(*changes, events.Change{Op: reg.op, Name: reg.name, Warning: out.Warning})
 	return out, id

@@ -1,0 +1,98 @@
+package mcp_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/testkit"
+)
+
+// syncBuffer is a log's output that tests read while the log writes.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) lines(containing string) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []string
+	for l := range strings.SplitSeq(b.buf.String(), "\n") {
+		if strings.Contains(l, containing) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// Start-up says what went wrong once per server, not once per tool or
+// per retry: two servers of the same twelve tools, of which the second's
+// go under other names, log one summary each; a server that stays down
+// warns once, however often it is tried again.
+func TestStartUpWarnsOncePerServer(t *testing.T) {
+	same := func() *server.MCPServer {
+		s := server.NewMCPServer("twin", "1.0", server.WithToolCapabilities(true))
+		for i := range 12 {
+			s.AddTool(mcp.NewTool(fmt.Sprintf("twin-tool-%d", i)), func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				return mcp.NewToolResultText("ok"), nil
+			})
+		}
+		return s
+	}
+	out := &syncBuffer{}
+	log := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	f := startFleetWith(t, parse(t, fmt.Sprintf(`{"mcpServers": {"one": {"httpUrl": %q}, "two": {"httpUrl": %q}, "down": {"httpUrl": "http://127.0.0.1:1/mcp"}}}`,
+		httpServer(t, same(), nil), httpServer(t, same(), nil))), log, 50*time.Millisecond)
+	f.waitState(t, "one", events.MCPConnected)
+	f.waitState(t, "two", events.MCPConnected)
+	if !testkit.Poll(30*time.Second, func() bool { return f.restarts(t, "down") >= 4 }) {
+		t.Fatal("the server that is down was not tried again four times")
+	}
+	if got := out.lines(`msg="MCP server disconnected" server=down`); len(got) != 1 {
+		t.Errorf("a server down for five attempts warned %d times, want once:\n%s", len(got), strings.Join(got, "\n"))
+	}
+	summaries := out.lines("MCP server: tools hosted with changes")
+	if len(summaries) != 1 || !strings.Contains(summaries[0], "renamed=12") || !strings.Contains(summaries[0], "and 9 more") {
+		t.Errorf("the hosting summaries:\n%s\nwant one, of twelve tools renamed", strings.Join(summaries, "\n"))
+	}
+	if got := out.lines("twin-tool-11"); len(got) > 2 {
+		t.Errorf("one tool is named in %d lines, want at most the two summaries:\n%s", len(got), strings.Join(got, "\n"))
+	}
+}
+
+// restarts is how many times server was tried again, as its status on the
+// bus says.
+func (f *fleet) restarts(t *testing.T, server string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := f.js.KeyValue(ctx, events.MCPStatusBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := kv.Get(ctx, events.MCPStatusKey("executor@test", server))
+	if err != nil {
+		return 0
+	}
+	st, err := events.Decode[events.MCPServerStatus](e.Value())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Restarts
+}
