@@ -107,6 +107,9 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 	}
 	s.publishChanges("restore", changes)
 	log.Info("registry loaded catalogue", "tools", len(tools), "changed_by_settings", len(changes))
+	for _, w := range cfg.Settings.Ignored {
+		log.Warn("settings: " + w)
+	}
 	if err := s.serve(); err != nil {
 		return nil, err
 	}

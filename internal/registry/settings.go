@@ -13,8 +13,8 @@ import (
 type Settings struct {
 	// Core, when not empty, is the only built-in tools that are active
 	// (tools.core; legacy coreTools). An entry may carry an argument
-	// restriction, "run_shell_command(git)"; the registry uses the name, the
-	// restriction is the policy's business.
+	// restriction, "run_shell_command(git)"; the registry uses the name, and
+	// says the restriction is not held (Ignored): the policy judges calls.
 	Core []string
 	// Exclude lists tools that stay registered but inactive until enabled
 	// at run time (tools.exclude; legacy excludeTools).
@@ -22,12 +22,15 @@ type Settings struct {
 	// Aliases maps extra names to catalogue names (tools.aliases, a toolbus
 	// extension).
 	Aliases map[string]string
+	// Ignored says what of the settings the registry reads and does not
+	// do (settings.Tools.Ignored); the registry logs each when it starts.
+	Ignored []string
 }
 
 // SettingsFrom is the registry's settings from a settings file's tools
 // keys, validated.
 func SettingsFrom(t settings.Tools) (Settings, error) {
-	s := Settings{Core: t.Core, Exclude: t.Exclude, Aliases: t.Aliases}
+	s := Settings{Core: t.Core, Exclude: t.Exclude, Aliases: t.Aliases, Ignored: t.Ignored}
 	return s, s.Validate()
 }
 

@@ -162,13 +162,14 @@ var decodeOptions = json.JoinOptions(jsontext.AllowDuplicateNames(true), jsontex
 // The files' top-level keys, as each format reads them.
 type (
 	geminiJSON struct {
-		Tools                toolsJSON    `json:"tools"`
-		CoreTools            []string     `json:"coreTools"`
-		ExcludeTools         []string     `json:"excludeTools"`
-		ToolDiscoveryCommand *command     `json:"toolDiscoveryCommand"`
-		ToolCallCommand      *command     `json:"toolCallCommand"`
-		Hooks                *geminiHooks `json:"hooks"`
-		HooksConfig          *switches    `json:"hooksConfig"`
+		Tools                toolsJSON      `json:"tools"`
+		CoreTools            []string       `json:"coreTools"`
+		ExcludeTools         []string       `json:"excludeTools"`
+		AllowedTools         jsontext.Value `json:"allowedTools"`
+		ToolDiscoveryCommand *command       `json:"toolDiscoveryCommand"`
+		ToolCallCommand      *command       `json:"toolCallCommand"`
+		Hooks                *geminiHooks   `json:"hooks"`
+		HooksConfig          *switches      `json:"hooksConfig"`
 		mcpJSON
 	}
 	claudeJSON struct {

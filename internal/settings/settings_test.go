@@ -115,7 +115,8 @@ const geminiSettings = `{
 func TestGeminiSettings(t *testing.T) {
 	f := mustParse(t, geminiSettings, GeminiSettings)
 	if want := (Tools{Core: []string{"read_file", "run_shell_command(git)"}, Exclude: []string{"lint"},
-		Aliases: map[string]string{"cat": "read_file"}}); !reflect.DeepEqual(f.Tools, want) {
+		Aliases: map[string]string{"cat": "read_file"},
+		Ignored: []string{`coreTools entry "run_shell_command(git)": the registry makes the tool active and does not hold its calls to the restriction in brackets; the policy judges each call (policy/README.md)`}}); !reflect.DeepEqual(f.Tools, want) {
 		t.Errorf("tools:\n got %+v\nwant %+v", f.Tools, want)
 	}
 	if want := (Discovery{DiscoveryCommand: "sh discover.sh", CallCommand: "sh call.sh",
@@ -318,4 +319,36 @@ func FuzzRead(f *testing.F) {
 			}
 		}
 	})
+}
+
+// What toolbus reads and does not do is said, not silently dropped:
+// tools.allowed (and the older allowedTools) would let a file in the
+// project, which an agent can write, widen what runs without asking; a
+// core entry's restriction in brackets is not held by the registry.
+func TestToolsKeysNotHonouredAreSaid(t *testing.T) {
+	for _, tt := range []struct {
+		name, data string
+		want       []string
+	}{
+		{"none", `{"tools": {"core": ["read_file"], "exclude": ["glob"]}}`, nil},
+		{"tools.allowed", `{"tools": {"allowed": ["run_shell_command(git status)"]}}`, []string{"tools.allowed is not honoured"}},
+		{"allowedTools", `{"allowedTools": ["write_file"]}`, []string{"allowedTools is not honoured"}},
+		{"an empty tools.allowed is still said", `{"tools": {"allowed": []}}`, []string{"tools.allowed is not honoured"}},
+		{"a core restriction", `{"coreTools": ["read_file", "run_shell_command(git)"]}`, []string{`coreTools entry "run_shell_command(git)": the registry makes the tool active and does not hold`}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f, err := Parse([]byte(tt.data), "settings.json", GeminiSettings)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(f.Tools.Ignored) != len(tt.want) {
+				t.Fatalf("ignored %q, want %d saying %q", f.Tools.Ignored, len(tt.want), tt.want)
+			}
+			for i, w := range tt.want {
+				if !strings.Contains(f.Tools.Ignored[i], w) {
+					t.Errorf("ignored[%d] = %q, want it to say %q", i, f.Tools.Ignored[i], w)
+				}
+			}
+		})
+	}
 }

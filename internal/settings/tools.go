@@ -23,6 +23,10 @@ type Tools struct {
 	// Aliases (tools.aliases, a toolbus key) maps extra names to
 	// catalogue names.
 	Aliases map[string]string
+	// Ignored says what of the tools keys toolbus reads and does not do,
+	// and why: tools.allowed, and the argument restriction of a core
+	// entry.
+	Ignored []string
 }
 
 // Discovery are the keys of a Gemini CLI settings.json that configure the
@@ -51,6 +55,7 @@ type toolsJSON struct {
 	Core                 []string          `json:"core"`
 	Exclude              []string          `json:"exclude"`
 	Aliases              map[string]string `json:"aliases"`
+	Allowed              jsontext.Value    `json:"allowed"`
 	DiscoveryCommand     *command          `json:"discoveryCommand"`
 	CallCommand          *command          `json:"callCommand"`
 	DiscoveryInterval    duration          `json:"discoveryInterval"`
@@ -60,9 +65,25 @@ type toolsJSON struct {
 }
 
 func (t toolsJSON) tools(g geminiJSON) Tools {
-	core, _ := orOlder(t.Core, "tools.core", g.CoreTools, "coreTools")
+	core, coreKey := orOlder(t.Core, "tools.core", g.CoreTools, "coreTools")
 	exclude, _ := orOlder(t.Exclude, "tools.exclude", g.ExcludeTools, "excludeTools")
-	return Tools{Core: core, Exclude: exclude, Aliases: t.Aliases}
+	out := Tools{Core: core, Exclude: exclude, Aliases: t.Aliases}
+	for _, allowed := range []struct {
+		key string
+		v   jsontext.Value
+	}{{"tools.allowed", t.Allowed}, {"allowedTools", g.AllowedTools}} {
+		if len(allowed.v) > 0 {
+			out.Ignored = append(out.Ignored, allowed.key+" is not honoured: what runs without asking is the fleet policy's to say, "+
+				"not a file in the project an agent can write; an ALLOW rule in the policy does it (policy/README.md)")
+		}
+	}
+	for _, c := range core {
+		if strings.Contains(c, "(") {
+			out.Ignored = append(out.Ignored, fmt.Sprintf("%s entry %q: the registry makes the tool active and does not hold its calls to the restriction in brackets; "+
+				"the policy judges each call (policy/README.md)", coreKey, c))
+		}
+	}
+	return out
 }
 
 func (t toolsJSON) discovery(g geminiJSON) Discovery {
