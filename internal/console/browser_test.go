@@ -202,7 +202,7 @@ func TestBrowserAllowOnce(t *testing.T) {
 		t.Errorf("the file is %q (%v)", data, err)
 	}
 	tb.waitJS(t, `document.querySelector('#acks li') !== null`)
-	if got := text(t, tb, "#acks li"); !strings.Contains(got, "accepted") {
+	if got := text(t, tb, "#acks li"); !strings.Contains(got, "allowed once — write_file") || !strings.Contains(got, "accepted") {
 		t.Errorf("the acknowledgement shown: %q", got)
 	}
 	tb.waitJS(t, `document.querySelector('#recent tr[data-invocation="inv-allow"]') !== null`)
@@ -232,6 +232,11 @@ func TestBrowserDeny(t *testing.T) {
 	tb.waitJS(t, `document.querySelector('#recent tr[data-invocation="inv-deny"]') !== null`)
 	if got := text(t, tb, `#recent tr[data-invocation="inv-deny"]`); !strings.Contains(got, "cancel") || !strings.Contains(got, "not in this repository") {
 		t.Errorf("recent decision %q, want cancel with the reason", got)
+	}
+	// A denial is one of the person's answers, as an approval is.
+	tb.waitJS(t, `document.querySelector('#acks li[data-invocation="inv-deny"]') !== null`)
+	if got := text(t, tb, `#acks li[data-invocation="inv-deny"]`); !strings.Contains(got, "denied (not in this repository)") || !strings.Contains(got, "accepted") {
+		t.Errorf("your answers say %q, want the denial, accepted", got)
 	}
 }
 

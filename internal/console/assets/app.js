@@ -407,6 +407,16 @@
     return data;
   }
 
+  // What each answer is called in "Your answers".
+  const answerLabels = {
+    proceed_once: "allowed once",
+    proceed_always: "allowed always",
+    proceed_always_server: "allowed always, for the server",
+    proceed_always_tool: "allowed always, for the tool",
+    modify_with_editor: "allowed with changed arguments",
+    cancel: "denied",
+  };
+
   async function send(node, answer) {
     const req = cards.get(node.dataset.key);
     if (!req) return;
@@ -426,7 +436,9 @@
       ack.classList.add("refused");
     }
     ack.textContent = visible(line);
-    const li = el("li", "", answer.outcome + " on " + req.req.tool + " (" + req.req.invocationId + "): " + line);
+    let said = answerLabels[answer.outcome] || answer.outcome;
+    if (answer.outcome === "cancel" && answer.message) said += " (" + answer.message + ")";
+    const li = el("li", "", said + " — " + req.req.tool + " (" + req.req.invocationId + "): " + line);
     li.dataset.invocation = req.req.invocationId;
     document.getElementById("acks").prepend(li);
     for (const b of node.querySelectorAll("button")) b.disabled = wasDisabled.has(b);
