@@ -171,6 +171,9 @@ type Answer struct {
 	Args json.RawMessage
 	// Message is the approver's word to the agent (why it was denied).
 	Message string
+	// Person names the person who answered, where several share this
+	// approver (events.ConfirmAnswer.Person).
+	Person string
 }
 
 // ErrNotPending is returned by Answer for a request that is not waiting
@@ -549,7 +552,7 @@ func (a *Approver) Answer(ctx context.Context, answerTo string, ans Answer) (*ev
 	}
 	to := answerTo
 	msg := &events.ConfirmAnswer{Header: events.Header{Sender: a.cfg.Identity}, InvocationID: invocationID,
-		Outcome: ans.Outcome, Args: ans.Args, Message: ans.Message}
+		Outcome: ans.Outcome, Args: ans.Args, Message: ans.Message, Person: ans.Person}
 	data, err := events.Encode(msg)
 	if err != nil {
 		return nil, fmt.Errorf("approve: %w", err)

@@ -69,8 +69,11 @@ type Record struct {
 	// Approver and Answer are the confirmation answer the executor acted
 	// on; Rejected counts the answers it refused.
 	Approver *events.Identity `json:"approver,omitempty"`
-	Answer   events.Outcome   `json:"answer,omitempty"`
-	Rejected int              `json:"rejectedAnswers,omitempty"`
+	// ApproverPerson is who the approver says answered (a console
+	// shared by several people names them): its claim, not the bus's.
+	ApproverPerson string         `json:"approverPerson,omitempty"`
+	Answer         events.Outcome `json:"answer,omitempty"`
+	Rejected       int            `json:"rejectedAnswers,omitempty"`
 	// Outcome is OK or the error type of the executor's result, the one
 	// terminal result a call has; NO_EXECUTOR_RESULT when the stream
 	// holds none but the caller's own record (CallerRecord); PENDING

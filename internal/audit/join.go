@@ -344,8 +344,12 @@ func (*joiner) confirmRequest(_ *Record, c *events.ConfirmRequest) Event {
 
 func (*joiner) confirmAnswer(r *Record, a *events.ConfirmAnswer) Event {
 	approver := a.Sender
-	r.Approver, r.Answer = &approver, a.Outcome
-	summary := fmt.Sprintf("%s answered %s", a.Sender.ID, a.Outcome)
+	r.Approver, r.Answer, r.ApproverPerson = &approver, a.Outcome, a.Person
+	who := a.Sender.ID
+	if a.Person != "" {
+		who += " (" + a.Person + ")"
+	}
+	summary := fmt.Sprintf("%s answered %s", who, a.Outcome)
 	if a.Message != "" {
 		summary += ": " + a.Message
 	}

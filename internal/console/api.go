@@ -153,6 +153,8 @@ type answerBody struct {
 	// text the person typed.
 	Args    string `json:"args,omitempty"`
 	Message string `json:"message,omitempty"`
+	// Person is the name the person gave in the page, if any.
+	Person string `json:"person,omitempty"`
 }
 
 // ack is the answer's fate as the page shows it.
@@ -179,7 +181,7 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusConflict, approve.ErrNotPending.Error())
 		return
 	}
-	ans := approve.Answer{Outcome: body.Outcome, Message: body.Message}
+	ans := approve.Answer{Outcome: body.Outcome, Message: body.Message, Person: s.auth.person(body.Person)}
 	if body.Outcome == events.ModifyWithEditor {
 		var obj map[string]any
 		if err := json.Unmarshal([]byte(body.Args), &obj); err != nil || obj == nil {

@@ -1,11 +1,14 @@
 package console
 
 import (
+	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
+	"unicode"
 )
 
 // contentSecurityPolicy allows the console's own files and nothing else:
@@ -50,6 +53,33 @@ func (a *auth) bearer(r *http.Request) bool {
 	h := r.Header.Get("Authorization")
 	tok, ok := strings.CutPrefix(h, "Bearer ")
 	return ok && equal(tok, string(a.token))
+}
+
+// person is who answered as the console records it: the name the person
+// gave in the page, cut to a line of printing characters, with the id of
+// the token they showed; everyone with the token is the console's member
+// on the bus, so the name is theirs to give, and the token's id says
+// through which token it came.
+func (a *auth) person(name string) string {
+	name = strings.Join(strings.FieldsFunc(name, func(r rune) bool { return !unicode.IsPrint(r) || unicode.IsSpace(r) }), " ")
+	if len(name) > maxPersonName {
+		name = strings.ToValidUTF8(name[:maxPersonName], "")
+	}
+	id := a.tokenID()
+	if name == "" {
+		return "someone with console token " + id
+	}
+	return name + " (console token " + id + ")"
+}
+
+// maxPersonName bounds the name a person gives in the page.
+const maxPersonName = 64
+
+// tokenID names the token without giving it away: the first 8 hex digits
+// of its SHA-256.
+func (a *auth) tokenID() string {
+	sum := sha256.Sum256(a.token)
+	return hex.EncodeToString(sum[:4])
 }
 
 // equal compares in constant time, so a guess learns nothing from timing.

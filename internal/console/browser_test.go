@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -679,5 +680,31 @@ func TestBrowserReusedIDReplacesNothing(t *testing.T) {
 	}
 	if got := text(t, tb, shellCard+" .command"); got != shell.Command {
 		t.Errorf("the shell line's card is gone or changed: %q", got)
+	}
+}
+
+// Several people may share the console's one token: the name a person
+// gives in the page is recorded with their answer, with the token's id,
+// beside the console's member the bus proves.
+func TestBrowserAnswerNamesThePerson(t *testing.T) {
+	e := newEnv(t)
+	tb := openConsole(t, e)
+	c := e.callAsync(t, "inv-person", "write_file", `{"file_path":"a.txt","content":"x\n"}`)
+	sel := card("inv-person")
+	tb.waitJS(t, fmt.Sprintf(`document.querySelector(%q) !== null`, sel))
+	tb.do(t, chromedp.SendKeys(chromedp.CSS("#person"), "Ada Lovelace"))
+	evalJS[bool](t, tb, `document.getElementById("person").dispatchEvent(new Event("change"))`)
+	tb.do(t, chromedp.Click(chromedp.CSS(sel+" .allow-once")))
+	if res := c.wait(t); res.Error != nil {
+		t.Fatalf("the allowed call failed: %+v", res.Error)
+	}
+	tb.waitJS(t, `document.querySelector('#recent tr[data-invocation="inv-person"]') !== null`)
+	got := text(t, tb, `#recent tr[data-invocation="inv-person"]`)
+	if !regexp.MustCompile(`approver:ada \(Ada Lovelace \(console token [0-9a-f]{8}\)\)`).MatchString(got) {
+		t.Errorf("the recent decision says %q, want the console's member and the person with the token's id", got)
+	}
+	// The browser keeps the name for the next visit.
+	if name := evalJS[string](t, tb, `localStorage.getItem("toolbus.person")`); name != "Ada Lovelace" {
+		t.Errorf("the page keeps the name %q", name)
 	}
 }

@@ -384,3 +384,29 @@ func TestAnsweredRequestsHideTheirSecrets(t *testing.T) {
 		t.Errorf("the history hides more than the secret: %s", r.Args)
 	}
 }
+
+// The name a person gives is theirs to give, and only a name: control
+// characters and line breaks cannot forge a second line of the audit, a
+// long one is cut, and the token's id always ends the record, whatever
+// the name says of tokens.
+func TestPersonIsANameAndTheTokensID(t *testing.T) {
+	a := &auth{token: []byte("the-token")}
+	id := a.tokenID()
+	for _, tt := range []struct{ name, want string }{
+		{"Ada", "Ada (console token " + id + ")"},
+		{"", "someone with console token " + id},
+		{"  Ada \n approver: root\x1b[2J ", "Ada approver: root [2J (console token " + id + ")"},
+		{"ada (console token deadbeef)", "ada (console token deadbeef) (console token " + id + ")"},
+		{strings.Repeat("é", 100), strings.Repeat("é", 32) + " (console token " + id + ")"},
+	} {
+		if got := a.person(tt.name); got != tt.want {
+			t.Errorf("person(%q) = %q, want %q", tt.name, got, tt.want)
+		}
+		if _, err := events.Encode(&events.ConfirmAnswer{Header: events.Header{Sender: events.Identity{ID: "console"}}, InvocationID: "i", Outcome: events.ProceedOnce, Person: a.person(tt.name)}); err != nil {
+			t.Errorf("person(%q) makes an answer that is not valid: %v", tt.name, err)
+		}
+	}
+	if len(id) != 8 || strings.Contains("the-token", id) {
+		t.Errorf("the token's id %q", id)
+	}
+}

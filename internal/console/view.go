@@ -123,7 +123,7 @@ func newRequest(r approve.Request) request {
 		v.Args, _ = json.Marshal(string(v.Args))
 	}
 	if a := r.Answer; a != nil {
-		v.Answer = &answered{By: a.Sender.ID, Outcome: a.Outcome, Message: a.Message, At: a.Time}
+		v.Answer = &answered{By: answerer(a), Outcome: a.Outcome, Message: a.Message, At: a.Time}
 	}
 	for _, rej := range r.Rejected {
 		v.Rejected = append(v.Rejected, rejected{By: rej.Answer.Sender.ID, Outcome: rej.Answer.Outcome, Reason: rej.Reason})
@@ -216,4 +216,13 @@ func (p *shown) diff(st approve.State, allow []allowEntry, red *redact.Redactor)
 	slices.Sort(c.Gone)
 	slices.Sort(c.Revoked)
 	return c
+}
+
+// answerer names who answered: the member the bus proved, and the person
+// it says answered, where it says one.
+func answerer(a *events.ConfirmAnswer) string {
+	if a.Person == "" {
+		return a.Sender.ID
+	}
+	return a.Sender.ID + " (" + a.Person + ")"
 }

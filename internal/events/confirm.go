@@ -3,6 +3,8 @@ package events
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -218,6 +220,12 @@ type ConfirmAnswer struct {
 	// answer it records on SubjectConfirmAnswered (what an answerer puts
 	// here is overwritten).
 	AnswerTo string `json:"answerTo,omitempty"`
+	// Person names who answered, as the answerer says: of the people who
+	// share one console (one member of the fleet, one token), the one
+	// whose click this was, with the token's id. It is the answerer's
+	// claim, shown beside Sender, which the bus proves; no policy reads
+	// it.
+	Person string `json:"person,omitempty"`
 }
 
 // EnvelopeType implements Envelope.
@@ -241,9 +249,16 @@ func (c *ConfirmAnswer) Validate() error {
 		return invalid(typ, "modify_with_editor needs args, a JSON object")
 	case len(c.Message) > MaxAnswerMessage:
 		return invalid(typ, "message is %d bytes; at most %d", len(c.Message), MaxAnswerMessage)
+	case len(c.Person) > MaxPerson:
+		return invalid(typ, "person is %d bytes; at most %d", len(c.Person), MaxPerson)
+	case strings.IndexFunc(c.Person, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0:
+		return invalid(typ, "person %q holds a character that does not print", c.Person)
 	}
 	return nil
 }
+
+// MaxPerson is the longest Person an answer may carry, in bytes.
+const MaxPerson = 200
 
 // ConfirmAck is the executor's reply to an answer sent to AnswerTo.
 type ConfirmAck struct {

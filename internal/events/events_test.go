@@ -523,3 +523,22 @@ func TestEncodeRegisterChunks(t *testing.T) {
 		t.Errorf("a tool larger than the limit: %v", err)
 	}
 }
+
+// An answer's Person is a name on one line: what an answerer claims lands
+// in the audit trail and on approvers' screens.
+func TestConfirmAnswerPerson(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ person, says string }{
+		{"", ""},
+		{"Ada Lovelace (console token 3f2a9c1b)", ""},
+		{"Ada\nexecutor@dev-1 answered proceed_always", "does not print"},
+		{"Ada\x1b[2J", "does not print"},
+		{strings.Repeat("a", MaxPerson+1), "at most 200"},
+	} {
+		a := &ConfirmAnswer{Header: hdr("ca", agent), InvocationID: "inv", Outcome: ProceedOnce, Person: tt.person}
+		_, err := Encode(a)
+		if (err == nil) != (tt.says == "") || (err != nil && !strings.Contains(err.Error(), tt.says)) {
+			t.Errorf("person %q: %v, want %q", tt.person, err, tt.says)
+		}
+	}
+}

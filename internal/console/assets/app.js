@@ -417,10 +417,19 @@
     cancel: "denied",
   };
 
+  // The name the person gives is kept by this browser and sent with each
+  // answer: several people may share the console's one token.
+  const person = document.getElementById("person");
+  try { person.value = localStorage.getItem("toolbus.person") || ""; } catch (e) { /* storage off */ }
+  person.addEventListener("change", () => {
+    try { localStorage.setItem("toolbus.person", person.value.trim()); } catch (e) { /* storage off */ }
+  });
+
   async function send(node, answer) {
     const req = cards.get(node.dataset.key);
     if (!req) return;
     answer.answerTo = req.req.key;
+    answer.person = person.value.trim();
     const wasDisabled = new Set(Array.from(node.querySelectorAll("button")).filter((b) => b.disabled));
     for (const b of node.querySelectorAll("button")) b.disabled = true;
     const ack = q(node, ".ack");
