@@ -527,6 +527,10 @@ func (a *Approver) Snapshot() (State, <-chan struct{}) {
 	return s, a.changed
 }
 
+// Connected reports whether the approver's connection to the bus is up:
+// while it is down, no request reaches it and no answer leaves.
+func (a *Approver) Connected() bool { return a.nc.IsConnected() }
+
 // Answer sends an answer to the confirmation request whose AnswerTo is
 // answerTo, as this approver, and returns the executor's acknowledgement: Accepted, or why
 // not (the policy does not let this approver answer this call; it was

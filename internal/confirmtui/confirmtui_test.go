@@ -1,12 +1,16 @@
 package confirmtui
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"regexp"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode"
@@ -18,6 +22,7 @@ import (
 
 	"github.com/toolbus/toolbus/internal/approve"
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -225,7 +230,10 @@ type staticSeat struct {
 	state   approve.State
 	answers []approve.Answer
 	to      []string // the AnswerTo of each answer
+	down    atomic.Bool
 }
+
+func (s *staticSeat) Connected() bool { return !s.down.Load() }
 
 func (s *staticSeat) Identity() events.Identity { return events.Identity{ID: "approver:test"} }
 func (s *staticSeat) Snapshot() (approve.State, <-chan struct{}) {
@@ -299,4 +307,87 @@ func TestRequestsOfOneIDAreTwoRequests(t *testing.T) {
 	if len(seat.to) != 1 || seat.to[0] != edit.AnswerTo {
 		t.Fatalf("answered %q, want the selected edit's %q", seat.to, edit.AnswerTo)
 	}
+}
+
+// The view says when it loses the bus, as long as it is lost, and when it
+// is back; a status about something that happened clears after a while
+// rather than reading as if it were still so.
+func TestDisconnectionShownAndStaleStatusCleared(t *testing.T) {
+	r := approve.Request{ConfirmRequest: events.ConfirmRequest{InvocationID: "i1", AnswerTo: "toolbus.answer.i1", Tool: "write_file", Kind: "edit"}}
+	m := newTestModel(r)
+	now := time.Date(2026, 11, 26, 10, 0, 0, 0, time.UTC)
+	m.now = func() time.Time { return now }
+	seat := m.seat.(*staticSeat)
+
+	_, cmd := m.Update(tea.KeyPressMsg{Code: 'y', Text: "y"})
+	m.Update(cmd())
+	if s := ansi.Strip(m.render()); !strings.Contains(s, "the test seat does not answer") {
+		t.Fatalf("no status after an answer:\n%s", s)
+	}
+	now = now.Add(statusLife)
+	m.Update(tickMsg{})
+	if s := ansi.Strip(m.render()); strings.Contains(s, "the test seat does not answer") {
+		t.Errorf("the status of an answer long gone is still shown:\n%s", s)
+	}
+
+	seat.down.Store(true)
+	m.Update(tickMsg{})
+	now = now.Add(time.Minute)
+	m.Update(tickMsg{})
+	s := ansi.Strip(m.render())
+	if !strings.Contains(s, "DISCONNECTED") || !strings.Contains(s, "disconnected from the bus: reconnecting") {
+		t.Errorf("a minute without the bus, the view says:\n%s", s)
+	}
+	seat.down.Store(false)
+	m.Update(tickMsg{})
+	s = ansi.Strip(m.render())
+	if strings.Contains(s, "DISCONNECTED") || !strings.Contains(s, "reconnected to the bus") {
+		t.Errorf("back on the bus, the view says:\n%s", s)
+	}
+}
+
+// The JSON approver says when it loses the bus and when it is back, once
+// each.
+func TestJSONSaysDisconnected(t *testing.T) {
+	seat := &staticSeat{}
+	in, feed := io.Pipe()
+	out := &lockedBuffer{}
+	done := make(chan error, 1)
+	go func() { done <- RunJSON(context.Background(), seat, in, out) }()
+	waitLine := func(event string) {
+		t.Helper()
+		if !testkit.Poll(10*time.Second, func() bool { return strings.Contains(out.String(), `"event":"`+event+`"`) }) {
+			t.Fatalf("no %s line; printed:\n%s", event, out.String())
+		}
+	}
+	waitLine("ready")
+	seat.down.Store(true)
+	waitLine("disconnected")
+	seat.down.Store(false)
+	waitLine("reconnected")
+	feed.Close()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(out.String(), `"event":"disconnected"`); n != 1 {
+		t.Errorf("%d disconnected lines, want 1:\n%s", n, out.String())
+	}
+}
+
+// lockedBuffer is output read while it is written.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

@@ -20,21 +20,21 @@ import (
 func (m *Model) edit(r approve.Request) tea.Cmd {
 	argv := strings.Fields(m.editor)
 	if len(argv) == 0 {
-		m.status = styleBad.Render("no editor:") + " set $VISUAL or $EDITOR"
+		m.say(styleBad.Render("no editor:") + " set $VISUAL or $EDITOR")
 		return nil
 	}
 	orig := []byte("{}\n")
 	if len(r.Args) > 0 {
 		pretty, err := indentJSON(r.Args)
 		if err != nil {
-			m.status = styleBad.Render("cannot edit:") + " the arguments are not JSON"
+			m.say(styleBad.Render("cannot edit:") + " the arguments are not JSON")
 			return nil
 		}
 		orig = append(pretty, '\n')
 	}
 	f, err := os.CreateTemp("", "toolbus-args-*.json")
 	if err != nil {
-		m.status = styleBad.Render("cannot edit:") + " " + cleanLine(err.Error())
+		m.say(styleBad.Render("cannot edit:") + " " + cleanLine(err.Error()))
 		return nil
 	}
 	path := f.Name()
@@ -44,7 +44,7 @@ func (m *Model) edit(r approve.Request) tea.Cmd {
 	}
 	if err != nil {
 		os.Remove(path)
-		m.status = styleBad.Render("cannot edit:") + " " + cleanLine(err.Error())
+		m.say(styleBad.Render("cannot edit:") + " " + cleanLine(err.Error()))
 		return nil
 	}
 	id := r.AnswerTo
@@ -62,12 +62,12 @@ func (m *Model) afterEdit(msg editedMsg) tea.Cmd {
 	os.Remove(msg.path)
 	args, problem := editedArgs(msg.orig, edited, errors.Join(msg.err, err))
 	if problem != "" {
-		m.status = styleBad.Render("nothing sent:") + " " + cleanLine(problem)
+		m.say(styleBad.Render("nothing sent:") + " " + cleanLine(problem))
 		return nil
 	}
 	r, ok := m.state.Find(msg.id)
 	if !ok || !r.Pending() {
-		m.status = styleBad.Render("nothing sent:") + " the request is no longer pending"
+		m.say(styleBad.Render("nothing sent:") + " the request is no longer pending")
 		return nil
 	}
 	m.selectedCall = r.Principal + "\x00" + r.InvocationID

@@ -26,6 +26,8 @@ import (
 //	{"event":"ack","answerTo":"…","invocationId":"…","accepted":true}
 //	{"event":"ack","answerTo":"…","invocationId":"…","accepted":false,"reason":"…"}
 //	{"event":"error","line":3,"error":"…"}
+//	{"event":"disconnected","reason":"…"}
+//	{"event":"reconnected"}
 type JSONEvent struct {
 	Event    string `json:"event"`
 	Approver string `json:"approver,omitempty"`
@@ -150,6 +152,7 @@ func watch(ctx context.Context, seat Seat, w *lineWriter) error {
 	printed := map[string]bool{}   // requests printed
 	ended := map[string]bool{}     // endings printed
 	rejections := map[string]int{} // rejections printed, per request
+	down := false                  // a disconnected line was the last said of the connection
 	for {
 		state, changed := seat.Snapshot()
 		for _, r := range state.Pending {
@@ -184,10 +187,38 @@ func watch(ctx context.Context, seat Seat, w *lineWriter) error {
 				w.write(JSONEvent{Event: "closed", AnswerTo: r.AnswerTo, InvocationID: r.InvocationID, ErrorType: string(r.Closed.ErrorType), Reason: r.Closed.Reason})
 			}
 		}
+		if !waitChange(ctx, seat, w, changed, &down) {
+			return nil
+		}
+	}
+}
+
+// connectionCheck is how often the JSON approver looks at its connection
+// to the bus.
+const connectionCheck = time.Second
+
+// waitChange waits for the seat's state to change, printing a
+// disconnected or reconnected line when the seat's connection to the bus
+// goes or comes back meanwhile; false when ctx ends. down is whether the
+// last line printed said disconnected.
+func waitChange(ctx context.Context, seat Seat, w *lineWriter, changed <-chan struct{}, down *bool) bool {
+	t := time.NewTicker(connectionCheck)
+	defer t.Stop()
+	for {
 		select {
 		case <-changed:
+			return true
 		case <-ctx.Done():
-			return nil
+			return false
+		case <-t.C:
+			isDown := !seat.Connected()
+			switch {
+			case isDown && !*down:
+				w.write(JSONEvent{Event: "disconnected", Reason: "the connection to the bus is down: no request arrives and no answer is sent until it is back"})
+			case !isDown && *down:
+				w.write(JSONEvent{Event: "reconnected"})
+			}
+			*down = isDown
 		}
 	}
 }

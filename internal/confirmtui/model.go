@@ -25,6 +25,9 @@ type Seat interface {
 	Identity() events.Identity
 	Snapshot() (approve.State, <-chan struct{})
 	Answer(ctx context.Context, invocationID string, ans approve.Answer) (*events.ConfirmAck, error)
+	// Connected reports whether the seat's connection to the bus is up:
+	// while it is down no request reaches it and no answer leaves.
+	Connected() bool
 }
 
 var _ Seat = (*approve.Approver)(nil)
@@ -35,6 +38,9 @@ const (
 	linger = 5 * time.Second
 	// answerTimeout bounds one answer's round trip.
 	answerTimeout = 15 * time.Second
+	// statusLife is how long the status line says what happened last
+	// before it clears: longer, and it reads as if it were still so.
+	statusLife    = 10 * time.Second
 	maxQueueLines = 5
 )
 
@@ -70,9 +76,12 @@ type Model struct {
 	width, height int
 	mode          mode
 	status        string
-	input         textinput.Model
-	full          viewport.Model
-	now           func() time.Time
+	statusAt      time.Time // when status was said
+	// down is set while the seat is not connected to the bus.
+	down  bool
+	input textinput.Model
+	full  viewport.Model
+	now   func() time.Time
 }
 
 // New returns the model over seat. ctx bounds the model's background
@@ -139,6 +148,22 @@ func (m *Model) refresh() {
 		}
 	}
 	m.keepSelection()
+}
+
+// say puts s on the status line, until statusLife has passed.
+func (m *Model) say(s string) { m.status, m.statusAt = s, m.now() }
+
+// checkConnection notes the seat's connection going down or coming back,
+// and says so.
+func (m *Model) checkConnection() {
+	down := !m.seat.Connected()
+	switch {
+	case down && !m.down:
+		m.say(styleBad.Render("disconnected from the bus:") + " reconnecting; no request arrives and no answer is sent meanwhile")
+	case !down && m.down:
+		m.say("reconnected to the bus")
+	}
+	m.down = down
 }
 
 // round names one request: each, every round of a modified call
@@ -208,9 +233,13 @@ func (m *Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		return m, m.waitChange()
 	case tickMsg:
 		m.keepSelection()
+		m.checkConnection()
+		if !m.down && m.status != "" && m.now().Sub(m.statusAt) >= statusLife {
+			m.status = ""
+		}
 		return m, tick()
 	case ackMsg:
-		m.status = ackStatus(msg)
+		m.say(ackStatus(msg))
 		return m, nil
 	case editedMsg:
 		return m, m.afterEdit(msg)
@@ -262,14 +291,14 @@ func (m *Model) queueKey(msg tea.KeyPressMsg) tea.Cmd {
 	}
 	answerKey := slices.Contains([]string{"y", "a", "t", "s", "e", "n"}, key)
 	if answerKey && !r.Pending() {
-		m.status = "this request is no longer pending: " + cleanLine(r.Status())
+		m.say("this request is no longer pending: " + cleanLine(r.Status()))
 		return nil
 	}
 	if answerKey && m.moved {
 		// A key meant for the request that just left must not answer
 		// the one that took its place.
 		m.moved = false
-		m.status = styleBad.Render("nothing sent:") + " the selected request left; this is another one, press again"
+		m.say(styleBad.Render("nothing sent:") + " the selected request left; this is another one, press again")
 		return nil
 	}
 	switch key {
@@ -311,7 +340,7 @@ func (m *Model) denyKey(msg tea.KeyPressMsg) tea.Cmd {
 		m.input.Blur()
 		r, ok := m.current()
 		if !ok || !r.Pending() {
-			m.status = "this request is no longer pending; nothing sent"
+			m.say("this request is no longer pending; nothing sent")
 			return nil
 		}
 		return m.answer(r, approve.Answer{Outcome: events.Cancel, Message: strings.TrimSpace(m.input.Value())})
@@ -344,7 +373,7 @@ func (m *Model) fullKey(msg tea.KeyPressMsg) tea.Cmd {
 
 // answer sends ans in the background; the ack comes back as an ackMsg.
 func (m *Model) answer(r approve.Request, ans approve.Answer) tea.Cmd {
-	m.status = fmt.Sprintf("sending %s for %s…", ans.Outcome, cleanLine(r.Tool))
+	m.say(fmt.Sprintf("sending %s for %s…", ans.Outcome, cleanLine(r.Tool)))
 	ctx, seat, id, to := m.ctx, m.seat, r.InvocationID, r.AnswerTo
 	return func() tea.Msg {
 		ctx, cancel := context.WithTimeout(ctx, answerTimeout)
@@ -378,6 +407,9 @@ func (m *Model) render() string {
 	w, h := max(m.width, 20), max(m.height, 6)
 	var lines []string
 	title := fmt.Sprintf("toolbus confirm — as %s — %d pending", cleanLine(m.seat.Identity().ID), len(m.state.Pending))
+	if m.down {
+		title += " — " + styleBad.Render("DISCONNECTED")
+	}
 	lines = append(lines, styleLabel.Render(title))
 	switch m.mode {
 	case modeFull:
