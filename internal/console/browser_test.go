@@ -234,6 +234,10 @@ func TestBrowserDeny(t *testing.T) {
 	if got := text(t, tb, `#recent tr[data-invocation="inv-deny"]`); !strings.Contains(got, "cancel") || !strings.Contains(got, "not in this repository") {
 		t.Errorf("recent decision %q, want cancel with the reason", got)
 	}
+	// Its time as every table of toolbus shows one: date, time and zone.
+	if got := text(t, tb, `#recent tr[data-invocation="inv-deny"] td`); !regexp.MustCompile(`^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \S+$`).MatchString(got) {
+		t.Errorf("the decision's time reads %q, want 2006-01-02 15:04:05 ZONE", got)
+	}
 	// A denial is one of the person's answers, as an approval is.
 	tb.waitJS(t, `document.querySelector('#acks li[data-invocation="inv-deny"]') !== null`)
 	if got := text(t, tb, `#acks li[data-invocation="inv-deny"]`); !strings.Contains(got, "denied (not in this repository)") || !strings.Contains(got, "accepted") {

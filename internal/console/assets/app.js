@@ -338,7 +338,7 @@
       const tr = el("tr");
       tr.dataset.invocation = r.invocationId;
       tr.dataset.key = r.key;
-      tr.appendChild(el("td", "", r.ended ? new Date(r.ended).toLocaleTimeString() : ""));
+      tr.appendChild(el("td", "", r.ended ? when(r.ended) : ""));
       tr.appendChild(el("td", "", r.tool));
       tr.appendChild(el("td", "", who(r.caller)));
       tr.appendChild(el("td", "outcome", outcomeOf(r)));
@@ -371,7 +371,7 @@
       tr.appendChild(el("td", "allows", (e.tool ? e.tool + ": " : "") + allows(e)));
       tr.appendChild(el("td", "", e.by));
       tr.appendChild(el("td", "", e.for));
-      tr.appendChild(el("td", "", e.addedAt ? new Date(e.addedAt).toLocaleString() : ""));
+      tr.appendChild(el("td", "", e.addedAt ? when(e.addedAt) : ""));
       const td = el("td");
       const b = el("button", "revoke", "Revoke");
       b.type = "button";
@@ -405,6 +405,16 @@
     try { data = await r.json(); } catch (e) { data = { error: "HTTP " + r.status }; }
     if (!r.ok) throw new Error(data.error || "HTTP " + r.status);
     return data;
+  }
+
+  // when shows a time as every toolbus table does: the date, the time to
+  // the second and the zone, in the reader's zone (internal/humantime).
+  function when(iso) {
+    const d = new Date(iso);
+    const p = (n) => String(n).padStart(2, "0");
+    const zone = d.toLocaleTimeString("en-US", { timeZoneName: "short" }).split(" ").pop();
+    return d.getFullYear() + "-" + p(d.getMonth() + 1) + "-" + p(d.getDate()) + " " +
+      p(d.getHours()) + ":" + p(d.getMinutes()) + ":" + p(d.getSeconds()) + " " + zone;
   }
 
   // What each answer is called in "Your answers".
