@@ -18,7 +18,7 @@ import (
 
 	"github.com/toolbus/toolbus/internal/approve"
 	"github.com/toolbus/toolbus/internal/events"
-	"github.com/toolbus/toolbus/internal/humantime"
+	"github.com/toolbus/toolbus/internal/human"
 )
 
 // Seat is what the view needs of an approver; *approve.Approver is one.
@@ -422,7 +422,7 @@ func (m *Model) render() string {
 	case modeRecent:
 		lines = append(lines, styleDim.Render("recent decisions, newest first — r or esc back"))
 		for _, r := range m.state.Recent {
-			lines = append(lines, fmt.Sprintf("%s  %-20s %s", humantime.Format(r.Ended), cleanLine(r.Tool), cleanLine(r.Status())))
+			lines = append(lines, fmt.Sprintf("%s  %-20s %s", human.Time(r.Ended), cleanLine(r.Tool), cleanLine(r.Status())))
 		}
 		if len(m.state.Recent) == 0 {
 			lines = append(lines, styleDim.Render("(none yet)"))

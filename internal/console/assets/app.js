@@ -408,7 +408,7 @@
   }
 
   // when shows a time as every toolbus table does: the date, the time to
-  // the second and the zone, in the reader's zone (internal/humantime).
+  // the second and the zone, in the reader's zone (internal/human).
   function when(iso) {
     const d = new Date(iso);
     const p = (n) => String(n).padStart(2, "0");
