@@ -352,3 +352,20 @@ func TestToolsKeysNotHonouredAreSaid(t *testing.T) {
 		})
 	}
 }
+
+// A project's own files are read when no others are named; a named one
+// wins, and a directory in a file's place is no file.
+func TestProjectPaths(t *testing.T) {
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, ".gemini"), 0o755)
+	os.WriteFile(filepath.Join(dir, ".gemini", "settings.json"), []byte("{}"), 0o644)
+	os.WriteFile(filepath.Join(dir, ".mcp.json"), []byte("{}"), 0o644)
+	os.MkdirAll(filepath.Join(dir, ".claude", "settings.json"), 0o755)
+	g, c, m := ProjectPaths(dir, "", "", "")
+	if g != filepath.Join(dir, ".gemini", "settings.json") || c != "" || m != filepath.Join(dir, ".mcp.json") {
+		t.Errorf("project paths: %q %q %q", g, c, m)
+	}
+	if g, _, m := ProjectPaths(dir, "other.json", "", "team.mcp.json"); g != "other.json" || m != "team.mcp.json" {
+		t.Errorf("named paths: %q %q", g, m)
+	}
+}
