@@ -253,7 +253,8 @@ func TestCallThroughUp(t *testing.T) {
 	if code != 0 || out != "# readme of the workspace\n" {
 		t.Errorf("read_file: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
-	_, errOut, code = toolbus(t, "call", "run_shell_command", "--args", `{"command":"ls && rm -rf /"}`, "--nats", url)
+	// The bus named before the command, as a global flag.
+	_, errOut, code = toolbus(t, "--nats", url, "call", "run_shell_command", "--args", `{"command":"ls && rm -rf /"}`)
 	if code == 0 || !strings.Contains(errOut, "POLICY_DENIED") || !strings.Contains(errOut, "rm -rf /") {
 		t.Errorf("chained rm: exit %d, stderr %q", code, errOut)
 	}
