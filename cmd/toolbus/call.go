@@ -24,6 +24,12 @@ func (c callFailed) Error() string {
 	return fmt.Sprintf("%s: %s", c.res.Error.Type, c.res.Error.Message)
 }
 
+func (c callFailed) ExitCode() int { return resultExitCode(c.res.Error.Type) }
+
+func (c callFailed) ErrorType() string { return string(c.res.Error.Type) }
+
+func (c callFailed) invocationID() string { return c.res.InvocationID }
+
 // stoppedBy is the cause of a command's end by a signal: Ctrl-C
 // (SIGINT), or SIGTERM. Its exit code is the shell's for a death by that
 // signal, 128 + its number, so a script tells it from a failed call.
@@ -37,6 +43,8 @@ func (s stoppedBy) Error() string {
 }
 
 func (s stoppedBy) ExitCode() int { return 128 + int(s.sig) }
+
+func (stoppedBy) ErrorType() string { return string(events.ErrCancelled) }
 
 // errCallerTimeout is the cause of the end of a call's context when
 // --timeout passed: the caller's deadline, not the executor's.
@@ -69,6 +77,20 @@ func callContext() (context.Context, context.CancelFunc) {
 	}
 }
 
+// toolExited is the end of a call whose tool ran a command that exited
+// non-zero: the tool did its work, and the command failed.
+type toolExited struct{ res *events.Result }
+
+func (e toolExited) Error() string {
+	return fmt.Sprintf("%s: the command exited with status %d", e.res.Tool, *e.res.ExitCode)
+}
+
+func (toolExited) ExitCode() int { return exitFailure }
+
+func (toolExited) ErrorType() string { return "EXIT_STATUS" }
+
+func (e toolExited) invocationID() string { return e.res.InvocationID }
+
 func newCallCommand() *cobra.Command {
 	var (
 		argsJSON, id, workspace string
@@ -82,8 +104,10 @@ func newCallCommand() *cobra.Command {
 it, an approver answers when the policy asks (the command says that it
 waits), and the audit trail records it.
 
-The tool's output goes to stdout. It exits 0 on success, 1 with the error
-type on stderr on failure, 130 on Ctrl-C.`,
+The tool's output goes to stdout. The exit code says how the call ended (see
+'Exit codes' in docs/cli.md): 0 it ran, 1 it failed (a shell command that
+exited non-zero included), 4 it was denied, 124 a deadline passed, 130 it
+was cancelled (Ctrl-C, or toolbus cancel).`,
 		Example: `  toolbus call read_file --args '{"file_path": "README.md"}'
   toolbus call run_shell_command --args '{"command": "go test ./..."}' --stream --timeout 10m
 
@@ -148,13 +172,16 @@ func runCall(natsURL string, inv *events.Invocation, timeout time.Duration, stre
 			fmt.Println()
 		}
 	}
-	if res.Error != nil {
+	switch {
+	case res.Error != nil:
 		if res.Error.Type == events.ErrTimeout && errors.Is(context.Cause(ctx), errCallerTimeout) && res.Sender.Role != "executor" {
 			// The command gave up, not the executor: say whose
 			// deadline it was (the executor's say so themselves).
 			res.Error.Message = fmt.Sprintf("the caller's --timeout of %s passed before the call ended, so it was cancelled", timeout)
 		}
 		return callFailed{res}
+	case res.ExitCode != nil && *res.ExitCode != 0:
+		return toolExited{res}
 	}
 	return nil
 }

@@ -2,12 +2,16 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/toolbus/toolbus/internal/events"
 )
 
 // commandPaths are the words that name every command a user can run,
@@ -154,4 +158,102 @@ func TestCompletion(t *testing.T) {
 	if code != 0 || !strings.Contains(out2, "whatif") {
 		t.Errorf("completion of audit w: exit %d, %s", code, out2)
 	}
+}
+
+// With --json an error is a JSON object on stderr; without, a line.
+func TestJSONErrors(t *testing.T) {
+	t.Parallel()
+	closed := "nats://" + freeAddr(t)
+	for _, tt := range []struct {
+		args     []string
+		code     int
+		typ      string
+		contains string
+	}{
+		{[]string{"tools", "list", "--json", "--nats", closed}, 1, "ERROR", "cannot reach the bus"},
+		{[]string{"call", "--json"}, 2, "USAGE", "call takes one tool name"},
+		{[]string{"audit", "list", "--json", "--since", "yesterday"}, 2, "USAGE", "--since"},
+		{[]string{"mcp", "status", "--frobnicate", "--json"}, 2, "USAGE", "unknown flag: --frobnicate"},
+	} {
+		out, errOut, code := toolbus(t, tt.args...)
+		var e struct {
+			Error    string `json:"error"`
+			Type     string `json:"type"`
+			ExitCode int    `json:"exitCode"`
+		}
+		if err := json.Unmarshal([]byte(errOut), &e); err != nil || code != tt.code || e.ExitCode != tt.code || e.Type != tt.typ || !strings.Contains(e.Error, tt.contains) || out != "" {
+			t.Errorf("toolbus %v: exit %d, stderr %q (%v); want a JSON error of type %s, exit %d", tt.args, code, errOut, err, tt.typ, tt.code)
+		}
+	}
+	_, errOut, code := toolbus(t, "tools", "list", "--nats", closed)
+	if code != 1 || !strings.HasPrefix(errOut, "toolbus: cannot reach the bus") {
+		t.Errorf("without --json: exit %d, %q", code, errOut)
+	}
+	_, errOut, code = toolbus(t, "call")
+	if code != 2 || errOut != "toolbus: call takes one tool name\nRun 'toolbus call --help' for usage.\n" {
+		t.Errorf("a usage error without --json: exit %d, %q", code, errOut)
+	}
+}
+
+// A call whose command ran and exited non-zero exits 1, its status in
+// the message and the result.
+func TestCallOfAFailingCommand(t *testing.T) {
+	t.Parallel()
+	ws := t.TempDir()
+	// The built-in policy, its tests left out (they expect it to ask
+	// about shell lines), with shell lines allowed.
+	allowShell := t.TempDir()
+	rules, _ := filepath.Glob("../../policy/*.rego")
+	for _, f := range rules {
+		if data, err := os.ReadFile(f); err != nil {
+			t.Fatal(err)
+		} else if !strings.HasSuffix(f, "_test.rego") {
+			os.WriteFile(filepath.Join(allowShell, filepath.Base(f)), data, 0o644)
+		}
+	}
+	os.WriteFile(filepath.Join(allowShell, "shell_allowed.rego"), []byte(`package toolbus
+
+allow contains "this test runs shell lines" if input.tool.name == "run_shell_command"
+`), 0o644)
+	up := startDaemon(t, "toolbus", "up", "--listen", "127.0.0.1:0", "--data", t.TempDir(), "--workspace", ws,
+		"--console", "off", "--mcp-listen", "off", "--policy", allowShell)
+	url := busURL(t, up.waitLine(t, "bus:"))
+	up.waitLine(t, "Press Ctrl-C to stop.")
+
+	out, errOut, code := toolbus(t, "call", "run_shell_command", "--args", `{"command":"echo partial; exit 3"}`, "--nats", url)
+	if code != 1 || !strings.Contains(out, "partial") || errOut != "toolbus: run_shell_command: the command exited with status 3\n" {
+		t.Errorf("exit 3: exit %d, stdout %q, stderr %q; want 1, the output, and the status", code, out, errOut)
+	}
+	out, errOut, code = toolbus(t, "call", "run_shell_command", "--args", `{"command":"exit 128"}`, "--json", "--nats", url)
+	var res events.Result
+	var e struct {
+		Type         string `json:"type"`
+		ExitCode     int    `json:"exitCode"`
+		InvocationID string `json:"invocationId"`
+	}
+	if code != 1 || json.Unmarshal([]byte(out), &res) != nil || res.ExitCode == nil || *res.ExitCode != 128 || res.Error != nil ||
+		json.Unmarshal([]byte(errOut), &e) != nil || e.Type != "EXIT_STATUS" || e.ExitCode != 1 || e.InvocationID != res.InvocationID {
+		t.Errorf("exit 128 --json: exit %d, stdout %s, stderr %s", code, out, errOut)
+	}
+	// Killed by a signal: 128 + its number, as a shell says.
+	out, _, code = toolbus(t, "call", "run_shell_command", "--args", `{"command":"kill -TERM $$"}`, "--json", "--nats", url)
+	if code != 1 || json.Unmarshal([]byte(out), &res) != nil || res.ExitCode == nil || *res.ExitCode != 143 {
+		t.Errorf("killed by SIGTERM: exit %d, %s", code, out)
+	}
+	if out, errOut, code := toolbus(t, "call", "run_shell_command", "--args", `{"command":"true"}`, "--nats", url); code != 0 {
+		t.Errorf("exit 0: exit %d, %s %s", code, out, errOut)
+	}
+	// A shell completes a tool's name from the bus the line names.
+	if out, _, code := toolbus(t, "__complete", "--nats", url, "call", "run_"); code != 0 || !strings.Contains(out, "run_shell_command\t") {
+		t.Errorf("completion of a tool name: exit %d, %s", code, out)
+	}
+	// The policy still denies what it denies, whatever allows the rest.
+	if _, errOut, code := toolbus(t, "call", "run_shell_command", "--args", `{"command":"rm -rf /"}`, "--nats", url); code != 4 || !strings.Contains(errOut, "POLICY_DENIED") {
+		t.Errorf("rm -rf /: exit %d, %s", code, errOut)
+	}
+	// A --timeout that passes while the command runs.
+	if _, errOut, code := toolbus(t, "call", "run_shell_command", "--timeout", "500ms", "--args", `{"command":"sleep 30"}`, "--nats", url); code != 124 || !strings.Contains(errOut, "TIMEOUT") {
+		t.Errorf("sleep past --timeout: exit %d, %s", code, errOut)
+	}
+	up.stop(t)
 }

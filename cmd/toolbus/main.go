@@ -8,6 +8,7 @@ package main
 import (
 	"flag"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -28,10 +29,22 @@ func execute(args []string) int {
 	root.SetArgs(args)
 	cmd, err := root.ExecuteC()
 	if err == nil {
-		return 0
+		return exitOK
 	}
-	reportError(os.Stderr, cmd, err)
+	reportError(os.Stderr, cmd, err, wantsJSON(cmd, args))
 	return exitCode(err)
+}
+
+// wantsJSON says whether the command line asked for JSON output: --json,
+// as parsed, or, when parsing stopped before it, as written.
+func wantsJSON(cmd *cobra.Command, args []string) bool {
+	if f := cmd.Flags().Lookup("json"); f != nil && f.Changed {
+		return f.Value.String() == "true"
+	}
+	if end := slices.Index(args, "--"); end >= 0 {
+		args = args[:end]
+	}
+	return slices.Contains(args, "--json") || slices.Contains(args, "--json=true")
 }
 
 // Command groups of the root command's help.
@@ -55,7 +68,9 @@ about, and one audit trail, on a NATS bus.
 
 'toolbus up' runs all of it in one process on this host. Every other command
 talks to a running bus: the one --nats names, else $TOOLBUS_NATS, else
-nats://127.0.0.1:4222, where 'toolbus up' listens.`,
+nats://127.0.0.1:4222, where 'toolbus up' listens.
+
+Exit codes: ` + exitCodeSummary() + ` (docs/cli.md).`,
 		Example: `  # Run the bus, the registry and an executor for the current directory.
   toolbus up
 

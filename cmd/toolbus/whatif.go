@@ -19,8 +19,15 @@ import (
 	defaultpolicy "github.com/toolbus/toolbus/policy"
 )
 
-// errWouldChange is whatif's failure under --fail-on-change.
-var errWouldChange = errors.New("decisions would change")
+// wouldChange is whatif's failure under --fail-on-change: n decisions
+// would change.
+type wouldChange struct{ n int }
+
+func (w wouldChange) Error() string { return fmt.Sprintf("%d decisions would change", w.n) }
+
+func (wouldChange) ExitCode() int { return exitWouldChange }
+
+func (wouldChange) ErrorType() string { return "WOULD_CHANGE" }
 
 func newAuditWhatIfCommand() *cobra.Command {
 	cmd := &cobra.Command{
@@ -28,8 +35,11 @@ func newAuditWhatIfCommand() *cobra.Command {
 		Short: "Judge the recorded calls again under another policy set",
 		Long: `Judges the recorded calls again under the policy set in DIR, executing
 nothing, and reports which decisions would change: from what to what, for
-which calls, with the old and the new reason; with --fail-on-change, fails
-when any would.`,
+which calls, with the old and the new reason.
+
+With --fail-on-change it exits 3 when any would, so that CI can tell a policy
+change that changes decisions from a failure to check (1) or a mistake in the
+command line (2).`,
 		Example: `  toolbus audit whatif --policy ./policy --since 7d
   toolbus audit whatif --policy ./policy --fail-on-change --json > whatif.json`,
 		Args: noArgs,
@@ -40,7 +50,7 @@ when any would.`,
 	dir := fs.String("policy", "", "the policy set to judge the recorded calls under, a `DIR` of .rego files; required")
 	asJSON := fs.Bool("json", false, "print the report as JSON, every change with its call")
 	calls := fs.Int("calls", 20, "calls shown for each kind of change (0: all)")
-	failOnChange := fs.Bool("fail-on-change", false, "exit with status 1 when any verdict would change (for CI)")
+	failOnChange := fs.Bool("fail-on-change", false, "exit with status 3 when any verdict would change (for CI)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		return auditWhatIf(busURLFor(cmd), af, query, *dir, *asJSON, *calls, *failOnChange)
 	}
@@ -82,7 +92,7 @@ func auditWhatIf(natsURL string, af *auditFlags, query func() (audit.Query, erro
 			err = writeWhatIf(os.Stdout, w, dir, calls)
 		}
 		if err == nil && failOnChange && len(w.Changes) > 0 {
-			return fmt.Errorf("%d %w", len(w.Changes), errWouldChange)
+			return wouldChange{len(w.Changes)}
 		}
 		return err
 	})
