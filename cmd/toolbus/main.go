@@ -18,6 +18,10 @@ import (
 	"github.com/toolbus/toolbus/internal/bus"
 )
 
+// docs/cli.md, the reference of every command, is made from the command
+// tree by a test (reference_test.go):
+//go:generate go test -run ^TestCLIReference$ -update-cli-reference .
+
 func main() {
 	os.Exit(execute(os.Args[1:]))
 }
