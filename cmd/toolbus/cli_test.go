@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 
@@ -104,12 +105,23 @@ func TestVersion(t *testing.T) {
 	}
 }
 
-// A version set at link time (-ldflags "-X main.version=V") is the one
-// reported.
-func TestVersionSetAtLinkTime(t *testing.T) {
+// What the build recorded is reported; a version set at link time
+// (-ldflags "-X main.version=V") comes first.
+func TestVersionOfABuild(t *testing.T) {
+	info := &debug.BuildInfo{Main: debug.Module{Path: "github.com/toolbus/toolbus", Version: "v0.0.0-20261126101500-0123456789ab+dirty"},
+		Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "0123456789abcdef"}, {Key: "vcs.time", Value: "2026-11-26T10:15:00Z"}, {Key: "vcs.modified", Value: "true"}}}
+	text := versionText(buildOf(info, true))
+	for _, want := range []string{"toolbus v0.0.0-20261126101500-0123456789ab+dirty\n", "revision: 0123456789abcdef, with uncommitted changes\n", "committed: 2026-11-26T10:15:00Z\n", "go: go1."} {
+		if !strings.Contains(text, want) {
+			t.Errorf("version of a build from a modified checkout lacks %q:\n%s", want, text)
+		}
+	}
+	if text := versionText(buildOf(nil, false)); !strings.HasPrefix(text, "toolbus devel\nrevision: unknown") {
+		t.Errorf("version of a binary with no build info:\n%s", text)
+	}
 	defer func(v string) { version = v }(version)
 	version = "v1.2.3-test"
-	if b := readBuildInfo(); b.Version != "v1.2.3-test" || !strings.HasPrefix(versionText(b), "toolbus v1.2.3-test\n") {
+	if b := buildOf(info, true); b.Version != "v1.2.3-test" || b.Revision != "0123456789abcdef" {
 		t.Errorf("with main.version set: %+v", b)
 	}
 }

@@ -28,10 +28,17 @@ type build struct {
 // set, else the main module's (a tag, or the pseudo-version Go derives
 // from the commit), else "devel"; and the commit it was built from when
 // the build recorded it (go build in a git checkout, unless
-// -buildvcs=false).
+// -buildvcs=false; Go does not record it in a git worktree, whose .git is
+// a file).
 func readBuildInfo() build {
-	b := build{Version: version, Go: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
 	info, ok := debug.ReadBuildInfo()
+	return buildOf(info, ok)
+}
+
+// buildOf is the build info describes (readBuildInfo); ok is false when
+// the binary has none.
+func buildOf(info *debug.BuildInfo, ok bool) build {
+	b := build{Version: version, Go: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
 	if ok && b.Version == "" && info.Main.Version != "" && info.Main.Version != "(devel)" {
 		b.Version = info.Main.Version
 	}
