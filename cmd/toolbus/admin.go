@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"sort"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+	"github.com/spf13/cobra"
 
 	"github.com/toolbus/toolbus/internal/approve"
 	"github.com/toolbus/toolbus/internal/bus"
@@ -39,31 +39,39 @@ func withBus(natsURL, name string, f func(ctx context.Context, b *bus.Bus) error
 	return f(ctx, b)
 }
 
-func runPolicy(args []string) error {
-	if len(args) == 0 {
-		return usageError{errors.New("policy: want test, push, show or explain")}
+func newPolicyCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "policy",
+		Short: "Test, push, show and explain the fleet's policy",
+		Long: `The policy is a set of Rego files that judges every call: ALLOW, DENY, or
+ASK_USER, which waits for an approver. Executors enforce the built-in policy,
+the one 'toolbus up --policy DIR' names, or the one pushed to the fleet.`,
+		Example: `  toolbus policy test ./policy -v
+  toolbus policy push ./policy
+  toolbus policy explain INVOCATION_ID`,
 	}
-	switch args[0] {
-	case "test":
-		return policyTest(args[1:])
-	case "push":
-		return policyPush(args[1:])
-	case "show":
-		return policyShow(args[1:])
-	case "explain":
-		return policyExplain(args[1:])
+	cmd.AddCommand(newPolicyTestCommand(), newPolicyPushCommand(), newPolicyShowCommand(), newPolicyExplainCommand())
+	holdsCommands(cmd)
+	return cmd
+}
+
+func newPolicyTestCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "test [DIR]",
+		Short: "Run a policy set's Rego tests",
+		Long: `Runs the Rego tests (test_ rules) of the policy set in DIR, a directory of
+.rego files, with OPA's tester; without DIR, the built-in policy's. Needs no
+bus.`,
+		Example: "  toolbus policy test\n  toolbus policy test ./policy -v",
 	}
-	return usageError{fmt.Errorf("policy: unknown sub-command %q (want test, push, show or explain)", args[0])}
+	verbose := cmd.Flags().BoolP("verbose", "v", false, "list every test")
+	cmd.RunE = func(_ *cobra.Command, args []string) error { return policyTest(args, *verbose) }
+	return cmd
 }
 
 // policyTest runs a policy set's Rego tests with OPA's tester.
-func policyTest(args []string) error {
-	fs := flag.NewFlagSet("policy test", flag.ContinueOnError)
-	verbose := fs.Bool("v", false, "list every test")
-	rest, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
+func policyTest(rest []string, verbose bool) error {
+	var err error
 	files := policy.Files(defaultpolicy.Default())
 	source := "the built-in default policy"
 	if len(rest) > 1 {
@@ -84,7 +92,7 @@ func policyTest(args []string) error {
 		switch {
 		case r.Pass:
 			passed++
-			if *verbose {
+			if verbose {
 				fmt.Printf("PASS %s\n", r.Name)
 			}
 		case r.Skip:
@@ -100,21 +108,29 @@ func policyTest(args []string) error {
 	return nil
 }
 
-func policyPush(args []string) error {
-	fs := flag.NewFlagSet("policy push", flag.ContinueOnError)
-	natsURL := cli.NATSFlag(fs)
-	rest, err := parse(fs, args)
+func newPolicyPushCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "push DIR",
+		Short: "Test a policy set, then enforce it on every executor",
+		Long: `Tests the policy set in DIR (a directory of .rego files) and, when it compiles
+and its tests pass, pushes it to the fleet: every executor enforces it from
+the moment it receives it, and the push is recorded in the audit stream.`,
+		Example: "  toolbus policy push ./policy",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usageError{errors.New("policy push takes one directory")}
+			}
+			return policyPush(busURLFor(cmd), args[0])
+		},
+	}
+}
+
+func policyPush(natsURL, dir string) error {
+	files, err := policy.LoadDir(dir)
 	if err != nil {
 		return err
 	}
-	if len(rest) != 1 {
-		return usageError{errors.New("policy push takes one directory")}
-	}
-	files, err := policy.LoadDir(rest[0])
-	if err != nil {
-		return err
-	}
-	return withBus(*natsURL, "toolbus-policy", func(ctx context.Context, b *bus.Bus) error {
+	return withBus(natsURL, "toolbus-policy", func(ctx context.Context, b *bus.Bus) error {
 		id := cli.Identity("cli")
 		pushed, err := policy.Push(ctx, b.JetStream(), files, id.ID)
 		if err != nil {
@@ -131,19 +147,26 @@ func policyPush(args []string) error {
 	})
 }
 
-func policyShow(args []string) error {
-	fs := flag.NewFlagSet("policy show", flag.ContinueOnError)
-	natsURL := cli.NATSFlag(fs)
-	asJSON := fs.Bool("json", false, "print as JSON, files included")
-	if _, err := parse(fs, args); err != nil {
-		return err
+func newPolicyShowCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "show",
+		Short:   "Show the pushed policy's revision",
+		Long:    "Shows the revision of the policy pushed to the fleet, who pushed it and when, and its files.",
+		Example: "  toolbus policy show\n  toolbus policy show --json",
+		Args:    noArgs,
 	}
-	return withBus(*natsURL, "toolbus-policy", func(ctx context.Context, b *bus.Bus) error {
+	asJSON := cmd.Flags().Bool("json", false, "print as JSON, files included")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return policyShow(busURLFor(cmd), *asJSON) }
+	return cmd
+}
+
+func policyShow(natsURL string, asJSON bool) error {
+	return withBus(natsURL, "toolbus-policy", func(ctx context.Context, b *bus.Bus) error {
 		p, err := policy.Active(ctx, b.JetStream())
 		if err != nil {
 			return err
 		}
-		if *asJSON {
+		if asJSON {
 			return writeJSON(os.Stdout, p)
 		}
 		if p == nil {
@@ -160,46 +183,80 @@ func policyShow(args []string) error {
 	})
 }
 
-func runAllowlist(args []string) error {
-	if len(args) == 0 {
-		return usageError{errors.New("allowlist: want list or revoke")}
+func newAllowlistCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "allowlist",
+		Short: "List and revoke the answers approvers asked to remember",
+		Long: `The allowlist holds the "always allow" answers of approvers: a tool, an MCP
+server, a command or a path the policy then allows without asking.`,
+		Example: "  toolbus allowlist list\n  toolbus allowlist revoke KEY",
 	}
-	fs := flag.NewFlagSet("allowlist "+args[0], flag.ContinueOnError)
-	natsURL := cli.NATSFlag(fs)
-	asJSON := fs.Bool("json", false, "print as JSON")
-	rest, err := parse(fs, args[1:])
-	if err != nil {
-		return err
+	list := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List the allowlist's entries",
+		Long:    "Lists the allowlist's entries: their key (for revoke), scope, tool, server, what they cover, who added them and when.",
+		Example: "  toolbus allowlist list\n  toolbus allowlist list --json",
+		Args:    noArgs,
 	}
-	return withBus(*natsURL, "toolbus-allowlist", func(ctx context.Context, b *bus.Bus) error {
-		switch args[0] {
-		case "list", "ls":
+	listJSON := list.Flags().Bool("json", false, "print as JSON")
+	list.RunE = func(cmd *cobra.Command, _ []string) error {
+		return withBus(busURLFor(cmd), "toolbus-allowlist", func(ctx context.Context, b *bus.Bus) error {
 			kv, err := executor.OpenAllowlistBucket(ctx, b.JetStream())
 			if err != nil {
 				return err
 			}
-			return allowlistList(ctx, kv, *asJSON)
-		case "revoke":
-			if len(rest) == 0 {
-				return usageError{errors.New("allowlist revoke takes the keys to revoke (see allowlist list)")}
-			}
-			// Through an executor, which records who revoked what.
-			reply, err := approve.Revoke(ctx, b.Conn(), cli.Identity("cli"), b.Principal(), rest)
-			if reply != nil {
-				for _, key := range reply.Revoked {
-					fmt.Println("revoked", key)
-				}
-				if err == nil && len(reply.Unknown) > 0 {
-					quoted := make([]string, len(reply.Unknown))
-					for i, k := range reply.Unknown {
-						quoted[i] = strconv.Quote(k)
-					}
-					err = fmt.Errorf("no allowlist entry %s", strings.Join(quoted, ", "))
-				}
-			}
+			return allowlistList(ctx, kv, *listJSON)
+		})
+	}
+	revoke := &cobra.Command{
+		Use:   "revoke KEY...",
+		Short: "Revoke allowlist entries",
+		Long: `Revokes the allowlist entries of the given keys (see allowlist list). An
+executor removes them and records who revoked what.`,
+		Example: "  toolbus allowlist revoke $(toolbus allowlist list --json | jq -r '.[].key')",
+	}
+	revokeJSON := revoke.Flags().Bool("json", false, "print what was revoked as JSON: {\"revoked\": [KEY...], \"unknown\": [KEY...]}")
+	revoke.RunE = func(cmd *cobra.Command, keys []string) error {
+		if len(keys) == 0 {
+			return usageError{errors.New("allowlist revoke takes the keys to revoke (see allowlist list)")}
+		}
+		return allowlistRevoke(busURLFor(cmd), keys, *revokeJSON)
+	}
+	cmd.AddCommand(list, revoke)
+	holdsCommands(cmd)
+	return cmd
+}
+
+// allowlistRevoke revokes keys through an executor, which records who
+// revoked what.
+func allowlistRevoke(natsURL string, keys []string, asJSON bool) error {
+	return withBus(natsURL, "toolbus-allowlist", func(ctx context.Context, b *bus.Bus) error {
+		reply, err := approve.Revoke(ctx, b.Conn(), cli.Identity("cli"), b.Principal(), keys)
+		if reply == nil {
 			return err
 		}
-		return usageError{fmt.Errorf("allowlist: unknown sub-command %q", args[0])}
+		if asJSON {
+			out := struct {
+				Revoked []string `json:"revoked"`
+				Unknown []string `json:"unknown"`
+			}{append([]string{}, reply.Revoked...), append([]string{}, reply.Unknown...)}
+			if werr := writeJSON(os.Stdout, out); werr != nil && err == nil {
+				err = werr
+			}
+		} else {
+			for _, key := range reply.Revoked {
+				fmt.Println("revoked", key)
+			}
+		}
+		if err == nil && len(reply.Unknown) > 0 {
+			quoted := make([]string, len(reply.Unknown))
+			for i, k := range reply.Unknown {
+				quoted[i] = strconv.Quote(k)
+			}
+			err = fmt.Errorf("no allowlist entry %s", strings.Join(quoted, ", "))
+		}
+		return err
 	})
 }
 
@@ -262,18 +319,26 @@ func shown(s string) string {
 	return s
 }
 
-func runCancel(args []string) error {
-	fs := flag.NewFlagSet("cancel", flag.ContinueOnError)
-	natsURL := cli.NATSFlag(fs)
-	rest, err := parse(fs, args)
-	if err != nil {
-		return err
+func newCancelCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "cancel INVOCATION_ID",
+		Short: "Cancel a running call",
+		Long: `Cancels the call INVOCATION_ID (toolbus call --id, or the id the audit
+trail shows): the executor running it stops the tool, and the call ends
+CANCELLED. Fails when no executor is running that call.`,
+		Example: "  toolbus call run_shell_command --id build-1 --args '{\"command\": \"make\"}' &\n  toolbus cancel build-1",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usageError{errors.New("cancel takes one invocation id")}
+			}
+			return cancelCall(busURLFor(cmd), args[0])
+		},
 	}
-	if len(rest) != 1 {
-		return usageError{errors.New("cancel takes one invocation id")}
-	}
-	return withBus(*natsURL, "toolbus-cancel", func(ctx context.Context, b *bus.Bus) error {
-		data, err := events.Encode(&events.CancelRequest{Header: events.Header{Sender: cli.Identity("cli")}, InvocationID: rest[0]})
+}
+
+func cancelCall(natsURL, id string) error {
+	return withBus(natsURL, "toolbus-cancel", func(ctx context.Context, b *bus.Bus) error {
+		data, err := events.Encode(&events.CancelRequest{Header: events.Header{Sender: cli.Identity("cli")}, InvocationID: id})
 		if err != nil {
 			return err
 		}
@@ -294,10 +359,10 @@ func runCancel(args []string) error {
 				break
 			}
 			if string(m.Data) == "cancelled" {
-				fmt.Println("cancelled", rest[0])
+				fmt.Println("cancelled", id)
 				return nil
 			}
 		}
-		return fmt.Errorf("no executor is running invocation %s", rest[0])
+		return fmt.Errorf("no executor is running invocation %s", id)
 	})
 }

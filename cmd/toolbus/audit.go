@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -13,6 +12,9 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/toolbus/toolbus/internal/audit"
 	"github.com/toolbus/toolbus/internal/audit/checkpoint"
@@ -22,50 +24,56 @@ import (
 	"github.com/toolbus/toolbus/internal/redact"
 )
 
-func runAudit(args []string) error {
-	if len(args) == 0 {
-		return usageError{errors.New("audit: want list, show, export, tail, verify, whatif or init")}
+func newAuditCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "audit",
+		Short: "Read, follow, export, verify and replay the audit trail",
+		Long: `The audit trail is a stream on the bus that records every call: who called
+what with which arguments, the policy's decision, the approver's answer and
+the outcome. Secrets in arguments and outputs are hidden when printed.`,
+		Example: `  toolbus audit list --since 24h
+  toolbus audit show INVOCATION_ID
+  toolbus audit whatif --policy ./stricter --fail-on-change`,
 	}
-	switch args[0] {
-	case "init":
-		return auditInit(args[1:])
-	case "list":
-		return auditList(args[1:], false)
-	case "export":
-		return auditList(args[1:], true)
-	case "show":
-		return auditShow(args[1:])
-	case "verify":
-		return auditVerify(args[1:])
-	case "tail":
-		return auditTail(args[1:])
-	case "whatif":
-		return auditWhatIf(args[1:])
+	cmd.AddCommand(newAuditListCommand(false), newAuditShowCommand(), newAuditListCommand(true), newAuditTailCommand(),
+		newAuditVerifyCommand(), newAuditWhatIfCommand(), newAuditInitCommand())
+	holdsCommands(cmd)
+	return cmd
+}
+
+func newAuditInitCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "init",
+		Short: "Make the audit stream on a NATS deployment with no toolbus bus node",
+		Long: `Makes the audit stream (and the approvers' stream) on a NATS deployment of
+your own, where no toolbus bus node makes it and no other member may: run it
+once as an admin. A toolbus bus node makes its own.`,
+		Example: "  TOOLBUS_NATS_CREDS=admin.creds toolbus audit init --max-age 720h --replicas 3",
+		Args:    noArgs,
 	}
-	return usageError{fmt.Errorf("audit: unknown sub-command %q (want list, show, export, tail, verify, whatif or init)", args[0])}
+	fs := cmd.Flags()
+	maxAge := fs.Duration("max-age", 0, "keep audit events this long (0: until --max-bytes is reached)")
+	maxBytes := fs.Int64("max-bytes", 0, "keep at most this many bytes of audit events, dropping the oldest (0: 1 GiB)")
+	replicas := fs.Int("replicas", 0, "copies the cluster keeps of the audit stream (0: 3 when the connection knows of 3 servers, else 1)")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		return auditInit(busURLFor(cmd), *maxAge, *maxBytes, *replicas)
+	}
+	return cmd
 }
 
 // auditInit makes the audit stream on a NATS deployment with no toolbus
 // bus node, where no part may: every member but an admin leaves it to
 // the bus (docs/security.md, "On a NATS deployment of your own").
-func auditInit(args []string) error {
-	fs := flag.NewFlagSet("audit init", flag.ContinueOnError)
-	natsURL := cli.NATSFlag(fs)
-	maxAge := fs.Duration("max-age", 0, "keep audit events this long (0: until --max-bytes is reached)")
-	maxBytes := fs.Int64("max-bytes", 0, "keep at most this many bytes of audit events, dropping the oldest (0: 1 GiB)")
-	replicas := fs.Int("replicas", 0, "copies the cluster keeps of the audit stream (0: 3 when the connection knows of 3 servers, else 1)")
-	if _, err := parse(fs, args); err != nil {
-		return err
-	}
-	if *maxAge < 0 || *maxBytes < 0 || *replicas < 0 {
+func auditInit(natsURL string, maxAge time.Duration, maxBytes int64, replicas int) error {
+	if maxAge < 0 || maxBytes < 0 || replicas < 0 {
 		return usageError{errors.New("audit init: --max-age, --max-bytes and --replicas cannot be negative")}
 	}
-	return withBus(*natsURL, "toolbus-audit-init", func(ctx context.Context, b *bus.Bus) error {
-		copies := *replicas
+	return withBus(natsURL, "toolbus-audit-init", func(ctx context.Context, b *bus.Bus) error {
+		copies := replicas
 		if copies == 0 && len(b.Conn().Servers()) >= 3 {
 			copies = 3
 		}
-		if err := bus.EnsureAudit(ctx, b.JetStream(), bus.Config{AuditMaxAge: *maxAge, AuditMaxBytes: *maxBytes, Replicas: copies}); err != nil {
+		if err := bus.EnsureAudit(ctx, b.JetStream(), bus.Config{AuditMaxAge: maxAge, AuditMaxBytes: maxBytes, Replicas: copies}); err != nil {
 			return err
 		}
 		fmt.Printf("audit stream ready: %s (and %s for approvers)\n", events.AuditStream, events.ConfirmStream)
@@ -73,24 +81,25 @@ func auditInit(args []string) error {
 	})
 }
 
-// auditFlags are the flags every audit command shares.
+// auditFlags are the flags every audit command that reads the trail
+// shares.
 type auditFlags struct {
-	natsURL, since, until, redactFile *string
-	patterns                          *multiFlag
+	since, until, redactFile *string
+	patterns                 *[]string
 }
 
-func newAuditFlags(fs *flag.FlagSet) *auditFlags {
-	f := &auditFlags{natsURL: cli.NATSFlag(fs), patterns: &multiFlag{}}
-	f.since = fs.String("since", "", "from this time (RFC 3339) or this long ago (24h, 7d)")
-	f.until = fs.String("until", "", "before this time (RFC 3339) or this long ago")
-	f.redactFile = fs.String("redact-patterns", "", "a file of further patterns (RE2, one a line) whose matches are hidden")
-	fs.Var(f.patterns, "redact", "a further pattern (RE2) whose matches are hidden; may repeat")
-	return f
+func newAuditFlags(fs *pflag.FlagSet) *auditFlags {
+	return &auditFlags{
+		since:      fs.String("since", "", "from this time (RFC 3339) or this long ago (24h, 7d)"),
+		until:      fs.String("until", "", "before this time (RFC 3339) or this long ago"),
+		redactFile: fs.String("redact-patterns", "", "a `FILE` of further patterns (RE2, one a line) whose matches are hidden"),
+		patterns:   fs.StringArray("redact", nil, "a further `PATTERN` (RE2) whose matches are hidden (repeatable)"),
+	}
 }
 
 // queryFlags registers the filters of list, export and tail; the
 // returned function makes their query.
-func queryFlags(fs *flag.FlagSet) func() (audit.Query, error) {
+func queryFlags(fs *pflag.FlagSet) func() (audit.Query, error) {
 	tool := fs.String("tool", "", "only calls of this tool")
 	caller := fs.String("caller", "", "only calls of this caller (its id, agent or user)")
 	verdict := fs.String("verdict", "", "only calls the policy judged ALLOW, DENY or ASK_USER")
@@ -104,14 +113,14 @@ func queryFlags(fs *flag.FlagSet) func() (audit.Query, error) {
 	}
 }
 
-// run connects to the bus of the flags and runs f with the redactor they
-// configure.
-func (f *auditFlags) run(fn func(ctx context.Context, b *bus.Bus, red *redact.Redactor) error) error {
+// run connects to the bus at natsURL and runs f with the redactor the
+// flags configure.
+func (f *auditFlags) run(natsURL string, fn func(ctx context.Context, b *bus.Bus, red *redact.Redactor) error) error {
 	red, err := f.redactor()
 	if err != nil {
 		return err
 	}
-	return withAuditBus(*f.natsURL, func(ctx context.Context, b *bus.Bus) error { return fn(ctx, b, red) })
+	return withAuditBus(natsURL, func(ctx context.Context, b *bus.Bus) error { return fn(ctx, b, red) })
 }
 
 // redactor is the built-in rules plus the configured patterns.
@@ -167,80 +176,105 @@ func parseWhen(flagName, s string, now time.Time) (time.Time, error) {
 	return now.Add(-d), nil
 }
 
-func auditList(args []string, export bool) error {
-	name := "audit list"
-	if export {
-		name = "audit export"
+func newAuditListCommand(export bool) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List the recorded calls",
+		Long: `Lists every invocation in the audit stream, oldest first, with its caller,
+the policy's verdict, the approver's answer, the outcome and how long it
+ran; the filters narrow the list. Secrets are hidden.`,
+		Example: `  toolbus audit list --since 24h
+  toolbus audit list --verdict DENY --json
+  toolbus audit list --outcome POLICY_DENIED --caller agent:ci`,
+		Args: noArgs,
 	}
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	if export {
+		cmd.Use, cmd.Short = "export", "Export the recorded calls, one JSON object a line, for a SIEM"
+		cmd.Long = `Writes every invocation in the audit stream (within the filters) as one JSON
+object a line, secrets hidden, for a SIEM or an archive.`
+		cmd.Example = "  toolbus audit export --since 7d > audit.jsonl"
+	}
+	fs := cmd.Flags()
 	af := newAuditFlags(fs)
 	query := queryFlags(fs)
-	asJSON := fs.Bool("json", false, "print a JSON array of invocations")
-	format := fs.String("format", "jsonl", "export format: jsonl, one invocation a line")
-	if err := parseFlags(fs, args); err != nil {
-		return err
+	var asJSON *bool
+	format := new(string)
+	if export {
+		format = fs.String("format", "jsonl", "export format: jsonl, one invocation a line")
+	} else {
+		asJSON = fs.Bool("json", false, "print a JSON array of invocations")
 	}
-	if export && *format != "jsonl" {
-		return usageError{fmt.Errorf("audit export --format %q: jsonl is the one format", *format)}
-	}
-	q, err := query()
-	if err != nil {
-		return err
-	}
-	if err := af.window(&q); err != nil {
-		return err
-	}
-	return af.run(func(ctx context.Context, b *bus.Bus, red *redact.Redactor) error {
-		recs, _, err := audit.Read(ctx, b.JetStream(), q)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if export && *format != "jsonl" {
+			return usageError{fmt.Errorf("audit export --format %q: jsonl is the one format", *format)}
+		}
+		q, err := query()
 		if err != nil {
 			return err
 		}
-		shown := make([]*audit.Record, len(recs))
-		for i, r := range recs {
-			shown[i] = audit.Redact(r, red)
+		if err := af.window(&q); err != nil {
+			return err
 		}
-		switch {
-		case export:
-			return writeJSONLines(os.Stdout, shown)
-		case *asJSON:
-			return writeJSON(os.Stdout, shown)
-		}
-		return writeAuditTable(os.Stdout, shown)
-	})
+		return af.run(busURLFor(cmd), func(ctx context.Context, b *bus.Bus, red *redact.Redactor) error {
+			recs, _, err := audit.Read(ctx, b.JetStream(), q)
+			if err != nil {
+				return err
+			}
+			shown := make([]*audit.Record, len(recs))
+			for i, r := range recs {
+				shown[i] = audit.Redact(r, red)
+			}
+			switch {
+			case export:
+				return writeJSONLines(os.Stdout, shown)
+			case *asJSON:
+				return writeJSON(os.Stdout, shown)
+			}
+			return writeAuditTable(os.Stdout, shown)
+		})
+	}
+	return cmd
 }
 
-func auditShow(args []string) error {
-	fs := flag.NewFlagSet("audit show", flag.ContinueOnError)
+func newAuditShowCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "show INVOCATION_ID",
+		Short: "Show one recorded call's whole story",
+		Long: `Shows one invocation's whole story, event by event: the call, the policy's
+decision, the confirmation asked and answered, the steps, the result. With
+--explain, which rules of the policy make its decision (policy explain).`,
+		Example: "  toolbus audit show INVOCATION_ID\n  toolbus audit show INVOCATION_ID --explain --policy ./policy",
+	}
+	fs := cmd.Flags()
 	af := newAuditFlags(fs)
 	asJSON := fs.Bool("json", false, "print the invocation and its events as JSON")
 	explained := fs.Bool("explain", false, "say which rules of the policy make the call's decision (toolbus policy explain)")
-	dir := fs.String("policy", "", "with --explain: explain under this policy set; default: the pushed policy, else the built-in one")
+	dir := fs.String("policy", "", "with --explain: explain under this policy set (default: the pushed policy, else the built-in one)")
 	trace := fs.Bool("trace", false, "with --explain: print OPA's whole trace too")
-	rest, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(rest) != 1 {
-		return usageError{errors.New("audit show takes one invocation id")}
-	}
-	if *explained {
-		return explain(af, rest[0], *dir, *trace, *asJSON)
-	}
-	since, err := parseWhen("since", *af.since, time.Now())
-	if err != nil {
-		return err
-	}
-	return af.run(func(ctx context.Context, b *bus.Bus, red *redact.Redactor) error {
-		r, err := audit.Show(ctx, b.JetStream(), rest[0], since)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if len(args) != 1 {
+			return usageError{errors.New("audit show takes one invocation id")}
+		}
+		if *explained {
+			return explain(busURLFor(cmd), af, args[0], *dir, *trace, *asJSON)
+		}
+		since, err := parseWhen("since", *af.since, time.Now())
 		if err != nil {
 			return err
 		}
-		r = audit.Redact(r, red)
-		if *asJSON {
-			return writeJSON(os.Stdout, r)
-		}
-		return writeStory(os.Stdout, r)
-	})
+		return af.run(busURLFor(cmd), func(ctx context.Context, b *bus.Bus, red *redact.Redactor) error {
+			r, err := audit.Show(ctx, b.JetStream(), args[0], since)
+			if err != nil {
+				return err
+			}
+			r = audit.Redact(r, red)
+			if *asJSON {
+				return writeJSON(os.Stdout, r)
+			}
+			return writeStory(os.Stdout, r)
+		})
+	}
+	return cmd
 }
 
 // withAuditBus is withBus with the time a read of a long history takes.
@@ -365,23 +399,39 @@ var (
 	errIncomplete = errors.New("the audit trail is not whole: part of it is no longer in the stream")
 )
 
-func auditVerify(args []string) error {
-	fs := flag.NewFlagSet("audit verify", flag.ContinueOnError)
-	natsURL := cli.NATSFlag(fs)
-	since := fs.String("since", "", "from this time (RFC 3339) or this long ago (24h, 7d); default: the whole stream")
-	keyFile := fs.String("key", filepath.Join(cli.DefaultDataDir(), checkpoint.PublicKeyFile), "the bus owner's public key, which checkpoints must be signed with")
-	if err := parseFlags(fs, args); err != nil {
-		return err
+func newAuditVerifyCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "verify",
+		Short: "Check that no audit event is missing and every signed checkpoint matches",
+		Long: `Checks the audit stream against the checkpoints the bus signs: no sequence
+is missing, and every checkpoint matches the events it covers and is signed
+with the bus owner's key. Fails when the stream does not match (tampered),
+or when part of the trail is no longer in the stream.`,
+		Example: "  toolbus audit verify\n  toolbus audit verify --since 7d --key /srv/toolbus/checkpoint.pub",
+		Args:    noArgs,
 	}
-	from, err := parseWhen("since", *since, time.Now())
+	fs := cmd.Flags()
+	since := fs.String("since", "", "from this time (RFC 3339) or this long ago (24h, 7d) (default: the whole stream)")
+	keyFile := fs.String("key", "", "the bus owner's public key, which checkpoints must be signed with (default: "+checkpoint.PublicKeyFile+" in toolbus up's default data directory)")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if *keyFile == "" {
+			*keyFile = filepath.Join(cli.DefaultDataDir(), checkpoint.PublicKeyFile)
+		}
+		return auditVerify(busURLFor(cmd), *since, *keyFile)
+	}
+	return cmd
+}
+
+func auditVerify(natsURL, since, keyFile string) error {
+	from, err := parseWhen("since", since, time.Now())
 	if err != nil {
 		return err
 	}
-	pub, err := checkpoint.ReadPublicKey(*keyFile)
+	pub, err := checkpoint.ReadPublicKey(keyFile)
 	if err != nil {
 		return usageError{err}
 	}
-	return withAuditBus(*natsURL, func(ctx context.Context, b *bus.Bus) error {
+	return withAuditBus(natsURL, func(ctx context.Context, b *bus.Bus) error {
 		rep, err := checkpoint.Verify(ctx, b.JetStream(), from, pub)
 		if err != nil {
 			return err
@@ -418,28 +468,35 @@ func auditVerify(args []string) error {
 	})
 }
 
-func auditTail(args []string) error {
-	fs := flag.NewFlagSet("audit tail", flag.ContinueOnError)
+func newAuditTailCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "tail",
+		Short:   "Follow the audit trail: print invocations as they end",
+		Long:    "Prints each invocation as it ends, live, within the filters, until Ctrl-C. Secrets are hidden.",
+		Example: "  toolbus audit tail\n  toolbus audit tail --verdict DENY --json",
+		Args:    noArgs,
+	}
+	fs := cmd.Flags()
 	af := newAuditFlags(fs)
 	query := queryFlags(fs)
 	asJSON := fs.Bool("json", false, "print each invocation as a JSON line")
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	q, err := query()
-	if err != nil {
-		return err
-	}
-	return af.run(func(ctx context.Context, b *bus.Bus, red *redact.Redactor) error {
-		enc := json.NewEncoder(os.Stdout)
-		fmt.Fprintln(os.Stderr, "following the audit stream; Ctrl-C to stop")
-		return audit.Tail(ctx, b.JetStream(), q, func(r *audit.Record) {
-			r = audit.Redact(r, red)
-			if *asJSON {
-				enc.Encode(r)
-				return
-			}
-			fmt.Println(strings.Join(auditRow(r), "  "))
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		q, err := query()
+		if err != nil {
+			return err
+		}
+		return af.run(busURLFor(cmd), func(ctx context.Context, b *bus.Bus, red *redact.Redactor) error {
+			enc := json.NewEncoder(os.Stdout)
+			fmt.Fprintln(os.Stderr, "following the audit stream; Ctrl-C to stop")
+			return audit.Tail(ctx, b.JetStream(), q, func(r *audit.Record) {
+				r = audit.Redact(r, red)
+				if *asJSON {
+					enc.Encode(r)
+					return
+				}
+				fmt.Println(strings.Join(auditRow(r), "  "))
+			})
 		})
-	})
+	}
+	return cmd
 }

@@ -115,7 +115,7 @@ deny contains "reads of this workspace are frozen" if {
 		!strings.Contains(out, "reads of this workspace are frozen") || strings.Contains(out, recs[1]["id"].(string)) {
 		t.Errorf("whatif, stricter: exit %d %s\n%s", code, errOut, out)
 	}
-	if _, errOut, code := toolbus(t, "audit", "whatif", "--policy", stricter, "--fail-on-change", "--nats", url); code != 1 || !strings.Contains(errOut, "1 decisions would change") {
+	if _, errOut, code := toolbus(t, "audit", "whatif", "--policy", stricter, "--fail-on-change", "--nats", url); code != 3 || !strings.Contains(errOut, "1 decisions would change") {
 		t.Errorf("whatif --fail-on-change: exit %d %s", code, errOut)
 	}
 	loose := policyDir(t, `package toolbus

@@ -4,12 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/toolbus/toolbus/internal/cli"
 	"github.com/toolbus/toolbus/internal/events"
@@ -22,6 +23,12 @@ type callFailed struct{ res *events.Result }
 func (c callFailed) Error() string {
 	return fmt.Sprintf("%s: %s", c.res.Error.Type, c.res.Error.Message)
 }
+
+func (c callFailed) ExitCode() int { return resultExitCode(c.res.Error.Type) }
+
+func (c callFailed) ErrorType() string { return string(c.res.Error.Type) }
+
+func (c callFailed) invocationID() string { return c.res.InvocationID }
 
 // stoppedBy is the cause of a command's end by a signal: Ctrl-C
 // (SIGINT), or SIGTERM. Its exit code is the shell's for a death by that
@@ -36,6 +43,8 @@ func (s stoppedBy) Error() string {
 }
 
 func (s stoppedBy) ExitCode() int { return 128 + int(s.sig) }
+
+func (stoppedBy) ErrorType() string { return string(events.ErrCancelled) }
 
 // errCallerTimeout is the cause of the end of a call's context when
 // --timeout passed: the caller's deadline, not the executor's.
@@ -68,39 +77,82 @@ func callContext() (context.Context, context.CancelFunc) {
 	}
 }
 
-func runCall(args []string) error {
-	fs := flag.NewFlagSet("call", flag.ContinueOnError)
-	natsURL := cli.NATSFlag(fs)
-	argsJSON := fs.String("args", "{}", "the arguments, a JSON object")
-	asJSON := fs.Bool("json", false, "print the whole result as JSON")
-	timeout := fs.Duration("timeout", 0, "give up (and cancel the call) after this long, a wait for approval included; it is also the tool's deadline once it runs; default: the executor's deadlines")
-	stream := fs.Bool("stream", false, "print output to stderr as the tool produces it")
-	id := fs.String("id", "", "the invocation id (default: a new unique one), for `toolbus cancel`")
-	workspace := fs.String("workspace", os.Getenv("TOOLBUS_WORKSPACE"), "the workspace a file or shell tool acts on, as its executors name it (env TOOLBUS_WORKSPACE; default: the one there is)")
-	rest, err := parse(fs, args)
-	if err != nil {
-		return err
+// toolExited is the end of a call whose tool ran a command that exited
+// non-zero: the tool did its work, and the command failed.
+type toolExited struct{ res *events.Result }
+
+func (e toolExited) Error() string {
+	return fmt.Sprintf("%s: the command exited with status %d", e.res.Tool, *e.res.ExitCode)
+}
+
+func (toolExited) ExitCode() int { return exitFailure }
+
+func (toolExited) ErrorType() string { return "EXIT_STATUS" }
+
+func (e toolExited) invocationID() string { return e.res.InvocationID }
+
+func newCallCommand() *cobra.Command {
+	var (
+		argsJSON, id, workspace string
+		asJSON, stream          bool
+		timeout                 time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "call NAME [--args JSON]",
+		Short: "Run a tool",
+		Long: `Runs the tool NAME through the bus, as an agent's call runs: the policy judges
+it, an approver answers when the policy asks (the command says that it
+waits), and the audit trail records it.
+
+The tool's output goes to stdout. The exit code says how the call ended (see
+'Exit codes' in docs/cli.md): 0 it ran, 1 it failed (a shell command that
+exited non-zero included), 4 it was denied, 124 a deadline passed, 130 it
+was cancelled (Ctrl-C, or toolbus cancel).`,
+		Example: `  toolbus call read_file --args '{"file_path": "README.md"}'
+  toolbus call run_shell_command --args '{"command": "go test ./..."}' --stream --timeout 10m
+
+  # The whole result as JSON, and the call's id, for toolbus cancel.
+  toolbus call glob --args '{"pattern": "**/*.go"}' --json --id my-call-1`,
+		ValidArgsFunction: completeToolName,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usageError{errors.New("call takes one tool name")}
+			}
+			if !json.Valid([]byte(argsJSON)) {
+				return usageError{fmt.Errorf("--args is not valid JSON: %s", argsJSON)}
+			}
+			if workspace == "" {
+				workspace = os.Getenv("TOOLBUS_WORKSPACE")
+			}
+			return runCall(busURLFor(cmd), &events.Invocation{Header: events.Header{ID: id}, Tool: args[0], Args: json.RawMessage(argsJSON), Workspace: workspace},
+				timeout, stream, asJSON)
+		},
 	}
-	if len(rest) != 1 {
-		return usageError{errors.New("call takes one tool name")}
-	}
-	if !json.Valid([]byte(*argsJSON)) {
-		return usageError{fmt.Errorf("--args is not valid JSON: %s", *argsJSON)}
-	}
+	fs := cmd.Flags()
+	fs.StringVar(&argsJSON, "args", "{}", "the arguments, a `JSON` object")
+	fs.BoolVar(&asJSON, "json", false, "print the whole result as JSON")
+	fs.DurationVar(&timeout, "timeout", 0, "give up (and cancel the call) after this long, a wait for approval included; it is also the tool's deadline once it runs (default: the executor's deadlines)")
+	fs.BoolVar(&stream, "stream", false, "print output to stderr as the tool produces it")
+	fs.StringVar(&id, "id", "", "the invocation id, for toolbus cancel (default: a new unique one)")
+	fs.StringVar(&workspace, "workspace", "", "the workspace a file or shell tool acts on, as its executors name it (default $TOOLBUS_WORKSPACE, else the one there is)")
+	return cmd
+}
+
+// runCall makes the call inv on the bus at natsURL and prints its result.
+func runCall(natsURL string, inv *events.Invocation, timeout time.Duration, stream, asJSON bool) error {
 	ctx, stop := callContext()
 	defer stop()
 	var due time.Time // when --timeout passes
-	if *timeout > 0 {
+	if timeout > 0 {
 		// The executor enforces the deadline and reports TIMEOUT itself,
 		// having stopped the tool; the command waits a little longer for
 		// that result before giving up on its own.
-		due = time.Now().Add(*timeout)
+		due = time.Now().Add(timeout)
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadlineCause(ctx, due.Add(3*time.Second), errCallerTimeout)
 		defer cancel()
 	}
-	res, err := callTool(ctx, *natsURL, &events.Invocation{Header: events.Header{ID: *id}, Tool: rest[0], Args: json.RawMessage(*argsJSON), Workspace: *workspace},
-		*timeout, due, *stream)
+	res, err := callTool(ctx, natsURL, inv, timeout, due, stream)
 	var sig stoppedBy
 	if errors.As(context.Cause(ctx), &sig) && (err != nil || res.Error != nil) {
 		// The call ended because the person stopped it: say so, not what
@@ -110,7 +162,7 @@ func runCall(args []string) error {
 	if err != nil {
 		return err
 	}
-	if *asJSON {
+	if asJSON {
 		if err := writeJSON(os.Stdout, res); err != nil {
 			return err
 		}
@@ -120,13 +172,16 @@ func runCall(args []string) error {
 			fmt.Println()
 		}
 	}
-	if res.Error != nil {
+	switch {
+	case res.Error != nil:
 		if res.Error.Type == events.ErrTimeout && errors.Is(context.Cause(ctx), errCallerTimeout) && res.Sender.Role != "executor" {
 			// The command gave up, not the executor: say whose
 			// deadline it was (the executor's say so themselves).
-			res.Error.Message = fmt.Sprintf("the caller's --timeout of %s passed before the call ended, so it was cancelled", *timeout)
+			res.Error.Message = fmt.Sprintf("the caller's --timeout of %s passed before the call ended, so it was cancelled", timeout)
 		}
 		return callFailed{res}
+	case res.ExitCode != nil && *res.ExitCode != 0:
+		return toolExited{res}
 	}
 	return nil
 }

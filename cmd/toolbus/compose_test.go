@@ -51,12 +51,14 @@ func TestComposeDescribesTheLocalFleet(t *testing.T) {
 			t.Errorf("%s runs %s, which local-fleet.sh does not", name, svc.Command[0])
 		}
 		// The binary parses the flags and stops at -h: an unknown flag or
-		// a bad value is reported before.
+		// a bad value is reported before (in the flag package's words, or
+		// in pflag's for toolbus).
 		cmd := exec.Command(bin(svc.Command[0]), append(slices.Clone(svc.Command[1:]), "-h")...)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		cmd.Run()
-		if msg := stderr.String(); strings.Contains(msg, "flag provided but not defined") || strings.Contains(msg, "invalid value") || cmd.ProcessState == nil {
+		if msg := stderr.String(); strings.Contains(msg, "flag provided but not defined") || strings.Contains(msg, "invalid value") ||
+			strings.Contains(msg, "unknown flag") || strings.Contains(msg, "invalid argument") || cmd.ProcessState == nil {
 			t.Errorf("%s: %v does not parse: %s", name, svc.Command, firstLine(msg, 200))
 		}
 		for _, v := range svc.Volumes {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
 	"github.com/toolbus/toolbus/internal/approve"
@@ -19,10 +19,12 @@ import (
 	"github.com/toolbus/toolbus/internal/confirmtui"
 )
 
-const confirmUsage = `toolbus confirm [--as ID] [--json] [--nats URL] [--log-level LEVEL]
-
-Answers the fleet's confirmation requests (the calls the policy asks a
-person about) as the approver ID (default approver:USER@HOST).
+func newConfirmCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "confirm",
+		Short: "Answer confirmation requests in the terminal",
+		Long: `Answers the fleet's confirmation requests (the calls the policy asks a
+person about) as the approver ID --as names (default approver:USER@HOST).
 
 In a terminal it shows the pending requests and the selected one in detail;
 keys: y allow once; a/t/s always (only those the policy offers, each with
@@ -32,50 +34,55 @@ full diff and arguments; r recent decisions; ↑/↓ or j/k select; q quit.
 
 With --json it is for scripts. It prints one JSON object per line, the
 first once executors can ask it:
-  {"event":"ready","approver":ID}
-  {"event":"request","invocationId":ID,"request":{...the ConfirmRequest...},"deadline":TIME}
-  {"event":"answered","invocationId":ID,"by":APPROVER,"outcome":OUTCOME}
-  {"event":"rejected","invocationId":ID,"by":APPROVER,"outcome":OUTCOME,"reason":WHY}
-  {"event":"closed","invocationId":ID,"errorType":TYPE,"reason":WHY}
-  {"event":"ack","invocationId":ID,"accepted":BOOL,"reason":WHY}
-  {"event":"error","line":N,"invocationId":ID,"error":WHAT}
+
+    {"event":"ready","approver":ID}
+    {"event":"request","invocationId":ID,"request":{...the ConfirmRequest...},"deadline":TIME}
+    {"event":"answered","invocationId":ID,"by":APPROVER,"outcome":OUTCOME}
+    {"event":"rejected","invocationId":ID,"by":APPROVER,"outcome":OUTCOME,"reason":WHY}
+    {"event":"closed","invocationId":ID,"errorType":TYPE,"reason":WHY}
+    {"event":"ack","invocationId":ID,"accepted":BOOL,"reason":WHY}
+    {"event":"error","line":N,"invocationId":ID,"error":WHAT}
+
 and reads answers, one JSON object per line, on stdin:
-  {"invocationId":ID,"outcome":"proceed_once"}
-  {"invocationId":ID,"outcome":"modify_with_editor","args":{...}}
-  {"invocationId":ID,"outcome":"cancel","message":"why, for the agent"}
+
+    {"invocationId":ID,"outcome":"proceed_once"}
+    {"invocationId":ID,"outcome":"modify_with_editor","args":{...}}
+    {"invocationId":ID,"outcome":"cancel","message":"why, for the agent"}
+
 OUTCOME is proceed_once, proceed_always, proceed_always_tool,
 proceed_always_server, modify_with_editor or cancel. A line that is not an
 answer gets an error line and reading goes on; at the end of stdin the
-command ends.
+command ends.`,
+		Example: `  toolbus confirm
+  toolbus confirm --as approver:alice
 
-Flags:
-`
-
-func runConfirm(args []string) error {
-	fs := flag.NewFlagSet("confirm", flag.ContinueOnError)
-	natsURL := cli.NATSFlag(fs)
+  # For a script: requests as JSON lines on stdout, answers on stdin.
+  toolbus confirm --json --as approver:ci-bot`,
+		Args: noArgs,
+	}
+	fs := cmd.Flags()
 	as := fs.String("as", "", "the approver identity answers are sent as (default approver:USER@HOST)")
 	asJSON := fs.Bool("json", false, "JSON lines on stdout and stdin, for scripts")
-	logLevel := cli.LogFlag(fs)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), confirmUsage)
-		fs.PrintDefaults()
+	logLevel := goFlags(fs, cli.LogFlag)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		return runConfirm(busURLFor(cmd), *as, *asJSON, *logLevel)
 	}
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if !*asJSON && !(term.IsTerminal(int(os.Stdout.Fd())) && term.IsTerminal(int(os.Stdin.Fd()))) {
+	return cmd
+}
+
+func runConfirm(natsURL, as string, asJSON bool, logLevel string) error {
+	if !asJSON && !(term.IsTerminal(int(os.Stdout.Fd())) && term.IsTerminal(int(os.Stdin.Fd()))) {
 		return usageError{errors.New("confirm needs a terminal; for scripts use --json")}
 	}
 	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return usageError{fmt.Errorf("--log-level %q: want debug, info, warn or error", *logLevel)}
+	if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+		return usageError{fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel)}
 	}
 	// The screen is the terminal's while the view runs: log lines wait in
 	// memory and are printed once it is restored.
 	var held heldLog
 	var logOut io.Writer = os.Stderr
-	if !*asJSON {
+	if !asJSON {
 		logOut = &held
 	}
 	log := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: level}))
@@ -84,19 +91,19 @@ func runConfirm(args []string) error {
 	ctx, stop := cli.SignalContext()
 	defer stop()
 	connectCtx, cancelConnect := context.WithTimeout(ctx, 30*time.Second)
-	b, err := cli.Connect(connectCtx, *natsURL, "toolbus-confirm", log)
+	b, err := cli.Connect(connectCtx, natsURL, "toolbus-confirm", log)
 	cancelConnect()
 	if err != nil {
 		return err
 	}
 	defer cli.Close(b)
 	ap, err := approve.Start(ctx, b.Conn(), b.JetStream(), approve.Config{
-		Identity: cli.ApproverIdentity(*as), Principal: cli.ApproverPrincipal(b.Principal(), *natsURL, *as), Logger: log})
+		Identity: cli.ApproverIdentity(as), Principal: cli.ApproverPrincipal(b.Principal(), natsURL, as), Logger: log})
 	if err != nil {
 		return err
 	}
 	defer ap.Stop()
-	if *asJSON {
+	if asJSON {
 		return confirmtui.RunJSON(ctx, ap, os.Stdin, os.Stdout)
 	}
 	editor := os.Getenv("VISUAL")

@@ -432,8 +432,8 @@ func TestConfirmDeny(t *testing.T) {
 	a.waitScreen("Deny:", "reason:")
 	a.press("not that file, use notes.md\r")
 	a.waitScreen("accepted: cancel")
-	if code := call.wait(t); code != 1 {
-		t.Fatalf("the denied call exited %d, want 1", code)
+	if code := call.wait(t); code != 4 {
+		t.Fatalf("the denied call exited %d, want 4 (denied)", code)
 	}
 	if errOut := call.stderr.String(); !strings.Contains(errOut, "USER_CANCELLED") || !strings.Contains(errOut, "not that file, use notes.md") {
 		t.Errorf("the caller's error %q does not carry USER_CANCELLED and the reason", errOut)

@@ -3,11 +3,12 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"os"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/toolbus/toolbus/internal/approve"
 	"github.com/toolbus/toolbus/internal/bus"
@@ -20,37 +21,54 @@ import (
 // command line, where other users of the machine could read it.
 const consoleTokenEnv = "TOOLBUS_CONSOLE_TOKEN"
 
-func runConsole(args []string) error {
-	fs := flag.NewFlagSet("console", flag.ContinueOnError)
-	natsURL := cli.NATSFlag(fs)
-	listen := fs.String("listen", "", "address the console listens on (default "+console.DefaultListen+", else a free loopback port)")
-	token := fs.String("token", "", "access token (env "+consoleTokenEnv+"; default: a new random one)")
-	as := fs.String("as", "", "approver identity (default approver:USER@HOST)")
-	logLevel := cli.LogFlag(fs)
-	metricsAddr := cli.MetricsFlag(fs)
-	if err := parseFlags(fs, args); err != nil {
-		return err
+func newConsoleCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "console",
+		Short: "Serve the web console for a fleet's bus",
+		Long: `Serves the web console for the bus: approvers answer the calls the policy
+asks about, and revoke allowlist entries. The page needs the access token
+the command prints. 'toolbus up' serves one of its own.
+
+While a page is open the console holds an approver's seat, as the approver
+--as names: a call the policy asks about then waits for an answer instead of
+being denied at once.`,
+		Example: `  toolbus console
+  TOOLBUS_CONSOLE_TOKEN=s3cret toolbus console --listen 0.0.0.0:4380 --as approver:alice`,
+		Args: noArgs,
 	}
-	log, err := cli.Logger(*logLevel)
+	fs := cmd.Flags()
+	listen := fs.String("listen", "", "address the console listens on (default "+console.DefaultListen+", else a free loopback port)")
+	token := fs.String("token", "", "access token (default $"+consoleTokenEnv+", else a new random one)")
+	as := fs.String("as", "", "approver identity (default approver:USER@HOST)")
+	logLevel := goFlags(fs, cli.LogFlag)
+	metricsAddr := goFlags(fs, cli.MetricsFlag)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		return runConsole(busURLFor(cmd), *listen, *token, *as, *logLevel, *metricsAddr)
+	}
+	return cmd
+}
+
+func runConsole(natsURL, listen, token, as, logLevel, metricsAddr string) error {
+	log, err := cli.Logger(logLevel)
 	if err != nil {
 		return usageError{err}
 	}
-	if *token == "" {
-		*token = os.Getenv(consoleTokenEnv)
+	if token == "" {
+		token = os.Getenv(consoleTokenEnv)
 	}
 	ctx, stop := cli.SignalContext()
 	defer stop()
-	b, err := cli.Connect(ctx, *natsURL, "toolbus-console", log)
+	b, err := cli.Connect(ctx, natsURL, "toolbus-console", log)
 	if err != nil {
 		return err
 	}
 	defer cli.Close(b)
-	_, stopMetrics, err := cli.StartMetrics(*metricsAddr, "console", b, log)
+	_, stopMetrics, err := cli.StartMetrics(metricsAddr, "console", b, log)
 	if err != nil {
 		return err
 	}
 	defer stopMetrics()
-	c, err := startConsole(ctx, b, cli.ApproverPrincipal(b.Principal(), *natsURL, *as), console.Config{Listen: *listen, Token: *token}, *as, log)
+	c, err := startConsole(ctx, b, cli.ApproverPrincipal(b.Principal(), natsURL, as), console.Config{Listen: listen, Token: token}, as, log)
 	if err != nil {
 		return err
 	}

@@ -139,7 +139,7 @@ func TestConsoleThroughUp(t *testing.T) {
 	deniedAtOnce := func(when string) {
 		t.Helper()
 		_, errOut, code := toolbus(t, "call", "write_file", "--args", `{"file_path":"denied.txt","content":"x"}`, "--nats", nats, "--timeout", "2m")
-		if code != 1 || !strings.Contains(errOut, "POLICY_DENIED") || !strings.Contains(errOut, "no approver is connected") ||
+		if code != 4 || !strings.Contains(errOut, "POLICY_DENIED") || !strings.Contains(errOut, "no approver is connected") ||
 			!strings.Contains(errOut, base) || !strings.Contains(errOut, "toolbus confirm") {
 			t.Errorf("%s: exit %d, stderr %q; want POLICY_DENIED at once, saying where to approve", when, code, errOut)
 		}
@@ -222,7 +222,7 @@ func TestConsoleThroughUp(t *testing.T) {
 	// The caller's --timeout ends the wait first: the waiting line says
 	// so, and the failure names the caller's deadline.
 	timedOut := startBackground(t, "call", "write_file", "--args", `{"file_path":"never.txt","content":"x"}`, "--nats", nats, "--timeout", "1s")
-	if code := timedOut.exitCode(t); code != 1 || !strings.Contains(timedOut.stderr.String(), "(your --timeout ends the wait first)") ||
+	if code := timedOut.exitCode(t); code != 124 || !strings.Contains(timedOut.stderr.String(), "(your --timeout ends the wait first)") ||
 		!strings.Contains(timedOut.stderr.String(), "TIMEOUT: the caller's --timeout of 1s passed") {
 		t.Errorf("--timeout: exit %d, stderr %q", code, timedOut.stderr.String())
 	}

@@ -113,7 +113,7 @@ func TestDiscoveryExample(t *testing.T) {
 
 	// Without an approver, the policy's question cannot be put: denied.
 	_, errOut, code := toolbus(t, "call", "calc", "--args", `{"expression":"2*(3+4)"}`, "--nats", url)
-	if code != 1 || !strings.Contains(errOut, "POLICY_DENIED") || !strings.Contains(errOut, "discovered tools ask the user") {
+	if code != 4 || !strings.Contains(errOut, "POLICY_DENIED") || !strings.Contains(errOut, "discovered tools ask the user") {
 		t.Errorf("unapproved: exit %d, %s", code, errOut)
 	}
 	scriptApprover(t, url, "calc", "word_count")

@@ -2,10 +2,11 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"path/filepath"
 	"strings"
+
+	"github.com/spf13/cobra"
 
 	"github.com/toolbus/toolbus/internal/auth"
 	"github.com/toolbus/toolbus/internal/cli"
@@ -13,24 +14,37 @@ import (
 	"github.com/toolbus/toolbus/internal/identity"
 )
 
-// runInit makes a fleet's identities: `toolbus init DIR [--add ROLE:NAME]...`.
-// With no --add it makes one member of each role, named after it; run
-// again, it adds members and keeps every existing key. `--remove NAME`
-// takes members out.
-func runInit(args []string) error {
-	fs := flag.NewFlagSet("init", flag.ContinueOnError)
+func newInitCommand() *cobra.Command {
 	var add memberFlags
 	var remove nameFlags
-	fs.Var(&add, "add", "a member to make, ROLE:NAME (repeatable); roles: bus, admin, registry, executor, approver, auditor, agent")
-	fs.Var(&remove, "remove", "a member to take out, NAME (repeatable): refused by the nodes once they read the identities again (SIGHUP), its connections closed")
-	rest, err := parse(fs, args)
-	if err != nil {
-		return err
+	cmd := &cobra.Command{
+		Use:   "init DIR",
+		Short: "Make a fleet's identities",
+		Long: `Makes a fleet's identities in DIR: a seed per member (DIR/NAME.nk), the
+roster, and the bus's authorization config (bus --identities DIR). Parts
+connect with TOOLBUS_IDENTITY=DIR/NAME.nk.
+
+With no --add it makes one member of each role, named after it. Run again,
+it adds members and keeps every existing key. --remove takes members out: the
+nodes refuse them once they read the identities again (SIGHUP).`,
+		Example: `  toolbus init ./fleet
+  toolbus init ./fleet --add executor:executor2 --add agent:ci
+  toolbus init ./fleet --remove ci`,
+		RunE: func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usageError{fmt.Errorf("init takes one directory, got %q", args)}
+			}
+			return initFleet(args[0], add, remove)
+		},
 	}
-	if len(rest) != 1 {
-		return usageError{fmt.Errorf("init takes one directory, got %q", rest)}
-	}
-	dir := rest[0]
+	cmd.Flags().Var(&add, "add", "a member to make (repeatable); roles: bus, admin, registry, executor, approver, auditor, agent")
+	cmd.Flags().Var(&remove, "remove", "a member to take out (repeatable): refused by the nodes once they read the identities again (SIGHUP), its connections closed")
+	return cmd
+}
+
+// initFleet makes the members add in dir, with every role's default
+// member when add is empty, or takes the members remove out.
+func initFleet(dir string, add memberFlags, remove nameFlags) error {
 	if len(remove) > 0 {
 		if len(add) > 0 {
 			return usageError{errors.New("init: --add and --remove go in separate runs")}
@@ -69,7 +83,9 @@ func runInit(args []string) error {
 // nameFlags collects --remove NAME.
 type nameFlags []string
 
-func (n *nameFlags) String() string { return "" }
+func (n *nameFlags) String() string { return strings.Join(*n, ",") }
+
+func (n *nameFlags) Type() string { return "NAME" }
 
 func (n *nameFlags) Set(v string) error {
 	if err := events.ValidPrincipal(v); err != nil {
@@ -82,7 +98,15 @@ func (n *nameFlags) Set(v string) error {
 // memberFlags collects --add ROLE:NAME.
 type memberFlags []auth.Member
 
-func (m *memberFlags) String() string { return "" }
+func (m *memberFlags) String() string {
+	names := make([]string, len(*m))
+	for i, member := range *m {
+		names[i] = string(member.Role) + ":" + member.Name
+	}
+	return strings.Join(names, ",")
+}
+
+func (m *memberFlags) Type() string { return "ROLE:NAME" }
 
 func (m *memberFlags) Set(v string) error {
 	role, name, ok := strings.Cut(v, ":")

@@ -6,154 +6,256 @@
 package main
 
 import (
-	"errors"
 	"flag"
-	"fmt"
 	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/toolbus/toolbus/internal/bus"
 )
 
-const usage = `toolbus — one tool registry, one policy and one audit trail for a fleet of AI agents
-
-Usage:
-  toolbus up [--data DIR] [--listen HOST:PORT] [--settings FILE] [--mcp-config FILE] [--workspace DIR] [--policy DIR]
-      run the bus, the registry and an executor with the built-in tools and the MCP servers
-      of settings.json (Gemini CLI) and .mcp.json (Claude Code) in one process,
-      the web console (--console ADDR|off) and the MCP endpoint (--mcp-listen ADDR|off)
-  toolbus init DIR [--add ROLE:NAME]...
-      make a fleet's identities: a seed per member (DIR/NAME.nk), the roster, and the bus's
-      authorization config (bus --identities DIR); parts connect with $TOOLBUS_IDENTITY=DIR/NAME.nk
-  toolbus console [--listen HOST:PORT] [--token TOKEN] [--as ID]
-      the web console for a fleet's bus: answer confirmation requests, revoke allowlist entries
-  toolbus tools list [--json] [--active] [--server NAME] [--format gemini|openai|anthropic|mcp]
-  toolbus tools get NAME [--json] [--format gemini|openai|anthropic|mcp]
-  toolbus tools enable|disable [NAME...] [--kind KIND] [--category CATEGORY]
-  toolbus tools discover [--force] [--json]       run every executor's discovery command again
-  toolbus tools discover --server NAME [--json]   list an MCP server's tools again
-  toolbus mcp status [--json]         every MCP server's state, on every executor
-  toolbus mcp serve [--agent ID] [--session ID] [--listen HOST:PORT] [--token T]
-      the fleet's tools as one MCP server: over stdio for an agent, or over HTTP
-  toolbus call NAME --args JSON [--json] [--timeout D] [--stream] [--id ID] [--workspace NAME]
-      run a tool; exit 0 on success, 1 with the error type on stderr on failure, 130 on Ctrl-C
-  toolbus cancel INVOCATION_ID
-  toolbus policy test [DIR] [-v]      run a policy set's Rego tests (default: the built-in policy)
-  toolbus policy push DIR             test, then enforce DIR's policy on every executor
-  toolbus policy show [--json]        the pushed policy's revision
-  toolbus policy explain ID [--policy DIR] [--trace] [--json]
-      which rules of the pushed (or DIR's) policy make a recorded call's decision, from OPA's trace
-  toolbus allowlist list [--json] | revoke KEY...
-  toolbus confirm [--as ID] [--json]  answer confirmation requests in the terminal (--json: JSON lines, for scripts)
-  toolbus audit list [--since D|T] [--until T] [--tool NAME] [--caller ID] [--verdict V] [--outcome TYPE] [--approver ID] [--json]
-      every invocation in the audit stream with its decision, approver and outcome, secrets hidden
-  toolbus audit show ID [--json] [--explain]   one invocation's whole story, event by event
-  toolbus audit export [--since D|T] [--format jsonl]   one invocation a line, for a SIEM
-  toolbus audit tail [filters] [--json]               invocations as they end, live
-  toolbus audit verify [--since D|T] [--key FILE]      no event missing, every signed checkpoint matching
-  toolbus audit init [--max-age D] [--max-bytes N] [--replicas N]
-      make the audit stream on a NATS deployment with no toolbus bus node (as an admin)
-  toolbus audit whatif --policy DIR [--since D|T] [filters] [--json] [--fail-on-change]
-      judge the recorded calls again under DIR's policy, executing nothing: which decisions would change
-  toolbus version
-
-Every command that talks to a bus takes --nats URL (default $TOOLBUS_NATS,
-else nats://127.0.0.1:4222, where 'toolbus up' listens).
-`
-
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
+// docs/cli.md, the reference of every command, is made from the command
+// tree by a test (reference_test.go):
+//go:generate go test -run ^TestCLIReference$ -update-cli-reference .
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "toolbus:", err)
+	os.Exit(execute(os.Args[1:]))
+}
+
+// execute runs the command line args and returns the exit code. The
+// command's defers have run when it returns.
+func execute(args []string) int {
+	root := newRootCommand()
+	root.SetArgs(args)
+	cmd, err := root.ExecuteC()
+	if err == nil {
+		return exitOK
+	}
+	reportError(os.Stderr, cmd, err, wantsJSON(cmd, args))
+	return exitCode(err)
+}
+
+// wantsJSON says whether the command line asked for JSON output: --json,
+// as parsed, or, when parsing stopped before it, as written.
+func wantsJSON(cmd *cobra.Command, args []string) bool {
+	if f := cmd.Flags().Lookup("json"); f != nil && f.Changed {
+		return f.Value.String() == "true"
+	}
+	if end := slices.Index(args, "--"); end >= 0 {
+		args = args[:end]
+	}
+	return slices.Contains(args, "--json") || slices.Contains(args, "--json=true")
+}
+
+// Command groups of the root command's help.
+const (
+	groupRun    = "run"
+	groupTools  = "tools"
+	groupPolicy = "policy"
+	groupAudit  = "audit"
+)
+
+// newRootCommand is the whole command tree. Each command's RunE does the
+// work; errors come back to execute, which prints them and picks the exit
+// code.
+func newRootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "toolbus",
+		Short: "One tool registry, one policy and one audit trail for a fleet of AI agents",
+		Long: `toolbus runs the tools of AI agents for a fleet: one registry of tools, one
+policy that judges every call, approvers who answer the calls the policy asks
+about, and one audit trail, on a NATS bus.
+
+'toolbus up' runs all of it in one process on this host. Every other command
+talks to a running bus: the one --nats names, else $TOOLBUS_NATS, else
+nats://127.0.0.1:4222, where 'toolbus up' listens.
+
+Exit codes: ` + exitCodeSummary() + ` (docs/cli.md).`,
+		Example: `  # Run the bus, the registry and an executor for the current directory.
+  toolbus up
+
+  # From another terminal: list the tools, then call one.
+  toolbus tools list
+  toolbus call read_file --args '{"file_path": "README.md"}'
+
+  # Talk to another bus.
+  toolbus --nats nats://10.0.0.5:4222 tools list`,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		Version:       versionText(readBuildInfo()),
+	}
+	root.SetVersionTemplate("{{.Version}}\n")
+	// Declared here so that -v stays free; cobra would take it as the
+	// version flag's shorthand.
+	root.Flags().Bool("version", false, "print the version and build of toolbus")
+	root.PersistentFlags().String("nats", "", "NATS `URL` of the bus (default $TOOLBUS_NATS, else "+bus.DefaultURL+")")
+	root.SetFlagErrorFunc(flagError)
+	root.AddGroup(
+		&cobra.Group{ID: groupRun, Title: "Run toolbus:"},
+		&cobra.Group{ID: groupTools, Title: "Tools and calls:"},
+		&cobra.Group{ID: groupPolicy, Title: "Policy and approval:"},
+		&cobra.Group{ID: groupAudit, Title: "Audit:"},
+	)
+	inGroup := func(id string, cmds ...*cobra.Command) {
+		for _, c := range cmds {
+			c.GroupID = id
+			root.AddCommand(c)
 		}
-		os.Exit(exitCode(err))
 	}
+	inGroup(groupRun, newUpCommand(), newInitCommand(), newConsoleCommand(), newMCPCommand())
+	inGroup(groupTools, newToolsCommand(), newCallCommand(), newCancelCommand())
+	inGroup(groupPolicy, newPolicyCommand(), newAllowlistCommand(), newConfirmCommand())
+	inGroup(groupAudit, newAuditCommand())
+	root.AddCommand(newVersionCommand())
+	holdsCommands(root)
+	completeTree(root)
+	usage := root.UsageFunc()
+	root.SetUsageFunc(func(c *cobra.Command) error {
+		defer asCommandHolder(c)()
+		return usage(c)
+	})
+	return root
 }
 
-func run(args []string) error {
-	if len(args) == 0 {
-		fmt.Fprint(os.Stderr, usage)
-		return flag.ErrHelp
+// asCommandHolder has c, when it holds other commands, show as one that
+// is not run itself, until the returned function puts it back: its usage
+// names its commands, not a command line of its own. Such a command runs
+// only to print its help or refuse an unknown command (holdsCommands).
+func asCommandHolder(c *cobra.Command) (restore func()) {
+	if !c.HasAvailableSubCommands() {
+		return func() {}
 	}
-	switch args[0] {
-	case "up":
-		return runUp(args[1:])
-	case "init":
-		return runInit(args[1:])
-	case "tools":
-		return runTools(args[1:])
-	case "call":
-		return runCall(args[1:])
-	case "cancel":
-		return runCancel(args[1:])
-	case "policy":
-		return runPolicy(args[1:])
-	case "allowlist":
-		return runAllowlist(args[1:])
-	case "mcp":
-		return runMCP(args[1:])
-	case "console":
-		return runConsole(args[1:])
-	case "confirm":
-		return runConfirm(args[1:])
-	case "audit":
-		return runAudit(args[1:])
-	case "version":
-		fmt.Println("toolbus", version)
-		return nil
-	case "help", "-h", "--help":
-		fmt.Print(usage)
-		return nil
-	}
-	fmt.Fprint(os.Stderr, usage)
-	return usageError{fmt.Errorf("unknown command %q", args[0])}
+	run := c.RunE
+	c.RunE = nil
+	return func() { c.RunE = run }
 }
 
-// usageError marks a mistake in the command line (exit code 2).
-type usageError struct{ error }
-
-func (e usageError) Unwrap() error { return e.error }
-
-// exitCode is 2 for a mistake in the command line, the code an error
-// carries (ExitCode, as stoppedBy does), else 1.
-func exitCode(err error) int {
-	var u usageError
-	if errors.As(err, &u) || errors.Is(err, flag.ErrHelp) {
-		return 2
-	}
-	var coded interface{ ExitCode() int }
-	if errors.As(err, &coded) {
-		return coded.ExitCode()
-	}
-	return 1
-}
-
-// parseFlags parses the flags of a sub-command that takes nothing else.
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	rest, err := parse(fs, args)
-	if err == nil && len(rest) > 0 {
-		err = usageError{fmt.Errorf("%s takes no arguments, got %q", fs.Name(), rest)}
-	}
-	return err
-}
-
-// parse parses a sub-command's flags, letting flags and positional
-// arguments mix ("tools get NAME --json").
-func parse(fs *flag.FlagSet, args []string) ([]string, error) {
-	fs.SetOutput(os.Stderr)
-	var positional []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
+// completeTree adds cobra's own commands (help and completion) now rather
+// than when the command line runs, so that the reference and the tests
+// see them, and gives every command what cobra leaves to the program:
+// examples, and usage errors that exit 2.
+func completeTree(root *cobra.Command) {
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		switch c.Name() {
+		case "help":
+			c.Example = "  toolbus help\n  toolbus help audit whatif"
+		case "completion":
+			c.Example = "  source <(toolbus completion bash)"
+			for _, shell := range c.Commands() {
+				shell.Example = completionExamples[shell.Name()]
 			}
-			return nil, usageError{err}
 		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return positional, nil
+	}
+	walk(root, func(c *cobra.Command) {
+		if validate := c.Args; validate != nil {
+			c.Args = func(c *cobra.Command, args []string) error {
+				if err := validate(c, args); err != nil {
+					return usageError{err}
+				}
+				return nil
+			}
 		}
-		positional = append(positional, args[0])
-		args = args[1:]
+	})
+}
+
+var completionExamples = map[string]string{
+	"bash":       "  # In this shell:\n  source <(toolbus completion bash)\n\n  # In every new shell:\n  toolbus completion bash > ~/.local/share/bash-completion/completions/toolbus",
+	"zsh":        "  # In every new shell (compinit must be on):\n  toolbus completion zsh > \"${fpath[1]}/_toolbus\"",
+	"fish":       "  toolbus completion fish > ~/.config/fish/completions/toolbus.fish",
+	"powershell": "  toolbus completion powershell | Out-String | Invoke-Expression",
+}
+
+// walk calls f on c and every command below it.
+func walk(c *cobra.Command, f func(*cobra.Command)) {
+	f(c)
+	for _, sub := range c.Commands() {
+		walk(sub, f)
 	}
 }
+
+// holdsCommands makes c, a command that only holds others, behave as
+// kubectl's and gh's do: alone it prints its help; with a word that names
+// none of its commands it is a usage error, with suggestions. Cobra alone
+// would print the help for the unknown word too, and exit 0.
+func holdsCommands(c *cobra.Command) {
+	c.Args = cobra.ArbitraryArgs
+	c.SuggestionsMinimumDistance = 2 // cobra's own for unknown commands
+	c.RunE = func(c *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return c.Help()
+		}
+		msg := "unknown command \"" + args[0] + "\" for \"" + c.CommandPath() + "\""
+		if suggestions := c.SuggestionsFor(args[0]); len(suggestions) > 0 {
+			msg += "; did you mean " + strings.Join(suggestions, " or ") + "?"
+		}
+		return usageError{errorString(msg)}
+	}
+}
+
+// errorString is an error that is its message.
+type errorString string
+
+func (e errorString) Error() string { return string(e) }
+
+// noArgs is the Args of a command that takes no arguments.
+func noArgs(c *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usageError{errorString(c.CommandPath() + " takes no arguments, got " + strings.Join(args, " "))}
+	}
+	return nil
+}
+
+// busURLFor is the bus the command c talks to: --nats when given, else
+// defaultBusURL.
+func busURLFor(c *cobra.Command) string {
+	if f := c.Flag("nats"); f != nil && f.Changed {
+		return f.Value.String()
+	}
+	return defaultBusURL()
+}
+
+// defaultBusURL is the bus a command talks to when --nats is not given:
+// $TOOLBUS_NATS, else where `toolbus up` listens unless told otherwise.
+func defaultBusURL() string {
+	if u := os.Getenv("TOOLBUS_NATS"); u != "" {
+		return u
+	}
+	return bus.DefaultURL
+}
+
+// goFlags registers on fs the flags define declares on a Go flag set:
+// the flags toolbus shares with the daemons (internal/cli,
+// internal/busnode) are declared so.
+func goFlags[T any](fs *pflag.FlagSet, define func(*flag.FlagSet) T) T {
+	g := flag.NewFlagSet("", flag.ContinueOnError)
+	v := define(g)
+	g.VisitAll(func(f *flag.Flag) {
+		pf := pflag.PFlagFromGoFlag(f)
+		if t := pf.Value.Type(); t != strings.ToLower(t) {
+			// A Go flag.Value's type is named after its Go type
+			// (cli.Bytes): the help shows it lower case, as the rest.
+			pf.Value = typeNamed{pf.Value, strings.ToLower(t)}
+		}
+		if pf.DefValue == (time.Duration(0)).String() {
+			// pflag knows a zero default, which help leaves out, by
+			// its own types; a Go flag's zero duration it knows as 0.
+			pf.DefValue = "0"
+		}
+		fs.AddFlag(pf)
+	})
+	return v
+}
+
+// typeNamed is a flag value shown in help with the type name.
+type typeNamed struct {
+	pflag.Value
+	name string
+}
+
+func (t typeNamed) Type() string { return t.name }

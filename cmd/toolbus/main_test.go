@@ -253,12 +253,13 @@ func TestCallThroughUp(t *testing.T) {
 	if code != 0 || out != "# readme of the workspace\n" {
 		t.Errorf("read_file: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
-	_, errOut, code = toolbus(t, "call", "run_shell_command", "--args", `{"command":"ls && rm -rf /"}`, "--nats", url)
-	if code == 0 || !strings.Contains(errOut, "POLICY_DENIED") || !strings.Contains(errOut, "rm -rf /") {
+	// The bus named before the command, as a global flag.
+	_, errOut, code = toolbus(t, "--nats", url, "call", "run_shell_command", "--args", `{"command":"ls && rm -rf /"}`)
+	if code != 4 || !strings.Contains(errOut, "POLICY_DENIED") || !strings.Contains(errOut, "rm -rf /") {
 		t.Errorf("chained rm: exit %d, stderr %q", code, errOut)
 	}
 	_, errOut, code = toolbus(t, "call", "write_file", "--args", `{"file_path":"x.txt","content":"hi"}`, "--nats", url)
-	if code == 0 || !strings.Contains(errOut, "POLICY_DENIED") || !strings.Contains(errOut, "no approver is connected") {
+	if code != 4 || !strings.Contains(errOut, "POLICY_DENIED") || !strings.Contains(errOut, "no approver is connected") {
 		t.Errorf("write_file: exit %d, stderr %q", code, errOut)
 	}
 	if _, err := os.Stat(filepath.Join(ws, "x.txt")); err == nil {
@@ -271,7 +272,7 @@ func TestCallThroughUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, errOut, code = toolbus(t, "call", "read_file", "--timeout", "300ms", "--args", `{"file_path":"pipe"}`, "--nats", url)
-	if code == 0 || !strings.Contains(errOut, "TIMEOUT") {
+	if code != 124 || !strings.Contains(errOut, "TIMEOUT") {
 		t.Errorf("blocked read with --timeout: exit %d, stderr %q", code, errOut)
 	}
 	// Release the abandoned read.
@@ -289,7 +290,7 @@ func TestCallThroughUp(t *testing.T) {
 		out, _, code := toolbus(t, "cancel", "cancel-me-1", "--nats", url)
 		return code == 0 && strings.Contains(out, "cancelled cancel-me-1")
 	})
-	if err := blocked.Wait(); err == nil || !strings.Contains(blockedErr.String(), "CANCELLED") {
+	if err := blocked.Wait(); blocked.ProcessState.ExitCode() != 130 || !strings.Contains(blockedErr.String(), "CANCELLED") {
 		t.Errorf("cancelled call: %v, stderr %q", err, blockedErr.String())
 	}
 	if w, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
 
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/cli"
@@ -19,25 +19,43 @@ import (
 	"github.com/toolbus/toolbus/internal/mcp"
 )
 
-func runMCP(args []string) error {
-	if len(args) > 0 && args[0] == "serve" {
-		return runMCPServe(args[1:])
+func newMCPCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "mcp",
+		Short: "The MCP servers of the fleet, and the fleet as one MCP server",
+		Long: `The executors connect to MCP servers (the mcpServers of a settings.json or a
+.mcp.json) and offer their tools; 'mcp status' shows how each is doing.
+'mcp serve' turns it around: the fleet's tools as one MCP server, for an
+agent that speaks MCP.`,
+		Example: "  toolbus mcp status\n  toolbus mcp serve --agent claude-code",
 	}
-	if len(args) == 0 || args[0] != "status" {
-		return usageError{fmt.Errorf("mcp: want status or serve")}
+	cmd.AddCommand(newMCPStatusCommand(), newMCPServeCommand())
+	holdsCommands(cmd)
+	return cmd
+}
+
+func newMCPStatusCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show every MCP server's state, on every executor",
+		Long: `Shows the state of every MCP server on every executor that hosts one:
+connected, connecting, disconnected or failed, with its tools, transport,
+since when, and the next retry or the last error.`,
+		Example: "  toolbus mcp status\n  toolbus mcp status --json",
+		Args:    noArgs,
 	}
-	fs := flag.NewFlagSet("mcp status", flag.ContinueOnError)
-	natsURL := cli.NATSFlag(fs)
-	asJSON := fs.Bool("json", false, "print a JSON array of server states")
-	if err := parseFlags(fs, args[1:]); err != nil {
-		return err
-	}
-	return withBus(*natsURL, "toolbus-mcp", func(ctx context.Context, b *bus.Bus) error {
+	asJSON := cmd.Flags().Bool("json", false, "print a JSON array of server states")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return printMCPStatus(busURLFor(cmd), *asJSON) }
+	return cmd
+}
+
+func printMCPStatus(natsURL string, asJSON bool) error {
+	return withBus(natsURL, "toolbus-mcp", func(ctx context.Context, b *bus.Bus) error {
 		states, err := mcpStates(ctx, b.JetStream())
 		if err != nil {
 			return err
 		}
-		if *asJSON {
+		if asJSON {
 			if states == nil {
 				states = []*events.MCPServerStatus{}
 			}
@@ -85,28 +103,40 @@ func writeMCPTable(w io.Writer, states []*events.MCPServerStatus) error {
 	return nil
 }
 
-// toolsDiscover asks every executor hosting a server to list its tools
-// again (seed 000 discoverToolsForServer); without --server, every
-// executor with a discovery command to run it again (discover.go).
-func toolsDiscover(args []string) error {
-	fs := flag.NewFlagSet("tools discover", flag.ContinueOnError)
-	natsURL := cli.NATSFlag(fs)
+func newToolsDiscoverCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "discover",
+		Short: "Discover tools again: run the discovery commands, or list an MCP server's tools",
+		Long: `Without --server, asks every executor with a discovery command
+(tools.discoveryCommand) to run it again and prints what each found. With
+--server, asks every executor hosting that MCP server to list its tools
+again.`,
+		Example: "  toolbus tools discover\n  toolbus tools discover --force\n  toolbus tools discover --server github",
+		Args:    noArgs,
+	}
+	fs := cmd.Flags()
 	server := fs.String("server", "", "the MCP server whose tools to discover again (default: run every executor's discovery command)")
 	force := fs.Bool("force", false, "without --server: run the discovery commands even within their cache TTL")
 	asJSON := fs.Bool("json", false, "print the executors' replies as JSON")
-	if err := parseFlags(fs, args); err != nil {
-		return err
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if *server == "" {
+			return commandDiscover(busURLFor(cmd), *force, *asJSON)
+		}
+		if *force {
+			return usageError{errors.New("tools discover: --force is for discovery commands, not with --server")}
+		}
+		return serverDiscover(busURLFor(cmd), *server, *asJSON)
 	}
-	if *server == "" {
-		return commandDiscover(*natsURL, *force, *asJSON)
-	}
-	if *force {
-		return usageError{errors.New("tools discover: --force is for discovery commands, not with --server")}
-	}
+	return cmd
+}
+
+// serverDiscover asks every executor hosting the MCP server to list its
+// tools again (seed 000 discoverToolsForServer).
+func serverDiscover(natsURL, server string, asJSON bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	log, _ := cli.Logger("warn")
-	b, err := cli.Connect(ctx, *natsURL, "toolbus-tools", log)
+	b, err := cli.Connect(ctx, natsURL, "toolbus-tools", log)
 	if err != nil {
 		return err
 	}
@@ -118,40 +148,40 @@ func toolsDiscover(args []string) error {
 	var replies []*events.MCPDiscoverReply
 	failed := false
 	for _, st := range states {
-		if st.Server != *server {
+		if st.Server != server {
 			continue
 		}
-		req := &events.MCPDiscoverRequest{Header: events.Header{Sender: cli.Identity("cli")}, Server: *server}
+		req := &events.MCPDiscoverRequest{Header: events.Header{Sender: cli.Identity("cli")}, Server: server}
 		data, err := events.Encode(req)
 		if err != nil {
 			return err
 		}
-		reply := &events.MCPDiscoverReply{Server: *server}
+		reply := &events.MCPDiscoverReply{Server: server}
 		msg, err := b.Conn().RequestWithContext(ctx, events.MCPDiscoverSubject(st.Executor), data)
 		if err == nil {
 			reply, err = events.Decode[events.MCPDiscoverReply](msg.Data)
 		}
 		if err != nil {
-			reply = &events.MCPDiscoverReply{Server: *server, Error: err.Error()}
+			reply = &events.MCPDiscoverReply{Server: server, Error: err.Error()}
 		}
 		reply.Sender.ID = st.Executor
 		failed = failed || reply.Error != ""
 		replies = append(replies, reply)
 	}
 	if len(replies) == 0 {
-		return fmt.Errorf("no executor hosts an MCP server %q (see toolbus mcp status)", *server)
+		return fmt.Errorf("no executor hosts an MCP server %q (see toolbus mcp status)", server)
 	}
-	if *asJSON {
+	if asJSON {
 		if err := writeJSON(os.Stdout, replies); err != nil {
 			return err
 		}
 	} else {
 		for _, r := range replies {
 			if r.Error != "" {
-				fmt.Printf("%s: %s: %s\n", r.Sender.ID, *server, r.Error)
+				fmt.Printf("%s: %s: %s\n", r.Sender.ID, server, r.Error)
 				continue
 			}
-			fmt.Printf("%s: %s: %d tools: %s\n", r.Sender.ID, *server, len(r.Tools), strings.Join(r.Tools, ", "))
+			fmt.Printf("%s: %s: %d tools: %s\n", r.Sender.ID, server, len(r.Tools), strings.Join(r.Tools, ", "))
 			for _, w := range r.Warnings {
 				fmt.Printf("  warning: %s\n", w)
 			}

@@ -1,10 +1,11 @@
 package main
 
 import (
-	"flag"
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/spf13/pflag"
 )
 
 // toolbus up's tool processes are kept from its data dir and its
@@ -19,7 +20,7 @@ func TestUpHidesItsDataAndIdentitiesFromTools(t *testing.T) {
 		{[]string{"--data", data, "--identities", ids}, []string{data, ids}},
 		{[]string{"--data", data, "--identities", "off"}, []string{data}},
 	} {
-		fs := flag.NewFlagSet("up", flag.ContinueOnError)
+		fs := pflag.NewFlagSet("up", pflag.ContinueOnError)
 		f := newUpFlags(fs)
 		if err := fs.Parse(tt.args); err != nil {
 			t.Fatal(err)

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -13,6 +12,8 @@ import (
 	"os"
 	"sync/atomic"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	defaultpolicy "github.com/toolbus/toolbus/policy"
 
@@ -29,37 +30,64 @@ const mcpTokenEnv = "TOOLBUS_MCP_TOKEN"
 // defaultMCPListen is where `toolbus up` serves MCP unless told otherwise.
 const defaultMCPListen = "127.0.0.1:7879"
 
-// runMCPServe is `toolbus mcp serve`: the fleet's tools as one MCP server,
-// over stdio for an agent that starts it, or over HTTP (--listen) as a
-// daemon for a fleet.
-func runMCPServe(args []string) error {
-	fs := flag.NewFlagSet("mcp serve", flag.ContinueOnError)
-	natsURL := cli.NATSFlag(fs)
+func newMCPServeCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve the fleet's tools as one MCP server, over stdio or HTTP",
+		Long: `Serves the fleet's tools as one MCP server: over stdio for an agent that
+starts it, or over streamable HTTP (--listen) as a daemon for a fleet. Every
+call goes through the bus, judged by the policy and recorded in the audit
+trail; the list of tools follows the policy a caller is judged by.`,
+		Example: `  # In an agent's MCP settings: {"command": "toolbus", "args": ["mcp", "serve"]}
+  toolbus mcp serve --agent claude-code
+
+  # Over HTTP, with a token.
+  TOOLBUS_MCP_TOKEN=s3cret toolbus mcp serve --listen 127.0.0.1:7879`,
+		Args: noArgs,
+	}
+	fs := cmd.Flags()
 	agent := fs.String("agent", "", "agent id every caller is named by (default: the MCP client's name)")
 	session := fs.String("session", "", "session id every caller is named by (default: the MCP session)")
-	workspace := fs.String("workspace", os.Getenv("TOOLBUS_WORKSPACE"), "the workspace the file and shell tools act on, as the executors name it (env TOOLBUS_WORKSPACE; default: the one there is)")
+	workspace := fs.String("workspace", "", "the workspace the file and shell tools act on, as the executors name it (default $TOOLBUS_WORKSPACE, else the one there is)")
 	policyDir := fs.String("policy", "", "directory of .rego files that decides which tools a caller is listed (default: the pushed policy, else the default policy)")
 	listen := fs.String("listen", "", "serve streamable HTTP on this address instead of stdio")
 	token := fs.String("token", "", "bearer token for --listen (default $"+mcpTokenEnv+"; generated when listening beyond loopback)")
 	noElicit := fs.Bool("no-elicitation", false, "never ask the MCP client's user to confirm a call; only approvers on tool.confirm answer (the policy's elicitation_allowed decides otherwise)")
 	logLevel := fs.String("log-level", "warn", "debug, info, warn or error (logs go to stderr)")
-	if err := parseFlags(fs, args); err != nil {
-		return err
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if *workspace == "" {
+			*workspace = os.Getenv("TOOLBUS_WORKSPACE")
+		}
+		return runMCPServe(busURLFor(cmd), mcpServeOptions{agent: *agent, session: *session, workspace: *workspace, policyDir: *policyDir,
+			listen: *listen, token: *token, noElicitation: *noElicit, logLevel: *logLevel})
 	}
-	log, err := cli.Logger(*logLevel)
+	return cmd
+}
+
+// mcpServeOptions are the command line of `toolbus mcp serve`.
+type mcpServeOptions struct {
+	agent, session, workspace, policyDir, listen, token, logLevel string
+	noElicitation                                                 bool
+}
+
+// runMCPServe is `toolbus mcp serve`: the fleet's tools as one MCP server,
+// over stdio for an agent that starts it, or over HTTP (--listen) as a
+// daemon for a fleet.
+func runMCPServe(natsURL string, o mcpServeOptions) error {
+	log, err := cli.Logger(o.logLevel)
 	if err != nil {
 		return usageError{err}
 	}
 	ctx, stop := cli.SignalContext()
 	defer stop()
-	b, err := cli.Connect(ctx, *natsURL, "toolbus-mcp-serve", log)
+	b, err := cli.Connect(ctx, natsURL, "toolbus-mcp-serve", log)
 	if err != nil {
 		return err
 	}
 	defer cli.Close(b)
 
 	var current atomic.Pointer[policy.Policy]
-	files, err := policy.DirFiles(*policyDir, policy.Files(defaultpolicy.Default()))
+	files, err := policy.DirFiles(o.policyDir, policy.Files(defaultpolicy.Default()))
 	if err != nil {
 		return err
 	}
@@ -69,28 +97,28 @@ func runMCPServe(args []string) error {
 	}
 	current.Store(pol)
 	id := cli.Identity("agent")
-	fac, err := mcp.StartFacade(ctx, mcp.FacadeConfig{Conn: b.Conn(), JS: b.JetStream(), Principal: b.Principal(), Workspace: *workspace, Agent: *agent, Session: *session,
-		User: id.User, Host: id.Host, Policy: current.Load, NoElicitation: *noElicit, Version: version, Logger: log})
+	fac, err := mcp.StartFacade(ctx, mcp.FacadeConfig{Conn: b.Conn(), JS: b.JetStream(), Principal: b.Principal(), Workspace: o.workspace, Agent: o.agent, Session: o.session,
+		User: id.User, Host: id.Host, Policy: current.Load, NoElicitation: o.noElicitation, Version: readBuildInfo().Version, Logger: log})
 	if err != nil {
 		return err
 	}
 	defer fac.Close()
 	// The list follows the fleet's pushed policy (and --policy), as the
 	// executors do.
-	w, err := policy.Watch(ctx, b.JetStream(), policy.WatchConfig{Dir: *policyDir, Current: pol.Revision(), Logger: log,
+	w, err := policy.Watch(ctx, b.JetStream(), policy.WatchConfig{Dir: o.policyDir, Current: pol.Revision(), Logger: log,
 		Apply: func(p *policy.Policy) { current.Store(p); fac.Refresh() }})
 	if err != nil {
 		return err
 	}
 	defer w.Stop()
 
-	if *listen == "" {
+	if o.listen == "" {
 		return fac.ServeStdio(ctx, os.Stdin, os.Stdout)
 	}
-	if *token == "" {
-		*token = os.Getenv(mcpTokenEnv)
+	if o.token == "" {
+		o.token = os.Getenv(mcpTokenEnv)
 	}
-	ep, err := startMCPEndpoint(fac, *listen, *token, log)
+	ep, err := startMCPEndpoint(fac, o.listen, o.token, log)
 	if err != nil {
 		return err
 	}
@@ -153,7 +181,7 @@ func (ep *mcpEndpoint) stop() error {
 // default port, or a free loopback port when that is taken.
 func upMCPEndpoint(ctx context.Context, b *bus.Bus, listen string, pol func() *policy.Policy, log *slog.Logger) (*mcp.Facade, *mcpEndpoint, error) {
 	id := cli.Identity("agent")
-	fac, err := mcp.StartFacade(ctx, mcp.FacadeConfig{Conn: b.Conn(), JS: b.JetStream(), Principal: b.Principal(), User: id.User, Host: id.Host, Policy: pol, Version: version, Logger: log})
+	fac, err := mcp.StartFacade(ctx, mcp.FacadeConfig{Conn: b.Conn(), JS: b.JetStream(), Principal: b.Principal(), User: id.User, Host: id.Host, Policy: pol, Version: readBuildInfo().Version, Logger: log})
 	if err != nil {
 		return nil, nil, err
 	}

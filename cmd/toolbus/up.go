@@ -11,6 +11,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
 	"github.com/toolbus/toolbus/internal/auth"
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/busnode"
@@ -42,23 +45,23 @@ type upFlags struct {
 	audit                                               *busnode.AuditOptions
 }
 
-func newUpFlags(fs *flag.FlagSet) *upFlags {
+func newUpFlags(fs *pflag.FlagSet) *upFlags {
 	f := &upFlags{
-		dataDir:      fs.String("data", cli.DefaultDataDir(), "directory for the bus's data (created if missing)"),
+		dataDir:      fs.String("data", "", "directory for the bus's data, created if missing (default $XDG_STATE_HOME/toolbus, else ~/.local/state/toolbus)"),
 		listen:       fs.String("listen", bus.DefaultListen, "address the bus listens on"),
 		settingsPath: fs.String("settings", "", "Gemini CLI settings.json: tools.core, tools.exclude, tools.discoveryCommand, mcpServers (default: "+projectSettings+" if present)"),
 	}
-	f.mcp = cli.AddMCPFlags(fs, f.settingsPath)
-	f.hooks = cli.AddHookFlags(fs, f.settingsPath)
+	f.mcp = goFlags(fs, func(g *flag.FlagSet) *cli.MCPFlags { return cli.AddMCPFlags(g, f.settingsPath) })
+	f.hooks = goFlags(fs, func(g *flag.FlagSet) *cli.HookFlags { return cli.AddHookFlags(g, f.settingsPath) })
 	f.workspace = fs.String("workspace", ".", "directory the built-in tools are confined to")
 	f.policyDir = fs.String("policy", "", "directory of .rego files (default: the built-in default policy)")
-	f.outputs = cli.AddOutputFlags(fs)
+	f.outputs = goFlags(fs, cli.AddOutputFlags)
 	f.mcpListen = fs.String("mcp-listen", "", "address the MCP endpoint (toolbus as an MCP server, streamable HTTP) listens on, or off (default "+defaultMCPListen+", else a free loopback port)")
-	f.audit = busnode.AuditFlags(fs)
+	f.audit = goFlags(fs, busnode.AuditFlags)
 	f.consoleAddr = fs.String("console", "", "address the web console listens on, or off (default "+console.DefaultListen+", else a free loopback port); token from env "+consoleTokenEnv)
-	f.identities = fs.String("identities", "", "directory of the identities the parts connect with (made on the first start; `toolbus init` makes a fleet's), or off (default DATA/identities)")
-	f.logLevel = cli.LogFlag(fs)
-	f.metricsAddr = cli.MetricsFlag(fs)
+	f.identities = fs.String("identities", "", "directory of the identities the parts connect with (made on the first start; toolbus init makes a fleet's), or off (default DATA/identities)")
+	f.logLevel = goFlags(fs, cli.LogFlag)
+	f.metricsAddr = goFlags(fs, cli.MetricsFlag)
 	return f
 }
 
@@ -95,11 +98,38 @@ func (f *upFlags) idDir() string {
 	return *f.identities
 }
 
-func runUp(args []string) error {
-	fs := flag.NewFlagSet("up", flag.ContinueOnError)
-	f := newUpFlags(fs)
-	if err := parseFlags(fs, args); err != nil {
-		return err
+func newUpCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Run the bus, the registry, an executor, the console and the MCP endpoint in one process",
+		Long: `Runs the whole system in one process on this host: the bus (NATS with
+JetStream, on --listen), the registry, an executor with the built-in tools
+confined to --workspace and the MCP servers of the project's settings, the
+web console and the MCP endpoint. Other commands on this host reach it on
+nats://127.0.0.1:4222, as its developer.
+
+It reads the project's agent settings as they are: .gemini/settings.json
+(Gemini CLI: tools.core, tools.exclude, tools.discoveryCommand, mcpServers,
+hooks) and .claude/settings.json (Claude Code hooks) when present, and
+.mcp.json with --mcp-config. Ctrl-C stops it.`,
+		Example: `  # In a project: its tools, confined to it.
+  toolbus up
+
+  # Another workspace, policy and bus address.
+  toolbus up --workspace ~/src/app --policy ./policy --listen 127.0.0.1:4223
+
+  # Without the console and the MCP endpoint.
+  toolbus up --console off --mcp-listen off`,
+		Args: noArgs,
+	}
+	f := newUpFlags(cmd.Flags())
+	cmd.RunE = func(*cobra.Command, []string) error { return runUp(f) }
+	return cmd
+}
+
+func runUp(f *upFlags) error {
+	if *f.dataDir == "" {
+		*f.dataDir = cli.DefaultDataDir()
 	}
 	log, err := cli.Logger(*f.logLevel)
 	if err != nil {

@@ -4,13 +4,13 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
 
 	"github.com/toolbus/toolbus/internal/audit"
 	"github.com/toolbus/toolbus/internal/bus"
@@ -19,22 +19,47 @@ import (
 	defaultpolicy "github.com/toolbus/toolbus/policy"
 )
 
-// errWouldChange is whatif's failure under --fail-on-change.
-var errWouldChange = errors.New("decisions would change")
+// wouldChange is whatif's failure under --fail-on-change: n decisions
+// would change.
+type wouldChange struct{ n int }
 
-// auditWhatIf judges recorded calls again under another policy set.
-func auditWhatIf(args []string) error {
-	fs := flag.NewFlagSet("audit whatif", flag.ContinueOnError)
+func (w wouldChange) Error() string { return fmt.Sprintf("%d decisions would change", w.n) }
+
+func (wouldChange) ExitCode() int { return exitWouldChange }
+
+func (wouldChange) ErrorType() string { return "WOULD_CHANGE" }
+
+func newAuditWhatIfCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "whatif --policy DIR",
+		Short: "Judge the recorded calls again under another policy set",
+		Long: `Judges the recorded calls again under the policy set in DIR, executing
+nothing, and reports which decisions would change: from what to what, for
+which calls, with the old and the new reason.
+
+With --fail-on-change it exits 3 when any would, so that CI can tell a policy
+change that changes decisions from a failure to check (1) or a mistake in the
+command line (2).`,
+		Example: `  toolbus audit whatif --policy ./policy --since 7d
+  toolbus audit whatif --policy ./policy --fail-on-change --json > whatif.json`,
+		Args: noArgs,
+	}
+	fs := cmd.Flags()
 	af := newAuditFlags(fs)
 	query := queryFlags(fs)
-	dir := fs.String("policy", "", "the policy set (a directory of .rego files) to judge the recorded calls under; required")
+	dir := fs.String("policy", "", "the policy set to judge the recorded calls under, a `DIR` of .rego files; required")
 	asJSON := fs.Bool("json", false, "print the report as JSON, every change with its call")
 	calls := fs.Int("calls", 20, "calls shown for each kind of change (0: all)")
-	failOnChange := fs.Bool("fail-on-change", false, "exit with status 1 when any verdict would change (for CI)")
-	if err := parseFlags(fs, args); err != nil {
-		return err
+	failOnChange := fs.Bool("fail-on-change", false, "exit with status 3 when any verdict would change (for CI)")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		return auditWhatIf(busURLFor(cmd), af, query, *dir, *asJSON, *calls, *failOnChange)
 	}
-	if *dir == "" {
+	return cmd
+}
+
+// auditWhatIf judges recorded calls again under another policy set.
+func auditWhatIf(natsURL string, af *auditFlags, query func() (audit.Query, error), dir string, asJSON bool, calls int, failOnChange bool) error {
+	if dir == "" {
 		return usageError{errors.New("audit whatif needs --policy DIR, the policy set to judge the recorded calls under")}
 	}
 	q, err := query()
@@ -44,14 +69,14 @@ func auditWhatIf(args []string) error {
 	if err := af.window(&q); err != nil {
 		return err
 	}
-	files, err := policy.LoadDir(*dir)
+	files, err := policy.LoadDir(dir)
 	if err != nil {
 		return usageError{err}
 	}
-	return af.run(func(ctx context.Context, b *bus.Bus, red *redact.Redactor) error {
+	return af.run(natsURL, func(ctx context.Context, b *bus.Bus, red *redact.Redactor) error {
 		pol, err := policy.Compile(ctx, files)
 		if err != nil {
-			return fmt.Errorf("the policy set %s is refused: %w", *dir, err)
+			return fmt.Errorf("the policy set %s is refused: %w", dir, err)
 		}
 		w, err := audit.RunWhatIf(ctx, b.JetStream(), q, pol)
 		if err != nil {
@@ -61,13 +86,13 @@ func auditWhatIf(args []string) error {
 			w.Changes[i].Record = audit.Redact(w.Changes[i].Record, red)
 			w.Changes[i].Reason = red.Text(w.Changes[i].Reason)
 		}
-		if *asJSON {
+		if asJSON {
 			err = writeJSON(os.Stdout, w)
 		} else {
-			err = writeWhatIf(os.Stdout, w, *dir, *calls)
+			err = writeWhatIf(os.Stdout, w, dir, calls)
 		}
-		if err == nil && *failOnChange && len(w.Changes) > 0 {
-			return fmt.Errorf("%d %w", len(w.Changes), errWouldChange)
+		if err == nil && failOnChange && len(w.Changes) > 0 {
+			return wouldChange{len(w.Changes)}
 		}
 		return err
 	})
@@ -111,26 +136,32 @@ func writeWhatIf(w io.Writer, r *audit.WhatIf, dir string, calls int) error {
 	return bw.Flush()
 }
 
-// policyExplain: which rules made a recorded call's decision.
-func policyExplain(args []string) error {
-	fs := flag.NewFlagSet("policy explain", flag.ContinueOnError)
+func newPolicyExplainCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "explain INVOCATION_ID",
+		Short: "Say which rules of the policy make a recorded call's decision",
+		Long: `Judges the recorded call INVOCATION_ID again under the pushed policy (or the
+built-in one, or DIR's with --policy) with OPA's trace, and lists the rules
+that held, in the order the evaluation reached them.`,
+		Example: "  toolbus policy explain INVOCATION_ID\n  toolbus policy explain INVOCATION_ID --policy ./policy --trace",
+	}
+	fs := cmd.Flags()
 	af := newAuditFlags(fs)
-	dir := fs.String("policy", "", "explain under this policy set (a directory of .rego files); default: the pushed policy, else the built-in one")
+	dir := fs.String("policy", "", "explain under the policy set in this `DIR` of .rego files (default: the pushed policy, else the built-in one)")
 	trace := fs.Bool("trace", false, "print OPA's whole trace too")
 	asJSON := fs.Bool("json", false, "print the explanation as JSON")
-	rest, err := parse(fs, args)
-	if err != nil {
-		return err
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if len(args) != 1 {
+			return usageError{errors.New("policy explain takes one invocation id")}
+		}
+		return explain(busURLFor(cmd), af, args[0], *dir, *trace, *asJSON)
 	}
-	if len(rest) != 1 {
-		return usageError{errors.New("policy explain takes one invocation id")}
-	}
-	return explain(af, rest[0], *dir, *trace, *asJSON)
+	return cmd
 }
 
 // explain prints why the policy of dir (or the active one) decides as it
-// does about the recorded call id.
-func explain(af *auditFlags, id, dir string, trace, asJSON bool) error {
+// does about the recorded call id, read from the bus at natsURL.
+func explain(natsURL string, af *auditFlags, id, dir string, trace, asJSON bool) error {
 	since, err := parseWhen("since", *af.since, time.Now())
 	if err != nil {
 		return err
@@ -141,7 +172,7 @@ func explain(af *auditFlags, id, dir string, trace, asJSON bool) error {
 			return usageError{err}
 		}
 	}
-	return af.run(func(ctx context.Context, b *bus.Bus, red *redact.Redactor) error {
+	return af.run(natsURL, func(ctx context.Context, b *bus.Bus, red *redact.Redactor) error {
 		pol, source, err := explainingPolicy(ctx, b.JetStream(), files, dir)
 		if err != nil {
 			return err

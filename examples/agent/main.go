@@ -20,8 +20,33 @@ import (
 	"github.com/toolbus/toolbus/pkg/toolbus"
 )
 
+const usage = `agent offers the tools of a toolbus fleet to a model behind an OpenAI
+chat-completions API, runs the tool calls the model makes through the fleet
+(policy, confirmation and audit included), and prints the model's answer.
+
+Usage:
+  agent [flags] PROMPT...
+
+Examples:
+  OPENAI_API_KEY=sk-... agent --model gpt-4.1-mini "What does README.md say?"
+  agent --model-url http://127.0.0.1:11434/v1 --model qwen3 "List the Go files"
+
+Flags:
+`
+
+// errUsage marks a mistake in the command line: exit code 2.
+var errUsage = errors.New("usage")
+
 func main() {
-	if err := run(os.Args[1:]); err != nil {
+	err := run(os.Args[1:])
+	switch {
+	case err == nil:
+	case errors.Is(err, flag.ErrHelp):
+		// Asked for: the usage went to stdout.
+	case errors.Is(err, errUsage):
+		fmt.Fprintln(os.Stderr, "agent:", err)
+		os.Exit(2)
+	default:
 		fmt.Fprintln(os.Stderr, "agent:", err)
 		os.Exit(1)
 	}
@@ -29,6 +54,10 @@ func main() {
 
 func run(args []string) error {
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage)
+		fs.PrintDefaults()
+	}
 	natsURL := fs.String("nats", envOr("TOOLBUS_NATS", "nats://127.0.0.1:4222"), "NATS URL of the toolbus fleet (env TOOLBUS_NATS)")
 	modelURL := fs.String("model-url", envOr("OPENAI_BASE_URL", "https://api.openai.com/v1"), "base URL of an OpenAI chat-completions API (env OPENAI_BASE_URL)")
 	model := fs.String("model", "gpt-4.1-mini", "model name")
@@ -37,11 +66,19 @@ func run(args []string) error {
 	creds := fs.String("creds", "", "NATS credentials file")
 	turns := fs.Int("max-turns", 10, "most model requests before giving up")
 	quiet := fs.Bool("quiet", false, "do not trace tool calls on stderr")
+	if help(args) {
+		// Help that was asked for goes to stdout; the flag package
+		// prints it with a parse error, on stderr.
+		fs.SetOutput(os.Stdout)
+	}
 	if err := fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	if fs.NArg() == 0 {
-		return errors.New("give the prompt as arguments")
+		return fmt.Errorf("%w: give the prompt as arguments", errUsage)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -67,6 +104,20 @@ func run(args []string) error {
 	}
 	fmt.Println(answer)
 	return nil
+}
+
+// help says whether args ask for help before anything the flag package
+// would stop at.
+func help(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "-h", "-help", "--help", "--h":
+			return true
+		case "--":
+			return false
+		}
+	}
+	return false
 }
 
 func envOr(key, def string) string {

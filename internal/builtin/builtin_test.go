@@ -211,6 +211,14 @@ func TestShellRunsAndReports(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out.LLMContent)
 		}
 	}
+	// The status is a value too, for a caller that is not a model; a
+	// signal's is a shell's, 128 + its number.
+	for command, want := range map[string]int{"exit 3": 3, "true": 0, "kill -KILL $$": 128 + 9} {
+		out := run(t, tools["run_shell_command"], `{"command":"`+command+`"}`)
+		if out.ExitCode == nil || *out.ExitCode != want || out.Err != nil {
+			t.Errorf("%s: exit code %v, error %v; want %d and no error", command, out.ExitCode, out.Err, want)
+		}
+	}
 	if out := run(t, tools["run_shell_command"], `{"command":"pwd","directory":"../.."}`); out.Err == nil || out.Err.Type != events.ErrPathNotInWorkspace {
 		t.Errorf("directory outside the workspace: %+v", out)
 	}

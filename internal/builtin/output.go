@@ -115,12 +115,15 @@ func (c *capped) release() {
 // into memory.
 func shellOutput(line, dir string, p *process) *tool.Output {
 	exit, signal, errText := "(none)", "(none)", "(none)"
+	var status *int // as a shell reports it
 	if ws, err := p.tree.Wait(); err != nil {
 		errText = err.Error()
 	} else if ws.Signaled() {
 		signal = ws.Signal().String()
+		status = new(128 + int(ws.Signal()))
 	} else {
 		exit = fmt.Sprint(ws.ExitStatus())
+		status = new(ws.ExitStatus())
 	}
 	display := p.stdout.head(tool.SpoolHead/2) + p.stderr.head(tool.SpoolHead/2)
 	if display == "" {
@@ -132,7 +135,9 @@ func shellOutput(line, dir string, p *process) *tool.Output {
 	whole.WriteString("\nStderr: ")
 	p.stderr.takeInto(whole)
 	fmt.Fprintf(whole, "\nError: %s\nExit Code: %s\nSignal: %s\nProcess Group PGID: %d", errText, exit, signal, p.tree.Pid())
-	return spooled(whole, display)
+	out := spooled(whole, display)
+	out.ExitCode = status
+	return out
 }
 
 // spooled is the Output of whole: a plain one when whole is small enough

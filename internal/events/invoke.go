@@ -256,6 +256,11 @@ type Result struct {
 	MCPResult json.RawMessage `json:"mcpResult,omitempty"`
 	// Error is set on failure.
 	Error *ToolError `json:"error,omitempty"`
+	// ExitCode is, for a tool that ran a command to its end
+	// (run_shell_command), the command's exit status as a shell reports
+	// it: 128 + N when signal N ended it. A non-zero status is not an
+	// Error: the tool did its work, and the model reads the status.
+	ExitCode *int `json:"exitCode,omitempty"`
 	// Truncated is set when LLMContent was capped; OutputRef then names the
 	// object-store entry with the whole output.
 	Truncated bool   `json:"truncated,omitempty"`

@@ -819,7 +819,7 @@ func (c *call) end(how ending) {
 		e := c.e
 		res := &events.Result{Header: c.header(), InvocationID: c.inv.ID, Tool: nameOf(c.tool),
 			LLMContent: out.LLMContent, ReturnDisplay: out.ReturnDisplay, Parts: out.Parts, Error: out.Err,
-			PartsWhole: out.PartsWhole, StructuredContent: out.Structured, Meta: out.Meta, MCPResult: out.MCPResult}
+			PartsWhole: out.PartsWhole, StructuredContent: out.Structured, Meta: out.Meta, MCPResult: out.MCPResult, ExitCode: out.ExitCode}
 		if out.PartsWhole && out.Whole == nil {
 			// What follows is what the way adds: notes, hooks' feedback.
 			res.PartsText = len(out.LLMContent)

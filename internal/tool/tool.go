@@ -126,6 +126,9 @@ type Output struct {
 	// get or a resource's read (events.Result.MCPResult).
 	MCPResult json.RawMessage
 	Err       *events.ToolError
+	// ExitCode is the exit status of the command the tool ran to its
+	// end (events.Result.ExitCode).
+	ExitCode *int
 	// Whole, when set, holds the whole llmContent of an output too large
 	// for memory, and LLMContent only its head. The executor owns it from
 	// the moment Run returns: it stores it and closes it.
