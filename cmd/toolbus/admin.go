@@ -83,9 +83,15 @@ func policyTest(rest []string, verbose bool) error {
 		}
 		source = rest[0]
 	}
+	if err := policy.Check(files); err != nil {
+		return err
+	}
 	results, err := policy.Test(context.Background(), files)
 	if err != nil {
 		return err
+	}
+	if len(results) == 0 {
+		return fmt.Errorf("%s has no Rego tests: a test is a rule named test_... in a file named *_test.rego (policy/README.md)", source)
 	}
 	passed, failed := 0, 0
 	for _, r := range results {
@@ -102,8 +108,11 @@ func policyTest(rest []string, verbose bool) error {
 		}
 	}
 	fmt.Printf("%s: %d passed, %d failed\n", source, passed, failed)
-	if failed > 0 || passed == 0 {
-		return fmt.Errorf("policy tests failed")
+	switch {
+	case failed > 0:
+		return fmt.Errorf("%d of the policy's tests failed", failed)
+	case passed == 0:
+		return fmt.Errorf("none of the policy's tests passed: every one was skipped")
 	}
 	return nil
 }

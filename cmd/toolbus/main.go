@@ -7,6 +7,7 @@ package main
 
 import (
 	"flag"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/toolbus/toolbus/internal/bus"
+	"github.com/toolbus/toolbus/internal/buscontext"
 )
 
 // docs/cli.md, the reference of every command, is made from the command
@@ -71,7 +73,8 @@ policy that judges every call, approvers who answer the calls the policy asks
 about, and one audit trail, on a NATS bus.
 
 'toolbus up' runs all of it in one process on this host. Every other command
-talks to a running bus: the one --nats names, else $TOOLBUS_NATS, else
+talks to a running bus: the one --nats names, else $TOOLBUS_NATS, else the
+context's ('toolbus up' writes one and selects it: toolbus context), else
 nats://127.0.0.1:4222, where 'toolbus up' listens.
 
 Exit codes: ` + exitCodeSummary() + ` (docs/cli.md).`,
@@ -92,7 +95,9 @@ Exit codes: ` + exitCodeSummary() + ` (docs/cli.md).`,
 	// Declared here so that -v stays free; cobra would take it as the
 	// version flag's shorthand.
 	root.Flags().Bool("version", false, "print the version and build of toolbus")
-	root.PersistentFlags().String("nats", "", "NATS `URL` of the bus (default $TOOLBUS_NATS, else "+bus.DefaultURL+")")
+	root.PersistentFlags().String("nats", "", "NATS `URL` of the bus (default $TOOLBUS_NATS, else the context's, else "+bus.DefaultURL+")")
+	root.PersistentFlags().String("context", "", "the context `NAME`d to talk to the bus of (default $TOOLBUS_CONTEXT, else the selected one: toolbus context)")
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return useContext(cmd) }
 	root.SetFlagErrorFunc(flagError)
 	root.AddGroup(
 		&cobra.Group{ID: groupRun, Title: "Run toolbus:"},
@@ -106,7 +111,7 @@ Exit codes: ` + exitCodeSummary() + ` (docs/cli.md).`,
 			root.AddCommand(c)
 		}
 	}
-	inGroup(groupRun, newUpCommand(), newInitCommand(), newConsoleCommand(), newMCPCommand())
+	inGroup(groupRun, newUpCommand(), newInitCommand(), newConsoleCommand(), newMCPCommand(), newContextCommand())
 	inGroup(groupTools, newToolsCommand(), newCallCommand(), newCancelCommand())
 	inGroup(groupPolicy, newPolicyCommand(), newAllowlistCommand(), newConfirmCommand())
 	inGroup(groupAudit, newAuditCommand())
@@ -221,12 +226,31 @@ func busURLFor(c *cobra.Command) string {
 }
 
 // defaultBusURL is the bus a command talks to when --nats is not given:
-// $TOOLBUS_NATS, else where `toolbus up` listens unless told otherwise.
+// $TOOLBUS_NATS, else the context's (--context, $TOOLBUS_CONTEXT, or the
+// selected one, which `toolbus up` writes), else where `toolbus up`
+// listens unless told otherwise.
 func defaultBusURL() string {
 	if u := os.Getenv("TOOLBUS_NATS"); u != "" {
 		return u
 	}
+	if c, err := contexts().Current(); err == nil {
+		return c.URL
+	}
 	return bus.DefaultURL
+}
+
+// useContext makes the context --context names the command's: it must
+// exist. It is passed on as $TOOLBUS_CONTEXT, which the connection reads
+// for the identity to connect with (cli.Connect).
+func useContext(cmd *cobra.Command) error {
+	f := cmd.Flag("context")
+	if f == nil || !f.Changed {
+		return nil
+	}
+	if _, err := contexts().Load(f.Value.String()); err != nil {
+		return usageError{fmt.Errorf("--context: %w", err)}
+	}
+	return os.Setenv(buscontext.Env, f.Value.String())
 }
 
 // goFlags registers on fs the flags define declares on a Go flag set:

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/internal/bus"
+	"github.com/toolbus/toolbus/internal/buscontext"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/metrics"
 )
@@ -132,7 +133,9 @@ func SignalContext() (context.Context, context.CancelFunc) {
 // command and daemon reads them: TOOLBUS_NATS_CREDS (a NATS credentials
 // file), TOOLBUS_NATS_CA (the CA of the servers' certificates), and
 // TOOLBUS_NATS_CERT and TOOLBUS_NATS_KEY (a client certificate), and
-// TOOLBUS_IDENTITY (the seed file of a fleet member, `toolbus init`).
+// TOOLBUS_IDENTITY (the seed file of a fleet member, `toolbus init`);
+// else the identity of the selected context when it names url
+// (internal/buscontext).
 //
 // With none of these, a command that connects to a `toolbus up` on this
 // host acts as its developer, when it can read the seed up noted
@@ -144,8 +147,8 @@ func Connect(ctx context.Context, url, name string, log *slog.Logger) (*bus.Bus,
 		CertFile: os.Getenv("TOOLBUS_NATS_CERT"), KeyFile: os.Getenv("TOOLBUS_NATS_KEY"),
 		NkeyFile: identityFor(url)})
 	if err != nil {
-		hint := ""
-		if url == bus.DefaultURL {
+		hint := contextHint(url)
+		if hint == "" && url == bus.DefaultURL {
 			hint = " (is `toolbus up` running?)"
 		}
 		return nil, fmt.Errorf("cannot reach the bus at %s%s: %w", url, hint, unwrapConnect(err))
@@ -175,7 +178,20 @@ func identityFor(url string) string {
 	if os.Getenv("TOOLBUS_NATS_CREDS") != "" {
 		return ""
 	}
+	if c, err := buscontext.At(DefaultDataDir()).Current(); err == nil && c.URL == url && c.Identity != "" {
+		return c.Identity
+	}
 	return developerSeed(url)
+}
+
+// contextHint says why the bus at url, named by the selected context, may
+// not answer: the `toolbus up` that wrote the context has stopped.
+func contextHint(url string) string {
+	c, err := buscontext.At(DefaultDataDir()).Current()
+	if err != nil || c.URL != url || c.Running() {
+		return ""
+	}
+	return fmt.Sprintf(" (the context %s names it, written by a `toolbus up`, pid %d, that has stopped: start it again, or choose another bus with `toolbus context use`)", c.Name, c.PID)
 }
 
 // Close closes b, giving it ten seconds to drain.

@@ -10,6 +10,16 @@ import (
 	"github.com/toolbus/toolbus/internal/events"
 )
 
+// Check says what would make Compile refuse files before any test runs:
+// a syntax error, no decision, a verdict none of the three.
+func Check(files Files) error {
+	modules, err := parse(files)
+	if err != nil {
+		return err
+	}
+	return check(modules)
+}
+
 // check refuses a set that would compile and then judge every call
 // wrongly: one that defines no decision (every call would be a DENY that
 // says "undefined"), or writes a verdict that is none of the three (every
