@@ -16,6 +16,7 @@ import (
 	"github.com/toolbus/toolbus/internal/busnode"
 	"github.com/toolbus/toolbus/internal/cli"
 	"github.com/toolbus/toolbus/internal/console"
+	"github.com/toolbus/toolbus/internal/datadir"
 	"github.com/toolbus/toolbus/internal/executor"
 	"github.com/toolbus/toolbus/internal/executornode"
 	"github.com/toolbus/toolbus/internal/identity"
@@ -109,7 +110,14 @@ func runUp(args []string) error {
 	if err != nil {
 		return err
 	}
-	busCfg := busnode.Config{Listen: *f.listen, DataDir: *f.dataDir, Name: "toolbus-up", Logger: log, Identity: cli.Identity("bus")}
+	// The data dir is this process's before anything in it is read or
+	// written: another up on it would corrupt its store.
+	lock, err := datadir.Acquire(*f.dataDir)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	busCfg := busnode.Config{Listen: *f.listen, DataDir: *f.dataDir, DataDirLock: lock, Name: "toolbus-up", Logger: log, Identity: cli.Identity("bus")}
 	if err := f.audit.Apply(&busCfg); err != nil {
 		return usageError{err}
 	}
