@@ -194,7 +194,11 @@ func (u *up) start(ctx context.Context, busCfg busnode.Config, files *settings.F
 	if err != nil {
 		return err
 	}
-	exCfg := executor.Config{Identity: cli.Identity("executor"), Observer: m, Logger: log}
+	exID, err := cli.StoredExecutorIdentity(*f.dataDir)
+	if err != nil {
+		return err
+	}
+	exCfg := executor.Config{Identity: exID, Observer: m, Logger: log}
 	f.outputs.Apply(&exCfg)
 	// The console's address is known before the executor starts, which
 	// tells a caller denied for want of an approver where to find one.
@@ -272,8 +276,8 @@ func (u *up) close() {
 func (u *up) describe() {
 	f, exec := u.f, u.exec
 	reg := u.reg.Registry().Catalog()
-	fmt.Printf("toolbus is up\n  bus:       %s\n  data:      %s\n  workspace: %s\n  policy:    %s\n  tools:     %d registered, %d active\n",
-		u.node.URL(), *f.dataDir, exec.Workspace.Root(), exec.Executor.Policy().Revision(), reg.Len(), len(reg.AllToolNames()))
+	fmt.Printf("toolbus is up\n  bus:       %s\n  data:      %s\n  executor:  %s\n  workspace: %s\n  policy:    %s\n  tools:     %d registered, %d active\n",
+		u.node.URL(), *f.dataDir, exec.Executor.ID(), exec.Workspace.Root(), exec.Executor.Policy().Revision(), reg.Len(), len(reg.AllToolNames()))
 	if id := f.idDir(); id != "off" {
 		fmt.Printf("  identities: %s (commands on this host act as the developer, an admin; a client with no identity is the agent, as is TOOLBUS_IDENTITY=%s)\n",
 			id, identity.SeedFile(id, "agent"))

@@ -129,6 +129,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if ex.Logger == nil {
 		ex.Logger = slog.Default()
 	}
+	// Every line of the node says which executor it is: a fleet's, and
+	// up's, logs hold other parts' lines too.
+	ex.Logger = ex.Logger.With("executor", ex.Identity.ID)
 	if ex.Tools == nil {
 		if n.Workspace, err = builtin.NewWorkspace(cfg.Workspace); err != nil {
 			return nil, err
