@@ -154,7 +154,7 @@ func Watch(ctx context.Context, js jetstream.JetStream, cfg WatchConfig) (*Watch
 	end := func() {}
 	// By direct get and the republished changes, not a consumer: the
 	// facade of an agent follows it too (bus.Watch).
-	watcher, err := bus.Watch(ctx, js, events.PolicyBucket, events.PolicyLiveSubject)
+	watcher, err := bus.Watch(ctx, js, events.PolicyBucket, events.PolicyLiveSubject, cfg.Logger)
 	if err != nil {
 		end()
 		return nil, fmt.Errorf("policy: %w", err)
