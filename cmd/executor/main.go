@@ -67,6 +67,7 @@ func run(args []string) error {
 	if node.MCP != nil {
 		m.WatchMCP(node.MCP.Manager.Status)
 	}
+	node.ReportReadiness(m)
 	log.Info("executor running", "id", identity.ID, "bus", *natsURL, "workspace", node.Workspace.Root(), "policy", node.Executor.Policy().Revision())
 	<-ctx.Done()
 	return node.Close(context.Background())

@@ -218,6 +218,7 @@ func (u *up) start(ctx context.Context, busCfg busnode.Config, files *settings.F
 	if u.exec.MCP != nil {
 		m.WatchMCP(u.exec.MCP.Manager.Status)
 	}
+	u.exec.ReportReadiness(m)
 	if consLn != nil {
 		consBus, err := u.as(ctx, "console")
 		if err != nil {

@@ -199,6 +199,23 @@ func compilePolicy(ctx context.Context, dir string) (*policy.Policy, error) {
 	return policy.Compile(ctx, files)
 }
 
+// Readiness is where a node's readiness checks go: a daemon's metrics
+// (metrics.Metrics), whose /readyz runs them.
+type Readiness interface {
+	Ready(name string, check func(context.Context) error)
+}
+
+// ReportReadiness adds the node's readiness checks to r: its catalogue
+// replica in step with the catalogue bucket, its policy the last one
+// offered, and its MCP servers up (each not down past its retries).
+func (n *Node) ReportReadiness(r Readiness) {
+	r.Ready("catalogue", func(context.Context) error { return n.Executor.CatalogHealth() })
+	r.Ready("policy", func(context.Context) error { return n.Executor.PolicyHealth() })
+	if n.MCP != nil {
+		r.Ready("mcp", func(context.Context) error { return n.MCP.Manager.Health() })
+	}
+}
+
 // Close lets running calls finish until ctx ends (DefaultStopGrace when it
 // sets no deadline), then cancels them; it then stops the MCP servers and
 // the discovery, which the calls may use, and the background shells. It

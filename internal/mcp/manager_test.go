@@ -130,6 +130,13 @@ type fleet struct {
 
 func startFleet(t *testing.T, cfg *toolmcp.Config) *fleet {
 	t.Helper()
+	return startFleetWith(t, cfg, 3*time.Second)
+}
+
+// startFleetWith is startFleet with the manager's first wait before
+// connecting again to a server that failed.
+func startFleetWith(t *testing.T, cfg *toolmcp.Config, minBackoff time.Duration) *fleet {
+	t.Helper()
 	b := bustest.Start(t, "")
 	registrytest.Start(t, b)
 	pol, err := policy.Compile(context.Background(), policy.Files(defaultpolicy.Default()))
@@ -143,7 +150,7 @@ func startFleet(t *testing.T, cfg *toolmcp.Config) *fleet {
 		t.Fatal(err)
 	}
 	mgr, err := toolmcp.Start(context.Background(), cfg, toolmcp.Options{Identity: id, Conn: b.Conn(), JS: b.JetStream(),
-		Host: executornode.HostOn(ex), Logger: bustest.Quiet(), MinBackoff: 3 * time.Second})
+		Host: executornode.HostOn(ex), Logger: bustest.Quiet(), MinBackoff: minBackoff})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -651,6 +658,37 @@ func TestHTTPSessionIsReestablished(t *testing.T) {
 	if st := f.mgr.Status()[0]; st.State != events.MCPConnected || st.Restarts < 1 {
 		t.Errorf("status %+v, want connected on a new session (restarts >= 1)", st)
 	}
+}
+
+// A server down past its retries is reported by Health, with why, and
+// is not once it is connected again; a disabled server never is.
+func TestHealthReportsAServerDownPastItsRetries(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there yet
+	f := startFleetWith(t, parse(t, `{"mcp": {"excluded": ["off"]}, "mcpServers": {
+		"web": {"httpUrl": "http://`+addr+`/mcp", "trust": true},
+		"off": {"command": "true"}}}`), 10*time.Millisecond)
+	testkit.Eventually(t, "Health reports web down", func() bool {
+		err := f.mgr.Health()
+		return err != nil && strings.Contains(err.Error(), `MCP server "web" is down since`)
+	})
+	if err := f.mgr.Health(); strings.Contains(err.Error(), "off") {
+		t.Errorf("a disabled server reported down: %v", err)
+	}
+	if ln, err = net.Listen("tcp", addr); err != nil {
+		t.Skipf("the address was taken before the server could have it: %v", err)
+	}
+	srv := httptest.NewUnstartedServer(server.NewStreamableHTTPServer(newTestServer(nil)))
+	srv.Listener.Close()
+	srv.Listener = ln
+	srv.Start()
+	t.Cleanup(func() { srv.CloseClientConnections(); srv.Close() })
+	f.waitState(t, "web", events.MCPConnected)
+	testkit.Eventually(t, "Health is nil once web is connected", func() bool { return f.mgr.Health() == nil })
 }
 
 // forgetful answers 404 to a request naming a session it did not start.

@@ -12,6 +12,11 @@ import (
 	"github.com/toolbus/toolbus/internal/tool"
 )
 
+// UnreadyAfter is how many connections to a server must fail in a row,
+// the first try and its retries, before Health reports it down: a server
+// that a retry a second or two later reaches is no news.
+const UnreadyAfter = 3
+
 // Backoff between connections to a server that failed or went away:
 // doubling from minBackoff to maxBackoff, and back to minBackoff once a
 // session has lasted stableAfter.
@@ -48,6 +53,12 @@ type server struct {
 
 	mu     sync.Mutex
 	status events.MCPServerStatus
+	// failures counts the connections in a row that failed before the
+	// server was connected, the last with lastErr; downSince is when it
+	// was last connected, or its runner started (Health).
+	failures  int
+	lastErr   error
+	downSince time.Time
 
 	// discover asks the runner to list the tools again (or, when
 	// disconnected, to connect at once); the reply is the outcome.
@@ -65,7 +76,7 @@ type discovered struct {
 }
 
 func newServer(m *Manager, cfg ServerConfig) *server {
-	s := &server{m: m, cfg: cfg, discover: make(chan chan discovered), stop: make(chan struct{}), done: make(chan struct{})}
+	s := &server{m: m, cfg: cfg, discover: make(chan chan discovered), stop: make(chan struct{}), done: make(chan struct{}), downSince: time.Now()}
 	s.status = events.MCPServerStatus{Executor: m.id.ID, Server: cfg.Name, Transport: string(cfg.Transport), Trust: cfg.Trust}
 	return s
 }
@@ -85,6 +96,25 @@ func (s *server) unavailable() string {
 		msg += fmt.Sprintf("; it is tried again in %s", time.Until(*st.NextAttempt).Round(time.Second))
 	}
 	return msg + "."
+}
+
+// down says why the server is down past its retries: not connected
+// (nor disabled), after UnreadyAfter connections in a row failed. ""
+// while it is up, or still on its first tries.
+func (s *server) down() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.status
+	if st.State == events.MCPConnected || st.State == events.MCPDisabled || s.failures < UnreadyAfter {
+		return ""
+	}
+	// The same words while it stays down, whether it is between two
+	// tries or in one: the log says it once.
+	msg := fmt.Sprintf("MCP server %q is down since %s", s.cfg.Name, s.downSince.UTC().Format(time.RFC3339))
+	if s.lastErr != nil {
+		msg += ": " + s.lastErr.Error()
+	}
+	return msg
 }
 
 func (s *server) snapshot() events.MCPServerStatus {
@@ -139,6 +169,14 @@ func (s *server) run() {
 		if time.Since(began) > stableAfter {
 			backoff = s.m.backoff
 		}
+		s.mu.Lock()
+		if s.status.State == events.MCPConnected { // it was, until now
+			s.failures, s.downSince = 0, time.Now()
+		} else {
+			s.failures++
+		}
+		s.lastErr = err
+		s.mu.Unlock()
 		next := time.Now().Add(backoff)
 		s.setState(events.MCPDisconnected, err, next, -1)
 		s.m.log.Warn("MCP server disconnected", "server", s.cfg.Name, "err", err, "retry in", backoff)
