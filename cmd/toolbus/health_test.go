@@ -142,11 +142,16 @@ func waitReadyz(t *testing.T, addr, what string, ok func(code int, body string) 
 
 func isReady(code int, body string) bool { return code == http.StatusOK && body == "ready\n" }
 
+// upHealth is a `toolbus up` of healthUp's.
+type upHealth struct {
+	*daemon
+	url, metrics, policyDir, data string
+}
+
 // healthUp starts `toolbus up` with src as its MCP server "web", a
 // policy directory of its own (a copy of the default policy) and
-// metrics on a port of their own. It returns the daemon, its bus URL,
-// its metrics address and its policy directory.
-func healthUp(t *testing.T, src *mcpSource, extra ...string) (*daemon, string, string, string) {
+// metrics on a port of their own.
+func healthUp(t *testing.T, src *mcpSource, extra ...string) *upHealth {
 	t.Helper()
 	settings := writeFile(t, "settings.json", fmt.Sprintf(`{"mcpServers": {"web": {"httpUrl": %q, "trust": true}}}`, src.URL()))
 	policyDir := t.TempDir()
@@ -163,10 +168,10 @@ func healthUp(t *testing.T, src *mcpSource, extra ...string) (*daemon, string, s
 			t.Fatal(err)
 		}
 	}
-	metrics := freeAddr(t)
-	args := append([]string{"--settings", settings, "--policy", policyDir, "--metrics", metrics, "--console", "off", "--mcp-listen", "off"}, extra...)
+	metrics, data := freeAddr(t), t.TempDir()
+	args := append([]string{"--data", data, "--settings", settings, "--policy", policyDir, "--metrics", metrics, "--console", "off", "--mcp-listen", "off"}, extra...)
 	up, url := upWith(t, args...)
-	return up, url, metrics, policyDir
+	return &upHealth{daemon: up, url: url, metrics: metrics, policyDir: policyDir, data: data}
 }
 
 var madeExecutorID = regexp.MustCompile(`^executor@[^ ]+-[0-9a-f]{6}$`)
@@ -179,7 +184,8 @@ var madeExecutorID = regexp.MustCompile(`^executor@[^ ]+-[0-9a-f]{6}$`)
 func TestReadyzTellsTheTruth(t *testing.T) {
 	t.Parallel()
 	src := newMCPSource(t)
-	up, url, metrics, policyDir := healthUp(t, src)
+	up := healthUp(t, src)
+	url, metrics, policyDir := up.url, up.metrics, up.policyDir
 	waitReadyz(t, metrics, "ready with web connected", isReady)
 
 	// The executor's id is its own, and mcp status shows it.
