@@ -17,16 +17,16 @@ import (
 )
 
 // soakLength is how long TestSoakUpWithMCPRediscovery runs: 15 minutes,
-// or TOOLBUS_SOAK (a Go duration) for a shorter run while developing.
+// or TOOLBUS_UP_SOAK (a Go duration) for a shorter run while developing.
 func soakLength(t *testing.T) time.Duration {
 	t.Helper()
-	s := os.Getenv("TOOLBUS_SOAK")
+	s := os.Getenv("TOOLBUS_UP_SOAK")
 	if s == "" {
 		return 15 * time.Minute
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil || d <= 0 {
-		t.Fatalf("TOOLBUS_SOAK=%q: want a Go duration such as 2m", s)
+		t.Fatalf("TOOLBUS_UP_SOAK=%q: want a Go duration such as 2m", s)
 	}
 	return d
 }
@@ -42,10 +42,10 @@ func soakLength(t *testing.T) time.Duration {
 // the new one callable at once, and /readyz must say ready throughout:
 // nothing is wrong, and were anything, a call would fail too.
 func TestSoakUpWithMCPRediscovery(t *testing.T) {
-	testkit.Heavy(t, "a soak of 15 minutes (TOOLBUS_SOAK=DURATION for another)")
+	testkit.Heavy(t, "a soak of 15 minutes (TOOLBUS_UP_SOAK=DURATION for another)")
 	length := soakLength(t)
 	if deadline, ok := t.Deadline(); ok && time.Until(deadline) < length+3*time.Minute {
-		t.Fatalf("go test's -timeout ends before a soak of %s could: give -timeout %s or more (scripts/test.sh does), or TOOLBUS_SOAK a shorter length",
+		t.Fatalf("go test's -timeout ends before a soak of %s could: give -timeout %s or more (scripts/test.sh does), or TOOLBUS_UP_SOAK a shorter length",
 			length, (length + 5*time.Minute).Round(time.Minute))
 	}
 	t.Parallel()
