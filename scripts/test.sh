@@ -95,7 +95,9 @@ race=()
 if [ "$(go env CGO_ENABLED)" = 1 ] && command -v "$(go env CC)" >/dev/null 2>&1; then
 	race=(-race)
 fi
-go test "${race[@]}" -count=1 ./...
+# go test gives a package 10 minutes by default; the soak of `toolbus up`
+# (cmd/toolbus TestSoakUpWithMCPRediscovery) alone runs 15.
+go test "${race[@]}" -count=1 -timeout 60m ./...
 
 echo "== Rego tests: toolbus policy test, and the stock opa test"
 go run ./cmd/toolbus policy test policy/

@@ -24,7 +24,7 @@ func run(args []string) error {
 	policyDir := fs.String("policy", "", "directory of .rego files to enforce and follow (default: the built-in policy)")
 	timeout := fs.Duration("timeout", executor.DefaultTimeout, "deadline of a call")
 	confirmTimeout := fs.Duration("confirm-timeout", executor.DefaultConfirmTimeout, "how long an approver may take")
-	id := fs.String("id", "", "executor id (default executor@HOST)")
+	id := fs.String("id", "", "executor id (default $"+cli.ExecutorIDEnv+", else the fleet member's name, else executor@HOST-RANDOM)")
 	outputs := cli.AddOutputFlags(fs)
 	mcpFlags := cli.AddMCPFlags(fs, nil)
 	hookFlags := cli.AddHookFlags(fs, mcpFlags.Settings)
@@ -55,12 +55,7 @@ func run(args []string) error {
 		return err
 	}
 	defer stopMetrics()
-	identity := cli.Identity("executor")
-	if *id != "" {
-		identity.ID = *id
-	} else if b.Principal() != "" {
-		identity.ID = b.Principal()
-	}
+	identity := cli.ExecutorIdentity(*id, b.Principal())
 	cfg := executor.Config{Identity: identity, Observer: m, WorkspaceName: *workspaceName,
 		Timeout: *timeout, ConfirmTimeout: *confirmTimeout, Logger: log}
 	outputs.Apply(&cfg)
@@ -72,6 +67,7 @@ func run(args []string) error {
 	if node.MCP != nil {
 		m.WatchMCP(node.MCP.Manager.Status)
 	}
+	node.ReportReadiness(m)
 	log.Info("executor running", "id", identity.ID, "bus", *natsURL, "workspace", node.Workspace.Root(), "policy", node.Executor.Policy().Revision())
 	<-ctx.Done()
 	return node.Close(context.Background())

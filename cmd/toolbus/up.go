@@ -19,6 +19,7 @@ import (
 	"github.com/toolbus/toolbus/internal/busnode"
 	"github.com/toolbus/toolbus/internal/cli"
 	"github.com/toolbus/toolbus/internal/console"
+	"github.com/toolbus/toolbus/internal/datadir"
 	"github.com/toolbus/toolbus/internal/executor"
 	"github.com/toolbus/toolbus/internal/executornode"
 	"github.com/toolbus/toolbus/internal/identity"
@@ -139,7 +140,14 @@ func runUp(f *upFlags) error {
 	if err != nil {
 		return err
 	}
-	busCfg := busnode.Config{Listen: *f.listen, DataDir: *f.dataDir, Name: "toolbus-up", Logger: log, Identity: cli.Identity("bus")}
+	// The data dir is this process's before anything in it is read or
+	// written: another up on it would corrupt its store.
+	lock, err := datadir.Acquire(*f.dataDir)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	busCfg := busnode.Config{Listen: *f.listen, DataDir: *f.dataDir, DataDirLock: lock, Name: "toolbus-up", Logger: log, Identity: cli.Identity("bus")}
 	if err := f.audit.Apply(&busCfg); err != nil {
 		return usageError{err}
 	}
@@ -216,7 +224,11 @@ func (u *up) start(ctx context.Context, busCfg busnode.Config, files *settings.F
 	if err != nil {
 		return err
 	}
-	exCfg := executor.Config{Identity: cli.Identity("executor"), Observer: m, Logger: log}
+	exID, err := cli.StoredExecutorIdentity(*f.dataDir)
+	if err != nil {
+		return err
+	}
+	exCfg := executor.Config{Identity: exID, Observer: m, Logger: log}
 	f.outputs.Apply(&exCfg)
 	// The console's address is known before the executor starts, which
 	// tells a caller denied for want of an approver where to find one.
@@ -236,6 +248,7 @@ func (u *up) start(ctx context.Context, busCfg busnode.Config, files *settings.F
 	if u.exec.MCP != nil {
 		m.WatchMCP(u.exec.MCP.Manager.Status)
 	}
+	u.exec.ReportReadiness(m)
 	if consLn != nil {
 		consBus, err := u.as(ctx, "console")
 		if err != nil {
@@ -294,8 +307,8 @@ func (u *up) close() {
 func (u *up) describe() {
 	f, exec := u.f, u.exec
 	reg := u.reg.Registry().Catalog()
-	fmt.Printf("toolbus is up\n  bus:       %s\n  data:      %s\n  workspace: %s\n  policy:    %s\n  tools:     %d registered, %d active\n",
-		u.node.URL(), *f.dataDir, exec.Workspace.Root(), exec.Executor.Policy().Revision(), reg.Len(), len(reg.AllToolNames()))
+	fmt.Printf("toolbus is up\n  bus:       %s\n  data:      %s\n  executor:  %s\n  workspace: %s\n  policy:    %s\n  tools:     %d registered, %d active\n",
+		u.node.URL(), *f.dataDir, exec.Executor.ID(), exec.Workspace.Root(), exec.Executor.Policy().Revision(), reg.Len(), len(reg.AllToolNames()))
 	if id := f.idDir(); id != "off" {
 		fmt.Printf("  identities: %s (commands on this host act as the developer, an admin; a client with no identity is the agent, as is TOOLBUS_IDENTITY=%s)\n",
 			id, identity.SeedFile(id, "agent"))

@@ -1141,7 +1141,7 @@ func TestAnApproverFollowsTheAllowlist(t *testing.T) {
 	if _, err := admin.Put(ctx, "before", []byte(`{}`)); err != nil {
 		t.Fatal(err)
 	}
-	w, err := bus.Watch(ctx, eve.JetStream(), events.AllowlistBucket, events.AllowlistLiveSubject)
+	w, err := bus.Watch(ctx, eve.JetStream(), events.AllowlistBucket, events.AllowlistLiveSubject, bustest.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -72,7 +72,7 @@ func TestWatchCatchesUpWithWhatItMissed(t *testing.T) {
 		t.Fatal(err)
 	}
 	reader := bustest.Connect(t, b)
-	w, err := bus.Watch(ctx, reader.JetStream(), "MISSED", "nowhere")
+	w, err := bus.Watch(ctx, reader.JetStream(), "MISSED", "nowhere", bustest.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/toolbus/toolbus/internal/audit/checkpoint"
 	"github.com/toolbus/toolbus/internal/auth"
 	"github.com/toolbus/toolbus/internal/bus"
+	"github.com/toolbus/toolbus/internal/datadir"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/identity"
 )
@@ -36,8 +37,15 @@ type Config struct {
 	// Defaults to bus.DefaultListen.
 	Listen string
 	// DataDir holds the embedded server's JetStream files. Required;
-	// created if missing.
+	// created if missing. Start takes its lock (internal/datadir) before
+	// it reads or writes anything there, and fails at once when another
+	// process holds it; the node holds it until Close.
 	DataDir string
+	// DataDirLock is DataDir's lock when the caller took it already,
+	// having things of its own to keep there before the node starts
+	// (toolbus up: the identities). The caller keeps it, and releases it
+	// after Close.
+	DataDirLock *datadir.Lock
 	// Name is the connection name other NATS tools show for this part.
 	Name string
 	// Logger receives the embedded server's log and connection events.
@@ -116,6 +124,8 @@ func (cfg Config) Validate() error {
 	switch {
 	case cfg.DataDir == "":
 		return errors.New("embedded bus: no data directory given")
+	case cfg.DataDirLock != nil && !cfg.DataDirLock.Holds(cfg.DataDir):
+		return fmt.Errorf("embedded bus: the lock given is not held on %s", cfg.DataDir)
 	case cfg.AuthConfig != "" && cfg.NkeyFile == "":
 		return errors.New("embedded bus: with identities, the bus connects as one of them too: give its seed file (DIR/bus.nk)")
 	case cfg.TLSClientCAFile != "" && (cfg.TLSCertFile == "" || cfg.TLSKeyFile == ""):
@@ -147,11 +157,19 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	var key ed25519.PrivateKey
-	if cfg.CheckpointEvery > 0 {
-		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+	var lock *datadir.Lock
+	if cfg.DataDirLock == nil {
+		if lock, err = datadir.Acquire(cfg.DataDir); err != nil {
 			return nil, fmt.Errorf("embedded bus: %w", err)
 		}
+		defer func() {
+			if err != nil {
+				lock.Close()
+			}
+		}()
+	}
+	var key ed25519.PrivateKey
+	if cfg.CheckpointEvery > 0 {
 		if key, err = checkpoint.LoadOrCreateKey(cfg.DataDir); err != nil {
 			return nil, err
 		}
@@ -171,7 +189,11 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 			return nil, err
 		}
 	}
-	b, err := bus.Connect(ctx, bus.Config{Server: srv, Clustered: cfg.Cluster.Name != "", Name: cfg.Name, Logger: cfg.Logger,
+	var owned bus.Server = srv
+	if lock != nil {
+		owned = lockedServer{Server: srv, lock: lock}
+	}
+	b, err := bus.Connect(ctx, bus.Config{Server: owned, Clustered: cfg.Cluster.Name != "", Name: cfg.Name, Logger: cfg.Logger,
 		AuditMaxAge: cfg.AuditMaxAge, AuditMaxBytes: cfg.AuditMaxBytes, Replicas: cfg.Replicas, AuditAllowDelete: cfg.AuditAllowDelete,
 		NkeyFile: cfg.NkeyFile})
 	if err != nil {
@@ -194,13 +216,29 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 }
 
 // Close stops the checkpoints, drains the node's connection, so handlers
-// finish what they were given, and stops the server. It is safe to call
-// more than once.
+// finish what they were given, and stops the server (and with it
+// releases the data dir's lock, when the node took it). It is safe to
+// call more than once.
 func (n *Node) Close(ctx context.Context) error {
 	if n.checkpoints != nil {
 		n.checkpoints.Stop()
 	}
 	return n.Bus.Close(ctx)
+}
+
+// lockedServer is an embedded server that holds its data dir's lock
+// until it has shut down. The Bus that owns the server stops it, whether
+// its owner closes the Node or only the Bus (as many tests do), so the
+// lock goes with the server and the next start on the dir finds it free.
+type lockedServer struct {
+	*server.Server
+	lock *datadir.Lock
+}
+
+// WaitForShutdown waits for the server to stop, then releases the lock.
+func (s lockedServer) WaitForShutdown() {
+	s.Server.WaitForShutdown()
+	s.lock.Close()
 }
 
 // checkStore runs checkLoaded on a connection of its own, as whom the

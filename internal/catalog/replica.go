@@ -74,8 +74,8 @@ func Load(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (*Catal
 // ctx bounds only the initial read. The watcher is bus.Watch's, which
 // makes no consumer: an agent may read the catalogue but not make
 // consumers in the account that holds it.
-func start(ctx, wctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, log *slog.Logger) (*shardSet, jetstream.KeyWatcher, error) {
-	w, err := bus.Watch(ctx, js, kv.Bucket(), events.CatalogLiveSubject)
+func start(ctx, wctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, log *slog.Logger) (*shardSet, *bus.Watcher, error) {
+	w, err := bus.Watch(ctx, js, kv.Bucket(), events.CatalogLiveSubject, log)
 	if err != nil {
 		return nil, nil, fmt.Errorf("read catalogue: %w", err)
 	}
@@ -164,7 +164,7 @@ const maxBatch = 1024
 // shard once, then follows every change. Close stops it.
 type Replica struct {
 	log     *slog.Logger
-	watcher jetstream.KeyWatcher
+	watcher *bus.Watcher
 	stop    context.CancelFunc
 	done    chan struct{}
 
@@ -264,6 +264,16 @@ func (r *Replica) Changed() <-chan struct{} {
 
 // Catalog is the current snapshot.
 func (r *Replica) Catalog() *Catalog { return r.snaps.Get(&r.mu, r.set.entries) }
+
+// Health reports how the replica is out of step with the catalogue
+// bucket, nil when it is not (bus.Watcher.Health: the watch mends what
+// it can, and this says what it could not mend within its grace).
+func (r *Replica) Health() error {
+	if err := r.watcher.Health(); err != nil {
+		return fmt.Errorf("catalogue replica: %w", err)
+	}
+	return nil
+}
 
 // Close stops following and waits for the follower goroutine to end.
 func (r *Replica) Close() error {

@@ -77,17 +77,20 @@ func StartMetrics(addr, daemon string, b *bus.Bus, log *slog.Logger) (m *metrics
 
 // ServeMetrics serves the metrics of daemon on addr; with addr empty it
 // serves nothing but still returns metrics to report to. Until WatchBus,
-// /readyz says the daemon is still connecting. stop stops serving.
+// /readyz says the daemon is still connecting. Either way the daemon
+// logs when it turns unready, and why, and ready again
+// (metrics.WatchReadiness). stop stops serving and watching.
 func ServeMetrics(addr, daemon string, log *slog.Logger) (m *metrics.Metrics, stop func(), err error) {
 	m = metrics.New(daemon)
 	if addr == "" {
-		return m, func() {}, nil
+		return m, m.WatchReadiness(log), nil
 	}
 	srv, err := m.Serve(addr, log)
 	if err != nil {
 		return nil, nil, err
 	}
-	return m, srv.Stop, nil
+	stopWatching := m.WatchReadiness(log)
+	return m, func() { stopWatching(); srv.Stop() }, nil
 }
 
 // WatchBus makes m report b's connection, and /readyz check it and its

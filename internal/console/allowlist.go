@@ -37,7 +37,7 @@ type allowWatch struct {
 // it republishes (bus.Watch): the console's approver may live in an
 // account of its own, where it may not make a consumer of the bucket.
 func watchAllowlist(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, log *slog.Logger) (*allowWatch, error) {
-	w, err := bus.Watch(ctx, js, kv.Bucket(), events.AllowlistLiveSubject)
+	w, err := bus.Watch(ctx, js, kv.Bucket(), events.AllowlistLiveSubject, log)
 	if err != nil {
 		return nil, fmt.Errorf("console: follow the allowlist: %w", err)
 	}

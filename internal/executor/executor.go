@@ -423,6 +423,10 @@ func (noObserver) PolicyRevision(string)                   {}
 // Policy is the policy in force.
 func (e *Executor) Policy() *policy.Policy { return e.policy.Load() }
 
+// ID is the executor's id: in the catalogue's hosts, on its subjects and
+// in its MCP servers' status.
+func (e *Executor) ID() string { return e.id.ID }
+
 // Catalog is the executor's view of the catalogue.
 func (e *Executor) Catalog() *catalog.Catalog { return e.catalog.Catalog() }
 

@@ -120,6 +120,9 @@ func TestPolicyDirectoryIsFollowed(t *testing.T) {
 	defer sub.Unsubscribe()
 	nc.Flush()
 	waitVerdict(t, e, "")
+	if err := e.exec.PolicyHealth(); err != nil {
+		t.Errorf("PolicyHealth with the policy loaded: %v", err)
+	}
 	// Replace the default set with one that denies reads.
 	for name := range defaultpolicy.Default() {
 		os.Remove(filepath.Join(dir, name))
@@ -143,4 +146,10 @@ func TestPolicyDirectoryIsFollowed(t *testing.T) {
 		t.Error("a broken policy file replaced the policy in force")
 	}
 	waitVerdict(t, e, events.ErrPolicyDenied)
+	// Readiness says so until the file is mended.
+	if err := e.exec.PolicyHealth(); err == nil || !strings.Contains(err.Error(), "did not load") || !strings.Contains(err.Error(), before) {
+		t.Errorf("PolicyHealth after a broken edit: %v", err)
+	}
+	os.WriteFile(filepath.Join(dir, "p.rego"), []byte(denyReads["p.rego"]), 0o644)
+	testkit.Eventually(t, "PolicyHealth is nil once the file is mended", func() bool { return e.exec.PolicyHealth() == nil })
 }

@@ -129,6 +129,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if ex.Logger == nil {
 		ex.Logger = slog.Default()
 	}
+	// Every line of the node says which executor it is: a fleet's, and
+	// up's, logs hold other parts' lines too.
+	ex.Logger = ex.Logger.With("executor", ex.Identity.ID)
 	if ex.Tools == nil {
 		if n.Workspace, err = builtin.NewWorkspace(cfg.Workspace); err != nil {
 			return nil, err
@@ -194,6 +197,23 @@ func compilePolicy(ctx context.Context, dir string) (*policy.Policy, error) {
 		return nil, err
 	}
 	return policy.Compile(ctx, files)
+}
+
+// Readiness is where a node's readiness checks go: a daemon's metrics
+// (metrics.Metrics), whose /readyz runs them.
+type Readiness interface {
+	Ready(name string, check func(context.Context) error)
+}
+
+// ReportReadiness adds the node's readiness checks to r: its catalogue
+// replica in step with the catalogue bucket, its policy the last one
+// offered, and its MCP servers up (each not down past its retries).
+func (n *Node) ReportReadiness(r Readiness) {
+	r.Ready("catalogue", func(context.Context) error { return n.Executor.CatalogHealth() })
+	r.Ready("policy", func(context.Context) error { return n.Executor.PolicyHealth() })
+	if n.MCP != nil {
+		r.Ready("mcp", func(context.Context) error { return n.MCP.Manager.Health() })
+	}
 }
 
 // Close lets running calls finish until ctx ends (DefaultStopGrace when it

@@ -184,6 +184,27 @@ func (m *Manager) Discover(ctx context.Context, server string) (names, warnings 
 	return found.tools, found.warnings, found.err
 }
 
+// Health reports the servers that are down past their retries (each
+// not connected after UnreadyAfter failed connections in a row), nil
+// when there are none. Disabled servers are not down: they are
+// configured so.
+func (m *Manager) Health() error {
+	m.mu.Lock()
+	servers := make([]*server, 0, len(m.servers))
+	for _, s := range m.servers {
+		servers = append(servers, s)
+	}
+	m.mu.Unlock()
+	sort.Slice(servers, func(i, j int) bool { return servers[i].cfg.Name < servers[j].cfg.Name })
+	var errs []error
+	for _, s := range servers {
+		if why := s.down(); why != "" {
+			errs = append(errs, errors.New(why))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // Status is the state of every server, by name.
 func (m *Manager) Status() []events.MCPServerStatus {
 	m.mu.Lock()

@@ -661,6 +661,37 @@ func TestHTTPSessionIsReestablished(t *testing.T) {
 	}
 }
 
+// A server down past its retries is reported by Health, with why, and
+// is not once it is connected again; a disabled server never is.
+func TestHealthReportsAServerDownPastItsRetries(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there yet
+	f := startFleetWith(t, parse(t, `{"mcp": {"excluded": ["off"]}, "mcpServers": {
+		"web": {"httpUrl": "http://`+addr+`/mcp", "trust": true},
+		"off": {"command": "true"}}}`), bustest.Quiet(), 10*time.Millisecond)
+	testkit.Eventually(t, "Health reports web down", func() bool {
+		err := f.mgr.Health()
+		return err != nil && strings.Contains(err.Error(), `MCP server "web" is down since`)
+	})
+	if err := f.mgr.Health(); strings.Contains(err.Error(), "off") {
+		t.Errorf("a disabled server reported down: %v", err)
+	}
+	if ln, err = net.Listen("tcp", addr); err != nil {
+		t.Skipf("the address was taken before the server could have it: %v", err)
+	}
+	srv := httptest.NewUnstartedServer(server.NewStreamableHTTPServer(newTestServer(nil)))
+	srv.Listener.Close()
+	srv.Listener = ln
+	srv.Start()
+	t.Cleanup(func() { srv.CloseClientConnections(); srv.Close() })
+	f.waitState(t, "web", events.MCPConnected)
+	testkit.Eventually(t, "Health is nil once web is connected", func() bool { return f.mgr.Health() == nil })
+}
+
 // forgetful answers 404 to a request naming a session it did not start.
 func forgetful(h http.Handler) http.Handler {
 	var mu sync.Mutex

@@ -14,6 +14,11 @@ import (
 	"github.com/toolbus/toolbus/internal/tool"
 )
 
+// UnreadyAfter is how many connections to a server must fail in a row,
+// the first try and its retries, before Health reports it down: a server
+// that a retry a second or two later reaches is no news.
+const UnreadyAfter = 3
+
 // Backoff between connections to a server that failed or went away:
 // doubling from minBackoff to maxBackoff, and back to minBackoff once a
 // session has lasted stableAfter.
@@ -53,6 +58,12 @@ type server struct {
 	// hostedWith is what the last hosting of the tools warned of, so that
 	// listing the same tools again says nothing new.
 	hostedWith string
+	// failures counts the connections in a row that failed before the
+	// server was connected, the last with lastErr; downSince is when it
+	// was last connected, or its runner started (Health).
+	failures  int
+	lastErr   error
+	downSince time.Time
 
 	// discover asks the runner to list the tools again (or, when
 	// disconnected, to connect at once); the reply is the outcome.
@@ -70,7 +81,7 @@ type discovered struct {
 }
 
 func newServer(m *Manager, cfg ServerConfig) *server {
-	s := &server{m: m, cfg: cfg, discover: make(chan chan discovered), stop: make(chan struct{}), done: make(chan struct{})}
+	s := &server{m: m, cfg: cfg, discover: make(chan chan discovered), stop: make(chan struct{}), done: make(chan struct{}), downSince: time.Now()}
 	s.status = events.MCPServerStatus{Executor: m.id.ID, Server: cfg.Name, Transport: string(cfg.Transport), Trust: cfg.Trust}
 	return s
 }
@@ -90,6 +101,25 @@ func (s *server) unavailable() string {
 		msg += fmt.Sprintf("; it is tried again in %s", time.Until(*st.NextAttempt).Round(time.Second))
 	}
 	return msg + "."
+}
+
+// down says why the server is down past its retries: not connected
+// (nor disabled), after UnreadyAfter connections in a row failed. ""
+// while it is up, or still on its first tries.
+func (s *server) down() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.status
+	if st.State == events.MCPConnected || st.State == events.MCPDisabled || s.failures < UnreadyAfter {
+		return ""
+	}
+	// The same words while it stays down, whether it is between two
+	// tries or in one: the log says it once.
+	msg := fmt.Sprintf("MCP server %q is down since %s", s.cfg.Name, s.downSince.UTC().Format(time.RFC3339))
+	if s.lastErr != nil {
+		msg += ": " + s.lastErr.Error()
+	}
+	return msg
 }
 
 func (s *server) snapshot() events.MCPServerStatus {
@@ -129,7 +159,7 @@ func (s *server) run() {
 		return
 	}
 	backoff := s.m.backoff
-	lastErr, failures := "", 0 // the failures in a row, and the last one's reason
+	logged, attempts := "", 0 // the failed attempts in a row, and the reason last warned of
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
 			s.mu.Lock()
@@ -144,19 +174,27 @@ func (s *server) run() {
 		}
 		if time.Since(began) > stableAfter {
 			backoff = s.m.backoff
-			lastErr, failures = "", 0
+			logged, attempts = "", 0
 		}
+		s.mu.Lock()
+		if s.status.State == events.MCPConnected { // it was, until now
+			s.failures, s.downSince = 0, time.Now()
+		} else {
+			s.failures++
+		}
+		s.lastErr = err
+		s.mu.Unlock()
 		next := time.Now().Add(backoff)
 		s.setState(events.MCPDisconnected, err, next, -1)
 		// A server that stays down says so once, again when the reason
 		// changes, and every tenth attempt; the attempts between are
 		// debug.
 		level := slog.LevelDebug
-		if msg := fmt.Sprint(err); msg != lastErr || failures%10 == 0 {
-			level, lastErr = slog.LevelWarn, msg
+		if msg := fmt.Sprint(err); msg != logged || attempts%10 == 0 {
+			level, logged = slog.LevelWarn, msg
 		}
-		failures++
-		s.m.log.Log(context.Background(), level, "MCP server disconnected", "server", s.cfg.Name, "err", err, "attempt", failures, "retry in", backoff)
+		attempts++
+		s.m.log.Log(context.Background(), level, "MCP server disconnected", "server", s.cfg.Name, "err", err, "attempt", attempts, "retry in", backoff)
 		if !s.wait(backoff) {
 			return
 		}

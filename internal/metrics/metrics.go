@@ -1,7 +1,7 @@
 // Package metrics serves what an operator watches on every toolbus daemon:
 // /metrics in Prometheus's format, /healthz (the process answers) and
 // /readyz (it can do its work: its bus connection is up and its parts
-// say they are ready).
+// say they are ready), and logs when readiness changes.
 //
 // The invoke path reports through executor.Observer, which Metrics
 // implements with counters and histograms made once: a call costs a few
@@ -15,6 +15,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,6 +40,16 @@ type Metrics struct {
 	revision string
 
 	ready []ReadyCheck
+
+	// turns are the outcomes of the readiness checks as last seen, by
+	// /readyz or WatchReadiness, and where their changes are logged.
+	turns struct {
+		sync.Mutex
+		log    *slog.Logger // nil until WatchReadiness
+		seen   bool
+		failed []string
+		gauge  prometheus.Gauge
+	}
 }
 
 // ReadyCheck says whether a part can do its work; an error says why not.
@@ -152,6 +164,99 @@ func (m *Metrics) Ready(name string, check func(context.Context) error) {
 	m.ready = append(m.ready, ReadyCheck{Name: name, Check: check})
 }
 
+// Unready runs every readiness check and says why the daemon is not
+// ready, a line for each thing that fails ("name: why"); none when it is
+// ready. /readyz answers with it. Once WatchReadiness runs, an outcome
+// that differs from the last one seen, by /readyz or by the watch, is
+// logged: the log says why a daemon turned unready however its turn was
+// first seen.
+func (m *Metrics) Unready(ctx context.Context) []string {
+	// One at a time: a turn is logged in the order the outcomes came.
+	m.turns.Lock()
+	defer m.turns.Unlock()
+	failed := m.check(ctx)
+	if m.turns.log != nil {
+		switch {
+		case len(failed) == 0:
+			m.turns.gauge.Set(1)
+			if !m.turns.seen || len(m.turns.failed) > 0 {
+				m.turns.log.Info("ready")
+			}
+		default:
+			m.turns.gauge.Set(0)
+			if !slices.Equal(failed, m.turns.failed) {
+				m.turns.log.Warn("not ready", "why", strings.Join(failed, "; "))
+			}
+		}
+		m.turns.seen, m.turns.failed = true, failed
+	}
+	return failed
+}
+
+// check runs every readiness check.
+func (m *Metrics) check(ctx context.Context) []string {
+	m.mu.Lock()
+	checks := append([]ReadyCheck(nil), m.ready...)
+	m.mu.Unlock()
+	if len(checks) == 0 {
+		return []string{"starting: not connected to the bus yet"}
+	}
+	var failed []string
+	for _, c := range checks {
+		if err := c.Check(ctx); err != nil {
+			// A check that says several things (errors.Join) gets a
+			// line for each.
+			for _, why := range strings.Split(err.Error(), "\n") {
+				failed = append(failed, c.Name+": "+why)
+			}
+		}
+	}
+	return failed
+}
+
+// ReadyEvery is how often WatchReadiness runs the readiness checks.
+var ReadyEvery = 5 * time.Second
+
+// WatchReadiness runs the readiness checks every ReadyEvery, reports the
+// outcome as toolbus_ready, and logs its changes (Unready): once when the
+// daemon turns unready, with why, again when why changes, and once when
+// it is ready again, so that a daemon that stops serving says so without
+// anyone asking /readyz. The returned function stops it and waits for it
+// to end.
+func (m *Metrics) WatchReadiness(log *slog.Logger) (stop func()) {
+	gauge := prometheus.NewGauge(prometheus.GaugeOpts{Name: "toolbus_ready", Help: "1 while every readiness check (/readyz) passes, else 0; checked every few seconds."})
+	m.reg.MustRegister(gauge)
+	m.turns.Lock()
+	m.turns.log, m.turns.gauge = log, gauge
+	m.turns.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(ReadyEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			cctx, cancelCheck := context.WithTimeout(ctx, ReadyEvery)
+			m.Unready(cctx)
+			cancelCheck()
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+		// What /readyz sees from now on, the daemon stopping, is not
+		// news.
+		m.turns.Lock()
+		m.turns.log = nil
+		m.turns.Unlock()
+	}
+}
+
 // Registry is where a part registers metrics of its own.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
@@ -166,19 +271,8 @@ func (m *Metrics) Handler() http.Handler {
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 		defer cancel()
-		m.mu.Lock()
-		checks := append([]ReadyCheck(nil), m.ready...)
-		m.mu.Unlock()
+		failed := m.Unready(ctx)
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		var failed []string
-		if len(checks) == 0 {
-			failed = append(failed, "starting: not connected to the bus yet")
-		}
-		for _, c := range checks {
-			if err := c.Check(ctx); err != nil {
-				failed = append(failed, c.Name+": "+err.Error())
-			}
-		}
 		if len(failed) > 0 {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			for _, f := range failed {

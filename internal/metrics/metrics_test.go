@@ -1,12 +1,17 @@
 package metrics_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +22,7 @@ import (
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
 	"github.com/toolbus/toolbus/internal/metrics"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/bustest"
 	"github.com/toolbus/toolbus/internal/testkit/executortest"
 )
@@ -168,5 +174,72 @@ func TestStartingUp(t *testing.T) {
 	}
 	if code, body := get(t, "http://"+srv.Addr()+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "starting") {
 		t.Errorf("/readyz before the bus: %d %s", code, body)
+	}
+}
+
+// lockedLog is a log a daemon writes while a test reads it.
+type lockedLog struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// /readyz and the log tell the same story: a check that fails makes the
+// daemon unready with its reason, each line of it, and the log says so
+// once however long it lasts, and once more when it is ready again.
+func TestReadinessIsLoggedWhenItTurns(t *testing.T) {
+	defer func(d time.Duration) { metrics.ReadyEvery = d }(metrics.ReadyEvery)
+	metrics.ReadyEvery = 5 * time.Millisecond
+	m := metrics.New("executor")
+	var (
+		broken atomic.Bool
+		checks atomic.Int64
+	)
+	m.Ready("catalogue", func(context.Context) error {
+		checks.Add(1)
+		if broken.Load() {
+			return errors.Join(errors.New("behind bucket X"), errors.New("bucket X not read"))
+		}
+		return nil
+	})
+	var log lockedLog
+	stop := m.WatchReadiness(slog.New(slog.NewTextHandler(&log, nil)))
+	defer stop()
+	srv, err := m.Serve("127.0.0.1:0", bustest.Quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	readyz := "http://" + srv.Addr() + "/readyz"
+
+	testkit.Eventually(t, "the log says ready", func() bool { return strings.Contains(log.String(), "msg=ready") })
+	broken.Store(true)
+	if code, body := get(t, readyz); code != http.StatusServiceUnavailable || body != "catalogue: behind bucket X\ncatalogue: bucket X not read\n" {
+		t.Errorf("/readyz with the check failing: %d %q", code, body)
+	}
+	testkit.Eventually(t, "the log says not ready", func() bool { return strings.Contains(log.String(), `msg="not ready"`) })
+	more := checks.Load() + 3
+	testkit.Eventually(t, "a few more rounds, still unready", func() bool { return checks.Load() >= more })
+	if n := strings.Count(log.String(), `msg="not ready"`); n != 1 {
+		t.Errorf("not ready logged %d times, want once:\n%s", n, log.String())
+	}
+	if !strings.Contains(log.String(), `why="catalogue: behind bucket X; catalogue: bucket X not read"`) {
+		t.Errorf("the log does not say why:\n%s", log.String())
+	}
+	broken.Store(false)
+	testkit.Eventually(t, "the log says ready again", func() bool { return strings.Count(log.String(), "msg=ready") == 2 })
+	if code, body := get(t, readyz); code != http.StatusOK || body != "ready\n" {
+		t.Errorf("/readyz once the check passes: %d %q", code, body)
 	}
 }

@@ -115,6 +115,9 @@ type Watcher struct {
 
 	mu      sync.Mutex
 	current string // revision in force
+	// rejected is the last set offered that did not load, until a later
+	// one does (Health).
+	rejected *rejection
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -154,7 +157,7 @@ func Watch(ctx context.Context, js jetstream.JetStream, cfg WatchConfig) (*Watch
 	end := func() {}
 	// By direct get and the republished changes, not a consumer: the
 	// facade of an agent follows it too (bus.Watch).
-	watcher, err := bus.Watch(ctx, js, events.PolicyBucket, events.PolicyLiveSubject)
+	watcher, err := bus.Watch(ctx, js, events.PolicyBucket, events.PolicyLiveSubject, cfg.Logger)
 	if err != nil {
 		end()
 		return nil, fmt.Errorf("policy: %w", err)
@@ -201,6 +204,28 @@ func (w *Watcher) Stop() {
 	w.w.Stop()
 	w.end()
 	w.wg.Wait()
+}
+
+// rejection is a policy set that did not load.
+type rejection struct {
+	revision, source string
+	err              error
+}
+
+// Health reports that the last policy set offered (pushed to the bucket,
+// or saved in the followed directory) did not load, and the policy in
+// force is an older one; nil once a later set has loaded.
+func (w *Watcher) Health() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if r := w.rejected; r != nil {
+		set := "the policy set"
+		if r.revision != "" {
+			set = "policy " + r.revision
+		}
+		return fmt.Errorf("%s from %s did not load (%v); %s stays in force", set, r.source, r.err, w.current)
+	}
+	return nil
 }
 
 // Current is the revision in force.
@@ -287,6 +312,9 @@ func (w *Watcher) try(ctx context.Context, files Files, source string) {
 	rev := files.Revision()
 	w.mu.Lock()
 	same := rev == w.current
+	if same {
+		w.rejected = nil // the set offered is the one in force
+	}
 	w.mu.Unlock()
 	if same {
 		return
@@ -297,7 +325,7 @@ func (w *Watcher) try(ctx context.Context, files Files, source string) {
 		return
 	}
 	w.mu.Lock()
-	w.current = rev
+	w.current, w.rejected = rev, nil
 	w.mu.Unlock()
 	w.apply(p)
 	w.log.Info("policy applied", "revision", rev, "source", source)
@@ -307,6 +335,9 @@ func (w *Watcher) try(ctx context.Context, files Files, source string) {
 }
 
 func (w *Watcher) reject(rev, source string, err error) {
+	w.mu.Lock()
+	w.rejected = &rejection{revision: rev, source: source, err: err}
+	w.mu.Unlock()
 	w.log.Error("policy rejected; the policy in force stays", "revision", rev, "source", source, "err", err)
 	if w.report != nil {
 		w.report("rejected", rev, source, err)

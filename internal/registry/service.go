@@ -49,6 +49,12 @@ type Service struct {
 
 	watchMu sync.Mutex
 	misses  map[string]int // executors watched, by id: pings missed since their last answer
+	// lost are the executors taken off their tools' hosts that have not
+	// registered since, with the changes that made: each that answers
+	// again is told once more (LostCause), as it may not have heard it.
+	lost map[string][]events.Change
+	// rounds counts the ping rounds, judged or not.
+	rounds int
 }
 
 // withDefaults is cfg with its logger set.
@@ -88,7 +94,7 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 		return nil, fmt.Errorf("registry: %w", err)
 	}
 	s := &Service{reg: New(cfg.Settings, log), nc: nc, js: js, store: st, id: cfg.Identity, log: log,
-		stop: make(chan struct{}), watched: make(chan struct{}), misses: map[string]int{}}
+		stop: make(chan struct{}), watched: make(chan struct{}), misses: map[string]int{}, lost: map[string][]events.Change{}}
 	if s.rec, err = bus.NewRecorder(nc, log); err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
 	}
@@ -188,9 +194,16 @@ const (
 // watchExecutors takes an executor that stops answering off the hosts of
 // its tools: a tool only it hosted leaves the catalogue, and calls are
 // no longer sent to it. An executor that comes back registers its tools
-// again (at its start, or when it hears LostCause about itself). Only
-// providers seen answering as executors are judged: other registrants'
-// tools are never touched.
+// again (at its start, or when it hears LostCause about itself, which it
+// is told again each time it answers until it has). Only providers seen
+// answering as executors are judged: other registrants' tools are never
+// touched.
+//
+// A round during which the registry's own connection was away judges no
+// one: its pings went nowhere (nats.go keeps a publish for after the
+// reconnection, and no answer comes), and a bus that restarts would
+// otherwise take every executor for lost, and, its save failing, tell
+// none of them.
 func (s *Service) watchExecutors() {
 	defer close(s.watched)
 	tick := time.NewTicker(PingEvery)
@@ -201,17 +214,26 @@ func (s *Service) watchExecutors() {
 			return
 		case <-tick.C:
 		}
+		reconnects := s.nc.Stats().Reconnects
 		alive, err := s.pingExecutors()
-		if err != nil {
+		away := !s.nc.IsConnected() || s.nc.Stats().Reconnects != reconnects
+		s.watchMu.Lock()
+		s.rounds++
+		s.watchMu.Unlock()
+		if err != nil || away {
 			continue // the bus is away: nobody is judged by it
 		}
 		var lost []string
+		tell := map[string][]events.Change{}
 		s.watchMu.Lock()
 		for id := range alive {
 			if _, seen := s.misses[id]; !seen {
 				s.log.Info("an executor answers; it is taken off its tools' hosts if it stops", "executor", id)
 			}
 			s.misses[id] = 0
+			if changes, ok := s.lost[id]; ok {
+				tell[id] = changes
+			}
 		}
 		for id := range s.misses {
 			if alive[id] {
@@ -223,11 +245,18 @@ func (s *Service) watchExecutors() {
 			}
 		}
 		s.watchMu.Unlock()
+		for id, changes := range tell {
+			s.log.Warn("an executor taken for lost answers again and has not registered since; telling it again", "executor", id)
+			s.publishChanges(events.LostCause(id), changes)
+		}
 		for _, id := range lost {
 			changes, _ := s.reg.Remove(&events.RemoveRequest{Provider: id})
 			if len(changes) == 0 {
 				continue
 			}
+			s.watchMu.Lock()
+			s.lost[id] = changes
+			s.watchMu.Unlock()
 			s.log.Warn("an executor stopped answering; taken off its tools' hosts", "executor", id, "changes", len(changes))
 			if err := s.save(); err == nil {
 				s.publishChanges(events.LostCause(id), changes)
@@ -249,6 +278,7 @@ func (s *Service) watchRegistrant(in *events.RegisterRequest) {
 	s.watchMu.Lock()
 	defer s.watchMu.Unlock()
 	s.misses[in.Provider] = 0
+	delete(s.lost, in.Provider)
 }
 
 // Watching says whether the registry has seen executor id answer, and
