@@ -244,7 +244,8 @@ func defaultBusURL() string {
 // for the identity to connect with (cli.Connect).
 func useContext(cmd *cobra.Command) error {
 	f := cmd.Flag("context")
-	if f == nil || !f.Changed {
+	if f == nil || !f.Changed || cmd.Name() == "up" {
+		// up writes the context it names, which need not exist yet.
 		return nil
 	}
 	if _, err := contexts().Load(f.Value.String()); err != nil {

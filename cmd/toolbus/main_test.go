@@ -32,6 +32,14 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binDir = dir
+	// The commands keep notes and contexts under the host's state dir:
+	// the tests' own, so that a test's `toolbus up` never selects its bus
+	// for the person who runs the tests, nor reads theirs.
+	state, err := os.MkdirTemp("", "toolbus-state")
+	if err != nil {
+		panic(err)
+	}
+	os.Setenv("XDG_STATE_HOME", state)
 	// One build of the four, which links them side by side; into a
 	// directory, each binary is named after its package's directory.
 	cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator), ".", "../bus", "../registry", "../executor")
@@ -42,6 +50,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
+	os.RemoveAll(state)
 	os.Exit(code)
 }
 
@@ -63,7 +72,15 @@ func startDaemon(t *testing.T, name string, args ...string) *daemon {
 // startDaemonWith is startDaemon with env added to the environment.
 func startDaemonWith(t *testing.T, env []string, name string, args ...string) *daemon {
 	t.Helper()
+	return startDaemonIn(t, "", env, name, args...)
+}
+
+// startDaemonIn is startDaemonWith in the working directory dir ("" for
+// the test's).
+func startDaemonIn(t *testing.T, dir string, env []string, name string, args ...string) *daemon {
+	t.Helper()
 	d := &daemon{cmd: exec.Command(bin(name), args...), lines: make(chan string, 100), done: make(chan error, 1)}
+	d.cmd.Dir = dir
 	d.cmd.Env = append(append(os.Environ(), "TOOLBUS_NATS="), env...)
 	out, err := d.cmd.StdoutPipe()
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 
 	"github.com/toolbus/toolbus/internal/auth"
 	"github.com/toolbus/toolbus/internal/bus"
+	"github.com/toolbus/toolbus/internal/buscontext"
 	"github.com/toolbus/toolbus/internal/busnode"
 	"github.com/toolbus/toolbus/internal/cli"
 	"github.com/toolbus/toolbus/internal/console"
@@ -23,17 +25,10 @@ import (
 	"github.com/toolbus/toolbus/internal/executor"
 	"github.com/toolbus/toolbus/internal/executornode"
 	"github.com/toolbus/toolbus/internal/identity"
+	"github.com/toolbus/toolbus/internal/portholder"
 	"github.com/toolbus/toolbus/internal/registry"
 	"github.com/toolbus/toolbus/internal/settings"
 )
-
-// projectSettings is where Gemini CLI keeps a project's settings; `toolbus
-// up` reads it when present, so an existing project works unchanged.
-var projectSettings = filepath.Join(".gemini", "settings.json")
-
-// claudeSettings is where Claude Code keeps a project's settings; `toolbus
-// up` runs its hooks when present.
-var claudeSettings = filepath.Join(".claude", "settings.json")
 
 // upFlags are the command line of `toolbus up`.
 type upFlags struct {
@@ -44,13 +39,15 @@ type upFlags struct {
 	hooks                                               *cli.HookFlags
 	outputs                                             *cli.OutputFlags
 	audit                                               *busnode.AuditOptions
+	// context is the name of the context up writes (--context).
+	context string
 }
 
 func newUpFlags(fs *pflag.FlagSet) *upFlags {
 	f := &upFlags{
 		dataDir:      fs.String("data", "", "directory for the bus's data, created if missing (default $XDG_STATE_HOME/toolbus, else ~/.local/state/toolbus)"),
 		listen:       fs.String("listen", bus.DefaultListen, "address the bus listens on"),
-		settingsPath: fs.String("settings", "", "Gemini CLI settings.json: tools.core, tools.exclude, tools.discoveryCommand, mcpServers (default: "+projectSettings+" if present)"),
+		settingsPath: fs.String("settings", "", "Gemini CLI settings.json: tools.core, tools.exclude, tools.discoveryCommand, mcpServers (default: "+settings.ProjectGemini+" if present)"),
 	}
 	f.mcp = goFlags(fs, func(g *flag.FlagSet) *cli.MCPFlags { return cli.AddMCPFlags(g, f.settingsPath) })
 	f.hooks = goFlags(fs, func(g *flag.FlagSet) *cli.HookFlags { return cli.AddHookFlags(g, f.settingsPath) })
@@ -66,20 +63,12 @@ func newUpFlags(fs *pflag.FlagSet) *upFlags {
 	return f
 }
 
-// readSettings reads the agents' settings files, the project's own
-// (.gemini/settings.json, .claude/settings.json) unless others are named,
-// so an existing project works unchanged.
+// readSettings reads the agents' settings files, the project's own in the
+// working directory (.gemini/settings.json, .claude/settings.json,
+// .mcp.json) unless others are named, so an existing project works
+// unchanged.
 func (f *upFlags) readSettings() (*settings.Files, registry.Settings, error) {
-	if *f.settingsPath == "" {
-		if _, err := os.Stat(projectSettings); err == nil {
-			*f.settingsPath = projectSettings
-		}
-	}
-	if *f.hooks.ClaudeSettings == "" {
-		if _, err := os.Stat(claudeSettings); err == nil {
-			*f.hooks.ClaudeSettings = claudeSettings
-		}
-	}
+	*f.settingsPath, *f.hooks.ClaudeSettings, *f.mcp.MCPConfig = settings.ProjectPaths(".", *f.settingsPath, *f.hooks.ClaudeSettings, *f.mcp.MCPConfig)
 	files, err := settings.ReadFiles(*f.settingsPath, *f.hooks.ClaudeSettings, *f.mcp.MCPConfig)
 	if err != nil {
 		return nil, registry.Settings{}, err
@@ -106,13 +95,18 @@ func newUpCommand() *cobra.Command {
 		Long: `Runs the whole system in one process on this host: the bus (NATS with
 JetStream, on --listen), the registry, an executor with the built-in tools
 confined to --workspace and the MCP servers of the project's settings, the
-web console and the MCP endpoint. Other commands on this host reach it on
-nats://127.0.0.1:4222, as its developer.
+web console and the MCP endpoint. Other commands on this host reach it, as its
+developer, through the context it writes.
 
-It reads the project's agent settings as they are: .gemini/settings.json
-(Gemini CLI: tools.core, tools.exclude, tools.discoveryCommand, mcpServers,
-hooks) and .claude/settings.json (Claude Code hooks) when present, and
-.mcp.json with --mcp-config. Ctrl-C stops it.`,
+It reads the project's agent settings in the working directory as they are,
+when present: .gemini/settings.json (Gemini CLI: tools.core, tools.exclude,
+tools.discoveryCommand, mcpServers, hooks), .claude/settings.json (Claude
+Code hooks) and .mcp.json (Claude Code's MCP servers); --settings,
+--claude-settings and --mcp-config name others.
+
+It writes the context --context names (local by default) and selects it:
+every later command on this host talks to this bus, wherever it listens
+(toolbus context). Ctrl-C stops it.`,
 		Example: `  # In a project: its tools, confined to it.
   toolbus up
 
@@ -124,9 +118,22 @@ hooks) and .claude/settings.json (Claude Code hooks) when present, and
 		Args: noArgs,
 	}
 	f := newUpFlags(cmd.Flags())
-	cmd.RunE = func(*cobra.Command, []string) error { return runUp(f) }
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		f.context = upContextName
+		if c := cmd.Flag("context"); c != nil && c.Changed {
+			f.context = c.Value.String()
+		}
+		if err := buscontext.CheckName(f.context); err != nil {
+			return usageError{fmt.Errorf("--context: %w", err)}
+		}
+		return runUp(f)
+	}
 	return cmd
 }
+
+// upContextName is the context `toolbus up` writes unless --context names
+// another.
+const upContextName = "local"
 
 func runUp(f *upFlags) error {
 	if *f.dataDir == "" {
@@ -163,6 +170,9 @@ func runUp(f *upFlags) error {
 	if err := u.start(ctx, busCfg, files, regSettings); err != nil {
 		return err
 	}
+	if err := u.writeContext(); err != nil {
+		return err
+	}
 	u.describe()
 	fmt.Println("Press Ctrl-C to stop.")
 	<-ctx.Done()
@@ -192,7 +202,7 @@ type up struct {
 func (u *up) start(ctx context.Context, busCfg busnode.Config, files *settings.Files, regSettings registry.Settings) (err error) {
 	f, log := u.f, u.log
 	if u.node, err = busnode.Start(ctx, busCfg); err != nil {
-		return err
+		return portTaken(busCfg.Listen, err)
 	}
 	u.stops = append(u.stops, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -303,6 +313,55 @@ func (u *up) close() {
 	}
 }
 
+// writeContext writes the context of this up and selects it, so that the
+// commands run on this host after it talk to its bus, with the
+// developer's identity when identities are on.
+func (u *up) writeContext() error {
+	data, err := filepath.Abs(*u.f.dataDir)
+	if err != nil {
+		return err
+	}
+	c := buscontext.Context{Name: u.f.context, URL: u.node.URL(), Data: data, PID: os.Getpid()}
+	if id := u.f.idDir(); id != "off" {
+		if c.Identity, err = filepath.Abs(identity.SeedFile(id, "developer")); err != nil {
+			return err
+		}
+	}
+	if u.cons != nil {
+		c.Console = u.cons.server.BaseURL()
+	}
+	if u.mcpEP != nil {
+		c.MCP = u.mcpEP.url
+	}
+	s := contexts()
+	if err := s.Save(c); err != nil {
+		return fmt.Errorf("write the context %s: %w", c.Name, err)
+	}
+	if err := s.Use(c.Name); err != nil {
+		return fmt.Errorf("select the context %s: %w", c.Name, err)
+	}
+	return nil
+}
+
+// portTaken is err, the bus node's failure to start on listen, with who
+// holds the port and what to do when the port is taken.
+func portTaken(listen string, err error) error {
+	if !strings.Contains(err.Error(), "address already in use") {
+		return err
+	}
+	host, portText, splitErr := net.SplitHostPort(listen)
+	port, atoiErr := strconv.Atoi(portText)
+	if splitErr != nil || atoiErr != nil {
+		return err
+	}
+	holder := "another process"
+	if h, ok := portholder.Find(port); ok {
+		holder = h.String()
+	}
+	return fmt.Errorf("the bus cannot listen on %s: %s holds the port. Stop it, or run toolbus up --listen %s; the commands run after it find the bus there through the context it writes (toolbus context)",
+		listen, holder, net.JoinHostPort(host, strconv.Itoa(port+1)))
+}
+
 // describe prints what runs and where.
 func (u *up) describe() {
 	f, exec := u.f, u.exec
@@ -337,6 +396,7 @@ func (u *up) describe() {
 	if *f.metricsAddr != "" {
 		fmt.Printf("  metrics:   http://%s/metrics\n", *f.metricsAddr)
 	}
+	fmt.Printf("  context:   %s, selected: the commands run on this host after this talk to this bus (toolbus context)\n", f.context)
 }
 
 // upMembers are the identities of `toolbus up`'s parts, and the ones a
