@@ -412,12 +412,18 @@ or when part of the trail is no longer in the stream.`,
 	}
 	fs := cmd.Flags()
 	since := fs.String("since", "", "from this time (RFC 3339) or this long ago (24h, 7d) (default: the whole stream)")
-	keyFile := fs.String("key", "", "the bus owner's public key, which checkpoints must be signed with (default: "+checkpoint.PublicKeyFile+" in toolbus up's default data directory)")
+	keyFile := fs.String("key", "", "the bus owner's public key, which checkpoints must be signed with (default: "+checkpoint.PublicKeyFile+" in the data dir of the bus's toolbus up)")
+	dataDir := fs.String("data", "", "the data `DIR` of the bus's toolbus up, where its key is (default: its context's, else toolbus up's default)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		url := busURLFor(cmd)
 		if *keyFile == "" {
-			*keyFile = filepath.Join(cli.DefaultDataDir(), checkpoint.PublicKeyFile)
+			dir := *dataDir
+			if dir == "" {
+				dir = dataDirOf(url)
+			}
+			*keyFile = filepath.Join(dir, checkpoint.PublicKeyFile)
 		}
-		return auditVerify(busURLFor(cmd), *since, *keyFile)
+		return auditVerify(url, *since, *keyFile)
 	}
 	return cmd
 }

@@ -94,6 +94,9 @@ func TestAuditThroughUp(t *testing.T) {
 	if !strings.Contains(verified, "ok: no sequence is missing") {
 		t.Errorf("audit verify:\n%s", verified)
 	}
+	if out, errOut, code := toolbus(t, "audit", "verify", "--data", data, "--nats", url); code != 0 || !strings.Contains(out, "ok: no sequence is missing") {
+		t.Errorf("audit verify --data: exit %d %s %s", code, out, errOut)
+	}
 	if _, errOut, code := toolbus(t, "audit", "verify", "--key", filepath.Join(data, "nothing.pub"), "--nats", url); code != 2 || !strings.Contains(errOut, "public key") {
 		t.Errorf("verify without a key: exit %d %s", code, errOut)
 	}

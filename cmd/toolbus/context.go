@@ -214,3 +214,12 @@ func newContextRemoveCommand() *cobra.Command {
 		},
 	}
 }
+
+// dataDirOf is the data dir of the `toolbus up` of the bus at url: the
+// selected context's, when it names that bus and one; else up's default.
+func dataDirOf(url string) string {
+	if c, err := contexts().Current(); err == nil && c.URL == url && c.Data != "" {
+		return c.Data
+	}
+	return cli.DefaultDataDir()
+}

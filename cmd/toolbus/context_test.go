@@ -44,6 +44,10 @@ func TestContexts(t *testing.T) {
 	if _, err := os.Stat(c.Identity); err != nil {
 		t.Errorf("the context's identity: %v", err)
 	}
+	// audit verify finds the key in the data dir the context names.
+	if out, errOut, code := run("audit", "verify"); code != 0 || !strings.Contains(out, "ok: no sequence is missing") {
+		t.Errorf("audit verify through the context: exit %d %s %s", code, out, errOut)
+	}
 	if out, _, code := run("context", "list"); code != 0 || !strings.Contains(out, "*  local") || !strings.Contains(out, "running") {
 		t.Errorf("context list: exit %d\n%s", code, out)
 	}
@@ -106,14 +110,19 @@ func TestUpSaysWhoHoldsItsPort(t *testing.T) {
 }
 
 // A project's .mcp.json in the working directory is read as its
-// .gemini/settings.json is.
+// .gemini/settings.json is; `mcp status --fail` fails while one of its
+// servers is down, for a script to see.
 func TestUpReadsTheProjectsMCPJSON(t *testing.T) {
 	project := t.TempDir()
-	settings := everythingSettings(t, "everything", nil)
-	data, err := os.ReadFile(settings)
-	if err != nil {
+	var cfg struct {
+		MCPServers map[string]any `json:"mcpServers"`
+	}
+	data, err := os.ReadFile(everythingSettings(t, "everything", nil))
+	if err != nil || json.Unmarshal(data, &cfg) != nil {
 		t.Fatal(err)
 	}
+	cfg.MCPServers["down"] = map[string]any{"type": "http", "url": "http://127.0.0.1:1/mcp"}
+	data, _ = json.Marshal(cfg)
 	os.WriteFile(filepath.Join(project, ".mcp.json"), data, 0o644)
 	up := startDaemonIn(t, project, nil, "toolbus", "up", "--listen", "127.0.0.1:0", "--data", t.TempDir(),
 		"--workspace", project, "--console", "off", "--mcp-listen", "off")
@@ -122,6 +131,12 @@ func TestUpReadsTheProjectsMCPJSON(t *testing.T) {
 		t.Errorf("up names its MCP config: %q", line)
 	}
 	checkHosted(t, url, "everything", "stdio")
+	if out, errOut, code := toolbus(t, "mcp", "status", "--nats", url); code != 0 || !strings.Contains(out, "down") {
+		t.Errorf("mcp status: exit %d %s %s", code, out, errOut)
+	}
+	if _, errOut, code := toolbus(t, "mcp", "status", "--fail", "--nats", url); code != 1 || !strings.Contains(errOut, "MCP servers not connected: down on ") {
+		t.Errorf("mcp status --fail with a server down: exit %d %s", code, errOut)
+	}
 }
 
 // A policy set that would be refused on load, or has nothing to test,

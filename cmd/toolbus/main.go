@@ -112,7 +112,7 @@ Exit codes: ` + exitCodeSummary() + ` (docs/cli.md).`,
 		}
 	}
 	inGroup(groupRun, newUpCommand(), newInitCommand(), newConsoleCommand(), newMCPCommand(), newContextCommand())
-	inGroup(groupTools, newToolsCommand(), newCallCommand(), newCancelCommand())
+	inGroup(groupTools, newToolsCommand(), newCallCommand(), newCancelCommand(), newOutputCommand())
 	inGroup(groupPolicy, newPolicyCommand(), newAllowlistCommand(), newConfirmCommand())
 	inGroup(groupAudit, newAuditCommand())
 	root.AddCommand(newVersionCommand())

@@ -41,15 +41,16 @@ func newMCPStatusCommand() *cobra.Command {
 		Long: `Shows the state of every MCP server on every executor that hosts one:
 connected, connecting, disconnected or failed, with its tools, transport,
 since when, and the next retry or the last error.`,
-		Example: "  toolbus mcp status\n  toolbus mcp status --json",
+		Example: "  toolbus mcp status\n  toolbus mcp status --json\n  toolbus mcp status --fail   # in a script: exit 1 when a server is not connected",
 		Args:    noArgs,
 	}
 	asJSON := cmd.Flags().Bool("json", false, "print a JSON array of server states")
-	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return printMCPStatus(busURLFor(cmd), *asJSON) }
+	fail := cmd.Flags().Bool("fail", false, "exit 1 when a server is not connected (disabled servers aside)")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return printMCPStatus(busURLFor(cmd), *asJSON, *fail) }
 	return cmd
 }
 
-func printMCPStatus(natsURL string, asJSON bool) error {
+func printMCPStatus(natsURL string, asJSON, fail bool) error {
 	return withBus(natsURL, "toolbus-mcp", func(ctx context.Context, b *bus.Bus) error {
 		states, err := mcpStates(ctx, b.JetStream())
 		if err != nil {
@@ -59,10 +60,30 @@ func printMCPStatus(natsURL string, asJSON bool) error {
 			if states == nil {
 				states = []*events.MCPServerStatus{}
 			}
-			return writeJSON(os.Stdout, states)
+			err = writeJSON(os.Stdout, states)
+		} else {
+			err = writeMCPTable(os.Stdout, states)
 		}
-		return writeMCPTable(os.Stdout, states)
+		if err != nil || !fail {
+			return err
+		}
+		return notConnected(states)
 	})
+}
+
+// notConnected is the error of --fail: the servers that are neither
+// connected nor turned off in the settings, by executor; nil when none.
+func notConnected(states []*events.MCPServerStatus) error {
+	var down []string
+	for _, st := range states {
+		if st.State != events.MCPConnected && st.State != events.MCPDisabled {
+			down = append(down, fmt.Sprintf("%s on %s is %s", st.Server, st.Executor, st.State))
+		}
+	}
+	if len(down) == 0 {
+		return nil
+	}
+	return fmt.Errorf("MCP servers not connected: %s", strings.Join(down, "; "))
 }
 
 // mcpStates reads every server's state, of every executor; a malformed

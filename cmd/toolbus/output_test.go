@@ -181,3 +181,33 @@ func TestParallelLargeReadsFromTheCommandLine(t *testing.T) {
 	}
 	up.stop(t)
 }
+
+// A result cut to the output limit says where its whole is, and `toolbus
+// output` writes it whole, to the caller that made the call alone.
+func TestOutputCommandWritesTheWhole(t *testing.T) {
+	ws := t.TempDir()
+	// Long lines: read_file stops at 2,000 lines, and this is cut at the
+	// output limit (40,000 characters) instead.
+	big := strings.Repeat(strings.Repeat("x", 1900)+"\n", 42)
+	os.WriteFile(filepath.Join(ws, "big.log"), []byte(big), 0o644)
+	up := startDaemon(t, "toolbus", "up", "--listen", "127.0.0.1:0", "--data", t.TempDir(), "--workspace", ws, "--console", "off", "--mcp-listen", "off")
+	url := busURL(t, up.waitLine(t, "bus:"))
+	up.waitLine(t, "Press Ctrl-C to stop.")
+	out, errOut, code := toolbus(t, "call", "read_file", "--id", "read-big", "--args", `{"file_path":"big.log"}`, "--nats", url)
+	if code != 0 || !strings.Contains(out, "`toolbus output read-big` writes it") {
+		t.Fatalf("a large read: exit %d %s; stdout ends %q", code, errOut, out[max(0, len(out)-300):])
+	}
+	whole, errOut, code := toolbus(t, "output", "read-big", "--nats", url)
+	if code != 0 || whole != big {
+		t.Errorf("toolbus output: exit %d %s; %d bytes, want %d", code, errOut, len(whole), len(big))
+	}
+	path := filepath.Join(t.TempDir(), "copy.log")
+	if _, errOut, code := toolbus(t, "output", "read-big", "--out", path, "--nats", url); code != 0 {
+		t.Errorf("toolbus output --out: exit %d %s", code, errOut)
+	} else if data, _ := os.ReadFile(path); string(data) != big {
+		t.Errorf("--out wrote %d bytes, want %d", len(data), len(big))
+	}
+	if _, errOut, code := toolbus(t, "output", "never-made", "--nats", url); code != 1 || !strings.Contains(errOut, "no stored output named never-made") {
+		t.Errorf("an output that is not there: exit %d %s", code, errOut)
+	}
+}

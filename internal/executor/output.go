@@ -91,7 +91,8 @@ func (e *Executor) capOutput(ctx context.Context, owner string, res *events.Resu
 		return
 	}
 	total, err := e.keepWhole(ctx, owner, res, src)
-	note := fmt.Sprintf("\n\n[Output truncated: showing %d of %d characters. The whole output is in the object store at %s.]", limit, total, res.OutputRef)
+	note := fmt.Sprintf("\n\n[Output truncated: showing %d of %d characters. The whole output is in the object store at %s; `toolbus output %s` writes it.]",
+		limit, total, res.OutputRef, events.OutputObjectName(res.OutputRef))
 	if err != nil {
 		note = fmt.Sprintf("\n\n[Output truncated: showing %d of %d characters. The whole output could not be kept: %s.]", limit, total, storeFailure(err))
 	}
