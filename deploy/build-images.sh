@@ -87,5 +87,11 @@ elif [ "$base" = toolbus-base:bookworm ]; then
 fi
 
 echo "== image: $image from $base"
+old=$("$engine" image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)
 "$engine" build --quiet -f "$repo/deploy/Dockerfile" --build-arg BASE="$base" -t "$image" "$repo/deploy/.build" >/dev/null
+# The image this one replaces, left with no name, goes, unless a
+# container still runs it.
+if [ -n "$old" ] && [ "$old" != "$("$engine" image inspect --format '{{.Id}}' "$image")" ]; then
+	"$engine" rmi "$old" >/dev/null 2>&1 || true
+fi
 echo "built $image ($engine)"
