@@ -88,7 +88,10 @@ fi
 
 echo "== image: $image from $base"
 old=$("$engine" image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)
-"$engine" build --quiet -f "$repo/deploy/Dockerfile" --build-arg BASE="$base" -t "$image" "$repo/deploy/.build" >/dev/null
+# The Dockerfile goes into the context: Docker's classic builder refuses
+# one from outside it.
+cp "$repo/deploy/Dockerfile" "$repo/deploy/.build/Dockerfile"
+"$engine" build --quiet -f "$repo/deploy/.build/Dockerfile" --build-arg BASE="$base" -t "$image" "$repo/deploy/.build" >/dev/null
 # The image this one replaces, left with no name, goes, unless a
 # container still runs it.
 if [ -n "$old" ] && [ "$old" != "$("$engine" image inspect --format '{{.Id}}' "$image")" ]; then
