@@ -83,6 +83,38 @@ else
 	fi
 fi
 
+echo "== podman"
+# The compose fleet's test (cmd/toolbus, TestComposeFleetInContainers)
+# builds the image offline (deploy/build-images.sh: a base made with
+# debootstrap, the commands built here) and starts deploy/compose.yaml on
+# rootful podman, through Debian's docker-compose speaking to podman's API
+# socket. Podman runs with runc, netavark and aardvark-dns (the services'
+# names); recommends are left out, as they would bring in Docker's own
+# engine (docker.io). The test points podman at deploy/containers.conf
+# (CONTAINERS_CONF): nothing under /etc is changed. Only what is missing
+# is installed.
+container_pkgs=(podman runc netavark aardvark-dns iptables docker-compose debootstrap debian-archive-keyring)
+missing_pkgs=()
+for pkg in "${container_pkgs[@]}"; do
+	dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing_pkgs+=("$pkg")
+done
+if [ ${#missing_pkgs[@]} = 0 ]; then
+	echo "installed: ${container_pkgs[*]}"
+elif ! command -v apt-get >/dev/null 2>&1; then
+	echo "missing ${missing_pkgs[*]} and this is not Debian: the compose fleet's test skips (and fails under CI=true)"
+else
+	install_podman="apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends ${missing_pkgs[*]}"
+	if [ "$(id -u)" = 0 ]; then
+		sh -c "$install_podman"
+	elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+		sudo sh -c "$install_podman"
+	else
+		echo "${missing_pkgs[*]} missing and this is neither root nor a user with sudo: install them with"
+		echo "  sudo sh -c '$install_podman'"
+		echo "(the compose fleet's test skips without them, and fails under CI=true)"
+	fi
+fi
+
 echo "== gofmt and go vet"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then

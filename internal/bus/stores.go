@@ -228,7 +228,9 @@ func untilJetStream(ctx context.Context, log *slog.Logger, wait bool, f func(con
 func EnsureKeyValue(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
 	var kv jetstream.KeyValue
 	err := retryTransient(ctx, func() (err error) {
-		cfg.Replicas = fleetReplicas(ctx, js, "KV_"+cfg.Bucket)
+		if cfg.Replicas, err = fleetReplicas(ctx, js, "KV_"+cfg.Bucket); err != nil {
+			return err
+		}
 		kv, err = js.CreateOrUpdateKeyValue(ctx, cfg)
 		return err
 	})
@@ -259,7 +261,9 @@ func OpenKeyValue(ctx context.Context, js jetstream.JetStream, cfg jetstream.Key
 func EnsureObjectStore(ctx context.Context, js jetstream.JetStream, cfg jetstream.ObjectStoreConfig) (jetstream.ObjectStore, error) {
 	var obj jetstream.ObjectStore
 	err := retryTransient(ctx, func() (err error) {
-		cfg.Replicas = fleetReplicas(ctx, js, "OBJ_"+cfg.Bucket)
+		if cfg.Replicas, err = fleetReplicas(ctx, js, "OBJ_"+cfg.Bucket); err != nil {
+			return err
+		}
 		obj, err = js.CreateOrUpdateObjectStore(ctx, cfg)
 		return err
 	})
@@ -308,12 +312,25 @@ func transient(err error) bool {
 }
 
 // fleetReplicas is the number of replicas of stream when it exists, else
-// the audit stream's, else 1.
-func fleetReplicas(ctx context.Context, js jetstream.JetStream, stream string) int {
+// the audit stream's, else as many as the owner gives the audit stream
+// it has yet to make: 3 when the connection knows of 3 servers, as
+// ensureAudit reckons. A lookup that fails otherwise than "not found" is
+// an error, which the caller tries again when it is transient: a cluster
+// that has just started, or is electing leaders, answers late or not at
+// all, and a bucket made meanwhile with 1 copy would be lost with the
+// one node that holds it.
+func fleetReplicas(ctx context.Context, js jetstream.JetStream, stream string) (int, error) {
 	for _, name := range []string{stream, events.AuditStream} {
-		if s, err := js.Stream(ctx, name); err == nil {
-			return max(1, s.CachedInfo().Config.Replicas)
+		s, err := js.Stream(ctx, name)
+		if err == nil {
+			return max(1, s.CachedInfo().Config.Replicas), nil
+		}
+		if !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return 0, err
 		}
 	}
-	return 1
+	if len(js.Conn().Servers()) >= 3 {
+		return 3, nil
+	}
+	return 1, nil
 }

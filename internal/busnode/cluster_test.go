@@ -87,6 +87,33 @@ func TestClusterKeepsThreeCopies(t *testing.T) {
 	}
 }
 
+// TestABucketMadeBeforeTheAuditStreamKeepsThreeCopies: a part that makes
+// a bucket in a cluster whose audit stream is not there yet (it came
+// before the nodes made it) gives it as many copies as the nodes will give
+// the audit stream, not 1: a bucket kept on one node goes offline with it.
+func TestABucketMadeBeforeTheAuditStreamKeepsThreeCopies(t *testing.T) {
+	nodes := bustest.StartCluster(t, 3, 0)
+	ctx := context.Background()
+	client := bustest.ConnectURL(t, bustest.URLs(nodes))
+	js := client.JetStream()
+	for _, s := range []string{events.ConfirmStream, events.AuditStream} {
+		if err := js.DeleteStream(ctx, s); err != nil {
+			t.Fatalf("delete %s: %v", s, err)
+		}
+	}
+	kv, err := bus.EnsureKeyValue(ctx, js, jetstream.KeyValueConfig{Bucket: "TEST_EARLY", History: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config.Replicas; got != 3 {
+		t.Errorf("a bucket made before the audit stream keeps %d copies, want 3", got)
+	}
+}
+
 // TestClusterConfigErrors: a node needs a fixed route port.
 func TestClusterConfigErrors(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
