@@ -22,6 +22,7 @@ import (
 	"github.com/toolbus/toolbus/internal/cli"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
+	"github.com/toolbus/toolbus/internal/human"
 	"github.com/toolbus/toolbus/internal/policy"
 	defaultpolicy "github.com/toolbus/toolbus/policy"
 )
@@ -187,7 +188,7 @@ func policyShow(natsURL string, asJSON bool) error {
 			names = append(names, n)
 		}
 		sort.Strings(names)
-		fmt.Printf("revision: %s\npushed:   %s by %s\nfiles:    %s\n", p.Revision, p.At.Format(time.RFC3339), p.By, strings.Join(names, ", "))
+		fmt.Printf("revision: %s\npushed:   %s by %s\nfiles:    %s\n", p.Revision, human.Time(p.At), p.By, strings.Join(names, ", "))
 		return nil
 	})
 }
@@ -296,7 +297,7 @@ func allowlistList(ctx context.Context, kv jetstream.KeyValue, asJSON bool) erro
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "KEY\tSCOPE\tTOOL\tSERVER\tCOVERS\tBY\tADDED")
 	for _, r := range rows {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Key, r.Scope, shown(r.Tool), shown(r.Server), shown(covers(r.AllowEntry)), shown(r.By), r.AddedAt.Format(time.RFC3339))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Key, r.Scope, shown(r.Tool), shown(r.Server), shown(covers(r.AllowEntry)), shown(r.By), human.Time(r.AddedAt))
 	}
 	return w.Flush()
 }

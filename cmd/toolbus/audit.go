@@ -21,6 +21,7 @@ import (
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/cli"
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/human"
 	"github.com/toolbus/toolbus/internal/redact"
 )
 
@@ -325,7 +326,7 @@ func auditRow(r *audit.Record) []string {
 	if r.Executor != "" {
 		duration = (time.Duration(r.DurationMillis) * time.Millisecond).String()
 	}
-	return []string{r.Time.Local().Format(time.DateTime), r.ID, r.Tool, r.Caller.ID, verdict, approver, outcomeText(r), duration, oneLine(r.Reason, 60)}
+	return []string{human.Time(r.Time), r.ID, r.Tool, r.Caller.ID, verdict, approver, outcomeText(r), duration, oneLine(r.Reason, 60)}
 }
 
 // outcomeText is a record's outcome with what stands beside it: the
@@ -352,7 +353,7 @@ func writeStory(w io.Writer, r *audit.Record) error {
 	bw := bufio.NewWriter(w)
 	fmt.Fprintf(bw, "invocation %s: %s by %s\n", r.ID, r.Tool, r.Caller.ID)
 	if len(r.Args) > 0 {
-		fmt.Fprintf(bw, "arguments: %s\n", r.Args)
+		fmt.Fprintf(bw, "arguments: %s\n", human.JSON(r.Args))
 	}
 	if r.Verdict != "" {
 		fmt.Fprintf(bw, "policy:    %s (revision %s): %s\n", r.Verdict, r.PolicyRevision, r.Reason)

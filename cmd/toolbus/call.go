@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -118,8 +119,8 @@ was cancelled (Ctrl-C, or toolbus cancel).`,
 			if len(args) != 1 {
 				return usageError{errors.New("call takes one tool name")}
 			}
-			if !json.Valid([]byte(argsJSON)) {
-				return usageError{fmt.Errorf("--args is not valid JSON: %s", argsJSON)}
+			if err := jsonAt(argsJSON); err != nil {
+				return usageError{fmt.Errorf("--args is not valid JSON: %w", err)}
 			}
 			if workspace == "" {
 				workspace = os.Getenv("TOOLBUS_WORKSPACE")
@@ -225,4 +226,29 @@ func waitingLine(n *invoke.Waiting, due, now time.Time) string {
 	m := *n
 	m.Deadline = due
 	return m.Message(now) + " (your --timeout ends the wait first)"
+}
+
+// jsonAt says where text stops being JSON: the line and column (in
+// bytes, from 1) and what is wrong there, with the line and a caret under
+// the place; nil for JSON.
+func jsonAt(text string) error {
+	var v any
+	err := json.Unmarshal([]byte(text), &v)
+	var syn *json.SyntaxError
+	if err == nil || !errors.As(err, &syn) {
+		return err
+	}
+	off := min(int(syn.Offset), len(text))
+	if off > 0 && syn.Offset <= int64(len(text)) && !strings.HasPrefix(syn.Error(), "unexpected end") {
+		off-- // Offset is just past the byte that broke it
+	}
+	before := text[:off]
+	line := 1 + strings.Count(before, "\n")
+	start := strings.LastIndexByte(before, '\n') + 1
+	end := strings.IndexByte(text[start:], '\n')
+	if end < 0 {
+		end = len(text) - start
+	}
+	col := off - start + 1
+	return fmt.Errorf("line %d, column %d: %s\n  %s\n  %s^", line, col, syn.Error(), text[start:start+end], strings.Repeat(" ", col-1))
 }

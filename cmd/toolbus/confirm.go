@@ -42,6 +42,8 @@ first once executors can ask it:
     {"event":"closed","invocationId":ID,"errorType":TYPE,"reason":WHY}
     {"event":"ack","invocationId":ID,"accepted":BOOL,"reason":WHY}
     {"event":"error","line":N,"invocationId":ID,"error":WHAT}
+    {"event":"disconnected","reason":WHY}   (the bus is gone: nothing arrives or leaves)
+    {"event":"reconnected"}
 
 and reads answers, one JSON object per line, on stdin:
 

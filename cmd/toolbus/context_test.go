@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -164,5 +165,28 @@ func TestPolicyTestSaysWhatIsWrong(t *testing.T) {
 		if code != 1 || !strings.Contains(errOut, tt.says) {
 			t.Errorf("%s: exit %d %s, want it to say %q", tt.name, code, errOut, tt.says)
 		}
+	}
+}
+
+// What a person reads shows JSON as a person writes it, and times with
+// their date and zone: `audit show` of a shell line with && and <, and
+// `audit list`'s time column. A mistake in --args is shown where it is.
+func TestPeopleReadWhatTheyWrote(t *testing.T) {
+	up := startDaemon(t, "toolbus", "up", "--listen", "127.0.0.1:0", "--data", t.TempDir(), "--workspace", t.TempDir(), "--console", "off", "--mcp-listen", "off")
+	url := busURL(t, up.waitLine(t, "bus:"))
+	up.waitLine(t, "Press Ctrl-C to stop.")
+	// Asked about, and nobody to ask: denied at once, and recorded.
+	toolbus(t, "call", "run_shell_command", "--id", "as-written", "--args", `{"command":"ls && echo '<b>'"}`, "--nats", url)
+	out, errOut, code := toolbus(t, "audit", "show", "as-written", "--nats", url)
+	if code != 0 || !strings.Contains(out, `arguments: {"command":"ls && echo '<b>'"}`) {
+		t.Errorf("audit show: exit %d %s\n%s", code, errOut, out)
+	}
+	out, _, _ = toolbus(t, "audit", "list", "--nats", url)
+	if !regexp.MustCompile(`\n\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \S+ +as-written `).MatchString(out) {
+		t.Errorf("audit list's time has no date or zone:\n%s", out)
+	}
+	_, errOut, code = toolbus(t, "call", "read_file", "--args", `{"file_path": x}`, "--nats", url)
+	if code != 2 || !strings.Contains(errOut, "line 1, column 15: invalid character 'x'") || !strings.Contains(errOut, "\n                ^") {
+		t.Errorf("--args with a mistake: exit %d %s", code, errOut)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/toolbus/toolbus/internal/audit"
 	"github.com/toolbus/toolbus/internal/bus"
+	"github.com/toolbus/toolbus/internal/human"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/redact"
 	defaultpolicy "github.com/toolbus/toolbus/policy"
@@ -122,8 +123,8 @@ func writeWhatIf(w io.Writer, r *audit.WhatIf, dir string, calls int) error {
 				break
 			}
 			rec := c.Record
-			fmt.Fprintf(bw, "  %s  %s  %s  %s  %s\n      was: %s\n      now: %s\n", rec.Time.Local().Format(time.DateTime), rec.ID, rec.Tool, rec.Caller.ID,
-				oneLine(string(rec.Args), 100), oneLine(rec.Reason, 120), oneLine(c.Reason, 120))
+			fmt.Fprintf(bw, "  %s  %s  %s  %s  %s\n      was: %s\n      now: %s\n", human.Time(rec.Time), rec.ID, rec.Tool, rec.Caller.ID,
+				oneLine(human.JSON(rec.Args), 100), oneLine(rec.Reason, 120), oneLine(c.Reason, 120))
 		}
 		i = n
 	}
@@ -201,7 +202,7 @@ func explain(natsURL string, af *auditFlags, id, dir string, trace, asJSON bool)
 			return writeJSON(os.Stdout, out)
 		}
 		bw := bufio.NewWriter(os.Stdout)
-		fmt.Fprintf(bw, "invocation %s: %s by %s, arguments %s\n", r.ID, r.Tool, r.Caller.ID, oneLine(string(r.Args), 200))
+		fmt.Fprintf(bw, "invocation %s: %s by %s, arguments %s\n", r.ID, r.Tool, r.Caller.ID, oneLine(human.JSON(r.Args), 200))
 		fmt.Fprintf(bw, "recorded: %s (revision %s): %s\n", r.Verdict, r.PolicyRevision, r.Reason)
 		fmt.Fprintf(bw, "%s (revision %s) decides: %s: %s\n", source, pol.Revision(), ex.Decision.Verdict, ex.Decision.Reason)
 		if pol.Revision() != r.PolicyRevision {
