@@ -18,11 +18,16 @@ import (
 
 // soakLength is how long TestSoakUpWithMCPRediscovery runs: 15 minutes,
 // or TOOLBUS_UP_SOAK (a Go duration) for a shorter run while developing.
+// TOOLBUS_UP_SOAK=beside skips it: scripts/test.sh runs it in a go test
+// of its own beside the suite's.
 func soakLength(t *testing.T) time.Duration {
 	t.Helper()
 	s := os.Getenv("TOOLBUS_UP_SOAK")
-	if s == "" {
+	switch s {
+	case "":
 		return 15 * time.Minute
+	case "beside":
+		t.Skip("the soak runs in a go test of its own, beside this one (scripts/test.sh)")
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil || d <= 0 {
