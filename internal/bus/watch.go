@@ -298,9 +298,9 @@ func (w *Watcher) check(ctx context.Context) bool {
 	state := info.State
 	switch {
 	case !info.Created.Equal(w.created):
-		return w.resync(ctx, info.Created, "the bucket was made anew")
+		return w.resync(ctx, info.Created, state.Msgs, "the bucket was made anew")
 	case state.LastSeq < w.upTo:
-		return w.resync(ctx, info.Created, fmt.Sprintf("the bucket went back from #%d to #%d", w.upTo, state.LastSeq))
+		return w.resync(ctx, info.Created, state.Msgs, fmt.Sprintf("the bucket went back from #%d to #%d", w.upTo, state.LastSeq))
 	}
 	// Nothing is left before the bucket's first message (an empty
 	// bucket's first is past its last): no read can give it, and the
@@ -320,7 +320,7 @@ func (w *Watcher) check(ctx context.Context) bool {
 	// One message per key: as many keys given as the bucket holds. The
 	// counts are compared only in step, of the same view of the bucket.
 	if w.upTo == state.LastSeq && info.Config.MaxMsgsPerSubject == 1 && uint64(len(w.given)) != state.Msgs {
-		return w.resync(ctx, time.Time{}, fmt.Sprintf("%d keys given, the bucket holds %d", len(w.given), state.Msgs))
+		return w.resync(ctx, time.Time{}, state.Msgs, fmt.Sprintf("%d keys given, the bucket holds %d", len(w.given), state.Msgs))
 	}
 	w.hmu.Lock()
 	w.health.failed = nil
@@ -339,14 +339,20 @@ func (w *Watcher) check(ctx context.Context) bool {
 // given: each key whose last message is another, and a deletion of each
 // key the bucket no longer holds. When the bucket's numbers no longer
 // mean what they did (it was made anew, at created, or went back), every
-// key's value is given, and created is noted once it has been.
-func (w *Watcher) resync(ctx context.Context, created time.Time, why string) bool {
+// key's value is given, and created is noted once it has been. held is
+// how many messages the bucket's leader says it holds.
+func (w *Watcher) resync(ctx context.Context, created time.Time, held uint64, why string) bool {
 	renumbered := !created.IsZero()
 	rctx, cancel := context.WithTimeout(ctx, pageWait)
 	msgs, upTo, err := LastOfEach(rctx, w.js, w.stream, w.filter)
 	cancel()
 	if err != nil {
 		w.failed(fmt.Errorf("%s, and reading it whole failed: %w", why, err))
+		return true
+	}
+	if !renumbered && (upTo < w.upTo && len(msgs) > 0 || len(msgs) == 0 && held > 0) {
+		// A copy of a cluster's stream that lags answered: it would
+		// take back keys made since. The next tick reads again.
 		return true
 	}
 	old := w.given
