@@ -113,8 +113,23 @@ func TestAReusedIDIsRefusedAndRecorded(t *testing.T) {
 	if res := call(mallory, "other.md"); res.Error == nil || res.Error.Type != events.ErrInvocationIDReused {
 		t.Fatalf("a second call under the id: %+v, want %s", res.Error, events.ErrInvocationIDReused)
 	}
-	if res := call(mallory, "README.md"); res.Error == nil || res.Error.Type != events.ErrInvocationIDReused || !strings.Contains(res.Error.Message, "same request") {
-		t.Fatalf("the first call sent again: %+v, want %s for a copy", res.Error, events.ErrInvocationIDReused)
+	// The executor lets the first call go just after its result leaves:
+	// a copy sent in that moment is refused as an id already running,
+	// and is sent again until it meets the executor's record of the id.
+	copies := 0
+	for {
+		res := call(mallory, "README.md")
+		copies++
+		if res.Error == nil || res.Error.Type != events.ErrInvocationIDReused {
+			t.Fatalf("the first call sent again: %+v, want %s", res.Error, events.ErrInvocationIDReused)
+		}
+		if strings.Contains(res.Error.Message, "same request") {
+			break
+		}
+		if !strings.Contains(res.Error.Message, "already running") || copies == 20 {
+			t.Fatalf("the first call sent again: %+v, want %s for a copy", res.Error, events.ErrInvocationIDReused)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	if res := call(alice, "README.md"); res.Error != nil {
 		t.Fatalf("another principal's call under the same id: %+v", res.Error)
@@ -126,7 +141,7 @@ func TestAReusedIDIsRefusedAndRecorded(t *testing.T) {
 		return err == nil && len(recs) == 3 && recs[0].Executor != "" && recs[1].Executor != "" && recs[2].Executor != ""
 	})
 	first, second, other := recs[0], recs[1], recs[2]
-	if first.Principal != "mallory" || first.Outcome != audit.OutcomeOK || first.ReusedID || first.Copies != 1 || !strings.Contains(string(first.Args), "README.md") {
+	if first.Principal != "mallory" || first.Outcome != audit.OutcomeOK || first.ReusedID || first.Copies != copies || !strings.Contains(string(first.Args), "README.md") {
 		t.Errorf("the first call: %+v", first)
 	}
 	if second.Principal != "mallory" || !second.ReusedID || second.Outcome != string(events.ErrInvocationIDReused) || !strings.Contains(string(second.Args), "other.md") {
