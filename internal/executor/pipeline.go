@@ -17,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/toolbus/toolbus/internal/closest"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/invoke"
 	"github.com/toolbus/toolbus/internal/policy"
@@ -934,10 +935,10 @@ func notFound(c interface {
 	if t, ok := c.Lookup(name); ok && !t.Active {
 		return inactive(t)
 	}
-	closest := closestNames(name, c.AllToolNames(), 3)
+	nearest := closest.Names(name, c.AllToolNames(), 3)
 	msg := fmt.Sprintf("Tool %q not found in the registry.", name)
-	if len(closest) > 0 {
-		msg += " Did you mean: " + strings.Join(closest, ", ") + "?"
+	if len(nearest) > 0 {
+		msg += " Did you mean: " + strings.Join(nearest, ", ") + "?"
 	}
 	return msg
 }

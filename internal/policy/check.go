@@ -7,6 +7,7 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 
+	"github.com/toolbus/toolbus/internal/closest"
 	"github.com/toolbus/toolbus/internal/events"
 )
 
@@ -93,32 +94,11 @@ func where(t *ast.Term, file string) string {
 func nearest(want string, names map[string]bool) string {
 	best, bestDist := "", 3
 	for _, n := range sortedKeys(names) {
-		if d := editDistance(want, n); d < bestDist {
+		if d := closest.Distance(want, n); d < bestDist {
 			best, bestDist = n, d
 		}
 	}
 	return best
-}
-
-// editDistance is the Levenshtein distance of a and b, in bytes.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 func sortedNames(modules map[string]*ast.Module) []string {

@@ -1,16 +1,20 @@
-package executor
+// Package closest finds the names nearest to a name that names nothing, so
+// that a message can say what was likely meant (seed 004's error
+// guidance: "Did you mean ...?").
+package closest
 
 import "sort"
 
-// closestNames returns up to n of names nearest to name by edit distance.
-func closestNames(name string, names []string, n int) []string {
+// Names returns up to n of names nearest to name by edit distance, the
+// nearest first, ties by name.
+func Names(name string, names []string, n int) []string {
 	type scored struct {
 		name string
 		d    int
 	}
 	var all []scored
 	for _, c := range names {
-		all = append(all, scored{c, distance(name, c)})
+		all = append(all, scored{c, Distance(name, c)})
 	}
 	sort.SliceStable(all, func(i, j int) bool {
 		if all[i].d != all[j].d {
@@ -25,8 +29,8 @@ func closestNames(name string, names []string, n int) []string {
 	return out
 }
 
-// distance is the Levenshtein distance between a and b, by bytes.
-func distance(a, b string) int {
+// Distance is the Levenshtein distance between a and b, by bytes.
+func Distance(a, b string) int {
 	prev := make([]int, len(b)+1)
 	cur := make([]int, len(b)+1)
 	for j := range prev {
