@@ -61,7 +61,8 @@ func TestStartUpWarnsOncePerServer(t *testing.T) {
 		httpServer(t, same(), nil), httpServer(t, same(), nil))), log, 50*time.Millisecond)
 	f.waitState(t, "one", events.MCPConnected)
 	f.waitState(t, "two", events.MCPConnected)
-	if !testkit.Poll(30*time.Second, func() bool { return f.restarts(t, "down") >= 4 }) {
+	f.waitState(t, "down", events.MCPDisconnected)
+	if !testkit.Poll(30*time.Second, func() bool { return bucketStatus(t, f, "down").Restarts >= 4 }) {
 		t.Fatal("the server that is down was not tried again four times")
 	}
 	if got := out.lines(`msg="MCP server disconnected" server=down`); len(got) != 1 {
@@ -74,25 +75,4 @@ func TestStartUpWarnsOncePerServer(t *testing.T) {
 	if got := out.lines("twin-tool-11"); len(got) > 2 {
 		t.Errorf("one tool is named in %d lines, want at most the two summaries:\n%s", len(got), strings.Join(got, "\n"))
 	}
-}
-
-// restarts is how many times server was tried again, as its status on the
-// bus says.
-func (f *fleet) restarts(t *testing.T, server string) int {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	kv, err := f.js.KeyValue(ctx, events.MCPStatusBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := kv.Get(ctx, events.MCPStatusKey("executor@test", server))
-	if err != nil {
-		return 0
-	}
-	st, err := events.Decode[events.MCPServerStatus](e.Value())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st.Restarts
 }
