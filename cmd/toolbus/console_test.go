@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -10,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -37,26 +35,8 @@ func consoleURL(t *testing.T, line string) string {
 // running when the test ends.
 type background struct {
 	cmd    *exec.Cmd
-	stderr lockedBuffer
+	stderr testkit.Buffer
 	done   chan error
-}
-
-// lockedBuffer is a bytes.Buffer a command writes while a test reads it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func startBackground(t *testing.T, args ...string) *background {

@@ -320,7 +320,7 @@ func watchingApprover(t *testing.T, env, url string) func() {
 	t.Helper()
 	confirm := exec.Command(bin("toolbus"), "confirm", "--json", "--nats", url)
 	confirm.Env = append(os.Environ(), env)
-	var confirmErr lockedBuffer
+	var confirmErr testkit.Buffer
 	confirm.Stderr = &confirmErr
 	stdin, _ := confirm.StdinPipe()
 	stdout, _ := confirm.StdoutPipe()

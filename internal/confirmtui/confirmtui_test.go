@@ -1,7 +1,6 @@
 package confirmtui
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,7 +8,6 @@ import (
 	"io"
 	"regexp"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -351,7 +349,7 @@ func TestDisconnectionShownAndStaleStatusCleared(t *testing.T) {
 func TestJSONSaysDisconnected(t *testing.T) {
 	seat := &staticSeat{}
 	in, feed := io.Pipe()
-	out := &lockedBuffer{}
+	out := &testkit.Buffer{}
 	done := make(chan error, 1)
 	go func() { done <- RunJSON(context.Background(), seat, in, out) }()
 	waitLine := func(event string) {
@@ -372,22 +370,4 @@ func TestJSONSaysDisconnected(t *testing.T) {
 	if n := strings.Count(out.String(), `"event":"disconnected"`); n != 1 {
 		t.Errorf("%d disconnected lines, want 1:\n%s", n, out.String())
 	}
-}
-
-// lockedBuffer is output read while it is written.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -1,12 +1,10 @@
 package executor
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -98,24 +96,6 @@ func TestQuestionsWaitingAreBoundedPerCaller(t *testing.T) {
 	}
 }
 
-// lockedBuffer is an executor's log, read by the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestQuestionRefusalsAreRecordedUpToABound, from the attacker's side: a
 // client that sends answers it may not give in a loop, whether the
 // executor refuses them by their subject or the policy by who sends them,
@@ -123,7 +103,7 @@ func (l *lockedBuffer) String() string {
 // maxRecordedRefusals of a question are recorded, and the log says once
 // that more came.
 func TestQuestionRefusalsAreRecordedUpToABound(t *testing.T) {
-	var log lockedBuffer
+	var log testkit.Buffer
 	e := newEnv(t, func(c *Config) {
 		c.ConfirmTimeout = time.Minute
 		c.Logger = slog.New(slog.NewTextHandler(&log, nil))

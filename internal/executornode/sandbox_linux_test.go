@@ -1,14 +1,12 @@
 package executornode_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/toolbus/toolbus/internal/events"
@@ -19,24 +17,6 @@ import (
 	"github.com/toolbus/toolbus/internal/testkit/bustest"
 	"github.com/toolbus/toolbus/internal/testkit/registrytest"
 )
-
-// syncBuffer is a log a test reads while the node writes it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // An approved shell line (here: a policy that allows everything, as a
 // person answering yes would) cannot read the bus's JetStream store or
@@ -56,7 +36,7 @@ func TestAnApprovedShellLineCannotReadTheBusSecrets(t *testing.T) {
 
 decision := {"verdict": "ALLOW", "reason": "approved", "remember": false}
 `), 0o644)
-	var log syncBuffer
+	var log testkit.Buffer
 	cfg := executornode.Config{Bus: b, Workspace: workspace(t), PolicyDir: policyDir, Secrets: []string{data, seeds},
 		Executor: executor.Config{Identity: events.Identity{ID: "executor@test"}, Logger: slog.New(slog.NewTextHandler(&log, nil))}}
 	n, err := executornode.Start(context.Background(), cfg)

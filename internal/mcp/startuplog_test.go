@@ -1,12 +1,10 @@
 package mcp_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,28 +15,15 @@ import (
 	"github.com/toolbus/toolbus/internal/testkit"
 )
 
-// syncBuffer is a log's output that tests read while the log writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) lines(containing string) []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []string
-	for l := range strings.SplitSeq(b.buf.String(), "\n") {
+// linesOf are the lines of out that contain containing.
+func linesOf(out *testkit.Buffer, containing string) []string {
+	var lines []string
+	for l := range strings.SplitSeq(out.String(), "\n") {
 		if strings.Contains(l, containing) {
-			out = append(out, l)
+			lines = append(lines, l)
 		}
 	}
-	return out
+	return lines
 }
 
 // Start-up says what went wrong once per server, not once per tool or
@@ -55,7 +40,7 @@ func TestStartUpWarnsOncePerServer(t *testing.T) {
 		}
 		return s
 	}
-	out := &syncBuffer{}
+	out := &testkit.Buffer{}
 	log := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	f := startFleetWith(t, parse(t, fmt.Sprintf(`{"mcpServers": {"one": {"httpUrl": %q}, "two": {"httpUrl": %q}, "down": {"httpUrl": "http://127.0.0.1:1/mcp"}}}`,
 		httpServer(t, same(), nil), httpServer(t, same(), nil))), log, 50*time.Millisecond)
@@ -65,14 +50,14 @@ func TestStartUpWarnsOncePerServer(t *testing.T) {
 	if !testkit.Poll(30*time.Second, func() bool { return bucketStatus(t, f, "down").Restarts >= 4 }) {
 		t.Fatal("the server that is down was not tried again four times")
 	}
-	if got := out.lines(`msg="MCP server disconnected" server=down`); len(got) != 1 {
+	if got := linesOf(out, `msg="MCP server disconnected" server=down`); len(got) != 1 {
 		t.Errorf("a server down for five attempts warned %d times, want once:\n%s", len(got), strings.Join(got, "\n"))
 	}
-	summaries := out.lines("MCP server: tools hosted with changes")
+	summaries := linesOf(out, "MCP server: tools hosted with changes")
 	if len(summaries) != 1 || !strings.Contains(summaries[0], "renamed=12") || !strings.Contains(summaries[0], "and 9 more") {
 		t.Errorf("the hosting summaries:\n%s\nwant one, of twelve tools renamed", strings.Join(summaries, "\n"))
 	}
-	if got := out.lines("twin-tool-11"); len(got) > 2 {
+	if got := linesOf(out, "twin-tool-11"); len(got) > 2 {
 		t.Errorf("one tool is named in %d lines, want at most the two summaries:\n%s", len(got), strings.Join(got, "\n"))
 	}
 }
