@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -287,9 +288,9 @@ func TestAPlainConsumerFindsOneTerminalResultPerInvocation(t *testing.T) {
 	ccancel()
 
 	// Lost with the executor that ran it.
-	blocked := make(chan struct{})
+	blocked := make(chan string, 1)
 	hang := tool.Func(events.ToolSpec{Name: "hang", Kind: events.KindRead, Description: "blocks"}, func(ctx context.Context, c *tool.Call) (*tool.Output, error) {
-		close(blocked)
+		blocked <- c.ID
 		<-ctx.Done()
 		return nil, ctx.Err()
 	})
@@ -304,7 +305,18 @@ func TestAPlainConsumerFindsOneTerminalResultPerInvocation(t *testing.T) {
 		defer scancel()
 		doomed.Stop(sctx)
 	}()
-	go func() { <-blocked; conn.Conn().Close() }()
+	go func() {
+		// A call still running a moment after its decision has the
+		// decision published on its own: once the trail has it, the
+		// executor is lost.
+		id := <-blocked
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if slices.ContainsFunc(audittest.Decisions(t, f.Bus.JetStream()), func(d *events.Decision) bool { return d.InvocationID == id }) {
+				break
+			}
+		}
+		conn.Conn().Close()
+	}()
 	invoke("lost", &events.Invocation{Tool: "hang", Args: json.RawMessage(`{}`)}, ctx)
 
 	var all []string
@@ -382,8 +394,9 @@ func TestAPlainConsumerFindsOneTerminalResultPerInvocation(t *testing.T) {
 	for name, want := range map[string]string{
 		"timed out": "ASK_USER TIMEOUT",
 		"cancelled": "ASK_USER CANCELLED",
-		// Every decision is an event of its own, sent before the tool
-		// runs: a call lost with its executor keeps its verdict.
+		// A call lost with its executor keeps its verdict: a decision
+		// not in a result's record a moment after it was made is
+		// published on its own.
 		// No executor ended it: its caller's give-up stands beside
 		// it, as the caller's own record.
 		"lost":   "ALLOW NO_EXECUTOR_RESULT",

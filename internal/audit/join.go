@@ -317,6 +317,16 @@ func joinResult(j *joiner, m message, principal string) bool {
 	if r == nil {
 		return j.hold(k, res.InvocationID, m)
 	}
+	if d := res.Decision; d != nil && d.Sender.ID == res.Sender.ID {
+		// The decision folded into the executor's record of its result:
+		// the call's decision event, as if published on its own before.
+		dm := m
+		dm.subject = events.SubjectDecision
+		if j.timeline {
+			dm.data, _ = events.Encode(d)
+		}
+		j.note(r, dm, j.decision(r, d))
+	}
 	j.note(r, m, j.result(r, res))
 	return true
 }

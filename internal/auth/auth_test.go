@@ -321,12 +321,22 @@ func lastDecision(t *testing.T, js jetstream.JetStream, id string) *events.Decis
 	defer cancel()
 	var found *events.Decision
 	for found == nil {
-		_, err := bus.Read(ctx, js, events.AuditStream, bus.Range{Subjects: []string{events.SubjectDecision}}, func(m *bus.StoredMsg) error {
-			d, err := events.Decode[events.Decision](m.Data)
-			if err != nil {
-				return err
+		_, err := bus.Read(ctx, js, events.AuditStream, bus.Range{Subjects: []string{events.SubjectDecision, events.SubjectResult}}, func(m *bus.StoredMsg) error {
+			// On its own, or folded into the record of the result.
+			var d *events.Decision
+			if m.Subject == events.SubjectResult {
+				r, err := events.Decode[events.Result](m.Data)
+				if err != nil {
+					return err
+				}
+				d = r.Decision
+			} else {
+				var err error
+				if d, err = events.Decode[events.Decision](m.Data); err != nil {
+					return err
+				}
 			}
-			if d.InvocationID == id {
+			if d != nil && d.InvocationID == id {
 				found = d
 				return bus.ErrStop
 			}

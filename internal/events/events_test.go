@@ -50,6 +50,10 @@ func examples() map[string]Envelope {
 		// entry, with the URI a read would have.
 		"invocation_subscribe.json": &Invocation{Header: hdr("inv-7", agent), Tool: "resource.day", Args: json.RawMessage(`{"uri":"notes://day/7"}`), Op: OpSubscribe},
 		"mcp_resource_updated.json": &MCPResourceUpdated{Header: hdr("up-1", Identity{ID: "executor@dev-1", Role: "executor"}), Executor: "executor@dev-1", Server: "notes", URI: "notes://day/7"},
+		"result_recorded.json": &Result{Header: Header{ID: "res-9", Time: when, Sender: Identity{ID: "executor@dev-1", Role: "executor"}, Principal: "agent-gemini"}, InvocationID: "inv-1", Tool: "read_file",
+			LLMContent: "hello", ReturnDisplay: "hello", Policy: &PolicyVerdict{Verdict: Allow, Reason: "read tools are allowed", Revision: "sha256:0f3a"},
+			Decision: &Decision{Header: Header{V: Version, Type: "tool.decision", ID: "dec-9", Time: when, Sender: Identity{ID: "executor@dev-1", Role: "executor"}, Principal: "agent-gemini"}, InvocationID: "inv-1", Tool: "read_file",
+				Verdict: Allow, Reason: "read tools are allowed", PolicyRevision: "sha256:0f3a", Input: json.RawMessage(`{"paths":["/w/README.md"]}`)}},
 		"decision.json": &Decision{Header: hdr("dec-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-1", Tool: "read_file", Verdict: Allow, Reason: "read kind is allowed", PolicyRevision: "sha256:0f3a",
 			Input: json.RawMessage(`{"allowlist":[],"caller":{"id":"agent:claude@dev-1"},"env":{"home":"/home/ada","workspace":"/w"},"paths":["/w/README.md"],"tool":{"kind":"read","name":"read_file","source":"builtin"}}`)},
 		"confirm_request.json": &ConfirmRequest{Header: hdr("cr-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-2", Tool: "run_shell_command", Kind: KindExecute,
@@ -540,5 +544,48 @@ func TestConfirmAnswerPerson(t *testing.T) {
 		if (err == nil) != (tt.says == "") || (err != nil && !strings.Contains(err.Error(), tt.says)) {
 			t.Errorf("person %q: %v, want %q", tt.person, err, tt.says)
 		}
+	}
+}
+
+// TestWithDecisionWritesWhatEncodeWrites: the audit stream's copy of a
+// result, made by folding the encoded decision into the encoded result
+// the caller got, is byte for byte what encoding the result with its
+// decision gives, and decodes to it.
+func TestWithDecisionWritesWhatEncodeWrites(t *testing.T) {
+	for _, late := range []bool{false, true} {
+		res := examples()["result_recorded.json"].(*Result)
+		res.Late = late
+		whole, err := Encode(res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := res.Decision
+		res.Decision = nil
+		plain, err := Encode(res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec, err := Encode(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := string(plain)
+		folded := WithDecision(plain, dec)
+		if string(folded) != string(whole) {
+			t.Errorf("folded:\n%s\nencoded:\n%s", folded, whole)
+		}
+		if string(plain) != before {
+			t.Error("WithDecision changed the caller's bytes")
+		}
+		back, err := Decode[Result](folded)
+		if err != nil || back.Decision == nil || back.Decision.Reason != d.Reason || string(back.Decision.Input) != string(d.Input) {
+			t.Errorf("decoded %+v, %v", back, err)
+		}
+	}
+	// A decision about another call is no part of this result.
+	res := examples()["result_recorded.json"].(*Result)
+	res.Decision.InvocationID = "inv-2"
+	if _, err := Encode(res); err == nil {
+		t.Error("a result carrying another invocation's decision encodes")
 	}
 }

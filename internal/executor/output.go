@@ -344,7 +344,7 @@ func storeFailure(err error) string {
 // share of the room, each kept whole in the object store first and
 // referenced, as a capped result is.
 func (e *Executor) fit(owner string, env events.Envelope, results []*events.Result) ([]byte, error) {
-	limit := int(e.nc.MaxPayload()) - 8<<10 // room for the protocol and headers
+	limit := e.maxRecord()
 	data, err := events.Encode(env)
 	for round := 0; err == nil && len(data) > limit && round < 8; round++ {
 		// Share the room the outputs have left, halving it each round in
@@ -364,6 +364,10 @@ func (e *Executor) fit(owner string, env events.Envelope, results []*events.Resu
 	}
 	return data, err
 }
+
+// maxRecord is the largest event the executor sends: the bus's limit,
+// less room for the protocol and headers.
+func (e *Executor) maxRecord() int { return int(e.nc.MaxPayload()) - 8<<10 }
 
 // cutResult cuts r's outputs to share bytes between them, keeping the
 // whole llmContent in the object store unless it is there already. A

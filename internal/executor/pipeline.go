@@ -87,6 +87,16 @@ type call struct {
 	abandoned bool
 	// sent: finish sent the call's terminal result (not Late).
 	sent bool
+	// decision is the encoded decision event not published yet: it goes
+	// into the audit stream's copy of the result (events.WithDecision),
+	// or out on its own when the call is about to wait for a person or
+	// outlives a heartbeat, so that the trail says why a call runs or
+	// waits while it does. Most calls end within a heartbeat without
+	// waiting: one message less for the stream to store. See
+	// decisionGrace.
+	decision []byte
+	// beaten: the heartbeat timer fired once (see beat).
+	beaten bool
 }
 
 // header is the header of an event this executor records about c: the
@@ -177,7 +187,7 @@ func (e *Executor) accept(m *nats.Msg, forwarded bool) {
 			}
 		}()
 		c.mu.Lock()
-		c.heartbeat = time.AfterFunc(invoke.HeartbeatEvery, c.beat)
+		c.heartbeat = time.AfterFunc(decisionGrace, c.beat)
 		c.mu.Unlock()
 		c.run(ok)
 	})
@@ -373,11 +383,20 @@ func (e *Executor) forward(m *nats.Msg, inv *events.Invocation, t *events.Tool, 
 // result is sent, storing its output included: the heartbeat stops only
 // when the result is on its way. Calls that finish within a beat never
 // send one. A heartbeat names the executor, which the caller asks
-// whether the call still runs if heartbeats stop coming.
+// whether the call still runs if heartbeats stop coming. The timer's
+// first firing, decisionGrace into the call, sends no heartbeat: it
+// publishes the decision held for the result (call.decision).
 func (c *call) beat() {
+	c.flushDecision()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	first := !c.beaten
+	c.beaten = true
 	if c.done || c.reply == "" {
+		return
+	}
+	if first {
+		c.heartbeat.Reset(invoke.HeartbeatEvery - decisionGrace)
 		return
 	}
 	m := nats.NewMsg(c.reply)
@@ -386,6 +405,12 @@ func (c *call) beat() {
 	_ = c.e.nc.PublishMsg(m)
 	c.heartbeat.Reset(invoke.HeartbeatEvery)
 }
+
+// decisionGrace is how long a call's decision event may wait to be
+// folded into its result's record: a call still going by then, a tool
+// that takes its time or one that hangs, has it published on its own, so
+// that a call lost with its executor keeps its verdict in the trail.
+const decisionGrace = 50 * time.Millisecond
 
 // abandon records that the caller gave up on the call, so that its
 // result is sent Late. It reports false when it is too late for that: the
@@ -487,6 +512,7 @@ func (c *call) authorize(args map[string]any) (confirmed bool, st *stop) {
 			return confirmed, nil
 		case events.AskUser:
 			confirmed = true
+			c.flushDecision() // the trail says why the call waits, while it does
 			start = time.Now()
 			answer, st := c.confirm(d, args)
 			obs.Stage("confirm", time.Since(start))
@@ -559,8 +585,50 @@ func (c *call) decide(args map[string]any) policy.Decision {
 	if c.modified {
 		ev.Args = c.inv.Args
 	}
-	e.note(events.SubjectDecision, ev)
+	if data, err := events.Encode(ev); err != nil {
+		e.log.Error("decision does not encode", "invocation", c.inv.ID, "err", err)
+	} else {
+		c.holdDecision(data)
+	}
 	return d
+}
+
+// holdDecision keeps the encoded decision event for the result's record
+// (call.decision), or publishes it at once when the call is past its
+// decisionGrace already. A decision held before it, of an earlier round,
+// goes out on its own first.
+func (c *call) holdDecision(data []byte) {
+	c.mu.Lock()
+	prev := c.decision
+	c.decision = data
+	if c.beaten {
+		c.decision = nil
+	} else {
+		data = nil
+	}
+	c.mu.Unlock()
+	c.e.publishDecision(c.inv.ID, prev)
+	c.e.publishDecision(c.inv.ID, data)
+}
+
+// flushDecision publishes the held decision event on its own.
+func (c *call) flushDecision() {
+	c.mu.Lock()
+	data := c.decision
+	c.decision = nil
+	c.mu.Unlock()
+	c.e.publishDecision(c.inv.ID, data)
+}
+
+// publishDecision publishes an encoded decision event, if any, without
+// waiting for the stream's acknowledgement (see note).
+func (e *Executor) publishDecision(id string, data []byte) {
+	if data == nil {
+		return
+	}
+	if err := e.nc.Publish(events.SubjectDecision, data); err != nil {
+		e.log.Error("decision not published", "invocation", id, "err", err)
+	}
 }
 
 // named is what the call names beyond its arguments: the files it
@@ -847,6 +915,8 @@ func (c *call) end(how ending) {
 			c.heartbeat.Stop()
 		}
 		late := c.abandoned
+		decision := c.decision
+		c.decision = nil
 		c.mu.Unlock()
 		if err == nil && late {
 			res.Late = true
@@ -883,6 +953,13 @@ func (c *call) end(how ending) {
 		}
 		c.sent = !late
 		e.budget.spend(c.principal, len(data), time.Now())
+		if decision != nil {
+			if folded := events.WithDecision(data, decision); len(folded) <= e.maxRecord() {
+				data = folded
+			} else {
+				e.publishDecision(c.inv.ID, decision) // too large to fold: on its own
+			}
+		}
 		if err := e.rec.Record(events.SubjectResult, data); err != nil {
 			e.log.Error("result event not published", "invocation", res.InvocationID, "err", err)
 		}

@@ -27,13 +27,27 @@ func TestEveryDecisionIsRecordedReplayably(t *testing.T) {
 	e := newEnv(t)
 	nc := bustest.Connect(t, e.bus).Conn()
 	decisions := make(chan *events.Decision, 100)
-	sub, err := nc.Subscribe(events.SubjectDecision, func(m *nats.Msg) {
-		d, err := events.Decode[events.Decision](m.Data)
-		if err != nil {
-			t.Errorf("decision event: %v", err)
-			return
+	// A decision is published on its own, or folded into the record of
+	// the call's result.
+	sub, err := nc.Subscribe("tool.>", func(m *nats.Msg) {
+		switch m.Subject {
+		case events.SubjectDecision:
+			d, err := events.Decode[events.Decision](m.Data)
+			if err != nil {
+				t.Errorf("decision event: %v", err)
+				return
+			}
+			decisions <- d
+		case events.SubjectResult:
+			r, err := events.Decode[events.Result](m.Data)
+			if err != nil {
+				t.Errorf("result event: %v", err)
+				return
+			}
+			if r.Decision != nil {
+				decisions <- r.Decision
+			}
 		}
-		decisions <- d
 	})
 	if err != nil {
 		t.Fatal(err)

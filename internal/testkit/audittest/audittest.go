@@ -236,3 +236,18 @@ func Envelopes[T any, PT interface {
 		}
 	}
 }
+
+// Decisions reads every decision event in the audit stream: those
+// published on their own and those folded into the executors' records of
+// results (events.Result.Decision), up to the last one there when it is
+// called.
+func Decisions(t testing.TB, js jetstream.JetStream) []*events.Decision {
+	t.Helper()
+	out := Envelopes[events.Decision](t, js, events.SubjectDecision)
+	for _, r := range Envelopes[events.Result](t, js, events.SubjectResult) {
+		if r.Decision != nil {
+			out = append(out, r.Decision)
+		}
+	}
+	return out
+}
