@@ -126,6 +126,8 @@ func (c *call) takeID() *stop {
 		return &stop{events.ErrInvocationIDReused, fmt.Sprintf("Invocation id %q was taken by this same request before; a request is run once, and its result went to the first one. Use a fresh id for a new call.", c.inv.ID)}
 	case errors.Is(err, errIDReused):
 		return &stop{events.ErrInvocationIDReused, fmt.Sprintf("Invocation id %q names another call of this caller; an id names one call. Use a fresh id.", c.inv.ID)}
+	case c.ctx.Err() != nil: // cancelled by id, or the executor stopping
+		return &stop{events.ErrCancelled, fmt.Sprintf("The call was cancelled before it ran (%v); it was not run.", context.Cause(c.ctx))}
 	}
 	return &stop{events.ErrExecutionFailed, fmt.Sprintf("The executor could not check that invocation id %q is unused, so the call was not run: %v", c.inv.ID, err)}
 }
