@@ -291,7 +291,10 @@ func (u *up) as(ctx context.Context, name string) (*bus.Bus, error) {
 	if u.f.idDir() == "off" {
 		return u.node.Bus, nil
 	}
-	part, err := bus.Connect(ctx, bus.Config{URL: u.node.URL(), Name: "toolbus-up " + name, NkeyFile: identity.SeedFile(u.f.idDir(), name), Logger: u.log})
+	// In-process, without TCP: a request-reply between two parts takes
+	// about half as long (docs/performance.md).
+	part, err := bus.Connect(ctx, bus.Config{URL: u.node.URL(), Local: u.node.Bus.Server(), Name: "toolbus-up " + name,
+		NkeyFile: identity.SeedFile(u.f.idDir(), name), Logger: u.log})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}

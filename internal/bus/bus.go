@@ -71,6 +71,10 @@ type Config struct {
 	// authenticates with it, takes its replies under the member's own
 	// inbox prefix, and Principal is the member's name.
 	NkeyFile string
+	// Local is a server in this process, owned by another Bus, that the
+	// connection reaches without TCP (toolbus up's parts on its node).
+	// Unlike Server, it is not closed with the connection.
+	Local Server
 }
 
 // Server is the embedded nats-server a Bus owns (*server.Server of
@@ -116,8 +120,12 @@ func Connect(ctx context.Context, cfg Config) (*Bus, error) {
 		return nil, err
 	}
 	connectTo := b.url
-	if b.srv != nil {
-		b.url = b.srv.ClientURL()
+	local := b.srv
+	if local == nil {
+		local = cfg.Local
+	}
+	if local != nil {
+		b.url = local.ClientURL()
 		// The process's own connection is in-process, where the server
 		// takes plain NATS even when its port speaks only TLS.
 		connectTo = "nats://" + strings.TrimPrefix(b.url, "tls://")
@@ -136,6 +144,10 @@ func Connect(ctx context.Context, cfg Config) (*Bus, error) {
 	}
 	return b, nil
 }
+
+// Server is the embedded server b owns, nil when it owns none: another
+// part of the process may connect to it without TCP (Config.Local).
+func (b *Bus) Server() Server { return b.srv }
 
 // options are the NATS options of cfg's connection.
 func (b *Bus) options(cfg Config) ([]nats.Option, error) {
@@ -182,9 +194,12 @@ func (b *Bus) options(cfg Config) ([]nats.Option, error) {
 	if cfg.CertFile != "" || cfg.KeyFile != "" {
 		opts = append(opts, nats.ClientCert(cfg.CertFile, cfg.KeyFile))
 	}
-	if b.srv != nil {
+	switch {
+	case b.srv != nil:
 		// The embedding process talks to its own server without TCP.
 		opts = append(opts, nats.InProcessServer(b.srv))
+	case cfg.Local != nil:
+		opts = append(opts, nats.InProcessServer(cfg.Local))
 	}
 	return opts, nil
 }
