@@ -212,18 +212,12 @@ type feeder struct {
 // Arguments longer than stdinInline are written as the command reads
 // them, by a feeder.
 func stdinOf(args []byte) (*os.File, *feeder, error) {
+	if len(args) <= stdinInline {
+		return stdinInlined(args)
+	}
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, nil, fmt.Errorf("cannot make the pipe for the arguments: %w", err)
-	}
-	if len(args) <= stdinInline {
-		_, err := w.Write(args)
-		w.Close()
-		if err != nil {
-			r.Close()
-			return nil, nil, fmt.Errorf("cannot write the arguments: %w", err)
-		}
-		return r, nil, nil
 	}
 	f := &feeder{w: w, done: make(chan struct{})}
 	go func() {
