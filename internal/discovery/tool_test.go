@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -206,6 +207,23 @@ func TestCallCancelEndsEveryProcess(t *testing.T) {
 	if z := testkit.Zombies(); len(z) > 0 {
 		t.Errorf("zombies left: %v", z)
 	}
+}
+
+// TestCallEndsWhatItLeavesBehind: a call command that exits at once,
+// leaving behind a process that left its session, lost its parent,
+// ignores SIGTERM and holds stdout open, gives its own result, and that
+// process is gone when the call returns.
+func TestCallEndsWhatItLeavesBehind(t *testing.T) {
+	tl, dir := callTool(t, "leave", nil, nil)
+	out, err := run(t, context.Background(), tl, &tool.Call{Args: json.RawMessage(`{}`)})
+	if err != nil || out.Err != nil || out.LLMContent != "done" {
+		t.Errorf("got %+v, %v", out, err)
+	}
+	pid := testkit.WaitPID(t, filepath.Join(dir, "left.pid"))
+	if err := syscall.Kill(pid, 0); err == nil {
+		t.Errorf("process %d, left behind, still runs after the call returned", pid)
+	}
+	testkit.WaitReaped(t, pid)
 }
 
 func TestCallCancelKillsWhatIgnoresTerm(t *testing.T) {
