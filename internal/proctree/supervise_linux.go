@@ -31,7 +31,12 @@ const killPoll = 5 * time.Millisecond
 
 func init() {
 	if len(os.Args) == 1 && os.Args[0] == marker {
-		os.Exit(supervise())
+		// Not on the goroutine that runs init: the runtime locks it to the
+		// main thread until init ends, so that each time it waited and
+		// woke (every message and every tree) its thread and another
+		// handed the one P to each other, two thread wake-ups a turn.
+		go func() { os.Exit(supervise()) }()
+		select {}
 	}
 }
 
