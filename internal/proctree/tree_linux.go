@@ -224,12 +224,31 @@ func (s *Starter) run(sup *supervised, id uint64, c Command) (*Tree, error) {
 		r *os.File
 	}{{c.Stdout, outR}, {c.Stderr, errR}} {
 		go func() {
-			io.Copy(orDiscard(f.w), f.r)
+			copyOutput(orDiscard(f.w), f.r)
 			copied <- struct{}{}
 		}()
 	}
 	go t.wait(outR, errR, copied)
 	return t, nil
+}
+
+// copyBuffers are the buffers through which a tree's output is copied,
+// kept from tree to tree: io.Copy made a 32 KiB buffer for each stream of
+// each tree, the largest allocation of a call on the owner's side.
+var copyBuffers = sync.Pool{New: func() any { return new([32 << 10]byte) }}
+
+// copyOutput copies r to w until r ends, through a kept buffer. r is
+// wrapped so that its WriteTo, which would make a buffer of its own for
+// any w but a file, is not used; a w that reads for itself (ReadFrom)
+// still does, and a file is copied to by the kernel (splice) as before.
+func copyOutput(w io.Writer, r *os.File) {
+	if _, ok := w.(*os.File); ok {
+		io.Copy(w, r)
+		return
+	}
+	buf := copyBuffers.Get().(*[32 << 10]byte)
+	defer copyBuffers.Put(buf)
+	io.CopyBuffer(w, struct{ io.Reader }{r}, buf[:])
 }
 
 // Tree is a started command and every process it starts. Its methods are
