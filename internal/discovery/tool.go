@@ -27,6 +27,11 @@ type Caller struct {
 	env     []string
 	starter *proctree.Starter
 	now     func() time.Time
+	// path is the executable the last call found for words[0], so that a
+	// call checks that one file (still there, still executable) instead
+	// of looking it up along PATH again, a stat for each directory before
+	// it. A call that finds it gone or not executable looks it up anew.
+	path atomic.Pointer[string]
 }
 
 // NewCaller returns a Caller of the call command line, run in dir with env
@@ -121,7 +126,7 @@ func (t *Tool) Run(ctx context.Context, call *tool.Call) (*tool.Output, error) {
 
 	cmd := &command{line: c.line, argv: append(c.words[:len(c.words):len(c.words)], t.spec.Name), dir: c.dir, env: c.env}
 	var err error
-	if cmd.path, err = lookPath(cmd.argv[0], c.dir, lookEnv(c.env, "PATH")); err != nil {
+	if cmd.path, err = c.executable(); err != nil {
 		return failure(stdout, stderr, err, "(none)", "(none)"), nil
 	}
 	stdin, feed, err := stdinOf(call.Args)
@@ -162,6 +167,21 @@ func (t *Tool) Run(ctx context.Context, call *tool.Call) (*tool.Output, error) {
 	return spooled(whole), nil
 }
 
+// executable is the file the call command runs: the one the last call
+// ran when it is still an executable file, else the one lookPath finds.
+func (c *Caller) executable() (string, error) {
+	if p := c.path.Load(); p != nil && executable(*p) == nil {
+		return *p, nil
+	}
+	p, err := lookPath(c.words[0], c.dir, lookEnv(c.env, "PATH"))
+	if err != nil {
+		c.path.Store(nil)
+		return "", err
+	}
+	c.path.Store(&p)
+	return p, nil
+}
+
 // failure is seed 000's failure block: five lines, each part "(empty)" or
 // "(none)" when there is nothing to say, as the result and as the error's
 // message.
@@ -192,18 +212,12 @@ type feeder struct {
 // Arguments longer than stdinInline are written as the command reads
 // them, by a feeder.
 func stdinOf(args []byte) (*os.File, *feeder, error) {
+	if len(args) <= stdinInline {
+		return stdinInlined(args)
+	}
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, nil, fmt.Errorf("cannot make the pipe for the arguments: %w", err)
-	}
-	if len(args) <= stdinInline {
-		_, err := w.Write(args)
-		w.Close()
-		if err != nil {
-			r.Close()
-			return nil, nil, fmt.Errorf("cannot write the arguments: %w", err)
-		}
-		return r, nil, nil
 	}
 	f := &feeder{w: w, done: make(chan struct{})}
 	go func() {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -208,6 +209,23 @@ func TestCallCancelEndsEveryProcess(t *testing.T) {
 	}
 }
 
+// TestCallEndsWhatItLeavesBehind: a call command that exits at once,
+// leaving behind a process that left its session, lost its parent,
+// ignores SIGTERM and holds stdout open, gives its own result, and that
+// process is gone when the call returns.
+func TestCallEndsWhatItLeavesBehind(t *testing.T) {
+	tl, dir := callTool(t, "leave", nil, nil)
+	out, err := run(t, context.Background(), tl, &tool.Call{Args: json.RawMessage(`{}`)})
+	if err != nil || out.Err != nil || out.LLMContent != "done" {
+		t.Errorf("got %+v, %v", out, err)
+	}
+	pid := testkit.WaitPID(t, filepath.Join(dir, "left.pid"))
+	if err := syscall.Kill(pid, 0); err == nil {
+		t.Errorf("process %d, left behind, still runs after the call returned", pid)
+	}
+	testkit.WaitReaped(t, pid)
+}
+
 func TestCallCancelKillsWhatIgnoresTerm(t *testing.T) {
 	tl, dir := callTool(t, "ignore_term", nil, nil)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -266,4 +284,43 @@ func TestDescription(t *testing.T) {
 	if src, server, trust := tl.Origin(); src != events.SourceDiscovered || server != "" || trust {
 		t.Errorf("origin %s %q %v", src, server, trust)
 	}
+}
+
+// TestCallLooksTheCommandUpAgainWhenItIsGone: a call runs the executable
+// the last call found without a look-up along PATH, but one that is gone
+// or no longer executable is looked up anew, and a call command found
+// nowhere fails as before.
+func TestCallLooksTheCommandUpAgainWhenItIsGone(t *testing.T) {
+	dir, first, second := t.TempDir(), t.TempDir(), t.TempDir()
+	for _, d := range []string{first, second} {
+		script := "#!/bin/sh\nprintf '%s ' " + filepath.Base(d) + "\ncat\n"
+		if err := os.WriteFile(filepath.Join(d, "call-tool"), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pathEnv := first + ":" + second + ":/usr/bin:/bin"
+	c, err := NewCaller("call-tool", dir, []string{"PATH=" + pathEnv}, newStarter(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tl := c.NewTool(events.ToolSpec{Name: "calc"}, "d")
+	call := func() *tool.Output {
+		t.Helper()
+		out, err := run(t, context.Background(), tl, &tool.Call{Args: json.RawMessage(`{"a":1}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	for range 2 {
+		if got, want := call().LLMContent, filepath.Base(first)+` {"a":1}`; got != want {
+			t.Errorf("got %q, want %q", got, want)
+		}
+	}
+	os.Remove(filepath.Join(first, "call-tool"))
+	if got, want := call().LLMContent, filepath.Base(second)+` {"a":1}`; got != want {
+		t.Errorf("with the first one gone: got %q, want %q", got, want)
+	}
+	os.Chmod(filepath.Join(second, "call-tool"), 0o644)
+	checkFailure(t, call(), "Stdout: (empty)\nStderr: (empty)\nError: cannot run call-tool: not found in PATH ("+pathEnv+")\nExit Code: (none)\nSignal: (none)")
 }

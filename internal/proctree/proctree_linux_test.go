@@ -212,6 +212,34 @@ func TestStopEndsEveryProcess(t *testing.T) {
 	}
 }
 
+// TestRootExitEndsWhatItLeft: a root that exits on its own, leaving
+// behind processes that left its session, lost their parent, ignore
+// SIGTERM or were stopped, and one that exited unreaped while the root
+// ran, gives its own status, and nothing of the tree is left once Wait
+// returns.
+func TestRootExitEndsWhatItLeft(t *testing.T) {
+	var s Starter
+	defer s.Close()
+	dir := t.TempDir()
+	line := `( setsid sh -c "trap '' TERM; echo \$\$ > left.pid; exec sleep 62" & ) ; ` +
+		`( sh -c 'echo $$ > gone.pid' & ) ; ` +
+		`sleep 62 & echo $! > stopped.pid; kill -STOP $!; ` +
+		`while [ ! -s left.pid ] || [ ! -s gone.pid ]; do sleep 0.01; done; exit 5`
+	ws, err := start(t, &s, bashCommand(dir, line, nil)).Wait()
+	if err != nil || ws.ExitStatus() != 5 {
+		t.Errorf("root ended with %#x %v, want exit 5", ws, err)
+	}
+	for _, f := range []string{"left.pid", "gone.pid", "stopped.pid"} {
+		pid := testkit.WaitPID(t, filepath.Join(dir, f))
+		if err := syscall.Kill(pid, 0); err == nil {
+			t.Errorf("%s: process %d is still there after Wait returned", f, pid)
+		}
+	}
+	if z := testkit.Zombies(); len(z) > 0 {
+		t.Errorf("zombies left: %v", z)
+	}
+}
+
 // TestKeptTreeOutlivesItsRoot: a kept tree runs on after its root exited,
 // and ends when its last process does.
 func TestKeptTreeOutlivesItsRoot(t *testing.T) {

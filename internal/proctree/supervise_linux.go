@@ -1,6 +1,7 @@
 package proctree
 
 import (
+	"bytes"
 	"cmp"
 	"errors"
 	"fmt"
@@ -30,7 +31,12 @@ const killPoll = 5 * time.Millisecond
 
 func init() {
 	if len(os.Args) == 1 && os.Args[0] == marker {
-		os.Exit(supervise())
+		// Not on the goroutine that runs init: the runtime locks it to the
+		// main thread until init ends, so that each time it waited and
+		// woke (every message and every tree) its thread and another
+		// handed the one P to each other, two thread wake-ups a turn.
+		go func() { os.Exit(supervise()) }()
+		select {}
 	}
 }
 
@@ -87,12 +93,17 @@ func supervise() int {
 func (s *supervisor) read() {
 	defer close(s.msgs)
 	oob := make([]byte, syscall.CmsgSpace(4*4)) // stdout, stderr, stdin, ruleset
+	// One buffer for every message, room for the longest request; the
+	// body, a slice of it, is copied out at its own size. A fresh buffer
+	// a message cost 256 KiB allocated and cleared for a request of a few
+	// hundred bytes, and a collection every few trees.
+	buf := make([]byte, maxRequest)
 	for {
-		// A fresh buffer each time: the message's body is a slice of it.
-		m, err := receive(s.owner, make([]byte, maxRequest), oob)
+		m, err := receive(s.owner, buf, oob)
 		if err != nil {
 			return
 		}
+		m.body = bytes.Clone(m.body)
 		s.msgs <- m
 	}
 }

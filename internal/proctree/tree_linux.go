@@ -165,25 +165,27 @@ func (sup *supervised) receive(id uint64) (message, error) {
 
 // run asks sup to start c as tree id.
 func (s *Starter) run(sup *supervised, id uint64, c Command) (*Tree, error) {
-	outR, outW, err := os.Pipe()
+	outR, outW, err := outputPipe()
 	if err != nil {
 		s.release(sup, true)
 		return nil, err
 	}
-	errR, errW, err := os.Pipe()
+	errR, errW, err := outputPipe()
 	if err != nil {
-		closeFiles(outR, outW)
+		outR.Close()
+		syscall.Close(outW)
 		s.release(sup, true)
 		return nil, err
 	}
 	req := request{Path: c.Path, Args: c.Args, Env: c.Env, Dir: c.Dir, Keep: c.Keep, Grace: c.grace(), Landlock: -1}
-	fds := []int{int(outW.Fd()), int(errW.Fd())}
+	fds := []int{outW, errW}
 	if c.Stdin != nil {
 		fds = append(fds, int(c.Stdin.Fd()))
 	}
 	rs, err := ruleset(cmp.Or(c.Sandbox, s.Sandbox))
 	if err != nil {
-		closeFiles(outR, outW, errR, errW)
+		closeFiles(outR, errR)
+		closeFds([]int{outW, errW})
 		s.release(sup, true)
 		return nil, err
 	}
@@ -194,7 +196,7 @@ func (s *Starter) run(sup *supervised, id uint64, c Command) (*Tree, error) {
 	}
 	msg := append(fmt.Appendf(nil, "%s %d ", msgRun, id), req.encode()...)
 	_, _, err = sup.conn.WriteMsgUnix(msg, syscall.UnixRights(fds...), nil)
-	closeFiles(outW, errW) // the supervisor has its own now
+	closeFds([]int{outW, errW}) // the supervisor has its own now
 	var m message
 	if err == nil {
 		m, err = sup.receive(id)
@@ -222,12 +224,31 @@ func (s *Starter) run(sup *supervised, id uint64, c Command) (*Tree, error) {
 		r *os.File
 	}{{c.Stdout, outR}, {c.Stderr, errR}} {
 		go func() {
-			io.Copy(orDiscard(f.w), f.r)
+			copyOutput(orDiscard(f.w), f.r)
 			copied <- struct{}{}
 		}()
 	}
 	go t.wait(outR, errR, copied)
 	return t, nil
+}
+
+// copyBuffers are the buffers through which a tree's output is copied,
+// kept from tree to tree: io.Copy made a 32 KiB buffer for each stream of
+// each tree, the largest allocation of a call on the owner's side.
+var copyBuffers = sync.Pool{New: func() any { return new([32 << 10]byte) }}
+
+// copyOutput copies r to w until r ends, through a kept buffer. r is
+// wrapped so that its WriteTo, which would make a buffer of its own for
+// any w but a file, is not used; a w that reads for itself (ReadFrom)
+// still does, and a file is copied to by the kernel (splice) as before.
+func copyOutput(w io.Writer, r *os.File) {
+	if _, ok := w.(*os.File); ok {
+		io.Copy(w, r)
+		return
+	}
+	buf := copyBuffers.Get().(*[32 << 10]byte)
+	defer copyBuffers.Put(buf)
+	io.CopyBuffer(w, struct{ io.Reader }{r}, buf[:])
 }
 
 // Tree is a started command and every process it starts. Its methods are
@@ -330,6 +351,24 @@ func (t *Tree) Done() <-chan struct{} { return t.done }
 func (t *Tree) Wait() (syscall.WaitStatus, error) {
 	<-t.done
 	return t.res.status, t.res.err
+}
+
+// outputPipe is a pipe for a tree's stdout or stderr: the read end the
+// owner's, non-blocking, read through the runtime's poller; the write end
+// a bare descriptor, blocking, as the tree's processes expect it, handed
+// to the supervisor and closed. (os.Pipe would make both ends
+// non-blocking and register both with the poller, and the write end
+// would have to be made blocking again before it is sent.)
+func outputPipe() (r *os.File, w int, err error) {
+	var p [2]int
+	if err := syscall.Pipe2(p[:], syscall.O_CLOEXEC); err != nil {
+		return nil, -1, os.NewSyscallError("pipe2", err)
+	}
+	if err := syscall.SetNonblock(p[0], true); err != nil {
+		closeFds(p[:])
+		return nil, -1, os.NewSyscallError("fcntl", err)
+	}
+	return os.NewFile(uintptr(p[0]), "|0"), p[1], nil
 }
 
 // ruleset is sb's Landlock ruleset; nil when sb is, or when the kernel

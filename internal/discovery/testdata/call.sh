@@ -25,5 +25,12 @@ hang)
 	while [ ! -s setsid.pid ] || [ ! -s orphan.pid ]; do sleep 0.01; done
 	echo started > started
 	wait ;;
+leave)
+	# Exits at once, leaving behind a process that left the session, whose
+	# parent is gone, that ignores SIGTERM and holds stdout open: it must
+	# end with the call.
+	( setsid sh -c 'trap "" TERM; echo $$ > left.pid; exec sleep 1000' & )
+	while [ ! -s left.pid ]; do sleep 0.01; done
+	printf 'done' ;;
 *) printf 'no tool %s' "$1" >&2; exit 2 ;;
 esac
