@@ -40,9 +40,10 @@ reversed_exception := concat("", [
 #   id_* gives id_, .aws/credentials gives .aws;
 # - a file, and a directory of sensitive_dir_prefixes, has its last
 #   component in the path: /etc/shadow gives shadow.
-# A pattern that starts with a wildcard gives "", which every component
-# starts with, and so does an empty list, whose expression matches more
-# than any pattern would.
+# A directory or path end that starts with a wildcard, and a name of
+# wildcards alone, give "", which every component starts with, and so
+# does an empty list, whose expression matches more than any pattern
+# would.
 sensitive_leads := {name_lead(n) | some n in data.toolbus.sensitive_names} | {first_text(d) |
 	some d in data.toolbus.sensitive_dirs | data.toolbus.sensitive_path_ends
 } | {last_component(lower(f)) | some f in data.toolbus.sensitive_files | data.toolbus.sensitive_dir_prefixes} | empty_list_leads
