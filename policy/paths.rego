@@ -66,11 +66,20 @@ sensitive_samples := {replace(replace(n, "*", "x"), "?", "x") | some n in sensit
 # A path is sensitive when it is one of sensitive_files or under one of
 # sensitive_dir_prefixes, or when its name is, or a directory or path end
 # in it is, and its name is not an exception (.ssh/id_rsa.pub is not). The
-# regular expressions are made in constants.rego.
-sensitive(p) if regex.match(data.toolbus_constants.path_pattern, lower(p))
-
+# regular expressions are made in constants.rego, and so are the leads: a
+# path none of whose components, forward or reversed, starts with one
+# matches no expression (README.md in a workspace), and is told so with
+# one look at its components instead of the expressions.
 sensitive(p) if {
-	r := strings.reverse(lower(p))
+	lp := lower(p)
+	r := strings.reverse(lp)
+	strings.any_prefix_match(split(concat("/", [lp, r]), "/"), data.toolbus_constants.sensitive_leads)
+	sensitive_matched(lp, r)
+}
+
+sensitive_matched(lp, _) if regex.match(data.toolbus_constants.path_pattern, lp)
+
+sensitive_matched(_, r) if {
 	regex.match(data.toolbus_constants.reversed_pattern, r)
 	not regex.match(data.toolbus_constants.reversed_exception, r)
 }

@@ -56,3 +56,23 @@ test_samples_stand_for_the_patterns if {
 	"x.pem" in toolbus.sensitive_samples
 	".ssh" in toolbus.sensitive_samples
 }
+
+# The leads (constants.rego) spare an ordinary path the regular
+# expressions: none is "", which every component starts with, while the
+# lists have entries.
+test_leads_pass_ordinary_paths if {
+	not "" in data.toolbus_constants.sensitive_leads
+}
+
+# An empty list's expression matches what no entry would: with no names,
+# a path that ends with / (its name is empty); with no directories and
+# path ends, any path with a /; with no files, the empty path; with no
+# directory prefixes, any absolute path. The leads let those paths through.
+test_an_empty_list_matches_as_its_expression if {
+	toolbus.sensitive("/w/src/") with toolbus.sensitive_names as set()
+	not toolbus.sensitive("/w/src/")
+	toolbus.sensitive("/w/README.md") with toolbus.sensitive_dirs as set() with toolbus.sensitive_path_ends as set()
+	toolbus.sensitive("") with toolbus.sensitive_files as set()
+	not toolbus.sensitive("")
+	toolbus.sensitive("/w/README.md") with toolbus.sensitive_dir_prefixes as set()
+}

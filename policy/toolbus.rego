@@ -25,13 +25,13 @@ never_remember := set()
 default decision := {"verdict": "DENY", "reason": "the policy reached no decision", "remember": false}
 
 decision := {"verdict": "DENY", "reason": concat("; ", sort(deny)), "remember": false} if {
-	count(deny) > 0
+	deny != set()
 } else := {"verdict": "ASK_USER", "reason": concat("; ", sort(ask_always)), "remember": false} if {
-	count(ask_always) > 0
-} else := {"verdict": "ALLOW", "reason": sort(allow)[0], "remember": false} if {
-	count(allow) > 0
-} else := {"verdict": "ALLOW", "reason": sort(allowlisted)[0], "remember": false} if {
-	count(allowlisted) > 0
+	ask_always != set()
+} else := {"verdict": "ALLOW", "reason": min(allow), "remember": false} if {
+	allow != set()
+} else := {"verdict": "ALLOW", "reason": min(allowlisted), "remember": false} if {
+	allowlisted != set()
 } else := {"verdict": "ASK_USER", "reason": ask_reason, "remember": rememberable}
 
 ask_reason := concat("; ", sort(ask)) if {

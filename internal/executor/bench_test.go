@@ -168,7 +168,7 @@ func BenchmarkInvoke(b *testing.B) {
 		fmt.Printf("%-38s %12s %12s %11.2f×\n", "  the same, kept by the audit stream", audP50, audP99, float64(audP50)/float64(rawA50))
 		fmt.Printf("%-38s %12s %12s %11.2f×   goal ≤ 2.0×\n", "tool.invoke read_file (allowed)", invP50, invP99, float64(invP50)/float64(rawP50))
 		fmt.Printf("%-38s %12s %12s %11.2f×   goal ≤ 1.7×\n", "tool.invoke of a no-op tool", noopP50, noopP99, float64(noopP50)/float64(rawN50))
-		fmt.Printf("%-38s %12s %12s %12s   goal p50 ≤ 30µs\n", "policy decision alone", polP50, polP99, "")
+		fmt.Printf("%-38s %12s %12s %12s   goal p50 ≤ 15µs\n", "policy decision alone", polP50, polP99, "")
 		fmt.Printf("decisions not from the cache: %d\n", cacheMisses.Load())
 		fmt.Printf("%-38s %12s %12s\n", "throughput, ops/s", "raw", "tool.invoke")
 		fmt.Printf("%-38s %12.0f %12.0f   goal ≥ 20,000/s\n", "  1 caller", raw1, inv1)

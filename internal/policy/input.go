@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"sync/atomic"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 
@@ -81,17 +82,20 @@ func (in *Input) value() (ast.Value, error) {
 			annotations = o
 		}
 	}
-	t, c := in.Tool, in.Caller
+	var tool *ast.Term
+	if t := in.Tool; len(t.Annotations) == 0 {
+		tool = lastTool.get(toolKey{t.Name, t.Kind, t.Source, t.Server, t.Trust, t.ReadOnly}, func() *ast.Term { return toolTerm(t, annotations) })
+	} else {
+		tool = toolTerm(t, annotations)
+	}
 	fields := make([][2]*ast.Term, 0, 7)
 	fields = append(fields,
-		[2]*ast.Term{k.tool, obj(kv(k.name, t.Name), kv(k.kind, string(t.Kind)), kv(k.source, string(t.Source)), kv(k.server, t.Server),
-			[2]*ast.Term{k.trust, ast.InternedTerm(t.Trust)}, [2]*ast.Term{k.readOnly, ast.InternedTerm(t.ReadOnly)},
-			[2]*ast.Term{k.annotations, ast.NewTerm(annotations)})},
+		[2]*ast.Term{k.tool, tool},
 		[2]*ast.Term{k.args, ast.NewTerm(args)},
-		[2]*ast.Term{k.caller, identityTerm(c)},
+		[2]*ast.Term{k.caller, lastIdentity.get(in.Caller, func() *ast.Term { return identityTerm(in.Caller) })},
 		[2]*ast.Term{k.allowlist, ast.ArrayTerm(allow...)},
 		[2]*ast.Term{k.paths, strs(in.Paths)},
-		[2]*ast.Term{k.env, obj(kv(k.home, in.Home), kv(k.workspace, in.Workspace))},
+		[2]*ast.Term{k.env, lastEnv.get(envKey{in.Home, in.Workspace}, func() *ast.Term { return obj(kv(k.home, in.Home), kv(k.workspace, in.Workspace)) })},
 	)
 	if in.Shell != nil {
 		fields = append(fields, [2]*ast.Term{k.shell, shellTerm(in.Shell)})
@@ -109,6 +113,52 @@ func (in *Input) value() (ast.Value, error) {
 		fields = append(fields, [2]*ast.Term{hookAskedKey, ast.InternedTerm(true)})
 	}
 	return ast.NewObject(fields...), nil
+}
+
+func toolTerm(t ToolInput, annotations ast.Object) *ast.Term {
+	return obj(kv(k.name, t.Name), kv(k.kind, string(t.Kind)), kv(k.source, string(t.Source)), kv(k.server, t.Server),
+		[2]*ast.Term{k.trust, ast.InternedTerm(t.Trust)}, [2]*ast.Term{k.readOnly, ast.InternedTerm(t.ReadOnly)},
+		[2]*ast.Term{k.annotations, ast.NewTerm(annotations)})
+}
+
+// The parts of an input that repeat from call to call, the caller, the
+// host and the tool (one without annotations), are kept as the terms made
+// for the last call and shared by the next ones with the same value: no
+// evaluation changes a term, and no input document is changed once made
+// (a replay changes only the one it decoded).
+var (
+	lastIdentity lastTerm[events.Identity]
+	lastEnv      lastTerm[envKey]
+	lastTool     lastTerm[toolKey]
+)
+
+type envKey struct{ home, workspace string }
+
+type toolKey struct {
+	name   string
+	kind   events.Kind
+	source events.Source
+	server string
+	trust  bool
+	ro     bool
+}
+
+// lastTerm holds the term made for the last key it was asked for.
+type lastTerm[K comparable] struct{ last atomic.Pointer[keyedTerm[K]] }
+
+type keyedTerm[K comparable] struct {
+	key  K
+	term *ast.Term
+}
+
+// get is the term for key: the last one's, or one make makes.
+func (c *lastTerm[K]) get(key K, make func() *ast.Term) *ast.Term {
+	if e := c.last.Load(); e != nil && e.key == key {
+		return e.term
+	}
+	t := make()
+	c.last.Store(&keyedTerm[K]{key, t})
+	return t
 }
 
 func identityTerm(c events.Identity) *ast.Term {

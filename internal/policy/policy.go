@@ -22,6 +22,8 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/metrics"
 	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/storage"
+	"github.com/open-policy-agent/opa/v1/storage/inmem"
 	"github.com/open-policy-agent/opa/v1/tester"
 	"github.com/open-policy-agent/opa/v1/topdown"
 
@@ -82,7 +84,7 @@ const SamplesQuery = "data.toolbus.sensitive_samples"
 // ConstantsPackage is the package of values a policy makes from its own
 // data that no input changes (a regular expression made of the sensitive
 // names, say). Its rules are evaluated once, when the set is compiled, and
-// the decisions are made with a module holding their values instead, so
+// the decisions are made with their values as data instead, so
 // that no call makes them again; its tests, and opa test, use the rules as
 // written.
 const ConstantsPackage = "toolbus_constants"
@@ -174,12 +176,12 @@ func Compile(ctx context.Context, files Files) (*Policy, error) {
 	} else if len(failures) > 0 {
 		return nil, fmt.Errorf("policy: Rego tests fail: %s", strings.Join(failures, "; "))
 	}
-	sources, err := withConstants(ctx, files, modules)
+	sources, store, err := withConstants(ctx, files, modules)
 	if err != nil {
 		return nil, err
 	}
 	prepare := func(query string) (rego.PreparedEvalQuery, error) {
-		return regoOf(query, sources).PrepareForEval(ctx)
+		return regoOf(query, sources, store).PrepareForEval(ctx)
 	}
 	q, err := prepare(Query)
 	if err != nil {
@@ -231,9 +233,9 @@ func Compile(ctx context.Context, files Files) (*Policy, error) {
 }
 
 // withConstants is the set's modules to evaluate calls with, tests left
-// out: the modules of ConstantsPackage replaced by one that holds the
-// values their rules make.
-func withConstants(ctx context.Context, files Files, modules map[string]*ast.Module) (map[string]string, error) {
+// out, and the store they read: the modules of ConstantsPackage replaced
+// by the values their rules make, as data under data.ConstantsPackage.
+func withConstants(ctx context.Context, files Files, modules map[string]*ast.Module) (map[string]string, storage.Store, error) {
 	all := make(map[string]string, len(files))
 	for name, src := range files {
 		if !isTest(name) {
@@ -249,11 +251,11 @@ func withConstants(ctx context.Context, files Files, modules map[string]*ast.Mod
 		}
 	}
 	if len(constants) == 0 {
-		return sources, nil
+		return sources, nil, nil
 	}
-	rs, err := regoOf("data."+ConstantsPackage, all).Eval(ctx)
+	rs, err := regoOf("data."+ConstantsPackage, all, nil).Eval(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("policy: %s: %w", ConstantsPackage, err)
+		return nil, nil, fmt.Errorf("policy: %s: %w", ConstantsPackage, err)
 	}
 	values := map[string]any{}
 	if len(rs) > 0 {
@@ -271,30 +273,28 @@ func withConstants(ctx context.Context, files Files, modules map[string]*ast.Mod
 				rule = r.Head.Reference[0].Value.(ast.Var).String()
 			}
 			if _, ok := values[rule]; !ok {
-				return nil, fmt.Errorf("policy: %s.%s (%s) has no value; constants may not read input", ConstantsPackage, rule, name)
+				return nil, nil, fmt.Errorf("policy: %s.%s (%s) has no value; constants may not read input", ConstantsPackage, rule, name)
 			}
 		}
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "package %s\n\n# The values of the rules of %s, made when the set was compiled.\n", ConstantsPackage, strings.Join(constants, ", "))
 	for _, name := range slices.Sorted(maps.Keys(values)) {
 		if !ast.IsVarCompatibleString(name) || ast.IsKeyword(name) {
-			return nil, fmt.Errorf("policy: %s.%s: a constant needs a name Rego can use as a rule name", ConstantsPackage, name)
+			return nil, nil, fmt.Errorf("policy: %s.%s: a constant needs a name Rego can use as a rule name", ConstantsPackage, name)
 		}
-		literal, err := json.Marshal(values[name])
-		if err != nil {
-			return nil, fmt.Errorf("policy: %s.%s: %w", ConstantsPackage, name, err)
-		}
-		fmt.Fprintf(&b, "\n%s := %s\n", name, literal)
 	}
-	sources[ConstantsPackage+".constants.rego"] = b.String()
-	return sources, nil
+	// The values are data, read from the store as OPA values: a rule
+	// holding the same literal would be evaluated again on every read.
+	store := inmem.NewFromObjectWithOpts(map[string]any{ConstantsPackage: values}, inmem.OptReturnASTValuesOnRead(true))
+	return sources, store, nil
 }
 
 // regoOf is query over the modules in sources, as every evaluation of a
 // policy set is made: Rego v1, a built-in's error an error.
-func regoOf(query string, sources map[string]string) *rego.Rego {
+func regoOf(query string, sources map[string]string, store storage.Store) *rego.Rego {
 	opts := []func(*rego.Rego){rego.Query(query), rego.SetRegoVersion(ast.RegoV1), rego.StrictBuiltinErrors(true)}
+	if store != nil {
+		opts = append(opts, rego.Store(store))
+	}
 	for name, src := range sources {
 		opts = append(opts, rego.Module(name, src))
 	}
@@ -499,7 +499,7 @@ func (p *Policy) policyError(format string, args ...any) Decision {
 // decideValue evaluates the decision query on an input document.
 func (p *Policy) decideValue(ctx context.Context, value ast.Value) Decision {
 	deny := p.policyError
-	rs, err := p.query.Eval(ctx, rego.EvalParsedInput(value), rego.EvalMetrics(noMetrics))
+	rs, err := evalValue(ctx, p.query, value)
 	if err != nil {
 		var halt *topdown.Error
 		if errors.As(err, &halt) {
@@ -510,18 +510,45 @@ func (p *Policy) decideValue(ctx context.Context, value ast.Value) Decision {
 	if len(rs) != 1 || len(rs[0].Expressions) != 1 {
 		return deny("%s is undefined", Query)
 	}
-	out, ok := rs[0].Expressions[0].Value.(map[string]any)
+	out, ok := rs[0].Expressions[0].Value.(ast.Object)
 	if !ok {
 		return deny("%s is not an object", Query)
 	}
-	verdict, _ := out["verdict"].(string)
-	reason, _ := out["reason"].(string)
-	remember, _ := out["remember"].(bool)
+	verdict, _ := field(out, verdictKey).(ast.String)
+	reason, _ := field(out, reasonKey).(ast.String)
+	remember, _ := field(out, rememberKey).(ast.Boolean)
 	if !events.Verdict(verdict).Valid() {
-		return deny("%s.verdict is %q, not ALLOW, DENY or ASK_USER", Query, verdict)
+		return deny("%s.verdict is %q, not ALLOW, DENY or ASK_USER", Query, string(verdict))
 	}
-	return Decision{Verdict: events.Verdict(verdict), Reason: reason, Remember: remember, Revision: p.revision}
+	return Decision{Verdict: events.Verdict(verdict), Reason: string(reason), Remember: bool(remember), Revision: p.revision}
 }
+
+// The fields of a decision, as terms made once.
+var verdictKey, reasonKey, rememberKey = str("verdict"), str("reason"), str("remember")
+
+// field is the value of key in o, nil when o has none.
+func field(o ast.Object, key *ast.Term) ast.Value {
+	if v := o.Get(key); v != nil {
+		return v.Value
+	}
+	return nil
+}
+
+// evalValue evaluates q on an input document, its result left as OPA
+// values (ast.Value) rather than made into Go values, and its
+// cancellation tied to ctx without a goroutine of its own: OPA starts one
+// per evaluation otherwise, to watch ctx.
+func evalValue(ctx context.Context, q rego.PreparedEvalQuery, value ast.Value) (rego.ResultSet, error) {
+	cancel := topdown.NewCancel()
+	if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, cancel.Cancel)
+		defer stop()
+	}
+	return q.Eval(ctx, rego.EvalParsedInput(value), rego.EvalMetrics(noMetrics), rego.EvalExternalCancel(cancel), asValues)
+}
+
+// asValues keeps a result's values as OPA made them.
+var asValues = rego.EvalGenerateJSON(func(t *ast.Term, _ *rego.EvalContext) (any, error) { return t.Value, nil })
 
 // noMetrics keeps OPA from making a metrics set for every evaluation.
 var noMetrics = metrics.NoOp()

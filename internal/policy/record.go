@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -216,67 +217,122 @@ func appendObject(b []byte, obj ast.Object, skip *ast.Term) (out []byte, lossy b
 // audit stream, which anyone who may publish on the bus writes to: this
 // never panics on any input (FuzzValueFromJSON).
 func ValueFromJSON(data []byte) (ast.Value, error) {
-	dec := jsontext.NewDecoder(bytes.NewReader(data))
-	v, err := readValue(dec)
+	r := readers.Get().(*jsonReader)
+	defer func() {
+		r.src.Reset(nil)
+		r.dec.Reset(&r.src)
+		readers.Put(r)
+	}()
+	r.src.Reset(data)
+	r.dec.Reset(&r.src)
+	t, err := readTerm(r.dec)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := dec.ReadToken(); err != io.EOF {
+	if _, err := r.dec.ReadToken(); err != io.EOF {
 		if err == nil {
 			err = errors.New("more than one value")
 		}
 		return nil, err
 	}
-	return v, nil
+	return t.Value, nil
 }
 
-func readValue(dec *jsontext.Decoder) (ast.Value, error) {
+// jsonReader is a decoder kept for the next value: a replay reads one
+// recorded input after another, and a decoder's buffers outweigh the input.
+type jsonReader struct {
+	src bytes.Reader
+	dec *jsontext.Decoder
+}
+
+var readers = sync.Pool{New: func() any {
+	r := &jsonReader{}
+	r.dec = jsontext.NewDecoder(&r.src)
+	return r
+}}
+
+// inputNames are the names of an input document's fields, as the terms
+// Input.value makes them with: a recorded input repeats them in every
+// object, and reading one shares its term.
+var inputNames = func() map[string]*ast.Term {
+	m := map[string]*ast.Term{}
+	for _, t := range []*ast.Term{hardLinksKey, approverKey, hookAskedKey, k.tool, k.args, k.caller, k.allowlist, k.paths, k.env, k.shell,
+		k.name, k.kind, k.source, k.server, k.trust, k.readOnly, k.annotations, k.id, k.role, k.agent, k.session, k.user, k.host, k.client,
+		k.proven, k.scope, k.path, k.home, k.workspace, k.commands, k.argv, k.text, k.literal, k.redirects, k.functions, k.parseError,
+		k.recursive, k.op, k.target, k.exact, k.answer, k.outcome, k.words, k.wrappers, k.globs, k.moreArgs, k.stdin, k.forkLoops, k.opaque} {
+		m[string(t.Value.(ast.String))] = t
+	}
+	return m
+}()
+
+func readTerm(dec *jsontext.Decoder) (*ast.Term, error) {
+	switch dec.PeekKind() {
+	case '[':
+		if _, err := dec.ReadToken(); err != nil {
+			return nil, err
+		}
+		var elems []*ast.Term
+		for dec.PeekKind() != ']' {
+			t, err := readTerm(dec)
+			if err != nil {
+				return nil, err
+			}
+			elems = append(elems, t)
+		}
+		if _, err := dec.ReadToken(); err != nil {
+			return nil, err
+		}
+		return ast.NewTerm(ast.NewArray(elems...)), nil
+	case '{':
+		if _, err := dec.ReadToken(); err != nil {
+			return nil, err
+		}
+		fields := make([][2]*ast.Term, 0, 8)
+		for dec.PeekKind() != '}' {
+			// A name read as it is written: the names of an input are
+			// plain, and looked up without a copy.
+			raw, err := dec.ReadValue()
+			if err != nil {
+				return nil, err
+			}
+			var key *ast.Term
+			if len(raw) >= 2 && raw[0] == '"' && bytes.IndexByte(raw, '\\') < 0 {
+				if key = inputNames[string(raw[1:len(raw)-1])]; key == nil {
+					key = ast.StringTerm(string(raw[1 : len(raw)-1]))
+				}
+			} else {
+				name, err := jsontext.AppendUnquote(nil, raw)
+				if err != nil {
+					return nil, err
+				}
+				key = ast.StringTerm(string(name))
+			}
+			v, err := readTerm(dec)
+			if err != nil {
+				return nil, err
+			}
+			fields = append(fields, [2]*ast.Term{key, v})
+		}
+		if _, err := dec.ReadToken(); err != nil {
+			return nil, err
+		}
+		return ast.NewTerm(ast.NewObject(fields...)), nil
+	}
 	tok, err := dec.ReadToken()
 	if err != nil {
 		return nil, err
 	}
 	switch tok.Kind() {
 	case 'n':
-		return ast.NullValue, nil
+		return ast.InternedNullTerm, nil
 	case 't':
-		return ast.Boolean(true), nil
+		return ast.InternedTerm(true), nil
 	case 'f':
-		return ast.Boolean(false), nil
+		return ast.InternedTerm(false), nil
 	case '"':
-		return ast.String(tok.String()), nil
+		return ast.InternedTerm(tok.String()), nil
 	case '0':
-		return ast.Number(tok.String()), nil
-	case '[':
-		var elems []*ast.Term
-		for dec.PeekKind() != ']' {
-			v, err := readValue(dec)
-			if err != nil {
-				return nil, err
-			}
-			elems = append(elems, ast.NewTerm(v))
-		}
-		if _, err := dec.ReadToken(); err != nil {
-			return nil, err
-		}
-		return ast.NewArray(elems...), nil
-	case '{':
-		var fields [][2]*ast.Term
-		for dec.PeekKind() != '}' {
-			name, err := dec.ReadToken()
-			if err != nil {
-				return nil, err
-			}
-			key := ast.StringTerm(name.String()) // before the next read ends the token
-			v, err := readValue(dec)
-			if err != nil {
-				return nil, err
-			}
-			fields = append(fields, [2]*ast.Term{key, ast.NewTerm(v)})
-		}
-		if _, err := dec.ReadToken(); err != nil {
-			return nil, err
-		}
-		return ast.NewObject(fields...), nil
+		return ast.NewTerm(ast.Number(tok.String())), nil
 	}
 	return nil, fmt.Errorf("unexpected %v", tok)
 }
