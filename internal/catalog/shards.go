@@ -3,7 +3,6 @@ package catalog
 import (
 	"bytes"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"runtime"
 	"strconv"
@@ -48,16 +47,26 @@ func ShardOf(t *events.Tool) string {
 // ShardKey is the key of the shard that holds the tool named name of
 // source and server whose first host is host.
 func ShardKey(host string, source events.Source, server, name string) string {
-	h := fnv.New32a()
-	h.Write([]byte(host))
-	h.Write([]byte{0})
-	h.Write([]byte(source))
-	h.Write([]byte{0})
-	h.Write([]byte(server))
-	set := h.Sum32()
-	h.Reset()
-	h.Write([]byte(name))
-	return fmt.Sprintf("%s%08x.%02x", shardPrefix, set, h.Sum32()%NameShards)
+	set := fnv32a(fnv32a(fnv32a(fnv32a(fnv32a(offset32, host), "\x00"), string(source)), "\x00"), server)
+	shard := fnv32a(offset32, name) % NameShards
+	b := make([]byte, 0, len(shardPrefix)+11)
+	b = append(b, shardPrefix...)
+	for i := 28; i >= 0; i -= 4 {
+		b = append(b, hex[set>>i&0xF])
+	}
+	return string(append(b, '.', hex[shard>>4], hex[shard&0xF]))
+}
+
+// offset32 and fnv32a are hash/fnv's 32-bit FNV-1a, without its
+// allocations: a reader computes a shard key for every entry it decodes.
+const offset32 = 2166136261
+
+func fnv32a(h uint32, s string) uint32 {
+	for i := 0; i < len(s); i++ {
+		h ^= uint32(s[i])
+		h *= 16777619
+	}
+	return h
 }
 
 // IsShardKey reports whether key is the bucket key of a shard.
