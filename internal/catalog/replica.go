@@ -127,7 +127,11 @@ func start(ctx, wctx context.Context, js jetstream.JetStream, kv jetstream.KeyVa
 			}
 			if kve == nil {
 				finish()
-				set := newShardSet()
+				tools := 0
+				for _, d := range decoded {
+					tools += len(d.sh.names)
+				}
+				set := newShardSetFor(tools, len(latest))
 				for key, v := range latest {
 					if d := decoded[key]; v > 0 && d.version == v {
 						set.put(key, d.sh)

@@ -120,8 +120,11 @@ type shardSet struct {
 	shards  map[string]*shard // by key
 }
 
-func newShardSet() *shardSet {
-	return &shardSet{entries: make(map[string]*Entry), owner: make(map[string]string), shards: make(map[string]*shard)}
+func newShardSet() *shardSet { return newShardSetFor(0, 0) }
+
+// newShardSetFor is a set sized for tools entries in shards shards.
+func newShardSetFor(tools, shards int) *shardSet {
+	return &shardSet{entries: make(map[string]*Entry, tools), owner: make(map[string]string, tools), shards: make(map[string]*shard, shards)}
 }
 
 // decode decodes shards on every core. A line the set already holds, in
@@ -140,8 +143,9 @@ func (s *shardSet) decode(shards []rawShard, log *slog.Logger) []*shard {
 	var todo []line
 	for i, r := range shards {
 		prev := s.shards[r.key]
-		sh := &shard{lines: make(map[string]*Entry)}
-		for _, l := range shardLines(r.data) {
+		lines := shardLines(r.data)
+		sh := &shard{lines: make(map[string]*Entry, len(lines))}
+		for _, l := range lines {
 			if prev != nil {
 				if e, ok := prev.lines[string(l)]; ok {
 					sh.lines[string(l)] = e
@@ -180,6 +184,7 @@ func (s *shardSet) decode(shards []rawShard, log *slog.Logger) []*shard {
 	}
 	for _, sh := range out {
 		seen := make(map[string]bool, len(sh.lines))
+		sh.names = make([]string, 0, len(sh.lines))
 		for _, e := range sh.lines {
 			if name := e.tool.Name; !seen[name] {
 				seen[name] = true
