@@ -77,27 +77,10 @@ func New(entries []*Entry) *Catalog {
 		byExport: make(map[string]*Entry, len(entries)),
 		sorted:   slices.Clone(entries),
 	}
-	// The sort and the name indexes are built side by side. Between two
-	// entries of one name or export name (which only a writer other than
-	// the registry could make), the later in sort order has it.
-	index := func() {
-		for _, e := range entries {
-			if prev, ok := c.byName[e.tool.Name]; !ok || compareSortOrder(prev, e) < 0 {
-				c.byName[e.tool.Name] = e
-			}
-			if prev, ok := c.byExport[e.tool.ExportName]; !ok || compareSortOrder(prev, e) < 0 {
-				c.byExport[e.tool.ExportName] = e
-			}
-		}
-	}
-	if len(entries) < 1024 {
-		index()
-		slices.SortFunc(c.sorted, compareSortOrder)
-	} else {
-		var wg sync.WaitGroup
-		wg.Go(index)
-		slices.SortFunc(c.sorted, compareSortOrder)
-		wg.Wait()
+	slices.SortFunc(c.sorted, compareSortOrder)
+	for _, e := range c.sorted {
+		c.byName[e.tool.Name] = e
+		c.byExport[e.tool.ExportName] = e
 	}
 	// Aliases never shadow a real name; between two tools claiming one
 	// alias, the earlier in sort order keeps it.
