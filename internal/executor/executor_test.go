@@ -960,6 +960,20 @@ func TestAFailedStartLeavesNothingRunning(t *testing.T) {
 	if _, err := openTakenIDs(ctx, b.JetStream(), DefaultIDTTL); err != nil {
 		t.Fatal(err)
 	}
+	// The server sets up the confirmation stream's copying from the
+	// audit stream in its own time: once a message has been copied, its
+	// goroutines for it are running, and are not the executor's either.
+	if err := b.Conn().Publish(events.SubjectConfirm, []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, "the confirmation stream copies from the audit stream", func() bool {
+		s, err := b.JetStream().Stream(ctx, events.ConfirmStream)
+		if err != nil {
+			return false
+		}
+		info, err := s.Info(ctx)
+		return err == nil && info.State.Msgs > 0
+	})
 	before := goleak.IgnoreCurrent()
 	cfg := Config{Identity: events.Identity{ID: "executor@test"}, Policy: defaultPol(t), Logger: bustest.Quiet()}
 	if ex, err := Start(ctx, b.Conn(), b.JetStream(), cfg); err == nil {
