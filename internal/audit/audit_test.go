@@ -18,6 +18,7 @@ import (
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
 	"github.com/toolbus/toolbus/internal/redact"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/approvetest"
 	"github.com/toolbus/toolbus/internal/testkit/audittest"
 	"github.com/toolbus/toolbus/internal/testkit/bustest"
@@ -305,11 +306,23 @@ func TestAPlainConsumerFindsOneTerminalResultPerInvocation(t *testing.T) {
 		defer scancel()
 		doomed.Stop(sctx)
 	}()
+	// Either executor may take the call: both must know the tool.
+	for _, ex := range []*executor.Executor{f.Executor, doomed} {
+		testkit.Eventually(t, "hang reached the catalogue", func() bool {
+			_, ok := ex.Catalog().GetTool("hang")
+			return ok
+		})
+	}
 	go func() {
 		// A call still running a moment after its decision has the
 		// decision published on its own: once the trail has it, the
 		// executor is lost.
-		id := <-blocked
+		var id string
+		select {
+		case id = <-blocked:
+		case <-ctx.Done():
+			return
+		}
 		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 			if slices.ContainsFunc(audittest.Decisions(t, f.Bus.JetStream()), func(d *events.Decision) bool { return d.InvocationID == id }) {
 				break

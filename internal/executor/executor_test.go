@@ -158,6 +158,7 @@ func errType(r *events.Result) events.ErrorType {
 // approver answers confirmation requests on the bus, as a confirmation UI
 // would, and says so to presence checks.
 type approver struct {
+	nc       *nats.Conn
 	svc      micro.Service
 	sub      *nats.Subscription
 	requests chan *events.ConfirmRequest
@@ -166,7 +167,7 @@ type approver struct {
 func startApprover(t *testing.T, b *bus.Bus, answer func(*events.ConfirmRequest) *events.ConfirmAnswer) *approver {
 	t.Helper()
 	nc := bustest.Connect(t, b).Conn()
-	a := &approver{requests: make(chan *events.ConfirmRequest, 10)}
+	a := &approver{nc: nc, requests: make(chan *events.ConfirmRequest, 10)}
 	var err error
 	if a.svc, err = micro.AddService(nc, micro.Config{Name: events.ApproverService, Version: "0.0.1"}); err != nil {
 		t.Fatal(err)
@@ -197,9 +198,12 @@ func startApprover(t *testing.T, b *bus.Bus, answer func(*events.ConfirmRequest)
 	return a
 }
 
+// stop stops the approver, and returns once the bus knows it is gone:
+// the next call asks nobody.
 func (a *approver) stop() {
 	a.sub.Unsubscribe()
 	a.svc.Stop()
+	a.nc.Flush()
 }
 
 func answer(o events.Outcome) func(*events.ConfirmRequest) *events.ConfirmAnswer {

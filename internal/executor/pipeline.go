@@ -90,10 +90,9 @@ type call struct {
 	// decision is the encoded decision event not published yet: it goes
 	// into the audit stream's copy of the result (events.WithDecision),
 	// or out on its own when the call is about to wait for a person or
-	// outlives a heartbeat, so that the trail says why a call runs or
-	// waits while it does. Most calls end within a heartbeat without
-	// waiting: one message less for the stream to store. See
-	// decisionGrace.
+	// is still going decisionGrace into it, so that the trail says why a
+	// call runs or waits while it does. Most calls end sooner without
+	// waiting: one message less for the stream to store.
 	decision []byte
 	// beaten: the heartbeat timer fired once (see beat).
 	beaten bool
@@ -924,6 +923,7 @@ func (c *call) end(how ending) {
 		}
 		if err != nil {
 			e.log.Error("result does not encode", "invocation", res.InvocationID, "err", err)
+			e.publishDecision(c.inv.ID, decision) // the trail keeps the verdict at least
 			return
 		}
 		outcome := "OK"
