@@ -1,7 +1,6 @@
 package metrics_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,7 +9,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -177,24 +175,6 @@ func TestStartingUp(t *testing.T) {
 	}
 }
 
-// lockedLog is a log a daemon writes while a test reads it.
-type lockedLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
 // /readyz and the log tell the same story: a check that fails makes the
 // daemon unready with its reason, each line of it, and the log says so
 // once however long it lasts, and once more when it is ready again.
@@ -213,7 +193,7 @@ func TestReadinessIsLoggedWhenItTurns(t *testing.T) {
 		}
 		return nil
 	})
-	var log lockedLog
+	var log testkit.Buffer
 	stop := m.WatchReadiness(slog.New(slog.NewTextHandler(&log, nil)))
 	defer stop()
 	srv, err := m.Serve("127.0.0.1:0", bustest.Quiet())

@@ -1,14 +1,12 @@
 package proctree
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -34,7 +32,7 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-func bashCommand(dir, line string, out *buffer) Command {
+func bashCommand(dir, line string, out *testkit.Buffer) Command {
 	bash, err := exec.LookPath("bash")
 	if err != nil {
 		panic(err)
@@ -44,24 +42,6 @@ func bashCommand(dir, line string, out *buffer) Command {
 		c.Stdout = out
 	}
 	return c
-}
-
-// buffer is a bytes.Buffer safe for the tree's two writers.
-type buffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *buffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *buffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 func start(t *testing.T, s *Starter, c Command) *Tree {
@@ -91,7 +71,7 @@ func TestRootStatusAndOutput(t *testing.T) {
 		{line: "echo kept", output: "kept\n", keepTree: true},
 	}
 	for _, tt := range tests {
-		var out, errs buffer
+		var out, errs testkit.Buffer
 		c := bashCommand(t.TempDir(), tt.line, &out)
 		c.Stderr = &errs
 		c.Keep = tt.keepTree
@@ -125,7 +105,7 @@ func TestStdinAndEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out buffer
+	var out testkit.Buffer
 	c := bashCommand(t.TempDir(), `read -r line; echo "got $line ${ONLY-unset} ${PROCTREE_OWNER_VAR-unset}"`, &out)
 	c.Stdin, c.Env = inR, []string{"ONLY=given"}
 	tr := start(t, &s, c)
@@ -138,7 +118,7 @@ func TestStdinAndEnv(t *testing.T) {
 	if got, want := out.String(), "got hello given unset\n"; got != want {
 		t.Errorf("with Env and Stdin: %q, want %q", got, want)
 	}
-	var out2 buffer
+	var out2 testkit.Buffer
 	c = bashCommand(t.TempDir(), `read -r line; echo "[$line] ${PROCTREE_OWNER_VAR-unset}"`, &out2)
 	if _, err := start(t, &s, c).Wait(); err != nil {
 		t.Fatal(err)
@@ -154,7 +134,7 @@ func TestSupervisorIsReused(t *testing.T) {
 	var s Starter
 	ppid := func() int {
 		t.Helper()
-		var out buffer
+		var out testkit.Buffer
 		if _, err := start(t, &s, bashCommand("", "echo $PPID", &out)).Wait(); err != nil {
 			t.Fatal(err)
 		}

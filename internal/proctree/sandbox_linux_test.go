@@ -56,7 +56,7 @@ func newConfined(t *testing.T) *confined {
 // exit status and output (stdout and stderr).
 func (c *confined) run(t *testing.T, s *Starter, line string) (int, string) {
 	t.Helper()
-	var out buffer
+	var out testkit.Buffer
 	cmd := bashCommand(c.ws, line, &out)
 	cmd.Stderr = &out
 	cmd.Sandbox = c.sb
@@ -142,10 +142,10 @@ func TestASandboxedTreeCannotReadTheSecrets(t *testing.T) {
 	if _, err := os.ReadDir(filepath.Join(c.data, "jetstream")); err != nil {
 		t.Errorf("the owner lists its data dir: %v", err)
 	}
-	var out buffer
+	var out testkit.Buffer
 	free := bashCommand(c.ws, "cat "+filepath.Join(c.seeds, "developer.nk"), &out)
 	for range 3 { // each of the idle supervisors, and a new one
-		out = buffer{}
+		out = testkit.Buffer{}
 		free.Stdout = &out
 		if _, err := start(t, &s, free).Wait(); err != nil || out.String() != "SUADMINSEED\n" {
 			t.Errorf("an unconfined tree after confined ones: %q %v", out.String(), err)
@@ -173,7 +173,7 @@ func TestTheRulesetFollowsTheFileSystem(t *testing.T) {
 	defer sb.Close()
 	run := func(line string) (int, string) {
 		t.Helper()
-		var out buffer
+		var out testkit.Buffer
 		cmd := bashCommand(ws, line, &out)
 		cmd.Stderr, cmd.Sandbox = &out, sb
 		st, err := start(t, &s, cmd).Wait()

@@ -14,12 +14,10 @@
 package podman
 
 import (
-	"bytes"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -77,7 +75,7 @@ func (e *Engine) Serve(tb testing.TB) {
 	sock := filepath.Join(tb.TempDir(), "podman.sock")
 	cmd := exec.Command(e.Podman, "system", "service", "--time=0", "unix://"+sock)
 	cmd.Env = append(os.Environ(), e.Env...)
-	var out lockedLog
+	var out testkit.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)
@@ -126,22 +124,4 @@ func missing(tb testing.TB, format string, args ...any) {
 		tb.Fatalf(format, args...)
 	}
 	tb.Skipf(format, args...)
-}
-
-// lockedLog is what the API service writes while the test may read it.
-type lockedLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
 }
