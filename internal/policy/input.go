@@ -151,12 +151,12 @@ type keyedTerm[K comparable] struct {
 	term *ast.Term
 }
 
-// get is the term for key: the last one's, or one make makes.
-func (c *lastTerm[K]) get(key K, make func() *ast.Term) *ast.Term {
+// get is the term for key: the last one's, or one build makes.
+func (c *lastTerm[K]) get(key K, build func() *ast.Term) *ast.Term {
 	if e := c.last.Load(); e != nil && e.key == key {
 		return e.term
 	}
-	t := make()
+	t := build()
 	c.last.Store(&keyedTerm[K]{key, t})
 	return t
 }
