@@ -2,6 +2,8 @@ package catalog
 
 import (
 	"encoding/json"
+	"fmt"
+	"hash/fnv"
 	"io"
 	"log/slog"
 	"testing"
@@ -80,6 +82,25 @@ func TestAToolMovingBetweenShardsStays(t *testing.T) {
 		set.put(to, nil)
 		if len(set.entries) != 0 {
 			t.Errorf("new shard first=%v: %d entries left", newFirst, len(set.entries))
+		}
+	}
+}
+
+// TestShardKeyIsStillFNV: shard keys name the catalogue bucket's keys on
+// disk, so the hand-written FNV-1a gives what hash/fnv and fmt gave when
+// the buckets of older builds were written.
+func TestShardKeyIsStillFNV(t *testing.T) {
+	old := func(host string, source events.Source, server, name string) string {
+		h := fnv.New32a()
+		h.Write([]byte(host + "\x00" + string(source) + "\x00" + server))
+		set := h.Sum32()
+		h.Reset()
+		h.Write([]byte(name))
+		return fmt.Sprintf("%s%08x.%02x", shardPrefix, set, h.Sum32()%NameShards)
+	}
+	for _, c := range [][4]string{{"", "", "", ""}, {"executor@a", "builtin", "", "read_file"}, {"h", "mcp", "github", "create_issue"}, {"ü", "discovered", "\x00", "名前"}} {
+		if got, want := ShardKey(c[0], events.Source(c[1]), c[2], c[3]), old(c[0], events.Source(c[1]), c[2], c[3]); got != want {
+			t.Errorf("ShardKey%q = %s, hash/fnv gives %s", c, got, want)
 		}
 	}
 }
