@@ -128,32 +128,22 @@ if [ "$(go env CGO_ENABLED)" = 1 ] && command -v "$(go env CC)" >/dev/null 2>&1;
 	race=(-race)
 fi
 # The soak of `toolbus up` (cmd/toolbus TestSoakUpWithMCPRediscovery)
-# runs its 15 minutes beside the rest of the suite rather than after it:
-# the suite is done sooner, and the soak bears the suite's load as a busy
-# host's up would. In the suite's own run it says it runs beside.
+# runs its 15 minutes beside the rest of the suite, the Rego tests and the
+# benchmarks rather than after them: the whole is done sooner, and the
+# soak bears the suite's load as a busy host's up would. In the suite's
+# own run it says it runs beside. Every part runs even when one before it
+# failed, so that one run tells every failure.
 soak_log=$(mktemp)
+bench_log=$(mktemp)
+trap 'rm -f "$soak_log" "$bench_log"' EXIT
 TOOLBUS_UP_SOAK=15m go test "${race[@]}" -count=1 -timeout 30m -run '^TestSoakUpWithMCPRediscovery$' ./cmd/toolbus/ > "$soak_log" 2>&1 &
 soak=$!
-suite=0
-TOOLBUS_UP_SOAK=beside go test "${race[@]}" -count=1 -timeout 30m ./... || suite=$?
-echo "== the soak of toolbus up (15 minutes, begun beside the tests)"
-soaked=0
-wait "$soak" || soaked=$?
-if [ "$soaked" != 0 ]; then
-	cat "$soak_log"
-	echo "== the soak failed"
-else
-	tail -n 3 "$soak_log"
-fi
-rm -f "$soak_log"
-if [ "$suite" != 0 ] || [ "$soaked" != 0 ]; then
-	echo "== tests failed"
-	exit 1
-fi
+failed=()
+TOOLBUS_UP_SOAK=beside go test "${race[@]}" -count=1 -timeout 30m ./... || failed+=("tests")
 
 echo "== Rego tests: toolbus policy test, and the stock opa test"
-go run ./cmd/toolbus policy test policy/
-go tool opa test policy/
+go run ./cmd/toolbus policy test policy/ || failed+=("toolbus policy test")
+go tool opa test policy/ || failed+=("opa test")
 
 if [ ${#race[@]} -gt 0 ]; then
 	# Every mutant of the default policy (a rule body, an expression, a
@@ -162,17 +152,26 @@ if [ ${#race[@]} -gt 0 ]; then
 	# Under -race it skips, as it is several times slower there: it runs
 	# here without.
 	echo "== policy mutants"
-	go test -count=1 -run '^TestEveryPolicyMutantFailsATest$' ./internal/policy/mutant/
+	go test -count=1 -run '^TestEveryPolicyMutantFailsATest$' ./internal/policy/mutant/ || failed+=("policy mutants")
 fi
 
 echo "== benchmarks compile and run once"
 # Their tables are long; they are shown only when a benchmark fails.
-bench_log=$(mktemp)
-trap 'rm -f "$bench_log"' EXIT
 if ! go test -run '^$' -bench . -benchtime 1x ./... > "$bench_log" 2>&1; then
 	grep -v '^\(goos\|goarch\|pkg\|cpu\):' "$bench_log"
-	echo "== a benchmark failed"
-	exit 1
+	failed+=("benchmarks")
 fi
 
+echo "== the soak of toolbus up (15 minutes, begun beside the tests)"
+if wait "$soak"; then
+	tail -n 3 "$soak_log"
+else
+	cat "$soak_log"
+	failed+=("the soak")
+fi
+
+if [ ${#failed[@]} -gt 0 ]; then
+	echo "== failed: ${failed[*]}"
+	exit 1
+fi
 echo "== all tests passed"
