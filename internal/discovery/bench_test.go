@@ -13,6 +13,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -260,7 +262,7 @@ func BenchmarkDiscovery(b *testing.B) {
 		l := measure.Interleaved(30, direct, spawn, parse, whole, build, encodeReq)
 		h := measure.Interleaved(6, raw, hostChanged, hostSame, registerChanged, registerSame, visible)
 		spawnParse := l[3].P50
-		fmt.Printf("\ndiscovery of %d declarations (%.1f MB), p50 (machine loaded: 2 cores shared)\n", n, float64(len(out))/1e6)
+		fmt.Printf("\ndiscovery of %d declarations (%.1f MB), p50 (%d cores, load %s)\n", n, float64(len(out))/1e6, runtime.NumCPU(), loadAverage())
 		fmt.Printf("%-52s %10s\n", "the command run directly, stdout read (baseline)", l[0].P50)
 		fmt.Printf("%-52s %10s %8s\n", "  run as a process tree, stdout read", l[1].P50, ratio(l[1].P50, l[0].P50))
 		fmt.Printf("%-52s %10s\n", "  parse (ParseDeclarations)", l[2].P50)
@@ -355,7 +357,7 @@ func BenchmarkDiscoveredCall(b *testing.B) {
 				}
 			}
 			l := measure.Interleaved(samples, direct, through, run, nothing)
-			fmt.Printf("\na discovered tool's call, %d discovered tools registered, %d calls each (machine loaded: 2 cores shared)\n", n, samples)
+			fmt.Printf("\na discovered tool's call, %d discovered tools registered, %d calls each (%d cores, load %s)\n", n, samples, runtime.NumCPU(), loadAverage())
 			fmt.Printf("%-52s %10s %10s %8s\n", "", "p50", "p99", "p50 ×")
 			fmt.Printf("%-52s %10s %10s %8s\n", "the call command run directly (baseline)", l[0].P50, l[0].P99, "1.00×")
 			fmt.Printf("%-52s %10s %10s %8s   goal ≤ 1.15×\n", "through toolbus", l[1].P50, l[1].P99, ratio(l[1].P50, l[0].P50))
@@ -365,4 +367,17 @@ func BenchmarkDiscoveredCall(b *testing.B) {
 			client.Close()
 		}
 	}
+}
+
+// loadAverage is the machine's load over the last minute, as the kernel
+// tells it, or "unknown": the figures of a loaded machine are read apart.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	if f := strings.Fields(string(b)); len(f) > 0 {
+		return f[0]
+	}
+	return "unknown"
 }
