@@ -539,6 +539,11 @@ func (f *Facade) result(ctx context.Context, res *events.Result) *mcp.CallToolRe
 		if res.LLMContent != "" && res.LLMContent != res.Error.Message {
 			out.Content = append(out.Content, mcp.NewTextContent(res.LLMContent))
 		}
+		if ms := res.Error.RetryAfterMillis; ms > 0 {
+			// For the client's code to act on; the model reads it in the
+			// message.
+			out.Meta.AdditionalFields["toolbus/retryAfterMillis"] = ms
+		}
 		return out
 	}
 	out := &mcp.CallToolResult{IsError: toolFailed, RawStructuredContent: res.StructuredContent}
