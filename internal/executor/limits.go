@@ -343,10 +343,13 @@ func (c *call) slotCall() string { return IDKey(c.principal, c.inv.ID) }
 func (c *call) takeSlot(lim policy.Limit) *ending {
 	l, me, key := c.e.limits, c.slotCall(), lim.ID
 	l.track(key, me)
-	held := false
+	held, joined := false, false
 	defer func() {
-		if !held {
+		switch {
+		case joined && !held:
 			c.leaveQueue(key)
+		case !held:
+			l.untrack(key, me)
 		}
 	}()
 	full := func() *ending {
@@ -356,6 +359,7 @@ func (c *call) takeSlot(lim policy.Limit) *ending {
 	wait := min(lim.QueueWait, c.timeoutOf())
 	deadline := time.Now().Add(wait)
 	var watch jetstream.KeyWatcher
+	var updates <-chan jetstream.KeyValueEntry
 	defer func() {
 		if watch != nil {
 			_ = watch.Stop()
@@ -399,6 +403,7 @@ func (c *call) takeSlot(lim policy.Limit) *ending {
 			position = ahead + 1
 			if pos < 0 {
 				s.Waiters = append(s.Waiters, slotEntry{me, l.exec, until})
+				joined = true // or tried to: a write that failed may have been made
 				return true
 			}
 			return false
@@ -423,6 +428,7 @@ func (c *call) takeSlot(lim policy.Limit) *ending {
 			if watch, err = l.slots.Watch(c.ctx, key, jetstream.UpdatesOnly()); err != nil {
 				return c.limitFailed(lim, err)
 			}
+			updates = watch.Updates()
 			continue
 		}
 		left := time.Until(deadline)
@@ -431,7 +437,10 @@ func (c *call) takeSlot(lim policy.Limit) *ending {
 		}
 		timer := time.NewTimer(min(left, max(time.Until(wake), 0)+10*time.Millisecond))
 		select {
-		case <-watch.Updates():
+		case _, ok := <-updates:
+			if !ok { // the watch ended: the leases' timer goes on
+				updates = nil
+			}
 		case <-timer.C:
 		case <-c.ctx.Done():
 		}
