@@ -123,6 +123,13 @@ func (w *Waiting) Message(now time.Time) string {
 // String is Message now.
 func (w *Waiting) String() string { return w.Message(time.Now()) }
 
+// QueuedMessage says for a person that a call waits in line for a slot of
+// a limit: "queued: number 2 in line for a slot of the limit "execute
+// calls at once", for at most 2m0s".
+func QueuedMessage(q *events.Queued) string {
+	return fmt.Sprintf("queued: number %d in line for a slot of the limit %q, for at most %s", q.Position, q.Limit, time.Duration(q.DeadlineMillis)*time.Millisecond)
+}
+
 // hear hands what the executor sent before the result (m, received at
 // at) to w: output to Progress, a waiting notice to Waiting; heartbeats
 // and what does not decode to nobody.

@@ -429,6 +429,7 @@ func (f *Facade) handler(name string) mcpserver.ToolHandlerFunc {
 		if notify != nil {
 			// A client that shows progress shows why the call takes long.
 			watch.Waiting = func(w *invoke.Waiting) { notify(w.String()) }
+			watch.Queued = func(q *events.Queued) { notify(invoke.QueuedMessage(q)) }
 		}
 		if canAsk {
 			ask, wait := f.askingWatch(ctx, inv)
