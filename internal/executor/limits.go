@@ -137,6 +137,11 @@ func (c *call) applyLimits() *ending {
 		if lim.Bytes > 0 {
 			n, most, what = int64(len(c.inv.Args)), lim.Bytes, "bytes of arguments"
 		}
+		if n > most {
+			giveBack()
+			return &ending{out: tool.Failed(events.ErrRateLimited, fmt.Sprintf("Refused by the limit %q: at most %d %s per %s, and this call alone has %d; it cannot run under this limit, so do not retry it as it is.",
+				lim.Name, most, what, lim.Per, n))}
+		}
 		window := now.UnixNano() / int64(lim.Per)
 		subject := events.LimitCountPrefix + lim.ID + "." + strconv.FormatInt(window, 10)
 		count, err := l.count(c.ctx, subject, n)

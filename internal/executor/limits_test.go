@@ -38,6 +38,8 @@ limits contains {"name": "slow at once", "key": [principal], "concurrent": 1, "q
 limits contains {"name": "hold at once", "key": [principal], "concurrent": 1} if startswith(input.tool.name, "hold")
 
 limits contains {"name": "broken", "key": "k", "calls": 1} if input.tool.name == "list_directory"
+
+limits contains {"name": "small arguments", "key": "k", "bytes": 16, "per": "24h"} if input.tool.name == "pong"
 `})
 })
 
@@ -177,7 +179,7 @@ func TestRateLimitsHoldAcrossTheFleetPerAgent(t *testing.T) {
 	e := newEnv(t, withLimits(t))
 	// Two executors, each the only host of its tool: the calls of one
 	// agent alternate between them, and share one count.
-	e.hostTools(t, "executor@a", []tool.Tool{echoTool("ping_a")}, withLimits(t))
+	e.hostTools(t, "executor@a", []tool.Tool{echoTool("ping_a"), echoTool("pong")}, withLimits(t))
 	e.hostTools(t, "executor@b", []tool.Tool{echoTool("ping_b")}, withLimits(t))
 	x := invoke.NewClient(e.callerConn, events.Identity{ID: "agent:x", Agent: "x"}, "")
 	y := invoke.NewClient(e.callerConn, events.Identity{ID: "agent:y", Agent: "y"}, "")
@@ -214,6 +216,30 @@ func TestRateLimitsHoldAcrossTheFleetPerAgent(t *testing.T) {
 		if res := call(y, name); res.Error != nil {
 			t.Fatalf("call %d of agent y: %s %s", i, errType(res), res.LLMContent)
 		}
+	}
+	// Bytes of arguments: a call larger than the limit is refused and
+	// told not to retry, without counting; others count their bytes.
+	pong := func(args string) *events.Result {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		res, err := x.Invoke(ctx, &events.Invocation{Tool: "pong", Args: json.RawMessage(args)}, nil)
+		if err != nil {
+			t.Fatalf("invoke pong: %v", err)
+		}
+		return res
+	}
+	if res := pong(`{"n":1}`); res.Error != nil {
+		t.Fatalf("8 bytes: %s %s", errType(res), res.LLMContent)
+	}
+	if res := pong(`{"pad":"more than sixteen bytes"}`); errType(res) != events.ErrRateLimited || res.Error.RetryAfterMillis != 0 || !strings.Contains(res.LLMContent, "cannot run under this limit") {
+		t.Errorf("a call larger than the limit: %s %+v", errType(res), res.Error)
+	}
+	if res := pong(`{"n":2}`); res.Error != nil {
+		t.Fatalf("8 more bytes, 16 in all: %s %s", errType(res), res.LLMContent)
+	}
+	if res := pong(`{"n":3}`); errType(res) != events.ErrRateLimited || res.Error.RetryAfterMillis <= 0 {
+		t.Errorf("past 16 bytes: %s %+v", errType(res), res.Error)
 	}
 	// A call the policy sets no limit on is not held by any.
 	if res := e.call(t, "read_file", `{"file_path":"README.md"}`); res.Error != nil {
