@@ -205,7 +205,8 @@ func callTool(ctx context.Context, natsURL string, inv *events.Invocation, timeo
 	if err := client.Ping(ctx); err != nil {
 		return nil, err
 	}
-	w := &invoke.Watch{Waiting: func(n *invoke.Waiting) { fmt.Fprintln(os.Stderr, "toolbus: "+waitingLine(n, due, time.Now())) }}
+	w := &invoke.Watch{Waiting: func(n *invoke.Waiting) { fmt.Fprintln(os.Stderr, "toolbus: "+waitingLine(n, due, time.Now())) },
+		Queued: func(q *events.Queued) { fmt.Fprintln(os.Stderr, "toolbus: "+invoke.QueuedMessage(q)) }}
 	if stream {
 		w.Progress = func(s string) { fmt.Fprint(os.Stderr, s) }
 	}

@@ -3,6 +3,7 @@ package audit
 import (
 	"context"
 	"encoding/json"
+	"reflect"
 	"testing"
 
 	"github.com/toolbus/toolbus/internal/events"
@@ -33,7 +34,7 @@ decision := {"verdict": "DENY", "reason": "no secrets", "remember": false} if {
 			r := &Record{Args: json.RawMessage(`{"query":"` + q + `"}`)}
 			got, err := m.replay(ctx, pol, r, d)
 			want, _ := replay(ctx, pol, r, d)
-			if err != nil || got != want {
+			if err != nil || !reflect.DeepEqual(got, want) {
 				t.Errorf("round %d, %q: memo %+v (%v), replay %+v", round, q, got, err, want)
 			}
 		}

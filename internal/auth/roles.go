@@ -268,7 +268,11 @@ func Permissions(role Role, name string) *server.Permissions {
 			"$SRV.PING.>", "$SRV.INFO.>")
 		p.jsInfo()
 		p.makesBuckets()
-		p.manageKV(events.AllowlistBucket, events.DiscoveryStatusBucket, events.MCPStatusBucket, events.InvocationIDBucket)
+		p.manageKV(events.AllowlistBucket, events.DiscoveryStatusBucket, events.MCPStatusBucket, events.InvocationIDBucket, events.LimitSlotsBucket)
+		// The counters of the policy's rates: made by executors, added to
+		// with a request each (executor/limits.go).
+		p.pub(events.LimitCountPrefix+">", "$JS.API.STREAM.INFO."+events.LimitsStream,
+			"$JS.API.STREAM.CREATE."+events.LimitsStream, "$JS.API.STREAM.UPDATE."+events.LimitsStream)
 		p.manageObjects(events.OutputBucket)
 		// The policy and catalogue buckets are made by whoever comes
 		// first, with the same config; only an admin writes the policy's

@@ -257,6 +257,21 @@ func OpenKeyValue(ctx context.Context, js jetstream.JetStream, cfg jetstream.Key
 	return kv, err
 }
 
+// EnsureStream is EnsureKeyValue for a stream of the fleet's shared
+// state (the counters of limits, say): made, or updated to cfg, keeping
+// the fleet's replicas.
+func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	var s jetstream.Stream
+	err := retryTransient(ctx, func() (err error) {
+		if cfg.Replicas, err = fleetReplicas(ctx, js, cfg.Name); err != nil {
+			return err
+		}
+		s, err = js.CreateOrUpdateStream(ctx, cfg)
+		return err
+	})
+	return s, err
+}
+
 // EnsureObjectStore is EnsureKeyValue for an object store.
 func EnsureObjectStore(ctx context.Context, js jetstream.JetStream, cfg jetstream.ObjectStoreConfig) (jetstream.ObjectStore, error) {
 	var obj jetstream.ObjectStore

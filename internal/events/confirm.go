@@ -353,3 +353,39 @@ func (c *ConfirmWaiting) Validate() error {
 	}
 	return nil
 }
+
+// Queued tells a caller that its call waits in line for a slot of a
+// limit of calls at once the policy set (data.toolbus.limits): sent by
+// the executor on the invocation's reply subject, as a message of kind
+// KindQueued, when the call joins the line. It is the caller's alone; the
+// trail has a "queued" Step.
+type Queued struct {
+	Header
+	InvocationID string `json:"invocationId"`
+	Tool         string `json:"tool"`
+	// Limit is the policy's name of the limit.
+	Limit string `json:"limit"`
+	// Position is the call's place in line when it joined: 1 is next.
+	Position int `json:"position"`
+	// DeadlineMillis is how long from now the call waits at most.
+	DeadlineMillis int64 `json:"deadlineMillis"`
+}
+
+// EnvelopeType implements Envelope.
+func (*Queued) EnvelopeType() string { return "tool.queued" }
+
+// Validate implements Envelope.
+func (q *Queued) Validate() error {
+	typ := q.EnvelopeType()
+	if err := q.header().validateAbout(typ, q.InvocationID); err != nil {
+		return err
+	}
+	if q.DeadlineMillis < 0 || q.Position < 1 {
+		return invalid(typ, "deadlineMillis is negative, or position below 1")
+	}
+	return nil
+}
+
+// ForInvocation is the id of the invocation that waits in line
+// (InvocationID).
+func (q *Queued) ForInvocation() string { return q.InvocationID }

@@ -69,6 +69,12 @@ func examples() map[string]Envelope {
 		"confirm_closed.json":   &ConfirmClosed{Header: hdr("cc-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-5", ErrorType: ErrConfirmationTimeout, Reason: "No approver answered within 5m0s, so the call is denied.", AnswerTo: "toolbus.answer.q3Vb0hS1nYxJk2dQ7sLw9A"},
 		"confirm_waiting.json": &ConfirmWaiting{Header: hdr("cw-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-2", Tool: "write_file", Reason: "edits ask the user",
 			DeadlineMillis: 300000, Hint: "open the console at http://127.0.0.1:7878/ or run `toolbus confirm`"},
+		"queued.json": &Queued{Header: hdr("qu-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-8", Tool: "run_shell_command",
+			Limit: "execute calls at once", Position: 2, DeadlineMillis: 120000},
+		"result_rate_limited.json": &Result{Header: Header{ID: "res-4", Time: when, Sender: Identity{ID: "executor@dev-1", Role: "executor"}, Principal: "agent-7"}, InvocationID: "inv-9", Tool: "run_shell_command",
+			LLMContent: "Refused by the limit \"execute calls a minute\": at most 60 calls per 1m0s; the call was not run. Retry after 12.5s.", ReturnDisplay: "Refused by the limit \"execute calls a minute\": at most 60 calls per 1m0s; the call was not run. Retry after 12.5s.",
+			Error:  &ToolError{Type: ErrRateLimited, Message: "Refused by the limit \"execute calls a minute\": at most 60 calls per 1m0s; the call was not run. Retry after 12.5s.", RetryAfterMillis: 12500},
+			Policy: &PolicyVerdict{Verdict: Allow, Reason: "execute tools ask the user", Revision: "sha256:0f3a"}},
 		"server_request.json": &ServerRequest{Header: hdr("sr-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-7", Server: "github",
 			Method: MethodElicitation, Params: json.RawMessage(`{"message":"Which repository?","requestedSchema":{"type":"object","properties":{"repo":{"type":"string"}}}}`),
 			AnswerTo: "toolbus.answer.Zk1vQm9yVjJ4Y3dUbXpLcA", DeadlineMillis: 27000},
@@ -272,6 +278,7 @@ func FuzzDecode(f *testing.F) {
 		check(Decode[ConfirmRejected](data))
 		check(Decode[ConfirmClosed](data))
 		check(Decode[ConfirmWaiting](data))
+		check(Decode[Queued](data))
 		check(Decode[ServerRequest](data))
 		check(Decode[ServerAnswer](data))
 		check(Decode[Result](data))
@@ -326,6 +333,8 @@ func decodeAs(e Envelope, data []byte) (Envelope, error) {
 		return Decode[ConfirmClosed](data)
 	case *ConfirmWaiting:
 		return Decode[ConfirmWaiting](data)
+	case *Queued:
+		return Decode[Queued](data)
 	case *ServerRequest:
 		return Decode[ServerRequest](data)
 	case *ServerAnswer:

@@ -184,8 +184,16 @@ const (
 	ErrTooManyPending ErrorType = "TOO_MANY_PENDING_CONFIRMATIONS"
 	// ErrRateLimited is the executor's refusal of a call whose principal
 	// had more recorded in the audit trail, lately, than one principal
-	// may: the call is neither run nor recorded. Retry later.
+	// may: the call is neither run nor recorded. Retry later. It also
+	// ends a call over a rate the policy set (calls or bytes of arguments
+	// per interval, data.toolbus.limits): the call was not run, and
+	// ToolError.RetryAfterMillis says when the interval ends.
 	ErrRateLimited ErrorType = "RATE_LIMITED"
+	// ErrConcurrencyLimited ends a call over a limit of calls at once the
+	// policy set: as many run already, and the limit has no queue, or its
+	// queue is full, or the call waited in it as long as it may. The call
+	// was not run; ToolError.RetryAfterMillis says when to try again.
+	ErrConcurrencyLimited ErrorType = "CONCURRENCY_LIMITED"
 
 	// Failures of the built-in tools (Gemini CLI's names).
 	ErrFileNotFound           ErrorType = "FILE_NOT_FOUND"
@@ -216,6 +224,9 @@ type ToolError struct {
 	// get or a resource's read with (-32002: no such resource), which the
 	// facade gives its client as is.
 	MCPCode int `json:"mcpCode,omitempty"`
+	// RetryAfterMillis, on RATE_LIMITED and CONCURRENCY_LIMITED, is how
+	// long the caller should wait before it sends the call again.
+	RetryAfterMillis int64 `json:"retryAfterMillis,omitempty"`
 }
 
 // Result is the one terminal answer to an Invocation (seed 003 ToolResult).

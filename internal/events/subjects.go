@@ -157,6 +157,9 @@ const (
 	// KindWaiting carries a ConfirmWaiting: the call waits for a
 	// person's answer, until when, and where one gives it.
 	KindWaiting = "waiting"
+	// KindQueued carries a Queued: the call waits in line for a slot of
+	// a limit of calls at once.
+	KindQueued = "queued"
 	// KindLog carries a log message of the MCP server that serves the
 	// call (the params of its notifications/message, as it sent them),
 	// for the caller alone.
@@ -229,6 +232,19 @@ const (
 	// an executor creates the key of every call it takes, and refuses a
 	// call whose key exists (events.ErrInvocationIDReused).
 	InvocationIDBucket = "TOOLBUS_INVOCATION_IDS"
+	// LimitsStream is the counter stream (JetStream's AllowMsgCounter)
+	// of the rates the policy limits (data.toolbus.limits): one subject,
+	// LimitCountPrefix + the limit's id + "." + the window's number, per
+	// limit key and fixed window; executors add to it, and the server's
+	// acknowledgement says the new count.
+	LimitsStream = "TOOLBUS_LIMITS"
+	// LimitCountPrefix starts the subjects of LimitsStream.
+	LimitCountPrefix = "toolbus.limits."
+	// LimitSlotsBucket is the KV bucket of the calls at once the policy
+	// limits: one key per limit id, holding the calls that hold a slot
+	// and those that wait for one, in order, each with the executor that
+	// runs it and a lease it renews (executor/limits.go).
+	LimitSlotsBucket = "TOOLBUS_LIMIT_SLOTS"
 	// RegistryStateBucket is the KV bucket where the registry keeps its own
 	// state (sequence counter, runtime enable/disable overrides).
 	RegistryStateBucket = "TOOLBUS_REGISTRY"

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"reflect"
 	"testing"
 
 	"github.com/toolbus/toolbus/internal/events"
@@ -19,7 +20,7 @@ func TestDecisionCacheIsBounded(t *testing.T) {
 	var d decisions
 	small := []byte("read_file\x00small")
 	d.put(pol, 1, small, allow)
-	if got, ok := d.get(pol, 1, small); !ok || got.Decision != allow.Decision {
+	if got, ok := d.get(pol, 1, small); !ok || !reflect.DeepEqual(got.Decision, allow.Decision) {
 		t.Fatal("a small key was not kept")
 	}
 	if _, ok := d.get(pol, 2, small); ok {

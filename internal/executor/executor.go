@@ -125,6 +125,11 @@ type Config struct {
 	// IDTTL is how long an invocation id stays taken, fleet-wide
 	// (default DefaultIDTTL); the last executor to start sets it.
 	IDTTL time.Duration
+	// LimitLease is how long a call's slot of a limit of calls at once
+	// (or its place in the limit's line) stays taken without this
+	// executor renewing it, which it does every third of it (default
+	// DefaultLimitLease): how long an executor that died holds slots.
+	LimitLease time.Duration
 	// MaxPendingPerCaller bounds the calls of one principal waiting for
 	// a person's answer on this executor (default
 	// DefaultMaxPendingPerCaller): past it a call that would ask is
@@ -183,6 +188,8 @@ type Executor struct {
 
 	// ids is the fleet's bucket of taken invocation ids (ids.go).
 	ids *takenIDs
+	// limits counts the calls the policy limits (limits.go).
+	limits *limiter
 	// budget bounds what each principal has recorded (budget.go); nil
 	// where identities are not enforced.
 	budget *recordBudget
@@ -219,6 +226,7 @@ func (cfg Config) withDefaults() Config {
 	setDefault(&cfg.OutputStoreBytes, DefaultOutputStoreBytes)
 	setDefault(&cfg.OutputStoreTTL, DefaultOutputStoreTTL)
 	setDefault(&cfg.IDTTL, DefaultIDTTL)
+	setDefault(&cfg.LimitLease, DefaultLimitLease)
 	setDefault(&cfg.MaxPendingPerCaller, DefaultMaxPendingPerCaller)
 	setDefault(&cfg.RecordRate, DefaultRecordRate)
 	setDefault(&cfg.RecordBurst, DefaultRecordBurst)
@@ -330,6 +338,9 @@ func (e *Executor) follow(ctx context.Context) (err error) {
 		return fmt.Errorf("output store: %w", err)
 	}
 	if e.ids, err = openTakenIDs(ctx, e.js, e.cfg.IDTTL); err != nil {
+		return err
+	}
+	if e.limits, err = openLimiter(ctx, e.nc, e.js, e.id.ID, e.cfg.LimitLease, e.log); err != nil {
 		return err
 	}
 	if e.allowlist, err = openAllowlist(ctx, e.js, e.log); err != nil {
@@ -528,6 +539,9 @@ func (e *Executor) openBulk(ctx context.Context) (jetstream.ObjectStore, error) 
 }
 
 func (e *Executor) closeFollowers() {
+	if e.limits != nil {
+		e.limits.close()
+	}
 	if e.hookRuns != nil {
 		e.hookRuns.Close()
 	}

@@ -66,6 +66,10 @@ type call struct {
 	// admitted: the call is in e.running and counted in e.wg until its
 	// result is sent.
 	admitted bool
+	// limits are those the last decision named (limits.go); slots the
+	// keys of the slots of limits of calls at once the call holds.
+	limits []policy.Limit
+	slots  []string
 
 	once      sync.Once
 	heartbeat *time.Timer
@@ -440,6 +444,10 @@ func (c *call) run(found bool) {
 		c.end(st.output())
 		return
 	}
+	if end := c.applyLimits(); end != nil {
+		c.end(*end)
+		return
+	}
 	start := time.Now()
 	c.execute(confirmed)
 	c.e.observer.Stage("execute", time.Since(start))
@@ -577,6 +585,7 @@ func (c *call) decide(args map[string]any) policy.Decision {
 		e.decisions.put(pol, gen, key, j)
 	}
 	d := j.Decision
+	c.limits = d.Limits
 	c.verdict = events.PolicyVerdict{Verdict: d.Verdict, Reason: d.Reason, Revision: d.Revision, Cached: cached}
 	ev := &events.Decision{Header: c.header(), InvocationID: c.inv.ID, Tool: t.Name,
 		Verdict: d.Verdict, Reason: d.Reason, PolicyRevision: d.Revision, Cached: cached,
@@ -885,6 +894,9 @@ func (c *call) end(how ending) {
 	c.once.Do(func() {
 		defer c.release()
 		e := c.e
+		// Before the result goes out: the caller's next call finds the
+		// slot free.
+		c.releaseSlots()
 		res := &events.Result{Header: c.header(), InvocationID: c.inv.ID, Tool: nameOf(c.tool),
 			LLMContent: out.LLMContent, ReturnDisplay: out.ReturnDisplay, Parts: out.Parts, Error: out.Err,
 			PartsWhole: out.PartsWhole, StructuredContent: out.Structured, Meta: out.Meta, MCPResult: out.MCPResult, ExitCode: out.ExitCode}

@@ -78,6 +78,9 @@ type Watch struct {
 	// policy asked for one), until when and where one is given: once
 	// per round of confirmation. It must not block.
 	Waiting func(*Waiting)
+	// Queued is told that the call waits in line for a slot of a limit
+	// of calls at once the policy set. It must not block.
+	Queued func(*events.Queued)
 	// Log receives the log messages of the MCP server that serves the
 	// call, each the params of its notifications/message as it sent them
 	// (level, logger, data). It must not block.
@@ -120,6 +123,13 @@ func (w *Waiting) Message(now time.Time) string {
 // String is Message now.
 func (w *Waiting) String() string { return w.Message(time.Now()) }
 
+// QueuedMessage says for a person that a call waits in line for a slot of
+// a limit: "queued: number 2 in line for a slot of the limit "execute
+// calls at once", for at most 2m0s".
+func QueuedMessage(q *events.Queued) string {
+	return fmt.Sprintf("queued: number %d in line for a slot of the limit %q, for at most %s", q.Position, q.Limit, time.Duration(q.DeadlineMillis)*time.Millisecond)
+}
+
 // hear hands what the executor sent before the result (m, received at
 // at) to w: output to Progress, a waiting notice to Waiting; heartbeats
 // and what does not decode to nobody.
@@ -135,6 +145,13 @@ func (w *Watch) hear(m *nats.Msg, at time.Time) {
 	case events.KindLog:
 		if w.Log != nil {
 			w.Log(json.RawMessage(m.Data))
+		}
+	case events.KindQueued:
+		if w.Queued == nil {
+			return
+		}
+		if q, err := events.Decode[events.Queued](m.Data); err == nil {
+			w.Queued(q)
 		}
 	case events.KindWaiting:
 		if w.Waiting == nil {

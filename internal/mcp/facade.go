@@ -429,6 +429,7 @@ func (f *Facade) handler(name string) mcpserver.ToolHandlerFunc {
 		if notify != nil {
 			// A client that shows progress shows why the call takes long.
 			watch.Waiting = func(w *invoke.Waiting) { notify(w.String()) }
+			watch.Queued = func(q *events.Queued) { notify(invoke.QueuedMessage(q)) }
 		}
 		if canAsk {
 			ask, wait := f.askingWatch(ctx, inv)
@@ -538,6 +539,11 @@ func (f *Facade) result(ctx context.Context, res *events.Result) *mcp.CallToolRe
 		out := errorResult(res.InvocationID, res.Error.Type, fmt.Sprintf("%s: %s", res.Error.Type, res.Error.Message))
 		if res.LLMContent != "" && res.LLMContent != res.Error.Message {
 			out.Content = append(out.Content, mcp.NewTextContent(res.LLMContent))
+		}
+		if ms := res.Error.RetryAfterMillis; ms > 0 {
+			// For the client's code to act on; the model reads it in the
+			// message.
+			out.Meta.AdditionalFields["toolbus/retryAfterMillis"] = ms
 		}
 		return out
 	}

@@ -149,6 +149,7 @@ func (f *Facade) startHeld(inv *events.Invocation, state heldState, serverReques
 	watch := &invoke.Watch{
 		Progress: hc.forwardProgress,
 		Waiting:  func(w *invoke.Waiting) { hc.forwardProgress(w.String()) },
+		Queued:   func(q *events.Queued) { hc.forwardProgress(invoke.QueuedMessage(q)) },
 		Log:      hc.forwardLog,
 		Confirm: func(req *events.ConfirmRequest) {
 			select {

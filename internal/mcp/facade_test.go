@@ -463,3 +463,45 @@ func TestFacadeListChangedProgressAndCancel(t *testing.T) {
 		t.Error("a cancelled call returned no error to the client")
 	}
 }
+
+// A call over a limit the policy sets is an error result that carries
+// when to retry, for the client's code as well as the model.
+func TestFacadeTellsWhenToRetryALimitedCall(t *testing.T) {
+	pol, err := policy.Compile(context.Background(), policy.Files{"p.rego": `package toolbus
+decision := {"verdict": "ALLOW", "reason": "test"}
+limits contains {"name": "one read a day", "key": "reads", "calls": 1, "per": "24h"} if input.tool.name == "read_file"
+`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := executortest.Start(t, func(c *executor.Config) { c.Policy = pol })
+	conn := bustest.Connect(t, f.Bus)
+	fac, err := toolmcp.StartFacade(context.Background(), toolmcp.FacadeConfig{Conn: conn.Conn(), JS: conn.JetStream(), User: "ada", Logger: bustest.Quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fac.Close() })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(fac.HTTPHandler(toolmcp.HTTPConfig{Addr: ln.Addr().(*net.TCPAddr)}))
+	srv.Listener.Close()
+	srv.Listener = ln
+	srv.Start()
+	t.Cleanup(srv.Close)
+	c := connectHTTP(t, srv.URL+toolmcp.HTTPPath, "", "limited")
+	if res := callTool(t, c, "read_file", `{"file_path":"README.md"}`); res.IsError {
+		t.Fatalf("the first read: %q", text(res))
+	}
+	res := callTool(t, c, "read_file", `{"file_path":"README.md"}`)
+	if !res.IsError || !strings.Contains(text(res), "RATE_LIMITED: ") || !strings.Contains(text(res), "Retry after") {
+		t.Fatalf("the second read: error=%v %q", res.IsError, text(res))
+	}
+	if res.Meta == nil || res.Meta.AdditionalFields["toolbus/errorType"] != "RATE_LIMITED" {
+		t.Fatalf("_meta: %+v", res.Meta)
+	}
+	if ms, _ := res.Meta.AdditionalFields["toolbus/retryAfterMillis"].(float64); ms <= 0 {
+		t.Errorf("_meta carries no retry-after: %+v", res.Meta.AdditionalFields)
+	}
+}

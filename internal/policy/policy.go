@@ -134,6 +134,9 @@ type Policy struct {
 	revision string
 	files    Files
 	query    rego.PreparedEvalQuery
+	// limits: the set defines LimitsQuery, and query gives the decision
+	// and the limits in one array.
+	limits   bool
 	paths    rego.PreparedEvalQuery
 	remember rego.PreparedEvalQuery
 	approver rego.PreparedEvalQuery
@@ -183,7 +186,13 @@ func Compile(ctx context.Context, files Files) (*Policy, error) {
 	prepare := func(query string) (rego.PreparedEvalQuery, error) {
 		return regoOf(query, sources, store).PrepareForEval(ctx)
 	}
-	q, err := prepare(Query)
+	decisionQuery, limits := Query, definesLimits(modules)
+	if limits {
+		// One evaluation gives both: undefined limits are [], a rule
+		// that gives something is [its value], checked in decideValue.
+		decisionQuery = "[" + Query + ", [l | l := " + LimitsQuery + "]]"
+	}
+	q, err := prepare(decisionQuery)
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
@@ -227,7 +236,7 @@ func Compile(ctx context.Context, files Files) (*Policy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
-	return &Policy{revision: files.Revision(), files: files, query: q, paths: pq, remember: rq,
+	return &Policy{revision: files.Revision(), files: files, query: q, limits: limits, paths: pq, remember: rq,
 		approver: aq, refusals: adq, flagged: fq, toolDeny: tq, elicit: eq, srvReq: srq, samples: samples,
 		nondeterministic: nondeterministic(modules)}, nil
 }
@@ -459,6 +468,9 @@ type Decision struct {
 	Remember bool
 	// Revision is the policy revision that decided.
 	Revision string
+	// Limits are the limits the call is held to once it may run
+	// (LimitsQuery); none for a policy set without the rule.
+	Limits []Limit
 }
 
 // Decide evaluates the policy for input. It never fails open: an error, an
@@ -510,7 +522,21 @@ func (p *Policy) decideValue(ctx context.Context, value ast.Value) Decision {
 	if len(rs) != 1 || len(rs[0].Expressions) != 1 {
 		return deny("%s is undefined", Query)
 	}
-	out, ok := rs[0].Expressions[0].Value.(ast.Object)
+	result := rs[0].Expressions[0].Value
+	var limits []Limit
+	if p.limits {
+		both, _ := result.(*ast.Array)
+		if both == nil || both.Len() != 2 {
+			return deny("%s is undefined", Query)
+		}
+		result = both.Elem(0).Value
+		if given, _ := both.Elem(1).Value.(*ast.Array); given != nil && given.Len() == 1 {
+			if limits, err = limitsOf(given.Elem(0).Value); err != nil {
+				return deny("%v", err)
+			}
+		}
+	}
+	out, ok := result.(ast.Object)
 	if !ok {
 		return deny("%s is not an object", Query)
 	}
@@ -520,7 +546,7 @@ func (p *Policy) decideValue(ctx context.Context, value ast.Value) Decision {
 	if !events.Verdict(verdict).Valid() {
 		return deny("%s.verdict is %q, not ALLOW, DENY or ASK_USER", Query, string(verdict))
 	}
-	return Decision{Verdict: events.Verdict(verdict), Reason: string(reason), Remember: bool(remember), Revision: p.revision}
+	return Decision{Verdict: events.Verdict(verdict), Reason: string(reason), Remember: bool(remember), Revision: p.revision, Limits: limits}
 }
 
 // The fields of a decision, as terms made once.

@@ -3,6 +3,7 @@ package policy_test
 import (
 	"context"
 	"encoding/json"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -60,7 +61,7 @@ func checkReplay(t *testing.T, pol, other *policy.Policy, in *policy.Input, fres
 		t.Fatalf("recorded input differs from the evaluated one:\n got %v\nwant %v", got, want)
 	}
 	again, err := pol.Replay(ctx, rec, in.Args)
-	if err != nil || again != d {
+	if err != nil || !reflect.DeepEqual(again, d) {
 		t.Fatalf("replay under the same policy: %+v (%v), recorded %+v", again, err, d)
 	}
 	if other == nil {
@@ -68,7 +69,7 @@ func checkReplay(t *testing.T, pol, other *policy.Policy, in *policy.Input, fres
 	}
 	live := other.Decide(ctx, fresh())
 	replayed, err := other.Replay(ctx, rec, in.Args)
-	if err != nil || replayed != live {
+	if err != nil || !reflect.DeepEqual(replayed, live) {
 		t.Fatalf("replay under another policy: %+v (%v), a live call %+v", replayed, err, live)
 	}
 }

@@ -66,7 +66,7 @@ var allTypes = []toolbus.ErrorType{
 	toolbus.ErrConfirmationTimeout, toolbus.ErrExecutionFailed, toolbus.ErrTimeout, toolbus.ErrCancelled,
 	toolbus.ErrExecutorLost, toolbus.ErrFileNotFound, toolbus.ErrFileTooLarge, toolbus.ErrPathNotInWorkspace,
 	toolbus.ErrEditNoOccurrence, toolbus.ErrEditOccurrenceMismatch, toolbus.ErrShellFailed, toolbus.ErrMCPToolError,
-	toolbus.ErrInvocationIDReused, toolbus.ErrTooManyPending, toolbus.ErrRateLimited,
+	toolbus.ErrInvocationIDReused, toolbus.ErrTooManyPending, toolbus.ErrRateLimited, toolbus.ErrConcurrencyLimited,
 }
 
 // checkFailure checks that a failed call gave both a Result and its

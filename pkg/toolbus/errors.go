@@ -2,6 +2,7 @@ package toolbus
 
 import (
 	"errors"
+	"time"
 
 	"github.com/toolbus/toolbus/internal/events"
 )
@@ -49,6 +50,9 @@ const (
 	// ErrRateLimited: this caller had more recorded in the audit trail
 	// lately than one caller may; the call was not run. Retry later.
 	ErrRateLimited = ErrorType(events.ErrRateLimited)
+	// ErrConcurrencyLimited: as many of this caller's calls of the kind
+	// run at once as the policy lets run; the call was not run.
+	ErrConcurrencyLimited = ErrorType(events.ErrConcurrencyLimited)
 
 	// Failures of the built-in tools.
 	ErrFileNotFound           = ErrorType(events.ErrFileNotFound)
@@ -69,6 +73,9 @@ const (
 type ToolError struct {
 	Type    ErrorType
 	Message string
+	// RetryAfter, on ErrRateLimited and ErrConcurrencyLimited, is how
+	// long to wait before sending the call again.
+	RetryAfter time.Duration
 }
 
 // Error implements error.
@@ -99,5 +106,5 @@ func toolError(e *events.ToolError) *ToolError {
 	if e == nil {
 		return nil
 	}
-	return &ToolError{Type: ErrorType(e.Type), Message: e.Message}
+	return &ToolError{Type: ErrorType(e.Type), Message: e.Message, RetryAfter: time.Duration(e.RetryAfterMillis) * time.Millisecond}
 }

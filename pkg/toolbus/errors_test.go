@@ -23,6 +23,7 @@ import (
 //	ErrTimeout, ErrEditNoOccurrence, ErrEditOccurrenceMismatch,
 //	ErrInvocationIDReused                                        TestErrorTypes
 //	ErrTooManyPending, ErrRateLimited                            TestOneCallerCannotFillTheApproversQueue (internal/approve), TestAFloodingCallerIsRefusedAndNothingOfItKept (internal/executor)
+//	ErrRateLimited, ErrConcurrencyLimited                        TestRateLimitsHoldAcrossTheFleetPerAgent, TestConcurrencyLimitRefusesWithoutAQueue (internal/executor)
 //	ErrConfirmationTimeout                                       TestConfirmationTimeout
 //	ErrCancelled                                                 TestCancelFromAnotherClient, TestContextCancelled, TestBatch
 //	ErrShellFailed                                               TestShellFailed
