@@ -400,6 +400,10 @@ func TestAnAgentCannotStepOutOfItsRole(t *testing.T) {
 	f.violated(t, "mallory", "forge a decision", events.SubjectDecision)
 	publish("$KV."+events.PolicyBucket+".active", body)
 	f.violated(t, "mallory", "push a policy", "$KV."+events.PolicyBucket+".active")
+	// A counter takes any increment, a negative one too: only executors
+	// count a session's calls.
+	publish(events.SessionSubjectPrefix+"calls.x", nil)
+	f.violated(t, "mallory", "change a session's count", events.SessionSubjectPrefix+"calls.x")
 	publish(events.SubjectResult, body)
 	f.violated(t, "mallory", "publish a result", events.SubjectResult)
 	publish(events.CallerResultSubject("agent"), body)

@@ -183,6 +183,9 @@ type Executor struct {
 
 	// ids is the fleet's bucket of taken invocation ids (ids.go).
 	ids *takenIDs
+	// sessions counts the calls of sessions, for the loop guards
+	// (sessions.go).
+	sessions *sessionCounter
 	// budget bounds what each principal has recorded (budget.go); nil
 	// where identities are not enforced.
 	budget *recordBudget
@@ -330,6 +333,9 @@ func (e *Executor) follow(ctx context.Context) (err error) {
 		return fmt.Errorf("output store: %w", err)
 	}
 	if e.ids, err = openTakenIDs(ctx, e.js, e.cfg.IDTTL); err != nil {
+		return err
+	}
+	if e.sessions, err = openSessionCounter(ctx, e.js, e.nc); err != nil {
 		return err
 	}
 	if e.allowlist, err = openAllowlist(ctx, e.js, e.log); err != nil {
@@ -543,6 +549,7 @@ func (e *Executor) closeFollowers() {
 	if e.allowlist != nil {
 		e.allowlist.close()
 	}
+	e.sessions.close()
 	if e.rec != nil {
 		// Every call has ended: what they recorded gets a few seconds
 		// more to be stored (a stream leader being elected).
