@@ -13,6 +13,7 @@ import (
 	"github.com/toolbus/toolbus/internal/invoke"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/audittest"
 	"github.com/toolbus/toolbus/internal/testkit/bustest"
 	"github.com/toolbus/toolbus/internal/tool"
 	defaultpolicy "github.com/toolbus/toolbus/policy"
@@ -119,6 +120,25 @@ func TestLoopGuardAsksAtTheFifthRepeat(t *testing.T) {
 	}
 	if errType(res) != events.ErrUserCancelled || !strings.Contains(res.LLMContent, "stop looping") {
 		t.Errorf("the person's cancel: %s %q", errType(res), res.LLMContent)
+	}
+	// The trail records the counts with the decision: a replay asks
+	// again, for the same reason.
+	var d *events.Decision
+	testkit.Eventually(t, "the fifth write's decision in the trail", func() bool {
+		for _, rec := range audittest.Decisions(t, e.bus.JetStream()) {
+			if rec.InvocationID == res.InvocationID {
+				d = rec
+			}
+		}
+		return d != nil
+	})
+	args, err := policy.DecodeArgs(json.RawMessage(write))
+	if err != nil {
+		t.Fatal(err)
+	}
+	replayed, err := e.exec.Policy().Replay(context.Background(), policy.Recorded{Input: d.Input}, args)
+	if err != nil || replayed.Verdict != events.AskUser || replayed.Reason != d.Reason {
+		t.Errorf("the fifth write replayed: %+v %v, recorded %s %q (input %s)", replayed, err, d.Verdict, d.Reason, d.Input)
 	}
 	// Reads repeat freely.
 	for range 6 {

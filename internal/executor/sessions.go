@@ -35,14 +35,16 @@ import (
 // session for every call starts from zero each time; per-principal limits
 // are what bound it.
 //
-// Each counted call adds one to three counters in one round trip: the
-// session's calls, and this call's repeats in the current window and in
-// the next. A window's counter then holds the calls of the window before
-// it and its own, so the repeats a call sees are those of the last
-// repeatWindow at least and of twice that at most, without reading
-// anything but the acknowledgements. A counter the stream has not changed
-// for sessionMaxAge is dropped: a session idle that long starts again
-// from zero.
+// Each counted call adds one to each of three counters, in one round
+// trip: the session's calls, and this call's repeats in the current
+// window and in the next. A window's counter then holds the calls of the
+// window before it and its own, so the repeats a call sees are those of
+// the last repeatWindow at least and of twice that at most, read from the
+// acknowledgements alone. A counter the stream has not changed for
+// sessionMaxAge is dropped: a session idle that long starts again from
+// zero. So is the oldest counter when the stream is full
+// (sessionStreamBytes, a hundred thousand calls of other sessions
+// since, or more): a flood of calls is what rate limits are for.
 //
 // The counters are read only for a policy that reads input.session
 // (policy.Policy.ReadsSession) and a caller that names a session; any
@@ -54,7 +56,7 @@ import (
 const (
 	repeatWindow       = 5 * time.Minute
 	sessionMaxAge      = 24 * time.Hour
-	sessionStreamBytes = 256 << 20
+	sessionStreamBytes = 64 << 20
 	// countWait bounds the wait for the counters on the way of one call.
 	countWait = 5 * time.Second
 )
@@ -89,10 +91,13 @@ type counterAck struct {
 // to its config, and subscribes to the acknowledgements.
 func openSessionCounter(ctx context.Context, js jetstream.JetStream, nc *nats.Conn) (*sessionCounter, error) {
 	_, err := bus.EnsureStream(ctx, js, jetstream.StreamConfig{
-		Name:              events.SessionStream,
-		Description:       "toolbus: calls counted per session and per repeated call, for the loop guards",
-		Subjects:          []string{events.SessionSubjectPrefix + ">"},
-		Storage:           jetstream.FileStorage,
+		Name:        events.SessionStream,
+		Description: "toolbus: calls counted per session and per repeated call, for the loop guards",
+		Subjects:    []string{events.SessionSubjectPrefix + ">"},
+		// In memory: an increment is stored in about half the time a file
+		// takes, and these counts are worth less than that: a bus that
+		// restarts forgets them, as a session idle for a day is forgotten.
+		Storage:           jetstream.MemoryStorage,
 		MaxAge:            sessionMaxAge,
 		MaxBytes:          sessionStreamBytes,
 		MaxMsgsPerSubject: 1, // a counter's last message holds its value
