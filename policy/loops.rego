@@ -19,12 +19,18 @@ session_call_budget := 2000
 # The kinds whose repeats are asked about: those that change things.
 loop_kinds := {"edit", "delete", "move", "execute"}
 
-# Through ask_always (toolbus.rego): a remembered approval of the tool,
-# the path or the command does not turn it into ALLOW, and the answer is
-# not remembered.
-ask_always contains sprintf("this session made this same call %d times in the last minutes: a person confirms it should go on (from %d times, each repeat is asked)", [input.session.repeats, repeat_asks_at]) if {
+# looping: the session repeats a call that changes things.
+looping if {
 	input.tool.kind in loop_kinds
 	input.session.repeats >= repeat_asks_at
+}
+
+# Through ask_always (toolbus.rego): a remembered approval of the tool,
+# the path or the command does not turn it into ALLOW, and the answer is
+# not remembered. Nor is the agent's own client asked (approvers.rego,
+# elicitation_allowed): a looping agent's client may answer for it.
+ask_always contains sprintf("this session made this same call %d times in the last minutes: a person confirms it should go on (from %d times, each repeat is asked)", [input.session.repeats, repeat_asks_at]) if {
+	looping
 }
 
 deny contains sprintf("this session made %d calls, past its budget of %d: start a new session to go on", [input.session.calls, session_call_budget]) if {

@@ -66,3 +66,12 @@ test_no_session_no_loop_guard if {
 	verdict(write_k_remembered) == "ALLOW"
 	verdict(file_tool("read_file", "read", ["/w/k.txt"])) == "ALLOW"
 }
+
+# The person in front of the agent may confirm its edits through the
+# agent's own client, but not a loop of them: that goes to the fleet's
+# approvers.
+test_a_loop_is_not_confirmed_through_the_agents_client if {
+	inp := object.union(write_k, {"caller": {"id": "agent:test", "session": "s1"}})
+	toolbus.elicitation_allowed with input as in_session(inp, 10, 4)
+	not toolbus.elicitation_allowed with input as in_session(inp, 10, 5)
+}

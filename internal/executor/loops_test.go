@@ -83,11 +83,25 @@ func TestLoopGuardAsksAtTheFifthRepeat(t *testing.T) {
 		return &events.ConfirmAnswer{Outcome: events.ProceedAlways}
 	})
 	write := `{"file_path":"loop.txt","content":"again"}`
-	if res := e.call(t, "write_file", write); res.Error != nil || verdictOf(res) != events.AskUser {
+	// The caller can ask its own user: an edit may be confirmed there, a
+	// loop of them only by the fleet's approvers.
+	writeAsking := func() *events.Result {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		inv := &events.Invocation{Tool: "write_file", Args: json.RawMessage(write), CallerConfirms: true}
+		inv.Sender = events.Identity{ID: "agent:test", Role: "agent", Session: "s1"}
+		res, err := e.client.InvokeAs(ctx, inv, &invoke.Watch{Confirm: func(*events.ConfirmRequest) {}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	if res := writeAsking(); res.Error != nil || verdictOf(res) != events.AskUser {
 		t.Fatalf("first write: %s %s %q", verdictOf(res), errType(res), res.LLMContent)
 	}
-	if req := <-a.requests; strings.Contains(req.Reason, "same call") {
-		t.Fatalf("the first write was asked about as a repeat: %q", req.Reason)
+	if req := <-a.requests; strings.Contains(req.Reason, "same call") || !req.CallerMayAnswer {
+		t.Fatalf("the first write was asked about as a repeat (%q), or not of the caller's user (%v)", req.Reason, req.CallerMayAnswer)
 	}
 	testkit.Eventually(t, "the path remembered", func() bool {
 		return len(e.exec.allowlist.entriesFor("write_file", events.SourceBuiltin, "")) > 0
@@ -110,13 +124,13 @@ func TestLoopGuardAsksAtTheFifthRepeat(t *testing.T) {
 			t.Errorf("%s: %s %s %q, want allowed: not a fifth repeat", c.what, verdictOf(res), errType(res), res.LLMContent)
 		}
 	}
-	res := e.call(t, "write_file", write)
+	res := writeAsking()
 	if verdictOf(res) != events.AskUser || !strings.Contains(res.Policy.Reason, "made this same call 5 times") {
 		t.Fatalf("fifth write: %s %q, want ASK_USER: made this same call 5 times", verdictOf(res), res.Policy.Reason)
 	}
 	req := <-a.requests
-	if len(req.Always) != 0 {
-		t.Errorf("the fifth repeat offers the approver %+v, want no \"always\"", req.Always)
+	if len(req.Always) != 0 || req.CallerMayAnswer {
+		t.Errorf("the fifth repeat offers the approver %+v, the caller's user may answer: %v; want no \"always\", the approvers alone", req.Always, req.CallerMayAnswer)
 	}
 	if errType(res) != events.ErrUserCancelled || !strings.Contains(res.LLMContent, "stop looping") {
 		t.Errorf("the person's cancel: %s %q", errType(res), res.LLMContent)

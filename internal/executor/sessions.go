@@ -90,6 +90,22 @@ type counterAck struct {
 // openSessionCounter makes the counter stream, or brings an existing one
 // to its config, and subscribes to the acknowledgements.
 func openSessionCounter(ctx context.Context, js jetstream.JetStream, nc *nats.Conn) (*sessionCounter, error) {
+	if err := ensureSessionStream(ctx, js); err != nil {
+		return nil, err
+	}
+	s := &sessionCounter{nc: nc, waiting: map[uint64]ackSlot{}}
+	s.prefix = nc.NewRespInbox() + "."
+	var err error
+	if s.sub, err = nc.Subscribe(s.prefix+"*", s.acked); err != nil {
+		return nil, fmt.Errorf("session counters: %w", err)
+	}
+	_ = s.sub.SetPendingLimits(-1, -1) // acknowledgements are small and handled at once
+	return s, nil
+}
+
+// ensureSessionStream makes the counter stream, or brings an existing
+// one to its config.
+func ensureSessionStream(ctx context.Context, js jetstream.JetStream) error {
 	_, err := bus.EnsureStream(ctx, js, jetstream.StreamConfig{
 		Name:        events.SessionStream,
 		Description: "toolbus: calls counted per session and per repeated call, for the loop guards",
@@ -105,15 +121,9 @@ func openSessionCounter(ctx context.Context, js jetstream.JetStream, nc *nats.Co
 		AllowMsgCounter:   true,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("session counters: %w", err)
+		return fmt.Errorf("session counters: %w", err)
 	}
-	s := &sessionCounter{nc: nc, waiting: map[uint64]ackSlot{}}
-	s.prefix = nc.NewRespInbox() + "."
-	if s.sub, err = nc.Subscribe(s.prefix+"*", s.acked); err != nil {
-		return nil, fmt.Errorf("session counters: %w", err)
-	}
-	_ = s.sub.SetPendingLimits(-1, -1) // acknowledgements are small and handled at once
-	return s, nil
+	return nil
 }
 
 func (s *sessionCounter) close() {
