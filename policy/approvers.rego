@@ -63,7 +63,8 @@ outside_workspace := sort([p | some p in input.paths; not in_workspace_or_harmle
 # is shown to that person as its diff. Off too for discovered tools (the
 # project's own code, run with the agent's arguments) and for a call a
 # user's hook asked a person about: the hook asked for a person, and the
-# agent's client may be no person at all.
+# agent's client may be no person at all; and for a call repeated in a
+# loop (loops.rego), which a looping agent's client could go on answering.
 elicitation_off_kinds := {"delete", "move", "execute"}
 
 default elicitation_allowed := false
@@ -73,6 +74,7 @@ elicitation_allowed if {
 	not input.shell
 	input.tool.source != "discovered"
 	not input.hookAsked
+	not looping
 }
 
 # An agent user answers for the calls of the agent and session they are in

@@ -226,7 +226,8 @@ func (f *fleet) clean(t *testing.T, names ...string) {
 func TestEveryRoleDoesItsWorkWithItsOwnPermissions(t *testing.T) {
 	f := startFleet(t)
 	agent := f.as(t, "agent")
-	client := invoke.NewClient(agent.Conn(), events.Identity{ID: "whoever", Role: "agent"}, agent.Principal())
+	// In a session: the executors count its calls in their own stream.
+	client := invoke.NewClient(agent.Conn(), events.Identity{ID: "whoever", Role: "agent", Session: "s1"}, agent.Principal())
 	defer client.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -400,6 +401,10 @@ func TestAnAgentCannotStepOutOfItsRole(t *testing.T) {
 	f.violated(t, "mallory", "forge a decision", events.SubjectDecision)
 	publish("$KV."+events.PolicyBucket+".active", body)
 	f.violated(t, "mallory", "push a policy", "$KV."+events.PolicyBucket+".active")
+	// A counter takes any increment, a negative one too: only executors
+	// count a session's calls.
+	publish(events.SessionSubjectPrefix+"calls.x", nil)
+	f.violated(t, "mallory", "change a session's count", events.SessionSubjectPrefix+"calls.x")
 	publish(events.SubjectResult, body)
 	f.violated(t, "mallory", "publish a result", events.SubjectResult)
 	publish(events.CallerResultSubject("agent"), body)

@@ -273,6 +273,10 @@ func Permissions(role Role, name string) *server.Permissions {
 		// with a request each (executor/limits.go).
 		p.pub(events.LimitCountPrefix+">", "$JS.API.STREAM.INFO."+events.LimitsStream,
 			"$JS.API.STREAM.CREATE."+events.LimitsStream, "$JS.API.STREAM.UPDATE."+events.LimitsStream)
+		// The sessions' counters (executor/sessions.go): executors alone
+		// count, so that no caller can lower its own counts.
+		p.pub("$JS.API.STREAM.CREATE."+events.SessionStream, "$JS.API.STREAM.UPDATE."+events.SessionStream,
+			"$JS.API.STREAM.INFO."+events.SessionStream, events.SessionSubjectPrefix+">")
 		p.manageObjects(events.OutputBucket)
 		// The policy and catalogue buckets are made by whoever comes
 		// first, with the same config; only an admin writes the policy's

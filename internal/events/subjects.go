@@ -245,6 +245,16 @@ const (
 	// and those that wait for one, in order, each with the executor that
 	// runs it and a lease it renews (executor/limits.go).
 	LimitSlotsBucket = "TOOLBUS_LIMIT_SLOTS"
+	// SessionStream is the JetStream counter stream of the calls of the
+	// callers' sessions, for the loop guards (input.session): executors
+	// alone write it, one counter per subject below SessionSubjectPrefix
+	// (executor/sessions.go names them).
+	SessionStream = "TOOLBUS_SESSIONS"
+	// SessionSubjectPrefix + "calls.<key>" counts a session's calls, and
+	// SessionSubjectPrefix + "repeats.<window>.<key>" the calls of one
+	// tool with one set of arguments; the keys are hashes, never the
+	// names a caller chose.
+	SessionSubjectPrefix = "toolbus.sessions."
 	// RegistryStateBucket is the KV bucket where the registry keeps its own
 	// state (sequence counter, runtime enable/disable overrides).
 	RegistryStateBucket = "TOOLBUS_REGISTRY"

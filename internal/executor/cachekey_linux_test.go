@@ -24,16 +24,18 @@ func TestACachedAllowDoesNotCoverAHardLinkSwappedIn(t *testing.T) {
 	if err := os.WriteFile(k, []byte("plain\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for range 2 { // the second is answered from the cache
-		if res := e.call(t, "read_file", `{"file_path":"k.txt"}`); res.Error != nil || !strings.Contains(res.LLMContent, "plain") {
-			t.Fatalf("read_file of a plain file: %s %q", errType(res), res.LLMContent)
+	// A caller without a session: a session's decisions are not cached.
+	plain := sessionless(t, e)
+	for i := range 2 { // the second is answered from the cache
+		if res := callWith(t, plain, "read_file", `{"file_path":"k.txt"}`); res.Error != nil || !strings.Contains(res.LLMContent, "plain") || res.Policy.Cached != (i == 1) {
+			t.Fatalf("read_file of a plain file: %s %q cached=%v", errType(res), res.LLMContent, res.Policy.Cached)
 		}
 	}
 	if err := os.Remove(k); err != nil {
 		t.Fatal(err)
 	}
 	linkedKey(t, e.ws.Root())
-	res := e.call(t, "read_file", `{"file_path":"k.txt"}`)
+	res := callWith(t, plain, "read_file", `{"file_path":"k.txt"}`)
 	if strings.Contains(res.LLMContent, "PRIVATE") || errType(res) != events.ErrPolicyDenied || !strings.Contains(res.LLMContent, "has other names") {
 		t.Errorf("read_file of the hard link after the plain file was allowed: %s %q, want %s: has other names", errType(res), res.LLMContent, events.ErrPolicyDenied)
 	}

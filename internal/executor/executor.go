@@ -190,6 +190,9 @@ type Executor struct {
 	ids *takenIDs
 	// limits counts the calls the policy limits (limits.go).
 	limits *limiter
+	// sessions counts the calls of sessions, for the loop guards
+	// (sessions.go).
+	sessions *sessionCounter
 	// budget bounds what each principal has recorded (budget.go); nil
 	// where identities are not enforced.
 	budget *recordBudget
@@ -341,6 +344,9 @@ func (e *Executor) follow(ctx context.Context) (err error) {
 		return err
 	}
 	if e.limits, err = openLimiter(ctx, e.nc, e.js, e.id.ID, e.cfg.LimitLease, e.log); err != nil {
+		return err
+	}
+	if e.sessions, err = openSessionCounter(ctx, e.js, e.nc); err != nil {
 		return err
 	}
 	if e.allowlist, err = openAllowlist(ctx, e.js, e.log); err != nil {
@@ -557,6 +563,7 @@ func (e *Executor) closeFollowers() {
 	if e.allowlist != nil {
 		e.allowlist.close()
 	}
+	e.sessions.close()
 	if e.rec != nil {
 		// Every call has ended: what they recorded gets a few seconds
 		// more to be stored (a stream leader being elected).

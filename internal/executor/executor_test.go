@@ -969,6 +969,9 @@ func TestAFailedStartLeavesNothingRunning(t *testing.T) {
 	} else {
 		l.close()
 	}
+	if err := ensureSessionStream(ctx, b.JetStream()); err != nil {
+		t.Fatal(err)
+	}
 	// The server sets up the confirmation stream's copying from the
 	// audit stream in its own time: once a message has been copied, its
 	// goroutines for it are running, and are not the executor's either.

@@ -88,6 +88,18 @@ func invoke(t *testing.T, f *executortest.Fleet, id, tool, args string) *events.
 	return res
 }
 
+// invokeAs is invoke, the call sent as who.
+func invokeAs(t *testing.T, f *executortest.Fleet, who events.Identity, id, tool, args string) *events.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := f.Client.InvokeAs(ctx, &events.Invocation{Header: events.Header{ID: id, Sender: who}, Tool: tool, Args: json.RawMessage(args)}, nil)
+	if err != nil {
+		t.Fatalf("%s: %v", id, err)
+	}
+	return res
+}
+
 func errTypeOf(r *events.Result) events.ErrorType {
 	if r.Error == nil {
 		return ""
@@ -238,8 +250,11 @@ func TestAskingHookTurnsAReadIntoAQuestion(t *testing.T) {
 		t.Errorf("read without an approver: %s %q", errTypeOf(res), res.LLMContent)
 	}
 	seat(t, f, events.ProceedOnce)
+	// A caller without a session, whose decisions are cached: a session's
+	// counts change with every call.
+	plain := events.Identity{ID: "agent:test", Role: "agent", User: "ada"}
 	for _, id := range []string{"read-asked-1", "read-asked-2"} {
-		res = invoke(t, f, id, "read_file", `{"file_path":"README.md"}`)
+		res = invokeAs(t, f, plain, id, "read_file", `{"file_path":"README.md"}`)
 		if errTypeOf(res) != "" || !strings.Contains(res.LLMContent, "# hello") || res.Policy == nil || res.Policy.Verdict != events.Allow {
 			t.Errorf("%s: %s %q %+v", id, errTypeOf(res), res.LLMContent, res.Policy)
 		}

@@ -55,7 +55,10 @@ type call struct {
 	hookAsked bool
 	paths     []string        // and the files it was shown
 	shell     *shell.Analysis // and the analysis of its shell line
-	tc        tool.Call
+	// session is what the fleet counted of the caller's session, this
+	// call included; nil when the policy was shown no counts.
+	session *policy.SessionCounts
+	tc      tool.Call
 
 	// What the policy was shown of the files on disk (see judged.go).
 	judgedMu  sync.Mutex
@@ -507,8 +510,11 @@ func (c *call) authorize(args map[string]any) (confirmed bool, st *stop) {
 	obs := c.e.observer
 	for round := 0; ; round++ {
 		start := time.Now()
-		d := c.decide(args)
+		d, st := c.decide(args)
 		obs.Stage("policy", time.Since(start))
+		if st != nil {
+			return confirmed, st
+		}
 		if d.Verdict == events.Allow || d.Verdict == events.AskUser {
 			if d, st = c.preHooks(d); st != nil {
 				return confirmed, st
@@ -570,19 +576,36 @@ func (c *call) validate(raw json.RawMessage) (map[string]any, *stop) {
 }
 
 // decide asks the policy in force and records its decision, with the
-// input it was made on (events.Decision).
-func (c *call) decide(args map[string]any) policy.Decision {
+// input it was made on (events.Decision). It returns the stop that ends
+// the call instead when the input cannot be made: the session's calls
+// could not be counted.
+func (c *call) decide(args map[string]any) (policy.Decision, *stop) {
 	e, t := c.e, c.tool
 	c.args = args
 	pol, gen := e.policy.Load(), e.allowlist.gen.Load()
+	if st := c.countSession(pol, args); st != nil {
+		return policy.Decision{}, st
+	}
 	paths, sh := c.named(args, pol)
 	c.paths, c.shell = paths, sh
-	var buf [512]byte
-	key := appendDecisionKey(buf[:0], t, c.inv, paths, c.hardLinks)
-	j, cached := e.decisions.get(pol, gen, key)
+	var (
+		buf    [512]byte
+		key    []byte
+		j      judged
+		cached bool
+	)
+	// A session's counts change from call to call: a decision made with
+	// them is neither reused nor kept.
+	reusable := c.session == nil
+	if reusable {
+		key = appendDecisionKey(buf[:0], t, c.inv, paths, c.hardLinks)
+		j, cached = e.decisions.get(pol, gen, key)
+	}
 	if !cached {
 		j.Decision, j.rec = pol.DecideRecorded(c.ctx, c.input(args, paths, c.hardLinks, sh))
-		e.decisions.put(pol, gen, key, j)
+		if reusable {
+			e.decisions.put(pol, gen, key, j)
+		}
 	}
 	d := j.Decision
 	c.limits = d.Limits
@@ -598,7 +621,25 @@ func (c *call) decide(args map[string]any) policy.Decision {
 	} else {
 		c.holdDecision(data)
 	}
-	return d
+	return d, nil
+}
+
+// countSession counts the call in its caller's session, once, for a
+// policy that reads the counts (sessions.go); the stop it returns ends a
+// call whose counts could not be had: never judged without them.
+func (c *call) countSession(pol *policy.Policy, args map[string]any) *stop {
+	if c.session != nil {
+		return nil
+	}
+	counts, err := c.sessionCounts(pol, args)
+	switch {
+	case err == nil:
+		c.session = counts
+		return nil
+	case c.ctx.Err() != nil: // cancelled by id, or the executor stopping
+		return &stop{events.ErrCancelled, fmt.Sprintf("The call was cancelled before it was judged (%v); it was not run.", context.Cause(c.ctx))}
+	}
+	return &stop{events.ErrExecutionFailed, fmt.Sprintf("The executor could not count this session's calls on the bus, which the policy judges the call by, so the call was not judged or run: %v", err)}
 }
 
 // holdDecision keeps the encoded decision event for the result's record
@@ -688,7 +729,7 @@ func (c *call) input(args map[string]any, paths, hardLinks []string, sh *shell.A
 	e := c.e
 	in := &policy.Input{Tool: c.host.judged, Args: args, Caller: c.inv.Sender, Home: e.home, Workspace: e.cfg.Workspace}
 	in.Tool.Name = c.tool.Name
-	in.Paths, in.HardLinks, in.Shell, in.HookAsked = paths, hardLinks, sh, c.hookAsked
+	in.Paths, in.HardLinks, in.Shell, in.HookAsked, in.Session = paths, hardLinks, sh, c.hookAsked, c.session
 	in.Allowlist = e.allowlist.entriesFor(in.Tool.Name, in.Tool.Source, in.Tool.Server)
 	return in
 }

@@ -89,14 +89,27 @@ func TestEveryDecisionIsRecordedReplayably(t *testing.T) {
 		return d
 	}
 
+	// A caller without a session: the decision depends on the call
+	// alone, and is cached.
+	plain := sessionless(t, e)
 	read := `{"file_path":"README.md"}`
-	e.call(t, "read_file", read)
+	callWith(t, plain, "read_file", read)
 	if d := replay(json.RawMessage(read)); d.Verdict != events.Allow || d.Cached {
 		t.Errorf("first read: %s cached=%v", d.Verdict, d.Cached)
 	}
-	e.call(t, "read_file", read)
+	callWith(t, plain, "read_file", read)
 	if d := replay(json.RawMessage(read)); !d.Cached {
 		t.Error("the second identical read was not a cached decision")
+	}
+	// A caller with a session: the record holds the session's counts,
+	// which change from call to call, and is never cached.
+	e.call(t, "read_file", read)
+	if d := replay(json.RawMessage(read)); d.Cached || !strings.Contains(string(d.Input), `"session":{"calls":1,"repeats":1}`) {
+		t.Errorf("a session's read: cached=%v, input %s", d.Cached, d.Input)
+	}
+	e.call(t, "read_file", read)
+	if d := replay(json.RawMessage(read)); d.Cached || !strings.Contains(string(d.Input), `"session":{"calls":2,"repeats":2}`) {
+		t.Errorf("a session's second read: cached=%v, input %s", d.Cached, d.Input)
 	}
 	link := `{"file_path":"link.txt"}`
 	e.call(t, "read_file", link)

@@ -37,6 +37,21 @@ type Input struct {
 	// HookAsked says a user's pre hook asked for a person to confirm the
 	// call (internal/hooks: "ask"), for the rules about who may answer.
 	HookAsked bool
+	// Session counts the calls of the caller's session, for the loop
+	// guards; nil when the caller names no session, or the policy reads
+	// no input.session (Policy.ReadsSession).
+	Session *SessionCounts
+}
+
+// SessionCounts is what the fleet counted of the session a call comes
+// from, keyed by the proven principal and the session's name, this call
+// included.
+type SessionCounts struct {
+	// Calls is how many calls the session made.
+	Calls int64
+	// Repeats is how many of them, in the last minutes, were this call:
+	// the same tool with the same arguments.
+	Repeats int64
 }
 
 // ToolInput is the policy's view of the tool.
@@ -111,6 +126,9 @@ func (in *Input) value() (ast.Value, error) {
 	}
 	if in.HookAsked {
 		fields = append(fields, [2]*ast.Term{hookAskedKey, ast.InternedTerm(true)})
+	}
+	if s := in.Session; s != nil {
+		fields = append(fields, [2]*ast.Term{k.session, obj([2]*ast.Term{callsKey, ast.InternedTerm(s.Calls)}, [2]*ast.Term{repeatsKey, ast.InternedTerm(s.Repeats)})})
 	}
 	return ast.NewObject(fields...), nil
 }
@@ -197,6 +215,10 @@ var hardLinksKey, approverKey = str("hardLinks"), str("approver")
 
 // hookAskedKey names Input.HookAsked, present only when set.
 var hookAskedKey = str("hookAsked")
+
+// callsKey and repeatsKey name the fields of Input.Session, present only
+// when set (under k.session, the name the caller's session has too).
+var callsKey, repeatsKey = str("calls"), str("repeats")
 
 // kv is one field of an object whose value is a string.
 func kv(key *ast.Term, value string) [2]*ast.Term { return [2]*ast.Term{key, ast.InternedTerm(value)} }

@@ -149,6 +149,7 @@ type Policy struct {
 	// nondeterministic names a built-in (time, randomness, network) that
 	// makes the same input give different decisions; empty when none.
 	nondeterministic string
+	readsSession     bool
 }
 
 // Deterministic reports whether the policy's decision depends only on its
@@ -238,7 +239,7 @@ func Compile(ctx context.Context, files Files) (*Policy, error) {
 	}
 	return &Policy{revision: files.Revision(), files: files, query: q, limits: limits, paths: pq, remember: rq,
 		approver: aq, refusals: adq, flagged: fq, toolDeny: tq, elicit: eq, srvReq: srq, samples: samples,
-		nondeterministic: nondeterministic(modules)}, nil
+		nondeterministic: nondeterministic(modules), readsSession: readsSession(modules)}, nil
 }
 
 // withConstants is the set's modules to evaluate calls with, tests left
