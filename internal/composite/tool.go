@@ -131,8 +131,8 @@ func (t *Tool) output(results []events.Result, failed int) *tool.Output {
 		if r.Error != nil {
 			outcome = string(r.Error.Type)
 		}
-		fmt.Fprintf(&llm, "\n[step %d: %s] %s\n%s\n", i, r.Tool, outcome, r.LLMContent)
-		fmt.Fprintf(&display, "\n[step %d: %s] %s\n%s\n", i, r.Tool, outcome, r.ReturnDisplay)
+		fmt.Fprintf(&llm, "\n[step %d: %s] %s\n%s\n", i, r.Tool, outcome, strings.TrimRight(r.LLMContent, "\n"))
+		fmt.Fprintf(&display, "\n[step %d: %s] %s\n%s\n", i, r.Tool, outcome, strings.TrimRight(r.ReturnDisplay, "\n"))
 		steps = append(steps, stepJSON{Step: i, Tool: r.Tool, InvocationID: r.InvocationID, Error: r.Error, StructuredContent: r.StructuredContent})
 		structured = structured || len(r.StructuredContent) > 0
 	}
