@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -145,4 +146,22 @@ func (t *Tool) output(results []events.Result, failed int) *tool.Output {
 		out.Err = &events.ToolError{Type: f.Error.Type, Message: fmt.Sprintf("step %d (%s): %s", failed, f.Tool, f.Error.Message)}
 	}
 	return out
+}
+
+// StepID is the invocation id of step n of the composite call id.
+func StepID(id string, n int) string { return id + "." + strconv.Itoa(n) }
+
+// IsStepOf reports whether id is the invocation id of a step of the
+// composite call composite (StepID).
+func IsStepOf(id, composite string) bool {
+	n, ok := strings.CutPrefix(id, composite+".")
+	if !ok || n == "" {
+		return false
+	}
+	for _, r := range n {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
 }

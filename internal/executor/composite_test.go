@@ -3,6 +3,8 @@ package executor
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -241,5 +243,40 @@ func TestCancellingACompositeCancelsItsStep(t *testing.T) {
 	}
 	if r := terminal["comp-1.1"]; r != nil {
 		t.Errorf("the step after the cancel ran: %+v", r)
+	}
+}
+
+// A step the policy asks about is put to the approvers as a call of the
+// composite's caller, under its own id; the step runs once a person
+// approves it, and not when a person refuses it, which stops the
+// composite.
+func TestACompositeStepThatAsksWaitsForAPerson(t *testing.T) {
+	e := newEnv(t)
+	hostComposite(t, e.exec, composite.Definition{Name: "note", Description: "Writes a note.",
+		Parameters: json.RawMessage(`{"type":"object","properties":{"name":{"type":"string"},"text":{"type":"string"}},"required":["name","text"]}`),
+		Steps: []composite.Step{{Tool: "write_file", Args: json.RawMessage(`{"file_path":"$args.name","content":"$args.text"}`)},
+			{Tool: "read_file", Args: json.RawMessage(`{"file_path":"$args.name"}`)}}})
+	a := startApprover(t, e.bus, func(req *events.ConfirmRequest) *events.ConfirmAnswer {
+		if strings.Contains(string(req.Args), "refused.md") {
+			return &events.ConfirmAnswer{Outcome: events.Cancel, Message: "not that one"}
+		}
+		return &events.ConfirmAnswer{Outcome: events.ProceedOnce}
+	})
+
+	res := e.call(t, "note", `{"name":"approved.md","text":"kept"}`)
+	if res.Error != nil || !strings.Contains(res.LLMContent, "[step 1: read_file] ok\nkept") {
+		t.Fatalf("an approved step: %+v", res)
+	}
+	req := <-a.requests
+	if req.Tool != "write_file" || req.InvocationID != res.InvocationID+".0" || req.Caller.ID != "agent:test" {
+		t.Errorf("the approvers were asked %+v", req)
+	}
+
+	res = e.call(t, "note", `{"name":"refused.md","text":"lost"}`)
+	if errType(res) != events.ErrUserCancelled || !strings.Contains(res.LLMContent, "[step 1: read_file] not run") {
+		t.Errorf("a refused step: %+v", res)
+	}
+	if _, err := os.Stat(filepath.Join(e.ws.Root(), "refused.md")); err == nil {
+		t.Error("the refused step wrote its file")
 	}
 }

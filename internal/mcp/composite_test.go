@@ -5,20 +5,25 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	mcpclient "github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/toolbus/toolbus/internal/catalog"
+	"github.com/toolbus/toolbus/internal/composite"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
 	"github.com/toolbus/toolbus/internal/executornode"
 	toolmcp "github.com/toolbus/toolbus/internal/mcp"
 	"github.com/toolbus/toolbus/internal/settings"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/bustest"
 	"github.com/toolbus/toolbus/internal/testkit/registrytest"
+	"github.com/toolbus/toolbus/internal/tool"
 )
 
 // compositeSettings defines two composites that read two files the
@@ -149,5 +154,41 @@ func TestCompositeThroughTheFacade(t *testing.T) {
 	res = callTool(t, c, "read_two", `{"first": "README.md"}`)
 	if got := text(res); !res.IsError || !strings.Contains(got, "INVALID_TOOL_PARAMS") && !strings.Contains(got, "second") {
 		t.Errorf("read_two without its second argument: error %v, %s", res.IsError, got)
+	}
+}
+
+// A composite's step the policy asks about is put to the person in
+// front of the MCP client, as the step it is (its tool, its arguments),
+// and their answer decides that step.
+func TestACompositeStepIsConfirmedByTheAgentsUser(t *testing.T) {
+	ff := startFacade(t, nil, "")
+	note, err := composite.New(composite.Definition{Name: "note", Description: "Writes a note and reads it back.",
+		Parameters: json.RawMessage(`{"type":"object","properties":{"name":{"type":"string"},"text":{"type":"string"}},"required":["name","text"]}`),
+		Steps: []composite.Step{{Tool: "write_file", Args: json.RawMessage(`{"file_path":"$args.name","content":"$args.text"}`)},
+			{Tool: "read_file", Args: json.RawMessage(`{"file_path":"$args.name"}`)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ff.Executor.Host(context.Background(), executor.Scope{Source: events.SourceComposite}, []tool.Tool{note}); err != nil {
+		t.Fatal(err)
+	}
+	user := &userAtClient{answer: respond(mcp.ElicitationResponseActionAccept, nil)}
+	c := ff.connect(t, "composer", mcpclient.WithElicitationHandler(user))
+	testkit.EventuallyWithin(t, 10*time.Second, "the facade lists note", func() bool { return slices.Contains(toolNames(t, c), "note") })
+
+	res := callTool(t, c, "note", `{"name":"kept.md","text":"accepted\n"}`)
+	if res.IsError || !strings.Contains(text(res), "[step 1: read_file] ok\naccepted") {
+		t.Fatalf("an accepted step: %v %s", res.IsError, text(res))
+	}
+	if shown := user.shown(); len(shown) != 1 || !strings.Contains(shown[0], "Tool: write_file (edit)") || !strings.Contains(shown[0], "+accepted") {
+		t.Errorf("the user was shown %q", shown)
+	}
+	user.answer = respond(mcp.ElicitationResponseActionDecline, map[string]any{"reason": "no"})
+	res = callTool(t, c, "note", `{"name":"lost.md","text":"declined\n"}`)
+	if !res.IsError || !strings.Contains(text(res), "USER_CANCELLED") || !strings.Contains(text(res), "[step 1: read_file] not run") {
+		t.Errorf("a declined step: %v %s", res.IsError, text(res))
+	}
+	if _, err := os.Stat(filepath.Join(ff.Workspace.Root(), "lost.md")); err == nil {
+		t.Error("the declined step wrote its file")
 	}
 }
