@@ -241,6 +241,9 @@ type ref struct {
 // not well formed.
 func parseRef(s string) (r ref, ok bool, err error) {
 	head, rest, dotted := strings.Cut(s, ".")
+	if head != "$args" && head != "$previous" && !strings.HasPrefix(head, "$step") {
+		return ref{}, false, nil
+	}
 	var path []string
 	if dotted {
 		path = strings.Split(rest, ".")

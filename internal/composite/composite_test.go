@@ -113,3 +113,13 @@ func TestAFailedStep(t *testing.T) {
 		t.Errorf("continuing: sent %v, output %+v", got, out)
 	}
 }
+
+// Strings that are not references stay as written, dots and dollars
+// included.
+func TestNotReferences(t *testing.T) {
+	for _, s := range []string{".", "a.b", "$HOME/x..y", "$", "$argsx", "$previousx.", "price: $5.00"} {
+		if _, ok, err := parseRef(s); ok || err != nil {
+			t.Errorf("%q: a reference %v, error %v", s, ok, err)
+		}
+	}
+}
