@@ -66,6 +66,16 @@ func recordInvocations(t *testing.T, b *bus.Bus) *recordedInvocations {
 	return r
 }
 
+// await is stepsOf(id) once a step of id is recorded.
+func (r *recordedInvocations) await(t *testing.T, id string) ([]*events.Invocation, []string) {
+	t.Helper()
+	testkit.EventuallyWithin(t, 30*time.Second, "a step of "+id+" recorded", func() bool {
+		steps, _ := r.stepsOf(id)
+		return len(steps) > 0
+	})
+	return r.stepsOf(id)
+}
+
 // stepsOf are the recorded steps of the composite invocation id, and the
 // subjects they were recorded on.
 func (r *recordedInvocations) stepsOf(id string) ([]*events.Invocation, []string) {
@@ -123,7 +133,7 @@ func TestCompositeStepsAreCallsOfItsCaller(t *testing.T) {
 	if res.Policy == nil || res.Policy.Verdict != events.Allow {
 		t.Errorf("alice's composite was judged %+v, want ALLOW", res.Policy)
 	}
-	steps, subjects := rec.stepsOf(res.InvocationID)
+	steps, subjects := rec.await(t, res.InvocationID)
 	if len(steps) != 1 || steps[0].ID != res.InvocationID+".0" || steps[0].Sender.ID != "agent:alice" || steps[0].Tool != "read_file" ||
 		subjects[0] != events.SubjectInvoke+".agent:alice" {
 		t.Errorf("alice's step: %+v on %v", steps, subjects)
@@ -134,7 +144,7 @@ func TestCompositeStepsAreCallsOfItsCaller(t *testing.T) {
 		strings.Contains(res.LLMContent, "# hello") {
 		t.Errorf("bob's composite: %+v", res)
 	}
-	if steps, subjects := rec.stepsOf(res.InvocationID); len(steps) != 1 || steps[0].Sender.ID != "agent:bob" || subjects[0] != events.SubjectInvoke+".agent:bob" {
+	if steps, subjects := rec.await(t, res.InvocationID); len(steps) != 1 || steps[0].Sender.ID != "agent:bob" || subjects[0] != events.SubjectInvoke+".agent:bob" {
 		t.Errorf("bob's step: %+v on %v", steps, subjects)
 	}
 
@@ -142,9 +152,7 @@ func TestCompositeStepsAreCallsOfItsCaller(t *testing.T) {
 	if errType(res) != events.ErrInvalidParams {
 		t.Errorf("arguments the schema refuses: %+v", res)
 	}
-	if steps, _ := rec.stepsOf(res.InvocationID); len(steps) != 0 {
-		t.Errorf("arguments the schema refuses ran steps: %+v", steps)
-	}
+	refused := res.InvocationID
 
 	// alice's connection, on alice's subject, naming bob as the caller.
 	res, err = alice.InvokeFor(ctx, &events.Invocation{Header: events.Header{ID: "as-bob", Sender: events.Identity{ID: "agent:bob", Role: "agent"}},
@@ -155,8 +163,13 @@ func TestCompositeStepsAreCallsOfItsCaller(t *testing.T) {
 	if errType(res) != events.ErrInvalidParams || strings.Contains(res.LLMContent, "# hello") {
 		t.Errorf("a composite called as another: %+v", res)
 	}
-	if steps, _ := rec.stepsOf("as-bob"); len(steps) != 0 {
-		t.Errorf("a composite called as another ran steps: %+v", steps)
+	// The executor records in order: once a later call's step is
+	// recorded, a step of the calls refused would have been.
+	rec.await(t, call(alice, `{"path":"README.md"}`).InvocationID)
+	for _, id := range []string{refused, "as-bob"} {
+		if steps, _ := rec.stepsOf(id); len(steps) != 0 {
+			t.Errorf("refused call %s ran steps: %+v", id, steps)
+		}
 	}
 }
 
