@@ -123,3 +123,18 @@ func TestNotReferences(t *testing.T) {
 		}
 	}
 }
+
+// A step that timed out, was cancelled or lost its executor fails the
+// composite with EXECUTION_FAILED: those types on the composite's result
+// would speak of the composite's own call.
+func TestAStepsLossIsNotTheComposites(t *testing.T) {
+	d := Definition{Name: "comp", Description: "d", Steps: []Step{{Tool: "a"}}}
+	for _, typ := range []events.ErrorType{events.ErrTimeout, events.ErrCancelled, events.ErrExecutorLost} {
+		out, _ := runWith(t, d, `{}`, func(_ int, name string, _ json.RawMessage) *events.Result {
+			return &events.Result{Tool: name, Error: &events.ToolError{Type: typ, Message: "gone"}}
+		})
+		if out.Err == nil || out.Err.Type != events.ErrExecutionFailed || out.Err.Message != "step 0 (a): "+string(typ)+": gone" {
+			t.Errorf("%s: got %+v", typ, out.Err)
+		}
+	}
+}

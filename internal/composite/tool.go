@@ -144,6 +144,14 @@ func (t *Tool) output(results []events.Result, failed int) *tool.Output {
 	if stopped {
 		f := &results[failed]
 		out.Err = &events.ToolError{Type: f.Error.Type, Message: fmt.Sprintf("step %d (%s): %s", failed, f.Tool, f.Error.Message)}
+		switch f.Error.Type {
+		case events.ErrExecutorLost, events.ErrTimeout, events.ErrCancelled:
+			// On the composite's result these would say that its own
+			// executor was lost, its own deadline passed, or it was
+			// cancelled; a caller may act on that (retry, give up).
+			out.Err.Type = events.ErrExecutionFailed
+			out.Err.Message = fmt.Sprintf("step %d (%s): %s: %s", failed, f.Tool, f.Error.Type, f.Error.Message)
+		}
 	}
 	return out
 }
