@@ -32,10 +32,10 @@ type Format int
 
 const (
 	// GeminiSettings is Gemini CLI's settings.json: tools, mcp,
-	// mcpServers, hooks and hooksConfig, toolbus's own toolbus, and the older top-level keys
-	// Gemini CLI still reads (coreTools, excludeTools,
-	// toolDiscoveryCommand, toolCallCommand, allowMCPServers,
-	// excludeMCPServers).
+	// mcpServers, hooks and hooksConfig, toolbus's own toolbus, and the
+	// older top-level keys Gemini CLI still reads (coreTools,
+	// excludeTools, toolDiscoveryCommand, toolCallCommand,
+	// allowMCPServers, excludeMCPServers).
 	GeminiSettings Format = iota + 1
 	// ClaudeSettings is Claude Code's settings.json: hooks,
 	// disableAllHooks and toolbus's own toolbus.
