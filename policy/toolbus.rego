@@ -66,6 +66,16 @@ allow contains sprintf("MCP server %q is trusted", [input.tool.server]) if {
 	input.tool.trust
 }
 
+# A composite tool (defined in the settings an executor reads) is a name
+# for steps, each a call of its own that this policy judges as if the
+# caller had made it, denials and questions included: allowing the
+# composite itself widens nothing, and asking about it too would ask
+# twice. Deny rules (caller_denied_tools) still apply to it.
+allow contains "composite tools are allowed: each of their steps is judged on its own" if {
+	input.tool.kind == "composite"
+	input.tool.source == "composite"
+}
+
 # --- ask -------------------------------------------------------------------
 
 ask contains concat("", [input.tool.kind, " tools ask the user"]) if input.tool.kind in asking_kinds

@@ -233,3 +233,29 @@ test_discovered_allowlist_never_overrides_deny if {
 	})
 	verdict(inp) == "DENY" with toolbus.caller_denied_tools as {"gemini-cli": {"calc"}}
 }
+
+# --- composite tools --------------------------------------------------------
+
+composite(kind, source) := object.union(file_tool("read_twice", kind, []), {"tool": {"name": "read_twice", "kind": kind, "source": source, "server": "", "trust": false}})
+
+test_composite_is_allowed if {
+	d := toolbus.decision with input as composite("composite", "composite")
+	d.verdict == "ALLOW"
+	d.reason == "composite tools are allowed: each of their steps is judged on its own"
+}
+
+# Only the executor's own composites: a tool of another source that
+# calls itself a composite is judged as that source's tools are.
+test_composite_kind_of_another_source_asks if {
+	verdict(composite("composite", "builtin")) == "ASK_USER"
+	verdict(composite("composite", "mcp")) == "ASK_USER"
+}
+
+# The source alone allows nothing: the kind must be composite.
+test_composite_source_with_another_kind_asks if verdict(composite("edit", "composite")) == "ASK_USER"
+
+# A composite a caller may not call is denied, as any tool.
+test_composite_denied_to_a_caller if {
+	inp := composite("composite", "composite")
+	verdict(inp) == "DENY" with toolbus.caller_denied_tools as {"*": {"read_twice"}}
+}

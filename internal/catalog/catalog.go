@@ -103,8 +103,10 @@ func priority(s events.Source) int {
 		return 0
 	case events.SourceDiscovered:
 		return 1
+	case events.SourceComposite:
+		return 2
 	}
-	return 2
+	return 3
 }
 
 // compareSortOrder is a total order (names are unique), so an unstable

@@ -48,8 +48,9 @@ func examples() map[string]Envelope {
 			ServerRequests: []string{MethodSampling, MethodElicitation}},
 		// A subscription to a resource of an MCP server: a call of its
 		// entry, with the URI a read would have.
-		"invocation_subscribe.json": &Invocation{Header: hdr("inv-7", agent), Tool: "resource.day", Args: json.RawMessage(`{"uri":"notes://day/7"}`), Op: OpSubscribe},
-		"mcp_resource_updated.json": &MCPResourceUpdated{Header: hdr("up-1", Identity{ID: "executor@dev-1", Role: "executor"}), Executor: "executor@dev-1", Server: "notes", URI: "notes://day/7"},
+		"invocation_subscribe.json":      &Invocation{Header: hdr("inv-7", agent), Tool: "resource.day", Args: json.RawMessage(`{"uri":"notes://day/7"}`), Op: OpSubscribe},
+		"invocation_composite_step.json": &Invocation{Header: hdr("inv-8.1", agent), Tool: "read_file", Args: json.RawMessage(`{"file_path":"README.md"}`), Composite: "inv-8"},
+		"mcp_resource_updated.json":      &MCPResourceUpdated{Header: hdr("up-1", Identity{ID: "executor@dev-1", Role: "executor"}), Executor: "executor@dev-1", Server: "notes", URI: "notes://day/7"},
 		"result_recorded.json": &Result{Header: Header{ID: "res-9", Time: when, Sender: Identity{ID: "executor@dev-1", Role: "executor"}, Principal: "agent-gemini"}, InvocationID: "inv-1", Tool: "read_file",
 			LLMContent: "hello", ReturnDisplay: "hello", Policy: &PolicyVerdict{Verdict: Allow, Reason: "read tools are allowed", Revision: "sha256:0f3a"},
 			Decision: &Decision{Header: Header{V: Version, Type: "tool.decision", ID: "dec-9", Time: when, Sender: Identity{ID: "executor@dev-1", Role: "executor"}, Principal: "agent-gemini"}, InvocationID: "inv-1", Tool: "read_file",

@@ -38,6 +38,12 @@ type Invocation struct {
 	// Op is what the call does with the tool, when it does not run it
 	// (OpRun): an operation of an MCP server's prompt or resource.
 	Op Operation `json:"op,omitempty"`
+	// Composite is, for a step of a composite tool, the invocation id of
+	// the composite's call: it links the step to that call in the trail.
+	// Its executor sends the step as a call of the composite's own caller,
+	// judged like any other; the field is the sender's claim, and neither
+	// the policy nor any check rests on it.
+	Composite string `json:"composite,omitempty"`
 }
 
 // Operation is what an invocation does with the entry it names beside

@@ -57,7 +57,7 @@ func (r *RegisterRequest) Validate() error {
 	case r.Provider == "":
 		return invalid(typ, "provider is empty")
 	case !r.Source.Valid():
-		return invalid(typ, "unknown source %q (want builtin, discovered or mcp)", r.Source)
+		return invalid(typ, "unknown source %q (want builtin, discovered, mcp or composite)", r.Source)
 	case r.Source == SourceMCP && r.Server == "":
 		return invalid(typ, "source mcp needs a server name")
 	case r.Source != SourceMCP && r.Server != "":

@@ -38,8 +38,13 @@ const (
 	KindResource Kind = "resource"
 )
 
+// KindComposite is a composite tool: a named list of steps, each a call of
+// another tool that its caller's invocation sends and the policy judges
+// on its own (internal/composite).
+const KindComposite Kind = "composite"
+
 // Kinds lists every valid kind.
-var Kinds = []Kind{KindRead, KindEdit, KindDelete, KindMove, KindSearch, KindExecute, KindThink, KindFetch, KindOther, KindPrompt, KindResource}
+var Kinds = []Kind{KindRead, KindEdit, KindDelete, KindMove, KindSearch, KindExecute, KindThink, KindFetch, KindOther, KindPrompt, KindResource, KindComposite}
 
 // Valid reports whether k is one of Kinds.
 func (k Kind) Valid() bool {
@@ -61,16 +66,18 @@ func (k Kind) Mutator() bool {
 // discovered, then MCP) and decides the naming rules.
 type Source string
 
-// The three sources of seed 000.
+// The three sources of seed 000, and the composite tools defined in the
+// settings an executor reads (KindComposite).
 const (
 	SourceBuiltin    Source = "builtin"
 	SourceDiscovered Source = "discovered"
 	SourceMCP        Source = "mcp"
+	SourceComposite  Source = "composite"
 )
 
 // Valid reports whether s is a known source.
 func (s Source) Valid() bool {
-	return s == SourceBuiltin || s == SourceDiscovered || s == SourceMCP
+	return s == SourceBuiltin || s == SourceDiscovered || s == SourceMCP || s == SourceComposite
 }
 
 // ToolSpec is a tool as its provider declares it on tool.register. The

@@ -746,6 +746,9 @@ func (c *call) execute(confirmed bool) {
 	c.tc = tool.Call{ID: inv.ID, Args: inv.Args, Progress: c.progress, Refused: c.refused, Opened: c.opened, MaxOutput: e.cfg.MaxOutput,
 		Op: inv.Op, Caller: inv.Sender, Log: c.log}
 	c.tc.Ask, c.tc.ServerRequests = c.asker()
+	if c.host.judged.Kind == events.KindComposite {
+		c.tc.Invoke = c.invokeStep
+	}
 	c.end(c.outcome(c.runBounded()))
 }
 

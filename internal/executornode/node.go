@@ -43,7 +43,8 @@ type Config struct {
 	// empty for the built-in policy.
 	PolicyDir string
 	// Settings are the agents' settings files: their MCP servers, their
-	// discovery command and their hooks. Nil for none.
+	// discovery command, their hooks and toolbus's composite tools. Nil
+	// for none.
 	Settings *settings.Files
 	// Secrets are the files and directories the tool processes (shell
 	// lines, background commands, discovered tools) may not read, list or
@@ -157,6 +158,9 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 		cfg.Configure(&ex)
 	}
 	if n.Executor, err = executor.Start(ctx, cfg.Bus.Conn(), cfg.Bus.JetStream(), ex); err != nil {
+		return nil, err
+	}
+	if err := hostComposites(ctx, n.Executor, cfg.Settings, ex.Tools, ex.Logger); err != nil {
 		return nil, err
 	}
 	if n.MCP, err = startMCP(ctx, cfg.Bus, n.Executor, ex.Identity, cfg.Settings, ex.Logger); err != nil {

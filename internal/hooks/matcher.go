@@ -110,7 +110,7 @@ func (m *Matcher) Match(names []string) bool {
 type Tool struct {
 	// Name is the tool's catalogue name.
 	Name string
-	// Source is built-in, discovered or mcp.
+	// Source is built-in, discovered, mcp or composite.
 	Source events.Source
 	// Server is the MCP server's name, for MCP tools.
 	Server string

@@ -10,6 +10,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 
+	"github.com/toolbus/toolbus/internal/composite"
 	"github.com/toolbus/toolbus/internal/events"
 )
 
@@ -36,9 +37,9 @@ func canElicit(ctx context.Context) bool {
 // the other approvers until its deadline.
 func (f *Facade) askUser(ctx context.Context, inv *events.Invocation, req *events.ConfirmRequest) {
 	// The request came to this call's inbox; its id must be this call's,
-	// and the answer names this call whatever the request says, so it
+	// or one of its steps' when it is a composite, so that the answer
 	// can only ever decide this call.
-	if req.InvocationID != inv.ID {
+	if !ownRequest(inv, req) {
 		f.log.Warn("mcp facade: a confirmation request for another call came to this one; ignored", "invocation", inv.ID, "request", req.InvocationID)
 		return
 	}
@@ -55,10 +56,21 @@ func (f *Facade) askUser(ctx context.Context, inv *events.Invocation, req *event
 	f.answerForUser(ctx, inv, req, result)
 }
 
+// ownRequest reports whether req, which came to inv's inbox, is inv's
+// own: a request for inv, or for a step of inv when inv is a composite
+// tool's call (its executor sends the steps' requests on).
+func ownRequest(inv *events.Invocation, req *events.ConfirmRequest) bool {
+	return req.InvocationID == inv.ID || composite.IsStepOf(req.InvocationID, inv.ID)
+}
+
 // answerForUser answers req, the confirmation request of inv, with what
 // the client's user chose: only an accept allows the call.
 func (f *Facade) answerForUser(ctx context.Context, inv *events.Invocation, req *events.ConfirmRequest, result *mcp.ElicitationResult) {
-	answer := &events.ConfirmAnswer{Header: events.Header{Sender: events.AgentUser(inv.Sender)}, InvocationID: inv.ID, Outcome: events.Cancel}
+	id := inv.ID
+	if ownRequest(inv, req) {
+		id = req.InvocationID // a step's
+	}
+	answer := &events.ConfirmAnswer{Header: events.Header{Sender: events.AgentUser(inv.Sender)}, InvocationID: id, Outcome: events.Cancel}
 	switch result.Action {
 	case mcp.ElicitationResponseActionAccept:
 		answer.Outcome = events.ProceedOnce

@@ -379,7 +379,7 @@ func (f *Facade) awaitHeld(ctx context.Context, req heldRequest, hc *heldCall) (
 		case r := <-hc.asks:
 			// The request came to this call's inbox; an id of another
 			// call is ignored, as for the older generation.
-			if r.InvocationID != hc.inv.ID {
+			if !ownRequest(hc.inv, r) {
 				f.log.Warn("mcp facade: a confirmation request for another call came to this one; ignored", "invocation", hc.inv.ID, "request", r.InvocationID)
 				continue
 			}

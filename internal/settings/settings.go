@@ -32,13 +32,13 @@ type Format int
 
 const (
 	// GeminiSettings is Gemini CLI's settings.json: tools, mcp,
-	// mcpServers, hooks and hooksConfig, and the older top-level keys
-	// Gemini CLI still reads (coreTools, excludeTools,
-	// toolDiscoveryCommand, toolCallCommand, allowMCPServers,
-	// excludeMCPServers).
+	// mcpServers, hooks and hooksConfig, toolbus's own toolbus, and the
+	// older top-level keys Gemini CLI still reads (coreTools,
+	// excludeTools, toolDiscoveryCommand, toolCallCommand,
+	// allowMCPServers, excludeMCPServers).
 	GeminiSettings Format = iota + 1
-	// ClaudeSettings is Claude Code's settings.json: hooks and
-	// disableAllHooks.
+	// ClaudeSettings is Claude Code's settings.json: hooks,
+	// disableAllHooks and toolbus's own toolbus.
 	ClaudeSettings
 	// MCPConfig is a file read for its MCP servers only: Claude Code's
 	// .mcp.json, or the MCP keys (mcpServers, mcp, allowMCPServers,
@@ -81,6 +81,9 @@ type File struct {
 	MCPServers []Server
 	// Hooks are the tool hooks (GeminiSettings, ClaudeSettings).
 	Hooks Hooks
+	// Toolbus is the toolbus key: the composite tools (GeminiSettings,
+	// ClaudeSettings).
+	Toolbus Toolbus
 }
 
 // Read reads the file at path as a file of format f. An empty path names
@@ -129,11 +132,13 @@ func Parse(data []byte, name string, f Format) (*File, error) {
 			out.Tools, out.Discovery = g.Tools.tools(g), g.Tools.discovery(g)
 			out.MCP, out.MCPServers = g.mcpJSON.lists(), g.mcpJSON.servers()
 			out.Hooks = g.Hooks.hooks(g.HooksConfig)
+			out.Toolbus = g.Toolbus.toolbus()
 		}
 	case ClaudeSettings:
 		var c claudeJSON
 		if err = json.Unmarshal(data, &c, decodeOptions); err == nil {
 			out.Hooks = c.Hooks.hooks(c.DisableAllHooks)
+			out.Toolbus = c.Toolbus.toolbus()
 		}
 	case MCPConfig:
 		var m mcpJSON
@@ -170,11 +175,13 @@ type (
 		ToolCallCommand      *command       `json:"toolCallCommand"`
 		Hooks                *geminiHooks   `json:"hooks"`
 		HooksConfig          *switches      `json:"hooksConfig"`
+		Toolbus              *toolbusJSON   `json:"toolbus"`
 		mcpJSON
 	}
 	claudeJSON struct {
 		Hooks           *claudeHooks `json:"hooks"`
 		DisableAllHooks bool         `json:"disableAllHooks"`
+		Toolbus         *toolbusJSON `json:"toolbus"`
 	}
 	mcpJSON struct {
 		MCP               *mcpListsJSON `json:"mcp"`

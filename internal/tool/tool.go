@@ -74,6 +74,14 @@ type Call struct {
 	// MCP server's tools keep a session per caller whose requests can be
 	// asked, so that a request that names no call still names its caller.
 	Caller events.Identity
+	// Invoke, when not nil, sends step number step of a composite tool
+	// (events.KindComposite): a call of tool with args, as a call of this
+	// call's own caller, over the bus, where the executor that takes it
+	// binds it to the caller's principal and judges it as any call of
+	// that caller. It returns the step's result, its failures (denied,
+	// invalid, timed out) included; an error means it could not be sent.
+	// Set for composite tools only.
+	Invoke func(ctx context.Context, step int, tool string, args json.RawMessage) (*events.Result, error)
 }
 
 // Operator is implemented by the tools that take operations beside a

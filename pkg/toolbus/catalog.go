@@ -62,9 +62,10 @@ type Tool struct {
 	Aliases     []string
 	Description string
 	// Kind is what the tool does: read, edit, delete, move, search,
-	// execute, think, fetch or other.
+	// execute, think, fetch, other or composite.
 	Kind string
-	// Source is builtin, discovered or mcp; Server names the MCP server.
+	// Source is builtin, discovered, mcp or composite; Server names the
+	// MCP server.
 	Source string
 	Server string
 	// Parameters is the JSON Schema of the arguments.
