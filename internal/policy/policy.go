@@ -33,6 +33,18 @@ import (
 // Query is the rule every policy set must define.
 const Query = "data.toolbus.decision"
 
+// IdempotentQuery is the rule that marks a call idempotent: running it a
+// second time does no harm, so a call lost with its executor, or with the
+// MCP server it ran on, may be retried once under its id (see
+// events.Invocation.Attempt). It is evaluated with the decision, in the
+// same evaluation (decisionQuery); a policy set that does not define it,
+// or defines it as anything but true, marks nothing idempotent.
+const IdempotentQuery = "data.toolbus.idempotent"
+
+// decisionQuery is the one query every call is judged with: the decision
+// and, in a set that is never undefined, whether the call is idempotent.
+const decisionQuery = "[" + Query + ", {x | x := " + IdempotentQuery + "}]"
+
 // PathsQuery is the rule that judges files one by one: the paths of
 // input.paths the policy refuses. Tools that choose their files themselves
 // (a search over the workspace, a glob of files to read) skip those. A
@@ -183,7 +195,7 @@ func Compile(ctx context.Context, files Files) (*Policy, error) {
 	prepare := func(query string) (rego.PreparedEvalQuery, error) {
 		return regoOf(query, sources, store).PrepareForEval(ctx)
 	}
-	q, err := prepare(Query)
+	q, err := prepare(decisionQuery)
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
@@ -457,6 +469,9 @@ type Decision struct {
 	Reason  string
 	// Remember says whether an "always" answer to this call may be kept.
 	Remember bool
+	// Idempotent says the policy marks the call idempotent
+	// (IdempotentQuery): it may be retried once.
+	Idempotent bool
 	// Revision is the policy revision that decided.
 	Revision string
 }
@@ -510,17 +525,25 @@ func (p *Policy) decideValue(ctx context.Context, value ast.Value) Decision {
 	if len(rs) != 1 || len(rs[0].Expressions) != 1 {
 		return deny("%s is undefined", Query)
 	}
-	out, ok := rs[0].Expressions[0].Value.(ast.Object)
+	both, ok := rs[0].Expressions[0].Value.(*ast.Array)
+	if !ok || both.Len() != 2 {
+		return deny("%s is undefined", Query)
+	}
+	out, ok := both.Elem(0).Value.(ast.Object)
 	if !ok {
 		return deny("%s is not an object", Query)
 	}
+	// Only true is idempotent: a set holding anything else, or more
+	// than one value (a rule defined twice over), marks nothing.
+	idem, _ := both.Elem(1).Value.(ast.Set)
+	idempotent := idem != nil && idem.Len() == 1 && idem.Contains(ast.BooleanTerm(true))
 	verdict, _ := field(out, verdictKey).(ast.String)
 	reason, _ := field(out, reasonKey).(ast.String)
 	remember, _ := field(out, rememberKey).(ast.Boolean)
 	if !events.Verdict(verdict).Valid() {
 		return deny("%s.verdict is %q, not ALLOW, DENY or ASK_USER", Query, string(verdict))
 	}
-	return Decision{Verdict: events.Verdict(verdict), Reason: string(reason), Remember: bool(remember), Revision: p.revision}
+	return Decision{Verdict: events.Verdict(verdict), Reason: string(reason), Remember: bool(remember), Idempotent: idempotent, Revision: p.revision}
 }
 
 // The fields of a decision, as terms made once.
