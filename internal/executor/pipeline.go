@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -96,6 +97,10 @@ type call struct {
 	decision []byte
 	// beaten: the heartbeat timer fired once (see beat).
 	beaten bool
+	// retryable: the call runs, and its policy decision marks it
+	// idempotent; its heartbeats and progress say so
+	// (events.RetryableHeader), for a caller that loses it.
+	retryable atomic.Bool
 }
 
 // header is the header of an event this executor records about c: the
@@ -204,7 +209,8 @@ func (e *Executor) enter(c *call) *stop {
 	default:
 	}
 	id := c.inv.ID
-	if e.abandoned.take(abandonKey(c.principal, id)) || e.abandoned.take(abandonKey(anyPrincipal, id)) {
+	attempt := c.inv.Attempt
+	if e.abandoned.take(abandonKey(c.principal, id, attempt)) || e.abandoned.take(abandonKey(anyPrincipal, id, attempt)) {
 		c.abandon()
 		return &stop{events.ErrCancelled, "The caller gave up on this call before it reached the executor; it was not run."}
 	}
@@ -401,6 +407,7 @@ func (c *call) beat() {
 	m := nats.NewMsg(c.reply)
 	m.Header.Set(events.KindHeader, events.KindHeartbeat)
 	m.Header.Set(events.ExecutorHeader, c.e.id.ID)
+	c.markRetryable(m)
 	_ = c.e.nc.PublishMsg(m)
 	c.heartbeat.Reset(invoke.HeartbeatEvery)
 }
@@ -440,6 +447,7 @@ func (c *call) run(found bool) {
 		c.end(st.output())
 		return
 	}
+	c.retryable.Store(c.verdict.Idempotent)
 	start := time.Now()
 	c.execute(confirmed)
 	c.e.observer.Stage("execute", time.Since(start))
@@ -501,6 +509,11 @@ func (c *call) authorize(args map[string]any) (confirmed bool, st *stop) {
 		start := time.Now()
 		d := c.decide(args)
 		obs.Stage("policy", time.Since(start))
+		if c.inv.Attempt > 1 && !d.Idempotent {
+			// Every attempt is judged again, and only a call this
+			// decision says may run twice is run a second time.
+			return confirmed, &stop{events.ErrInvocationIDReused, fmt.Sprintf("Attempt %d of invocation id %q is refused: the policy does not mark this call idempotent (%s: %s), and a call that may change something is run once.", c.inv.Attempt, c.inv.ID, d.Verdict, d.Reason)}
+		}
 		if d.Verdict == events.Allow || d.Verdict == events.AskUser {
 			if d, st = c.preHooks(d); st != nil {
 				return confirmed, st
@@ -577,10 +590,11 @@ func (c *call) decide(args map[string]any) policy.Decision {
 		e.decisions.put(pol, gen, key, j)
 	}
 	d := j.Decision
-	c.verdict = events.PolicyVerdict{Verdict: d.Verdict, Reason: d.Reason, Revision: d.Revision, Cached: cached}
+	c.verdict = events.PolicyVerdict{Verdict: d.Verdict, Reason: d.Reason, Revision: d.Revision, Cached: cached, Idempotent: d.Idempotent}
 	ev := &events.Decision{Header: c.header(), InvocationID: c.inv.ID, Tool: t.Name,
 		Verdict: d.Verdict, Reason: d.Reason, PolicyRevision: d.Revision, Cached: cached,
-		Input: j.rec.Input, ShellLine: j.rec.ShellLine, BashChecked: j.rec.BashChecked, InputLossy: j.rec.Lossy}
+		Input: j.rec.Input, ShellLine: j.rec.ShellLine, BashChecked: j.rec.BashChecked, InputLossy: j.rec.Lossy,
+		Idempotent: d.Idempotent, Attempt: retryAttempt(c.inv)}
 	if c.modified {
 		ev.Args = c.inv.Args
 	}
@@ -866,6 +880,7 @@ func (c *call) sendProgress(chunk string) {
 	if c.reply != "" {
 		m := nats.NewMsg(c.reply)
 		m.Header.Set(events.KindHeader, events.KindProgress)
+		c.markRetryable(m)
 		m.Data = []byte(chunk)
 		_ = c.e.nc.PublishMsg(m)
 	}
@@ -887,7 +902,8 @@ func (c *call) end(how ending) {
 		e := c.e
 		res := &events.Result{Header: c.header(), InvocationID: c.inv.ID, Tool: nameOf(c.tool),
 			LLMContent: out.LLMContent, ReturnDisplay: out.ReturnDisplay, Parts: out.Parts, Error: out.Err,
-			PartsWhole: out.PartsWhole, StructuredContent: out.Structured, Meta: out.Meta, MCPResult: out.MCPResult, ExitCode: out.ExitCode}
+			PartsWhole: out.PartsWhole, StructuredContent: out.Structured, Meta: out.Meta, MCPResult: out.MCPResult, ExitCode: out.ExitCode,
+			Attempt: retryAttempt(c.inv)}
 		if out.PartsWhole && out.Whole == nil {
 			// What follows is what the way adds: notes, hooks' feedback.
 			res.PartsText = len(out.LLMContent)
@@ -968,7 +984,25 @@ func (c *call) end(how ending) {
 
 func (e *Executor) result(inv *events.Invocation, toolName string, t events.ErrorType, msg string) *events.Result {
 	return &events.Result{Header: events.Header{Sender: e.id}, InvocationID: inv.ID, Tool: toolName,
-		LLMContent: msg, ReturnDisplay: msg, Error: &events.ToolError{Type: t, Message: msg}}
+		LLMContent: msg, ReturnDisplay: msg, Error: &events.ToolError{Type: t, Message: msg}, Attempt: retryAttempt(inv)}
+}
+
+// retryAttempt is the attempt an event about inv names: its attempt when
+// it is a retry, else none (the first attempt, as every call had before
+// calls were retried).
+func retryAttempt(inv *events.Invocation) int {
+	if inv.Attempt > 1 {
+		return inv.Attempt
+	}
+	return 0
+}
+
+// markRetryable says on a message to the caller that the call may be
+// retried once if it is lost (events.RetryableHeader).
+func (c *call) markRetryable(m *nats.Msg) {
+	if c.retryable.Load() {
+		m.Header.Set(events.RetryableHeader, "1")
+	}
 }
 
 // respondRaw sends a result to a reply subject.
