@@ -104,7 +104,7 @@ type wait struct {
 	id      string // the invocation's or batch's id
 	attempt int    // the invocation's attempt (events.Invocation.Attempt)
 	token   string // the reply subject's last token
-	w     *Watch
+	w       *Watch
 	// executor is the one that runs the call, once a heartbeat or a
 	// claim names it; heard is when the last heartbeat, progress or
 	// claim came.
