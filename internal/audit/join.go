@@ -457,7 +457,16 @@ func (*joiner) confirmClosed(_ *Record, c *events.ConfirmClosed) Event {
 	return entry(c.Header, fmt.Sprintf("confirmation closed, %s: %s", c.ErrorType, c.Reason))
 }
 
-func (*joiner) step(_ *Record, s *events.Step) Event {
+func (*joiner) step(r *Record, s *events.Step) Event {
+	if s.Step == events.StepRetried && s.Attempt > 1 && r.attempt(s.Attempt) == nil {
+		// The executor tries the call again itself: the attempt before
+		// ended with the failure the step names.
+		r.addAttempt(s.Attempt, s.Time, true)
+		if prev := r.attempt(s.Attempt - 1); prev != nil && prev.Outcome == OutcomePending {
+			prev.Outcome, prev.Executor, prev.Error = string(events.ErrExecutionFailed), s.Sender.ID, s.Detail
+		}
+		return entry(s.Header, fmt.Sprintf("step %s: attempt %d, after: %s", s.Step, s.Attempt, s.Detail))
+	}
 	return entry(s.Header, "step "+s.Step)
 }
 

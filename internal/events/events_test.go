@@ -56,6 +56,8 @@ func examples() map[string]Envelope {
 			LLMContent: "hello", ReturnDisplay: "hello", Policy: &PolicyVerdict{Verdict: Allow, Reason: "read tools are allowed", Revision: "sha256:0f3a", Idempotent: true}, Attempt: 2,
 			Decision: &Decision{Header: Header{V: Version, Type: "tool.decision", ID: "dec-8", Time: when, Sender: Identity{ID: "executor@dev-2", Role: "executor"}, Principal: "agent-gemini"}, InvocationID: "inv-1", Tool: "read_file",
 				Verdict: Allow, Reason: "read tools are allowed", PolicyRevision: "sha256:0f3a", Idempotent: true, Attempt: 2}},
+		"step_retried.json": &Step{Header: hdr("st-2", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-1", Tool: "github__get_issue", Step: StepRetried,
+			Detail: `MCP tool "get_issue" of server "github" failed: the server went away during the call`, Attempt: 2},
 		"cancel_gave_up_retry.json": &CancelRequest{Header: hdr("cx-3", agent), InvocationID: "inv-1", Reason: "no executor runs the call", GaveUp: true, Attempt: 2},
 		"mcp_resource_updated.json": &MCPResourceUpdated{Header: hdr("up-1", Identity{ID: "executor@dev-1", Role: "executor"}), Executor: "executor@dev-1", Server: "notes", URI: "notes://day/7"},
 		"result_recorded.json": &Result{Header: Header{ID: "res-9", Time: when, Sender: Identity{ID: "executor@dev-1", Role: "executor"}, Principal: "agent-gemini"}, InvocationID: "inv-1", Tool: "read_file",

@@ -379,7 +379,14 @@ type Step struct {
 	Tool         string `json:"tool"`
 	Step         string `json:"step"`
 	Detail       string `json:"detail,omitempty"`
+	// Attempt is the attempt the step begins, for StepRetried.
+	Attempt int `json:"attempt,omitempty"`
 }
+
+// StepRetried is the step of an executor that tries a call again under
+// its id, as the attempt the step names: the MCP server serving the call
+// failed in transport or restarted mid-call, and the call is idempotent.
+const StepRetried = "retried"
 
 // EnvelopeType implements Envelope.
 func (*Step) EnvelopeType() string { return "tool.step" }

@@ -171,7 +171,8 @@ const takeNonce = 16
 // takeID takes the call's id for it, or returns the stop that refuses the
 // call: the id is taken, or could not be checked (never run unchecked).
 func (c *call) takeID() *stop {
-	err := c.e.ids.take(c.ctx, c.principal, c.inv.ID, c.body, c.inv.Attempt, callSum(c.inv))
+	c.sum = callSum(c.inv)
+	err := c.e.ids.take(c.ctx, c.principal, c.inv.ID, c.body, c.inv.Attempt, c.sum)
 	attempt := events.AttemptOf(c.inv.Attempt)
 	switch {
 	case err == nil:

@@ -3,6 +3,7 @@ package executor
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -32,8 +33,10 @@ type call struct {
 	inv   *events.Invocation
 	reply string
 	// body is the invocation as the caller sent it: what its id is
-	// taken for (ids.go).
+	// taken for (ids.go), and sum the call's (callSum), which a retry
+	// must repeat.
 	body []byte
+	sum  [sha256.Size]byte
 	// principal is who the bus vouches sent the call (events.Unproven
 	// when nobody does); only it may cancel the call.
 	principal string
@@ -710,7 +713,11 @@ func (c *call) execute(confirmed bool) {
 	c.tc = tool.Call{ID: inv.ID, Args: inv.Args, Progress: c.progress, Refused: c.refused, Opened: c.opened, MaxOutput: e.cfg.MaxOutput,
 		Op: inv.Op, Caller: inv.Sender, Log: c.log}
 	c.tc.Ask, c.tc.ServerRequests = c.asker()
-	c.end(c.outcome(c.runBounded()))
+	out, err := c.runBounded()
+	if c.serverLost(out, err) {
+		out, err = c.retryOnServer(out)
+	}
+	c.end(c.outcome(out, err))
 }
 
 // outcome is what a tool run that returned out and err ends the call
