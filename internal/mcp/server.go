@@ -50,8 +50,8 @@ type server struct {
 	sess atomic.Pointer[session] // the session calls use; nil when none
 	// up is closed, and replaced, each time a session starts serving
 	// calls (awaitSession); guarded by mu.
-	up chan struct{}
-	subs resourceSubs            // the subscriptions to its resources (subscriptions.go)
+	up   chan struct{}
+	subs resourceSubs // the subscriptions to its resources (subscriptions.go)
 	// callers are the sessions of callers whose requests the server may
 	// ask (callersession.go).
 	callers callerSessions
