@@ -371,19 +371,25 @@ func (r *Record) addAttempt(n int, t time.Time, retried bool) {
 	r.Attempts = append(r.Attempts, Attempt{Attempt: n, Time: t, Outcome: OutcomePending})
 }
 
-// attempt is attempt n of r (0 the first), when r lists its attempts; nil
-// otherwise, or while the record is nil.
+// attempt is attempt n of r (0 the first), when r lists its attempts: the
+// first of that number without a result (an attacker may send one
+// attempt several times), else the last; nil when r lists none, or is
+// nil.
 func (r *Record) attempt(n int) *Attempt {
 	if r == nil {
 		return nil
 	}
 	n = events.AttemptOf(n)
+	var last *Attempt
 	for i := range r.Attempts {
-		if r.Attempts[i].Attempt == n {
-			return &r.Attempts[i]
+		if a := &r.Attempts[i]; a.Attempt == n {
+			if a.Outcome == OutcomePending {
+				return a
+			}
+			last = a
 		}
 	}
-	return nil
+	return last
 }
 
 // attemptResult records the executor's result of one attempt of a call

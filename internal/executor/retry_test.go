@@ -215,6 +215,12 @@ func TestRetriesAnAttackerSends(t *testing.T) {
 	if n := writes.Load(); n != 1 {
 		t.Errorf("the write ran %d times, want 1", n)
 	}
+	// The trail shows every attempt, each refused, and the write's one
+	// terminal result, its first attempt's.
+	if r := trailOf(t, e, "w1"); r.Outcome != audit.OutcomeOK || r.Attempt != 0 ||
+		attemptsOf(r) != "[1:OK 2:INVOCATION_ID_REUSED 3:INVOCATION_ID_REUSED 50:INVOCATION_ID_REUSED 2:INVOCATION_ID_REUSED]" {
+		t.Errorf("the write's record: outcome %s of attempt %d, attempts %s", r.Outcome, r.Attempt, attemptsOf(r))
+	}
 
 	const readme = `{"file_path":"README.md"}`
 	if res := call("r1", "read_file", readme, 0); res.Error != nil {
