@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/invoke"
 	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/bustest"
 	"github.com/toolbus/toolbus/internal/tool"
 )
 
@@ -245,4 +247,49 @@ func TestRetriesAnAttackerSends(t *testing.T) {
 // by e's executor is one tool of one workspace.
 func sameWorkspace(e *env) option {
 	return func(c *Config) { c.Workspace = e.ws.Root() }
+}
+
+// TestARetryIsTakenOnlyAsItsPrincipalsCall: the bucket of taken ids lets
+// attempt 2 of an id be taken once, by the principal whose first attempt
+// it repeats, for the same call; an old first attempt that kept no sum of
+// its call cannot be repeated.
+func TestARetryIsTakenOnlyAsItsPrincipalsCall(t *testing.T) {
+	t.Parallel()
+	b := bustest.Start(t, "")
+	ctx := context.Background()
+	ids, err := openTakenIDs(ctx, b.JetStream(), DefaultIDTTL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := &events.Invocation{Header: events.Header{ID: "x"}, Tool: "read_file", Args: json.RawMessage(`{"file_path":"a"}`)}
+	other := &events.Invocation{Header: events.Header{ID: "x"}, Tool: "read_file", Args: json.RawMessage(`{"file_path":"b"}`)}
+	if err := ids.take(ctx, "alice", "x", []byte("first"), 0, callSum(read)); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name, principal string
+		attempt         int
+		call            *events.Invocation
+		want            error
+	}{
+		{"another principal's retry", "mallory", 2, read, errNoFirstAttempt},
+		{"another call", "alice", 2, other, errNotSameCall},
+		{"a third attempt", "alice", 3, read, errTooManyAttempts},
+		{"the retry", "alice", 2, read, nil},
+		{"the retry again", "alice", 2, read, errIDReused},
+		{"the first again", "alice", 1, read, errIDReused},
+	} {
+		err := ids.take(ctx, tt.principal, "x", []byte(tt.name), tt.attempt, callSum(tt.call))
+		if !errors.Is(err, tt.want) && !(tt.want == nil && err == nil) {
+			t.Errorf("%s: got %v, want %v", tt.name, err, tt.want)
+		}
+	}
+	// A first attempt recorded by an older build: the request's sum and a
+	// nonce, no call's.
+	if _, err := ids.kv.Create(ctx, IDKey("alice", "old"), make([]byte, 48)); err != nil {
+		t.Fatal(err)
+	}
+	if err := ids.take(ctx, "alice", "old", []byte("retry"), 2, callSum(read)); !errors.Is(err, errNoFirstAttempt) {
+		t.Errorf("a retry of an old first attempt: got %v, want %v", err, errNoFirstAttempt)
+	}
 }
