@@ -466,6 +466,11 @@ func (c *call) admit(found bool) (confirmed bool, st *stop) {
 		return false, &stop{events.ErrToolNotFound, notFound(e.catalog.Catalog(), inv.Tool)}
 	case c.impl == nil:
 		return false, &stop{events.ErrToolNotFound, fmt.Sprintf("Tool %q is not hosted by executor %s.", c.tool.Name, e.id.ID)}
+	case inv.TimeoutMillis > e.cfg.MaxTimeout.Milliseconds() && inv.Attempt > 1:
+		// A retry asks for longer than its first attempt had, and gets
+		// as long as a call may: its one chance is not spent on a
+		// refusal.
+		inv.TimeoutMillis = e.cfg.MaxTimeout.Milliseconds()
 	case inv.TimeoutMillis > e.cfg.MaxTimeout.Milliseconds():
 		d := time.Duration(inv.TimeoutMillis) * time.Millisecond
 		return false, &stop{events.ErrInvalidParams, fmt.Sprintf("timeoutMillis asks for %s; a call may ask for at most %s", d, e.cfg.MaxTimeout)}

@@ -238,6 +238,30 @@ func TestRetriesAnAttackerSends(t *testing.T) {
 		t.Fatalf("the retry of a read: %s %s attempt %d", errType(res), res.LLMContent, res.Attempt)
 	}
 	refused("the same retry again", call("r1", "read_file", readme, 2), "before")
+
+	// A retry that asks for a longer deadline than a call may have gets
+	// the longest there is, where a first attempt is refused.
+	long := func(id string, attempt int) *events.Result {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		res, err := e.client.Invoke(ctx, &events.Invocation{Header: events.Header{ID: id}, Tool: "read_file", Args: json.RawMessage(readme),
+			Attempt: attempt, TimeoutMillis: (100 * time.Hour).Milliseconds()}, nil)
+		if err != nil {
+			t.Fatalf("invoke: %v", err)
+		}
+		waitIdle(t, e.exec)
+		return res
+	}
+	if res := call("r2", "read_file", readme, 0); res.Error != nil {
+		t.Fatalf("the read: %s %s", errType(res), res.LLMContent)
+	}
+	if res := long("r2", 2); res.Error != nil {
+		t.Errorf("a retry asking for 100h: %s %s, want it run", errType(res), res.LLMContent)
+	}
+	if res := long("r3", 0); errType(res) != events.ErrInvalidParams {
+		t.Errorf("a first attempt asking for 100h: %s %s, want INVALID_TOOL_PARAMS", errType(res), res.LLMContent)
+	}
 	if n := writes.Load(); n != 1 {
 		t.Errorf("the write ran %d times, want 1", n)
 	}

@@ -29,9 +29,8 @@ func WithoutRetries() Option { return func(c *Client) { c.noRetry = true } }
 
 // WithRetryTimeout gives a retry the deadline d instead of its first
 // attempt's (events.Invocation.TimeoutMillis): a read that timed out its
-// executor's heartbeats on a slow disk may want longer. An executor
-// refuses a deadline past its maximum (INVALID_TOOL_PARAMS), as for any
-// call.
+// executor's heartbeats on a slow disk may want longer. The executor
+// gives a retry at most the longest deadline a call may ask of it.
 func WithRetryTimeout(d time.Duration) Option {
 	return func(c *Client) { c.retryTimeout = d }
 }
