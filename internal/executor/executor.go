@@ -603,6 +603,11 @@ func (e *Executor) handleCancel(m *nats.Msg) {
 	} else {
 		c = e.running[callKey(canceller, req.InvocationID)]
 	}
+	if c != nil && req.GaveUp && c.attempt != events.AttemptOf(req.Attempt) {
+		// A give-up of another attempt of the call (the first, lost,
+		// while its retry runs here) is not this one's.
+		c = nil
+	}
 	var stopBatch context.CancelCauseFunc
 	if b, ok := e.batches[req.InvocationID]; ok && mayCancel(canceller, b.principal) {
 		stopBatch = b.stop

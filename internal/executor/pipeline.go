@@ -37,6 +37,9 @@ type call struct {
 	// must repeat.
 	body []byte
 	sum  [sha256.Size]byte
+	// attempt is the attempt the caller sent (events.AttemptOf), which
+	// its give-up names: an executor's own retry is still this one.
+	attempt int
 	// principal is who the bus vouches sent the call (events.Unproven
 	// when nobody does); only it may cancel the call.
 	principal string
@@ -175,7 +178,7 @@ func (e *Executor) accept(m *nats.Msg, forwarded bool) {
 		e.refuse(m, inv, principal, t, events.ErrExecutorLost, fmt.Sprintf("executor %s does not host %s for this call's workspace", e.id.ID, t.Name))
 		return
 	}
-	c := &call{e: e, inv: inv, reply: m.Reply, body: m.Data, principal: principal, tool: t, host: h}
+	c := &call{e: e, inv: inv, reply: m.Reply, body: m.Data, principal: principal, tool: t, host: h, attempt: events.AttemptOf(inv.Attempt)}
 	if h != nil {
 		c.impl = h.impl
 	}

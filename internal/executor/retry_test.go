@@ -317,3 +317,47 @@ func TestARetryIsTakenOnlyAsItsPrincipalsCall(t *testing.T) {
 		t.Errorf("a retry of an old first attempt: got %v, want %v", err, errNoFirstAttempt)
 	}
 }
+
+// TestAGiveUpOfTheFirstAttemptLeavesTheRetry: the give-up of a call's
+// first attempt, coming while its retry runs, does not stop the retry.
+func TestAGiveUpOfTheFirstAttemptLeavesTheRetry(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int32
+	started, release := make(chan struct{}), make(chan struct{})
+	slow := tool.Func(events.ToolSpec{Name: "second_waits", Kind: events.KindRead, Description: "its second run waits"},
+		func(ctx context.Context, c *tool.Call) (*tool.Output, error) {
+			if runs.Add(1) == 2 {
+				close(started)
+				select {
+				case <-release:
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}
+			return tool.Text("read"), nil
+		})
+	e := newEnv(t, func(c *Config) { c.Tools = append(c.Tools, slow) })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	call := func(attempt int) (*events.Result, error) {
+		return e.client.Invoke(ctx, &events.Invocation{Header: events.Header{ID: "g1"}, Tool: "second_waits", Args: json.RawMessage(`{}`), Attempt: attempt}, nil)
+	}
+	if res, err := call(0); err != nil || res.Error != nil {
+		t.Fatalf("the first attempt: %+v %v", res, err)
+	}
+	waitIdle(t, e.exec)
+	done := make(chan *events.Result, 1)
+	go func() {
+		res, err := call(2)
+		if err != nil {
+			t.Errorf("the retry: %v", err)
+		}
+		done <- res
+	}()
+	<-started
+	e.client.GiveUp("g1", "the first attempt is given up")
+	close(release)
+	if res := <-done; res == nil || res.Error != nil || res.Late || res.Attempt != 2 {
+		t.Errorf("the retry: %+v, want its result, not late", res)
+	}
+}
