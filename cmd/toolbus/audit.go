@@ -346,6 +346,9 @@ func outcomeText(r *audit.Record) string {
 	if r.ReusedID {
 		out += " (reused id)"
 	}
+	if len(r.Attempts) > 1 {
+		out += fmt.Sprintf(" (%d attempts)", len(r.Attempts))
+	}
 	return out
 }
 
@@ -381,6 +384,19 @@ func writeStory(w io.Writer, r *audit.Record) error {
 	}
 	if r.ReusedID {
 		fmt.Fprintf(bw, "reused id: %s used this id for an earlier call\n", r.Principal)
+	}
+	for _, a := range r.Attempts {
+		fmt.Fprintf(bw, "attempt %d:  %s at %s", a.Attempt, a.Outcome, human.Time(a.Time))
+		if a.Executor != "" {
+			fmt.Fprintf(bw, " from %s", a.Executor)
+		}
+		if a.Attempt == max(r.Attempt, 1) && r.Executor != "" && a.Outcome == r.Outcome {
+			fmt.Fprint(bw, " (the call's terminal result)")
+		}
+		if a.Error != "" {
+			fmt.Fprintf(bw, ": %s", oneLine(a.Error, 100))
+		}
+		fmt.Fprintln(bw)
 	}
 	for _, e := range r.Events {
 		fmt.Fprintf(bw, "  #%-8d %s  %-22s %-22s %s\n", e.Seq, e.Time.Local().Format("15:04:05.000"), e.Type, e.Sender, e.Summary)

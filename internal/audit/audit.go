@@ -108,6 +108,14 @@ type Record struct {
 	// LateResults counts executors' results sent after the terminal
 	// one.
 	LateResults int `json:"lateResults,omitempty"`
+	// Attempts are the call's attempts, when it was tried more than
+	// once under its id (events.Invocation.Attempt): the caller's retry
+	// of a call lost with its executor, or one an attacker sent, which
+	// the executor refused. A call tried once has none. Attempt is the
+	// attempt whose result is the terminal one, when it is not the
+	// first.
+	Attempts []Attempt `json:"attempts,omitempty"`
+	Attempt  int       `json:"attempt,omitempty"`
 	// Events is the invocation's timeline, in stream order; Show fills it.
 	Events []Event `json:"events,omitempty"`
 
@@ -118,6 +126,17 @@ type Record struct {
 	// judged are the decisions recorded with their inputs, in stream
 	// order, kept by reads that replay them (whatif, explain).
 	judged []*judgedCall
+}
+
+// Attempt is one attempt of a call retried under its id.
+type Attempt struct {
+	Attempt int       `json:"attempt"`
+	Time    time.Time `json:"time"`
+	// Outcome is OK or the error type of the attempt's result, PENDING
+	// while the stream holds none (an executor lost with it).
+	Outcome  string `json:"outcome"`
+	Executor string `json:"executor,omitempty"`
+	Error    string `json:"error,omitempty"`
 }
 
 // judgedCall is one recorded decision about an invocation, with what a

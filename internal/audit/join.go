@@ -178,6 +178,18 @@ func (j *joiner) invocation(m message, principal string) bool {
 		return true
 	}
 	first := j.byKey[k]
+	if attempt := events.AttemptOf(inv.Attempt); attempt > 1 && first != nil {
+		// A retry of a call read already: an attempt of its record,
+		// not a call of its own.
+		j.byDigest[k+string(digest[:])] = first
+		first.addAttempt(attempt, inv.Time, true)
+		summary := fmt.Sprintf("%s asks for %s again: attempt %d", inv.Sender.ID, inv.Tool, attempt)
+		if inv.TimeoutMillis > 0 {
+			summary += fmt.Sprintf(" (timeout %s)", time.Duration(inv.TimeoutMillis)*time.Millisecond)
+		}
+		j.note(first, m, entry(inv.Header, summary))
+		return true
+	}
 	r := &Record{ID: inv.ID, Time: inv.Time, Tool: inv.Tool, Caller: inv.Sender, Args: inv.Args, Outcome: OutcomePending,
 		Principal: principal, seq: m.seq, digest: digest}
 	j.order = append(j.order, r)
@@ -186,6 +198,10 @@ func (j *joiner) invocation(m message, principal string) bool {
 		summary += fmt.Sprintf(" (timeout %s)", time.Duration(inv.TimeoutMillis)*time.Millisecond)
 	}
 	j.byDigest[k+string(digest[:])] = r
+	if attempt := events.AttemptOf(inv.Attempt); attempt > 1 {
+		r.addAttempt(attempt, inv.Time, false)
+		summary += fmt.Sprintf(", attempt %d", attempt)
+	}
 	switch {
 	case first == nil:
 		j.byKey[k] = r
@@ -301,6 +317,11 @@ func joinResult(j *joiner, m message, principal string) bool {
 		j.note(r, m, j.callerResult(r, m, principal, res))
 		return true
 	}
+	if a := r.attempt(res.Attempt); a != nil {
+		j.foldedDecision(r, m, res)
+		j.note(r, m, j.attemptResult(r, a, res))
+		return true
+	}
 	if res.Error != nil && res.Error.Type == events.ErrInvocationIDReused {
 		// The refusal of an invocation under a taken id: it ends that
 		// invocation's record, not the call that took the id.
@@ -317,9 +338,16 @@ func joinResult(j *joiner, m message, principal string) bool {
 	if r == nil {
 		return j.hold(k, res.InvocationID, m)
 	}
+	j.foldedDecision(r, m, res)
+	j.note(r, m, j.result(r, res))
+	return true
+}
+
+// foldedDecision takes in the decision folded into the executor's record
+// of its result: the call's decision event, as if published on its own
+// before.
+func (j *joiner) foldedDecision(r *Record, m message, res *events.Result) {
 	if d := res.Decision; d != nil && d.Sender.ID == res.Sender.ID {
-		// The decision folded into the executor's record of its result:
-		// the call's decision event, as if published on its own before.
 		dm := m
 		dm.subject = events.SubjectDecision
 		if j.timeline {
@@ -327,8 +355,68 @@ func joinResult(j *joiner, m message, principal string) bool {
 		}
 		j.note(r, dm, j.decision(r, d))
 	}
-	j.note(r, m, j.result(r, res))
-	return true
+}
+
+// addAttempt records that attempt n of r's call came at t; the first
+// retry of a record whose invocation is its first attempt (retried) lists
+// that attempt too.
+func (r *Record) addAttempt(n int, t time.Time, retried bool) {
+	if len(r.Attempts) == 0 && retried {
+		first := Attempt{Attempt: 1, Time: r.Time, Outcome: OutcomePending}
+		if r.terminal {
+			first.Outcome, first.Executor, first.Error = r.Outcome, r.Executor, r.Error
+		}
+		r.Attempts = append(r.Attempts, first)
+	}
+	r.Attempts = append(r.Attempts, Attempt{Attempt: n, Time: t, Outcome: OutcomePending})
+}
+
+// attempt is attempt n of r (0 the first), when r lists its attempts: the
+// first of that number without a result (an attacker may send one
+// attempt several times), else the last; nil when r lists none, or is
+// nil.
+func (r *Record) attempt(n int) *Attempt {
+	if r == nil {
+		return nil
+	}
+	n = events.AttemptOf(n)
+	var last *Attempt
+	for i := range r.Attempts {
+		if a := &r.Attempts[i]; a.Attempt == n {
+			if a.Outcome == OutcomePending {
+				return a
+			}
+			last = a
+		}
+	}
+	return last
+}
+
+// attemptResult records the executor's result of one attempt of a call
+// tried more than once. The first result of an attempt the call's
+// caller made ends the call; an attempt refused (INVOCATION_ID_REUSED:
+// past the bound, another call under the id, a call the policy does not
+// mark idempotent) never does, unless it is the record's only attempt:
+// the call it names is another attempt's.
+func (j *joiner) attemptResult(r *Record, a *Attempt, res *events.Result) Event {
+	n := a.Attempt
+	if a.Outcome != OutcomePending {
+		return entry(res.Header, fmt.Sprintf("another result of attempt %d: %s", n, outcomeOf(res)))
+	}
+	a.Outcome, a.Executor = outcomeOf(res), res.Sender.ID
+	if res.Error != nil {
+		a.Error = res.Error.Message
+	}
+	refused := res.Error != nil && res.Error.Type == events.ErrInvocationIDReused
+	if r.terminal || refused && len(r.Attempts) > 1 {
+		return entry(res.Header, fmt.Sprintf("attempt %d: %s", n, a.Outcome))
+	}
+	ev := j.result(r, res)
+	if n > 1 {
+		r.Attempt = n
+	}
+	ev.Summary = fmt.Sprintf("attempt %d: %s", n, ev.Summary)
+	return ev
 }
 
 // decision records the policy's decision and, for a read that replays
@@ -375,7 +463,16 @@ func (*joiner) confirmClosed(_ *Record, c *events.ConfirmClosed) Event {
 	return entry(c.Header, fmt.Sprintf("confirmation closed, %s: %s", c.ErrorType, c.Reason))
 }
 
-func (*joiner) step(_ *Record, s *events.Step) Event {
+func (*joiner) step(r *Record, s *events.Step) Event {
+	if s.Step == events.StepRetried && s.Attempt > 1 && r.attempt(s.Attempt) == nil {
+		// The executor tries the call again itself: the attempt before
+		// ended with the failure the step names.
+		r.addAttempt(s.Attempt, s.Time, true)
+		if prev := r.attempt(s.Attempt - 1); prev != nil && prev.Outcome == OutcomePending {
+			prev.Outcome, prev.Executor, prev.Error = string(events.ErrExecutionFailed), s.Sender.ID, s.Detail
+		}
+		return entry(s.Header, fmt.Sprintf("step %s: attempt %d, after: %s", s.Step, s.Attempt, s.Detail))
+	}
 	return entry(s.Header, "step "+s.Step)
 }
 

@@ -48,7 +48,17 @@ func examples() map[string]Envelope {
 			ServerRequests: []string{MethodSampling, MethodElicitation}},
 		// A subscription to a resource of an MCP server: a call of its
 		// entry, with the URI a read would have.
-		"invocation_subscribe.json":      &Invocation{Header: hdr("inv-7", agent), Tool: "resource.day", Args: json.RawMessage(`{"uri":"notes://day/7"}`), Op: OpSubscribe},
+		"invocation_subscribe.json": &Invocation{Header: hdr("inv-7", agent), Tool: "resource.day", Args: json.RawMessage(`{"uri":"notes://day/7"}`), Op: OpSubscribe},
+		// The one retry of a lost read: the same id, tool and arguments,
+		// attempt 2, with a longer deadline.
+		"invocation_retry.json": &Invocation{Header: hdr("inv-1", agent), Tool: "read_file", Args: json.RawMessage(`{"file_path":"README.md"}`), TimeoutMillis: 240000, Attempt: 2},
+		"result_retry.json": &Result{Header: Header{ID: "res-8", Time: when, Sender: Identity{ID: "executor@dev-2", Role: "executor"}, Principal: "agent-gemini"}, InvocationID: "inv-1", Tool: "read_file",
+			LLMContent: "hello", ReturnDisplay: "hello", Policy: &PolicyVerdict{Verdict: Allow, Reason: "read tools are allowed", Revision: "sha256:0f3a", Idempotent: true}, Attempt: 2,
+			Decision: &Decision{Header: Header{V: Version, Type: "tool.decision", ID: "dec-8", Time: when, Sender: Identity{ID: "executor@dev-2", Role: "executor"}, Principal: "agent-gemini"}, InvocationID: "inv-1", Tool: "read_file",
+				Verdict: Allow, Reason: "read tools are allowed", PolicyRevision: "sha256:0f3a", Idempotent: true, Attempt: 2}},
+		"step_retried.json": &Step{Header: hdr("st-2", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-1", Tool: "github__get_issue", Step: StepRetried,
+			Detail: `MCP tool "get_issue" of server "github" failed: the server went away during the call`, Attempt: 2},
+		"cancel_gave_up_retry.json":      &CancelRequest{Header: hdr("cx-3", agent), InvocationID: "inv-1", Reason: "no executor runs the call", GaveUp: true, Attempt: 2},
 		"invocation_composite_step.json": &Invocation{Header: hdr("inv-8.1", agent), Tool: "read_file", Args: json.RawMessage(`{"file_path":"README.md"}`), Composite: "inv-8"},
 		"mcp_resource_updated.json":      &MCPResourceUpdated{Header: hdr("up-1", Identity{ID: "executor@dev-1", Role: "executor"}), Executor: "executor@dev-1", Server: "notes", URI: "notes://day/7"},
 		"result_recorded.json": &Result{Header: Header{ID: "res-9", Time: when, Sender: Identity{ID: "executor@dev-1", Role: "executor"}, Principal: "agent-gemini"}, InvocationID: "inv-1", Tool: "read_file",
@@ -187,6 +197,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"no tool", `{"v":1,"type":"tool.invocation","id":"x","sender":{"id":"a"}}`, ErrInvalid, "tool is empty"},
 		{"args not object", `{"v":1,"type":"tool.invocation","id":"x","sender":{"id":"a"},"tool":"t","args":[1]}`, ErrInvalid, "args is not a JSON object"},
 		{"unknown op", `{"v":1,"type":"tool.invocation","id":"x","sender":{"id":"a"},"tool":"t","op":"delete"}`, ErrInvalid, `unknown op "delete"`},
+		{"negative attempt", `{"v":1,"type":"tool.invocation","id":"x","sender":{"id":"a"},"tool":"t","attempt":-1}`, ErrInvalid, "attempt is negative"},
 		{"valid", string(valid), nil, ""},
 	}
 	for _, tt := range tests {

@@ -44,7 +44,21 @@ type Invocation struct {
 	// judged like any other; the field is the sender's claim, and neither
 	// the policy nor any check rests on it.
 	Composite string `json:"composite,omitempty"`
+	// Attempt numbers a retry of a call under the same id: 0 or 1 is
+	// the first attempt, 2 the one retry there may be (MaxAttempts). An
+	// executor runs attempt 2 only as the same call as the first (the
+	// same tool, operation, workspace and arguments, of the same
+	// principal) and only when its own policy decision marks the call
+	// idempotent; anything else is refused with ErrInvocationIDReused.
+	Attempt int `json:"attempt,omitempty"`
 }
+
+// MaxAttempts is how many attempts one call may have: the first and one
+// retry.
+const MaxAttempts = 2
+
+// AttemptOf is the attempt number n is, counting 0 as the first (1).
+func AttemptOf(n int) int { return max(n, 1) }
 
 // Operation is what an invocation does with the entry it names beside
 // running it. Every operation is a call of the entry: recorded, and judged
@@ -100,6 +114,8 @@ func (i *Invocation) Validate() error {
 		return invalid(typ, "timeoutMillis is negative")
 	case !i.Op.Valid():
 		return invalid(typ, "unknown op %q", i.Op)
+	case i.Attempt < 0:
+		return invalid(typ, "attempt is negative")
 	}
 	return nil
 }
@@ -146,6 +162,12 @@ type Decision struct {
 	ShellLine   string `json:"shellLine,omitempty"`
 	BashChecked bool   `json:"bashChecked,omitempty"`
 	InputLossy  bool   `json:"inputLossy,omitempty"`
+	// Idempotent is the policy's word that running the call again does
+	// no harm (data.toolbus.idempotent): what lets it be retried.
+	Idempotent bool `json:"idempotent,omitempty"`
+	// Attempt is the invocation's attempt (Invocation.Attempt), when it
+	// is a retry.
+	Attempt int `json:"attempt,omitempty"`
 }
 
 // EnvelopeType implements Envelope.
@@ -285,6 +307,10 @@ type Result struct {
 	// Policy is the last policy decision the call got, when it got that
 	// far, a hook's change included.
 	Policy *PolicyVerdict `json:"policy,omitempty"`
+	// Attempt is the invocation's attempt (Invocation.Attempt), when it
+	// is a retry: the audit joins a call's attempts by principal, id
+	// and attempt.
+	Attempt int `json:"attempt,omitempty"`
 	// Late is set on a result an executor sent after the caller gave up
 	// on the call (a CancelRequest with GaveUp): the caller's own result
 	// (TIMEOUT, CANCELLED or EXECUTOR_LOST) is the terminal one, and this
@@ -307,6 +333,8 @@ type PolicyVerdict struct {
 	Revision string  `json:"revision"`
 	// Cached is set when the decision was reused for an identical input.
 	Cached bool `json:"cached,omitempty"`
+	// Idempotent: the policy marks the call idempotent (Decision).
+	Idempotent bool `json:"idempotent,omitempty"`
 }
 
 // EnvelopeType implements Envelope.
@@ -368,7 +396,14 @@ type Step struct {
 	Tool         string `json:"tool"`
 	Step         string `json:"step"`
 	Detail       string `json:"detail,omitempty"`
+	// Attempt is the attempt the step begins, for StepRetried.
+	Attempt int `json:"attempt,omitempty"`
 }
+
+// StepRetried is the step of an executor that tries a call again under
+// its id, as the attempt the step names: the MCP server serving the call
+// failed in transport or restarted mid-call, and the call is idempotent.
+const StepRetried = "retried"
 
 // EnvelopeType implements Envelope.
 func (*Step) EnvelopeType() string { return "tool.step" }
@@ -396,6 +431,10 @@ type CancelRequest struct {
 	// sends is Late). An executor that has not seen the call yet answers
 	// ClaimUnknown and refuses the call when it comes.
 	GaveUp bool `json:"gaveUp,omitempty"`
+	// Attempt is the attempt of the call given up (Invocation.Attempt),
+	// when it is a retry: giving up one attempt does not refuse the
+	// next.
+	Attempt int `json:"attempt,omitempty"`
 }
 
 // EnvelopeType implements Envelope.

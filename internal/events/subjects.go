@@ -174,6 +174,12 @@ const (
 	// ExecutorHeader names the executor that sends a heartbeat or answers
 	// a claim: the one to ask whether the call still runs.
 	ExecutorHeader = "Toolbus-Executor"
+	// RetryableHeader, on a heartbeat or progress message, says the
+	// call's policy decision marks it idempotent: a caller that loses
+	// the call may retry it once (Invocation.Attempt). The executor that
+	// takes the retry judges it again; the header only spares a caller
+	// a retry that would be refused.
+	RetryableHeader = "Toolbus-Retryable"
 	// PrincipalHeader carries the principal of a call one executor
 	// forwards to another (see principal.go).
 	PrincipalHeader = "Toolbus-Principal"

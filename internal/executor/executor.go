@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -587,8 +588,12 @@ func mayCancel(canceller, owner string) bool {
 }
 
 // abandonKey is how a call given up before it came is remembered: with
-// who gave it up, so that nobody else's call of that id is refused.
-func abandonKey(canceller, id string) string { return canceller + "\x00" + id }
+// who gave it up, so that nobody else's call of that id is refused, and
+// its attempt, so that a retry is not refused for its first attempt's
+// give-up.
+func abandonKey(canceller, id string, attempt int) string {
+	return canceller + "\x00" + id + "\x00" + strconv.Itoa(events.AttemptOf(attempt))
+}
 
 // reportPolicy publishes what became of a policy set here.
 func (e *Executor) reportPolicy(status, revision, source string, err error) {
@@ -619,6 +624,11 @@ func (e *Executor) handleCancel(m *nats.Msg) {
 	} else {
 		c = e.running[callKey(canceller, req.InvocationID)]
 	}
+	if c != nil && req.GaveUp && c.attempt != events.AttemptOf(req.Attempt) {
+		// A give-up of another attempt of the call (the first, lost,
+		// while its retry runs here) is not this one's.
+		c = nil
+	}
 	var stopBatch context.CancelCauseFunc
 	if b, ok := e.batches[req.InvocationID]; ok && mayCancel(canceller, b.principal) {
 		stopBatch = b.stop
@@ -626,7 +636,7 @@ func (e *Executor) handleCancel(m *nats.Msg) {
 	finished := c == nil && stopBatch == nil && e.finished.has(req.InvocationID)
 	if req.GaveUp && c == nil && stopBatch == nil && !finished {
 		// The call may still be on its way here: it will be refused.
-		e.abandoned.add(abandonKey(canceller, req.InvocationID))
+		e.abandoned.add(abandonKey(canceller, req.InvocationID, req.Attempt))
 	}
 	e.mu.Unlock()
 	reason := req.Reason

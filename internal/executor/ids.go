@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -70,29 +71,61 @@ func openTakenIDs(ctx context.Context, js jetstream.JetStream, ttl time.Duration
 	return &takenIDs{kv: kv}, nil
 }
 
-// errIDReused and errIDCopy are the refusals of take.
+// The refusals of take.
 var (
 	errIDReused = errors.New("id reused")
 	errIDCopy   = errors.New("request sent again")
+	// A retry (an attempt past the first) refused: past MaxAttempts, of
+	// an id whose first attempt this principal never made (or made in
+	// an older build, which kept no sum of the call), or of another
+	// call than its first attempt's.
+	errTooManyAttempts = errors.New("too many attempts")
+	errNoFirstAttempt  = errors.New("no first attempt")
+	errNotSameCall     = errors.New("not the first attempt's call")
 )
 
-// take marks principal's id as taken by the request body. It fails with
-// errIDReused when another request took it, errIDCopy when this same
-// request did, or with why the bucket could not say.
+// take marks principal's id as taken by the request body, for attempt
+// (events.Invocation.Attempt) of the call whose sum is call (callSum).
+// It fails with errIDReused when another request took it, errIDCopy when
+// this same request did, with a retry's refusal, or with why the bucket
+// could not say.
 //
-// The key's value is the request's SHA-256 and a nonce of this take: a
-// create whose acknowledgement was lost (a node lost, a leader being
-// elected) is tried again, and then finds its own value, which is no
-// copy.
-func (t *takenIDs) take(ctx context.Context, principal, id string, body []byte) error {
+// The key's value is the request's SHA-256, the call's and a nonce of
+// this take: a create whose acknowledgement was lost (a node lost, a
+// leader being elected) is tried again, and then finds its own value,
+// which is no copy. A retry has a key of its own beside the first
+// attempt's (so it is taken once, like an id), and is taken only as the
+// first attempt's call: the first attempt's key names the principal, so
+// nobody retries another's call, and holds the call's sum, which the
+// retry's must equal.
+func (t *takenIDs) take(ctx context.Context, principal, id string, body []byte, attempt int, call [sha256.Size]byte) error {
+	attempt = events.AttemptOf(attempt)
+	if attempt > events.MaxAttempts {
+		return errTooManyAttempts
+	}
 	key := IDKey(principal, id)
 	sum := sha256.Sum256(body)
-	value := make([]byte, 0, len(sum)+takeNonce)
+	value := make([]byte, 0, 2*sha256.Size+takeNonce)
 	value = append(value, sum[:]...)
+	value = append(value, call[:]...)
 	value = append(value, make([]byte, takeNonce)...)
-	_, _ = rand.Read(value[len(sum):]) // crypto/rand.Read never fails (Go 1.24)
+	_, _ = rand.Read(value[2*sha256.Size:]) // crypto/rand.Read never fails (Go 1.24)
 	ctx, cancel := context.WithTimeout(ctx, idWait)
 	defer cancel()
+	if attempt > 1 {
+		first, err := t.kv.Get(ctx, key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			return errNoFirstAttempt
+		case err != nil:
+			return fmt.Errorf("the first attempt is not readable: %w", err)
+		case len(first.Value()) < 2*sha256.Size:
+			return errNoFirstAttempt
+		case !bytes.Equal(first.Value()[sha256.Size:2*sha256.Size], call[:]):
+			return errNotSameCall
+		}
+		key = attemptKey(key, attempt)
+	}
 	err := bus.RetryWhile(ctx, bus.Transient, func() error {
 		_, err := t.kv.Create(ctx, key, value)
 		return err
@@ -112,18 +145,48 @@ func (t *takenIDs) take(ctx context.Context, principal, id string, body []byte) 
 	return errIDReused
 }
 
+// attemptKey is the key of a retry of the call whose first attempt took
+// key: a suffix no IDKey has, as ".caller" (callerrecord.go).
+func attemptKey(key string, attempt int) string {
+	return key + ".attempt" + strconv.Itoa(attempt)
+}
+
+// callSum is what makes two attempts one call: the tool as named, the
+// operation, the workspace and the arguments as sent.
+func callSum(inv *events.Invocation) [sha256.Size]byte {
+	h := sha256.New()
+	for _, part := range []string{inv.Tool, string(inv.Op), inv.Workspace} {
+		h.Write([]byte(part))
+		h.Write([]byte{0})
+	}
+	h.Write(inv.Args)
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return sum
+}
+
 // takeNonce is the bytes of a take's nonce.
 const takeNonce = 16
 
 // takeID takes the call's id for it, or returns the stop that refuses the
 // call: the id is taken, or could not be checked (never run unchecked).
 func (c *call) takeID() *stop {
-	err := c.e.ids.take(c.ctx, c.principal, c.inv.ID, c.body)
+	c.sum = callSum(c.inv)
+	err := c.e.ids.take(c.ctx, c.principal, c.inv.ID, c.body, c.inv.Attempt, c.sum)
+	attempt := events.AttemptOf(c.inv.Attempt)
 	switch {
 	case err == nil:
 		return nil
+	case errors.Is(err, errTooManyAttempts):
+		return &stop{events.ErrInvocationIDReused, fmt.Sprintf("Attempt %d of invocation id %q is refused: a call is tried at most %d times. Use a fresh id for a new call.", attempt, c.inv.ID, events.MaxAttempts)}
+	case errors.Is(err, errNoFirstAttempt):
+		return &stop{events.ErrInvocationIDReused, fmt.Sprintf("Attempt %d of invocation id %q is refused: this caller made no first attempt under that id that a retry can repeat. Use a fresh id for a new call.", attempt, c.inv.ID)}
+	case errors.Is(err, errNotSameCall):
+		return &stop{events.ErrInvocationIDReused, fmt.Sprintf("Attempt %d of invocation id %q is refused: a retry repeats its first attempt's call, and this one names another tool, operation, workspace or arguments. Use a fresh id for a new call.", attempt, c.inv.ID)}
 	case errors.Is(err, errIDCopy):
 		return &stop{events.ErrInvocationIDReused, fmt.Sprintf("Invocation id %q was taken by this same request before; a request is run once, and its result went to the first one. Use a fresh id for a new call.", c.inv.ID)}
+	case errors.Is(err, errIDReused) && attempt > 1:
+		return &stop{events.ErrInvocationIDReused, fmt.Sprintf("Attempt %d of invocation id %q was made before; each attempt is made once. Use a fresh id for a new call.", attempt, c.inv.ID)}
 	case errors.Is(err, errIDReused):
 		return &stop{events.ErrInvocationIDReused, fmt.Sprintf("Invocation id %q names another call of this caller; an id names one call. Use a fresh id.", c.inv.ID)}
 	case c.ctx.Err() != nil: // cancelled by id, or the executor stopping

@@ -3,6 +3,7 @@ package executor
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -31,8 +33,13 @@ type call struct {
 	inv   *events.Invocation
 	reply string
 	// body is the invocation as the caller sent it: what its id is
-	// taken for (ids.go).
+	// taken for (ids.go), and sum the call's (callSum), which a retry
+	// must repeat.
 	body []byte
+	sum  [sha256.Size]byte
+	// attempt is the attempt the caller sent (events.AttemptOf), which
+	// its give-up names: an executor's own retry is still this one.
+	attempt int
 	// principal is who the bus vouches sent the call (events.Unproven
 	// when nobody does); only it may cancel the call.
 	principal string
@@ -103,6 +110,10 @@ type call struct {
 	decision []byte
 	// beaten: the heartbeat timer fired once (see beat).
 	beaten bool
+	// retryable: the call runs, and its policy decision marks it
+	// idempotent; its heartbeats and progress say so
+	// (events.RetryableHeader), for a caller that loses it.
+	retryable atomic.Bool
 }
 
 // header is the header of an event this executor records about c: the
@@ -174,7 +185,7 @@ func (e *Executor) accept(m *nats.Msg, forwarded bool) {
 		e.refuse(m, inv, principal, t, events.ErrExecutorLost, fmt.Sprintf("executor %s does not host %s for this call's workspace", e.id.ID, t.Name))
 		return
 	}
-	c := &call{e: e, inv: inv, reply: m.Reply, body: m.Data, principal: principal, tool: t, host: h}
+	c := &call{e: e, inv: inv, reply: m.Reply, body: m.Data, principal: principal, tool: t, host: h, attempt: events.AttemptOf(inv.Attempt)}
 	if h != nil {
 		c.impl = h.impl
 	}
@@ -211,7 +222,8 @@ func (e *Executor) enter(c *call) *stop {
 	default:
 	}
 	id := c.inv.ID
-	if e.abandoned.take(abandonKey(c.principal, id)) || e.abandoned.take(abandonKey(anyPrincipal, id)) {
+	attempt := c.inv.Attempt
+	if e.abandoned.take(abandonKey(c.principal, id, attempt)) || e.abandoned.take(abandonKey(anyPrincipal, id, attempt)) {
 		c.abandon()
 		return &stop{events.ErrCancelled, "The caller gave up on this call before it reached the executor; it was not run."}
 	}
@@ -408,6 +420,7 @@ func (c *call) beat() {
 	m := nats.NewMsg(c.reply)
 	m.Header.Set(events.KindHeader, events.KindHeartbeat)
 	m.Header.Set(events.ExecutorHeader, c.e.id.ID)
+	c.markRetryable(m)
 	_ = c.e.nc.PublishMsg(m)
 	c.heartbeat.Reset(invoke.HeartbeatEvery)
 }
@@ -447,6 +460,7 @@ func (c *call) run(found bool) {
 		c.end(st.output())
 		return
 	}
+	c.retryable.Store(c.verdict.Idempotent)
 	if end := c.applyLimits(); end != nil {
 		c.end(*end)
 		return
@@ -466,6 +480,11 @@ func (c *call) admit(found bool) (confirmed bool, st *stop) {
 		return false, &stop{events.ErrToolNotFound, notFound(e.catalog.Catalog(), inv.Tool)}
 	case c.impl == nil:
 		return false, &stop{events.ErrToolNotFound, fmt.Sprintf("Tool %q is not hosted by executor %s.", c.tool.Name, e.id.ID)}
+	case inv.TimeoutMillis > e.cfg.MaxTimeout.Milliseconds() && inv.Attempt > 1:
+		// A retry asks for longer than its first attempt had, and gets
+		// as long as a call may: its one chance is not spent on a
+		// refusal.
+		inv.TimeoutMillis = e.cfg.MaxTimeout.Milliseconds()
 	case inv.TimeoutMillis > e.cfg.MaxTimeout.Milliseconds():
 		d := time.Duration(inv.TimeoutMillis) * time.Millisecond
 		return false, &stop{events.ErrInvalidParams, fmt.Sprintf("timeoutMillis asks for %s; a call may ask for at most %s", d, e.cfg.MaxTimeout)}
@@ -514,6 +533,11 @@ func (c *call) authorize(args map[string]any) (confirmed bool, st *stop) {
 		obs.Stage("policy", time.Since(start))
 		if st != nil {
 			return confirmed, st
+		}
+		if c.inv.Attempt > 1 && !d.Idempotent {
+			// Every attempt is judged again, and only a call this
+			// decision says may run twice is run a second time.
+			return confirmed, &stop{events.ErrInvocationIDReused, fmt.Sprintf("Attempt %d of invocation id %q is refused: the policy does not mark this call idempotent (%s: %s), and a call that may change something is run once.", c.inv.Attempt, c.inv.ID, d.Verdict, d.Reason)}
 		}
 		if d.Verdict == events.Allow || d.Verdict == events.AskUser {
 			if d, st = c.preHooks(d); st != nil {
@@ -609,10 +633,11 @@ func (c *call) decide(args map[string]any) (policy.Decision, *stop) {
 	}
 	d := j.Decision
 	c.limits = d.Limits
-	c.verdict = events.PolicyVerdict{Verdict: d.Verdict, Reason: d.Reason, Revision: d.Revision, Cached: cached}
+	c.verdict = events.PolicyVerdict{Verdict: d.Verdict, Reason: d.Reason, Revision: d.Revision, Cached: cached, Idempotent: d.Idempotent}
 	ev := &events.Decision{Header: c.header(), InvocationID: c.inv.ID, Tool: t.Name,
 		Verdict: d.Verdict, Reason: d.Reason, PolicyRevision: d.Revision, Cached: cached,
-		Input: j.rec.Input, ShellLine: j.rec.ShellLine, BashChecked: j.rec.BashChecked, InputLossy: j.rec.Lossy}
+		Input: j.rec.Input, ShellLine: j.rec.ShellLine, BashChecked: j.rec.BashChecked, InputLossy: j.rec.Lossy,
+		Idempotent: d.Idempotent, Attempt: retryAttempt(c.inv)}
 	if c.modified {
 		ev.Args = c.inv.Args
 	}
@@ -749,7 +774,11 @@ func (c *call) execute(confirmed bool) {
 	if c.host.judged.Kind == events.KindComposite {
 		c.tc.Invoke = c.invokeStep
 	}
-	c.end(c.outcome(c.runBounded()))
+	out, err := c.runBounded()
+	if c.serverLost(out, err) {
+		out, err = c.retryOnServer(out)
+	}
+	c.end(c.outcome(out, err))
 }
 
 // outcome is what a tool run that returned out and err ends the call
@@ -919,6 +948,7 @@ func (c *call) sendProgress(chunk string) {
 	if c.reply != "" {
 		m := nats.NewMsg(c.reply)
 		m.Header.Set(events.KindHeader, events.KindProgress)
+		c.markRetryable(m)
 		m.Data = []byte(chunk)
 		_ = c.e.nc.PublishMsg(m)
 	}
@@ -943,7 +973,8 @@ func (c *call) end(how ending) {
 		c.releaseSlots()
 		res := &events.Result{Header: c.header(), InvocationID: c.inv.ID, Tool: nameOf(c.tool),
 			LLMContent: out.LLMContent, ReturnDisplay: out.ReturnDisplay, Parts: out.Parts, Error: out.Err,
-			PartsWhole: out.PartsWhole, StructuredContent: out.Structured, Meta: out.Meta, MCPResult: out.MCPResult, ExitCode: out.ExitCode}
+			PartsWhole: out.PartsWhole, StructuredContent: out.Structured, Meta: out.Meta, MCPResult: out.MCPResult, ExitCode: out.ExitCode,
+			Attempt: retryAttempt(c.inv)}
 		if out.PartsWhole && out.Whole == nil {
 			// What follows is what the way adds: notes, hooks' feedback.
 			res.PartsText = len(out.LLMContent)
@@ -1024,7 +1055,25 @@ func (c *call) end(how ending) {
 
 func (e *Executor) result(inv *events.Invocation, toolName string, t events.ErrorType, msg string) *events.Result {
 	return &events.Result{Header: events.Header{Sender: e.id}, InvocationID: inv.ID, Tool: toolName,
-		LLMContent: msg, ReturnDisplay: msg, Error: &events.ToolError{Type: t, Message: msg}}
+		LLMContent: msg, ReturnDisplay: msg, Error: &events.ToolError{Type: t, Message: msg}, Attempt: retryAttempt(inv)}
+}
+
+// retryAttempt is the attempt an event about inv names: its attempt when
+// it is a retry, else none (the first attempt, as every call had before
+// calls were retried).
+func retryAttempt(inv *events.Invocation) int {
+	if inv.Attempt > 1 {
+		return inv.Attempt
+	}
+	return 0
+}
+
+// markRetryable says on a message to the caller that the call may be
+// retried once if it is lost (events.RetryableHeader).
+func (c *call) markRetryable(m *nats.Msg) {
+	if c.retryable.Load() {
+		m.Header.Set(events.RetryableHeader, "1")
+	}
 }
 
 // respondRaw sends a result to a reply subject.

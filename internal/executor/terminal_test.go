@@ -157,7 +157,7 @@ func TestGivingUpMakesTheExecutorsResultLate(t *testing.T) {
 	testkit.Eventually(t, "both executors hold the give-up", func() bool {
 		for _, ex := range []*Executor{e.exec, slowHost} {
 			ex.mu.Lock()
-			_, ok := ex.abandoned.ids[abandonKey(events.Unproven, "overtaken")]
+			_, ok := ex.abandoned.ids[abandonKey(events.Unproven, "overtaken", 0)]
 			ex.mu.Unlock()
 			if !ok {
 				return false

@@ -121,6 +121,9 @@ type failure struct {
 	// (it sent it as the caller gave up, or it coordinates the batch), so
 	// the caller publishes none of its own.
 	recorded bool
+	// retryable: the executor said, before it fell silent, that the
+	// call's decision marks it idempotent.
+	retryable bool
 }
 
 // GiveUp tells the executors that the caller stopped waiting for call id,
@@ -133,7 +136,12 @@ type failure struct {
 // responders" at once, and an executor cut off from the bus cannot
 // answer, which leaves the caller to record the result.
 func (c *Client) GiveUp(id, reason string) (recorded bool) {
-	data, err := events.Encode(&events.CancelRequest{Header: events.Header{Sender: c.id}, InvocationID: id, Reason: reason, GaveUp: true})
+	return c.giveUp(id, 0, reason)
+}
+
+// giveUp is GiveUp of one attempt of call id.
+func (c *Client) giveUp(id string, attempt int, reason string) (recorded bool) {
+	data, err := events.Encode(&events.CancelRequest{Header: events.Header{Sender: c.id}, InvocationID: id, Reason: reason, GaveUp: true, Attempt: attempt})
 	if err != nil {
 		return false
 	}
@@ -158,6 +166,9 @@ func (c *Client) GiveUp(id, reason string) (recorded bool) {
 func (c *Client) synthesize(inv *events.Invocation, fail *failure) *events.Result {
 	res := &events.Result{Header: events.Header{Sender: c.id}, InvocationID: inv.ID, Tool: inv.Tool,
 		LLMContent: fail.Message, ReturnDisplay: fail.Message, Error: &events.ToolError{Type: fail.Type, Message: fail.Message}}
+	if inv.Attempt > 1 {
+		res.Attempt = inv.Attempt
+	}
 	if fail.recorded {
 		return res
 	}

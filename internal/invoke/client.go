@@ -49,6 +49,10 @@ type Client struct {
 
 	mu    sync.Mutex
 	calls map[string]*pending
+
+	// noRetry and retryTimeout: see WithoutRetries, WithRetryTimeout.
+	noRetry      bool
+	retryTimeout time.Duration
 }
 
 // pending is a call waiting for its result. Heartbeats and progress go to
@@ -170,9 +174,13 @@ func (w *Watch) hear(m *nats.Msg, at time.Time) {
 // With one, the caller is who the identity is: id's ID becomes principal
 // unless it names it already (principal, or principal/…), since the
 // executor refuses a caller that names another.
-func NewClient(nc *nats.Conn, id events.Identity, principal string) *Client {
+func NewClient(nc *nats.Conn, id events.Identity, principal string, opts ...Option) *Client {
 	id.ID = underPrincipal(id.ID, principal, false)
-	return &Client{nc: nc, id: id, prefix: nc.NewInbox() + ".", principal: principal, calls: make(map[string]*pending)}
+	c := &Client{nc: nc, id: id, prefix: nc.NewInbox() + ".", principal: principal, calls: make(map[string]*pending)}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
 }
 
 // NewBatchClient returns the client an executor sends the calls of
@@ -180,7 +188,9 @@ func NewClient(nc *nats.Conn, id events.Identity, principal string) *Client {
 // events.SubjectCancel and records their results on events.SubjectResult,
 // as executors do, where a caller uses its own subjects.
 func NewBatchClient(nc *nats.Conn, id events.Identity) *Client {
-	c := NewClient(nc, id, "")
+	// A batch's calls are retried by nobody: the batch's coordinator
+	// records their results as they end.
+	c := NewClient(nc, id, "", WithoutRetries())
 	c.forOthers = true
 	return c
 }
@@ -307,11 +317,14 @@ func (c *Client) invokeAs(ctx context.Context, inv *events.Invocation, principal
 	if err != nil {
 		return nil, err
 	}
-	m, fail, err := c.roundTrip(ctx, events.InvokeSubject(principal), inv.ID, data, w)
+	m, fail, err := c.roundTrip(ctx, events.InvokeSubject(principal), inv.ID, inv.Attempt, data, w)
 	if err != nil {
 		return nil, err
 	}
 	if fail != nil {
+		if c.mayRetry(ctx, inv, fail) {
+			return c.retry(ctx, inv, principal, w, fail)
+		}
 		return c.synthesize(inv, fail), nil
 	}
 	res, err := events.Decode[events.Result](m.Data)
@@ -332,7 +345,7 @@ func (c *Client) InvokeBatch(ctx context.Context, b *events.BatchInvocation) (*e
 	if err != nil {
 		return nil, err
 	}
-	m, fail, err := c.roundTrip(ctx, events.InvokeBatchSubject(c.principal), b.ID, data, nil)
+	m, fail, err := c.roundTrip(ctx, events.InvokeBatchSubject(c.principal), b.ID, 0, data, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -23,7 +23,7 @@ import (
 // does or may is the call lost. Whenever it gives up, it tells the
 // executors first (GiveUp), so that a result still to come is recorded as
 // late.
-func (c *Client) roundTrip(ctx context.Context, subject, id string, data []byte, w *Watch) (*nats.Msg, *failure, error) {
+func (c *Client) roundTrip(ctx context.Context, subject, id string, attempt int, data []byte, w *Watch) (*nats.Msg, *failure, error) {
 	if err := c.start(); err != nil {
 		return nil, nil, err
 	}
@@ -44,7 +44,7 @@ func (c *Client) roundTrip(ctx context.Context, subject, id string, data []byte,
 	if err := c.nc.PublishMsg(&nats.Msg{Subject: subject, Reply: c.prefix + token, Data: data}); err != nil {
 		return nil, nil, err
 	}
-	wt := &wait{c: c, p: p, id: id, token: token, w: w, heard: time.Now()}
+	wt := &wait{c: c, p: p, id: id, attempt: attempt, token: token, w: w, heard: time.Now()}
 	lost := time.NewTimer(LostAfter)
 	defer lost.Stop()
 	for {
@@ -63,6 +63,9 @@ func (c *Client) roundTrip(ctx context.Context, subject, id string, data []byte,
 			w.hear(m, time.Now())
 			if x := m.Header.Get(events.ExecutorHeader); x != "" {
 				wt.executor = x
+			}
+			if m.Header.Get(events.RetryableHeader) != "" {
+				wt.retryable = true
 			}
 			wt.heard = time.Now()
 			lost.Reset(LostAfter)
@@ -96,16 +99,20 @@ func (c *Client) roundTrip(ctx context.Context, subject, id string, data []byte,
 
 // wait is one call's wait for its answer in roundTrip.
 type wait struct {
-	c     *Client
-	p     *pending
-	id    string // the invocation's or batch's id
-	token string // the reply subject's last token
-	w     *Watch
+	c       *Client
+	p       *pending
+	id      string // the invocation's or batch's id
+	attempt int    // the invocation's attempt (events.Invocation.Attempt)
+	token   string // the reply subject's last token
+	w       *Watch
 	// executor is the one that runs the call, once a heartbeat or a
 	// claim names it; heard is when the last heartbeat, progress or
 	// claim came.
 	executor string
 	heard    time.Time
+	// retryable: the executor said the call's decision marks it
+	// idempotent (events.RetryableHeader).
+	retryable bool
 }
 
 // silence is what a wait does when nothing was heard for a while: it asks
@@ -157,8 +164,8 @@ func (wt *wait) answered(m *nats.Msg) (*nats.Msg, *failure, error) {
 // and one that sent the result already (it crossed the give-up) says so,
 // and the result is waited for after all.
 func (wt *wait) giveUp(reason string, fail events.ToolError) (*nats.Msg, *failure, error) {
-	if !wt.c.GiveUp(wt.id, reason) {
-		return nil, &failure{ToolError: fail}, nil
+	if !wt.c.giveUp(wt.id, wt.attempt, reason) {
+		return nil, &failure{ToolError: fail, retryable: wt.retryable}, nil
 	}
 	t := time.NewTimer(claimWait)
 	defer t.Stop()

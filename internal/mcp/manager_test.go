@@ -60,7 +60,11 @@ func TestMain(m *testing.M) {
 				os.WriteFile(os.Getenv("MARK"), []byte(tag), 0o644)
 			}
 		}()
-		if err := server.ServeStdio(newTestServer(cancelled)); err != nil {
+		srv := newTestServer(cancelled)
+		if os.Getenv(crashOnceEnv) != "" {
+			addCrashOnce(srv)
+		}
+		if err := server.ServeStdio(srv); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}

@@ -48,7 +48,10 @@ type server struct {
 	cfg ServerConfig
 
 	sess atomic.Pointer[session] // the session calls use; nil when none
-	subs resourceSubs            // the subscriptions to its resources (subscriptions.go)
+	// up is closed, and replaced, each time a session starts serving
+	// calls (awaitSession); guarded by mu.
+	up   chan struct{}
+	subs resourceSubs // the subscriptions to its resources (subscriptions.go)
 	// callers are the sessions of callers whose requests the server may
 	// ask (callersession.go).
 	callers callerSessions
@@ -81,7 +84,8 @@ type discovered struct {
 }
 
 func newServer(m *Manager, cfg ServerConfig) *server {
-	s := &server{m: m, cfg: cfg, discover: make(chan chan discovered), stop: make(chan struct{}), done: make(chan struct{}), downSince: time.Now()}
+	s := &server{m: m, cfg: cfg, discover: make(chan chan discovered), stop: make(chan struct{}), done: make(chan struct{}), downSince: time.Now(),
+		up: make(chan struct{})}
 	s.status = events.MCPServerStatus{Executor: m.id.ID, Server: cfg.Name, Transport: string(cfg.Transport), Trust: cfg.Trust}
 	return s
 }
@@ -237,6 +241,10 @@ func (s *server) session() error {
 	}
 	s.sess.Store(sess)
 	defer s.sess.Store(nil)
+	s.mu.Lock()
+	close(s.up)
+	s.up = make(chan struct{})
+	s.mu.Unlock()
 	ctx, cancel = s.stepContext(connectTimeout)
 	s.subs.resubscribe(ctx, s, sess)
 	cancel()
@@ -419,6 +427,26 @@ func (s *server) rediscover(ctx context.Context) discovered {
 		return found
 	case <-ctx.Done():
 		return discovered{err: ctx.Err()}
+	}
+}
+
+// awaitSession waits until the server has a session that has not ended,
+// ctx ends or the server stops.
+func (s *server) awaitSession(ctx context.Context) error {
+	for {
+		s.mu.Lock()
+		up := s.up
+		s.mu.Unlock()
+		if sess := s.current(); sess != nil && !sess.ended() {
+			return nil
+		}
+		select {
+		case <-up:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-s.stop:
+			return fmt.Errorf("MCP server %q stopped", s.cfg.Name)
+		}
 	}
 }
 

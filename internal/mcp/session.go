@@ -299,6 +299,16 @@ func lookCommand(command, dir string) (string, error) {
 	return path, nil
 }
 
+// ended reports whether the session ended.
+func (s *session) ended() bool {
+	select {
+	case <-s.dead:
+		return true
+	default:
+		return false
+	}
+}
+
 // end records why the session ended, once, and closes dead.
 func (s *session) end(cause error) {
 	s.deadOnce.Do(func() {

@@ -119,17 +119,29 @@ func (t *serverTool) Run(ctx context.Context, call *tool.Call) (*tool.Output, er
 	case ctx.Err() != nil:
 		return nil, context.Cause(ctx)
 	}
+	lost := false
 	select {
 	case <-sess.dead:
 		err = fmt.Errorf("the server went away during the call: %w", sess.cause)
+		lost = true
 	default:
 		// An error the server answered with leaves the session as it
 		// was; one of the connection (an HTTP session the server
 		// forgot, a stream cut) does not, and a ping tells which.
 		t.srv.check(sess)
+		lost = sess.ended()
 	}
 	msg := fmt.Sprintf("MCP tool %q of server %q failed: %v", t.name, t.srv.cfg.Name, err)
-	return tool.Failed(events.ErrExecutionFailed, msg), nil
+	out := tool.Failed(events.ErrExecutionFailed, msg)
+	out.ServerLost = lost
+	return out, nil
+}
+
+// AwaitRestart implements tool.Restarter: it waits until the server has
+// a session that has not ended, the one its runner connected after the
+// last ended.
+func (t *serverTool) AwaitRestart(ctx context.Context) error {
+	return t.srv.awaitSession(ctx)
 }
 
 // progressLine is a progress notification as live output.

@@ -250,18 +250,3 @@ func limitID(l *Limit, key []string) string {
 	h.Write(k)
 	return base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:18])
 }
-
-// definesLimits says whether modules define LimitsQuery's rule.
-func definesLimits(modules map[string]*ast.Module) bool {
-	for name, m := range modules {
-		if isTest(name) || m.Package.Path.String() != "data.toolbus" {
-			continue
-		}
-		for _, r := range m.Rules {
-			if ref := r.Head.Ref(); len(ref) > 0 && ref[0].Value.Compare(ast.Var("limits")) == 0 {
-				return true
-			}
-		}
-	}
-	return false
-}

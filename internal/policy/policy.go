@@ -33,6 +33,20 @@ import (
 // Query is the rule every policy set must define.
 const Query = "data.toolbus.decision"
 
+// IdempotentQuery is the rule that marks a call idempotent: running it a
+// second time does no harm, so a call lost with its executor, or with the
+// MCP server it ran on, may be retried once under its id (see
+// events.Invocation.Attempt). It is evaluated with the decision, in the
+// same evaluation (decisionQuery); a policy set that does not define it,
+// or defines it as anything but true, marks nothing idempotent.
+const IdempotentQuery = "data.toolbus.idempotent"
+
+// decisionQuery is the one query every call is judged with: the decision;
+// in a set that is never undefined, whether the call is idempotent; and in
+// an array, empty when the rule is undefined, the limits the call is held
+// to (LimitsQuery), checked in decideValue.
+const decisionQuery = "[" + Query + ", {x | x := " + IdempotentQuery + "}, [l | l := " + LimitsQuery + "]]"
+
 // PathsQuery is the rule that judges files one by one: the paths of
 // input.paths the policy refuses. Tools that choose their files themselves
 // (a search over the workspace, a glob of files to read) skip those. A
@@ -134,9 +148,6 @@ type Policy struct {
 	revision string
 	files    Files
 	query    rego.PreparedEvalQuery
-	// limits: the set defines LimitsQuery, and query gives the decision
-	// and the limits in one array.
-	limits   bool
 	paths    rego.PreparedEvalQuery
 	remember rego.PreparedEvalQuery
 	approver rego.PreparedEvalQuery
@@ -187,12 +198,6 @@ func Compile(ctx context.Context, files Files) (*Policy, error) {
 	prepare := func(query string) (rego.PreparedEvalQuery, error) {
 		return regoOf(query, sources, store).PrepareForEval(ctx)
 	}
-	decisionQuery, limits := Query, definesLimits(modules)
-	if limits {
-		// One evaluation gives both: undefined limits are [], a rule
-		// that gives something is [its value], checked in decideValue.
-		decisionQuery = "[" + Query + ", [l | l := " + LimitsQuery + "]]"
-	}
 	q, err := prepare(decisionQuery)
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
@@ -237,7 +242,7 @@ func Compile(ctx context.Context, files Files) (*Policy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
-	return &Policy{revision: files.Revision(), files: files, query: q, limits: limits, paths: pq, remember: rq,
+	return &Policy{revision: files.Revision(), files: files, query: q, paths: pq, remember: rq,
 		approver: aq, refusals: adq, flagged: fq, toolDeny: tq, elicit: eq, srvReq: srq, samples: samples,
 		nondeterministic: nondeterministic(modules), readsSession: readsSession(modules)}, nil
 }
@@ -467,6 +472,9 @@ type Decision struct {
 	Reason  string
 	// Remember says whether an "always" answer to this call may be kept.
 	Remember bool
+	// Idempotent says the policy marks the call idempotent
+	// (IdempotentQuery): it may be retried once.
+	Idempotent bool
 	// Revision is the policy revision that decided.
 	Revision string
 	// Limits are the limits the call is held to once it may run
@@ -523,23 +531,23 @@ func (p *Policy) decideValue(ctx context.Context, value ast.Value) Decision {
 	if len(rs) != 1 || len(rs[0].Expressions) != 1 {
 		return deny("%s is undefined", Query)
 	}
-	result := rs[0].Expressions[0].Value
-	var limits []Limit
-	if p.limits {
-		both, _ := result.(*ast.Array)
-		if both == nil || both.Len() != 2 {
-			return deny("%s is undefined", Query)
-		}
-		result = both.Elem(0).Value
-		if given, _ := both.Elem(1).Value.(*ast.Array); given != nil && given.Len() == 1 {
-			if limits, err = limitsOf(given.Elem(0).Value); err != nil {
-				return deny("%v", err)
-			}
-		}
+	both, ok := rs[0].Expressions[0].Value.(*ast.Array)
+	if !ok || both.Len() != 3 {
+		return deny("%s is undefined", Query)
 	}
-	out, ok := result.(ast.Object)
+	out, ok := both.Elem(0).Value.(ast.Object)
 	if !ok {
 		return deny("%s is not an object", Query)
+	}
+	// Only true is idempotent: a set holding anything else, or more
+	// than one value (a rule defined twice over), marks nothing.
+	idem, _ := both.Elem(1).Value.(ast.Set)
+	idempotent := idem != nil && idem.Len() == 1 && idem.Contains(ast.BooleanTerm(true))
+	var limits []Limit
+	if given, _ := both.Elem(2).Value.(*ast.Array); given != nil && given.Len() == 1 {
+		if limits, err = limitsOf(given.Elem(0).Value); err != nil {
+			return deny("%v", err)
+		}
 	}
 	verdict, _ := field(out, verdictKey).(ast.String)
 	reason, _ := field(out, reasonKey).(ast.String)
@@ -547,7 +555,7 @@ func (p *Policy) decideValue(ctx context.Context, value ast.Value) Decision {
 	if !events.Verdict(verdict).Valid() {
 		return deny("%s.verdict is %q, not ALLOW, DENY or ASK_USER", Query, string(verdict))
 	}
-	return Decision{Verdict: events.Verdict(verdict), Reason: string(reason), Remember: bool(remember), Revision: p.revision, Limits: limits}
+	return Decision{Verdict: events.Verdict(verdict), Reason: string(reason), Remember: bool(remember), Idempotent: idempotent, Revision: p.revision, Limits: limits}
 }
 
 // The fields of a decision, as terms made once.

@@ -134,6 +134,10 @@ type Output struct {
 	// get or a resource's read (events.Result.MCPResult).
 	MCPResult json.RawMessage
 	Err       *events.ToolError
+	// ServerLost says the server that ran the call failed in transport
+	// or went away mid-call (an MCP server's session ended): the call
+	// may or may not have taken effect there. With Err set.
+	ServerLost bool
 	// ExitCode is the exit status of the command the tool ran to its
 	// end (events.Result.ExitCode).
 	ExitCode *int
@@ -206,6 +210,13 @@ type Differ interface {
 // built in.
 type Origin interface {
 	Origin() (source events.Source, server string, trust bool)
+}
+
+// Restarter is implemented by tools whose server is restarted when it
+// fails (an MCP server's tools): AwaitRestart waits until the server
+// serves calls again, on a session that has not ended, or ctx ends.
+type Restarter interface {
+	AwaitRestart(ctx context.Context) error
 }
 
 // Timeouter is implemented by tools that bring their own deadline (an MCP
