@@ -39,9 +39,9 @@ type facadeFleet struct {
 	token  string
 }
 
-func startFacade(t testing.TB, pol *policy.Policy, token string) *facadeFleet {
+func startFacade(t testing.TB, pol *policy.Policy, token string, configure ...func(*executor.Config)) *facadeFleet {
 	t.Helper()
-	f := executortest.Start(t)
+	f := executortest.Start(t, configure...)
 	conn := bustest.Connect(t, f.Bus)
 	cfg := toolmcp.FacadeConfig{Conn: conn.Conn(), JS: conn.JetStream(), User: "ada", Logger: bustest.Quiet()}
 	if pol != nil {
