@@ -122,9 +122,8 @@ type failure struct {
 	// the caller publishes none of its own.
 	recorded bool
 	// retryable: the executor said, before it fell silent, that the
-	// call's decision marks it idempotent; unheard: it said nothing of
-	// the call at all, so nothing says whether it is.
-	retryable, unheard bool
+	// call's decision marks it idempotent.
+	retryable bool
 }
 
 // GiveUp tells the executors that the caller stopped waiting for call id,

@@ -10,15 +10,12 @@ import (
 // A call lost with its executor (EXECUTOR_LOST) is tried once more, under
 // its id as attempt 2 (events.Invocation.Attempt), when the executor said
 // before it fell silent that the call's policy decision marks it
-// idempotent (events.RetryableHeader on a heartbeat or progress), or
-// when it said nothing of the call at all (it was lost within a heartbeat
-// of its start, with no output, which is when most calls end). The word
-// only spares a retry that would be refused: the executor that takes the
-// retry checks it is the first attempt's call, of this caller, and judges
-// it again, and runs it only when its own decision says idempotent. So a
-// write lost before its executor spoke is sent again and refused (the
-// trail shows the refused attempt), never run twice; one whose executor
-// spoke without the word is not sent again.
+// idempotent (events.RetryableHeader on a heartbeat or progress). That
+// word only spares a retry that would be refused: the executor that takes
+// the retry checks it is the first attempt's call, of this caller, and
+// judges it again, and runs it only when its own decision says
+// idempotent. A call lost before its executor said anything (within a
+// heartbeat of its start, with no output) is not retried.
 //
 // The first attempt is given up before the retry is sent (so a result it
 // still sends is Late), and its loss is recorded only when the retry
@@ -40,7 +37,7 @@ func WithRetryTimeout(d time.Duration) Option {
 
 // mayRetry says whether the call inv that ended with fail is tried again.
 func (c *Client) mayRetry(ctx context.Context, inv *events.Invocation, fail *failure) bool {
-	return !c.noRetry && fail.Type == events.ErrExecutorLost && (fail.retryable || fail.unheard) && !fail.recorded &&
+	return !c.noRetry && fail.Type == events.ErrExecutorLost && fail.retryable && !fail.recorded &&
 		events.AttemptOf(inv.Attempt) < events.MaxAttempts && ctx.Err() == nil
 }
 

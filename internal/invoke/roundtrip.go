@@ -53,11 +53,11 @@ func (c *Client) roundTrip(ctx context.Context, subject, id string, attempt int,
 			return wt.answered(m)
 		case m := <-p.confirm:
 			c.confirm(m, w)
-			wt.heard, wt.spoke = time.Now(), true
+			wt.heard = time.Now()
 			lost.Reset(LostAfter)
 		case m := <-p.asks:
 			c.serverRequest(m, w)
-			wt.heard, wt.spoke = time.Now(), true
+			wt.heard = time.Now()
 			lost.Reset(LostAfter)
 		case m := <-p.events:
 			w.hear(m, time.Now())
@@ -67,7 +67,7 @@ func (c *Client) roundTrip(ctx context.Context, subject, id string, attempt int,
 			if m.Header.Get(events.RetryableHeader) != "" {
 				wt.retryable = true
 			}
-			wt.heard, wt.spoke = time.Now(), true
+			wt.heard = time.Now()
 			lost.Reset(LostAfter)
 		case <-lost.C:
 			if next, silent := wt.silence(ctx); !silent {
@@ -111,9 +111,8 @@ type wait struct {
 	executor string
 	heard    time.Time
 	// retryable: the executor said the call's decision marks it
-	// idempotent (events.RetryableHeader); spoke: it said anything of
-	// the call at all (a heartbeat, progress, a wait for a person).
-	retryable, spoke bool
+	// idempotent (events.RetryableHeader).
+	retryable bool
 }
 
 // silence is what a wait does when nothing was heard for a while: it asks
@@ -166,7 +165,7 @@ func (wt *wait) answered(m *nats.Msg) (*nats.Msg, *failure, error) {
 // and the result is waited for after all.
 func (wt *wait) giveUp(reason string, fail events.ToolError) (*nats.Msg, *failure, error) {
 	if !wt.c.giveUp(wt.id, wt.attempt, reason) {
-		return nil, &failure{ToolError: fail, retryable: wt.retryable, unheard: !wt.spoke}, nil
+		return nil, &failure{ToolError: fail, retryable: wt.retryable}, nil
 	}
 	t := time.NewTimer(claimWait)
 	defer t.Stop()
