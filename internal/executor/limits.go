@@ -51,8 +51,6 @@ const (
 	concurrencyRetry = 2 * time.Second
 	// limitWait bounds one request about a limit.
 	limitWait = 10 * time.Second
-	// incrHeader is JetStream's header of a counter's increment.
-	incrHeader = "Nats-Incr"
 )
 
 // limiter is an executor's side of the limits: its requests to the
@@ -191,8 +189,6 @@ func (c *call) limitFailed(lim policy.Limit, err error) *ending {
 }
 
 // count adds n to the counter on subject and returns its new value.
-// nats.go's PubAck has no field for the value, so the request is sent
-// and its acknowledgement read here.
 func (l *limiter) count(ctx context.Context, subject string, n int64) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, limitWait)
 	defer cancel()
@@ -202,22 +198,9 @@ func (l *limiter) count(ctx context.Context, subject string, n int64) (int64, er
 	if err != nil {
 		return 0, err
 	}
-	var ack struct {
-		Error *struct {
-			Code        int    `json:"err_code"`
-			Description string `json:"description"`
-		} `json:"error"`
-		Val string `json:"val"`
-	}
-	if err := json.Unmarshal(resp.Data, &ack); err != nil {
-		return 0, fmt.Errorf("counter %s: %w", subject, err)
-	}
-	if ack.Error != nil {
-		return 0, fmt.Errorf("counter %s: %s (%d)", subject, ack.Error.Description, ack.Error.Code)
-	}
-	v, err := strconv.ParseInt(ack.Val, 10, 64)
+	v, err := counterValue(resp, events.LimitsStream)
 	if err != nil {
-		return 0, fmt.Errorf("counter %s holds %q: %w", subject, ack.Val, err)
+		return 0, fmt.Errorf("counter %s: %w", subject, err)
 	}
 	return v, nil
 }
@@ -226,10 +209,7 @@ func (l *limiter) count(ctx context.Context, subject string, n int64) (int64, er
 // acknowledgement: what a refused call takes back.
 func (l *limiter) add(subject string, n int64) {
 	m := nats.NewMsg(subject)
-	m.Header.Set(incrHeader, strconv.FormatInt(n, 10))
-	if n > 0 {
-		m.Header.Set(incrHeader, "+"+strconv.FormatInt(n, 10))
-	}
+	m.Header.Set(incrHeader, fmt.Sprintf("%+d", n)) // the server wants the sign
 	if err := l.nc.PublishMsg(m); err != nil {
 		l.log.Warn("a refused call's count was not taken back", "subject", subject, "err", err)
 	}

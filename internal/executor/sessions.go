@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"hash"
 	"strconv"
@@ -143,34 +142,9 @@ func (s *sessionCounter) acked(m *nats.Msg) {
 	delete(s.waiting, n)
 	s.mu.Unlock()
 	if ok {
-		v, err := counterValue(m)
+		v, err := counterValue(m, events.SessionStream)
 		slot.ch <- counterAck{i: slot.i, value: v, err: err}
 	}
-}
-
-// counterValue reads the value a counter stream's acknowledgement
-// carries: {"stream":…,"seq":…,"val":"N"}, or why it took no increment.
-func counterValue(m *nats.Msg) (int64, error) {
-	if m.Header.Get("Status") == "503" {
-		return 0, fmt.Errorf("no stream %s takes the counts", events.SessionStream)
-	}
-	var ack struct {
-		Value string `json:"val"`
-		Error *struct {
-			Description string `json:"description"`
-		} `json:"error"`
-	}
-	if err := json.Unmarshal(m.Data, &ack); err != nil {
-		return 0, fmt.Errorf("unreadable acknowledgement %q: %w", m.Data, err)
-	}
-	if ack.Error != nil {
-		return 0, errors.New(ack.Error.Description)
-	}
-	v, err := strconv.ParseInt(ack.Value, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("acknowledgement without a count: %q", m.Data)
-	}
-	return v, nil
 }
 
 // count adds one to the counters of the subjects given, at once, and
@@ -217,7 +191,7 @@ func (s *sessionCounter) count(ctx context.Context, subjects ...string) ([]int64
 }
 
 // incrOne is the header of an increment by one; the server only reads it.
-var incrOne = nats.Header{"Nats-Incr": []string{"+1"}}
+var incrOne = nats.Header{incrHeader: []string{"+1"}}
 
 // sessionCounts counts the call in its session and returns the counts the
 // policy is shown; nil when the policy has no need of them or the caller
