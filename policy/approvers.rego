@@ -75,6 +75,7 @@ elicitation_allowed if {
 	input.tool.source != "discovered"
 	not input.hookAsked
 	not looping
+	not changes_protected
 }
 
 # An agent user answers for the calls of the agent and session they are in

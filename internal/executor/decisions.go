@@ -8,6 +8,7 @@ import (
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/hooks"
 	"github.com/toolbus/toolbus/internal/policy"
+	"github.com/toolbus/toolbus/internal/protect"
 )
 
 // judging is what an executor decides calls with: the policy in force
@@ -19,6 +20,7 @@ type judging struct {
 	allowlist *allowlist
 	hooks     *hooks.Set    // nil without hooks
 	hookRuns  *hooks.Runner // runs them
+	protected atomic.Pointer[protect.Set]
 	decisions decisions
 }
 
@@ -33,13 +35,15 @@ const (
 
 // decisions remembers what a deterministic policy decided for an exact
 // input: the same tool version, caller and argument bytes, under the same
-// policy and the same allowlist, always get the same decision, so it is
-// evaluated once. A policy that calls a nondeterministic built-in is never
-// cached, and a new policy or any allowlist change starts the cache over.
+// policy, the same allowlist and the same protected paths, always get the
+// same decision, so it is evaluated once. A policy that calls a
+// nondeterministic built-in is never cached, and a new policy, any
+// allowlist change or new protected paths start the cache over.
 type decisions struct {
 	mu        sync.Mutex
 	policy    *policy.Policy
 	allowlist uint64
+	protected *protect.Set
 	m         map[string]judged
 	bytes     int // of the keys and records in m
 }
@@ -86,28 +90,28 @@ func appendDecisionKey(b []byte, t *events.Tool, inv *events.Invocation, paths, 
 	return append(b, inv.Args...)
 }
 
-func (d *decisions) get(p *policy.Policy, allowlist uint64, key []byte) (judged, bool) {
+func (d *decisions) get(p *policy.Policy, allowlist uint64, protected *protect.Set, key []byte) (judged, bool) {
 	if !p.Deterministic() || len(key) > maxCachedKey {
 		return judged{}, false
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.policy != p || d.allowlist != allowlist {
+	if d.policy != p || d.allowlist != allowlist || d.protected != protected {
 		return judged{}, false
 	}
 	v, ok := d.m[string(key)]
 	return v, ok
 }
 
-func (d *decisions) put(p *policy.Policy, allowlist uint64, key []byte, v judged) {
+func (d *decisions) put(p *policy.Policy, allowlist uint64, protected *protect.Set, key []byte, v judged) {
 	if !p.Deterministic() || len(key) > maxCachedKey {
 		return
 	}
 	size := len(key) + len(v.rec.Input) + len(v.rec.ShellLine)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.policy != p || d.allowlist != allowlist || len(d.m) >= maxCachedDecisions || d.bytes+size > maxCachedBytes {
-		d.policy, d.allowlist, d.m, d.bytes = p, allowlist, make(map[string]judged), 0
+	if d.policy != p || d.allowlist != allowlist || d.protected != protected || len(d.m) >= maxCachedDecisions || d.bytes+size > maxCachedBytes {
+		d.policy, d.allowlist, d.protected, d.m, d.bytes = p, allowlist, protected, make(map[string]judged), 0
 	}
 	d.m[string(key)] = v
 	d.bytes += size

@@ -9,33 +9,38 @@ import (
 
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/policy"
+	"github.com/toolbus/toolbus/internal/protect"
 )
 
 // TestDecisionCacheIsBounded: the cache keeps decisions of a deterministic
 // policy for exact inputs, never for large arguments, never past its byte
-// budget, and forgets everything when the policy or the allowlist changes.
+// budget, and forgets everything when the policy, the allowlist or the protected
+// paths change.
 func TestDecisionCacheIsBounded(t *testing.T) {
 	pol := defaultPol(t)
 	allow := judged{Decision: policy.Decision{Verdict: events.Allow, Reason: "r"}}
 	var d decisions
 	small := []byte("read_file\x00small")
-	d.put(pol, 1, small, allow)
-	if got, ok := d.get(pol, 1, small); !ok || !reflect.DeepEqual(got.Decision, allow.Decision) {
+	d.put(pol, 1, nil, small, allow)
+	if got, ok := d.get(pol, 1, nil, small); !ok || !reflect.DeepEqual(got.Decision, allow.Decision) {
 		t.Fatal("a small key was not kept")
 	}
-	if _, ok := d.get(pol, 2, small); ok {
+	if _, ok := d.get(pol, 2, nil, small); ok {
 		t.Error("kept across an allowlist change")
 	}
 	other, err := policy.Compile(context.Background(), policy.Files{"p.rego": "package toolbus\ndecision := {\"verdict\": \"DENY\", \"reason\": \"x\"}\n"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := d.get(other, 1, small); ok {
+	if _, ok := d.get(other, 1, nil, small); ok {
 		t.Error("kept across a policy change")
 	}
+	if _, ok := d.get(pol, 1, &protect.Set{}, small); ok {
+		t.Error("kept across new protected paths")
+	}
 	large := bytes.Repeat([]byte("x"), maxCachedKey+1)
-	d.put(pol, 1, large, allow)
-	if _, ok := d.get(pol, 1, large); ok {
+	d.put(pol, 1, nil, large, allow)
+	if _, ok := d.get(pol, 1, nil, large); ok {
 		t.Error("a large key was kept")
 	}
 	// Filling the byte budget starts the cache over.
@@ -43,7 +48,7 @@ func TestDecisionCacheIsBounded(t *testing.T) {
 	key := bytes.Repeat([]byte("k"), maxCachedKey)
 	for i := range maxCachedBytes/maxCachedKey + 1 {
 		key[0], key[1], key[2] = byte(i), byte(i>>8), byte(i>>16)
-		d.put(pol, 1, key, allow)
+		d.put(pol, 1, nil, key, allow)
 		if d.bytes > maxCachedBytes {
 			t.Fatalf("%d bytes of keys kept", d.bytes)
 		}

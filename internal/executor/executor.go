@@ -27,6 +27,7 @@ import (
 	"github.com/toolbus/toolbus/internal/hooks"
 	"github.com/toolbus/toolbus/internal/invoke"
 	"github.com/toolbus/toolbus/internal/policy"
+	"github.com/toolbus/toolbus/internal/protect"
 	"github.com/toolbus/toolbus/internal/registry"
 	"github.com/toolbus/toolbus/internal/tool"
 )
@@ -148,8 +149,14 @@ type Config struct {
 	// approver is asked, and after the tool ran. A pre hook can block a
 	// call or have a person asked about it; it never makes a call more
 	// allowed than the policy did. Nil for none.
-	Hooks  *hooks.Set
-	Logger *slog.Logger
+	Hooks *hooks.Set
+	// Protected are the files the executor runs as code of the settings'
+	// owner (internal/protect: the hooks', the discovery command's, the
+	// stdio MCP servers'); the policy is shown which of a call's paths
+	// are among them (input.protected). SetProtected replaces them. Nil
+	// for none.
+	Protected *protect.Set
+	Logger    *slog.Logger
 }
 
 // Executor runs the invocations of the tools it hosts. Stop it with Stop.
@@ -302,6 +309,7 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 		}
 		e.hooks = cfg.Hooks
 	}
+	e.protected.Store(cfg.Protected)
 	e.SetPolicy(cfg.Policy)
 	if err := e.follow(ctx); err != nil {
 		return nil, fmt.Errorf("executor: %w", err)
@@ -450,6 +458,11 @@ func (e *Executor) Catalog() *catalog.Catalog { return e.catalog.Catalog() }
 
 // Hooks is the user's hooks the executor runs, nil for none.
 func (e *Executor) Hooks() *hooks.Set { return e.hooks }
+
+// SetProtected replaces the protected paths (Config.Protected), for the
+// calls judged from now on: an MCP server's command changed, say. Safe
+// for concurrent use.
+func (e *Executor) SetProtected(s *protect.Set) { e.protected.Store(s) }
 
 // Stop stops taking invocations, gives running calls until ctx ends to
 // finish, then cancels them (their callers get CANCELLED), and releases

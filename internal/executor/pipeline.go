@@ -24,6 +24,7 @@ import (
 	"github.com/toolbus/toolbus/internal/invoke"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/policy/shell"
+	"github.com/toolbus/toolbus/internal/protect"
 	"github.com/toolbus/toolbus/internal/tool"
 )
 
@@ -606,7 +607,7 @@ func (c *call) validate(raw json.RawMessage) (map[string]any, *stop) {
 func (c *call) decide(args map[string]any) (policy.Decision, *stop) {
 	e, t := c.e, c.tool
 	c.args = args
-	pol, gen := e.policy.Load(), e.allowlist.gen.Load()
+	pol, gen, prot := e.policy.Load(), e.allowlist.gen.Load(), e.protected.Load()
 	if st := c.countSession(pol, args); st != nil {
 		return policy.Decision{}, st
 	}
@@ -623,12 +624,14 @@ func (c *call) decide(args map[string]any) (policy.Decision, *stop) {
 	reusable := c.session == nil
 	if reusable {
 		key = appendDecisionKey(buf[:0], t, c.inv, paths, c.hardLinks)
-		j, cached = e.decisions.get(pol, gen, key)
+		j, cached = e.decisions.get(pol, gen, prot, key)
 	}
 	if !cached {
-		j.Decision, j.rec = pol.DecideRecorded(c.ctx, c.input(args, paths, c.hardLinks, sh))
+		in := c.input(args, paths, c.hardLinks, sh)
+		in.Protected = protectedOf(prot, paths)
+		j.Decision, j.rec = pol.DecideRecorded(c.ctx, in)
 		if reusable {
-			e.decisions.put(pol, gen, key, j)
+			e.decisions.put(pol, gen, prot, key, j)
 		}
 	}
 	d := j.Decision
@@ -757,6 +760,17 @@ func (c *call) input(args map[string]any, paths, hardLinks []string, sh *shell.A
 	in.Paths, in.HardLinks, in.Shell, in.HookAsked, in.Session = paths, hardLinks, sh, c.hookAsked, c.session
 	in.Allowlist = e.allowlist.entriesFor(in.Tool.Name, in.Tool.Source, in.Tool.Server)
 	return in
+}
+
+// protectedOf are those of paths that s protects.
+func protectedOf(s *protect.Set, paths []string) []policy.ProtectedPath {
+	var out []policy.ProtectedPath
+	for _, p := range paths {
+		if q, ok := s.Covers(p); ok {
+			out = append(out, policy.ProtectedPath{Path: p, Of: q.Path, By: q.By})
+		}
+	}
+	return out
 }
 
 // execute runs the tool under its deadline. A call that waited for an

@@ -21,6 +21,7 @@ import (
 type Discovery struct {
 	Source *discovery.Source
 	path   string
+	prot   *protection
 	log    *slog.Logger
 	stop   chan struct{}
 	wg     sync.WaitGroup
@@ -36,7 +37,7 @@ type Discovery struct {
 // other) are an error; a discovery that fails is not (it is in the log and
 // the status). It returns nil when f is no file.
 func startDiscovery(ctx context.Context, b *bus.Bus, ex *executor.Executor, id events.Identity, f *settings.File, workspace string,
-	builtins []tool.Tool, sb *sandbox.Sandbox, log *slog.Logger) (*Discovery, error) {
+	builtins []tool.Tool, sb *sandbox.Sandbox, prot *protection, log *slog.Logger) (*Discovery, error) {
 	if f.Path == "" {
 		return nil, nil
 	}
@@ -57,7 +58,7 @@ func startDiscovery(ctx context.Context, b *bus.Bus, ex *executor.Executor, id e
 	if err != nil {
 		return nil, err
 	}
-	d := &Discovery{Source: src, path: f.Path, log: log, stop: make(chan struct{})}
+	d := &Discovery{Source: src, path: f.Path, prot: prot, log: log, stop: make(chan struct{})}
 	d.wg.Add(1)
 	go d.follow()
 	return d, nil
@@ -89,6 +90,7 @@ func (d *Discovery) follow() {
 			d.log.Error("discovery settings not applied; the discovered tools stay as they were", "err", err)
 			continue
 		}
+		d.prot.setDiscovery(f.Discovery, f.Path)
 		ctx, cancel := context.WithTimeout(context.Background(), discovery.DiscoveryTimeout+time.Minute)
 		if err := d.Source.Apply(ctx, ds); err != nil {
 			d.log.Error("discovery after a settings change failed", "err", err)

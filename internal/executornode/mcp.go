@@ -27,6 +27,18 @@ func mcpConfig(files []*settings.File) *mcp.Config {
 	return cfg
 }
 
+// mcpFiles are those of files that name MCP servers: Gemini CLI's
+// settings.json and the .mcp.json, when given, in that order.
+func mcpFiles(files *settings.Files) []*settings.File {
+	var given []*settings.File
+	for _, f := range []*settings.File{files.Gemini, files.MCPConfig} {
+		if f.Path != "" {
+			given = append(given, f)
+		}
+	}
+	return given
+}
+
 // reread reads the MCP keys of files again, as they now are: only those,
 // so that a mistake elsewhere in a settings.json does not hold back a
 // change of its servers.
@@ -47,6 +59,7 @@ func reread(files []*settings.File) ([]*settings.File, error) {
 type MCP struct {
 	Manager *mcp.Manager
 	files   []*settings.File
+	prot    *protection
 	log     *slog.Logger
 	stop    chan struct{}
 	wg      sync.WaitGroup
@@ -59,13 +72,8 @@ type MCP struct {
 // with its tools, a changed one restarted), and a file that no longer reads
 // keeps the servers as they were, with an error in the log. It returns nil
 // when neither file is given.
-func startMCP(ctx context.Context, b *bus.Bus, ex *executor.Executor, id events.Identity, files *settings.Files, log *slog.Logger) (*MCP, error) {
-	var given []*settings.File
-	for _, f := range []*settings.File{files.Gemini, files.MCPConfig} {
-		if f.Path != "" {
-			given = append(given, f)
-		}
-	}
+func startMCP(ctx context.Context, b *bus.Bus, ex *executor.Executor, id events.Identity, files *settings.Files, prot *protection, log *slog.Logger) (*MCP, error) {
+	given := mcpFiles(files)
 	if len(given) == 0 {
 		return nil, nil
 	}
@@ -77,7 +85,7 @@ func startMCP(ctx context.Context, b *bus.Bus, ex *executor.Executor, id events.
 	if err != nil {
 		return nil, err
 	}
-	w := &MCP{Manager: m, files: given, log: log, stop: make(chan struct{})}
+	w := &MCP{Manager: m, files: given, prot: prot, log: log, stop: make(chan struct{})}
 	w.wg.Add(1)
 	go w.follow()
 	return w, nil
@@ -114,6 +122,8 @@ func (w *MCP) follow() {
 			w.log.Warn("MCP configuration: " + warning)
 		}
 		w.log.Info("MCP configuration changed; applying it")
+		// The new servers' code is protected before they start.
+		w.prot.setMCP(cfg)
 		w.Manager.Apply(cfg)
 	}
 }

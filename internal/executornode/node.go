@@ -154,21 +154,29 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := applyHooks(&ex, cfg.Settings, ex.Logger); err != nil {
 		return nil, err
 	}
+	// The code the settings run keeps its owner's rights: the policy is
+	// told which files that is.
+	prot := newProtection(ex.Workspace, ex.Logger)
+	prot.setHooks(ex.Hooks)
+	prot.setDiscovery(cfg.Settings.Gemini.Discovery, cfg.Settings.Gemini.Path)
+	prot.setMCP(mcpConfig(mcpFiles(cfg.Settings)))
+	ex.Protected = prot.Set()
 	if cfg.Configure != nil {
 		cfg.Configure(&ex)
 	}
 	if n.Executor, err = executor.Start(ctx, cfg.Bus.Conn(), cfg.Bus.JetStream(), ex); err != nil {
 		return nil, err
 	}
+	prot.follow(n.Executor.SetProtected)
 	if err := hostComposites(ctx, n.Executor, cfg.Settings, ex.Tools, ex.Logger); err != nil {
 		return nil, err
 	}
-	if n.MCP, err = startMCP(ctx, cfg.Bus, n.Executor, ex.Identity, cfg.Settings, ex.Logger); err != nil {
+	if n.MCP, err = startMCP(ctx, cfg.Bus, n.Executor, ex.Identity, cfg.Settings, prot, ex.Logger); err != nil {
 		return nil, err
 	}
 	// The tools of the settings' discovery command run in this
 	// executor's workspace, so it hosts them.
-	if n.Discovery, err = startDiscovery(ctx, cfg.Bus, n.Executor, ex.Identity, cfg.Settings.Gemini, ex.Workspace, ex.Tools, n.Sandbox, ex.Logger); err != nil {
+	if n.Discovery, err = startDiscovery(ctx, cfg.Bus, n.Executor, ex.Identity, cfg.Settings.Gemini, ex.Workspace, ex.Tools, n.Sandbox, prot, ex.Logger); err != nil {
 		return nil, err
 	}
 	return n, nil

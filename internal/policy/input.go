@@ -37,6 +37,10 @@ type Input struct {
 	// HookAsked says a user's pre hook asked for a person to confirm the
 	// call (internal/hooks: "ask"), for the rules about who may answer.
 	HookAsked bool
+	// Protected are those of Paths that toolbus runs as code of the
+	// settings' owner (internal/protect): a hook's script, a stdio MCP
+	// server's, a discovery command's.
+	Protected []ProtectedPath
 	// Session counts the calls of the caller's session, for the loop
 	// guards; nil when the caller names no session, or the policy reads
 	// no input.session (Policy.ReadsSession).
@@ -52,6 +56,13 @@ type SessionCounts struct {
 	// Repeats is how many of them, in the last minutes, were this call:
 	// the same tool with the same arguments.
 	Repeats int64
+}
+
+// ProtectedPath is one path of a call that toolbus runs as code: Path as
+// the call names it, Of the protected file or directory it is in, By what
+// runs it.
+type ProtectedPath struct {
+	Path, Of, By string
 }
 
 // ToolInput is the policy's view of the tool.
@@ -126,6 +137,13 @@ func (in *Input) value() (ast.Value, error) {
 	}
 	if in.HookAsked {
 		fields = append(fields, [2]*ast.Term{hookAskedKey, ast.InternedTerm(true)})
+	}
+	if len(in.Protected) > 0 {
+		ps := make([]*ast.Term, len(in.Protected))
+		for i, p := range in.Protected {
+			ps[i] = obj(kv(k.path, p.Path), kv(ofKey, p.Of), kv(byKey, p.By))
+		}
+		fields = append(fields, [2]*ast.Term{protectedKey, ast.ArrayTerm(ps...)})
 	}
 	if s := in.Session; s != nil {
 		fields = append(fields, [2]*ast.Term{k.session, obj([2]*ast.Term{callsKey, ast.InternedTerm(s.Calls)}, [2]*ast.Term{repeatsKey, ast.InternedTerm(s.Repeats)})})
@@ -215,6 +233,10 @@ var hardLinksKey, approverKey = str("hardLinks"), str("approver")
 
 // hookAskedKey names Input.HookAsked, present only when set.
 var hookAskedKey = str("hookAsked")
+
+// protectedKey names Input.Protected, present only when there are some,
+// ofKey and byKey its fields.
+var protectedKey, ofKey, byKey = str("protected"), str("of"), str("by")
 
 // callsKey and repeatsKey name the fields of Input.Session, present only
 // when set (under k.session, the name the caller's session has too).

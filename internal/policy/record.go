@@ -256,7 +256,7 @@ var readers = sync.Pool{New: func() any {
 // object, and reading one shares its term.
 var inputNames = func() map[string]*ast.Term {
 	m := map[string]*ast.Term{}
-	for _, t := range []*ast.Term{hardLinksKey, approverKey, hookAskedKey, callsKey, repeatsKey, k.tool, k.args, k.caller, k.allowlist, k.paths, k.env, k.shell,
+	for _, t := range []*ast.Term{hardLinksKey, approverKey, hookAskedKey, protectedKey, ofKey, byKey, callsKey, repeatsKey, k.tool, k.args, k.caller, k.allowlist, k.paths, k.env, k.shell,
 		k.name, k.kind, k.source, k.server, k.trust, k.readOnly, k.annotations, k.id, k.role, k.agent, k.session, k.user, k.host, k.client,
 		k.proven, k.scope, k.path, k.home, k.workspace, k.commands, k.argv, k.text, k.literal, k.redirects, k.functions, k.parseError,
 		k.recursive, k.op, k.target, k.exact, k.answer, k.outcome, k.words, k.wrappers, k.globs, k.moreArgs, k.stdin, k.forkLoops, k.opaque} {
