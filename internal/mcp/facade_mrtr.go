@@ -96,7 +96,7 @@ type heldState struct {
 // states with.
 type heldCalls struct {
 	key  [32]byte
-	life time.Duration // of a sealed state: heldStateLife
+	life time.Duration   // of a sealed state: heldStateLife
 	ctx  context.Context // the facade's: ends with Close
 	stop context.CancelFunc
 	wg   sync.WaitGroup
