@@ -41,8 +41,8 @@ import (
 //
 // Each counted call adds one to each of three counters, in one round
 // trip: the session's calls, and the caller's repeats of this call in
-// the current window and in the next. A window's counter then holds the calls of the
-// window before it and its own, so the repeats a call sees are those of
+// the current window and in the next. A window's counter then holds the
+// calls of the window before it and its own, so the repeats a call sees are those of
 // the last repeatWindow at least and of twice that at most, read from the
 // acknowledgements alone. A counter the stream has not changed for
 // sessionMaxAge is dropped: a session idle that long starts again from
@@ -52,9 +52,8 @@ import (
 //
 // The counters are read only for a policy that reads input.session
 // (policy.Policy.ReadsSession); under any other, a call costs nothing
-// here. When they cannot be counted (the bus is
-// in trouble) the call is not judged: it fails, never decided without
-// them.
+// here. When they cannot be counted (the bus is in trouble) the call is
+// not judged: it fails, never decided without them.
 
 // Bounds of the session counters.
 const (
