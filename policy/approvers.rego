@@ -30,10 +30,18 @@ approver_denied contains sprintf("%q answers as %q; only the approver role may a
 approver_denied contains "the answer names no approver" if approver.id == ""
 
 approver := {
-	"id": object.get(object.get(input, "approver", {}), "id", ""),
-	"role": object.get(object.get(input, "approver", {}), "role", ""),
-	"session": object.get(object.get(input, "approver", {}), "session", ""),
+	"id": object.get(approver_input, "id", ""),
+	"role": object.get(approver_input, "role", ""),
+	"session": object.get(approver_input, "session", ""),
 }
+
+# approver_input is input.approver, or nothing for an answer that names
+# none. Read by its name, not as object.get(input, ...): a policy that
+# reads the input whole might read input.session, and a call is then
+# counted for it and its decision never cached (policy.ReadsSession).
+default approver_input := {}
+
+approver_input := input.approver
 
 # Nobody approves a call they made: an agent that answers its own request
 # would approve whatever it was talked into.

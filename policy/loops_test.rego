@@ -2,7 +2,10 @@ package toolbus_test
 
 import data.toolbus
 
-in_session(inp, calls, repeats) := object.union(inp, {"session": {"calls": calls, "repeats": repeats}})
+in_session(inp, calls, repeats) := object.union(inp, {"caller": {"session": "s1"}, "session": {"calls": calls, "repeats": repeats}})
+
+# in_no_session: counts of a caller that names no session.
+in_no_session(inp, calls, repeats) := object.union(inp, {"caller": {"session": ""}, "session": {"calls": calls, "repeats": repeats}})
 
 write_k := file_tool("write_file", "edit", ["/w/k.txt"])
 
@@ -61,10 +64,35 @@ test_the_budget_is_data if {
 	verdict(in_session(file_tool("read_file", "read", ["/w/k.txt"]), 3, 1)) == "ALLOW" with toolbus.session_call_budget as 3
 }
 
-# A call without a session is judged as before.
-test_no_session_no_loop_guard if {
+# A call shown no counts (a policy replayed on a record from before they
+# were counted) is judged without the loop guards.
+test_no_counts_no_loop_guard if {
 	verdict(write_k_remembered) == "ALLOW"
 	verdict(file_tool("read_file", "read", ["/w/k.txt"])) == "ALLOW"
+}
+
+# A caller that names no session is counted all the same: its fifth
+# repeat asks, and its calls without a session have a budget of their
+# own, far above a session's.
+test_a_call_without_a_session_is_guarded if {
+	verdict(in_no_session(write_k_remembered, 10, 4)) == "ALLOW"
+	d := toolbus.decision with input as in_no_session(write_k_remembered, 10, 5)
+	d.verdict == "ASK_USER"
+	contains(d.reason, "made this same call 5 times")
+	verdict(in_no_session(file_tool("read_file", "read", ["/w/k.txt"]), 100000, 1)) == "ALLOW"
+	past := toolbus.decision with input as in_no_session(file_tool("read_file", "read", ["/w/k.txt"]), 100001, 1)
+	past.verdict == "DENY"
+	contains(past.reason, "made 100001 calls without naming a session, past the budget of 100000")
+}
+
+# Each budget is its own: a session's does not apply to calls without
+# one, nor theirs to a session's.
+test_the_budgets_apart if {
+	verdict(in_no_session(file_tool("read_file", "read", ["/w/k.txt"]), 2001, 1)) == "ALLOW"
+	verdict(in_session(file_tool("read_file", "read", ["/w/k.txt"]), 2001, 1)) == "DENY"
+	verdict(in_no_session(file_tool("read_file", "read", ["/w/k.txt"]), 4, 1)) == "DENY" with toolbus.sessionless_call_budget as 3
+	verdict(in_no_session(file_tool("read_file", "read", ["/w/k.txt"]), 3, 1)) == "ALLOW" with toolbus.sessionless_call_budget as 3
+	verdict(in_session(file_tool("read_file", "read", ["/w/k.txt"]), 4, 1)) == "ALLOW" with toolbus.sessionless_call_budget as 3
 }
 
 # The person in front of the agent may confirm its edits through the

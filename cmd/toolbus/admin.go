@@ -14,7 +14,6 @@ import (
 	"unicode"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 	"github.com/spf13/cobra"
 
 	"github.com/toolbus/toolbus/internal/approve"
@@ -148,7 +147,7 @@ func policyPush(natsURL, dir string) error {
 		}
 		ev := &events.PolicyEvent{Header: events.Header{Sender: id}, Status: "pushed", Revision: pushed.Revision, Source: "bucket"}
 		if data, err := events.Encode(ev); err == nil {
-			if err := bus.RecordOnce(ctx, b.Conn(), events.SubjectPolicyPrefix+"pushed", "policy-pushed."+pushed.Revision+"."+nuid.Next(), data); err != nil {
+			if err := bus.RecordOnce(ctx, b.Conn(), events.SubjectPolicyPrefix+"pushed", "policy-pushed."+pushed.Revision+"."+events.NewCapability(), data); err != nil {
 				fmt.Fprintf(os.Stderr, "pushed, but the push was not recorded in the audit stream: %v\n", err)
 			}
 		}

@@ -13,8 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nuid"
-
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/proctree"
 	"github.com/toolbus/toolbus/internal/sandbox"
@@ -31,6 +29,13 @@ const killGrace = 2 * time.Second
 // processes end when bash exits; a background command's run on until they
 // end, kill_shell or Close. Shells owns the background commands; Close
 // kills them all.
+//
+// A background command's shell_id is a capability (events.NewCapability)
+// of the caller that started it (tool.Owner): shell_output and kill_shell
+// serve that caller alone, and answer any other exactly as they answer an
+// id that names nothing, so that an id neither found nor guessed tells
+// whether it is live. Nobody else is served, an admin neither: what a
+// command printed may hold its owner's secrets.
 type Shells struct {
 	ws      *Workspace
 	starter proctree.Starter
@@ -167,7 +172,7 @@ func (t *runShell) Run(ctx context.Context, call *tool.Call) (*tool.Output, erro
 		return tool.Failed(events.ErrInvalidParams, err.Error()), nil
 	}
 	if a.RunInBackground {
-		return t.shells.runBackground(a.Command, dir, call.MaxOutput)
+		return t.shells.runBackground(call.Owner(), a.Command, dir, call.MaxOutput)
 	}
 	stdout, stderr := streams(call.Progress, call.MaxOutput)
 	defer stdout.release() // emptied when the output takes them over
@@ -190,10 +195,11 @@ func (t *runShell) Run(ctx context.Context, call *tool.Call) (*tool.Output, erro
 
 type background struct {
 	id, line, dir string
+	owner         tool.Owner
 	*process
 }
 
-func (s *Shells) runBackground(line, dir string, maxOutput int64) (*tool.Output, error) {
+func (s *Shells) runBackground(owner tool.Owner, line, dir string, maxOutput int64) (*tool.Output, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -206,20 +212,32 @@ func (s *Shells) runBackground(line, dir string, maxOutput int64) (*tool.Output,
 		stderr.release()
 		return tool.Failed(events.ErrShellFailed, "could not start bash: "+err.Error()), nil
 	}
-	id := "shell_" + nuid.Next() // whole: the first characters of nuids made together are the same
-	s.bg[id] = &background{id: id, line: line, dir: dir, process: p}
+	id := shellIDPrefix + events.NewCapability()
+	s.bg[id] = &background{id: id, line: line, dir: dir, owner: owner, process: p}
 	msg := fmt.Sprintf("Started in the background with shell_id %s (PGID %d). Use shell_output to read its output and kill_shell to stop it and every process it started.", id, p.tree.Pid())
 	return tool.Text(msg), nil
 }
 
-func (s *Shells) lookup(id string) (*background, *tool.Output) {
+// shellIDPrefix starts every shell_id, so that a model tells it from
+// the other ids it is shown.
+const shellIDPrefix = "shell_"
+
+// lookup is the background command id names, if call's caller started
+// it. Any other caller is answered as for an id that names nothing.
+func (s *Shells) lookup(call *tool.Call, id string) (*background, *tool.Output) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b, ok := s.bg[id]
-	if !ok {
-		return nil, tool.Failed(events.ErrInvalidParams, fmt.Sprintf("no background shell %q", id))
+	if !ok || !b.owner.Owns(call) {
+		return nil, noShell(id)
 	}
 	return b, nil
+}
+
+// noShell is the one answer to an id that names no background command
+// of the caller's, whether it names none at all or another caller's.
+func noShell(id string) *tool.Output {
+	return tool.Failed(events.ErrInvalidParams, fmt.Sprintf("no background shell %q", id))
 }
 
 // forget drops a background command the model no longer needs to reach.
@@ -248,7 +266,7 @@ func (t *backgroundTool) Run(_ context.Context, call *tool.Call) (*tool.Output, 
 	if err != nil {
 		return nil, err
 	}
-	b, fail := t.shells.lookup(a.ShellID)
+	b, fail := t.shells.lookup(call, a.ShellID)
 	if fail != nil {
 		return fail, nil
 	}

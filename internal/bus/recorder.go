@@ -14,7 +14,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 
 	"github.com/toolbus/toolbus/internal/events"
 )
@@ -70,7 +69,7 @@ const (
 
 // NewRecorder returns a recorder sending on nc. Close stops it.
 func NewRecorder(nc *nats.Conn, log *slog.Logger) (*Recorder, error) {
-	r := &Recorder{nc: nc, log: log, nonce: nuid.Next(), pending: make(map[uint64]*record),
+	r := &Recorder{nc: nc, log: log, nonce: events.NewCapability(), pending: make(map[uint64]*record),
 		done: make(chan struct{}), stop: make(chan struct{})}
 	r.room = sync.NewCond(&r.mu)
 	r.prefix = nc.NewRespInbox() + "."
@@ -280,7 +279,7 @@ func RecordRequestOnce(ctx context.Context, nc *nats.Conn, m *nats.Msg) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, requestRecordWait)
 	defer cancel()
-	return RecordOnce(ctx, nc, s, "request."+nuid.Next(), m.Data)
+	return RecordOnce(ctx, nc, s, "request."+events.NewCapability(), m.Data)
 }
 
 // requestRecordWait is how long RecordRequestOnce waits for the audit

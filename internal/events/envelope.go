@@ -90,6 +90,8 @@ func Stamp(e Envelope) {
 	h.V = Version
 	h.Type = e.EnvelopeType()
 	if h.ID == "" {
+		// A correlation id: envelopes are found by it, never authorized
+		// by it (see NewCapability).
 		h.ID = nuid.Next()
 	}
 	if h.Time.IsZero() {

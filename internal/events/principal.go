@@ -1,8 +1,6 @@
 package events
 
 import (
-	"crypto/rand"
-	"encoding/base64"
 	"fmt"
 	"regexp"
 	"strings"
@@ -91,13 +89,11 @@ const (
 const AnswerSubjectPrefix = "toolbus.answer."
 
 // NewAnswerTo makes the AnswerTo of one confirmation request (one round
-// of it): AnswerSubjectPrefix and 128 random bits, base64url, one subject
-// token. Nobody can guess it, so nobody can make a request, or an
+// of it): AnswerSubjectPrefix and a capability (NewCapability), one
+// subject token. Nobody can guess it, so nobody can make a request, or an
 // answer, take the place of another's.
 func NewAnswerTo() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24)
-	return AnswerSubjectPrefix + base64.RawURLEncoding.EncodeToString(b[:])
+	return AnswerSubjectPrefix + NewCapability()
 }
 
 // AnswerSubject is where principal answers the confirmation request whose

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -52,7 +53,16 @@ func BenchmarkInvoke(b *testing.B) {
 	defer ws.Close()
 	shells := builtin.NewShells(ws)
 	defer shells.Close()
-	pol, err := policy.Compile(context.Background(), policy.Files(defaultPolicyFiles()))
+	// The loop guards count the calls without a session too, more of them
+	// than their budget: the budget is raised, the counting kept, as the
+	// calls from a session keep within theirs by taking a new session.
+	files := defaultPolicyFiles()
+	const budget = "sessionless_call_budget := 100000"
+	if !strings.Contains(files["loops.rego"], budget) {
+		b.Fatalf("loops.rego does not set %q", budget)
+	}
+	files["loops.rego"] = strings.Replace(files["loops.rego"], budget, "sessionless_call_budget := 1000000000000", 1)
+	pol, err := policy.Compile(context.Background(), policy.Files(files))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -18,13 +18,12 @@ import (
 // same call comes again. The file has other names now, which the policy
 // asks about: the cached ALLOW must not answer for it.
 func TestACachedAllowDoesNotCoverAHardLinkSwappedIn(t *testing.T) {
-	e := newEnv(t)
+	e := newEnv(t, func(c *Config) { c.Policy = unguardedPolicy(t) })
 	waitTool(t, e.exec, "read_file")
 	k := filepath.Join(e.ws.Root(), "k.txt")
 	if err := os.WriteFile(k, []byte("plain\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// A caller without a session: a session's decisions are not cached.
 	plain := sessionless(t, e)
 	for i := range 2 { // the second is answered from the cache
 		if res := callWith(t, plain, "read_file", `{"file_path":"k.txt"}`); res.Error != nil || !strings.Contains(res.LLMContent, "plain") || res.Policy.Cached != (i == 1) {

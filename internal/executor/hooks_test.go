@@ -13,12 +13,14 @@ import (
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
 	"github.com/toolbus/toolbus/internal/hooks"
+	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/approvetest"
 	"github.com/toolbus/toolbus/internal/testkit/audittest"
 	"github.com/toolbus/toolbus/internal/testkit/bustest"
 	"github.com/toolbus/toolbus/internal/testkit/executortest"
 	"github.com/toolbus/toolbus/internal/tool"
+	defaultpolicy "github.com/toolbus/toolbus/policy"
 )
 
 // The user hooks in the pipeline, end to end: real hook scripts
@@ -242,16 +244,21 @@ func TestAllowingHookCannotLoosenThePolicy(t *testing.T) {
 
 // TestAskingHookTurnsAReadIntoAQuestion: a read the policy allows goes to
 // an approver, who sees the hook's reason; without one it is denied. The
-// policy's ALLOW is cached; the hook still runs on every call.
+// policy's ALLOW is cached (under a policy without the loop guards, whose
+// counts change with every call); the hook still runs on every call.
 func TestAskingHookTurnsAReadIntoAQuestion(t *testing.T) {
-	f := executortest.Start(t, withSettings(t, hooks.ClaudeCode, claudeHook("PreToolUse", "Read", "ask.sh", 0)))
+	files := defaultpolicy.Default()
+	files["loops.rego"], files["loops_test.rego"] = "package toolbus\n\nlooping := false\n", "package toolbus_loops_test\n"
+	unguarded, err := policy.Compile(context.Background(), policy.Files(files))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := executortest.Start(t, withSettings(t, hooks.ClaudeCode, claudeHook("PreToolUse", "Read", "ask.sh", 0)), func(c *executor.Config) { c.Policy = unguarded })
 	res := invoke(t, f, "read-alone", "read_file", `{"file_path":"README.md"}`)
 	if errTypeOf(res) != events.ErrPolicyDenied || !strings.Contains(res.LLMContent, "reads are watched in this project") {
 		t.Errorf("read without an approver: %s %q", errTypeOf(res), res.LLMContent)
 	}
 	seat(t, f, events.ProceedOnce)
-	// A caller without a session, whose decisions are cached: a session's
-	// counts change with every call.
 	plain := events.Identity{ID: "agent:test", Role: "agent", User: "ada"}
 	for _, id := range []string{"read-asked-1", "read-asked-2"} {
 		res = invokeAs(t, f, plain, id, "read_file", `{"file_path":"README.md"}`)

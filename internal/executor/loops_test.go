@@ -51,6 +51,23 @@ func verdictOf(r *events.Result) events.Verdict {
 	return r.Policy.Verdict
 }
 
+// unguardedPolicy is the default policy without its loop guards: it
+// reads no input.session, so that its decisions are cached, as a policy
+// that counts no calls has them.
+func unguardedPolicy(t *testing.T) *policy.Policy {
+	t.Helper()
+	files := defaultpolicy.Default()
+	files["loops.rego"], files["loops_test.rego"] = "package toolbus\n\nlooping := false\n", "package toolbus_loops_test\n"
+	pol, err := policy.Compile(context.Background(), policy.Files(files))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pol.ReadsSession() {
+		t.Fatal("the policy without loops.rego reads input.session")
+	}
+	return pol
+}
+
 // budgetPolicy is the default policy with a session budget of n calls.
 func budgetPolicy(t *testing.T, n string) *policy.Policy {
 	t.Helper()
@@ -73,7 +90,7 @@ func budgetPolicy(t *testing.T, n string) *policy.Policy {
 // the person's "always" remembers the path, so the next three run without
 // asking; the fifth asks again, whatever the allowlist says, and offers
 // no "always". A write with other content, and the same write from
-// another session, count apart: neither is the fifth.
+// another caller, count apart: neither is the fifth.
 func TestLoopGuardAsksAtTheFifthRepeat(t *testing.T) {
 	e := newEnv(t)
 	a := startApprover(t, e.bus, func(req *events.ConfirmRequest) *events.ConfirmAnswer {
@@ -111,14 +128,14 @@ func TestLoopGuardAsksAtTheFifthRepeat(t *testing.T) {
 			t.Fatalf("write %d: %s %s %q, want allowed by the remembered path", i, verdictOf(res), errType(res), res.LLMContent)
 		}
 	}
-	other := clientAs(t, e, events.Identity{ID: "agent:test", Role: "agent", Session: "s2"}, "")
+	other := clientAs(t, e, events.Identity{ID: "agent:other", Role: "agent", Session: "s1"}, "")
 	for _, c := range []struct {
 		what   string
 		client *invoke.Client
 		args   string
 	}{
 		{"other content", e.client, `{"file_path":"loop.txt","content":"other"}`},
-		{"another session", other, write},
+		{"another caller", other, write},
 	} {
 		if res := callWith(t, c.client, "write_file", c.args); res.Error != nil || verdictOf(res) != events.Allow {
 			t.Errorf("%s: %s %s %q, want allowed: not a fifth repeat", c.what, verdictOf(res), errType(res), res.LLMContent)
@@ -264,8 +281,8 @@ func TestAnotherPrincipalsSessionNameCountsApart(t *testing.T) {
 }
 
 // TestSessionCountsFailClosed: when the counters cannot be had (the
-// stream is gone: bus trouble), a session's call is not judged and does
-// not run, and says why; a call without a session is judged as ever.
+// stream is gone: bus trouble), a call is not judged and does not run,
+// and says why, whether its caller names a session or not.
 func TestSessionCountsFailClosed(t *testing.T) {
 	e := newEnv(t)
 	os.WriteFile(filepath.Join(e.ws.Root(), "secret.txt"), []byte("SECRET\n"), 0o644)
@@ -279,8 +296,8 @@ func TestSessionCountsFailClosed(t *testing.T) {
 	if errType(res) != events.ErrExecutionFailed || !strings.Contains(res.LLMContent, "could not count this session's calls") || strings.Contains(res.LLMContent, "SECRET") || res.Policy != nil {
 		t.Fatalf("a session's read without counters: %s %q (policy %+v), want %s: could not count", errType(res), res.LLMContent, res.Policy, events.ErrExecutionFailed)
 	}
-	if res := callWith(t, sessionless(t, e), "read_file", `{"file_path":"secret.txt"}`); res.Error != nil || !strings.Contains(res.LLMContent, "SECRET") {
-		t.Errorf("a read without a session: %s %q", errType(res), res.LLMContent)
+	if res := callWith(t, sessionless(t, e), "read_file", `{"file_path":"secret.txt"}`); errType(res) != events.ErrExecutionFailed || strings.Contains(res.LLMContent, "SECRET") || res.Policy != nil {
+		t.Errorf("a read without a session, without counters: %s %q (policy %+v), want %s", errType(res), res.LLMContent, res.Policy, events.ErrExecutionFailed)
 	}
 }
 
@@ -301,6 +318,101 @@ func TestNoCountsForAPolicyThatReadsNone(t *testing.T) {
 		res := e.call(t, "read_file", `{"file_path":"README.md"}`)
 		if res.Error != nil || res.Policy.Cached != (i == 1) {
 			t.Fatalf("read %d: %s %q cached=%v", i+1, errType(res), res.LLMContent, res.Policy.Cached)
+		}
+	}
+}
+
+// sessionlessBudgetPolicy is the default policy with a budget of n calls
+// without a session.
+func sessionlessBudgetPolicy(t *testing.T, n string) *policy.Policy {
+	t.Helper()
+	files := defaultpolicy.Default()
+	const budget = "sessionless_call_budget := 100000"
+	if !strings.Contains(files["loops.rego"], budget) {
+		t.Fatalf("loops.rego does not set %q", budget)
+	}
+	files["loops.rego"] = strings.Replace(files["loops.rego"], budget, "sessionless_call_budget := "+n, 1)
+	files["loops_test.rego"] = "package toolbus_loops_test\n"
+	pol, err := policy.Compile(context.Background(), policy.Files(files))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pol
+}
+
+// TestALoopThatRenamesOrDropsItsSessionIsCounted: where the bus proves
+// who calls, an agent runs the same command again and again, naming a
+// new session for each call, or none. Every call counts toward its
+// repeats all the same: the fifth asks, as a repeat, and is not run on
+// the "always" a person gave the first. Another principal's same command
+// is no repeat of it.
+func TestALoopThatRenamesOrDropsItsSessionIsCounted(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.IdentitiesEnforced = true })
+	a := startApprover(t, e.bus, func(req *events.ConfirmRequest) *events.ConfirmAnswer {
+		if strings.Contains(req.Reason, "same call") {
+			return &events.ConfirmAnswer{Outcome: events.Cancel, Message: "stop looping"}
+		}
+		return &events.ConfirmAnswer{Outcome: events.ProceedAlways}
+	})
+	cmd := shellArgs("echo looping")
+	ran := 0
+	for i, session := range []string{"s1", "s2", "", "s3", "s4"} {
+		c := clientAs(t, e, events.Identity{ID: "agent:x", Role: "agent", Session: session}, "agent:x")
+		res := callWith(t, c, "run_shell_command", cmd)
+		if strings.Contains(res.LLMContent, "Stdout: looping") {
+			ran++
+		}
+		switch i {
+		case 0:
+			if verdictOf(res) != events.AskUser || res.Error != nil {
+				t.Fatalf("the first run: %s %s %q", verdictOf(res), errType(res), res.LLMContent)
+			}
+			<-a.requests
+			testkit.Eventually(t, "the command remembered", func() bool {
+				return len(e.exec.allowlist.entriesFor("run_shell_command", events.SourceBuiltin, "")) > 0
+			})
+		case 4:
+			if verdictOf(res) != events.AskUser || !strings.Contains(res.Policy.Reason, "made this same call 5 times") || errType(res) != events.ErrUserCancelled {
+				t.Fatalf("the fifth run, in session %q: %s %s %q (%q), want asked as the fifth repeat and cancelled", session, verdictOf(res), errType(res), res.LLMContent, res.Policy.Reason)
+			}
+		default:
+			if verdictOf(res) != events.Allow || res.Error != nil {
+				t.Fatalf("run %d, in session %q: %s %s %q, want allowed by the remembered command", i+1, session, verdictOf(res), errType(res), res.LLMContent)
+			}
+		}
+	}
+	if ran != 4 {
+		t.Errorf("the command ran %d times, want 4", ran)
+	}
+	y := clientAs(t, e, events.Identity{ID: "agent:y", Role: "agent", Session: "s1"}, "agent:y")
+	if res := callWith(t, y, "run_shell_command", cmd); res.Policy == nil || strings.Contains(res.Policy.Reason, "same call") {
+		t.Errorf("another principal's same command: %s %+v, want no repeat of agent:x's", verdictOf(res), res.Policy)
+	}
+}
+
+// TestCallsWithoutASessionHaveABudget: where the bus proves who calls,
+// an agent that names no session is counted under its principal: past
+// the budget for such calls, its calls are denied, saying why, and
+// nothing runs. Its calls in a session, and another principal's calls
+// without one, go on.
+func TestCallsWithoutASessionHaveABudget(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.IdentitiesEnforced = true; c.Policy = sessionlessBudgetPolicy(t, "3") })
+	os.WriteFile(filepath.Join(e.ws.Root(), "secret.txt"), []byte("SECRET\n"), 0o644)
+	x := clientAs(t, e, events.Identity{ID: "agent:x", Role: "agent"}, "agent:x")
+	for i := range 3 {
+		if res := callWith(t, x, "read_file", `{"file_path":"README.md"}`); res.Error != nil {
+			t.Fatalf("call %d without a session, within the budget: %s %q", i+1, errType(res), res.LLMContent)
+		}
+	}
+	res := callWith(t, x, "read_file", `{"file_path":"secret.txt"}`)
+	if errType(res) != events.ErrPolicyDenied || !strings.Contains(res.LLMContent, "made 4 calls without naming a session, past the budget of 3") || strings.Contains(res.LLMContent, "SECRET") {
+		t.Fatalf("the fourth call without a session: %s %q, want %s: past the budget", errType(res), res.LLMContent, events.ErrPolicyDenied)
+	}
+	inSession := clientAs(t, e, events.Identity{ID: "agent:x", Role: "agent", Session: "s1"}, "agent:x")
+	y := clientAs(t, e, events.Identity{ID: "agent:y", Role: "agent"}, "agent:y")
+	for who, c := range map[string]*invoke.Client{"agent:x in a session": inSession, "agent:y without one": y} {
+		if res := callWith(t, c, "read_file", `{"file_path":"secret.txt"}`); res.Error != nil {
+			t.Errorf("%s: %s %q", who, errType(res), res.LLMContent)
 		}
 	}
 }

@@ -13,7 +13,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 	"golang.org/x/sync/semaphore"
 
 	"github.com/toolbus/toolbus/internal/events"
@@ -232,11 +231,12 @@ func (e *Executor) keepWhole(ctx context.Context, owner string, res *events.Resu
 		defer e.storing.Release(weight)
 	}
 	// Ids are the callers' choice: another principal's output stored
-	// under this one stays, and this one goes beside it.
+	// under this one stays, and this one goes beside it, under a name
+	// nobody can guess (the read checks the owner all the same).
 	name := res.InvocationID
 	if err == nil {
 		if info, ierr := e.outputs.GetInfo(ctx, name); ierr == nil && info.Metadata[events.OutputOwnerKey] != owner {
-			name += "." + nuid.Next()
+			name += "." + events.NewCapability()
 		}
 	}
 	tried := false

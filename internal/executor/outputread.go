@@ -12,7 +12,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 
 	"github.com/toolbus/toolbus/internal/events"
 )
@@ -167,8 +166,9 @@ func (e *Executor) sendOutput(reply, principal, name string) string {
 	}
 	// Outputs go over the bulk connection, as they are stored, so that a
 	// large one does not hold up the calls' messages. The reader's
-	// answers find the read by its token (handleOutputAnswer).
-	token := nuid.Next()
+	// answers find the read by its token (handleOutputAnswer), which
+	// steers the read: one nobody can guess.
+	token := events.NewCapability()
 	read := &outputRead{principal: principal, answers: make(chan string, 2)}
 	e.mu.Lock()
 	e.readsByToken[token] = read

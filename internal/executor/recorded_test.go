@@ -89,26 +89,26 @@ func TestEveryDecisionIsRecordedReplayably(t *testing.T) {
 		return d
 	}
 
-	// A caller without a session: the decision depends on the call
-	// alone, and is cached.
+	// A caller without a session is counted in its own bucket: the
+	// record holds its counts, and is never cached.
 	plain := sessionless(t, e)
 	read := `{"file_path":"README.md"}`
 	callWith(t, plain, "read_file", read)
-	if d := replay(json.RawMessage(read)); d.Verdict != events.Allow || d.Cached {
-		t.Errorf("first read: %s cached=%v", d.Verdict, d.Cached)
+	if d := replay(json.RawMessage(read)); d.Verdict != events.Allow || d.Cached || !strings.Contains(string(d.Input), `"session":{"calls":1,"repeats":1}`) {
+		t.Errorf("first read: %s cached=%v, input %s", d.Verdict, d.Cached, d.Input)
 	}
 	callWith(t, plain, "read_file", read)
-	if d := replay(json.RawMessage(read)); !d.Cached {
-		t.Error("the second identical read was not a cached decision")
+	if d := replay(json.RawMessage(read)); d.Cached || !strings.Contains(string(d.Input), `"session":{"calls":2,"repeats":2}`) {
+		t.Errorf("the second identical read: cached=%v, input %s", d.Cached, d.Input)
 	}
 	// A caller with a session: the record holds the session's counts,
-	// which change from call to call, and is never cached.
+	// and the caller's repeats of the call, in any session or none.
 	e.call(t, "read_file", read)
-	if d := replay(json.RawMessage(read)); d.Cached || !strings.Contains(string(d.Input), `"session":{"calls":1,"repeats":1}`) {
+	if d := replay(json.RawMessage(read)); d.Cached || !strings.Contains(string(d.Input), `"session":{"calls":1,"repeats":3}`) {
 		t.Errorf("a session's read: cached=%v, input %s", d.Cached, d.Input)
 	}
 	e.call(t, "read_file", read)
-	if d := replay(json.RawMessage(read)); d.Cached || !strings.Contains(string(d.Input), `"session":{"calls":2,"repeats":2}`) {
+	if d := replay(json.RawMessage(read)); d.Cached || !strings.Contains(string(d.Input), `"session":{"calls":2,"repeats":4}`) {
 		t.Errorf("a session's second read: cached=%v, input %s", d.Cached, d.Input)
 	}
 	link := `{"file_path":"link.txt"}`

@@ -21,23 +21,28 @@ import (
 )
 
 // Loop guards: a model that loops calls the same tool with the same
-// arguments again and again, or simply never stops calling. For a call
-// whose caller names a session, the policy is shown how many calls that
-// session made and how many times it made this very call lately
+// arguments again and again, or simply never stops calling. For every
+// call, the policy is shown how many calls its caller's session made and
+// how many times the caller made this very call lately
 // (policy.SessionCounts), counted fleet-wide in the counter stream
 // events.SessionStream, so that every executor sees the same numbers.
 //
-// A session is counted under the proven principal and the session's
-// name together: a caller naming another principal's session counts its
-// own calls, never that principal's. The names are the caller's choice
-// (any bytes): the subjects hold their hashes. An agent that names a new
-// session for every call starts from zero each time; per-principal limits
-// are what bound it.
+// Calls are counted under who makes them (counted): the proven
+// principal, or, without identities, the caller's claimed id. A session
+// is counted under that and the session's name together: a caller naming
+// another principal's session counts its own calls, never that
+// principal's. A call that names no session is counted in its caller's
+// own bucket, as a session that never ends. Repeats are counted under the
+// caller alone, whatever session each call named: a loop that renames its
+// session, or drops it, goes on counting. The names are the caller's
+// choice (any bytes): the subjects hold their hashes. An agent that names
+// a new session for every call starts its session's calls from zero each
+// time; per-principal limits are what bound it.
 //
 // Each counted call adds one to each of three counters, in one round
-// trip: the session's calls, and this call's repeats in the current
-// window and in the next. A window's counter then holds the calls of the
-// window before it and its own, so the repeats a call sees are those of
+// trip: the session's calls, and the caller's repeats of this call in
+// the current window and in the next. A window's counter then holds the
+// calls of the window before it and its own, so the repeats a call sees are those of
 // the last repeatWindow at least and of twice that at most, read from the
 // acknowledgements alone. A counter the stream has not changed for
 // sessionMaxAge is dropped: a session idle that long starts again from
@@ -46,10 +51,9 @@ import (
 // since, or more): a flood of calls is what rate limits are for.
 //
 // The counters are read only for a policy that reads input.session
-// (policy.Policy.ReadsSession) and a caller that names a session; any
-// other call costs nothing here. When they cannot be counted (the bus is
-// in trouble) the call is not judged: it fails, never decided without
-// them.
+// (policy.Policy.ReadsSession); under any other, a call costs nothing
+// here. When they cannot be counted (the bus is in trouble) the call is
+// not judged: it fails, never decided without them.
 
 // Bounds of the session counters.
 const (
@@ -193,20 +197,20 @@ func (s *sessionCounter) count(ctx context.Context, subjects ...string) ([]int64
 // incrOne is the header of an increment by one; the server only reads it.
 var incrOne = nats.Header{incrHeader: []string{"+1"}}
 
-// sessionCounts counts the call in its session and returns the counts the
-// policy is shown; nil when the policy has no need of them or the caller
-// names no session.
+// sessionCounts counts the call in its session (or its caller's calls
+// without one) and returns the counts the policy is shown; nil when the
+// policy has no need of them.
 func (c *call) sessionCounts(pol *policy.Policy, args map[string]any) (*policy.SessionCounts, error) {
-	session := c.inv.Sender.Session
-	if session == "" || !pol.ReadsSession() {
+	if !pol.ReadsSession() {
 		return nil, nil
 	}
 	canonical, err := json.Marshal(args) // keys sorted, numbers as written
 	if err != nil {
 		return nil, fmt.Errorf("arguments: %w", err)
 	}
-	key := counterKey(c.principal, session)
-	call := counterKey(c.principal, session, c.tool.Name, string(canonical))
+	who := c.counted()
+	key := counterKey(who, c.inv.Sender.Session)
+	call := counterKey(who, c.tool.Name, string(canonical))
 	w := time.Now().UnixNano() / int64(repeatWindow)
 	values, err := c.e.sessions.count(c.ctx,
 		events.SessionSubjectPrefix+"calls."+key,
@@ -216,6 +220,17 @@ func (c *call) sessionCounts(pol *policy.Policy, args map[string]any) (*policy.S
 		return nil, err
 	}
 	return &policy.SessionCounts{Calls: values[0], Repeats: values[1]}, nil
+}
+
+// counted is who the loop guards count a call under: the proven
+// principal, which is the caller whatever it names itself; without
+// identities, where every caller is the unproven principal, the id the
+// caller claims, so that two agents' calls are not taken for one loop.
+func (c *call) counted() string {
+	if c.principal != events.Unproven {
+		return c.principal
+	}
+	return events.Unproven + "\x00" + c.inv.Sender.ID
 }
 
 // counterKey is a subject token for the parts given: their SHA-256, each

@@ -306,6 +306,8 @@ func (c *Client) InvokeFor(ctx context.Context, inv *events.Invocation, principa
 // invokeAs sends inv on the subject of principal.
 func (c *Client) invokeAs(ctx context.Context, inv *events.Invocation, principal string, w *Watch) (*events.Result, error) {
 	if inv.ID == "" {
+		// A correlation id: unique per principal, it grants nothing (a
+		// cancel or an output read by it is its principal's alone).
 		inv.ID = nuid.Next()
 	}
 	if w == nil || w.ServerRequest == nil {
@@ -339,7 +341,7 @@ func (c *Client) invokeAs(ctx context.Context, inv *events.Invocation, principal
 func (c *Client) InvokeBatch(ctx context.Context, b *events.BatchInvocation) (*events.BatchResult, error) {
 	b.Sender = c.id
 	if b.ID == "" {
-		b.ID = nuid.Next()
+		b.ID = nuid.Next() // a correlation id, as an invocation's
 	}
 	data, err := events.Encode(b)
 	if err != nil {

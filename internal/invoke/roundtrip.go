@@ -32,6 +32,8 @@ func (c *Client) roundTrip(ctx context.Context, subject, id string, attempt int,
 	p := &pending{result: make(chan *nats.Msg, 1), events: make(chan *nats.Msg, 64), confirm: make(chan *nats.Msg, 4),
 		asks: make(chan *nats.Msg, maxOpenServerRequests), fence: make(chan struct{}, 1)}
 	// The reply token is ours, not the invocation id, which may hold dots.
+	// A correlation id: it names a reply inside this client's own inbox,
+	// which no other account hears or publishes to.
 	token := nuid.Next()
 	c.mu.Lock()
 	c.calls[token] = p

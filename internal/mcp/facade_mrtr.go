@@ -96,6 +96,7 @@ type heldState struct {
 // states with.
 type heldCalls struct {
 	key  [32]byte
+	life time.Duration   // of a sealed state: heldStateLife
 	ctx  context.Context // the facade's: ends with Close
 	stop context.CancelFunc
 	wg   sync.WaitGroup
@@ -105,7 +106,7 @@ type heldCalls struct {
 }
 
 func newHeldCalls() *heldCalls {
-	h := &heldCalls{calls: map[string]*heldCall{}}
+	h := &heldCalls{calls: map[string]*heldCall{}, life: heldStateLife}
 	_, _ = rand.Read(h.key[:]) // crypto/rand.Read never fails (Go 1.24)
 	h.ctx, h.stop = context.WithCancel(context.Background())
 	return h
@@ -131,6 +132,8 @@ func (h *heldCalls) close() {
 // results, on the facade's context.
 func (f *Facade) startHeld(inv *events.Invocation, state heldState, serverRequests []string) (*heldCall, error) {
 	h := f.held
+	// A correlation id: the call is found by it only through a state
+	// this facade sealed for its caller (open), never by the id alone.
 	inv.ID = nuid.Next()
 	inv.CallerConfirms = true
 	inv.ServerRequests = serverRequests
@@ -225,19 +228,26 @@ func (h *heldCalls) seal(s heldState) string {
 }
 
 // errBadState is a request state this facade did not seal, or sealed for
-// another call.
+// another call: one answer for both, so that a state taken from another
+// caller tells nothing of the call it names.
 var errBadState = errors.New("toolbus: the requestState fails its integrity check")
 
-// open is the state sealed in s, if this facade sealed it and it has not
-// expired.
+// errStateExpired is a state this facade sealed, past its expiry.
+var errStateExpired = errors.New("toolbus: the requestState has expired; call the tool again")
+
+// open is the state sealed in s, if this facade sealed it, and
+// errStateExpired with the state when it has expired: the caller checks
+// whose it is first.
 func (h *heldCalls) open(s string, now time.Time) (heldState, error) {
 	var st heldState
 	data64, mac64, ok := strings.Cut(s, ".")
 	if !ok {
 		return st, errBadState
 	}
-	data, err1 := base64.RawURLEncoding.DecodeString(data64)
-	sum, err2 := base64.RawURLEncoding.DecodeString(mac64)
+	// Strict: one state has one spelling, so that no client sends a
+	// state the facade never wrote and has it taken.
+	data, err1 := base64.RawURLEncoding.Strict().DecodeString(data64)
+	sum, err2 := base64.RawURLEncoding.Strict().DecodeString(mac64)
 	if err1 != nil || err2 != nil {
 		return st, errBadState
 	}
@@ -250,7 +260,7 @@ func (h *heldCalls) open(s string, now time.Time) (heldState, error) {
 		return st, errBadState
 	}
 	if now.Unix() > st.Expires {
-		return st, fmt.Errorf("toolbus: the requestState has expired; call the tool again")
+		return st, errStateExpired
 	}
 	return st, nil
 }
@@ -317,11 +327,11 @@ func (f *Facade) callModern(ctx context.Context, req heldRequest, inv *events.In
 		return f.awaitHeld(ctx, req, hc)
 	}
 	st, err := f.held.open(req.RequestState, time.Now())
+	if errors.Is(err, errBadState) || st.Tool != want.Tool || st.Args != want.Args || st.Caller != want.Caller {
+		return heldReply{}, errBadState
+	}
 	if err != nil {
 		return heldReply{}, err
-	}
-	if st.Tool != want.Tool || st.Args != want.Args || st.Caller != want.Caller {
-		return heldReply{}, fmt.Errorf("%w: it was issued for another call (tool, arguments or caller differ)", errBadState)
 	}
 	hc := f.held.get(st.Invocation)
 	if hc == nil {
@@ -413,7 +423,7 @@ func (f *Facade) awaitHeld(ctx context.Context, req heldRequest, hc *heldCall) (
 // round of hc.
 func (f *Facade) inputRequired(hc *heldCall, round int, r *events.ConfirmRequest) heldReply {
 	st := hc.state
-	st.Round, st.Expires = round, time.Now().Add(heldStateLife).Unix()
+	st.Round, st.Expires = round, time.Now().Add(f.held.life).Unix()
 	ask := mcpserver.NewInputRequestBuilder(f.held.seal(st)).Elicit(approvalInput, mcp.ElicitationParams{
 		Message:         elicitationMessage(r),
 		RequestedSchema: elicitationSchema,

@@ -112,7 +112,7 @@ func (f *Facade) answerServerRequest(ctx context.Context, inv *events.Invocation
 // error to answer the server with when r cannot be put so.
 func (f *Facade) serverInputRequired(hc *heldCall, round int, r *events.ServerRequest) (heldReply, *events.RPCError) {
 	st := hc.state
-	st.Round, st.Expires = round, time.Now().Add(heldStateLife).Unix()
+	st.Round, st.Expires = round, time.Now().Add(f.held.life).Unix()
 	b := mcpserver.NewInputRequestBuilder(f.held.seal(st))
 	params := r.Params
 	if len(params) == 0 {

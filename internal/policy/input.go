@@ -42,19 +42,21 @@ type Input struct {
 	// server's, a discovery command's.
 	Protected []ProtectedPath
 	// Session counts the calls of the caller's session, for the loop
-	// guards; nil when the caller names no session, or the policy reads
-	// no input.session (Policy.ReadsSession).
+	// guards; nil when the policy reads no input.session
+	// (Policy.ReadsSession).
 	Session *SessionCounts
 }
 
-// SessionCounts is what the fleet counted of the session a call comes
-// from, keyed by the proven principal and the session's name, this call
-// included.
+// SessionCounts is what the fleet counted of the caller of a call, this
+// call included: keyed by the proven principal (without identities, by
+// the id the caller claims) and, for Calls, the session's name.
 type SessionCounts struct {
-	// Calls is how many calls the session made.
+	// Calls is how many calls the session made; for a caller that names
+	// no session, how many it made without one.
 	Calls int64
-	// Repeats is how many of them, in the last minutes, were this call:
-	// the same tool with the same arguments.
+	// Repeats is how many calls the caller made in the last minutes that
+	// were this call (the same tool with the same arguments), in any
+	// session or none.
 	Repeats int64
 }
 

@@ -8,7 +8,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
-	"github.com/nats-io/nuid"
 
 	"github.com/toolbus/toolbus/internal/events"
 )
@@ -38,7 +37,9 @@ func NewClient(nc *nats.Conn, id events.Identity) *Client { return &Client{nc: n
 // while the next is on its way; the replies are read in the same order.
 func (c *Client) Register(ctx context.Context, req *events.RegisterRequest) (*events.RegisterReply, error) {
 	req.Sender = c.id
-	chunks, err := events.EncodeRegister(req, int(c.nc.MaxPayload()), nuid.Next())
+	// The registry joins chunks by their batch id alone: one nobody can
+	// guess, so that no other sender slips a chunk into this batch.
+	chunks, err := events.EncodeRegister(req, int(c.nc.MaxPayload()), events.NewCapability())
 	if err != nil {
 		return nil, err
 	}

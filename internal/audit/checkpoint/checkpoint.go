@@ -24,7 +24,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/events"
@@ -317,7 +316,7 @@ func (c *Checkpointer) Checkpoint(ctx context.Context) (*events.AuditCheckpoint,
 	if err != nil {
 		return nil, err
 	}
-	if err := bus.RecordOnce(ctx, c.nc, events.SubjectAuditCheckpoint, "checkpoint."+nuid.Next(), data); err != nil {
+	if err := bus.RecordOnce(ctx, c.nc, events.SubjectAuditCheckpoint, "checkpoint."+events.NewCapability(), data); err != nil {
 		return nil, err
 	}
 	// Published first, kept second: a head is then always in the stream
