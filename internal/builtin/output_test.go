@@ -98,7 +98,7 @@ func TestSpoolsAreReleasedWhenTheCallEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ws.Close()
-	shells := NewShells(ws)
+	shells := NewShells(ws, unconfined(t))
 	tools := map[string]tool.Tool{}
 	for _, tl := range Tools(ws, shells) {
 		tools[tl.Spec().Name] = tl

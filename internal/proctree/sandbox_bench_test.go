@@ -17,7 +17,7 @@ import (
 //
 //	go test ./internal/proctree -run '^$' -bench ConfinedSpawn -benchtime 300x
 func BenchmarkConfinedSpawn(b *testing.B) {
-	var s Starter
+	s := Unconfined()
 	defer s.Close()
 	ws, hidden := b.TempDir(), b.TempDir()
 	sb, err := sandbox.New(sandbox.Policy{Writable: []string{ws}, Hidden: []string{hidden}})
