@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -28,5 +29,21 @@ func TestNewRefusesWhatCannotBeEnforced(t *testing.T) {
 	// A prefix is not a parent: /srv/data-ws is not inside /srv/data.
 	if _, err := New(Policy{Writable: []string{"/srv/data-ws"}, Hidden: []string{"/srv/data"}}); err != nil {
 		t.Errorf("a sibling with a common prefix: %v", err)
+	}
+}
+
+// The ports a policy lets a confined process connect to are those it
+// lists less toolbus's own: a reserved port listed by mistake stays
+// refused.
+func TestPortsLeaveOutTheReserved(t *testing.T) {
+	p := Policy{Connect: []uint16{443, 4222, 22, 443, 7879}, Reserved: []uint16{4222, 7879}}
+	if got := p.Ports(); !slices.Equal(got, []uint16{22, 443}) {
+		t.Errorf("got %v, want [22 443]", got)
+	}
+	if got := (&Policy{Reserved: []uint16{22}}).Ports(); len(got) != 0 {
+		t.Errorf("no ports listed: got %v, want none", got)
+	}
+	if _, err := New(Policy{Connect: []uint16{0}}); err == nil {
+		t.Error("port 0 was taken")
 	}
 }
