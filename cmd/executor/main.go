@@ -72,7 +72,7 @@ func run(args []string) error {
 		reserved = append(reserved, p)
 	}
 	node, err := executornode.Start(ctx, executornode.Config{Bus: b, Executor: cfg, Workspace: *workspace, PolicyDir: *policyDir, Settings: files,
-		Secrets: cli.ToolSecrets(*workspace), Connect: connect, Reserved: reserved})
+		Secrets: cli.ToolSecrets(*workspace), Connect: connect, Reserved: reserved, AnyPort: toolFlags.AnyPort()})
 	if err != nil {
 		return err
 	}

@@ -257,7 +257,8 @@ func (u *up) start(ctx context.Context, busCfg busnode.Config, files *settings.F
 		return err
 	}
 	if u.exec, err = executornode.Start(ctx, executornode.Config{Bus: exBus, Executor: exCfg, Workspace: *f.workspace,
-		PolicyDir: *f.policyDir, Settings: files, Secrets: f.toolSecrets(), Connect: connect, Reserved: f.ownPorts(u.node.URL(), consLn)}); err != nil {
+		PolicyDir: *f.policyDir, Settings: files, Secrets: f.toolSecrets(), Connect: connect, AnyPort: f.tools.AnyPort(),
+		Reserved: f.ownPorts(u.node.URL(), consLn)}); err != nil {
 		return err
 	}
 	u.stops = append(u.stops, func() { u.exec.Close(context.Background()) })

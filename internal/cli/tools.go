@@ -23,7 +23,8 @@ type ToolFlags struct {
 // not confined and runs).
 func AddToolFlags(fs *flag.FlagSet, unconfined bool) *ToolFlags {
 	f := &ToolFlags{Ports: fs.String("tool-ports", "",
-		"TCP ports the tool processes (shell lines, hooks, discovered tools, stdio MCP servers) may connect to, comma-separated, or none "+
+		"TCP ports the tool processes (shell lines, hooks, discovered tools, stdio MCP servers) may connect to, comma-separated; none; "+
+			"or any, which leaves their network unconfined, toolbus's own ports included "+
 			"(default 22,53,80,443,9418 and the ports of $HTTP_PROXY, $HTTPS_PROXY, $ALL_PROXY); toolbus's own ports are refused even when listed")}
 	if unconfined {
 		f.Unconfined = fs.Bool("unconfined", false,
@@ -32,12 +33,16 @@ func AddToolFlags(fs *flag.FlagSet, unconfined bool) *ToolFlags {
 	return f
 }
 
-// Connect is the ports --tool-ports lists: nil for the default, empty
-// for none.
+// AnyPort says whether --tool-ports is any: the tool processes' network
+// is not confined.
+func (f *ToolFlags) AnyPort() bool { return strings.TrimSpace(*f.Ports) == "any" }
+
+// Connect is the ports --tool-ports lists: nil for the default (and for
+// any), empty for none.
 func (f *ToolFlags) Connect() ([]uint16, error) {
 	v := strings.TrimSpace(*f.Ports)
 	switch v {
-	case "":
+	case "", "any":
 		return nil, nil
 	case "none":
 		return []uint16{}, nil
@@ -58,9 +63,10 @@ func (f *ToolFlags) Connect() ([]uint16, error) {
 // runs a model's commands, and is not to do so unconfined by accident.
 func (f *ToolFlags) CheckConfinement() error {
 	cov := sandbox.Covered()
+	cov.Network = cov.Network && !f.AnyPort()
 	if cov.Complete() || (f.Unconfined != nil && *f.Unconfined) {
 		return nil
 	}
-	return fmt.Errorf("this kernel cannot confine the tool processes' %s (%s); pass --unconfined to run them so",
-		strings.Join(cov.Missing(), ", "), sandbox.Describe())
+	return fmt.Errorf("the tool processes' %s would not be confined (%s, --tool-ports %q); pass --unconfined to run them so",
+		strings.Join(cov.Missing(), ", "), sandbox.Describe(), *f.Ports)
 }

@@ -70,6 +70,9 @@ type Config struct {
 	// ports one by one (ABI 4 and later), so every other port, toolbus's
 	// own among them, is refused.
 	Connect []uint16
+	// AnyPort leaves the tool processes' TCP connect unconfined
+	// (--tool-ports any): Connect and Reserved are then moot.
+	AnyPort bool
 	// Reserved are this host's toolbus TCP ports (bus, cluster,
 	// monitoring, console, MCP endpoint, metrics), which the tool
 	// processes may never connect to, even when Connect lists one. The
@@ -276,18 +279,21 @@ func newSandbox(cfg Config, workspace string, log *slog.Logger) (*sandbox.Sandbo
 			}
 		}
 	}
-	p := sandbox.Policy{Writable: append(writable, cfg.Writable...), Hidden: cfg.Secrets, Connect: connect, Reserved: reserved}
+	p := sandbox.Policy{Writable: append(writable, cfg.Writable...), Hidden: cfg.Secrets, Connect: connect, Reserved: reserved, AnyPort: cfg.AnyPort}
 	sb, err := sandbox.New(p)
 	if err != nil {
 		return nil, fmt.Errorf("executor node: tool processes: %w", err)
 	}
-	cov := sandbox.Covered()
+	cov := sb.Covered()
 	level := slog.LevelInfo
 	if !cov.Complete() {
 		level = slog.LevelWarn // best effort: the tools run, confined only as far as the kernel can
 	}
 	network := "tcp connect to ports " + portList(p.Ports()) + " only"
-	if !cov.Network {
+	switch {
+	case cfg.AnyPort:
+		network = "not confined (--tool-ports any): toolbus's own ports are reachable"
+	case !cov.Network:
 		network = "not confined (needs Landlock ABI 4)"
 	}
 	scopes := "signals and abstract sockets scoped"

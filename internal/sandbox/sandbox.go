@@ -64,10 +64,16 @@ type Policy struct {
 	// cluster, monitoring, console, MCP and metrics ports): never
 	// connectable, on any host, even when Connect lists them.
 	Reserved []uint16
+	// AnyPort leaves TCP connect unconfined: every port may be
+	// connected to, toolbus's own included, and Connect and Reserved
+	// are moot. For a host whose tools need ports no list can name,
+	// chosen by its operator; the file system and the scopes stay
+	// confined.
+	AnyPort bool
 }
 
 // Ports are the TCP ports p lets a confined process connect to: Connect
-// without Reserved, sorted, each once.
+// without Reserved, sorted, each once (moot under AnyPort).
 func (p *Policy) Ports() []uint16 {
 	out := make([]uint16, 0, len(p.Connect))
 	for _, port := range p.Connect {
@@ -181,6 +187,14 @@ func Covered() Coverage {
 		return Coverage{}
 	}
 	return Coverage{ABI: abi, Files: abi >= 1, Network: abi >= 4, Scopes: abi >= 6}
+}
+
+// Covered says what this kernel confines of s's policy: under AnyPort,
+// not the network.
+func (s *Sandbox) Covered() Coverage {
+	c := Covered()
+	c.Network = c.Network && !s.policy.AnyPort
+	return c
 }
 
 // Complete says whether every part of a Policy is enforced.

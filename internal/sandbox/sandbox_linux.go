@@ -45,6 +45,12 @@ var config = landlock.Config{
 	Scoped:           ll.ScopeSignal | ll.ScopeAbstractUnixSocket,
 }.BestEffort()
 
+// anyPortConfig is config with TCP connect left free (Policy.AnyPort).
+var anyPortConfig = landlock.Config{
+	HandledAccessFS: landlock.V11.HandledAccessFS,
+	Scoped:          ll.ScopeSignal | ll.ScopeAbstractUnixSocket,
+}.BestEffort()
+
 var abi = sync.OnceValues(func() (int, error) {
 	v, err := ll.LandlockGetABIVersion()
 	switch {
@@ -103,10 +109,14 @@ func (s *Sandbox) Ruleset() (*Ruleset, error) {
 		if err := b.build(v, writable); err != nil {
 			return nil, err
 		}
-		for _, port := range s.policy.Ports() {
-			b.rules = append(b.rules, landlock.ConnectTCP(port))
+		cfg := anyPortConfig
+		if !s.policy.AnyPort {
+			cfg = config
+			for _, port := range s.policy.Ports() {
+				b.rules = append(b.rules, landlock.ConnectTCP(port))
+			}
 		}
-		fd, flags, err := config.NewRulesetFD(b.rules...)
+		fd, flags, err := cfg.NewRulesetFD(b.rules...)
 		if err != nil {
 			return nil, fmt.Errorf("sandbox: %w", err)
 		}
