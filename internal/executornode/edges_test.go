@@ -157,6 +157,11 @@ func TestEveryProcessTheNodeStartsIsConfined(t *testing.T) {
 	if !n.Starter.Confined() {
 		t.Fatal("the node's starter confines nothing")
 	}
+	// The log says what the tools may connect to: the allowed port, not
+	// the reserved one listed beside it.
+	if want := fmt.Sprintf(`network="tcp connect to ports %d only"`, allowed); !strings.Contains(log.String(), want) {
+		t.Errorf("the node's log does not say %s:\n%s", want, log.String())
+	}
 	c := invoke.NewClient(bustest.Connect(t, b).Conn(), events.Identity{ID: "agent:test", Role: "agent"}, "")
 	defer c.Close()
 	call := func(tool, args string) *events.Result {
@@ -226,4 +231,14 @@ func listen(t *testing.T) uint16 {
 	}()
 	t.Cleanup(func() { ln.Close(); <-done })
 	return uint16(ln.Addr().(*net.TCPAddr).Port)
+}
+
+// A tool that honours the proxy variables connects to the proxy, so its
+// port is allowed by default beside the default ports.
+func TestProxyPorts(t *testing.T) {
+	got := executornode.ProxyPorts([]string{"HTTPS_PROXY=http://proxy.corp:3128", "http_proxy=proxy.corp", "ALL_PROXY=socks5h://127.0.0.1",
+		"NO_PROXY=localhost:99", "HTTP_PROXY=::bad::"})
+	if want := []uint16{3128, 80, 1080}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
 }
