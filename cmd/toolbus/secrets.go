@@ -16,6 +16,9 @@ func (f *upFlags) toolSecrets() []string {
 	if id := f.idDir(); id != "off" {
 		dirs = append(dirs, id)
 	}
+	if key := *f.audit.StoreKeyFile; key != "" {
+		dirs = append(dirs, key) // the store's key at rest, wherever it is kept
+	}
 	return cli.ToolSecrets(*f.workspace, dirs...)
 }
 

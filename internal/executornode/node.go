@@ -42,7 +42,7 @@ type Config struct {
 	// what it assembles when it is unset: Tools (the built-ins over
 	// Workspace), Workspace, Policy (compiled from PolicyDir), PolicyDir,
 	// Hooks (from Settings) and IdentitiesEnforced (when Bus connects as
-	// a member of a fleet).
+	// a member of a fleet). Starter is always the node's own.
 	Executor executor.Config
 	// Workspace is the directory the built-in tools are confined to.
 	Workspace string

@@ -107,16 +107,13 @@ func NewStarter(sb *sandbox.Sandbox) *Starter {
 	return &Starter{conf: confinement{sandbox: sb}}
 }
 
-// Unconfined returns a Starter that runs its trees unconfined: for an
-// operator's --unconfined and for tests that say so, never a default.
-// Close it.
+// Unconfined returns a Starter that runs its trees unconfined: for tests
+// that say so, never a default. (An operator's --unconfined lets an
+// executor start where the kernel confines less; its starter still
+// confines as far as the kernel can.) Close it.
 func Unconfined() *Starter {
 	return &Starter{conf: confinement{unconfined: true}}
 }
-
-// Sandbox is what confines s's trees; nil when s is unconfined or has no
-// confinement.
-func (s *Starter) Sandbox() *sandbox.Sandbox { return s.conf.sandbox }
 
 // Confined says whether s confines every tree it starts.
 func (s *Starter) Confined() bool { return s.conf.sandbox != nil }
