@@ -47,3 +47,43 @@ func TestPortsLeaveOutTheReserved(t *testing.T) {
 		t.Error("port 0 was taken")
 	}
 }
+
+// Coverage names what a kernel leaves unconfined, part by part, and a
+// policy that leaves TCP free (AnyPort) is not covered for the network
+// whatever the kernel.
+func TestCoverage(t *testing.T) {
+	for _, tt := range []struct {
+		c        Coverage
+		missing  []string
+		complete bool
+	}{
+		{Coverage{}, []string{"file system", "network", "signals and abstract sockets"}, false},
+		{Coverage{ABI: 3, Files: true}, []string{"network", "signals and abstract sockets"}, false},
+		{Coverage{ABI: 5, Files: true, Network: true}, []string{"signals and abstract sockets"}, false},
+		{Coverage{ABI: 7, Files: true, Network: true, Scopes: true}, nil, true},
+	} {
+		if got := tt.c.Missing(); !slices.Equal(got, tt.missing) || tt.c.Complete() != tt.complete {
+			t.Errorf("%+v: missing %q complete %v, want %q %v", tt.c, got, tt.c.Complete(), tt.missing, tt.complete)
+		}
+	}
+	abi, err := ABI()
+	if err != nil {
+		abi = 0
+	}
+	want := Coverage{ABI: abi, Files: abi >= 1, Network: abi >= 4, Scopes: abi >= 6}
+	if got := Covered(); got != want {
+		t.Errorf("this kernel (ABI %d): got %+v, want %+v", abi, got, want)
+	}
+	s, err := New(Policy{AnyPort: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want.Network = false
+	if got := s.Covered(); got != want {
+		t.Errorf("AnyPort: got %+v, want %+v", got, want)
+	}
+	s, _ = New(Policy{})
+	if got := s.Covered(); got != Covered() {
+		t.Errorf("a policy of ports: got %+v, want the kernel's %+v", got, Covered())
+	}
+}
