@@ -186,6 +186,12 @@ func Covered() Coverage {
 	if err != nil {
 		return Coverage{}
 	}
+	return coverageOf(abi)
+}
+
+// coverageOf is what Landlock ABI abi confines: the file system from 1,
+// TCP connect from 4, the signal and abstract socket scopes from 6.
+func coverageOf(abi int) Coverage {
 	return Coverage{ABI: abi, Files: abi >= 1, Network: abi >= 4, Scopes: abi >= 6}
 }
 
