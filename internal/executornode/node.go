@@ -279,6 +279,8 @@ func newSandbox(cfg Config, workspace string, log *slog.Logger) (*sandbox.Sandbo
 			}
 		}
 	}
+	slices.Sort(reserved)
+	reserved = slices.Compact(reserved)
 	p := sandbox.Policy{Writable: append(writable, cfg.Writable...), Hidden: cfg.Secrets, Connect: connect, Reserved: reserved, AnyPort: cfg.AnyPort}
 	sb, err := sandbox.New(p)
 	if err != nil {
