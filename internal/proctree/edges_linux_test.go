@@ -126,6 +126,76 @@ func TestAConfinedTreeCannotSignalOutside(t *testing.T) {
 	}
 }
 
+// dialAbstractEnv makes the test binary a client of the abstract Unix
+// socket it names, which says abstract=connected or abstract=refused.
+const dialAbstractEnv = "PROCTREE_TEST_DIAL_ABSTRACT"
+
+func dialAbstract(name string) {
+	c, err := net.Dial("unix", "@"+name)
+	if err != nil {
+		fmt.Println("abstract=refused")
+		os.Exit(0)
+	}
+	c.Close()
+	fmt.Println("abstract=connected")
+	os.Exit(0)
+}
+
+// A confined tree cannot connect to an abstract Unix socket made outside
+// its confinement (the executor's, say); an unconfined one can.
+func TestAConfinedTreeCannotReachAbstractSockets(t *testing.T) {
+	name := fmt.Sprintf("toolbus-proctree-test-%d", os.Getpid())
+	ln, err := net.Listen("unix", "@"+name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	defer func() { ln.Close(); <-done }()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := t.TempDir()
+	sb, err := sandbox.New(sandbox.Policy{Writable: []string{ws}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	run := func(s *Starter) string {
+		t.Helper()
+		var out testkit.Buffer
+		c := Command{Path: exe, Args: []string{exe}, Dir: ws, Env: append(os.Environ(), dialAbstractEnv+"="+name), Stdout: &out}
+		if _, err := start(t, s, c).Wait(); err != nil {
+			t.Fatal(err)
+		}
+		return out.String()
+	}
+	free := Unconfined()
+	defer free.Close()
+	if got := run(free); !strings.Contains(got, "abstract=connected") {
+		t.Fatalf("an unconfined tree: %q: the test would prove nothing", got)
+	}
+	confined := NewStarter(sb)
+	defer confined.Close()
+	got := run(confined)
+	t.Run("denied", func(t *testing.T) {
+		testkit.NeedsLandlockABI(t, 6)
+		if !strings.Contains(got, "abstract=refused") {
+			t.Errorf("got %q, want abstract=refused", got)
+		}
+	})
+}
+
 // A Starter built neither confined nor unconfined starts nothing: a part
 // that was handed no starter, or a zero one, cannot run a process
 // unconfined by accident.

@@ -21,6 +21,9 @@ import (
 const ownerEnv = "PROCTREE_TEST_OWNER_DIR"
 
 func TestMain(m *testing.M) {
+	if name := os.Getenv(dialAbstractEnv); name != "" {
+		dialAbstract(name)
+	}
 	if dir := os.Getenv(ownerEnv); dir != "" {
 		s := Unconfined()
 		if _, err := s.Start(bashCommand(dir, "setsid sh -c 'echo $$ > left.pid; exec sleep 62' & sleep 62", nil)); err != nil {
