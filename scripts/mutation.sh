@@ -4,7 +4,7 @@
 # scripts/test.sh. The Rego policy's mutation check is, and runs in about
 # 0.2 s a mutant (internal/policy/mutant).
 #
-#   scripts/mutation.sh [group...]    groups: builtin policy shell executor audit (default: all)
+#   scripts/mutation.sh [group...]    groups: builtin policy shell executor audit sandbox (default: all)
 #
 # Each group names its files and the tests that judge them; a -run filter
 # keeps the executor's to those that exercise the code (its whole -short
@@ -16,7 +16,7 @@ workers=${GOMUTATE_WORKERS:-2}
 mutate() { go run ./scripts/gomutate -workers "$workers" "$@"; }
 
 groups=("$@")
-[ ${#groups[@]} -gt 0 ] || groups=(builtin policy shell executor audit)
+[ ${#groups[@]} -gt 0 ] || groups=(builtin policy shell executor audit sandbox)
 for g in "${groups[@]}"; do
 	echo "== $g"
 	case $g in
@@ -37,6 +37,11 @@ for g in "${groups[@]}"; do
 			internal/executor/allowlist.go ;;
 	audit)
 		mutate -test ./internal/audit/ internal/audit/join.go ;;
+	sandbox)
+		# What confines every process toolbus starts, judged by the
+		# confined trees of internal/proctree (real Landlock).
+		mutate -test ./internal/sandbox/,./internal/proctree/ \
+			internal/sandbox/sandbox.go internal/sandbox/sandbox_linux.go internal/proctree/proctree.go ;;
 	*)
 		echo "unknown group $g"; exit 2 ;;
 	esac

@@ -30,6 +30,7 @@ func run(args []string) error {
 	hookFlags := cli.AddHookFlags(fs, mcpFlags.Settings)
 	logLevel := cli.LogFlag(fs)
 	metricsAddr := cli.MetricsFlag(fs)
+	toolFlags := cli.AddToolFlags(fs, true)
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		return nil
 	} else if err != nil {
@@ -38,6 +39,13 @@ func run(args []string) error {
 	log, err := cli.Logger(*logLevel)
 	if err != nil {
 		return cli.UsageError{Err: err}
+	}
+	connect, err := toolFlags.Connect()
+	if err != nil {
+		return err
+	}
+	if err := toolFlags.CheckConfinement(); err != nil {
+		return err
 	}
 	files, err := settings.ReadFiles(*mcpFlags.Settings, *hookFlags.ClaudeSettings, *mcpFlags.MCPConfig)
 	if err != nil {
@@ -59,8 +67,12 @@ func run(args []string) error {
 	cfg := executor.Config{Identity: identity, Observer: m, WorkspaceName: *workspaceName,
 		Timeout: *timeout, ConfirmTimeout: *confirmTimeout, Logger: log}
 	outputs.Apply(&cfg)
+	var reserved []uint16
+	if p, ok := executornode.PortOf(*metricsAddr); ok {
+		reserved = append(reserved, p)
+	}
 	node, err := executornode.Start(ctx, executornode.Config{Bus: b, Executor: cfg, Workspace: *workspace, PolicyDir: *policyDir, Settings: files,
-		Secrets: cli.ToolSecrets(*workspace)})
+		Secrets: cli.ToolSecrets(*workspace), Connect: connect, Reserved: reserved, AnyPort: toolFlags.AnyPort()})
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -112,7 +113,9 @@ func runConfirm(natsURL, as string, asJSON bool, logLevel string) error {
 	if editor == "" {
 		editor = os.Getenv("EDITOR")
 	}
-	return confirmtui.Run(ctx, ap, editor, os.Stdin, os.Stdout)
+	// The host's state dir: every executor of this host hides it from its
+	// tool processes (cli.ToolSecrets).
+	return confirmtui.Run(ctx, ap, confirmtui.Editor{Command: editor, Dir: filepath.Join(cli.DefaultDataDir(), "edit")}, os.Stdin, os.Stdout)
 }
 
 // heldLog keeps the first 64 KiB of log output for later.

@@ -8,10 +8,12 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// toolbus up's tool processes are kept from its data dir and its
-// identities, wherever --identities puts them.
+// toolbus up's tool processes are kept from its data dir, its
+// identities, wherever --identities puts them, and the store's key,
+// wherever --store-key-file keeps it.
 func TestUpHidesItsDataAndIdentitiesFromTools(t *testing.T) {
 	data, ids := t.TempDir(), t.TempDir()
+	key := filepath.Join(t.TempDir(), "store.key")
 	for _, tt := range []struct {
 		args []string
 		want []string
@@ -19,6 +21,7 @@ func TestUpHidesItsDataAndIdentitiesFromTools(t *testing.T) {
 		{[]string{"--data", data}, []string{data, filepath.Join(data, "identities")}},
 		{[]string{"--data", data, "--identities", ids}, []string{data, ids}},
 		{[]string{"--data", data, "--identities", "off"}, []string{data}},
+		{[]string{"--data", data, "--store-key-file", key}, []string{data, key}},
 	} {
 		fs := pflag.NewFlagSet("up", pflag.ContinueOnError)
 		f := newUpFlags(fs)

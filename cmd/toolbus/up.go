@@ -38,6 +38,7 @@ type upFlags struct {
 	mcp                                                 *cli.MCPFlags
 	hooks                                               *cli.HookFlags
 	outputs                                             *cli.OutputFlags
+	tools                                               *cli.ToolFlags
 	audit                                               *busnode.AuditOptions
 	// context is the name of the context up writes (--context).
 	context string
@@ -54,6 +55,7 @@ func newUpFlags(fs *pflag.FlagSet) *upFlags {
 	f.workspace = fs.String("workspace", ".", "directory the built-in tools are confined to")
 	f.policyDir = fs.String("policy", "", "directory of .rego files (default: the built-in default policy)")
 	f.outputs = goFlags(fs, cli.AddOutputFlags)
+	f.tools = goFlags(fs, func(g *flag.FlagSet) *cli.ToolFlags { return cli.AddToolFlags(g, false) })
 	f.mcpListen = fs.String("mcp-listen", "", "address the MCP endpoint (toolbus as an MCP server, streamable HTTP) listens on, or off (default "+defaultMCPListen+", else a free loopback port)")
 	f.audit = goFlags(fs, busnode.AuditFlags)
 	f.consoleAddr = fs.String("console", "", "address the web console listens on, or off (default "+console.DefaultListen+", else a free loopback port); token from env "+consoleTokenEnv)
@@ -250,8 +252,13 @@ func (u *up) start(ctx context.Context, busCfg busnode.Config, files *settings.F
 		u.stops = append(u.stops, func() { consLn.Close() }) // the console's, once it started
 		exCfg.ApproveHint = fmt.Sprintf("open the console at %s (with the token `toolbus up` printed) or run `toolbus confirm`", console.BaseURL(consLn.Addr()))
 	}
+	connect, err := f.tools.Connect()
+	if err != nil {
+		return err
+	}
 	if u.exec, err = executornode.Start(ctx, executornode.Config{Bus: exBus, Executor: exCfg, Workspace: *f.workspace,
-		PolicyDir: *f.policyDir, Settings: files, Secrets: f.toolSecrets()}); err != nil {
+		PolicyDir: *f.policyDir, Settings: files, Secrets: f.toolSecrets(), Connect: connect, AnyPort: f.tools.AnyPort(),
+		Reserved: f.ownPorts(u.node.URL(), consLn)}); err != nil {
 		return err
 	}
 	u.stops = append(u.stops, func() { u.exec.Close(context.Background()) })

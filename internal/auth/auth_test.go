@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/toolbus/toolbus/internal/proctree"
 	"io"
 	"log/slog"
 	"os"
@@ -97,7 +98,9 @@ func startFleet(t *testing.T) *fleet {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ws.Close() })
-	shells := builtin.NewShells(ws)
+	starter := proctree.Unconfined() // the tools' own behaviour: the node's tests hold the confinement
+	t.Cleanup(starter.Close)
+	shells := builtin.NewShells(ws, starter)
 	pol, err := policy.Compile(context.Background(), policy.Files(defaultpolicy.Default()))
 	if err != nil {
 		t.Fatal(err)
@@ -780,7 +783,9 @@ func TestForwardedCallsAnswerAnAgentInItsAccount(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ws.Close() })
-	shells := builtin.NewShells(ws)
+	starter := proctree.Unconfined() // the tools' own behaviour: the node's tests hold the confinement
+	t.Cleanup(starter.Close)
+	shells := builtin.NewShells(ws, starter)
 	pol, err := policy.Compile(context.Background(), policy.Files(defaultpolicy.Default()))
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/toolbus/toolbus/internal/proctree"
 	"os"
 	"path/filepath"
 	"slices"
@@ -42,7 +43,7 @@ func newWorkspace(t *testing.T) (*Workspace, map[string]tool.Tool) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ws.Close() })
-	shells := NewShells(ws)
+	shells := NewShells(ws, unconfined(t))
 	t.Cleanup(shells.Close)
 	tools := map[string]tool.Tool{}
 	for _, tl := range Tools(ws, shells) {
@@ -314,4 +315,13 @@ func TestToolsAskAboutFilesTheyPick(t *testing.T) {
 	if err != nil || out.Err == nil || out.Err.Type != events.ErrPolicyDenied || strings.Contains(out.LLMContent, "hello guide") {
 		t.Errorf("a policy that cannot judge: %+v %v", out, err)
 	}
+}
+
+// unconfined is a starter for the tests of the tools' own behaviour,
+// unconfined on purpose: shell_sandbox_linux_test.go and the executor
+// node's tests hold the confinement. It is closed when tb ends.
+func unconfined(tb testing.TB) *proctree.Starter {
+	s := proctree.Unconfined()
+	tb.Cleanup(s.Close)
+	return s
 }

@@ -15,8 +15,12 @@ import (
 	"github.com/toolbus/toolbus/internal/tool"
 )
 
-// spoolFiles counts this process's descriptors open on spool files.
-func spoolFiles(t *testing.T) int { return testkit.OpenFiles(t, tool.SpoolFilePrefix) }
+// spoolFiles counts this process's descriptors open on spool files: the
+// unnamed files of the temp dir (O_TMPFILE, which /proc names "#INODE")
+// and the memory files named after the spool.
+func spoolFiles(t *testing.T) int {
+	return testkit.OpenFiles(t, tool.SpoolFilePrefix) + testkit.OpenFiles(t, filepath.Join(os.TempDir(), "#"))
+}
 
 // TestLargeShellOutputIsSpooled: a command that prints megabytes gives its
 // head in LLMContent and the whole llmContent in a spool, stdout, stderr
@@ -98,7 +102,7 @@ func TestSpoolsAreReleasedWhenTheCallEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ws.Close()
-	shells := NewShells(ws)
+	shells := NewShells(ws, unconfined(t))
 	tools := map[string]tool.Tool{}
 	for _, tl := range Tools(ws, shells) {
 		tools[tl.Spec().Name] = tl

@@ -15,7 +15,6 @@ import (
 
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/proctree"
-	"github.com/toolbus/toolbus/internal/sandbox"
 	"github.com/toolbus/toolbus/internal/tool"
 )
 
@@ -36,27 +35,28 @@ const killGrace = 2 * time.Second
 // id that names nothing, so that an id neither found nor guessed tells
 // whether it is live. Nobody else is served, an admin neither: what a
 // command printed may hold its owner's secrets.
+// kills them all. Every process starts through the starter it was given,
+// which confines it (internal/sandbox) unless it was built unconfined on
+// purpose.
 type Shells struct {
 	ws      *Workspace
-	starter proctree.Starter
+	starter *proctree.Starter
 
 	mu     sync.Mutex
 	bg     map[string]*background
 	closed bool
 }
 
-// NewShells returns a shell runner confined to ws.
-func NewShells(ws *Workspace) *Shells {
-	return &Shells{ws: ws, bg: make(map[string]*background)}
-}
-
-// NewConfinedShells is NewShells with every command, in the foreground
-// or the background, confined by sb (internal/sandbox): it cannot read
-// toolbus's own secrets, nor write outside the workspace and temp dirs.
-func NewConfinedShells(ws *Workspace, sb *sandbox.Sandbox) *Shells {
-	s := NewShells(ws)
-	s.starter.Sandbox = sb
-	return s
+// NewShells returns a shell runner in ws whose commands, in the
+// foreground or the background, start through starter: the node's one
+// starter (proctree.NewStarter), whose sandbox keeps them from toolbus's
+// secrets and ports. The starter stays the caller's to close; a nil one
+// starts nothing (proctree.ErrNoConfinement).
+func NewShells(ws *Workspace, starter *proctree.Starter) *Shells {
+	if starter == nil {
+		starter = new(proctree.Starter)
+	}
+	return &Shells{ws: ws, starter: starter, bg: make(map[string]*background)}
 }
 
 // ownEnv are the prefixes of toolbus's own environment variables, which
@@ -77,8 +77,7 @@ func withoutOwnEnv(environ []string) []string {
 	return out
 }
 
-// Close kills every background command and waits for it to end, and ends
-// the idle process supervisors kept for the next commands.
+// Close kills every background command and waits for it to end.
 func (s *Shells) Close() {
 	s.mu.Lock()
 	s.closed = true
@@ -92,7 +91,6 @@ func (s *Shells) Close() {
 		<-b.tree.Done()
 		b.release()
 	}
-	s.starter.Close()
 }
 
 // process is one started command: bash, the leader of its process group,

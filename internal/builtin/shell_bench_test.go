@@ -23,7 +23,7 @@ func BenchmarkShellTrue(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer ws.Close()
-	shells := NewShells(ws)
+	shells := NewShells(ws, unconfined(b))
 	defer shells.Close()
 	sh := &runShell{shells: shells}
 	call := &tool.Call{ID: "bench", Args: json.RawMessage(`{"command":"true"}`)}

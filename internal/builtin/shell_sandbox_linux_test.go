@@ -3,6 +3,7 @@ package builtin
 import (
 	"context"
 	"encoding/json"
+	"github.com/toolbus/toolbus/internal/proctree"
 	"os"
 	"path/filepath"
 	"strings"
@@ -31,7 +32,9 @@ func TestAConfinedShellCannotReadTheSeeds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sb.Close()
-	shells := NewConfinedShells(ws, sb)
+	starter := proctree.NewStarter(sb)
+	defer starter.Close()
+	shells := NewShells(ws, starter)
 	defer shells.Close()
 	tools := map[string]tool.Tool{}
 	for _, tl := range Tools(ws, shells) {

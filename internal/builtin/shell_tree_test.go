@@ -35,7 +35,7 @@ const (
 func shellEnv(t *testing.T) (*Workspace, *Shells, map[string]tool.Tool) {
 	t.Helper()
 	ws, _ := newWorkspace(t)
-	shells := NewShells(ws)
+	shells := NewShells(ws, unconfined(t))
 	t.Cleanup(shells.Close)
 	tools := map[string]tool.Tool{}
 	for _, tl := range Tools(ws, shells) {

@@ -38,7 +38,7 @@ func TestSiblingWithTheRootAsPrefixIsOutside(t *testing.T) {
 		}
 	}
 
-	shells := NewShells(ws)
+	shells := NewShells(ws, unconfined(t))
 	t.Cleanup(shells.Close)
 	for _, tl := range Tools(ws, shells) {
 		var args string

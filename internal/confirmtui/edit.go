@@ -14,11 +14,27 @@ import (
 	"github.com/toolbus/toolbus/internal/events"
 )
 
+// Editor is how the arguments of a modify answer are edited. The editor
+// is the approver's own program, run in the approver's terminal on the
+// approver's behalf, on arguments it shows them: toolbus runs it
+// unconfined, as the approver would.
+type Editor struct {
+	// Command is the editor ($VISUAL or $EDITOR), run with the file's
+	// path appended.
+	Command string
+	// Dir is where the file is written, made 0700 if missing: one the
+	// tool processes of this host cannot read (the host's state dir,
+	// which every executor hides from them), since the arguments may be
+	// another principal's and hold secrets, and a tool process may read
+	// the temp dir. Empty means the temp dir.
+	Dir string
+}
+
 // edit opens the editor on the request's arguments, indented, in a file
-// only this user may read (os.CreateTemp makes it 0600): arguments may
-// hold secrets.
+// only this user may read (os.CreateTemp makes it 0600), in the editor's
+// Dir: arguments may hold secrets.
 func (m *Model) edit(r approve.Request) tea.Cmd {
-	argv := strings.Fields(m.editor)
+	argv := strings.Fields(m.editor.Command)
 	if len(argv) == 0 {
 		m.say(styleBad.Render("no editor:") + " set $VISUAL or $EDITOR")
 		return nil
@@ -32,7 +48,13 @@ func (m *Model) edit(r approve.Request) tea.Cmd {
 		}
 		orig = append(pretty, '\n')
 	}
-	f, err := os.CreateTemp("", "toolbus-args-*.json")
+	if m.editor.Dir != "" {
+		if err := os.MkdirAll(m.editor.Dir, 0o700); err != nil {
+			m.say(styleBad.Render("cannot edit:") + " " + cleanLine(err.Error()))
+			return nil
+		}
+	}
+	f, err := os.CreateTemp(m.editor.Dir, "toolbus-args-*.json")
 	if err != nil {
 		m.say(styleBad.Render("cannot edit:") + " " + cleanLine(err.Error()))
 		return nil

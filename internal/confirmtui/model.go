@@ -59,7 +59,7 @@ const (
 type Model struct {
 	ctx    context.Context
 	seat   Seat
-	editor string
+	editor Editor
 
 	state    approve.State
 	changed  <-chan struct{}
@@ -87,9 +87,9 @@ type Model struct {
 
 // New returns the model over seat. ctx bounds the model's background
 // work (waiting for changes, answers in flight): cancel it once the
-// program ends. editor is the command that edits the arguments of a
-// modify answer ($VISUAL or $EDITOR), run with the file's path appended.
-func New(ctx context.Context, seat Seat, editor string) *Model {
+// program ends. editor is how the arguments of a modify answer are
+// edited.
+func New(ctx context.Context, seat Seat, editor Editor) *Model {
 	in := textinput.New()
 	in.Prompt = "reason: "
 	in.Placeholder = "optional, the agent sees it"

@@ -12,8 +12,10 @@ import (
 	"github.com/toolbus/toolbus/internal/testkit"
 )
 
+// newStarter is a starter for the tests of the commands' own behaviour,
+// unconfined on purpose: sandbox_linux_test.go holds the confinement.
 func newStarter(t testing.TB) *proctree.Starter {
-	s := &proctree.Starter{}
+	s := proctree.Unconfined()
 	t.Cleanup(s.Close)
 	return s
 }

@@ -1,6 +1,7 @@
 package discovery_test
 
 import (
+	"github.com/toolbus/toolbus/internal/proctree"
 	"os"
 	"path/filepath"
 	"strings"
@@ -28,8 +29,10 @@ func TestADiscoveredToolCannotReadTheSeeds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sb.Close()
+	starter := proctree.NewStarter(sb)
+	defer starter.Close()
 	p := newProject(t, f.Workspace.Root(), `[{"name": "echo", "parameters": {"type": "object", "properties": {"text": {"type": "string"}}}}, {"name": "steal"}]`)
-	start(t, f.Bus, f.Executor, "executor@test", f.Workspace.Root(), p.settings(t), func(o *discovery.Options) { o.Sandbox = sb })
+	start(t, f.Bus, f.Executor, "executor@test", f.Workspace.Root(), p.settings(t), func(o *discovery.Options) { o.Starter = starter })
 	if p.runs() != 1 {
 		t.Fatalf("the confined discovery command ran %d times, want 1 (it writes to the workspace)", p.runs())
 	}

@@ -17,7 +17,6 @@ import (
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/proctree"
-	"github.com/toolbus/toolbus/internal/sandbox"
 	"github.com/toolbus/toolbus/internal/tool"
 )
 
@@ -48,10 +47,12 @@ type Options struct {
 	// Environ is the environment the commands' is filtered from (see
 	// FilterEnv); nil means os.Environ().
 	Environ []string
-	// Sandbox, when not nil, confines both commands and every process
-	// they start (internal/sandbox): the project's code, run with a
-	// model's arguments, cannot read toolbus's own secrets.
-	Sandbox *sandbox.Sandbox
+	// Starter starts both commands and every process they start: the
+	// node's one starter, whose sandbox keeps the project's code, run
+	// with a model's arguments, from toolbus's secrets and ports. It
+	// stays the caller's to close; nil starts nothing
+	// (proctree.ErrNoConfinement).
+	Starter *proctree.Starter
 	Logger  *slog.Logger
 	// Now is the clock of the cache and the idle expiry; nil means
 	// time.Now.
@@ -120,10 +121,13 @@ func Start(ctx context.Context, opts Options) (*Source, error) {
 	if err := opts.Settings.Validate(); err != nil {
 		return nil, fmt.Errorf("discovery: %w", err)
 	}
-	s := &Source{opts: opts, log: opts.Logger, now: opts.Now, environ: opts.Environ, starter: &proctree.Starter{Sandbox: opts.Sandbox},
+	s := &Source{opts: opts, log: opts.Logger, now: opts.Now, environ: opts.Environ, starter: opts.Starter,
 		settings: opts.Settings, wake: make(chan struct{}, 1), stop: make(chan struct{})}
 	if s.log == nil {
 		s.log = slog.Default()
+	}
+	if s.starter == nil {
+		s.starter = new(proctree.Starter)
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -512,7 +516,6 @@ func (s *Source) Stop() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = s.kv.Delete(ctx, events.DiscoveryStatusKey(s.opts.Identity.ID))
-	s.starter.Close()
 }
 
 // ReadStatus reads every executor's discovery status from the bucket, by

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/toolbus/toolbus/internal/proctree"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -85,8 +86,10 @@ func (p *project) runs() int {
 // identity and workspace.
 func start(t *testing.T, b *bus.Bus, ex *executor.Executor, id string, workspace string, settings discovery.Settings, adjust ...func(*discovery.Options)) *discovery.Source {
 	t.Helper()
+	starter := proctree.Unconfined() // the source's behaviour: sandbox_linux_test.go holds the confinement
+	t.Cleanup(starter.Close)
 	opts := discovery.Options{Settings: settings, Workspace: workspace, Identity: events.Identity{ID: id, Role: "executor"},
-		Conn: b.Conn(), JS: b.JetStream(), Host: hostOn(ex), Logger: bustest.Quiet(),
+		Conn: b.Conn(), JS: b.JetStream(), Host: hostOn(ex), Logger: bustest.Quiet(), Starter: starter,
 		Reserved: func(name string) bool { return name == "read_file" }}
 	for _, a := range adjust {
 		a(&opts)

@@ -11,6 +11,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/toolbus/toolbus/internal/proctree"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -51,7 +52,9 @@ func BenchmarkInvoke(b *testing.B) {
 	os.WriteFile(filepath.Join(dir, "small.txt"), []byte("a small file\n"), 0o644)
 	ws, _ := builtin.NewWorkspace(dir)
 	defer ws.Close()
-	shells := builtin.NewShells(ws)
+	starter := proctree.Unconfined() // the tools' own behaviour: the node's tests hold the confinement
+	b.Cleanup(starter.Close)
+	shells := builtin.NewShells(ws, starter)
 	defer shells.Close()
 	// The loop guards count the calls without a session too, more of them
 	// than their budget: the budget is raised, the counting kept, as the

@@ -27,6 +27,7 @@ import (
 	"github.com/toolbus/toolbus/internal/hooks"
 	"github.com/toolbus/toolbus/internal/invoke"
 	"github.com/toolbus/toolbus/internal/policy"
+	"github.com/toolbus/toolbus/internal/proctree"
 	"github.com/toolbus/toolbus/internal/protect"
 	"github.com/toolbus/toolbus/internal/registry"
 	"github.com/toolbus/toolbus/internal/tool"
@@ -156,7 +157,12 @@ type Config struct {
 	// are among them (input.protected). SetProtected replaces them. Nil
 	// for none.
 	Protected *protect.Set
-	Logger    *slog.Logger
+	// Starter starts the processes of the executor's own parts (the
+	// command hooks): the node's one starter, which confines every
+	// process toolbus starts. Command hooks need one; it stays the
+	// caller's to close.
+	Starter *proctree.Starter
+	Logger  *slog.Logger
 }
 
 // Executor runs the invocations of the tools it hosts. Stop it with Stop.
@@ -304,7 +310,10 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 		return nil, err
 	}
 	if !cfg.Hooks.Empty() {
-		if e.hookRuns, err = hooks.NewRunner(cfg.Workspace); err != nil {
+		if cfg.Hooks.Commands() && cfg.Starter == nil {
+			return nil, fmt.Errorf("executor: command hooks and no starter to confine them: %w", proctree.ErrNoConfinement)
+		}
+		if e.hookRuns, err = hooks.NewRunner(cfg.Workspace, cfg.Starter); err != nil {
 			return nil, fmt.Errorf("executor: %w", err)
 		}
 		e.hooks = cfg.Hooks
@@ -561,9 +570,6 @@ func (e *Executor) openBulk(ctx context.Context) (jetstream.ObjectStore, error) 
 func (e *Executor) closeFollowers() {
 	if e.limits != nil {
 		e.limits.close()
-	}
-	if e.hookRuns != nil {
-		e.hookRuns.Close()
 	}
 	if e.bulk != nil {
 		e.bulk.Close()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/toolbus/toolbus/internal/proctree"
 	"os"
 	"path/filepath"
 	"strings"
@@ -93,7 +94,9 @@ func (e *env) startExecutor(t *testing.T, b *bus.Bus, opts ...option) *Executor 
 // ends.
 func startOn(t *testing.T, b *bus.Bus, ws *builtin.Workspace, opts ...option) *Executor {
 	t.Helper()
-	shells := builtin.NewShells(ws)
+	starter := proctree.Unconfined() // the tools' own behaviour: the node's tests hold the confinement
+	t.Cleanup(starter.Close)
+	shells := builtin.NewShells(ws, starter)
 	cfg := Config{Identity: events.Identity{ID: "executor@test", Role: "executor"}, Tools: builtin.Tools(ws, shells),
 		Policy: defaultPol(t), Workspace: ws.Root(), Logger: bustest.Quiet()}
 	for _, o := range opts {

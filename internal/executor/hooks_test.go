@@ -3,6 +3,7 @@ package executor_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/toolbus/toolbus/internal/executor"
 	"github.com/toolbus/toolbus/internal/hooks"
 	"github.com/toolbus/toolbus/internal/policy"
+	"github.com/toolbus/toolbus/internal/proctree"
 	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/approvetest"
 	"github.com/toolbus/toolbus/internal/testkit/audittest"
@@ -489,4 +491,31 @@ func TestCancelledWhileAHookRuns(t *testing.T) {
 	}
 	testkit.WaitReaped(t, pid)
 	checkHookRun(t, f, "cancel-hook", events.HookFailed)
+}
+
+// An executor given command hooks and no starter to confine them does not
+// start: a hook's code often lives in the workspace, and it would run
+// unconfined. Function hooks need none.
+func TestCommandHooksNeedAStarter(t *testing.T) {
+	b := bustest.Start(t, "")
+	pol, err := policy.Compile(context.Background(), policy.Files(defaultpolicy.Default()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := executor.Config{Identity: events.Identity{ID: "executor@test", Role: "executor"}, Workspace: t.TempDir(), Logger: bustest.Quiet(),
+		Policy: pol, Hooks: &hooks.Set{Pre: []hooks.Group{{Hooks: []*hooks.Hook{{Command: "scripts/lint.sh", Dialect: hooks.ClaudeCode}}}}}}
+	if ex, err := executor.Start(context.Background(), b.Conn(), b.JetStream(), cfg); err == nil {
+		ex.Stop(context.Background())
+		t.Fatal("started with a command hook and no starter")
+	} else if !errors.Is(err, proctree.ErrNoConfinement) {
+		t.Errorf("got %v, want ErrNoConfinement", err)
+	}
+	cfg.Hooks = &hooks.Set{Pre: []hooks.Group{{Hooks: []*hooks.Hook{{Name: "in-process", Func: func(context.Context, *hooks.Input) hooks.Outcome {
+		return hooks.Outcome{}
+	}}}}}}
+	ex, err := executor.Start(context.Background(), b.Conn(), b.JetStream(), cfg)
+	if err != nil {
+		t.Fatalf("function hooks alone: %v", err)
+	}
+	ex.Stop(context.Background())
 }

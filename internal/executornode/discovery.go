@@ -11,7 +11,7 @@ import (
 	"github.com/toolbus/toolbus/internal/discovery"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
-	"github.com/toolbus/toolbus/internal/sandbox"
+	"github.com/toolbus/toolbus/internal/proctree"
 	"github.com/toolbus/toolbus/internal/settings"
 	"github.com/toolbus/toolbus/internal/tool"
 )
@@ -30,14 +30,14 @@ type Discovery struct {
 // StartDiscovery runs the discovery command of the Gemini CLI settings
 // file f, when it names one, in workspace, and hosts the tools on ex;
 // builtins are the tools ex hosts itself, whose names no discovered tool
-// may take; sb confines the commands. It follows the file: a changed command is run as the file is
+// may take; starter starts (and confines) the commands. It follows the file: a changed command is run as the file is
 // saved, a removed one takes its tools with it, and a file that no longer
 // reads keeps the tools as they were, with an error in the log. Settings
 // that do not validate (an unparsable command, one command without the
 // other) are an error; a discovery that fails is not (it is in the log and
 // the status). It returns nil when f is no file.
 func startDiscovery(ctx context.Context, b *bus.Bus, ex *executor.Executor, id events.Identity, f *settings.File, workspace string,
-	builtins []tool.Tool, sb *sandbox.Sandbox, prot *protection, log *slog.Logger) (*Discovery, error) {
+	builtins []tool.Tool, starter *proctree.Starter, prot *protection, log *slog.Logger) (*Discovery, error) {
 	if f.Path == "" {
 		return nil, nil
 	}
@@ -54,7 +54,7 @@ func startDiscovery(ctx context.Context, b *bus.Bus, ex *executor.Executor, id e
 		}
 	}
 	src, err := discovery.Start(ctx, discovery.Options{Settings: ds, Workspace: workspace, Identity: id,
-		Conn: b.Conn(), JS: b.JetStream(), Host: HostDiscoveredOn(ex), Reserved: func(name string) bool { return reserved[name] }, Sandbox: sb, Logger: log})
+		Conn: b.Conn(), JS: b.JetStream(), Host: HostDiscoveredOn(ex), Reserved: func(name string) bool { return reserved[name] }, Starter: starter, Logger: log})
 	if err != nil {
 		return nil, err
 	}

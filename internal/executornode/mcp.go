@@ -13,6 +13,7 @@ import (
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
 	"github.com/toolbus/toolbus/internal/mcp"
+	"github.com/toolbus/toolbus/internal/proctree"
 	"github.com/toolbus/toolbus/internal/registry"
 	"github.com/toolbus/toolbus/internal/settings"
 	"github.com/toolbus/toolbus/internal/tool"
@@ -72,7 +73,7 @@ type MCP struct {
 // with its tools, a changed one restarted), and a file that no longer reads
 // keeps the servers as they were, with an error in the log. It returns nil
 // when neither file is given.
-func startMCP(ctx context.Context, b *bus.Bus, ex *executor.Executor, id events.Identity, files *settings.Files, prot *protection, log *slog.Logger) (*MCP, error) {
+func startMCP(ctx context.Context, b *bus.Bus, ex *executor.Executor, id events.Identity, files *settings.Files, starter *proctree.Starter, prot *protection, log *slog.Logger) (*MCP, error) {
 	given := mcpFiles(files)
 	if len(given) == 0 {
 		return nil, nil
@@ -81,7 +82,7 @@ func startMCP(ctx context.Context, b *bus.Bus, ex *executor.Executor, id events.
 	for _, w := range cfg.Warnings {
 		log.Warn("MCP configuration: " + w)
 	}
-	m, err := mcp.Start(ctx, cfg, mcp.Options{Identity: id, Conn: b.Conn(), JS: b.JetStream(), Host: HostOn(ex), Logger: log})
+	m, err := mcp.Start(ctx, cfg, mcp.Options{Identity: id, Conn: b.Conn(), JS: b.JetStream(), Host: HostOn(ex), Logger: log, Starter: starter})
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,6 +23,7 @@ import (
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/executor"
 	"github.com/toolbus/toolbus/internal/policy"
+	"github.com/toolbus/toolbus/internal/proctree"
 	"github.com/toolbus/toolbus/internal/sandbox"
 	"github.com/toolbus/toolbus/internal/settings"
 	defaultpolicy "github.com/toolbus/toolbus/policy"
@@ -35,7 +42,7 @@ type Config struct {
 	// what it assembles when it is unset: Tools (the built-ins over
 	// Workspace), Workspace, Policy (compiled from PolicyDir), PolicyDir,
 	// Hooks (from Settings) and IdentitiesEnforced (when Bus connects as
-	// a member of a fleet).
+	// a member of a fleet). Starter is always the node's own.
 	Executor executor.Config
 	// Workspace is the directory the built-in tools are confined to.
 	Workspace string
@@ -57,6 +64,20 @@ type Config struct {
 	// Writable are directories the tool processes may write besides the
 	// workspace and the temp dirs: a shared build cache, say.
 	Writable []string
+	// Connect are the TCP ports the tool processes may connect to, on
+	// any host; nil means DefaultConnect and the ports of the proxies
+	// the executor's environment names (ProxyPorts). Landlock grants
+	// ports one by one (ABI 4 and later), so every other port, toolbus's
+	// own among them, is refused.
+	Connect []uint16
+	// AnyPort leaves the tool processes' TCP connect unconfined
+	// (--tool-ports any): Connect and Reserved are then moot.
+	AnyPort bool
+	// Reserved are this host's toolbus TCP ports (bus, cluster,
+	// monitoring, console, MCP endpoint, metrics), which the tool
+	// processes may never connect to, even when Connect lists one. The
+	// ports of the servers the node's bus connection knows are added.
+	Reserved []uint16
 	// Configure, when set, adjusts the executor's configuration once the
 	// node has assembled it, before the executor starts: tests give it
 	// another policy, a deadline or more tools.
@@ -107,6 +128,10 @@ type Node struct {
 	Discovery *Discovery
 	// Sandbox confines the node's tool processes.
 	Sandbox *sandbox.Sandbox
+	// Starter starts every process of the node (shell lines, background
+	// commands, hooks, discovery and call commands, stdio MCP servers),
+	// each confined by Sandbox: the one place a process is started.
+	Starter *proctree.Starter
 	shells  *builtin.Shells
 
 	closeOnce sync.Once
@@ -142,8 +167,10 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if n.Sandbox, err = newSandbox(cfg, ex.Workspace, ex.Logger); err != nil {
 		return nil, err
 	}
+	n.Starter = proctree.NewStarter(n.Sandbox)
+	ex.Starter = n.Starter
 	if n.Workspace != nil {
-		n.shells = builtin.NewConfinedShells(n.Workspace, n.Sandbox)
+		n.shells = builtin.NewShells(n.Workspace, n.Starter)
 		ex.Tools = builtin.Tools(n.Workspace, n.shells)
 	}
 	if ex.Policy == nil {
@@ -171,35 +198,137 @@ func Start(ctx context.Context, cfg Config) (_ *Node, err error) {
 	if err := hostComposites(ctx, n.Executor, cfg.Settings, ex.Tools, ex.Logger); err != nil {
 		return nil, err
 	}
-	if n.MCP, err = startMCP(ctx, cfg.Bus, n.Executor, ex.Identity, cfg.Settings, prot, ex.Logger); err != nil {
+	if n.MCP, err = startMCP(ctx, cfg.Bus, n.Executor, ex.Identity, cfg.Settings, n.Starter, prot, ex.Logger); err != nil {
 		return nil, err
 	}
 	// The tools of the settings' discovery command run in this
 	// executor's workspace, so it hosts them.
-	if n.Discovery, err = startDiscovery(ctx, cfg.Bus, n.Executor, ex.Identity, cfg.Settings.Gemini, ex.Workspace, ex.Tools, n.Sandbox, prot, ex.Logger); err != nil {
+	if n.Discovery, err = startDiscovery(ctx, cfg.Bus, n.Executor, ex.Identity, cfg.Settings.Gemini, ex.Workspace, ex.Tools, n.Starter, prot, ex.Logger); err != nil {
 		return nil, err
 	}
 	return n, nil
 }
 
+// DefaultConnect are the TCP ports tool processes may connect to when
+// the configuration names none: what coding tools reach out to (ssh and
+// git over ssh 22, DNS over TCP 53, HTTP 80, HTTPS 443, git 9418). A
+// service of the host on another port (a dev server, a database) needs
+// granting (--tool-ports); toolbus's own ports never can be.
+var DefaultConnect = []uint16{22, 53, 80, 443, 9418}
+
+// ProxyPorts are the ports of the proxies environ names (HTTP_PROXY,
+// HTTPS_PROXY, ALL_PROXY, in either case): a tool that honours them
+// connects to the proxy, not to 443.
+func ProxyPorts(environ []string) []uint16 {
+	var out []uint16
+	for _, kv := range environ {
+		name, value, _ := strings.Cut(kv, "=")
+		switch strings.ToUpper(name) {
+		case "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY":
+		default:
+			continue
+		}
+		if !strings.Contains(value, "://") {
+			value = "http://" + value
+		}
+		u, err := url.Parse(value)
+		if err != nil || u.Host == "" {
+			continue
+		}
+		port := u.Port()
+		if port == "" {
+			port = map[string]string{"https": "443", "socks5": "1080", "socks5h": "1080", "socks4": "1080"}[u.Scheme]
+			if port == "" {
+				port = "80"
+			}
+		}
+		if p, ok := PortOf(":" + port); ok {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// PortOf is the TCP port of addr (host:port, or a URL's host), when it
+// names one.
+func PortOf(addr string) (uint16, bool) {
+	if u, err := url.Parse(addr); err == nil && u.Host != "" {
+		addr = u.Host
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return 0, false
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil || p == 0 {
+		return 0, false
+	}
+	return uint16(p), true
+}
+
 // newSandbox is the confinement of the node's tool processes, which it
-// logs: what they may write and not read, and what the kernel enforces.
+// logs: what they may write and not read, the ports they may connect to,
+// and what the kernel enforces of it.
 func newSandbox(cfg Config, workspace string, log *slog.Logger) (*sandbox.Sandbox, error) {
 	var writable []string
 	if workspace != "" {
 		writable = append(writable, workspace)
 	}
-	sb, err := sandbox.New(sandbox.Policy{Writable: append(writable, cfg.Writable...), Hidden: cfg.Secrets})
+	connect := cfg.Connect
+	if connect == nil {
+		connect = append(slices.Clone(DefaultConnect), ProxyPorts(os.Environ())...)
+	}
+	reserved := slices.Clone(cfg.Reserved)
+	if cfg.Bus != nil && cfg.Bus.Conn() != nil {
+		// Every server of the fleet this node knows: its own bus first.
+		for _, u := range append([]string{cfg.Bus.Conn().ConnectedUrl()}, cfg.Bus.Conn().Servers()...) {
+			if p, ok := PortOf(u); ok {
+				reserved = append(reserved, p)
+			}
+		}
+	}
+	slices.Sort(reserved)
+	reserved = slices.Compact(reserved)
+	p := sandbox.Policy{Writable: append(writable, cfg.Writable...), Hidden: cfg.Secrets, Connect: connect, Reserved: reserved, AnyPort: cfg.AnyPort}
+	sb, err := sandbox.New(p)
 	if err != nil {
 		return nil, fmt.Errorf("executor node: tool processes: %w", err)
 	}
-	level, how := slog.LevelInfo, sandbox.Describe()
-	if _, err := sandbox.ABI(); err != nil {
-		level = slog.LevelWarn // best effort: the tools run, unconfined
+	cov := sb.Covered()
+	level := slog.LevelInfo
+	if !cov.Complete() {
+		level = slog.LevelWarn // best effort: the tools run, confined only as far as the kernel can
 	}
-	log.Log(context.Background(), level, "tool processes confined", "landlock", how,
-		"writable", append(writable, cfg.Writable...), "unreadable", cfg.Secrets, "network", "not confined")
+	network := "tcp connect to ports " + portList(p.Ports()) + " only"
+	switch {
+	case cfg.AnyPort:
+		network = "not confined (--tool-ports any): toolbus's own ports are reachable"
+	case !cov.Network:
+		network = "not confined (needs Landlock ABI 4)"
+	}
+	scopes := "signals and abstract sockets scoped"
+	if !cov.Scopes {
+		scopes = "not scoped (needs Landlock ABI 6)"
+	}
+	attrs := []any{"landlock", sandbox.Describe(), "writable", p.Writable, "unreadable", cfg.Secrets,
+		"network", network, "reserved", portList(reserved), "ipc", scopes}
+	if missing := cov.Missing(); len(missing) > 0 {
+		attrs = append(attrs, "not confined", strings.Join(missing, ", "))
+	}
+	log.Log(context.Background(), level, "tool processes confined", attrs...)
 	return sb, nil
+}
+
+// portList is ports as "22,53,80", or "none".
+func portList(ports []uint16) string {
+	if len(ports) == 0 {
+		return "none"
+	}
+	s := make([]string, len(ports))
+	for i, p := range ports {
+		s[i] = strconv.Itoa(int(p))
+	}
+	return strings.Join(s, ",")
 }
 
 // compilePolicy compiles the policy of dir, or the built-in policy.
@@ -253,6 +382,9 @@ func (n *Node) close(ctx context.Context) error {
 	n.Discovery.Stop() // after the calls, which run its commands
 	if n.shells != nil {
 		n.shells.Close()
+	}
+	if n.Starter != nil {
+		n.Starter.Close() // after every part that starts processes stopped
 	}
 	if n.Sandbox != nil {
 		n.Sandbox.Close()

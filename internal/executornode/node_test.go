@@ -20,7 +20,12 @@ import (
 	"github.com/toolbus/toolbus/internal/testkit/registrytest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testkit.NATSLeaks()...) }
+func TestMain(m *testing.M) {
+	if os.Getenv(probeServerEnv) != "" {
+		serveProbe()
+	}
+	goleak.VerifyTestMain(m, testkit.NATSLeaks()...)
+}
 
 func workspace(t *testing.T) string {
 	t.Helper()

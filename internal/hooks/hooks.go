@@ -162,6 +162,24 @@ func (s *Set) Empty() bool {
 	return true
 }
 
+// Commands reports whether s holds a command hook, one that starts a
+// process (s may be nil).
+func (s *Set) Commands() bool {
+	if s == nil {
+		return false
+	}
+	for _, groups := range [][]Group{s.Pre, s.Post} {
+		for _, g := range groups {
+			for _, h := range g.Hooks {
+				if h.Func == nil {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
 // Validate reports a hook that cannot run: neither a command nor a
 // function, or both.
 func (s *Set) Validate() error {

@@ -26,24 +26,32 @@ const killGrace = time.Second
 // Runner runs hooks: commands with bash -c from the workspace root, each
 // in a process tree of its own (internal/proctree) that ends as a whole
 // when the hook exits, runs out of time, prints too much or its call is
-// cancelled. Safe for concurrent use; Close it when done.
+// cancelled. A hook's code usually lives in the workspace (a formatter
+// script, a lint script), where the agent can edit it, so a hook is
+// confined as any tool process is: it runs through the starter the
+// executor starts every process with. Safe for concurrent use.
 type Runner struct {
 	bash      string
 	workspace string
 	env       []string
-	starter   proctree.Starter
+	starter   *proctree.Starter
 }
 
-// NewRunner returns a Runner for hooks run from workspace, with the
-// environment of this process but for SecretEnvPrefixes, plus
-// CLAUDE_PROJECT_DIR and GEMINI_PROJECT_DIR naming the workspace, as the
-// agents set them.
-func NewRunner(workspace string) (*Runner, error) {
+// NewRunner returns a Runner for hooks run from workspace through
+// starter, with the environment of this process but for
+// SecretEnvPrefixes, plus CLAUDE_PROJECT_DIR and GEMINI_PROJECT_DIR
+// naming the workspace, as the agents set them. The starter stays the
+// caller's to close; without one, a command hook fails to start
+// (proctree.ErrNoConfinement) and only Func hooks run.
+func NewRunner(workspace string, starter *proctree.Starter) (*Runner, error) {
+	if starter == nil {
+		starter = new(proctree.Starter)
+	}
 	bash, err := exec.LookPath("bash")
 	if err != nil {
 		return nil, fmt.Errorf("hooks: hooks are shell commands, and bash is not found: %w", err)
 	}
-	return &Runner{bash: bash, workspace: workspace, env: hookEnv(os.Environ(), workspace)}, nil
+	return &Runner{bash: bash, workspace: workspace, env: hookEnv(os.Environ(), workspace), starter: starter}, nil
 }
 
 func hookEnv(environ []string, workspace string) []string {
@@ -60,9 +68,6 @@ func hookEnv(environ []string, workspace string) []string {
 	}
 	return append(env, "CLAUDE_PROJECT_DIR="+workspace, "GEMINI_PROJECT_DIR="+workspace)
 }
-
-// Close ends the idle process supervisors kept for the next hooks.
-func (r *Runner) Close() { r.starter.Close() }
 
 // Run runs h for in and returns what came of it. It returns when the hook
 // and every process it started have ended: on its own, at its timeout, or

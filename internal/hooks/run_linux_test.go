@@ -13,17 +13,21 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/proctree"
 	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 func newRunner(t *testing.T) (*Runner, string) {
 	t.Helper()
 	ws := t.TempDir()
-	r, err := NewRunner(ws)
+	// The runner's own behaviour, unconfined on purpose: the executor
+	// node's tests hold that a hook runs confined.
+	starter := proctree.Unconfined()
+	t.Cleanup(starter.Close)
+	r, err := NewRunner(ws, starter)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(r.Close)
 	return r, ws
 }
 

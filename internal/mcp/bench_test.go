@@ -13,6 +13,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/toolbus/toolbus/internal/proctree"
 	"os"
 	"testing"
 	"time"
@@ -61,8 +62,10 @@ func BenchmarkMCPCall(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	starter := proctree.Unconfined()
+	defer starter.Close()
 	mgr, err := toolmcp.Start(context.Background(), cfg, toolmcp.Options{Identity: id, Conn: execBus.Conn(), JS: execBus.JetStream(),
-		Host: executornode.HostOn(ex), Logger: bustest.Quiet()})
+		Host: executornode.HostOn(ex), Logger: bustest.Quiet(), Starter: starter})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/toolbus/toolbus/internal/proctree"
 	"net/http/httptest"
 	"os"
 	"strings"
@@ -67,7 +68,9 @@ func BenchmarkFacade(b *testing.B) {
 	// The direct server: the built-in read_file of the same workspace,
 	// served by an mcp-go server of its own.
 	direct := mcpserver.NewMCPServer("direct", "1", mcpserver.WithToolCapabilities(true))
-	shells := builtin.NewShells(ff.Workspace)
+	starter := proctree.Unconfined()
+	defer starter.Close()
+	shells := builtin.NewShells(ff.Workspace, starter)
 	defer shells.Close()
 	for _, t := range builtin.Tools(ff.Workspace, shells) {
 		if t.Spec().Name == "read_file" {

@@ -9,6 +9,7 @@
 package mcp
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -43,6 +44,12 @@ type Options struct {
 	JS       jetstream.JetStream
 	Host     HostFunc
 	Logger   *slog.Logger
+	// Starter starts the stdio servers: the node's one starter, whose
+	// sandbox keeps a server (often the project's own code, or a package
+	// fetched at its start) from toolbus's secrets and ports. It stays
+	// the caller's to close; nil starts no stdio server
+	// (proctree.ErrNoConfinement).
+	Starter *proctree.Starter
 	// MinBackoff is the first wait before connecting again to a server
 	// that failed (default one second); it doubles up to 30 seconds.
 	MinBackoff time.Duration
@@ -92,7 +99,7 @@ func Start(ctx context.Context, cfg *Config, opts Options) (*Manager, error) {
 	if opts.MinBackoff <= 0 {
 		opts.MinBackoff = minBackoff
 	}
-	m := &Manager{id: opts.Identity, nc: opts.Conn, kv: kv, host: opts.Host, log: log, starter: &proctree.Starter{}, backoff: opts.MinBackoff,
+	m := &Manager{id: opts.Identity, nc: opts.Conn, kv: kv, host: opts.Host, log: log, starter: cmp.Or(opts.Starter, new(proctree.Starter)), backoff: opts.MinBackoff,
 		servers: make(map[string]*server), refresh: make(chan struct{})}
 	m.sub, err = m.nc.Subscribe(events.MCPDiscoverSubject(m.id.ID), m.handleDiscover)
 	if err != nil {
@@ -241,7 +248,6 @@ func (m *Manager) Stop() {
 	for _, s := range servers {
 		_ = m.kv.Delete(ctx, events.MCPStatusKey(m.id.ID, s.cfg.Name))
 	}
-	m.starter.Close()
 }
 
 // publish records a server's status in the bucket and as an event.

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"github.com/toolbus/toolbus/internal/proctree"
 	"io"
 	"log/slog"
 	"net"
@@ -154,8 +155,10 @@ func startFleetWith(t *testing.T, cfg *toolmcp.Config, log *slog.Logger, backoff
 	if err != nil {
 		t.Fatal(err)
 	}
+	starter := proctree.Unconfined() // the manager's behaviour: the node's tests hold the confinement
+	t.Cleanup(starter.Close)
 	mgr, err := toolmcp.Start(context.Background(), cfg, toolmcp.Options{Identity: id, Conn: b.Conn(), JS: b.JetStream(),
-		Host: executornode.HostOn(ex), Logger: log, MinBackoff: backoff})
+		Host: executornode.HostOn(ex), Logger: log, MinBackoff: backoff, Starter: starter})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,16 +61,62 @@ type Command struct {
 	// SIGKILL; zero means DefaultGrace.
 	Grace time.Duration
 	// Sandbox, when not nil, confines every process of the tree with
-	// Landlock, as far as the kernel can: the root is forked from a
-	// thread of the supervisor confined by it, so neither the caller nor
-	// the supervisor is. A ruleset that does not build is an error of
-	// Start; a kernel without Landlock is not (best effort). Elsewhere
-	// than Linux it is ignored.
+	// Landlock in place of the Starter's own, as far as the kernel can:
+	// the root is forked from a thread of the supervisor confined by it,
+	// so neither the caller nor the supervisor is. A ruleset that does
+	// not build is an error of Start; a kernel without Landlock is not
+	// (best effort). Elsewhere than Linux it is ignored.
 	Sandbox *sandbox.Sandbox
 }
 
 // ErrClosed is returned by a Starter's Start after Close.
 var ErrClosed = errors.New("proctree: starter closed")
+
+// ErrNoConfinement is returned by the Start of a Starter that was built
+// neither confined (NewStarter) nor explicitly unconfined (Unconfined),
+// for a Command that names no Sandbox: a process toolbus starts is never
+// unconfined by accident, by a zero value left unset.
+var ErrNoConfinement = errors.New("proctree: the starter has no confinement; build it with NewStarter, or Unconfined where running unconfined is meant")
+
+// confinement is how a Starter confines the trees it starts: by a
+// sandbox, or explicitly not at all. Its zero value is neither, and
+// starts nothing unconfined.
+type confinement struct {
+	sandbox    *sandbox.Sandbox
+	unconfined bool
+}
+
+// of is the sandbox that confines a tree of c: c's own, else the
+// starter's; nil only when the starter was built unconfined.
+func (k confinement) of(c *Command) (*sandbox.Sandbox, error) {
+	switch {
+	case c.Sandbox != nil:
+		return c.Sandbox, nil
+	case k.sandbox != nil:
+		return k.sandbox, nil
+	case k.unconfined:
+		return nil, nil
+	}
+	return nil, ErrNoConfinement
+}
+
+// NewStarter returns a Starter that confines every tree it starts by sb:
+// the one way every part of an executor starts a process. A nil sb gives
+// a Starter that starts nothing (ErrNoConfinement). Close it.
+func NewStarter(sb *sandbox.Sandbox) *Starter {
+	return &Starter{conf: confinement{sandbox: sb}}
+}
+
+// Unconfined returns a Starter that runs its trees unconfined: for tests
+// that say so, never a default. (An operator's --unconfined lets an
+// executor start where the kernel confines less; its starter still
+// confines as far as the kernel can.) Close it.
+func Unconfined() *Starter {
+	return &Starter{conf: confinement{unconfined: true}}
+}
+
+// Confined says whether s confines every tree it starts.
+func (s *Starter) Confined() bool { return s.conf.sandbox != nil }
 
 // DefaultGrace is the time between SIGTERM and SIGKILL when a Command sets
 // none.

@@ -21,8 +21,11 @@ import (
 const ownerEnv = "PROCTREE_TEST_OWNER_DIR"
 
 func TestMain(m *testing.M) {
+	if name := os.Getenv(dialAbstractEnv); name != "" {
+		dialAbstract(name)
+	}
 	if dir := os.Getenv(ownerEnv); dir != "" {
-		var s Starter
+		s := Unconfined()
 		if _, err := s.Start(bashCommand(dir, "setsid sh -c 'echo $$ > left.pid; exec sleep 62' & sleep 62", nil)); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
@@ -54,7 +57,7 @@ func start(t *testing.T, s *Starter, c Command) *Tree {
 }
 
 func TestRootStatusAndOutput(t *testing.T) {
-	var s Starter
+	s := Unconfined()
 	defer s.Close()
 	tests := []struct {
 		line     string
@@ -75,7 +78,7 @@ func TestRootStatusAndOutput(t *testing.T) {
 		c := bashCommand(t.TempDir(), tt.line, &out)
 		c.Stderr = &errs
 		c.Keep = tt.keepTree
-		ws, err := start(t, &s, c).Wait()
+		ws, err := start(t, s, c).Wait()
 		if err != nil {
 			t.Fatalf("%q: %v", tt.line, err)
 		}
@@ -98,7 +101,7 @@ func TestRootStatusAndOutput(t *testing.T) {
 // TestStdinAndEnv: the root reads the input the owner writes to a pipe
 // and sees exactly the environment given, or the owner's when none is.
 func TestStdinAndEnv(t *testing.T) {
-	var s Starter
+	s := Unconfined()
 	defer s.Close()
 	t.Setenv("PROCTREE_OWNER_VAR", "owner")
 	inR, inW, err := os.Pipe()
@@ -108,7 +111,7 @@ func TestStdinAndEnv(t *testing.T) {
 	var out testkit.Buffer
 	c := bashCommand(t.TempDir(), `read -r line; echo "got $line ${ONLY-unset} ${PROCTREE_OWNER_VAR-unset}"`, &out)
 	c.Stdin, c.Env = inR, []string{"ONLY=given"}
-	tr := start(t, &s, c)
+	tr := start(t, s, c)
 	inR.Close()
 	inW.WriteString("hello\n")
 	inW.Close()
@@ -120,7 +123,7 @@ func TestStdinAndEnv(t *testing.T) {
 	}
 	var out2 testkit.Buffer
 	c = bashCommand(t.TempDir(), `read -r line; echo "[$line] ${PROCTREE_OWNER_VAR-unset}"`, &out2)
-	if _, err := start(t, &s, c).Wait(); err != nil {
+	if _, err := start(t, s, c).Wait(); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := out2.String(), "[] owner\n"; got != want {
@@ -131,11 +134,11 @@ func TestStdinAndEnv(t *testing.T) {
 // TestSupervisorIsReused: a supervisor whose tree ended cleanly runs the
 // next tree; one killed while idle is replaced; Close reaps the idle ones.
 func TestSupervisorIsReused(t *testing.T) {
-	var s Starter
+	s := Unconfined()
 	ppid := func() int {
 		t.Helper()
 		var out testkit.Buffer
-		if _, err := start(t, &s, bashCommand("", "echo $PPID", &out)).Wait(); err != nil {
+		if _, err := start(t, s, bashCommand("", "echo $PPID", &out)).Wait(); err != nil {
 			t.Fatal(err)
 		}
 		n, err := strconv.Atoi(strings.TrimSpace(out.String()))
@@ -168,7 +171,7 @@ func TestSupervisorIsReused(t *testing.T) {
 // TestStopEndsEveryProcess: Stop ends processes that left the group, that
 // ignore SIGTERM, and that are stopped.
 func TestStopEndsEveryProcess(t *testing.T) {
-	var s Starter
+	s := Unconfined()
 	defer s.Close()
 	for _, line := range []string{
 		"setsid sh -c 'echo $$ > left.pid; exec sleep 62' & sleep 62",
@@ -180,7 +183,7 @@ func TestStopEndsEveryProcess(t *testing.T) {
 			os.Remove(filepath.Join(dir, "left.pid"))
 			c := bashCommand(dir, line, nil)
 			c.Keep = keep
-			tr := start(t, &s, c)
+			tr := start(t, s, c)
 			pid := testkit.WaitPID(t, filepath.Join(dir, "left.pid"))
 			tr.Stop()
 			ws, err := tr.Wait()
@@ -198,14 +201,14 @@ func TestStopEndsEveryProcess(t *testing.T) {
 // ran, gives its own status, and nothing of the tree is left once Wait
 // returns.
 func TestRootExitEndsWhatItLeft(t *testing.T) {
-	var s Starter
+	s := Unconfined()
 	defer s.Close()
 	dir := t.TempDir()
 	line := `( setsid sh -c "trap '' TERM; echo \$\$ > left.pid; exec sleep 62" & ) ; ` +
 		`( sh -c 'echo $$ > gone.pid' & ) ; ` +
 		`sleep 62 & echo $! > stopped.pid; kill -STOP $!; ` +
 		`while [ ! -s left.pid ] || [ ! -s gone.pid ]; do sleep 0.01; done; exit 5`
-	ws, err := start(t, &s, bashCommand(dir, line, nil)).Wait()
+	ws, err := start(t, s, bashCommand(dir, line, nil)).Wait()
 	if err != nil || ws.ExitStatus() != 5 {
 		t.Errorf("root ended with %#x %v, want exit 5", ws, err)
 	}
@@ -223,12 +226,12 @@ func TestRootExitEndsWhatItLeft(t *testing.T) {
 // TestKeptTreeOutlivesItsRoot: a kept tree runs on after its root exited,
 // and ends when its last process does.
 func TestKeptTreeOutlivesItsRoot(t *testing.T) {
-	var s Starter
+	s := Unconfined()
 	defer s.Close()
 	dir := t.TempDir()
 	c := bashCommand(dir, "setsid sh -c 'echo $$ > left.pid; while [ ! -e stop ]; do sleep 0.01; done' >/dev/null 2>&1 &", nil)
 	c.Keep = true
-	tr := start(t, &s, c)
+	tr := start(t, s, c)
 	pid := testkit.WaitPID(t, filepath.Join(dir, "left.pid"))
 	select {
 	case <-tr.Done():

@@ -73,7 +73,7 @@ func (c *confined) run(t *testing.T, s *Starter, line string) (int, string) {
 // owner's environment or files through /proc; the owner itself is not
 // confined.
 func TestASandboxedTreeCannotReadTheSecrets(t *testing.T) {
-	var s Starter
+	s := Unconfined()
 	defer s.Close()
 	c := newConfined(t)
 	t.Logf("this kernel: %s", sandbox.Describe())
@@ -91,7 +91,7 @@ func TestASandboxedTreeCannotReadTheSecrets(t *testing.T) {
 		"echo scratch > " + filepath.Join(t.TempDir(), "scratch") + " && echo gone > /dev/null",
 		"ls /usr/bin >/dev/null && ls . >/dev/null",
 	} {
-		if status, out := c.run(t, &s, line); status != 0 {
+		if status, out := c.run(t, s, line); status != 0 {
 			t.Errorf("%q: exit %d: %s", line, status, out)
 		}
 	}
@@ -121,7 +121,7 @@ func TestASandboxedTreeCannotReadTheSecrets(t *testing.T) {
 	t.Run("denied", func(t *testing.T) {
 		testkit.NeedsLandlock(t)
 		for _, line := range attacks {
-			status, out := c.run(t, &s, line)
+			status, out := c.run(t, s, line)
 			if status == 0 || strings.Contains(out, "SUADMINSEED") || strings.Contains(out, "CHECKPOINTKEY") ||
 				strings.Contains(out, "STREAMMETA") || strings.Contains(out, "WRITTEN") {
 				t.Errorf("%q: exit %d, output %q: it got through", line, status, out)
@@ -147,7 +147,7 @@ func TestASandboxedTreeCannotReadTheSecrets(t *testing.T) {
 	for range 3 { // each of the idle supervisors, and a new one
 		out = testkit.Buffer{}
 		free.Stdout = &out
-		if _, err := start(t, &s, free).Wait(); err != nil || out.String() != "SUADMINSEED\n" {
+		if _, err := start(t, s, free).Wait(); err != nil || out.String() != "SUADMINSEED\n" {
 			t.Errorf("an unconfined tree after confined ones: %q %v", out.String(), err)
 		}
 	}
@@ -157,7 +157,7 @@ func TestASandboxedTreeCannotReadTheSecrets(t *testing.T) {
 // beside a hidden one after the first confined command is readable by
 // the next, and a hidden directory made since is hidden from it.
 func TestTheRulesetFollowsTheFileSystem(t *testing.T) {
-	var s Starter
+	s := Unconfined()
 	defer s.Close()
 	parent := t.TempDir()
 	// late is in a directory that has nothing hidden yet, so none of the
@@ -176,7 +176,7 @@ func TestTheRulesetFollowsTheFileSystem(t *testing.T) {
 		var out testkit.Buffer
 		cmd := bashCommand(ws, line, &out)
 		cmd.Stderr, cmd.Sandbox = &out, sb
-		st, err := start(t, &s, cmd).Wait()
+		st, err := start(t, s, cmd).Wait()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2,17 +2,14 @@
 
 package proctree
 
-import (
-	"sync"
-
-	"github.com/toolbus/toolbus/internal/sandbox"
-)
+import "sync"
 
 // Starter starts trees; without a supervisor there is nothing to start
-// ahead. Its zero value is ready for use. Safe for concurrent use.
+// ahead. Build it with NewStarter or Unconfined, as on Linux; its sandbox
+// confines nothing, elsewhere than Linux there is no Landlock. Safe for
+// concurrent use.
 type Starter struct {
-	// Sandbox is ignored: elsewhere than Linux there is no Landlock.
-	Sandbox *sandbox.Sandbox
+	conf confinement
 
 	mu     sync.Mutex
 	closed bool
@@ -20,6 +17,9 @@ type Starter struct {
 
 // Start starts c, as Start does.
 func (s *Starter) Start(c Command) (*Tree, error) {
+	if _, err := s.conf.of(&c); err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	closed := s.closed
 	s.mu.Unlock()

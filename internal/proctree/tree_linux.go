@@ -1,7 +1,6 @@
 package proctree
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -32,12 +31,11 @@ const maxIdle = 2
 // (a Go binary's runtime and package initialisation, in a large binary
 // several times the cost of starting bash) is paid once, not per tree. At
 // most one tree runs under a supervisor at a time; a Starter keeps up to
-// two idle. Its zero value is ready for use; Close ends the idle ones.
-// Safe for concurrent use.
+// two idle. Build it with NewStarter (confined) or Unconfined; its zero
+// value starts only Commands that name a Sandbox. Close ends the idle
+// supervisors. Safe for concurrent use.
 type Starter struct {
-	// Sandbox, when not nil, confines the trees whose Command names no
-	// Sandbox of its own. Set it before the first Start.
-	Sandbox *sandbox.Sandbox
+	conf confinement
 
 	mu     sync.Mutex
 	idle   []*supervised
@@ -56,6 +54,11 @@ type supervised struct {
 // tree ends when Stop is called, when the root exits (unless c.Keep), or
 // when the calling process exits.
 func (s *Starter) Start(c Command) (*Tree, error) {
+	sb, err := s.conf.of(&c)
+	if err != nil {
+		return nil, err
+	}
+	c.Sandbox = sb
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -75,7 +78,7 @@ func (s *Starter) Start(c Command) (*Tree, error) {
 		}
 		// It was killed while it waited: start another.
 	}
-	sup, err := spawn()
+	sup, err = spawn()
 	if err != nil {
 		return nil, err
 	}
@@ -182,7 +185,7 @@ func (s *Starter) run(sup *supervised, id uint64, c Command) (*Tree, error) {
 	if c.Stdin != nil {
 		fds = append(fds, int(c.Stdin.Fd()))
 	}
-	rs, err := ruleset(cmp.Or(c.Sandbox, s.Sandbox))
+	rs, err := ruleset(c.Sandbox)
 	if err != nil {
 		closeFiles(outR, errR)
 		closeFds([]int{outW, errW})

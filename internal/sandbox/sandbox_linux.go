@@ -32,11 +32,24 @@ const (
 	deviceRights = ll.AccessFSWriteFile | ll.AccessFSReadFile | ll.AccessFSTruncate | ll.AccessFSIoctlDev
 )
 
-// config is what is confined: every file system right go-landlock knows,
-// down to what the kernel has. Network and IPC scopes are not: a tool
-// may fetch, and may signal the background commands of earlier calls
-// (each call is a Landlock domain of its own).
-var config = landlock.Config{HandledAccessFS: landlock.V11.HandledAccessFS}.BestEffort()
+// config is what is confined, down to what the kernel has: every file
+// system right go-landlock knows, TCP connect (bind stays free, so that a
+// test server of the workspace may listen; UDP stays free, for DNS), and
+// both IPC scopes, so that a confined process can neither signal a
+// process outside its domain (the executor, the supervisor, another
+// call's commands, each call being a domain of its own) nor connect to an
+// abstract Unix socket made outside it.
+var config = landlock.Config{
+	HandledAccessFS:  landlock.V11.HandledAccessFS,
+	HandledAccessNet: ll.AccessNetConnectTCP,
+	Scoped:           ll.ScopeSignal | ll.ScopeAbstractUnixSocket,
+}.BestEffort()
+
+// anyPortConfig is config with TCP connect left free (Policy.AnyPort).
+var anyPortConfig = landlock.Config{
+	HandledAccessFS: landlock.V11.HandledAccessFS,
+	Scoped:          ll.ScopeSignal | ll.ScopeAbstractUnixSocket,
+}.BestEffort()
 
 var abi = sync.OnceValues(func() (int, error) {
 	v, err := ll.LandlockGetABIVersion()
@@ -96,7 +109,14 @@ func (s *Sandbox) Ruleset() (*Ruleset, error) {
 		if err := b.build(v, writable); err != nil {
 			return nil, err
 		}
-		fd, flags, err := config.NewRulesetFD(b.rules...)
+		cfg := anyPortConfig
+		if !s.policy.AnyPort {
+			cfg = config
+			for _, port := range s.policy.Ports() {
+				b.rules = append(b.rules, landlock.ConnectTCP(port))
+			}
+		}
+		fd, flags, err := cfg.NewRulesetFD(b.rules...)
 		if err != nil {
 			return nil, fmt.Errorf("sandbox: %w", err)
 		}

@@ -9,6 +9,7 @@ package testkit
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -240,10 +241,28 @@ func Testdata(tb testing.TB, name string) string {
 // NeedsLandlock skips the test, or the subtest that asserts a Landlock
 // confinement holds, on a kernel without Landlock (internal/sandbox),
 // saying so: the code path runs everywhere, its enforcement only where
-// the kernel has it.
+// the kernel has it. Under CI=true it fails instead: CI's kernel is
+// expected to confine, and a skipped security test there is a hole
+// nobody sees.
 func NeedsLandlock(tb testing.TB) {
 	tb.Helper()
-	if _, err := sandbox.ABI(); err != nil {
-		tb.Skipf("the confinement is not asserted: %v", err)
+	NeedsLandlockABI(tb, 1)
+}
+
+// NeedsLandlockABI is NeedsLandlock for a confinement that needs Landlock
+// ABI v or later: 4 for TCP connect, 6 for the signal and abstract socket
+// scopes.
+func NeedsLandlockABI(tb testing.TB, v int) {
+	tb.Helper()
+	abi, err := sandbox.ABI()
+	if err == nil && abi < v {
+		err = fmt.Errorf("this kernel has Landlock ABI %d, the confinement needs %d", abi, v)
 	}
+	if err == nil {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		tb.Fatalf("the confinement cannot be asserted, and CI=true: %v", err)
+	}
+	tb.Skipf("the confinement is not asserted: %v", err)
 }

@@ -14,12 +14,18 @@ import (
 // comes after it goes to a temporary file.
 const SpoolHead = 256 << 10
 
-// SpoolFilePrefix starts the name of every Spool's temporary file.
+// SpoolFilePrefix starts the name of a Spool's file where it has one: a
+// memory file's (Linux, where the temp dir cannot hold unnamed files),
+// or elsewhere than Linux a temporary file's for the moment between its
+// creation and its unlinking.
 const SpoolFilePrefix = "toolbus-output-"
 
 // Spool holds output that may be too large for memory: the first
-// SpoolHead bytes in memory, the rest in an unlinked temporary file, so
-// that a call whose tool prints 300 MB holds a few hundred KB. It bounds
+// SpoolHead bytes in memory, the rest in an unnamed file, so that a call
+// whose tool prints 300 MB holds a few hundred KB. The file never has a
+// name (spool_linux.go): a tool process watching the temp dirs, which it
+// may read, has nothing to open, so it cannot read another call's
+// output. It bounds
 // memory, not size: the tool bounds what it writes (Call.MaxOutput).
 //
 // Whoever holds a Spool closes it, which releases the file; a tool that
@@ -111,20 +117,6 @@ func (s *Spool) write(p []byte) {
 	if err != nil {
 		s.err, s.lost = err, int64(len(p)-n)
 	}
-}
-
-// tempFile is a temporary file that is already unlinked: it disappears
-// with its last descriptor, also if the process dies.
-func tempFile() (*os.File, error) {
-	f, err := os.CreateTemp("", SpoolFilePrefix+"*")
-	if err != nil {
-		return nil, err
-	}
-	if err := os.Remove(f.Name()); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return f, nil
 }
 
 // Append moves what other holds to the end of s, without copying its

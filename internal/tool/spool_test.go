@@ -3,14 +3,20 @@ package tool
 import (
 	"bytes"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/toolbus/toolbus/internal/testkit"
 )
 
-// spoolFiles counts this process's descriptors open on spool files.
-func spoolFiles(t *testing.T) int { return testkit.OpenFiles(t, SpoolFilePrefix) }
+// spoolFiles counts this process's descriptors open on spool files: the
+// unnamed files of the temp dir (O_TMPFILE, which /proc names "#INODE")
+// and the memory files named after the spool.
+func spoolFiles(t *testing.T) int {
+	return testkit.OpenFiles(t, SpoolFilePrefix) + testkit.OpenFiles(t, filepath.Join(os.TempDir(), "#"))
+}
 
 func TestSpoolKeepsTheHeadInMemoryAndTheRestInAFile(t *testing.T) {
 	before := spoolFiles(t)

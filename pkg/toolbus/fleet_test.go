@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/toolbus/toolbus/internal/proctree"
 	"log/slog"
 	"net"
 	"net/http"
@@ -41,6 +42,7 @@ type fleet struct {
 	reg       *registry.Service
 	ws        *builtin.Workspace
 	shells    *builtin.Shells
+	starter   *proctree.Starter
 	policy    *policy.Policy
 	ex        *executor.Executor
 	dir       string
@@ -89,7 +91,8 @@ func startFleet(configure ...func(*executor.Config)) (f *fleet, err error) {
 	if f.policy, err = policy.Compile(ctx, policy.Files(defaultpolicy.Default())); err != nil {
 		return nil, err
 	}
-	f.shells = builtin.NewShells(f.ws)
+	f.starter = proctree.Unconfined() // the client's behaviour: the node's tests hold the confinement
+	f.shells = builtin.NewShells(f.ws, f.starter)
 	cfg := executor.Config{Identity: events.Identity{ID: "executor@test", Role: "executor"}, Tools: builtin.Tools(f.ws, f.shells),
 		Policy: f.policy, Workspace: f.ws.Root(), Logger: quiet()}
 	for _, c := range configure {
@@ -135,6 +138,7 @@ func (f *fleet) Close() error {
 	}
 	if f.shells != nil {
 		f.shells.Close()
+		f.starter.Close()
 	}
 	if f.ws != nil {
 		errs = append(errs, f.ws.Close())

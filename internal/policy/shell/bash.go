@@ -129,6 +129,10 @@ func bashPrint(ctx context.Context, line string) (string, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, bashCheckTimeout)
 	defer cancel()
+	// Not through the executor's confined starter: bash only parses here
+	// (--pretty-print runs none of the line, the model's though it is),
+	// with an empty environment (no BASH_ENV to source), and only its
+	// output is read. It is the policy's own parser, not a tool process.
 	cmd := exec.CommandContext(ctx, bash, "--pretty-print", "/dev/stdin")
 	cmd.Stdin = strings.NewReader(line)
 	cmd.Env = []string{} // no BASH_ENV, nothing of the executor's environment
