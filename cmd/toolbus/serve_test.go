@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -37,17 +38,37 @@ func TestMCPServeOverStdioAndHTTP(t *testing.T) {
 	t.Parallel()
 	ws := t.TempDir()
 	os.WriteFile(filepath.Join(ws, "README.md"), []byte("# readme of the workspace\n"), 0o644)
-	up := startDaemon(t, "toolbus", "up", "--listen", "127.0.0.1:0", "--data", t.TempDir(), "--workspace", ws, "--console", "off", "--mcp-listen", "127.0.0.1:0")
+	data := t.TempDir()
+	up := startDaemon(t, "toolbus", "up", "--listen", "127.0.0.1:0", "--data", data, "--workspace", ws, "--console", "off", "--mcp-listen", "127.0.0.1:0")
 	url := busURL(t, up.waitLine(t, "bus:"))
-	endpoint := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(up.waitLine(t, "mcp serve:")), "mcp serve:"))
+	endpoint, token := upEndpointOf(t, up.waitLine(t, "mcp serve:"), data)
 	up.waitLine(t, "Press Ctrl-C to stop.")
+
+	// On loopback too, a client without the credential, or with a wrong
+	// one, is turned away.
+	for _, auth := range []string{"", "Bearer wrong-" + token, "Basic " + token} {
+		req, _ := http.NewRequest(http.MethodPost, endpoint, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized || !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer") {
+			t.Errorf("Authorization %q: %s, WWW-Authenticate %q; want 401 and a Bearer challenge", auth, resp.Status, resp.Header.Get("WWW-Authenticate"))
+		}
+	}
 
 	stdio, err := mcpclient.NewStdioMCPClient(bin("toolbus"), append(os.Environ(), "TOOLBUS_NATS="), "mcp", "serve", "--nats", url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	mcpSession(t, stdio, "stdio-agent")
-	httpc, err := mcpclient.NewStreamableHttpClient(endpoint)
+	httpc, err := mcpclient.NewStreamableHttpClient(endpoint, transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + token}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,6 +127,33 @@ func TestMCPServeOverStdioAndHTTP(t *testing.T) {
 		t.Errorf("hello.txt: %q %v", data, err)
 	}
 	up.stop(t)
+}
+
+// upEndpointOf is the URL of the MCP endpoint a `toolbus up` with data
+// dir data printed on line, and the default client's token, which it
+// keeps in data (readable by its owner only).
+func upEndpointOf(t *testing.T, line, data string) (url, token string) {
+	t.Helper()
+	fields := strings.Fields(strings.TrimPrefix(strings.TrimSpace(line), "mcp serve:"))
+	if len(fields) == 0 {
+		t.Fatalf("no endpoint in %q", line)
+	}
+	path := filepath.Join(data, mcpTokenFile)
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("%s is %v, want 0600", path, fi.Mode().Perm())
+	}
+	if !strings.Contains(line, path) {
+		t.Errorf("the endpoint's line %q does not say where its token is", line)
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fields[0], strings.TrimSpace(string(raw))
 }
 
 // acceptingUser accepts every elicitation, sending its message to asked.

@@ -38,7 +38,8 @@ import (
 // The state the client echoes is sealed with a key of this facade (an
 // HMAC): a client cannot forge or alter it to answer another call, and a
 // retry must be of the same tool, with the same arguments, by the same
-// caller. The call's answer subject never leaves the facade.
+// caller (whose principal names the authenticated client) on the same
+// MCP session. The call's answer subject never leaves the facade.
 
 // approvalInput is the key of the approval in an input-required result,
 // serverInput that of a backend server's own request
@@ -89,7 +90,11 @@ type heldState struct {
 	Tool       string `json:"t"`
 	Args       string `json:"a"` // SHA-256 of the canonical arguments
 	Caller     string `json:"c"`
-	Expires    int64  `json:"e"` // Unix seconds
+	// Session is the MCP session the request came on, when it has one
+	// ("" for a client without sessions): an answer from another
+	// session, the same client's included, answers nothing.
+	Session string `json:"s,omitempty"`
+	Expires int64  `json:"e"` // Unix seconds
 }
 
 // heldCalls are the calls a facade holds, and the key it seals their
@@ -173,7 +178,7 @@ func (f *Facade) startHeld(inv *events.Invocation, state heldState, serverReques
 	}
 	h.wg.Go(func() {
 		defer cancel()
-		hc.res, hc.err = f.client.InvokeAs(ctx, inv, watch)
+		hc.res, hc.err = f.invoker(inv.Sender).InvokeAs(ctx, inv, watch)
 		close(hc.done)
 		hc.mu.Lock()
 		hc.expiry = time.AfterFunc(heldEnded, func() { h.drop(hc) })
@@ -308,7 +313,7 @@ func (f *Facade) toolResult(ctx context.Context, r heldReply) *mcp.CallToolResul
 // first request starts the call inv, a retry (a request with a state)
 // answers it.
 func (f *Facade) callModern(ctx context.Context, req heldRequest, inv *events.Invocation, serverRequests []string) (heldReply, error) {
-	want := heldState{Tool: inv.Tool, Args: argsDigest(inv.Args), Caller: inv.Sender.ID}
+	want := heldState{Tool: inv.Tool, Args: argsDigest(inv.Args), Caller: inv.Sender.ID, Session: sessionOf(ctx)}
 	if req.RequestState == "" {
 		hc, err := f.startHeld(inv, want, serverRequests)
 		if err != nil {
@@ -320,8 +325,8 @@ func (f *Facade) callModern(ctx context.Context, req heldRequest, inv *events.In
 	if err != nil {
 		return heldReply{}, err
 	}
-	if st.Tool != want.Tool || st.Args != want.Args || st.Caller != want.Caller {
-		return heldReply{}, fmt.Errorf("%w: it was issued for another call (tool, arguments or caller differ)", errBadState)
+	if st.Tool != want.Tool || st.Args != want.Args || st.Caller != want.Caller || st.Session != want.Session {
+		return heldReply{}, fmt.Errorf("%w: it was issued for another call (tool, arguments, caller or session differ)", errBadState)
 	}
 	hc := f.held.get(st.Invocation)
 	if hc == nil {
@@ -419,4 +424,14 @@ func (f *Facade) inputRequired(hc *heldCall, round int, r *events.ConfirmRequest
 		RequestedSchema: elicitationSchema,
 	}).ToolResult().MultiRoundTripResult
 	return heldReply{ask: &ask, invocation: hc.inv.ID}
+}
+
+// sessionOf is the id of the MCP session of ctx's request, when it
+// belongs to one the server made (an ephemeral session of a client
+// without sessions has none).
+func sessionOf(ctx context.Context) string {
+	if s := mcpserver.ClientSessionFromContext(ctx); s != nil {
+		return s.SessionID()
+	}
+	return ""
 }
