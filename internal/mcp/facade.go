@@ -91,6 +91,8 @@ type Facade struct {
 
 	shown shownCache
 
+	endpoints []*mcpserver.StreamableHTTPServer // HTTPHandler's, shut down by Close
+
 	stop chan struct{}
 	done chan struct{}
 }
@@ -169,6 +171,16 @@ func (f *Facade) Close() {
 	}
 	close(f.stop)
 	<-f.done
+	f.mu.Lock()
+	endpoints := f.endpoints
+	f.endpoints = nil
+	f.mu.Unlock()
+	for _, ep := range endpoints {
+		// Its sessions end, and its sweeper of idle sessions stops.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ep.Shutdown(ctx)
+		cancel()
+	}
 	f.held.close()
 	f.updates.Unsubscribe()
 	f.closeSubscriptions()

@@ -43,6 +43,9 @@ func (f *Facade) HTTPHandler(cfg HTTPConfig) http.Handler {
 	// list_changed reaches it on its GET stream.
 	inner := mcpserver.NewStreamableHTTPServer(f.srv, mcpserver.WithEndpointPath(HTTPPath),
 		mcpserver.WithSessionIdManagerResolver(sessions), mcpserver.WithSessionIdleTTL(sessionIdle))
+	f.mu.Lock()
+	f.endpoints = append(f.endpoints, inner)
+	f.mu.Unlock()
 	var hosts map[string]bool
 	if cfg.Addr != nil && cfg.Addr.IP.IsLoopback() {
 		port := strconv.Itoa(cfg.Addr.Port)
@@ -76,6 +79,12 @@ func (f *Facade) HTTPHandler(cfg HTTPConfig) http.Handler {
 			}
 		}
 		client, ok := tokens.Client(bearer(r.Header.Get("Authorization")))
+		if !ok && r.Method == http.MethodDelete {
+			// A DELETE ends the session it names, which is all it can do:
+			// the session id (128 random bits, known to its client alone)
+			// is its credential. mcp-go's client sends no other.
+			client, ok = sessions.ownerOf(r.Header.Get(mcpserver.HeaderKeySessionID))
+		}
 		if !ok {
 			// RFC 6750 §3, as the MCP authorization spec has it.
 			w.Header().Set("WWW-Authenticate", `Bearer realm="toolbus mcp"`)
@@ -121,6 +130,14 @@ const maxSessions = 4096
 const sessionIdle = time.Hour
 
 var errSessionUnknown = errors.New("no such session")
+
+// ownerOf is the client of session id.
+func (s *clientSessions) ownerOf(id string) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	owner, ok := s.owner[id]
+	return owner, ok
+}
 
 // owns reports whether session id is client's.
 func (s *clientSessions) owns(id, client string) bool {

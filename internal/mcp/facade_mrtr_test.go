@@ -28,7 +28,7 @@ import (
 // 2026-07-28, named name, with the client options given.
 func (ff *facadeFleet) connectModern(t testing.TB, name string, options ...mcpclient.ClientOption) *mcpclient.Client {
 	t.Helper()
-	tr, err := transport.NewStreamableHTTP(ff.url, transport.WithHTTPLogger(bustest.Quiet()))
+	tr, err := transport.NewStreamableHTTP(ff.url, transport.WithHTTPLogger(bustest.Quiet()), transport.WithHTTPHeaders(testAuth))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,6 +96,12 @@ func TestFacadeAsksAModernClientsUser(t *testing.T) {
 // decoded.
 func modernPost(t *testing.T, url, name, method string, params map[string]any, capabilities map[string]any) map[string]any {
 	t.Helper()
+	return modernPostAs(t, url, testToken, name, method, params, capabilities)
+}
+
+// modernPostAs is modernPost by the client of token.
+func modernPostAs(t *testing.T, url, token, name, method string, params map[string]any, capabilities map[string]any) map[string]any {
+	t.Helper()
 	meta := map[string]any{
 		"io.modelcontextprotocol/protocolVersion":    "2026-07-28",
 		"io.modelcontextprotocol/clientInfo":         map[string]any{"name": name, "version": "1.0"},
@@ -113,6 +119,7 @@ func modernPost(t *testing.T, url, name, method string, params map[string]any, c
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	req.Header.Set("MCP-Protocol-Version", "2026-07-28")
+	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Mcp-Method", method)
 	if name, ok := params["name"].(string); ok {
 		req.Header.Set("Mcp-Name", name)
