@@ -90,6 +90,8 @@ type heldState struct {
 	Tool       string `json:"t"`
 	Args       string `json:"a"` // SHA-256 of the canonical arguments
 	Caller     string `json:"c"`
+	// Client is the client the request's credential named.
+	Client string `json:"k,omitempty"`
 	// Session is the MCP session the request came on, when it has one
 	// ("" for a client without sessions): an answer from another
 	// session, the same client's included, answers nothing.
@@ -313,7 +315,7 @@ func (f *Facade) toolResult(ctx context.Context, r heldReply) *mcp.CallToolResul
 // first request starts the call inv, a retry (a request with a state)
 // answers it.
 func (f *Facade) callModern(ctx context.Context, req heldRequest, inv *events.Invocation, serverRequests []string) (heldReply, error) {
-	want := heldState{Tool: inv.Tool, Args: argsDigest(inv.Args), Caller: inv.Sender.ID, Session: sessionOf(ctx)}
+	want := heldState{Tool: inv.Tool, Args: argsDigest(inv.Args), Caller: inv.Sender.ID, Client: f.clientOf(ctx), Session: sessionOf(ctx)}
 	if req.RequestState == "" {
 		hc, err := f.startHeld(inv, want, serverRequests)
 		if err != nil {
@@ -325,8 +327,8 @@ func (f *Facade) callModern(ctx context.Context, req heldRequest, inv *events.In
 	if err != nil {
 		return heldReply{}, err
 	}
-	if st.Tool != want.Tool || st.Args != want.Args || st.Caller != want.Caller || st.Session != want.Session {
-		return heldReply{}, fmt.Errorf("%w: it was issued for another call (tool, arguments, caller or session differ)", errBadState)
+	if st.Tool != want.Tool || st.Args != want.Args || st.Caller != want.Caller || st.Client != want.Client || st.Session != want.Session {
+		return heldReply{}, fmt.Errorf("%w: it was issued for another call (tool, arguments, caller, client or session differ)", errBadState)
 	}
 	hc := f.held.get(st.Invocation)
 	if hc == nil {

@@ -170,13 +170,17 @@ func TestFacadeRefusesAnAlteredRequestState(t *testing.T) {
 		name, caller string
 		state        string
 		args         map[string]any
+		token        string
 	}{
-		{"tampered", "honest", state + "-TAMPERED", args},
-		{"the state of another facade", "honest", strings.Replace(state, ".", ".x", 1), args},
-		{"other arguments", "honest", state, map[string]any{"file_path": "notes.md", "content": "theirs\n"}},
-		{"another caller", "intruder", state, args},
+		{"tampered", "honest", state + "-TAMPERED", args, testToken},
+		{"the state of another facade", "honest", strings.Replace(state, ".", ".x", 1), args, testToken},
+		{"other arguments", "honest", state, map[string]any{"file_path": "notes.md", "content": "theirs\n"}, testToken},
+		{"another caller", "intruder", state, args, testToken},
+		// Another authenticated client, naming itself as the asked one
+		// does: the credential, not the name, is who answers.
+		{"another client", "honest", state, args, otherToken},
 	} {
-		got := modernPost(t, ff.url, c.caller, "tools/call", map[string]any{"name": "write_file", "arguments": c.args, "inputResponses": accept, "requestState": c.state}, canAsk)
+		got := modernPostAs(t, ff.url, c.token, c.caller, "tools/call", map[string]any{"name": "write_file", "arguments": c.args, "inputResponses": accept, "requestState": c.state}, canAsk)
 		if got["error"] == nil {
 			t.Errorf("%s: the retry was taken: %v", c.name, got)
 		}

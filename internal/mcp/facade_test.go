@@ -58,7 +58,7 @@ func startFacade(t testing.TB, pol *policy.Policy, token string, configure ...fu
 	if token == "" {
 		token = testToken
 	}
-	srv := httptest.NewUnstartedServer(fac.HTTPHandler(toolmcp.HTTPConfig{Addr: ln.Addr().(*net.TCPAddr), Tokens: clientTokens(t, "tester", token)}))
+	srv := httptest.NewUnstartedServer(fac.HTTPHandler(toolmcp.HTTPConfig{Addr: ln.Addr().(*net.TCPAddr), Tokens: clientTokens(t, "tester", token, "other", otherToken)}))
 	srv.Listener.Close()
 	srv.Listener = ln
 	srv.Start()
@@ -72,6 +72,9 @@ func startFacade(t testing.TB, pol *policy.Policy, token string, configure ...fu
 // testToken is the token of the client the tests' endpoints admit when
 // a test names none.
 const testToken = "facade-test-token"
+
+// otherToken is the token of a second client of startFacade's endpoint.
+const otherToken = "facade-other-client-token"
 
 // testAuth is the header of testToken's client.
 var testAuth = map[string]string{"Authorization": "Bearer " + testToken}
