@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -13,6 +14,8 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/mcpsession"
 )
 
@@ -125,6 +128,34 @@ func TestMCPServeOverStdioAndHTTP(t *testing.T) {
 	}
 	if data, err := os.ReadFile(filepath.Join(ws, "hello.txt")); err != nil || string(data) != "hello from the user\n" {
 		t.Errorf("hello.txt: %q %v", data, err)
+	}
+	// The stdio facade, which could read the facade's seed, spoke as
+	// the facade, for a client of its own that its process names, not
+	// its MCP client: the trail says whose edit it was and whose user
+	// answered it.
+	var recs []struct {
+		Principal string          `json:"principal"`
+		Tool      string          `json:"tool"`
+		Caller    events.Identity `json:"caller"`
+		Approver  *events.Identity
+	}
+	testkit.Poll(30*time.Second, func() bool {
+		out, errOut, code := toolbus(t, "audit", "list", "--json", "--since", "1h", "--tool", "write_file", "--nats", url)
+		if code != 0 {
+			t.Fatalf("audit list: exit %d %s", code, errOut)
+		}
+		return json.Unmarshal([]byte(out), &recs) == nil && len(recs) == 1 && recs[0].Approver != nil
+	})
+	if len(recs) != 1 {
+		t.Fatalf("the trail holds %d edits, want 1: %+v", len(recs), recs)
+	}
+	rec := recs[0]
+	client, ok := strings.CutPrefix(rec.Principal, "facade/stdio-")
+	if !ok || client == "" || rec.Caller.ID != rec.Principal+"/agent:stdio-editor" {
+		t.Errorf("the edit's principal %q, caller %+v: want facade/stdio-<its process's>", rec.Principal, rec.Caller)
+	}
+	if rec.Approver == nil || rec.Approver.ID != "user-of:"+rec.Caller.ID {
+		t.Errorf("the edit was approved by %+v, want the user of %s", rec.Approver, rec.Caller.ID)
 	}
 	up.stop(t)
 }
