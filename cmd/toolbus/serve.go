@@ -296,3 +296,75 @@ func stdioClient() string {
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24)
 	return fmt.Sprintf("stdio-%x", b)
 }
+
+// newMCPTokenCommand is `toolbus mcp token`: the clients the MCP endpoint
+// of `toolbus up` (or `mcp serve --tokens`) admits, each by a token of
+// its own.
+func newMCPTokenCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "token",
+		Short: "Give an MCP client a token of its own, take it back, or list the clients",
+		Long: `Every client of the MCP endpoint authenticates with a bearer token of its
+own (Authorization: Bearer TOKEN), on loopback too, and is a principal of its
+own under the facade (facade/NAME): its own pending confirmations, limits and
+sessions, and its user's answers count for its calls only. The tokens file
+keeps each client's name and the SHA-256 of its token; the token itself is
+printed once, by add.`,
+		Example: "  toolbus mcp token add claude-code\n  toolbus mcp token list\n  toolbus mcp token remove claude-code",
+	}
+	file := cmd.PersistentFlags().String("tokens", "", "the tokens file (default: "+mcpTokensFile+" in toolbus up's data directory)")
+	path := func() string {
+		if *file != "" {
+			return *file
+		}
+		return filepath.Join(cli.DefaultDataDir(), mcpTokensFile)
+	}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "add NAME",
+		Short: "Make a token for client NAME (replacing its earlier one) and print it",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			if err := os.MkdirAll(filepath.Dir(path()), 0o700); err != nil {
+				return err
+			}
+			token, err := mcp.AddToken(path(), args[0])
+			if err != nil {
+				return usageError{err}
+			}
+			fmt.Println(token)
+			return nil
+		},
+	}, &cobra.Command{
+		Use:   "remove NAME",
+		Short: "Take client NAME's token back: its next request is refused",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			found, err := mcp.RemoveToken(path(), args[0])
+			if err != nil {
+				return err
+			}
+			if !found {
+				return fmt.Errorf("%s has no token in %s", args[0], path())
+			}
+			return nil
+		},
+	}, &cobra.Command{
+		Use:   "list",
+		Short: "List the clients that have a token",
+		Args:  noArgs,
+		RunE: func(_ *cobra.Command, _ []string) error {
+			t, err := mcp.LoadTokens(path())
+			if errors.Is(err, os.ErrNotExist) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			for _, c := range t.Clients() {
+				fmt.Println(c)
+			}
+			return nil
+		},
+	})
+	return cmd
+}

@@ -11,7 +11,9 @@ import (
 func FuzzPrincipalSubjects(f *testing.F) {
 	for _, s := range []string{"toolbus.request.tool.invoke.alice", "toolbus.request.tool.invoke._", "toolbus.request.tool.invoke.",
 		"toolbus.request.tool.invoke.a.b", "tool.invoke.alice", "toolbus.answer.X.approver.bob",
-		"toolbus.answer.X.caller._", "toolbus.answer.X.root.bob", "toolbus.answer.X.approver", "toolbus.answer.X.approver.a.b"} {
+		"toolbus.answer.X.caller._", "toolbus.answer.X.root.bob", "toolbus.answer.X.approver", "toolbus.answer.X.approver.a.b",
+		"toolbus.request.tool.invoke.batch.alice", "toolbus.request.tool.invoke.batch.a", "toolbus.request.tool.invoke.a.b.c",
+		"toolbus.output.facade.alice", "toolbus.request.tool.cancel.facade.*", "toolbus.request.tool.invoke._.x"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, subject string) {
@@ -19,8 +21,29 @@ func FuzzPrincipalSubjects(f *testing.F) {
 			if InvokeSubject(p) != subject && !(p == Unproven && subject == InvokeSubject("")) {
 				t.Fatalf("%q read as %q", subject, p)
 			}
-			if proven != (p != Unproven) || strings.Contains(p, ".") || p == "" {
+			if proven != (p != Unproven) || strings.Contains(p, ".") || p == "" || strings.Count(p, "/") > 1 {
 				t.Fatalf("%q: principal %q proven %v", subject, p, proven)
+			}
+		}
+		// Every binding subject: a principal read is one a sender of
+		// that name (a facade's client: two valid names) would have
+		// put there, and the batch subject is never an invocation's.
+		if p, ok := SubjectPrincipal(subject); ok {
+			facade, client, two := SplitClient(p)
+			if p != Unproven && (ValidPrincipal(facade) != nil || two && ValidClient(client) != nil) {
+				t.Fatalf("%q read as the invalid principal %q", subject, p)
+			}
+			found := false
+			for _, make := range []func(string) string{InvokeBatchSubject, InvokeSubject, CancelSubject, CallerRecordSubject, OutputSubject,
+				func(p string) string { return SubjectInvoke + "." + principalToken(p) }, CallerResultSubject,
+				func(p string) string { return SubjectCancel + "." + principalToken(p) }, func(p string) string { return SubjectInvokeBatch + "." + principalToken(p) }} {
+				found = found || make(p) == subject
+			}
+			if !found {
+				t.Fatalf("%q read as %q, which names it on no subject", subject, p)
+			}
+			if strings.HasPrefix(subject, InvokeBatchSubject("x")[:len(InvokeBatchSubject("x"))-1]) && InvokeSubject(p) == subject {
+				t.Fatalf("the batch subject %q read as an invocation of %q", subject, p)
 			}
 		}
 		const answerTo = "toolbus.answer.X"
@@ -28,7 +51,7 @@ func FuzzPrincipalSubjects(f *testing.F) {
 			if AnswerSubject(answerTo, as, p) != subject {
 				t.Fatalf("%q read as %s %q", subject, as, p)
 			}
-			if as != AnswerAsApprover && as != AnswerAsCaller || proven != (p != Unproven) || strings.Contains(p, ".") {
+			if as != AnswerAsApprover && as != AnswerAsCaller || proven != (p != Unproven) || strings.Contains(p, ".") || strings.Count(p, "/") > 1 {
 				t.Fatalf("%q: %s %q %v", subject, as, p, proven)
 			}
 		}
