@@ -91,20 +91,17 @@ func principalToken(principal string) string {
 }
 
 // principalFromTokens is the principal the principal part of a binding
-// subject names: one token, or two for a client of a facade. Anything
-// else, a name that breaks the rules included, is not a principal.
+// subject names: one token (the bus's permissions say which a sender may
+// use), or two valid names for a client of a facade. Anything else is
+// not a principal.
 func principalFromTokens(p string) (string, bool) {
-	if p == Unproven {
-		return p, true
-	}
 	f, c, two := strings.Cut(p, ".")
-	if ValidPrincipal(f) != nil {
-		return "", false
-	}
 	if !two {
-		return f, true
+		// "/" separates a facade from its client, and only the
+		// two-token form says that.
+		return p, p != "" && !strings.Contains(p, "/")
 	}
-	if ValidClient(c) != nil {
+	if ValidPrincipal(f) != nil || ValidClient(c) != nil {
 		return "", false
 	}
 	return ClientPrincipal(f, c), true

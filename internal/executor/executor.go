@@ -378,8 +378,11 @@ func (e *Executor) subscribe() error {
 		{events.InvokeSubject("*"), queueGroup, func(m *nats.Msg) { e.take(m, false) }},
 		// The calls of the facades' clients. The batch subjects match
 		// too, and are the batch subscription's: no principal is named
-		// "batch" (events.ValidPrincipal).
-		{events.InvokeSubject(events.ClientWildcard), queueGroup, func(m *nats.Msg) {
+		// "batch" (events.ValidPrincipal). A queue group of its own: the
+		// server picks one member of a group among all the group's
+		// subscriptions a message matches, which would hand a batch to
+		// this one, which drops it, as often as not.
+		{events.InvokeSubject(events.ClientWildcard), queueGroup + "-clients", func(m *nats.Msg) {
 			if _, batch := strings.CutPrefix(m.Subject, events.RequestPrefix+events.SubjectInvokeBatch+"."); !batch {
 				e.take(m, false)
 			}
