@@ -3,6 +3,7 @@ package auth_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -216,4 +217,75 @@ func TestAFacadeClientAnswersOnlyItsOwnCalls(t *testing.T) {
 	if res := <-done; res == nil || res.Error != nil {
 		t.Fatalf("alice's edit after her answer: %+v", res)
 	}
+}
+
+// A client's calls and outputs are its own: the facade sending bob's
+// cancel of alice's call, or bob's read of alice's output, reaches
+// nothing, and alice reads and cancels her own.
+func TestAFacadeClientCannotCancelOrReadAnothers(t *testing.T) {
+	f := startFleet(t)
+	alice, bob := f.facadeClient(t, "alice"), f.facadeClient(t, "bob")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	f.approveAll(t, ctx)
+	res, err := alice.InvokeWatch(ctx, &events.Invocation{Header: events.Header{ID: "big"}, Tool: "run_shell_command",
+		Args: json.RawMessage(`{"command":"head -c 300000 /dev/zero | tr '\\0' a"}`)}, nil)
+	if err != nil || res.Error != nil || res.OutputRef == "" {
+		t.Fatalf("alice's call with a large output: %+v %v", res, err)
+	}
+	if r, err := bob.ReadOutput(ctx, res.OutputRef); !errors.Is(err, invoke.ErrNoOutput) {
+		if r != nil {
+			r.Close()
+		}
+		t.Errorf("bob read alice's output: %v", err)
+	}
+	r, err := alice.ReadOutput(ctx, res.OutputRef)
+	if err != nil {
+		t.Fatalf("alice's own output: %v", err)
+	}
+	r.Close()
+
+	// Bob's cancel of alice's running call does nothing; hers ends it.
+	started := make(chan struct{}, 1)
+	done := make(chan *events.Result, 1)
+	go func() {
+		res, _ := alice.InvokeWatch(ctx, &events.Invocation{Header: events.Header{ID: "long"}, Tool: "run_shell_command",
+			Args: json.RawMessage(`{"command":"echo started; sleep 30"}`)}, &invoke.Watch{Progress: func(string) {
+			select {
+			case started <- struct{}{}:
+			default:
+			}
+		}})
+		done <- res
+	}()
+	select {
+	case <-started:
+	case <-ctx.Done():
+		t.Fatal("alice's long call never started")
+	}
+	// The executor answers a cancel with what it did: bob's finds no
+	// call of his.
+	data, err := events.Encode(&events.CancelRequest{Header: events.Header{Sender: events.Identity{ID: "facade/bob/agent:claude-code"}}, InvocationID: "long", Reason: "bob's"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer, err := f.as(t, "facade").Conn().RequestWithContext(ctx, events.CancelSubject(events.ClientPrincipal("facade", "bob")), data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(answer.Data) != events.ClaimUnknown {
+		t.Fatalf("bob's cancel of alice's call: %q, want %q", answer.Data, events.ClaimUnknown)
+	}
+	select {
+	case res := <-done:
+		t.Fatalf("bob's cancel ended alice's call: %+v", res)
+	default:
+	}
+	if err := alice.Cancel(ctx, "long", "her own"); err != nil {
+		t.Fatal(err)
+	}
+	if res := <-done; res == nil || res.Error == nil || res.Error.Type != events.ErrCancelled {
+		t.Fatalf("alice's cancel of her own call: %+v", res)
+	}
+	f.clean(t, "facade")
 }

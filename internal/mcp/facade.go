@@ -485,12 +485,15 @@ func (v *invokers) get(principal string) *invoke.Client {
 			id.ID = principal + "/" + id.ID
 		}
 		c = invoke.NewClient(v.nc, id, principal)
+		if v.closed {
+			// The facade is closing: a call on it fails.
+			c.Close()
+			return c
+		}
 		if v.m == nil {
 			v.m = map[string]*invoke.Client{}
 		}
-		if !v.closed {
-			v.m[principal] = c
-		}
+		v.m[principal] = c
 	}
 	return c
 }
