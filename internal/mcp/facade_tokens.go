@@ -257,7 +257,10 @@ func (t *Tokens) With(client, token string) (*Tokens, error) {
 // added (toolbus mcp token add) or removed is admitted or refused at its
 // next request. Extra, when set, is admitted beside the file's clients.
 type TokensFile struct {
-	Path  string
+	// Path is the tokens file; a missing one admits no client of its own.
+	Path string
+	// Extra, when set, makes what is admitted of what the file admits
+	// (Tokens.With, for a token given on the command line).
 	Extra func(*Tokens) (*Tokens, error)
 
 	mu      sync.Mutex
@@ -266,20 +269,23 @@ type TokensFile struct {
 	err     error
 }
 
+// fileStamp tells a changed file: its time, size and mode (a chmod that
+// opens it to others changes only the mode).
 type fileStamp struct {
 	mod  time.Time
 	size int64
+	mode fs.FileMode
 	ok   bool
 }
 
-// Tokens are the clients admitted now: the file's as it was last read
-// well. A file that turns unreadable, too open or malformed admits only
-// Extra's, and the error says why. It reads the file again when its time
-// or size changed.
+// Tokens are the clients admitted now. A file that is unreadable, open
+// to others or malformed admits none of its clients (Extra's only), and
+// the error says why. It reads the file again when its time, size or mode
+// changed.
 func (f *TokensFile) Tokens() (*Tokens, error) {
 	var st fileStamp
 	if fi, err := os.Stat(f.Path); err == nil {
-		st = fileStamp{fi.ModTime(), fi.Size(), true}
+		st = fileStamp{fi.ModTime(), fi.Size(), fi.Mode(), true}
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

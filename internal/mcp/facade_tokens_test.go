@@ -68,10 +68,15 @@ func TestTokensFile(t *testing.T) {
 	if got, ok := tokens.Client(again); !ok || got != "alice" {
 		t.Errorf("alice's new token names %q (%v)", got, ok)
 	}
-	// A tokens file others may read or write admits nobody.
+	// A tokens file others may read or write admits nobody, from the
+	// next request on.
 	os.Chmod(path, 0o644)
 	if _, err := toolmcp.LoadTokens(path); !errors.Is(err, toolmcp.ErrTokensReadable) {
 		t.Errorf("a file others may read: %v", err)
+	}
+	tokens, err = src.Tokens()
+	if _, ok := tokens.Client(again); ok || !errors.Is(err, toolmcp.ErrTokensReadable) {
+		t.Errorf("a file opened to others still admits alice (%v)", err)
 	}
 	if _, err := toolmcp.AddToken(path, "Not A Name"); err == nil {
 		t.Error("a client name that is no subject token was taken")
