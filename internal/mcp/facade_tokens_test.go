@@ -119,3 +119,28 @@ func FuzzParseTokens(f *testing.F) {
 		}
 	})
 }
+
+// A tokens file is read line by line: comments and blank lines are
+// skipped, and a bad line is refused naming its number.
+func TestParseTokens(t *testing.T) {
+	sum := sha256.Sum256([]byte("carol's token"))
+	digest := hex.EncodeToString(sum[:])
+	tokens, err := toolmcp.ParseTokens([]byte("# clients\n\n  carol " + digest + "  \n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, ok := tokens.Client("carol's token"); !ok || c != "carol" {
+		t.Errorf("carol's token names %q (%v)", c, ok)
+	}
+	for text, want := range map[string]string{
+		"# x\n\ncarol " + digest + "\ncarol " + digest: "line 4",
+		"carol " + digest[:62]:                          "line 1",
+		"carol " + digest + " extra":                    "line 1",
+		"\nCarol " + digest:                             "line 2",
+		"carol zz" + digest[2:]:                         "line 1",
+	} {
+		if _, err := toolmcp.ParseTokens([]byte(text)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want an error at %s", text, err, want)
+		}
+	}
+}
