@@ -163,9 +163,9 @@ type mcpEndpoint struct {
 	srv *http.Server
 	url string
 	// token is one made for this run, to print; tokenFile, where the
-	// default client's token is kept.
-	token, tokenFile string
-	done             chan error
+	// default client's token is kept; tokensFile, the clients' digests.
+	token, tokenFile, tokensFile string
+	done                         chan error
 }
 
 // endpointTokens is the clients an endpoint admits: those of the tokens
@@ -204,7 +204,11 @@ func (ep *mcpEndpoint) describe() string {
 	case ep.token != "":
 		return ep.url + " (Authorization: Bearer " + ep.token + ")"
 	case ep.tokenFile != "":
-		return ep.url + " (Authorization: Bearer <the token in " + ep.tokenFile + ">; more clients: toolbus mcp token add NAME)"
+		more := "toolbus mcp token add NAME"
+		if ep.tokensFile != filepath.Join(cli.DefaultDataDir(), mcpTokensFile) {
+			more += " --tokens " + ep.tokensFile
+		}
+		return ep.url + " (Authorization: Bearer <the token in " + ep.tokenFile + ">; more clients: " + more + ")"
 	}
 	return ep.url + " (Authorization: Bearer <a client's token>)"
 }
@@ -252,7 +256,7 @@ func upMCPEndpoint(ctx context.Context, b *bus.Bus, dataDir, listen string, pol 
 	}
 	// A token the environment gave is printed, as the one given on the
 	// command line is: whoever set it knows it already.
-	ep.token, ep.tokenFile = envToken, tokenPath
+	ep.token, ep.tokenFile, ep.tokensFile = envToken, tokenPath, tokensPath
 	return fac, ep, nil
 }
 
