@@ -81,3 +81,49 @@ func TestCallerIsBoundToItsPrincipal(t *testing.T) {
 		t.Error("the unproven token is a valid name")
 	}
 }
+
+// A client of a facade is named on the subjects as two tokens, read back
+// as facade/client; "batch" names no identity, since the batch subjects
+// would then be a facade's clients'.
+func TestClientPrincipalSubjects(t *testing.T) {
+	t.Parallel()
+	if err := ValidPrincipal("batch"); err == nil {
+		t.Error(`"batch" may name an identity`)
+	}
+	for _, name := range []string{"facade", "agent-2", "a_b"} {
+		if err := ValidPrincipal(name); err != nil {
+			t.Errorf("%q: %v", name, err)
+		}
+	}
+	alice := ClientPrincipal("facade", "alice")
+	for subject, want := range map[string]string{
+		InvokeSubject(alice):         "facade/alice",
+		CancelSubject(alice):         "facade/alice",
+		OutputSubject(alice):         "facade/alice",
+		CallerRecordSubject(alice):   "facade/alice",
+		CallerResultSubject(alice):   "facade/alice",
+		InvokeBatchSubject("alice"):  "alice",
+		InvokeSubject("agent"):       "agent",
+		SubjectInvoke + ".facade.x1": "facade/x1",
+	} {
+		if got, ok := SubjectPrincipal(subject); !ok || got != want {
+			t.Errorf("%s: %q %v, want %q", subject, got, ok, want)
+		}
+	}
+	if InvokeSubject(alice) != "toolbus.request.tool.invoke.facade.alice" {
+		t.Errorf("alice's invoke subject is %s", InvokeSubject(alice))
+	}
+	for _, subject := range []string{"toolbus.request.tool.invoke.Facade.alice", "toolbus.request.tool.invoke.facade.a.b",
+		"toolbus.request.tool.invoke.facade.", "toolbus.request.tool.invoke.a/b", "toolbus.request.tool.invoke.batch.alice.x.y", "tool.other.alice"} {
+		if got, ok := SubjectPrincipal(subject); ok {
+			t.Errorf("%s read as %q", subject, got)
+		}
+	}
+	as, p, proven, err := SplitAnswerSubject("toolbus.answer.X", AnswerSubject("toolbus.answer.X", AnswerAsCaller, alice))
+	if err != nil || as != AnswerAsCaller || p != alice || !proven {
+		t.Errorf("alice's answer subject: %s %q %v %v", as, p, proven, err)
+	}
+	if _, _, _, err := SplitAnswerSubject("toolbus.answer.X", "toolbus.answer.Y.caller.bob"); err == nil {
+		t.Error("an answer below another request's token was read")
+	}
+}
