@@ -134,10 +134,10 @@ func TestParseTokens(t *testing.T) {
 	}
 	for text, want := range map[string]string{
 		"# x\n\ncarol " + digest + "\ncarol " + digest: "line 4",
-		"carol " + digest[:62]:                          "line 1",
-		"carol " + digest + " extra":                    "line 1",
-		"\nCarol " + digest:                             "line 2",
-		"carol zz" + digest[2:]:                         "line 1",
+		"carol " + digest[:62]:                         "line 1",
+		"carol " + digest + " extra":                   "line 1",
+		"\nCarol " + digest:                            "line 2",
+		"carol zz" + digest[2:]:                        "line 1",
 	} {
 		if _, err := toolmcp.ParseTokens([]byte(text)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: %v, want an error at %s", text, err, want)
