@@ -132,6 +132,19 @@ func TestParseTokens(t *testing.T) {
 	if c, ok := tokens.Client("carol's token"); !ok || c != "carol" {
 		t.Errorf("carol's token names %q (%v)", c, ok)
 	}
+	// No credential is no client's, even where a line holds the
+	// digest of nothing; and no tokens admit nobody.
+	none := sha256.Sum256(nil)
+	empty, err := toolmcp.ParseTokens([]byte("nobody " + hex.EncodeToString(none[:])))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, ok := empty.Client(""); ok {
+		t.Errorf("no token names %q", c)
+	}
+	if c, ok := (*toolmcp.Tokens)(nil).Client("carol's token"); ok {
+		t.Errorf("no tokens admit %q", c)
+	}
 	for text, want := range map[string]string{
 		"# x\n\ncarol " + digest + "\ncarol " + digest: "line 4",
 		"carol " + digest[:62]:                         "line 1",
