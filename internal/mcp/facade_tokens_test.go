@@ -57,6 +57,12 @@ func TestTokensFile(t *testing.T) {
 	if found, err := toolmcp.RemoveToken(path, "bob"); !found || err != nil {
 		t.Fatalf("remove bob: %v %v", found, err)
 	}
+	if found, err := toolmcp.RemoveToken(path, "bob"); found || err != nil {
+		t.Errorf("remove bob again: %v %v, want not found", found, err)
+	}
+	if found, err := toolmcp.RemoveToken(filepath.Join(t.TempDir(), "none"), "bob"); found || err != nil {
+		t.Errorf("remove from no file: %v %v, want not found", found, err)
+	}
 	os.Chtimes(path, fileTimePlus(t, path), fileTimePlus(t, path))
 	tokens, _ = src.Tokens()
 	if _, ok := tokens.Client(alice); ok {
