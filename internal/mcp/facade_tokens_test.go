@@ -63,6 +63,21 @@ func TestTokensFile(t *testing.T) {
 	if found, err := toolmcp.RemoveToken(filepath.Join(t.TempDir(), "none"), "bob"); found || err != nil {
 		t.Errorf("remove from no file: %v %v, want not found", found, err)
 	}
+	// A person's comments and blank lines stay.
+	kept, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(path, append([]byte("# the agents' clients\n\n"), kept...), 0o600)
+	if _, err := toolmcp.AddToken(path, "dave"); err != nil {
+		t.Fatal(err)
+	}
+	if found, err := toolmcp.RemoveToken(path, "dave"); !found || err != nil {
+		t.Fatalf("remove dave: %v %v", found, err)
+	}
+	if data, _ := os.ReadFile(path); !strings.HasPrefix(string(data), "# the agents' clients\n\n") {
+		t.Errorf("the comment is gone:\n%s", data)
+	}
 	os.Chtimes(path, fileTimePlus(t, path), fileTimePlus(t, path))
 	tokens, _ = src.Tokens()
 	if _, ok := tokens.Client(alice); ok {
