@@ -6,12 +6,18 @@
 # documents the shape and why these numbers.
 package toolbus
 
-# principal is who the bus vouches sent the call: the caller's proven id
-# up to its first "/" (the MCP facade names its sessions principal/...),
-# or "_" for every caller the bus vouches for none of. Agent and session
-# names are the caller's claims: a limit keyed on them alone is escaped
-# by naming another, so every default limit is keyed on the principal.
-principal := split(input.caller.id, "/")[0] if input.caller.proven
+# principal is who the bus vouches sent the call: the executor's
+# input.caller.principal, which for a client of the MCP facade is
+# "facade/<client>" (each client its own principal, with limits of its
+# own); the caller's proven id up to its first "/" where an input names
+# no principal; or "_" for every caller the bus vouches for none of.
+# Agent and session names are the caller's claims: a limit keyed on them
+# alone is escaped by naming another, so every default limit is keyed on
+# the principal.
+principal := input.caller.principal if {
+	input.caller.proven
+	input.caller.principal != ""
+} else := split(input.caller.id, "/")[0] if input.caller.proven
 
 else := "_"
 

@@ -12,6 +12,22 @@ test_principal_is_the_proven_id_before_its_slash if {
 	toolbus.principal == "ada" with input as {"caller": proven_agent}
 }
 
+test_a_facade_client_is_a_principal_of_its_own if {
+	toolbus.principal == "facade/alice" with input as {"caller": {"id": "facade/alice/agent:claude-code", "proven": true, "principal": "facade/alice"}}
+	a := toolbus.limits with input as {"tool": {"kind": "execute"}, "caller": {"id": "facade/alice/agent:x", "proven": true, "principal": "facade/alice"}}
+	b := toolbus.limits with input as {"tool": {"kind": "execute"}, "caller": {"id": "facade/bob/agent:x", "proven": true, "principal": "facade/bob"}}
+	every x in a {
+		x.key == ["facade/alice"]
+	}
+	every x in b {
+		x.key == ["facade/bob"]
+	}
+}
+
+test_a_claimed_principal_counts_for_nothing if {
+	toolbus.principal == "_" with input as {"caller": {"id": "facade/alice", "principal": "facade/alice"}}
+}
+
 test_an_unproven_caller_is_one_principal if {
 	toolbus.principal == "_" with input as {"caller": claimed_agent}
 	toolbus.principal == "_" with input as {"caller": {"id": "mallory", "agent": "other"}}

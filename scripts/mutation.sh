@@ -4,7 +4,7 @@
 # scripts/test.sh. The Rego policy's mutation check is, and runs in about
 # 0.2 s a mutant (internal/policy/mutant).
 #
-#   scripts/mutation.sh [group...]    groups: builtin policy shell executor audit sandbox (default: all)
+#   scripts/mutation.sh [group...]    groups: builtin policy shell executor audit sandbox facade (default: all)
 #
 # Each group names its files and the tests that judge them; a -run filter
 # keeps the executor's to those that exercise the code (its whole -short
@@ -16,7 +16,7 @@ workers=${GOMUTATE_WORKERS:-2}
 mutate() { go run ./scripts/gomutate -workers "$workers" "$@"; }
 
 groups=("$@")
-[ ${#groups[@]} -gt 0 ] || groups=(builtin policy shell executor audit sandbox)
+[ ${#groups[@]} -gt 0 ] || groups=(builtin policy shell executor audit sandbox facade)
 for g in "${groups[@]}"; do
 	echo "== $g"
 	case $g in
@@ -42,6 +42,12 @@ for g in "${groups[@]}"; do
 		# confined trees of internal/proctree (real Landlock).
 		mutate -test ./internal/sandbox/,./internal/proctree/ \
 			internal/sandbox/sandbox.go internal/sandbox/sandbox_linux.go internal/proctree/proctree.go ;;
+	facade)
+		# Who a client of the MCP facade is: its credential, its
+		# sessions, and the principal its subjects name.
+		mutate -test ./internal/mcp/ -run 'TestTokensFile|TestParseTokens|TestFacadeHTTPRefusesStrangers|TestFacadeSessionsBelongToTheirClient|TestFacadeTakesAnAnswer|TestFacadeRefusesAnAlteredRequestState|FuzzParseTokens' \
+			internal/mcp/facade_tokens.go internal/mcp/facade_http.go
+		mutate -test ./internal/events/ internal/events/principal.go ;;
 	*)
 		echo "unknown group $g"; exit 2 ;;
 	esac

@@ -6,6 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -106,7 +110,8 @@ func TestConformanceServer(t *testing.T) {
 		{"0.1.16", npmpeer.Require(t, npmpeer.Conformance)},
 		{"0.2.0-alpha.12", npmpeer.Require(t, npmpeer.Conformance2026)},
 	}
-	// The suite sends no token: on loopback the endpoint needs none.
+	// The suite sends no token: a proxy of the test's adds the default
+	// client's (tokenProxy).
 	t.Setenv(mcpTokenEnv, "")
 
 	srv := conformanceserver.Start(t)
@@ -142,18 +147,53 @@ func TestConformanceServer(t *testing.T) {
 func startUpWithSource(t *testing.T, name, url string, tools []string) string {
 	t.Helper()
 	mcpJSON := writeFile(t, ".mcp.json", fmt.Sprintf(`{"mcpServers": {%q: {"type": "http", "url": %q, "trust": true}}}`, name, url))
-	up := startDaemon(t, "toolbus", "up", "--listen", "127.0.0.1:0", "--data", t.TempDir(), "--workspace", t.TempDir(),
+	data := t.TempDir()
+	up := startDaemon(t, "toolbus", "up", "--listen", "127.0.0.1:0", "--data", data, "--workspace", t.TempDir(),
 		"--console", "off", "--mcp-listen", "127.0.0.1:0", "--mcp-config", mcpJSON)
 	nats := busURL(t, up.waitLine(t, "bus:"))
-	endpoint := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(up.waitLine(t, "mcp serve:")), "mcp serve:"))
+	direct, token := upEndpointOf(t, up.waitLine(t, "mcp serve:"), data)
 	up.waitLine(t, "Press Ctrl-C to stop.")
-	if strings.Contains(endpoint, " ") {
-		t.Fatalf("the endpoint wants a token (%s); the suite cannot send one", endpoint)
-	}
+	endpoint := tokenProxy(t, direct, token)
 	waitStatus(t, nats, name, "connected", connected)
 	waitFacadeTools(t, nats, endpoint, tools)
 	t.Cleanup(func() { up.stop(t) })
 	return endpoint
+}
+
+// tokenProxy serves endpoint on a loopback port of its own for a client
+// that sends no token (the suite), adding token's Authorization. The
+// endpoint's own checks still judge every request: a Host or Origin
+// naming the proxy is passed on as the endpoint's, any other as it came,
+// so the suite's DNS-rebinding scenarios meet toolbus's protection.
+func tokenProxy(t *testing.T, endpoint, token string) string {
+	t.Helper()
+	target, err := url.Parse(endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := ln.Addr().String()
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.Out.URL.Scheme, r.Out.URL.Host = target.Scheme, target.Host
+			r.Out.Host = r.In.Host
+			if strings.EqualFold(r.In.Host, own) {
+				r.Out.Host = target.Host
+			}
+			if o := r.In.Header.Get("Origin"); strings.EqualFold(o, "http://"+own) {
+				r.Out.Header.Set("Origin", "http://"+target.Host)
+			}
+			r.Out.Header.Set("Authorization", "Bearer "+token)
+		},
+		FlushInterval: -1, // the streams' events as they come
+	}
+	srv := &http.Server{Handler: proxy, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return "http://" + own + target.Path
 }
 
 // listedTools are the names of the tools the MCP server at url lists

@@ -29,7 +29,7 @@ func newMCPCommand() *cobra.Command {
 agent that speaks MCP.`,
 		Example: "  toolbus mcp status\n  toolbus mcp serve --agent claude-code",
 	}
-	cmd.AddCommand(newMCPStatusCommand(), newMCPServeCommand())
+	cmd.AddCommand(newMCPStatusCommand(), newMCPServeCommand(), newMCPTokenCommand())
 	holdsCommands(cmd)
 	return cmd
 }

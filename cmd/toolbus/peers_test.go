@@ -313,8 +313,8 @@ type peerFleet struct {
 const peerReadme = "# the workspace of the npm clients' fleet\n"
 
 // startPeerFleet starts `toolbus up` with its MCP endpoint on a loopback
-// port, where a token is optional: one is set all the same, so that the
-// clients are seen to send it.
+// port, which admits a client by its token only: the token the
+// environment gives it is the default client's, which the clients send.
 func startPeerFleet(t *testing.T) *peerFleet {
 	t.Helper()
 	testkit.Heavy(t, "npm peers (the MCP Inspector, Gemini CLI)")

@@ -3,13 +3,14 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -23,9 +24,21 @@ import (
 	"github.com/toolbus/toolbus/internal/policy"
 )
 
-// mcpTokenEnv holds the bearer token of the MCP endpoint when no --token
-// is given.
+// mcpTokenEnv holds a bearer token the MCP endpoint admits, as the
+// client "default", beside its tokens file's clients.
 const mcpTokenEnv = "TOOLBUS_MCP_TOKEN"
+
+// defaultClient is the client a token given on the command line or in
+// $TOOLBUS_MCP_TOKEN is, and the one `toolbus up` makes a token for.
+const defaultClient = "default"
+
+// mcpTokensFile and mcpTokenFile are, in `toolbus up`'s data directory,
+// its MCP clients' tokens (NAME SHA256 lines) and the default client's
+// token itself, for a client's configuration to read; both 0600.
+const (
+	mcpTokensFile = "mcp-tokens"
+	mcpTokenFile  = "mcp-token"
+)
 
 // defaultMCPListen is where `toolbus up` serves MCP unless told otherwise.
 const defaultMCPListen = "127.0.0.1:7879"
@@ -41,8 +54,8 @@ trail; the list of tools follows the policy a caller is judged by.`,
 		Example: `  # In an agent's MCP settings: {"command": "toolbus", "args": ["mcp", "serve"]}
   toolbus mcp serve --agent claude-code
 
-  # Over HTTP, with a token.
-  TOOLBUS_MCP_TOKEN=s3cret toolbus mcp serve --listen 127.0.0.1:7879`,
+  # Over HTTP, each client with a token of its own (toolbus mcp token add NAME).
+  toolbus mcp serve --listen 127.0.0.1:7879 --tokens ~/.local/state/toolbus/mcp-tokens`,
 		Args: noArgs,
 	}
 	fs := cmd.Flags()
@@ -51,7 +64,8 @@ trail; the list of tools follows the policy a caller is judged by.`,
 	workspace := fs.String("workspace", "", "the workspace the file and shell tools act on, as the executors name it (default $TOOLBUS_WORKSPACE, else the one there is)")
 	policyDir := fs.String("policy", "", "directory of .rego files that decides which tools a caller is listed (default: the pushed policy, else the default policy)")
 	listen := fs.String("listen", "", "serve streamable HTTP on this address instead of stdio")
-	token := fs.String("token", "", "bearer token for --listen (default $"+mcpTokenEnv+"; generated when listening beyond loopback)")
+	token := fs.String("token", "", "a bearer token --listen admits, as the client \""+defaultClient+"\" (default $"+mcpTokenEnv+"; one is made and printed when neither it nor --tokens is given)")
+	tokens := fs.String("tokens", "", "tokens file of the clients --listen admits, each by its own token (toolbus mcp token add)")
 	noElicit := fs.Bool("no-elicitation", false, "never ask the MCP client's user to confirm a call; only approvers on tool.confirm answer (the policy's elicitation_allowed decides otherwise)")
 	logLevel := fs.String("log-level", "warn", "debug, info, warn or error (logs go to stderr)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
@@ -59,15 +73,15 @@ trail; the list of tools follows the policy a caller is judged by.`,
 			*workspace = os.Getenv("TOOLBUS_WORKSPACE")
 		}
 		return runMCPServe(busURLFor(cmd), mcpServeOptions{agent: *agent, session: *session, workspace: *workspace, policyDir: *policyDir,
-			listen: *listen, token: *token, noElicitation: *noElicit, logLevel: *logLevel})
+			listen: *listen, token: *token, tokens: *tokens, noElicitation: *noElicit, logLevel: *logLevel})
 	}
 	return cmd
 }
 
 // mcpServeOptions are the command line of `toolbus mcp serve`.
 type mcpServeOptions struct {
-	agent, session, workspace, policyDir, listen, token, logLevel string
-	noElicitation                                                 bool
+	agent, session, workspace, policyDir, listen, token, tokens, logLevel string
+	noElicitation                                                         bool
 }
 
 // runMCPServe is `toolbus mcp serve`: the fleet's tools as one MCP server,
@@ -80,7 +94,13 @@ func runMCPServe(natsURL string, o mcpServeOptions) error {
 	}
 	ctx, stop := cli.SignalContext()
 	defer stop()
-	b, err := cli.Connect(ctx, natsURL, "toolbus-mcp-serve", log)
+	// Over stdio it serves the one process that started it, as a client
+	// of its own under the facade, when it may speak as the facade.
+	seed, client := cli.FacadeSeed(natsURL), ""
+	if o.listen == "" {
+		client = stdioClient()
+	}
+	b, err := cli.ConnectAs(ctx, natsURL, "toolbus-mcp-serve", seed, log)
 	if err != nil {
 		return err
 	}
@@ -97,7 +117,7 @@ func runMCPServe(natsURL string, o mcpServeOptions) error {
 	}
 	current.Store(pol)
 	id := cli.Identity("agent")
-	fac, err := mcp.StartFacade(ctx, mcp.FacadeConfig{Conn: b.Conn(), JS: b.JetStream(), Principal: b.Principal(), Workspace: o.workspace, Agent: o.agent, Session: o.session,
+	fac, err := mcp.StartFacade(ctx, mcp.FacadeConfig{Conn: b.Conn(), JS: b.JetStream(), Principal: b.Principal(), Client: client, Workspace: o.workspace, Agent: o.agent, Session: o.session,
 		User: id.User, Host: id.Host, Policy: current.Load, NoElicitation: o.noElicitation, Version: readBuildInfo().Version, Logger: log})
 	if err != nil {
 		return err
@@ -118,10 +138,20 @@ func runMCPServe(natsURL string, o mcpServeOptions) error {
 	if o.token == "" {
 		o.token = os.Getenv(mcpTokenEnv)
 	}
-	ep, err := startMCPEndpoint(fac, o.listen, o.token, log)
+	made := ""
+	if o.token == "" && o.tokens == "" {
+		made = mcp.NewToken()
+		o.token = made
+	}
+	source := endpointTokens(o.tokens, o.token)
+	if _, err := source(); err != nil {
+		return err
+	}
+	ep, err := startMCPEndpoint(fac, o.listen, source, log)
 	if err != nil {
 		return err
 	}
+	ep.token = made
 	defer ep.stop()
 	fmt.Printf("toolbus mcp serve: %s\n", ep.describe())
 	<-ctx.Done()
@@ -130,41 +160,57 @@ func runMCPServe(natsURL string, o mcpServeOptions) error {
 
 // mcpEndpoint is the facade served over streamable HTTP.
 type mcpEndpoint struct {
-	srv   *http.Server
-	url   string
-	token string
-	done  chan error
+	srv *http.Server
+	url string
+	// token is one made for this run, to print; tokenFile, where the
+	// default client's token is kept; tokensFile, the clients' digests.
+	token, tokenFile, tokensFile string
+	done                         chan error
 }
 
-// startMCPEndpoint serves fac on listen. On loopback a token is optional;
-// anywhere else one is required, and made when none is given.
-func startMCPEndpoint(fac *mcp.Facade, listen, token string, log *slog.Logger) (*mcpEndpoint, error) {
+// endpointTokens is the clients an endpoint admits: those of the tokens
+// file path (when named), and token's as the default client (when set).
+func endpointTokens(path, token string) func() (*mcp.Tokens, error) {
+	var extra func(*mcp.Tokens) (*mcp.Tokens, error)
+	if token != "" {
+		extra = func(t *mcp.Tokens) (*mcp.Tokens, error) { return t.With(defaultClient, token) }
+	}
+	if path == "" {
+		t, err := (*mcp.Tokens)(nil).With(defaultClient, token)
+		return func() (*mcp.Tokens, error) { return t, err }
+	}
+	f := &mcp.TokensFile{Path: path, Extra: extra}
+	return f.Tokens
+}
+
+// startMCPEndpoint serves fac on listen to the clients tokens admits, on
+// loopback too: any process of the host can reach a loopback port.
+func startMCPEndpoint(fac *mcp.Facade, listen string, tokens func() (*mcp.Tokens, error), log *slog.Logger) (*mcpEndpoint, error) {
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return nil, fmt.Errorf("mcp endpoint: %w", err)
 	}
 	addr := ln.Addr().(*net.TCPAddr)
-	if !addr.IP.IsLoopback() && token == "" {
-		raw := make([]byte, 32)
-		if _, err := rand.Read(raw); err != nil {
-			ln.Close()
-			return nil, err
-		}
-		token = base64.RawURLEncoding.EncodeToString(raw)
-	}
-	ep := &mcpEndpoint{url: "http://" + ln.Addr().String() + mcp.HTTPPath, token: token, done: make(chan error, 1),
-		srv: &http.Server{Handler: fac.HTTPHandler(mcp.HTTPConfig{Addr: addr, Token: token}), ReadHeaderTimeout: 10 * time.Second,
+	ep := &mcpEndpoint{url: "http://" + ln.Addr().String() + mcp.HTTPPath, done: make(chan error, 1),
+		srv: &http.Server{Handler: fac.HTTPHandler(mcp.HTTPConfig{Addr: addr, Tokens: tokens}), ReadHeaderTimeout: 10 * time.Second,
 			ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}}
 	go func() { ep.done <- ep.srv.Serve(ln) }()
 	return ep, nil
 }
 
-// describe is the endpoint's address, with the token when it has one.
+// describe is the endpoint's address and how a client authenticates.
 func (ep *mcpEndpoint) describe() string {
-	if ep.token == "" {
-		return ep.url
+	switch {
+	case ep.token != "":
+		return ep.url + " (Authorization: Bearer " + ep.token + ")"
+	case ep.tokenFile != "":
+		more := "toolbus mcp token add NAME"
+		if ep.tokensFile != filepath.Join(cli.DefaultDataDir(), mcpTokensFile) {
+			more += " --tokens " + ep.tokensFile
+		}
+		return ep.url + " (Authorization: Bearer <the token in " + ep.tokenFile + ">; more clients: " + more + ")"
 	}
-	return ep.url + " (Authorization: Bearer " + ep.token + ")"
+	return ep.url + " (Authorization: Bearer <a client's token>)"
 }
 
 func (ep *mcpEndpoint) stop() error {
@@ -178,8 +224,19 @@ func (ep *mcpEndpoint) stop() error {
 }
 
 // upMCPEndpoint starts the endpoint `toolbus up` serves: listen, or the
-// default port, or a free loopback port when that is taken.
-func upMCPEndpoint(ctx context.Context, b *bus.Bus, listen string, pol func() *policy.Policy, log *slog.Logger) (*mcp.Facade, *mcpEndpoint, error) {
+// default port, or a free loopback port when that is taken. Its clients
+// are those of DATA/mcp-tokens, the default one's token kept in
+// DATA/mcp-token (made when missing), and $TOOLBUS_MCP_TOKEN's.
+func upMCPEndpoint(ctx context.Context, b *bus.Bus, dataDir, listen string, pol func() *policy.Policy, log *slog.Logger) (*mcp.Facade, *mcpEndpoint, error) {
+	tokensPath, tokenPath := filepath.Join(dataDir, mcpTokensFile), filepath.Join(dataDir, mcpTokenFile)
+	if err := ensureDefaultToken(tokensPath, tokenPath); err != nil {
+		return nil, nil, fmt.Errorf("mcp endpoint: %w", err)
+	}
+	envToken := os.Getenv(mcpTokenEnv)
+	source := endpointTokens(tokensPath, envToken)
+	if _, err := source(); err != nil {
+		return nil, nil, fmt.Errorf("mcp endpoint: %w", err)
+	}
 	id := cli.Identity("agent")
 	fac, err := mcp.StartFacade(ctx, mcp.FacadeConfig{Conn: b.Conn(), JS: b.JetStream(), Principal: b.Principal(), User: id.User, Host: id.Host, Policy: pol, Version: readBuildInfo().Version, Logger: log})
 	if err != nil {
@@ -189,13 +246,129 @@ func upMCPEndpoint(ctx context.Context, b *bus.Bus, listen string, pol func() *p
 	if addr == "" {
 		addr = defaultMCPListen
 	}
-	ep, err := startMCPEndpoint(fac, addr, os.Getenv(mcpTokenEnv), log)
+	ep, err := startMCPEndpoint(fac, addr, source, log)
 	if err != nil && listen == "" {
-		ep, err = startMCPEndpoint(fac, "127.0.0.1:0", os.Getenv(mcpTokenEnv), log)
+		ep, err = startMCPEndpoint(fac, "127.0.0.1:0", source, log)
 	}
 	if err != nil {
 		fac.Close()
 		return nil, nil, err
 	}
+	// A token the environment gave is printed, as the one given on the
+	// command line is: whoever set it knows it already.
+	ep.token, ep.tokenFile, ep.tokensFile = envToken, tokenPath, tokensPath
 	return fac, ep, nil
+}
+
+// ensureDefaultToken makes sure the default client has a token, kept in
+// tokenPath (0600), whose digest tokensPath holds: a new one when either
+// is missing or they do not match.
+func ensureDefaultToken(tokensPath, tokenPath string) error {
+	if data, err := os.ReadFile(tokenPath); err == nil {
+		if t, err := mcp.LoadTokens(tokensPath); err == nil {
+			if c, ok := t.Client(strings.TrimSpace(string(data))); ok && c == defaultClient {
+				return nil
+			}
+		}
+	}
+	token, err := mcp.AddToken(tokensPath, defaultClient)
+	if err != nil {
+		return err
+	}
+	return writePrivate(tokenPath, token+"\n")
+}
+
+// writePrivate writes data to path, readable by its owner only.
+func writePrivate(path, data string) error {
+	tmp := path + ".new"
+	if err := os.WriteFile(tmp, []byte(data), 0o600); err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp, 0o600); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// stdioClient names the one process a stdio facade serves: "stdio-" and
+// 64 random bits, new for every process, so that two agents' stdio
+// facades are two clients, each with its own bounds and answers, whatever
+// the names their MCP clients give themselves.
+func stdioClient() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24)
+	return fmt.Sprintf("stdio-%x", b)
+}
+
+// newMCPTokenCommand is `toolbus mcp token`: the clients the MCP endpoint
+// of `toolbus up` (or `mcp serve --tokens`) admits, each by a token of
+// its own.
+func newMCPTokenCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "token",
+		Short: "Give an MCP client a token of its own, take it back, or list the clients",
+		Long: `Every client of the MCP endpoint authenticates with a bearer token of its
+own (Authorization: Bearer TOKEN), on loopback too, and is a principal of its
+own under the facade (facade/NAME): its own pending confirmations, limits and
+sessions, and its user's answers count for its calls only. The tokens file
+keeps each client's name and the SHA-256 of its token; the token itself is
+printed once, by add.`,
+		Example: "  toolbus mcp token add claude-code\n  toolbus mcp token list\n  toolbus mcp token remove claude-code",
+	}
+	file := cmd.PersistentFlags().String("tokens", "", "the tokens file (default: "+mcpTokensFile+" in toolbus up's data directory)")
+	path := func() string {
+		if *file != "" {
+			return *file
+		}
+		return filepath.Join(cli.DefaultDataDir(), mcpTokensFile)
+	}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "add NAME",
+		Short: "Make a token for client NAME (replacing its earlier one) and print it",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			if err := os.MkdirAll(filepath.Dir(path()), 0o700); err != nil {
+				return err
+			}
+			token, err := mcp.AddToken(path(), args[0])
+			if err != nil {
+				return usageError{err}
+			}
+			fmt.Println(token)
+			return nil
+		},
+	}, &cobra.Command{
+		Use:   "remove NAME",
+		Short: "Take client NAME's token back: its next request is refused",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			found, err := mcp.RemoveToken(path(), args[0])
+			if err != nil {
+				return err
+			}
+			if !found {
+				return fmt.Errorf("%s has no token in %s", args[0], path())
+			}
+			return nil
+		},
+	}, &cobra.Command{
+		Use:   "list",
+		Short: "List the clients that have a token",
+		Args:  noArgs,
+		RunE: func(_ *cobra.Command, _ []string) error {
+			t, err := mcp.LoadTokens(path())
+			if errors.Is(err, os.ErrNotExist) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			for _, c := range t.Clients() {
+				fmt.Println(c)
+			}
+			return nil
+		},
+	})
+	return cmd
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +14,8 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/mcpsession"
 )
 
@@ -37,17 +41,37 @@ func TestMCPServeOverStdioAndHTTP(t *testing.T) {
 	t.Parallel()
 	ws := t.TempDir()
 	os.WriteFile(filepath.Join(ws, "README.md"), []byte("# readme of the workspace\n"), 0o644)
-	up := startDaemon(t, "toolbus", "up", "--listen", "127.0.0.1:0", "--data", t.TempDir(), "--workspace", ws, "--console", "off", "--mcp-listen", "127.0.0.1:0")
+	data := t.TempDir()
+	up := startDaemon(t, "toolbus", "up", "--listen", "127.0.0.1:0", "--data", data, "--workspace", ws, "--console", "off", "--mcp-listen", "127.0.0.1:0")
 	url := busURL(t, up.waitLine(t, "bus:"))
-	endpoint := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(up.waitLine(t, "mcp serve:")), "mcp serve:"))
+	endpoint, token := upEndpointOf(t, up.waitLine(t, "mcp serve:"), data)
 	up.waitLine(t, "Press Ctrl-C to stop.")
+
+	// On loopback too, a client without the credential, or with a wrong
+	// one, is turned away.
+	for _, auth := range []string{"", "Bearer wrong-" + token, "Basic " + token} {
+		req, _ := http.NewRequest(http.MethodPost, endpoint, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized || !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer") {
+			t.Errorf("Authorization %q: %s, WWW-Authenticate %q; want 401 and a Bearer challenge", auth, resp.Status, resp.Header.Get("WWW-Authenticate"))
+		}
+	}
 
 	stdio, err := mcpclient.NewStdioMCPClient(bin("toolbus"), append(os.Environ(), "TOOLBUS_NATS="), "mcp", "serve", "--nats", url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	mcpSession(t, stdio, "stdio-agent")
-	httpc, err := mcpclient.NewStreamableHttpClient(endpoint)
+	httpc, err := mcpclient.NewStreamableHttpClient(endpoint, transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + token}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +129,62 @@ func TestMCPServeOverStdioAndHTTP(t *testing.T) {
 	if data, err := os.ReadFile(filepath.Join(ws, "hello.txt")); err != nil || string(data) != "hello from the user\n" {
 		t.Errorf("hello.txt: %q %v", data, err)
 	}
+	// The stdio facade, which could read the facade's seed, spoke as
+	// the facade, for a client of its own that its process names, not
+	// its MCP client: the trail says whose edit it was and whose user
+	// answered it.
+	var recs []struct {
+		Principal string          `json:"principal"`
+		Tool      string          `json:"tool"`
+		Caller    events.Identity `json:"caller"`
+		Approver  *events.Identity
+	}
+	testkit.Poll(30*time.Second, func() bool {
+		out, errOut, code := toolbus(t, "audit", "list", "--json", "--since", "1h", "--tool", "write_file", "--nats", url)
+		if code != 0 {
+			t.Fatalf("audit list: exit %d %s", code, errOut)
+		}
+		return json.Unmarshal([]byte(out), &recs) == nil && len(recs) == 1 && recs[0].Approver != nil
+	})
+	if len(recs) != 1 {
+		t.Fatalf("the trail holds %d edits, want 1: %+v", len(recs), recs)
+	}
+	rec := recs[0]
+	client, ok := strings.CutPrefix(rec.Principal, "facade/stdio-")
+	if !ok || client == "" || rec.Caller.ID != rec.Principal+"/agent:stdio-editor" {
+		t.Errorf("the edit's principal %q, caller %+v: want facade/stdio-<its process's>", rec.Principal, rec.Caller)
+	}
+	if rec.Approver == nil || rec.Approver.ID != "user-of:"+rec.Caller.ID {
+		t.Errorf("the edit was approved by %+v, want the user of %s", rec.Approver, rec.Caller.ID)
+	}
 	up.stop(t)
+}
+
+// upEndpointOf is the URL of the MCP endpoint a `toolbus up` with data
+// dir data printed on line, and the default client's token, which it
+// keeps in data (readable by its owner only).
+func upEndpointOf(t *testing.T, line, data string) (url, token string) {
+	t.Helper()
+	fields := strings.Fields(strings.TrimPrefix(strings.TrimSpace(line), "mcp serve:"))
+	if len(fields) == 0 {
+		t.Fatalf("no endpoint in %q", line)
+	}
+	path := filepath.Join(data, mcpTokenFile)
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("%s is %v, want 0600", path, fi.Mode().Perm())
+	}
+	if !strings.Contains(line, path) {
+		t.Errorf("the endpoint's line %q does not say where its token is", line)
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fields[0], strings.TrimSpace(string(raw))
 }
 
 // acceptingUser accepts every elicitation, sending its message to asked.

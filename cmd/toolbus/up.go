@@ -281,7 +281,7 @@ func (u *up) start(ctx context.Context, busCfg busnode.Config, files *settings.F
 		if err != nil {
 			return err
 		}
-		fac, ep, err := upMCPEndpoint(ctx, mcpBus, *f.mcpListen, u.exec.Executor.Policy, log)
+		fac, ep, err := upMCPEndpoint(ctx, mcpBus, *f.dataDir, *f.mcpListen, u.exec.Executor.Policy, log)
 		if err != nil {
 			return err
 		}

@@ -30,9 +30,9 @@ import (
 // Subjects are the subjects an audit read takes in: everything about an
 // invocation but its progress output, which only Show reads.
 var Subjects = []string{
-	events.SubjectInvoke + ".*", events.SubjectDecision, events.SubjectConfirmLegacy, events.SubjectConfirmAll,
-	events.SubjectResult, events.CallerResultSubject("*"), events.SubjectStep, events.SubjectHook,
-	events.SubjectCancel, events.SubjectCancel + ".*",
+	events.SubjectInvoke + ".*", events.SubjectInvoke + "." + events.ClientWildcard, events.SubjectDecision, events.SubjectConfirmLegacy, events.SubjectConfirmAll,
+	events.SubjectResult, events.CallerResultSubject("*"), events.CallerResultSubject(events.ClientWildcard), events.SubjectStep, events.SubjectHook,
+	events.SubjectCancel, events.SubjectCancel + ".*", events.SubjectCancel + "." + events.ClientWildcard,
 }
 
 // Query selects invocations. Zero fields select everything.

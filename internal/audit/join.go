@@ -19,9 +19,17 @@ func kindOf(subject string) (kind, principal string) {
 	if subject == events.SubjectConfirmLegacy {
 		return events.SubjectConfirm, ""
 	}
+	if strings.HasPrefix(subject, events.SubjectInvokeBatch+".") {
+		return subject, ""
+	}
 	for _, base := range bySender {
-		if p, ok := strings.CutPrefix(subject, base+"."); ok && p != "" && !strings.Contains(p, ".") {
-			return base, p
+		if strings.HasPrefix(subject, base+".") {
+			// One token, or two for a client of a facade
+			// (events.ClientPrincipal).
+			if p, ok := events.SubjectPrincipal(subject); ok {
+				return base, p
+			}
+			return subject, ""
 		}
 	}
 	return subject, ""

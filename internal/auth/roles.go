@@ -115,6 +115,13 @@ func GrantOf(role Role, name string) Grant {
 			"$SRV.PING.>", "$SRV.INFO.>"}
 		if role == RoleFacade {
 			g.Services = append(g.Services, events.AnswerSubject(events.AnswerSubjectPrefix+"*", events.AnswerAsCaller, name))
+			// Its clients, each a principal of its own under it
+			// (events.ClientPrincipal): only a facade may name one,
+			// which is what makes a client principal the facade's word.
+			clients := events.ClientPrincipal(name, "*")
+			g.Services = append(g.Services, events.InvokeSubject(clients), events.CancelSubject(clients),
+				events.CallerRecordSubject(clients), events.OutputSubject(clients), events.SubjectOutputPrefix+name+".*.answer.*",
+				events.AnswerSubject(events.AnswerSubjectPrefix+"*", events.AnswerAsCaller, clients))
 		}
 		// The catalogue, the state of the MCP servers and discovery
 		// commands behind it (toolbus tools list) and the pushed policy.
@@ -242,10 +249,12 @@ func Permissions(role Role, name string) *server.Permissions {
 		p.manageKV(events.CatalogBucket, events.RegistryStateBucket)
 		p.pub("$JS.API.STREAM.INFO.OBJ_TOOLBUS_CATALOG_SNAPSHOT", "$JS.API.STREAM.DELETE.OBJ_TOOLBUS_CATALOG_SNAPSHOT")
 	case RoleExecutor:
-		p.sub(events.InvokeSubject("*"), events.InvokeBatchSubject("*"), events.ExecSubjectPrefix+"*",
-			events.Request(events.SubjectCancel), events.CancelSubject("*"), events.ClaimAllSubject, events.ClaimSubjectPrefix+"*",
+		clients := events.ClientWildcard // the facades' clients' subjects
+		p.sub(events.InvokeSubject("*"), events.InvokeSubject(clients), events.InvokeBatchSubject("*"), events.ExecSubjectPrefix+"*",
+			events.Request(events.SubjectCancel), events.CancelSubject("*"), events.CancelSubject(clients), events.ClaimAllSubject, events.ClaimSubjectPrefix+"*",
 			events.AnswerSubjectPrefix+">", events.Request(events.SubjectDiscoverPrefix+"*"), events.Request(events.SubjectMCPDiscoverPrefix+"*"), "$SRV.>",
-			events.OutputSubject("*"), events.SubjectOutputPrefix+"*.answer.*", events.CallerRecordSubject("*"), events.RevokeSubject("*"),
+			events.OutputSubject("*"), events.OutputSubject(clients), events.SubjectOutputPrefix+"*.answer.*", events.SubjectOutputPrefix+clients+".answer.*",
+			events.CallerRecordSubject("*"), events.CallerRecordSubject(clients), events.RevokeSubject("*"),
 			events.SubjectCatalogChanged) // to hear that the registry took it for lost
 		// Results, heartbeats and progress go to the callers' inboxes,
 		// many per call: an executor may publish to any inbox of the
@@ -253,10 +262,11 @@ func Permissions(role Role, name string) *server.Permissions {
 		// the reply subjects the bus made for them (_R_).
 		p.pub("_INBOX.>", "_R_.>",
 			// The records of the requests it takes.
-			events.SubjectInvoke+".*", events.SubjectInvokeBatch+".*", events.SubjectCancel, events.SubjectCancel+".*",
+			events.SubjectInvoke+".*", events.SubjectInvoke+"."+clients, events.SubjectInvokeBatch+".*",
+			events.SubjectCancel, events.SubjectCancel+".*", events.SubjectCancel+"."+clients,
 			events.SubjectDiscoverPrefix+"*", events.SubjectMCPDiscoverPrefix+"*",
 			events.SubjectAllowlistRevoke+".*",
-			events.SubjectResult, events.CallerResultSubject("*"), events.SubjectDecision, events.SubjectStep, events.SubjectHook, events.SubjectProgressPrefix+">",
+			events.SubjectResult, events.CallerResultSubject("*"), events.CallerResultSubject(clients), events.SubjectDecision, events.SubjectStep, events.SubjectHook, events.SubjectProgressPrefix+">",
 			events.SubjectConfirm, events.SubjectConfirmAnswered, events.SubjectConfirmRejected, events.SubjectConfirmClosed,
 			events.ExecSubjectPrefix+"*", events.ClaimAllSubject, events.ClaimSubjectPrefix+"*",
 			// A batch's calls are sent, and given up, by the executor

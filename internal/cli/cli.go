@@ -19,6 +19,7 @@ import (
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/buscontext"
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/identity"
 	"github.com/toolbus/toolbus/internal/metrics"
 )
 
@@ -145,10 +146,19 @@ func SignalContext() (context.Context, context.CancelFunc) {
 // (developer.go); else it shows no identity, and up takes it for its
 // agent.
 func Connect(ctx context.Context, url, name string, log *slog.Logger) (*bus.Bus, error) {
+	return ConnectAs(ctx, url, name, "", log)
+}
+
+// ConnectAs is Connect with the identity of seed, a seed file, in place
+// of the one Connect finds; "" for that one.
+func ConnectAs(ctx context.Context, url, name, seed string, log *slog.Logger) (*bus.Bus, error) {
+	if seed == "" {
+		seed = identityFor(url)
+	}
 	b, err := bus.Connect(ctx, bus.Config{URL: url, Name: name, Logger: log,
 		CredsFile: os.Getenv("TOOLBUS_NATS_CREDS"), CAFile: os.Getenv("TOOLBUS_NATS_CA"),
 		CertFile: os.Getenv("TOOLBUS_NATS_CERT"), KeyFile: os.Getenv("TOOLBUS_NATS_KEY"),
-		NkeyFile: identityFor(url)})
+		NkeyFile: seed})
 	if err != nil {
 		hint := contextHint(url)
 		if hint == "" && url == bus.DefaultURL {
@@ -185,6 +195,30 @@ func identityFor(url string) string {
 		return c.Identity
 	}
 	return developerSeed(url)
+}
+
+// FacadeSeed is the seed `toolbus mcp serve` speaks as the facade with
+// on the bus at url: the facade's seed beside the identity a command
+// finds there (identityFor: the developer's of a `toolbus up` on this
+// host), when this process may read it; "" otherwise, and when
+// TOOLBUS_IDENTITY names one (that identity is used as it is). A process
+// that cannot read the data dir, as no confined tool process can,
+// speaks as what it may be, never as the facade.
+func FacadeSeed(url string) string {
+	if os.Getenv(IdentityEnv) != "" {
+		return ""
+	}
+	id := identityFor(url)
+	if id == "" {
+		return ""
+	}
+	seed := identity.SeedFile(filepath.Dir(id), "facade")
+	f, err := os.Open(seed)
+	if err != nil {
+		return ""
+	}
+	f.Close()
+	return seed
 }
 
 // contextHint says why the bus at url, named by the selected context, may

@@ -51,6 +51,11 @@ type Identity struct {
 	// vouched that the message came from the identity ID names (see
 	// Caller). Whatever a sender puts here is overwritten.
 	Proven bool `json:"proven,omitempty"`
+	// Principal is set with Proven, by the executor: the principal the
+	// bus proved, or, for a client of the MCP facade, "facade/<client>",
+	// which the bus proves to be the facade's word (ClientPrincipal).
+	// Limits, bounds and budgets are keyed on it. Empty when not proven.
+	Principal string `json:"principal,omitempty"`
 }
 
 // Header is the part every envelope shares.

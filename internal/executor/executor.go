@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -392,16 +393,31 @@ func (e *Executor) subscribe() error {
 		handle         nats.MsgHandler
 	}{
 		{events.InvokeSubject("*"), queueGroup, func(m *nats.Msg) { e.take(m, false) }},
+		// The calls of the facades' clients. The batch subjects match
+		// too, and are the batch subscription's: no principal is named
+		// "batch" (events.ValidPrincipal). A queue group of its own: the
+		// server picks one member of a group among all the group's
+		// subscriptions a message matches, which would hand a batch to
+		// this one, which drops it, as often as not.
+		{events.InvokeSubject(events.ClientWildcard), queueGroup + "-clients", func(m *nats.Msg) {
+			if _, batch := strings.CutPrefix(m.Subject, events.RequestPrefix+events.SubjectInvokeBatch+"."); !batch {
+				e.take(m, false)
+			}
+		}},
 		{events.InvokeBatchSubject("*"), queueGroup, e.acceptBatch},
 		{events.ExecSubject(e.id.ID), "", func(m *nats.Msg) { e.take(m, true) }},
 		{events.Request(events.SubjectCancel), "", e.handleCancel},
 		{events.CancelSubject("*"), "", e.handleCancel},
+		{events.CancelSubject(events.ClientWildcard), "", e.handleCancel},
 		{events.ClaimAllSubject, "", e.handleClaim},
 		{events.SubjectCatalogChanged, "", e.handleCatalogChanged},
 		{events.ClaimSubject(e.id.ID), "", e.handleClaim},
 		{events.OutputSubject("*"), queueGroup, e.handleOutputRead},
+		{events.OutputSubject(events.ClientWildcard), queueGroup, e.handleOutputRead},
 		{events.OutputAnswerSubject("*", e.id.ID), "", e.handleOutputAnswer},
+		{events.OutputAnswerSubject(events.ClientWildcard, e.id.ID), "", e.handleOutputAnswer},
 		{events.CallerRecordSubject("*"), queueGroup, e.handleCallerRecord},
+		{events.CallerRecordSubject(events.ClientWildcard), queueGroup, e.handleCallerRecord},
 		{events.RevokeSubject("*"), queueGroup, e.handleRevoke},
 	}
 	for _, h := range handlers {
@@ -413,7 +429,7 @@ func (e *Executor) subscribe() error {
 		// them out, so its pending limits can stay generous.
 		_ = sub.SetPendingLimits(1<<20, 1<<30)
 		e.subs = append(e.subs, sub)
-		if h.subject == events.InvokeSubject("*") || h.subject == events.ExecSubject(e.id.ID) {
+		if h.subject == events.InvokeSubject("*") || h.subject == events.InvokeSubject(events.ClientWildcard) || h.subject == events.ExecSubject(e.id.ID) {
 			e.invokeSubs = append(e.invokeSubs, sub)
 		}
 	}

@@ -111,11 +111,14 @@ func (e *Executor) handleOutputRead(m *nats.Msg) {
 // to its read, if the read is of the principal that answers.
 func (e *Executor) handleOutputAnswer(m *nats.Msg) {
 	token := m.Header.Get(events.OutputReadHeader)
-	// toolbus.output.<principal>.answer.<executor>
+	// toolbus.output.<principal>.answer.<executor>, the principal one
+	// token or two (a client of a facade).
 	principal := events.Unproven
 	if e.cfg.IdentitiesEnforced {
-		if parts := strings.Split(m.Subject, "."); len(parts) == 5 {
-			principal = parts[2]
+		if i := strings.LastIndex(m.Subject, ".answer."); i >= 0 {
+			if p, ok := events.SubjectPrincipal(m.Subject[:i]); ok {
+				principal = p
+			}
 		}
 	}
 	e.mu.Lock()

@@ -289,8 +289,12 @@ func (e *Executor) principalOf(m *nats.Msg, forwarded bool) string {
 		}
 		return events.Unproven
 	}
-	if i := strings.LastIndexByte(m.Subject, '.'); i >= 0 && i+1 < len(m.Subject) {
-		return m.Subject[i+1:]
+	// The principal part is one token, or two for a client of a facade,
+	// which only a facade may publish (events.ClientPrincipal). A name
+	// that breaks the rules cannot come through the bus's permissions;
+	// it is taken for nobody's.
+	if p, ok := events.SubjectPrincipal(m.Subject); ok {
+		return p
 	}
 	return events.Unproven
 }

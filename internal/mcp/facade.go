@@ -48,6 +48,15 @@ type FacadeConfig struct {
 	// agent id configured for it); otherwise the MCP client's name (from
 	// initialize) and the MCP session id do.
 	Agent, Session string
+	// Client names the client every request of this facade comes from
+	// when the transport names none: the one process a stdio facade
+	// serves. A request over HTTP comes from the client its credential
+	// names (HTTPConfig.Tokens). With a Principal, each client is a
+	// principal of its own, "<principal>/<client>"
+	// (events.ClientPrincipal), with its own bounds, limits, sessions
+	// and answers; it must then be a valid client name
+	// (events.ValidClient). Empty: the facade's own principal.
+	Client string
 	// User and Host describe where the facade runs; they go into every
 	// caller identity.
 	User, Host string
@@ -71,7 +80,7 @@ type Facade struct {
 	log     *slog.Logger
 	srv     *mcpserver.MCPServer
 	replica *catalog.Replica
-	client  *invoke.Client
+	clients invokers
 	held    *heldCalls         // calls of 2026-07-28 clients asked to confirm (facade_mrtr.go)
 	subs    subscriptions      // clients' subscriptions to resources (facade_subscribe.go)
 	updates *nats.Subscription // the servers' updates of resources
@@ -81,6 +90,8 @@ type Facade struct {
 	features featureLists // the prompts and resources last given to it
 
 	shown shownCache
+
+	endpoints []*mcpserver.StreamableHTTPServer // HTTPHandler's, shut down by Close
 
 	stop chan struct{}
 	done chan struct{}
@@ -97,12 +108,17 @@ func StartFacade(ctx context.Context, cfg FacadeConfig) (*Facade, error) {
 	if cfg.Host == "" {
 		cfg.Host, _ = os.Hostname()
 	}
+	if cfg.Client != "" {
+		if err := events.ValidClient(cfg.Client); err != nil {
+			return nil, fmt.Errorf("mcp facade: %w", err)
+		}
+	}
 	replica, err := catalog.Follow(ctx, cfg.JS, cfg.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("mcp facade: %w", err)
 	}
 	f := &Facade{cfg: cfg, log: cfg.Logger, replica: replica, stop: make(chan struct{}), done: make(chan struct{}), held: newHeldCalls(),
-		client: invoke.NewClient(cfg.Conn, events.Identity{ID: "mcp-facade@" + cfg.Host, Role: "agent", Host: cfg.Host}, cfg.Principal)}
+		clients: invokers{nc: cfg.Conn, id: events.Identity{ID: "mcp-facade@" + cfg.Host, Role: "agent", Host: cfg.Host}}}
 	f.srv = mcpserver.NewMCPServer("toolbus", cfg.Version,
 		// Tools, and the list changes, are all it serves. Elicitation
 		// is a capability of clients, not of servers: asking a client
@@ -120,7 +136,7 @@ func StartFacade(ctx context.Context, cfg FacadeConfig) (*Facade, error) {
 		mcpserver.WithInstructions("The tools of a toolbus fleet. Every call is judged by the fleet's policy; some wait for a person to approve them."))
 	if f.updates, err = f.followUpdates(); err != nil {
 		replica.Close()
-		f.client.Close()
+		f.clients.close()
 		return nil, fmt.Errorf("mcp facade: %w", err)
 	}
 	// The channel is taken before the catalogue is read, so that a change
@@ -155,11 +171,21 @@ func (f *Facade) Close() {
 	}
 	close(f.stop)
 	<-f.done
+	f.mu.Lock()
+	endpoints := f.endpoints
+	f.endpoints = nil
+	f.mu.Unlock()
+	for _, ep := range endpoints {
+		// Its sessions end, and its sweeper of idle sessions stops.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ep.Shutdown(ctx)
+		cancel()
+	}
 	f.held.close()
 	f.updates.Unsubscribe()
 	f.closeSubscriptions()
 	f.replica.Close()
-	f.client.Close()
+	f.clients.close()
 }
 
 // follow refreshes the tool list on every catalogue change after the one
@@ -348,10 +374,16 @@ func (c *shownCache) put(p *policy.Policy, k shownKey, shown bool) {
 	c.m[k] = shown
 }
 
-// caller is who a request comes from: the configured agent and session,
-// else the MCP client's name and session; the client's name/version
-// always. It is a claim, like every caller (policy/README.md).
+// caller is who a request comes from: under the principal of the client
+// its credential names (principalOf), the configured agent, else the MCP
+// client's name; the configured session, else the MCP session, which the
+// server made and bound to that client (clientSessions), else the client
+// itself; the client program's name/version always. The principal part
+// is what the bus proves (the facade's) and the facade vouches for (the
+// client); the rest is the client's claim, like every caller's
+// (policy/README.md).
 func (f *Facade) caller(ctx context.Context) events.Identity {
+	client := f.clientOf(ctx)
 	id := events.Identity{Role: "agent", Agent: f.cfg.Agent, Session: f.cfg.Session, User: f.cfg.User, Host: f.cfg.Host}
 	if s := mcpserver.ClientSessionFromContext(ctx); s != nil {
 		if ci, ok := s.(mcpserver.SessionWithClientInfo); ok {
@@ -371,14 +403,109 @@ func (f *Facade) caller(ctx context.Context) events.Identity {
 			id.Session = cleanName(s.SessionID())
 		}
 	}
+	if id.Session == "" {
+		// A client without a session (a 2026-07-28 client, stateless)
+		// is one session: its credential's, not a name it chooses.
+		id.Session = client
+	}
 	if id.Agent == "" {
 		id.Agent = "mcp-client"
 	}
 	id.ID = "agent:" + id.Agent
-	if f.cfg.Principal != "" {
-		id.ID = f.cfg.Principal + "/" + id.ID
+	if p := f.principalOf(client); p != "" {
+		id.ID = p + "/" + id.ID
 	}
 	return id
+}
+
+// clientOf is the client a request comes from: the one its credential
+// named (HTTP), else the facade's one client (stdio); "" for none.
+func (f *Facade) clientOf(ctx context.Context) string {
+	if c, ok := ctx.Value(clientKey{}).(string); ok {
+		return c
+	}
+	return f.cfg.Client
+}
+
+// principalOf is the principal the calls of client go with: the
+// facade's, or its client's under it; "" without identities.
+func (f *Facade) principalOf(client string) string {
+	if f.cfg.Principal == "" || client == "" {
+		return f.cfg.Principal
+	}
+	return events.ClientPrincipal(f.cfg.Principal, client)
+}
+
+// principalOfCaller is the principal of a caller this facade named
+// (caller): its id up to "/agent:".
+func (f *Facade) principalOfCaller(caller events.Identity) string {
+	if f.cfg.Principal == "" {
+		return ""
+	}
+	p, _, _ := strings.Cut(caller.ID, "/agent:")
+	return p
+}
+
+// invoker is the bus client that sends the calls of caller, on its
+// principal's subjects.
+func (f *Facade) invoker(caller events.Identity) *invoke.Client {
+	return f.clients.get(f.principalOfCaller(caller))
+}
+
+// clientKey is the context key of the client a request's credential
+// names.
+type clientKey struct{}
+
+// WithClient is ctx for a request of client, for a transport of the
+// caller's own that authenticates its clients.
+func WithClient(ctx context.Context, client string) context.Context {
+	return context.WithValue(ctx, clientKey{}, client)
+}
+
+// invokers are the facade's bus clients, one per principal its callers
+// have: each sends, cancels, gives up and reads outputs on its
+// principal's subjects only. There are as many as clients with a
+// credential, and one without identities.
+type invokers struct {
+	nc *nats.Conn
+	id events.Identity
+
+	mu     sync.Mutex
+	m      map[string]*invoke.Client
+	closed bool
+}
+
+func (v *invokers) get(principal string) *invoke.Client {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	c := v.m[principal]
+	if c == nil {
+		id := v.id
+		if principal != "" {
+			id.ID = principal + "/" + id.ID
+		}
+		c = invoke.NewClient(v.nc, id, principal)
+		if v.closed {
+			// The facade is closing: a call on it fails.
+			c.Close()
+			return c
+		}
+		if v.m == nil {
+			v.m = map[string]*invoke.Client{}
+		}
+		v.m[principal] = c
+	}
+	return c
+}
+
+func (v *invokers) close() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.closed = true
+	for p, c := range v.m {
+		c.Close()
+		delete(v.m, p)
+	}
 }
 
 // cleanName keeps a name a client chose printable and short: it lands in
@@ -444,7 +571,7 @@ func (f *Facade) handler(name string) mcpserver.ToolHandlerFunc {
 			defer wait()
 			watch.ServerRequest = take
 		}
-		res, err := f.client.InvokeAs(ctx, inv, watch)
+		res, err := f.invoker(inv.Sender).InvokeAs(ctx, inv, watch)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
@@ -606,7 +733,7 @@ func (f *Facade) content(ctx context.Context, p events.Part) (mcp.Content, error
 	data, text := p.Data, p.Text
 	if p.Ref != "" {
 		// An executor reads it for the facade, whose calls made it.
-		r, err := f.client.ReadOutput(ctx, p.Ref)
+		r, err := f.invoker(f.caller(ctx)).ReadOutput(ctx, p.Ref)
 		if err != nil {
 			return nil, err
 		}

@@ -87,7 +87,7 @@ func (f *Facade) answerForUser(ctx context.Context, inv *events.Invocation, req 
 		f.log.Error("mcp facade: the user's answer does not encode", "invocation", inv.ID, "err", err)
 		return
 	}
-	msg, err := f.cfg.Conn.RequestWithContext(ctx, events.AnswerSubject(req.AnswerTo, events.AnswerAsCaller, f.cfg.Principal), data)
+	msg, err := f.cfg.Conn.RequestWithContext(ctx, events.AnswerSubject(req.AnswerTo, events.AnswerAsCaller, f.principalOfCaller(inv.Sender)), data)
 	if err != nil {
 		if ctx.Err() == nil {
 			f.log.Warn("mcp facade: the user's answer was not acknowledged", "invocation", inv.ID, "err", err)

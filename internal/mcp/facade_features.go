@@ -271,7 +271,7 @@ func (f *Facade) callFeature(ctx context.Context, name string, args json.RawMess
 			defer wait()
 			watch.Confirm = ask
 		}
-		res, err = f.client.InvokeAs(ctx, inv, watch)
+		res, err = f.invoker(inv.Sender).InvokeAs(ctx, inv, watch)
 	}
 	switch {
 	case err != nil:

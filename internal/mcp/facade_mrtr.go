@@ -38,7 +38,8 @@ import (
 // The state the client echoes is sealed with a key of this facade (an
 // HMAC): a client cannot forge or alter it to answer another call, and a
 // retry must be of the same tool, with the same arguments, by the same
-// caller. The call's answer subject never leaves the facade.
+// caller (whose principal names the authenticated client) on the same
+// MCP session. The call's answer subject never leaves the facade.
 
 // approvalInput is the key of the approval in an input-required result,
 // serverInput that of a backend server's own request
@@ -89,7 +90,13 @@ type heldState struct {
 	Tool       string `json:"t"`
 	Args       string `json:"a"` // SHA-256 of the canonical arguments
 	Caller     string `json:"c"`
-	Expires    int64  `json:"e"` // Unix seconds
+	// Client is the client the request's credential named.
+	Client string `json:"k,omitempty"`
+	// Session is the MCP session the request came on, when it has one
+	// ("" for a client without sessions): an answer from another
+	// session, the same client's included, answers nothing.
+	Session string `json:"s,omitempty"`
+	Expires int64  `json:"e"` // Unix seconds
 }
 
 // heldCalls are the calls a facade holds, and the key it seals their
@@ -176,7 +183,7 @@ func (f *Facade) startHeld(inv *events.Invocation, state heldState, serverReques
 	}
 	h.wg.Go(func() {
 		defer cancel()
-		hc.res, hc.err = f.client.InvokeAs(ctx, inv, watch)
+		hc.res, hc.err = f.invoker(inv.Sender).InvokeAs(ctx, inv, watch)
 		close(hc.done)
 		hc.mu.Lock()
 		hc.expiry = time.AfterFunc(heldEnded, func() { h.drop(hc) })
@@ -318,7 +325,7 @@ func (f *Facade) toolResult(ctx context.Context, r heldReply) *mcp.CallToolResul
 // first request starts the call inv, a retry (a request with a state)
 // answers it.
 func (f *Facade) callModern(ctx context.Context, req heldRequest, inv *events.Invocation, serverRequests []string) (heldReply, error) {
-	want := heldState{Tool: inv.Tool, Args: argsDigest(inv.Args), Caller: inv.Sender.ID}
+	want := heldState{Tool: inv.Tool, Args: argsDigest(inv.Args), Caller: inv.Sender.ID, Client: f.clientOf(ctx), Session: sessionOf(ctx)}
 	if req.RequestState == "" {
 		hc, err := f.startHeld(inv, want, serverRequests)
 		if err != nil {
@@ -327,7 +334,10 @@ func (f *Facade) callModern(ctx context.Context, req heldRequest, inv *events.In
 		return f.awaitHeld(ctx, req, hc)
 	}
 	st, err := f.held.open(req.RequestState, time.Now())
-	if errors.Is(err, errBadState) || st.Tool != want.Tool || st.Args != want.Args || st.Caller != want.Caller {
+	// Another call's state, another caller's, another client's or
+	// another session's is answered as a forged one: nothing tells them
+	// apart from a state never issued.
+	if errors.Is(err, errBadState) || st.Tool != want.Tool || st.Args != want.Args || st.Caller != want.Caller || st.Client != want.Client || st.Session != want.Session {
 		return heldReply{}, errBadState
 	}
 	if err != nil {
@@ -429,4 +439,14 @@ func (f *Facade) inputRequired(hc *heldCall, round int, r *events.ConfirmRequest
 		RequestedSchema: elicitationSchema,
 	}).ToolResult().MultiRoundTripResult
 	return heldReply{ask: &ask, invocation: hc.inv.ID}
+}
+
+// sessionOf is the id of the MCP session of ctx's request, when it
+// belongs to one the server made (an ephemeral session of a client
+// without sessions has none).
+func sessionOf(ctx context.Context) string {
+	if s := mcpserver.ClientSessionFromContext(ctx); s != nil {
+		return s.SessionID()
+	}
+	return ""
 }

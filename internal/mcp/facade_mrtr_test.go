@@ -28,7 +28,7 @@ import (
 // 2026-07-28, named name, with the client options given.
 func (ff *facadeFleet) connectModern(t testing.TB, name string, options ...mcpclient.ClientOption) *mcpclient.Client {
 	t.Helper()
-	tr, err := transport.NewStreamableHTTP(ff.url, transport.WithHTTPLogger(bustest.Quiet()))
+	tr, err := transport.NewStreamableHTTP(ff.url, transport.WithHTTPLogger(bustest.Quiet()), transport.WithHTTPHeaders(testAuth))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,6 +96,12 @@ func TestFacadeAsksAModernClientsUser(t *testing.T) {
 // decoded.
 func modernPost(t *testing.T, url, name, method string, params map[string]any, capabilities map[string]any) map[string]any {
 	t.Helper()
+	return modernPostAs(t, url, testToken, name, method, params, capabilities)
+}
+
+// modernPostAs is modernPost by the client of token.
+func modernPostAs(t *testing.T, url, token, name, method string, params map[string]any, capabilities map[string]any) map[string]any {
+	t.Helper()
 	meta := map[string]any{
 		"io.modelcontextprotocol/protocolVersion":    "2026-07-28",
 		"io.modelcontextprotocol/clientInfo":         map[string]any{"name": name, "version": "1.0"},
@@ -113,6 +119,7 @@ func modernPost(t *testing.T, url, name, method string, params map[string]any, c
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	req.Header.Set("MCP-Protocol-Version", "2026-07-28")
+	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Mcp-Method", method)
 	if name, ok := params["name"].(string); ok {
 		req.Header.Set("Mcp-Name", name)
@@ -163,13 +170,17 @@ func TestFacadeRefusesAnAlteredRequestState(t *testing.T) {
 		name, caller string
 		state        string
 		args         map[string]any
+		token        string
 	}{
-		{"tampered", "honest", state + "-TAMPERED", args},
-		{"the state of another facade", "honest", strings.Replace(state, ".", ".x", 1), args},
-		{"other arguments", "honest", state, map[string]any{"file_path": "notes.md", "content": "theirs\n"}},
-		{"another caller", "intruder", state, args},
+		{"tampered", "honest", state + "-TAMPERED", args, testToken},
+		{"the state of another facade", "honest", strings.Replace(state, ".", ".x", 1), args, testToken},
+		{"other arguments", "honest", state, map[string]any{"file_path": "notes.md", "content": "theirs\n"}, testToken},
+		{"another caller", "intruder", state, args, testToken},
+		// Another authenticated client, naming itself as the asked one
+		// does: the credential, not the name, is who answers.
+		{"another client", "honest", state, args, otherToken},
 	} {
-		got := modernPost(t, ff.url, c.caller, "tools/call", map[string]any{"name": "write_file", "arguments": c.args, "inputResponses": accept, "requestState": c.state}, canAsk)
+		got := modernPostAs(t, ff.url, c.token, c.caller, "tools/call", map[string]any{"name": "write_file", "arguments": c.args, "inputResponses": accept, "requestState": c.state}, canAsk)
 		if got["error"] == nil {
 			t.Errorf("%s: the retry was taken: %v", c.name, got)
 		}

@@ -102,7 +102,7 @@ func (f *Facade) putServerRequest(ctx context.Context, inv *events.Invocation, r
 func (f *Facade) answerServerRequest(ctx context.Context, inv *events.Invocation, req *events.ServerRequest, result json.RawMessage, rpcErr *events.RPCError) {
 	answerCtx, cancel := context.WithTimeout(ctx, answerTimeout)
 	defer cancel()
-	if err := f.client.AnswerServerRequest(answerCtx, inv.Sender, req, result, rpcErr); err != nil && ctx.Err() == nil {
+	if err := f.invoker(inv.Sender).AnswerServerRequest(answerCtx, inv.Sender, req, result, rpcErr); err != nil && ctx.Err() == nil {
 		f.log.Info("mcp facade: the client's answer to a server's request was not taken", "invocation", inv.ID, "method", req.Method, "err", err)
 	}
 }

@@ -330,7 +330,7 @@ func (f *Facade) settle(ctx context.Context, k holdKey, h *hold) {
 		return
 	}
 	inv := &events.Invocation{Header: events.Header{Sender: h.caller}, Tool: k.entry, Args: args, Workspace: f.cfg.Workspace, Op: events.OpUnsubscribe}
-	res, err := f.client.InvokeAs(ctx, inv, &invoke.Watch{})
+	res, err := f.invoker(inv.Sender).InvokeAs(ctx, inv, &invoke.Watch{})
 	switch {
 	case err != nil:
 		f.log.Warn("mcp facade: a subscription to a resource was not given up", "resource", k.entry, "uri", k.uri, "err", err)

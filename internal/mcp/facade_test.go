@@ -55,7 +55,10 @@ func startFacade(t testing.TB, pol *policy.Policy, token string, configure ...fu
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewUnstartedServer(fac.HTTPHandler(toolmcp.HTTPConfig{Addr: ln.Addr().(*net.TCPAddr), Token: token}))
+	if token == "" {
+		token = testToken
+	}
+	srv := httptest.NewUnstartedServer(fac.HTTPHandler(toolmcp.HTTPConfig{Addr: ln.Addr().(*net.TCPAddr), Tokens: clientTokens(t, "tester", token, "other", otherToken)}))
 	srv.Listener.Close()
 	srv.Listener = ln
 	srv.Start()
@@ -64,6 +67,29 @@ func startFacade(t testing.TB, pol *policy.Policy, token string, configure ...fu
 		fac.Close()
 	})
 	return &facadeFleet{Fleet: f, facade: fac, url: srv.URL + toolmcp.HTTPPath, token: token}
+}
+
+// testToken is the token of the client the tests' endpoints admit when
+// a test names none.
+const testToken = "facade-test-token"
+
+// otherToken is the token of a second client of startFacade's endpoint.
+const otherToken = "facade-other-client-token"
+
+// testAuth is the header of testToken's client.
+var testAuth = map[string]string{"Authorization": "Bearer " + testToken}
+
+// clientTokens admits the clients of pairs (name, token, name, token…).
+func clientTokens(t testing.TB, pairs ...string) func() (*toolmcp.Tokens, error) {
+	t.Helper()
+	var tokens *toolmcp.Tokens
+	for i := 0; i+1 < len(pairs); i += 2 {
+		var err error
+		if tokens, err = tokens.With(pairs[i], pairs[i+1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return tokens.Fixed()
 }
 
 // connect is an MCP client of the facade, named name, with the client
@@ -80,9 +106,10 @@ func connectHTTP(t testing.TB, url, token, name string, options ...mcpclient.Cli
 	// Listening continuously: what the server sends unasked
 	// (list_changed) comes on a GET stream.
 	opts := []transport.StreamableHTTPCOption{transport.WithContinuousListening(), transport.WithHTTPLogger(bustest.Quiet())}
-	if token != "" {
-		opts = append(opts, transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + token}))
+	if token == "" {
+		token = testToken
 	}
+	opts = append(opts, transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + token}))
 	tr, err := transport.NewStreamableHTTP(url, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -485,7 +512,7 @@ limits contains {"name": "one read a day", "key": "reads", "calls": 1, "per": "2
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewUnstartedServer(fac.HTTPHandler(toolmcp.HTTPConfig{Addr: ln.Addr().(*net.TCPAddr)}))
+	srv := httptest.NewUnstartedServer(fac.HTTPHandler(toolmcp.HTTPConfig{Addr: ln.Addr().(*net.TCPAddr), Tokens: clientTokens(t, "tester", testToken)}))
 	srv.Listener.Close()
 	srv.Listener = ln
 	srv.Start()

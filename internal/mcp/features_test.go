@@ -324,7 +324,7 @@ func TestFacadeAsksAModernClientsUserForReadsAndGets(t *testing.T) {
 	defer cancel()
 	direct, _, url := featureFleetAt(t, false)
 	user := &userAtClient{answer: respond(mcp.ElicitationResponseActionAccept, nil)}
-	tr, err := transport.NewStreamableHTTP(url, transport.WithHTTPLogger(bustest.Quiet()))
+	tr, err := transport.NewStreamableHTTP(url, transport.WithHTTPLogger(bustest.Quiet()), transport.WithHTTPHeaders(testAuth))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -192,7 +192,7 @@ func serveFacade(t *testing.T, b *bus.Bus) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewUnstartedServer(fac.HTTPHandler(toolmcp.HTTPConfig{Addr: ln.Addr().(*net.TCPAddr)}))
+	srv := httptest.NewUnstartedServer(fac.HTTPHandler(toolmcp.HTTPConfig{Addr: ln.Addr().(*net.TCPAddr), Tokens: clientTokens(t, "tester", testToken)}))
 	srv.Listener.Close()
 	srv.Listener = ln
 	srv.Start()
@@ -452,7 +452,7 @@ func checkFidelityLimits(t *testing.T, f *fleet, facadeURL string) {
 // a client's capability.
 func TestFacadeCapabilities(t *testing.T) {
 	ff := startFacade(t, nil, "")
-	tr, err := transport.NewStreamableHTTP(ff.url, transport.WithHTTPLogger(bustest.Quiet()))
+	tr, err := transport.NewStreamableHTTP(ff.url, transport.WithHTTPLogger(bustest.Quiet()), transport.WithHTTPHeaders(testAuth))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -148,7 +148,7 @@ func TestFacadeForwardsAServersLogsToItsCaller(t *testing.T) {
 	// A client with no GET stream: mcp-go's server would send a
 	// request's notifications on either stream, and two streams may
 	// deliver them out of order.
-	tr, err := transport.NewStreamableHTTP(url, transport.WithHTTPLogger(bustest.Quiet()))
+	tr, err := transport.NewStreamableHTTP(url, transport.WithHTTPLogger(bustest.Quiet()), transport.WithHTTPHeaders(testAuth))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -265,7 +265,7 @@ func TestUntrustedBackendMayNotAskTheUser(t *testing.T) {
 // the server.
 func TestBackendRequestsReachAModernCaller(t *testing.T) {
 	url := httpAskingFleet(t, true)
-	tr, err := transport.NewStreamableHTTP(url, transport.WithHTTPLogger(bustest.Quiet()))
+	tr, err := transport.NewStreamableHTTP(url, transport.WithHTTPLogger(bustest.Quiet()), transport.WithHTTPHeaders(testAuth))
 	if err != nil {
 		t.Fatal(err)
 	}

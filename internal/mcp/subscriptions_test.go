@@ -331,7 +331,7 @@ func TestResourceUpdateFloodIsBounded(t *testing.T) {
 // changes) and not the resource.
 func TestFacadeAcknowledgesNoResourceSubscriptionToAModernClient(t *testing.T) {
 	_, _, url, _ := featureFleetOf(t, subscribableServer(&backendSubs{}), nil, true)
-	tr, err := transport.NewStreamableHTTP(url, transport.WithHTTPLogger(bustest.Quiet()))
+	tr, err := transport.NewStreamableHTTP(url, transport.WithHTTPLogger(bustest.Quiet()), transport.WithHTTPHeaders(testAuth))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -201,7 +201,7 @@ func (c *lastTerm[K]) get(key K, build func() *ast.Term) *ast.Term {
 
 func identityTerm(c events.Identity) *ast.Term {
 	return obj(kv(k.id, c.ID), kv(k.role, c.Role), kv(k.agent, c.Agent), kv(k.session, c.Session), kv(k.user, c.User), kv(k.host, c.Host), kv(k.client, c.Client),
-		[2]*ast.Term{k.proven, ast.InternedTerm(c.Proven)})
+		[2]*ast.Term{k.proven, ast.InternedTerm(c.Proven)}, kv(k.principal, c.Principal))
 }
 
 func allowEntryTerm(e *AllowEntry) *ast.Term {
@@ -214,7 +214,7 @@ func allowEntryTerm(e *AllowEntry) *ast.Term {
 var k = struct {
 	tool, args, caller, allowlist, paths, env, shell                *ast.Term
 	name, kind, source, server, trust, readOnly, annotations        *ast.Term
-	id, role, agent, session, user, host, client, proven            *ast.Term
+	id, role, agent, session, user, host, client, proven, principal *ast.Term
 	scope, path, home, workspace                                    *ast.Term
 	commands, argv, text, literal, redirects, functions, parseError *ast.Term
 	recursive, op, target, exact, answer, outcome                   *ast.Term
@@ -222,7 +222,7 @@ var k = struct {
 }{
 	tool: str("tool"), args: str("args"), caller: str("caller"), allowlist: str("allowlist"), paths: str("paths"), env: str("env"), shell: str("shell"),
 	name: str("name"), kind: str("kind"), source: str("source"), server: str("server"), trust: str("trust"), readOnly: str("readOnly"), annotations: str("annotations"),
-	id: str("id"), role: str("role"), agent: str("agent"), session: str("session"), user: str("user"), host: str("host"), client: str("client"), proven: str("proven"),
+	id: str("id"), role: str("role"), agent: str("agent"), session: str("session"), user: str("user"), host: str("host"), client: str("client"), proven: str("proven"), principal: str("principal"),
 	scope: str("scope"), path: str("path"), home: str("home"), workspace: str("workspace"),
 	commands: str("commands"), argv: str("argv"), text: str("text"), literal: str("literal"), redirects: str("redirects"), functions: str("functions"), parseError: str("parseError"),
 	recursive: str("recursive"), op: str("op"), target: str("target"), exact: str("exact"), answer: str("answer"), outcome: str("outcome"),
