@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/testkit/bustest"
 )
@@ -125,4 +126,74 @@ func TestAFloodingCallerIsRefusedAndNothingOfItKept(t *testing.T) {
 func admits(b *recordBudget, principal string, n int, now time.Time) bool {
 	ok, _ := b.admit(principal, n, now)
 	return ok
+}
+
+func TestShareOfTheTrail(t *testing.T) {
+	day := 24 * time.Hour
+	for _, c := range []struct {
+		maxBytes  int64
+		maxAge    time.Duration
+		executors int
+		burst     float64
+	}{
+		{1 << 30, 30 * day, 1, 256 << 20},
+		{1 << 30, 30 * day, 4, 64 << 20},
+		{1 << 30, 0, 1, 256 << 20}, // kept for good: spread over the default retention
+		{0, 30 * day, 1, 0},        // no cap: no bound
+	} {
+		rate, burst := shareOf(c.maxBytes, c.maxAge, DefaultRecordShare, c.executors)
+		age := c.maxAge
+		if age == 0 {
+			age = bus.DefaultAuditMaxAge
+		}
+		if burst != c.burst || (burst > 0 && int64(rate*age.Seconds()+0.5) != int64(burst)) {
+			t.Errorf("shareOf(%d, %s, %d executors) = %.0f B/s, %.0f B; want a burst of %.0f refilled over %s", c.maxBytes, c.maxAge, c.executors, rate, burst, c.burst, age)
+		}
+	}
+
+	b := newRecordBudget(1<<30, 1<<30) // a pace that never binds
+	now := time.Unix(1_000_000, 0)
+	if !admits(b, "m", 10<<20, now) {
+		t.Fatal("refused before the trail was looked at")
+	}
+	b.resizeShare(1, 1000)
+	if !admits(b, "m", 600, now) || !admits(b, "m", 600, now) || admits(b, "m", 1, now) {
+		t.Fatal("the share, once known, is not a burst of 1000 with one message overdrawn")
+	}
+	if ok, retry := b.admit("m", 1, now); ok || retry < 200*time.Second {
+		t.Errorf("refused with a retry after %s, want the 200 s that pay the debt back", retry)
+	}
+	b.resizeShare(1, 100)
+	if !admits(b, "a", 100, now) || admits(b, "a", 1, now) {
+		t.Error("a principal seen after a smaller share has more than it")
+	}
+}
+
+// FuzzShareBoundsOnePrincipal: however a principal spreads its records
+// over one retention, with a pace that never binds, the share lets it
+// record at most its burst twice over (the burst, and the refill over
+// the retention) and one message more: what docs/audit.md reckons with.
+func FuzzShareBoundsOnePrincipal(f *testing.F) {
+	f.Add(uint16(1000), uint32(60), int64(1))
+	f.Add(uint16(65535), uint32(1), int64(7))
+	f.Add(uint16(1), uint32(86400), int64(42))
+	f.Fuzz(func(t *testing.T, size uint16, every uint32, seed int64) {
+		const retention = 30 * 24 * time.Hour
+		const maxBytes = 64 << 20
+		rate, burst := shareOf(maxBytes, retention, DefaultRecordShare, 1)
+		b := newRecordBudget(1<<40, 1<<40)
+		b.resizeShare(rate, burst)
+		gap := time.Duration(every%86400+1) * time.Second
+		n := int(size) + 1
+		var recorded float64
+		start := time.Unix(seed, 0)
+		for at := start; at.Sub(start) < retention; at = at.Add(gap) {
+			if admits(b, "m", n, at) {
+				recorded += float64(n)
+			}
+		}
+		if limit := 2*burst + float64(n); recorded > limit {
+			t.Fatalf("recorded %.0f bytes in one retention, more than %.0f", recorded, limit)
+		}
+	})
 }
