@@ -36,8 +36,8 @@ import (
 
 // Defaults of Config.RecordRate, RecordBurst and RecordShare: a pace far
 // above what an agent writing files sends and far below the bus's own
-// rate; a share that takes at least three principals at their whole
-// budgets to fill the stream within its retention.
+// rate; a share that takes four principals at once, or two at their
+// whole budgets over a retention, to fill the stream.
 const (
 	DefaultRecordRate  = 4 << 20
 	DefaultRecordBurst = 64 << 20
