@@ -144,7 +144,8 @@ func (e *Executor) take(m *nats.Msg, forwarded bool) {
 			e.trailFull(m)
 			return
 		}
-		if p := e.principalOf(m, false); e.budget != nil {
+		if e.budget != nil {
+			p := e.principalOf(m, false)
 			if ok, retry := e.budget.admit(p, len(m.Data), time.Now()); !ok {
 				e.rateLimited(m, p, retry)
 				return
