@@ -197,3 +197,39 @@ func FuzzShareBoundsOnePrincipal(f *testing.F) {
 		}
 	})
 }
+
+// TestTheRetryAfterPaysTheDebt: a refused principal is told to come back
+// when the bucket it is short in (the pace, the share, or both, the
+// later) is in credit again, and not before.
+func TestTheRetryAfterPaysTheDebt(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	within := func(got, want time.Duration) bool { return got >= want && got <= want+10*time.Millisecond }
+
+	pace := newRecordBudget(1000, 5000) // 1000 B/s, share unknown
+	admits(pace, "m", 8000, now)        // 3000 overdrawn
+	if ok, retry := pace.admit("m", 1, now); ok || !within(retry, 3*time.Second) {
+		t.Errorf("3000 B over a pace of 1000 B/s: ok %v, retry after %s, want 3 s", ok, retry)
+	}
+
+	share := newRecordBudget(1<<30, 1<<30) // a pace that never binds
+	share.resizeShare(10, 100)
+	admits(share, "m", 150, now) // 50 overdrawn
+	if ok, retry := share.admit("m", 1, now); ok || !within(retry, 5*time.Second) {
+		t.Errorf("50 B over a share of 10 B/s: ok %v, retry after %s, want 5 s", ok, retry)
+	}
+
+	both := newRecordBudget(1000, 1000)
+	both.resizeShare(10, 1000)
+	admits(both, "m", 3000, now) // 2000 over both: 2 s of pace, 200 s of share
+	if ok, retry := both.admit("m", 1, now); ok || !within(retry, 200*time.Second) {
+		t.Errorf("over both: ok %v, retry after %s, want the share's 200 s", ok, retry)
+	}
+	both.resizeShare(1000, 1000)
+	admits(both, "n", 1500, now) // 500 over both: half a second each
+	if ok, retry := both.admit("n", 1, now); ok || !within(retry, 500*time.Millisecond) {
+		t.Errorf("over both alike: ok %v, retry after %s, want 0.5 s", ok, retry)
+	}
+	if ok, _ := both.admit("n", 1, now.Add(501*time.Millisecond)); !ok {
+		t.Error("refused once the retry-after passed")
+	}
+}
