@@ -167,6 +167,20 @@ func TestShareOfTheTrail(t *testing.T) {
 	if !admits(b, "a", 100, now) || admits(b, "a", 1, now) {
 		t.Error("a principal seen after a smaller share has more than it")
 	}
+	// A principal in debt of its share is not forgotten among many once
+	// its pace is full again: it would come back with a whole share.
+	later := now.Add(time.Minute)
+	for i := range 3000 {
+		admits(b, fmt.Sprintf("p%d", i), 1, later)
+	}
+	if admits(b, "m", 1, later) {
+		t.Error("a principal's debt of its share was forgotten among many principals")
+	}
+	// Its share refills at its rate, 1 B/s: the 200 B it owed are paid
+	// 200 s after it overdrew.
+	if admits(b, "m", 1, now.Add(199*time.Second)) || !admits(b, "m", 1, now.Add(201*time.Second)) {
+		t.Error("the share does not refill at its rate")
+	}
 }
 
 // FuzzShareBoundsOnePrincipal: however a principal spreads its records
