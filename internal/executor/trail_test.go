@@ -138,6 +138,17 @@ func TestAPacedFloodEvictsNoOneElsesRecords(t *testing.T) {
 	}
 }
 
+// TestTheShareIsSplitAmongTheFleet: each executor keeps its own budgets,
+// and a principal's calls spread over them all: with two executors in
+// the catalogue, each lets a principal have half of its share.
+func TestTheShareIsSplitAmongTheFleet(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.IdentitiesEnforced, c.TrailCheckEvery = true, 10*time.Millisecond })
+	capTrail(t, e.bus.JetStream(), 4<<20, time.Hour)
+	testkit.EventuallyWithin(t, 10*time.Second, "one executor's budget", func() bool { return shareBurst(e.exec) == 1<<20 })
+	e.hostTools(t, "executor@b", []tool.Tool{echoTool("say_b")})
+	testkit.EventuallyWithin(t, 10*time.Second, "the budget of one of two executors", func() bool { return shareBurst(e.exec) == 512<<10 })
+}
+
 // TestTheFleetFailsClosedNearTheCap: sixteen principals, each within its
 // own budget, together push a trail of 2 MiB to its high-water mark.
 // From there every call is refused, AUDIT_FULL, unrun and unrecorded;
