@@ -224,6 +224,14 @@ func TestTheRetryAfterPaysTheDebt(t *testing.T) {
 	if ok, retry := pace.admit("m", 1, now); ok || !within(retry, 3*time.Second) {
 		t.Errorf("3000 B over a pace of 1000 B/s: ok %v, retry after %s, want 3 s", ok, retry)
 	}
+	// Only full buckets are forgotten when many principals come: a
+	// debt is kept however many come after it.
+	for i := range 3000 {
+		admits(pace, fmt.Sprintf("p%d", i), 1, now)
+	}
+	if admits(pace, "m", 1, now.Add(time.Second)) {
+		t.Error("a principal's debt was forgotten among many principals")
+	}
 
 	share := newRecordBudget(1<<30, 1<<30) // a pace that never binds
 	share.resizeShare(10, 100)
