@@ -53,8 +53,8 @@ once as an admin. A toolbus bus node makes its own.`,
 		Args:    noArgs,
 	}
 	fs := cmd.Flags()
-	maxAge := fs.Duration("max-age", 0, "keep audit events this long (0: until --max-bytes is reached)")
-	maxBytes := fs.Int64("max-bytes", 0, "keep at most this many bytes of audit events, dropping the oldest (0: 1 GiB)")
+	maxAge := fs.Duration("max-age", bus.DefaultAuditMaxAge, "keep audit events this long (0: for good, until the trail fills)")
+	maxBytes := fs.Int64("max-bytes", 0, "cap the audit stream at this many bytes: near it calls are refused (AUDIT_FULL), nothing is dropped (0: 1 GiB)")
 	replicas := fs.Int("replicas", 0, "copies the cluster keeps of the audit stream (0: 3 when the connection knows of 3 servers, else 1)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		return auditInit(busURLFor(cmd), *maxAge, *maxBytes, *replicas)

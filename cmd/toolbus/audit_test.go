@@ -167,7 +167,9 @@ decision := {"verdict": "ALLOW", "reason": "anything goes", "remember": false}
 // TestAuditVerifyNamesALostStart: a bus whose audit stream keeps 64 KiB,
 // flooded with events until its first checkpoint is pushed out. What
 // remains verifies, but verify does not say ok: it names what is gone
-// and exits 1; with --since, which chooses the start, it says ok.
+// and exits 1; with --since, which chooses the start, it says ok. (The
+// trail lets its oldest go only as they age; the test has it let them
+// go when full, to push them out at once.)
 func TestAuditVerifyNamesALostStart(t *testing.T) {
 	t.Parallel()
 	addr, data := freeAddr(t), t.TempDir()
@@ -192,6 +194,11 @@ func TestAuditVerifyNamesALostStart(t *testing.T) {
 		stream, err = js.Stream(ctx, events.AuditStream)
 		return err == nil
 	})
+	cfg := stream.CachedInfo().Config
+	cfg.Discard = jetstream.DiscardOld
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
 	step, err := events.Encode(&events.Step{Header: events.Header{Sender: events.Identity{ID: "executor@test"}}, InvocationID: "flood", Tool: "read_file", Step: "validated"})
 	if err != nil {
 		t.Fatal(err)
@@ -218,6 +225,13 @@ func TestAuditVerifyNamesALostStart(t *testing.T) {
 		info, err := stream.Info(ctx)
 		return err == nil && info.State.FirstSeq > first
 	})
+	// Back to a trail that lets nothing go, with room for the
+	// checkpoints to come: any part that connects (toolbus audit verify
+	// too) would turn DiscardNew back on anyway.
+	cfg.Discard, cfg.MaxBytes = jetstream.DiscardNew, 1<<20
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
 	key := filepath.Join(data, "audit-signing.pub")
 	// The bus checkpoints the flood's last events, then falls quiet.
 	var out, errOut string

@@ -243,6 +243,9 @@ func TestEveryRoleDoesItsWorkWithItsOwnPermissions(t *testing.T) {
 	if err != nil || res.Error != nil {
 		t.Fatalf("read_file: %+v %v", res, err)
 	}
+	// The executor sees the audit stream's fill, which its refusals near
+	// the cap and its record budgets follow.
+	testkit.EventuallyWithin(t, 10*time.Second, "the executor sees the audit trail's fill", func() bool { return f.executor.TrailFill() > 0 })
 
 	// An edit asks; the approver, a member of its own, answers.
 	write := &events.Invocation{Tool: "write_file", Args: json.RawMessage(`{"file_path":"new.txt","content":"x"}`)}

@@ -46,10 +46,14 @@ type Config struct {
 	Name string
 	// Logger receives connection events. Defaults to slog.Default().
 	Logger *slog.Logger
-	// AuditMaxAge bounds how long the audit stream keeps events; 0 keeps
-	// them until AuditMaxBytes is reached.
+	// AuditMaxAge is how long the audit stream keeps events (the flags'
+	// default is DefaultAuditMaxAge); 0 keeps them for good, until an
+	// operator moves them out: the stream then fills, and the fleet
+	// refuses calls once it is near AuditMaxBytes.
 	AuditMaxAge time.Duration
-	// AuditMaxBytes bounds the audit stream's size; 0 means 1 GiB.
+	// AuditMaxBytes caps the audit stream's size; 0 means
+	// DefaultAuditMaxBytes. Near it, the fleet refuses recorded calls;
+	// nothing is evicted to make room.
 	AuditMaxBytes int64
 	// Replicas is how many copies the cluster keeps of the audit stream
 	// and, through EnsureKeyValue and EnsureObjectStore, of every bucket

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,6 +36,7 @@ import (
 type Recorder struct {
 	nc     *nats.Conn
 	log    *slog.Logger
+	full   func() // told when the stream refuses a record for want of room
 	nonce  string
 	prefix string // of the acks' subjects: prefix + the record's number
 	sub    *nats.Subscription
@@ -55,7 +57,66 @@ type Recorder struct {
 type record struct {
 	msg *nats.Msg
 	due time.Time // when it is sent again without one
+	// done, made only for a record whose Receipt is kept, is closed
+	// once the stream stored it (err nil) or refused it (err says why).
+	done chan struct{}
+	err  error
 }
+
+// ErrTrailFull is the audit stream's refusal of a record for want of
+// room: it is at its size cap and evicts nothing (ensureAudit), or its
+// server has no storage left.
+var ErrTrailFull = errors.New("the audit stream is full")
+
+// Receipt is the audit stream's answer to one record, to wait for where
+// what follows the record must not happen unless it is stored: a call
+// runs only once its invocation is in the trail.
+type Receipt struct{ rec *record }
+
+// Wait returns nil once the stream stored the record, an error wrapping
+// ErrTrailFull (or another refusal) once it refused it, or ctx's error.
+// The zero Receipt (nothing recorded) returns nil at once.
+func (rc Receipt) Wait(ctx context.Context) error {
+	if rc.rec == nil {
+		return nil
+	}
+	select {
+	case <-rc.rec.done:
+		return rc.rec.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Settled reports whether the stream answered already: Wait would not
+// block.
+func (rc Receipt) Settled() bool {
+	if rc.rec == nil {
+		return true
+	}
+	select {
+	case <-rc.rec.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Refused is a Receipt whose record was refused already, with err: for
+// a record that could not be sent at all.
+func Refused(err error) Receipt {
+	rec := &record{done: make(chan struct{}), err: err}
+	close(rec.done)
+	return Receipt{rec}
+}
+
+// RecorderOption is an optional setting of NewRecorder.
+type RecorderOption func(*Recorder)
+
+// WhenFull has f called, on the recorder's own goroutine, each time the
+// stream refuses a record for want of room (ErrTrailFull): the moment
+// to stop taking work that would be recorded. f must not block.
+func WhenFull(f func()) RecorderOption { return func(r *Recorder) { r.full = f } }
 
 // Recorder settings. The ack wait is long enough for a stream that is
 // storing a burst, short enough that a lost record goes again soon after
@@ -68,9 +129,12 @@ const (
 )
 
 // NewRecorder returns a recorder sending on nc. Close stops it.
-func NewRecorder(nc *nats.Conn, log *slog.Logger) (*Recorder, error) {
+func NewRecorder(nc *nats.Conn, log *slog.Logger, opts ...RecorderOption) (*Recorder, error) {
 	r := &Recorder{nc: nc, log: log, nonce: events.NewCapability(), pending: make(map[uint64]*record),
-		done: make(chan struct{}), stop: make(chan struct{})}
+		done: make(chan struct{}), stop: make(chan struct{}), full: func() {}}
+	for _, o := range opts {
+		o(r)
+	}
 	r.room = sync.NewCond(&r.mu)
 	r.prefix = nc.NewRespInbox() + "."
 	sub, err := nc.Subscribe(r.prefix+"*", r.acked)
@@ -87,6 +151,17 @@ func NewRecorder(nc *nats.Conn, log *slog.Logger) (*Recorder, error) {
 // stream has it. It fails only when the message cannot be sent at all
 // (too large for the bus, the recorder closed).
 func (r *Recorder) Record(subject string, data []byte) error {
+	_, err := r.record(subject, data, false)
+	return err
+}
+
+// RecordReceipt is Record, and returns the Receipt to wait on for the
+// stream's answer.
+func (r *Recorder) RecordReceipt(subject string, data []byte) (Receipt, error) {
+	return r.record(subject, data, true)
+}
+
+func (r *Recorder) record(subject string, data []byte, receipt bool) (Receipt, error) {
 	r.mu.Lock()
 	for len(r.pending) >= RecordMaxPending && !r.closing {
 		r.log.Warn("the audit stream is not acknowledging records: waiting", "pending", len(r.pending))
@@ -95,7 +170,7 @@ func (r *Recorder) Record(subject string, data []byte) error {
 	if r.closing {
 		r.mu.Unlock()
 		r.lost.Add(1)
-		return fmt.Errorf("record on %s: the recorder is closed", subject)
+		return Receipt{}, fmt.Errorf("record on %s: the recorder is closed", subject)
 	}
 	r.seq++
 	n := r.seq
@@ -105,31 +180,57 @@ func (r *Recorder) Record(subject string, data []byte) error {
 	m := &nats.Msg{Subject: subject, Reply: r.prefix + token, Data: data,
 		Header: nats.Header{jetstream.MsgIDHeader: []string{r.nonce + "." + token}}}
 	rec := &record{msg: m, due: time.Now().Add(recordAckWait)}
+	if receipt {
+		rec.done = make(chan struct{})
+	}
 	r.pending[n] = rec
 	r.mu.Unlock()
 	if err := r.nc.PublishMsg(m); err != nil {
 		r.forget(n)
-		return fmt.Errorf("record on %s: %w", subject, err)
+		return Receipt{}, fmt.Errorf("record on %s: %w", subject, err)
 	}
-	return nil
+	return Receipt{rec}, nil
 }
 
 // RecordRequest records request m, which came on events.Request(s), on
 // s: what was asked, exactly as it was sent. The requester's principal
 // stays in the subject, so the record keeps who sent it.
-func (r *Recorder) RecordRequest(m *nats.Msg) error {
+func (r *Recorder) RecordRequest(m *nats.Msg) (Receipt, error) {
 	s, ok := events.Recorded(m.Subject)
 	if !ok {
-		return fmt.Errorf("recorder: %q is not a request subject", m.Subject)
+		return Receipt{}, fmt.Errorf("recorder: %q is not a request subject", m.Subject)
 	}
-	return r.Record(s, m.Data)
+	return r.RecordReceipt(s, m.Data)
 }
 
-func (r *Recorder) forget(n uint64) {
+func (r *Recorder) forget(n uint64) { r.settle(n, nil) }
+
+// settle ends record n's wait: stored (err nil) or refused.
+func (r *Recorder) settle(n uint64, err error) {
 	r.mu.Lock()
+	rec := r.pending[n]
 	delete(r.pending, n)
 	r.room.Signal()
 	r.mu.Unlock()
+	if rec != nil && rec.done != nil {
+		rec.err = err
+		close(rec.done)
+	}
+}
+
+// refusedFull reports whether a stream's refusal of a message says it
+// has no room: at its cap under DiscardNew ("maximum bytes exceeded",
+// JSStreamStoreFailedF), or its server out of storage (insufficient
+// resources). Both come with code 503, which otherwise means "no
+// leader for now, send again": these must not be sent again forever.
+func refusedFull(api *jetstream.APIError) bool {
+	switch api.ErrorCode {
+	case 10023: // JSInsufficientResourcesErr
+		return true
+	case 10077: // JSStreamStoreFailedF
+		return strings.Contains(api.Description, "maximum bytes exceeded") || strings.Contains(api.Description, "no space left")
+	}
+	return false
 }
 
 var (
@@ -165,13 +266,19 @@ func (r *Recorder) acked(m *nats.Msg) {
 			Error jetstream.APIError `json:"error"`
 		}
 		_ = json.Unmarshal(m.Data, &api)
-		if api.Error.Code == 503 {
+		full := refusedFull(&api.Error)
+		if api.Error.Code == 503 && !full && api.Error.ErrorCode != 10077 {
 			r.mu.Lock()
 			rec.due = time.Now().Add(recordRetryWait)
 			r.mu.Unlock()
 			return
 		}
-		r.forget(n)
+		err := fmt.Errorf("record refused by the audit stream: %s", api.Error.Description)
+		if full {
+			err = fmt.Errorf("%w: %s", ErrTrailFull, api.Error.Description)
+			r.full()
+		}
+		r.settle(n, err)
 		r.lost.Add(1)
 		r.log.Error("record refused by the audit stream", "subject", rec.msg.Subject, "err", api.Error.Error())
 	case bytes.Contains(m.Data, ackStream):
@@ -250,6 +357,16 @@ func (r *Recorder) Close(ctx context.Context) error {
 	if err != nil {
 		r.lost.Add(uint64(r.Pending()))
 	}
+	// Whoever waits on a receipt hears that no answer will come.
+	r.mu.Lock()
+	left := make([]uint64, 0, len(r.pending))
+	for n := range r.pending {
+		left = append(left, n)
+	}
+	r.mu.Unlock()
+	for _, n := range left {
+		r.settle(n, errors.New("record not acknowledged: the recorder is closed"))
+	}
 	return err
 }
 
@@ -262,8 +379,9 @@ func retryable(err error) bool {
 		errors.Is(err, nats.ErrDisconnected), errors.Is(err, nats.ErrNoResponders), errors.Is(err, nats.ErrTimeout):
 		return true
 	case errors.As(err, &api):
-		// 503: JetStream is not available right now (no quorum).
-		return api.Code == 503 || api.ErrorCode == jetstream.JSErrCodeJetStreamNotEnabled
+		// 503: JetStream is not available right now (no quorum); but a
+		// stream with no room says 503 too, and stays full.
+		return (api.Code == 503 && !refusedFull(api) && api.ErrorCode != 10077) || api.ErrorCode == jetstream.JSErrCodeJetStreamNotEnabled
 	}
 	return false
 }
@@ -301,6 +419,9 @@ func RecordOnce(ctx context.Context, nc *nats.Conn, subject, id string, data []b
 		attempt, cancel := context.WithTimeout(ctx, recordAckWait)
 		_, err = js.PublishMsg(attempt, m)
 		cancel()
+		if api := (*jetstream.APIError)(nil); errors.As(err, &api) && refusedFull(api) {
+			return fmt.Errorf("record on %s: %w: %v", subject, ErrTrailFull, err)
+		}
 		if err == nil || !(retryable(err) || errors.Is(err, context.DeadlineExceeded)) {
 			return err
 		}

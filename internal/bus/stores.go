@@ -14,6 +14,16 @@ import (
 	"github.com/toolbus/toolbus/internal/events"
 )
 
+// Defaults of the audit stream's retention and size cap. Thirty days is
+// long enough to look into what an agent did last month; a gibibyte holds
+// them for a small fleet (docs/audit.md, "How big the trail is", has the
+// arithmetic). The executors derive each principal's record budget from
+// both (executor.Config.RecordShare).
+const (
+	DefaultAuditMaxAge         = 30 * 24 * time.Hour
+	DefaultAuditMaxBytes int64 = 1 << 30
+)
+
 // EnsureAudit makes the audit stream, and the stream of its confirmation
 // subjects, to cfg's retention and copies, or updates them to it: what
 // the bus node does at its start, for a NATS deployment with no toolbus
@@ -53,9 +63,16 @@ func AwaitAudit(ctx context.Context, js jetstream.JetStream, log *slog.Logger) e
 // A part that only connects leaves an existing stream as it is: its own
 // defaults must not undo the owner's --audit-max-age; it only turns on
 // the acknowledgements of a stream made before records were acknowledged
-// (Recorder), which would otherwise never get one. No request is sent on
-// a captured subject (events.Request), so acknowledgements go only to
-// recorders.
+// (Recorder), which would otherwise never get one, and DiscardNew on a
+// stream made when the trail let its oldest records go. No request is
+// sent on a captured subject (events.Request), so acknowledgements go
+// only to recorders.
+//
+// The stream keeps its records for their whole retention (MaxAge) and
+// never evicts one to make room: a full stream refuses new records
+// (DiscardNew), and the executors refuse calls before it is full
+// (docs/audit.md, "When the trail fills"). Evicting the oldest would let
+// a caller push an attack's own records out with a flood of its own.
 func ensureAudit(ctx context.Context, js jetstream.JetStream, cfg Config, owner bool) error {
 	copies := replicas(cfg)
 	if !owner {
@@ -67,10 +84,10 @@ func ensureAudit(ctx context.Context, js jetstream.JetStream, cfg Config, owner 
 		}
 		if s, err := js.Stream(ctx, events.AuditStream); err == nil {
 			cfg := s.CachedInfo().Config
-			if cfg.NoAck || !cfg.AllowDirect {
-				cfg.NoAck, cfg.AllowDirect = false, true
+			if cfg.NoAck || !cfg.AllowDirect || cfg.Discard != jetstream.DiscardNew {
+				cfg.NoAck, cfg.AllowDirect, cfg.Discard = false, true, jetstream.DiscardNew
 				if _, err := js.UpdateStream(ctx, cfg); err != nil {
-					return fmt.Errorf("audit stream %s does not acknowledge records or answer direct gets, and could not be changed to: %w", events.AuditStream, err)
+					return fmt.Errorf("audit stream %s does not acknowledge records, answer direct gets or refuse records when full (DiscardNew), and could not be changed to (an admin: toolbus audit init): %w", events.AuditStream, err)
 				}
 			}
 			return ensureConfirmations(ctx, js, cfg.Replicas, cfg.MaxBytes, false)
@@ -80,7 +97,7 @@ func ensureAudit(ctx context.Context, js jetstream.JetStream, cfg Config, owner 
 	}
 	maxBytes := cfg.AuditMaxBytes
 	if maxBytes == 0 {
-		maxBytes = 1 << 30
+		maxBytes = DefaultAuditMaxBytes
 	}
 	deny := !cfg.AuditAllowDelete
 	if s, err := js.Stream(ctx, events.AuditStream); err == nil && s.CachedInfo().Config.DenyDelete {
@@ -93,7 +110,7 @@ func ensureAudit(ctx context.Context, js jetstream.JetStream, cfg Config, owner 
 		Storage:     jetstream.FileStorage,
 		MaxAge:      cfg.AuditMaxAge,
 		MaxBytes:    maxBytes,
-		Discard:     jetstream.DiscardOld,
+		Discard:     jetstream.DiscardNew,
 		DenyDelete:  deny,
 		DenyPurge:   deny,
 		Replicas:    copies,
@@ -122,6 +139,14 @@ func ensureAudit(ctx context.Context, js jetstream.JetStream, cfg Config, owner 
 // keeps: as long as a confirmation may wait for an answer (an approver
 // reads back less: approve.DefaultWindow), and no more than a quarter
 // of the audit stream's bytes.
+//
+// Unlike the audit stream it lets its oldest go (DiscardOld): it is a
+// copy, for approvers, of what the audit stream holds for its whole
+// retention, so nothing of the trail is lost with it; and a copy that
+// refused new messages when full would stop sourcing, and leave every
+// new confirmation unseen by approvers until the old ones aged out. A
+// confirmation pushed out of it before its answer is one no approver
+// sees: its call ends CONFIRMATION_TIMEOUT, refused.
 const (
 	ConfirmMaxAge   = 24 * time.Hour
 	confirmMaxBytes = 256 << 20

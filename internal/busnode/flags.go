@@ -6,6 +6,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/toolbus/toolbus/internal/bus"
 )
 
 // AuditOptions are the flags of the audit stream's settings, for the
@@ -25,8 +27,8 @@ const StoreKeyEnv = "TOOLBUS_STORE_KEY"
 // --audit-checkpoint on fs.
 func AuditFlags(fs *flag.FlagSet) *AuditOptions {
 	return &AuditOptions{
-		MaxAge:       fs.Duration("audit-max-age", 0, "keep audit events this long (0: until --audit-max-bytes is reached)"),
-		MaxBytes:     fs.Int64("audit-max-bytes", 0, "keep at most this many bytes of audit events, dropping the oldest (0: 1 GiB)"),
+		MaxAge:       fs.Duration("audit-max-age", bus.DefaultAuditMaxAge, "keep audit events this long (0: for good, until the trail fills)"),
+		MaxBytes:     fs.Int64("audit-max-bytes", 0, "cap the audit stream at this many bytes: near it calls are refused (AUDIT_FULL), nothing is dropped (0: 1 GiB)"),
 		Checkpoint:   fs.Duration("audit-checkpoint", time.Minute, "publish a signed checkpoint of the audit stream this often (0: never); toolbus audit verify checks them"),
 		StoreKeyFile: fs.String("store-key-file", "", "encrypt the bus's store at rest with the key in this file (or env "+StoreKeyEnv+"); every start needs the same key"),
 	}

@@ -51,10 +51,12 @@ type Config struct {
 	// Logger receives the embedded server's log and connection events.
 	// Defaults to slog.Default().
 	Logger *slog.Logger
-	// AuditMaxAge bounds how long the audit stream keeps events; 0 keeps
-	// them until AuditMaxBytes is reached.
+	// AuditMaxAge is how long the audit stream keeps events; 0 keeps
+	// them for good (bus.Config.AuditMaxAge).
 	AuditMaxAge time.Duration
-	// AuditMaxBytes bounds the audit stream's size; 0 means 1 GiB.
+	// AuditMaxBytes caps the audit stream's size; 0 means
+	// bus.DefaultAuditMaxBytes. Near it the fleet refuses recorded
+	// calls; nothing is evicted.
 	AuditMaxBytes int64
 	// StoreKey, when set, encrypts the embedded server's JetStream files
 	// at rest (the audit stream and every bucket) with JetStream's own

@@ -222,6 +222,12 @@ const (
 	// queue is full, or the call waited in it as long as it may. The call
 	// was not run; ToolError.RetryAfterMillis says when to try again.
 	ErrConcurrencyLimited ErrorType = "CONCURRENCY_LIMITED"
+	// ErrAuditFull is the fleet's refusal of a call while the audit
+	// stream is near its size cap, or refused the call's invocation
+	// record: the trail keeps what it holds for its whole retention and
+	// makes no room, so a call it could not record is not run. It ends
+	// once records age out or an operator raises the cap.
+	ErrAuditFull ErrorType = "AUDIT_FULL"
 
 	// Failures of the built-in tools (Gemini CLI's names).
 	ErrFileNotFound           ErrorType = "FILE_NOT_FOUND"

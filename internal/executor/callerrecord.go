@@ -66,7 +66,7 @@ func (e *Executor) handleCallerRecord(m *nats.Msg) {
 		refuse("a caller records only a call it gave up on, with one of %v", callerGaveUpTypes)
 		return
 	}
-	if !e.budget.admit(principal, len(m.Data), time.Now()) {
+	if ok, _ := e.budget.admit(principal, len(m.Data), time.Now()); !ok {
 		refuse("this caller had more recorded lately than one caller may; send it again later")
 		return
 	}

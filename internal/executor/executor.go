@@ -145,6 +145,18 @@ type Config struct {
 	// (defaults DefaultRecordRate, DefaultRecordBurst; budget.go says
 	// why). They apply where identities are enforced.
 	RecordRate, RecordBurst int
+	// RecordShare is the share of the audit stream's cap one principal
+	// may have recorded at once, refilled at that share over the
+	// stream's retention, across the fleet (default DefaultRecordShare;
+	// budget.go says why). It applies where identities are enforced.
+	RecordShare float64
+	// TrailHighWater is the audit stream's fill (bytes over its cap)
+	// from which the executor refuses every call it would record
+	// (events.ErrAuditFull), and TrailCheckEvery how often it looks
+	// (defaults DefaultTrailHighWater, DefaultTrailCheckEvery; trail.go
+	// says why).
+	TrailHighWater  float64
+	TrailCheckEvery time.Duration
 	// Hooks are the user's hooks (internal/hooks: Claude Code's and Gemini
 	// CLI's, read from their settings files): run around every call
 	// whose tool they match, after the policy's decision and before any
@@ -211,6 +223,8 @@ type Executor struct {
 	// budget bounds what each principal has recorded (budget.go); nil
 	// where identities are not enforced.
 	budget *recordBudget
+	// trail is how full the audit stream is (trail.go).
+	trail trail
 	// callerRecords holds a slot for each caller's record being stored
 	// (callerrecord.go).
 	callerRecords chan struct{}
@@ -248,6 +262,13 @@ func (cfg Config) withDefaults() Config {
 	setDefault(&cfg.MaxPendingPerCaller, DefaultMaxPendingPerCaller)
 	setDefault(&cfg.RecordRate, DefaultRecordRate)
 	setDefault(&cfg.RecordBurst, DefaultRecordBurst)
+	setDefault(&cfg.TrailCheckEvery, DefaultTrailCheckEvery)
+	if cfg.RecordShare <= 0 {
+		cfg.RecordShare = DefaultRecordShare
+	}
+	if cfg.TrailHighWater <= 0 {
+		cfg.TrailHighWater = DefaultTrailHighWater
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -271,6 +292,9 @@ func (cfg Config) Validate() error {
 	}
 	if cfg.Policy == nil {
 		return errors.New("executor: no policy given")
+	}
+	if cfg.RecordShare > 1 || cfg.TrailHighWater > 1 {
+		return fmt.Errorf("executor: RecordShare (%g) and TrailHighWater (%g) are shares of the audit stream's cap, at most 1", cfg.RecordShare, cfg.TrailHighWater)
 	}
 	if !cfg.Hooks.Empty() {
 		if err := cfg.Hooks.Validate(); err != nil {
@@ -374,9 +398,12 @@ func (e *Executor) follow(ctx context.Context) (err error) {
 	if e.catalog, err = catalog.Follow(ctx, e.js, e.log); err != nil {
 		return err
 	}
-	if e.rec, err = bus.NewRecorder(e.nc, e.log); err != nil {
+	e.trail.log = e.log
+	full := func() { e.trail.setFull("the stream refused a record for want of room", e.trail.Fill()) }
+	if e.rec, err = bus.NewRecorder(e.nc, e.log, bus.WhenFull(full)); err != nil {
 		return err
 	}
+	e.watchTrail(ctx)
 	// The policy bucket republishes its changes, for those that follow
 	// it without a consumer; a bucket made before is brought to that.
 	if err := policy.EnsureBucket(ctx, e.js); err != nil {
@@ -600,6 +627,7 @@ func (e *Executor) closeFollowers() {
 		e.allowlist.close()
 	}
 	e.sessions.close()
+	e.stopTrail()
 	if e.rec != nil {
 		// Every call has ended: what they recorded gets a few seconds
 		// more to be stored (a stream leader being elected).
@@ -723,11 +751,16 @@ func (e *Executor) handleCancel(m *nats.Msg) {
 	}
 }
 
-// recordRequest records a request this executor took (events.Request).
-func (e *Executor) recordRequest(m *nats.Msg) {
-	if err := e.rec.RecordRequest(m); err != nil {
+// recordRequest records a request this executor took (events.Request),
+// and returns the stream's answer to wait on. A record that could not be
+// sent at all is one the stream refused.
+func (e *Executor) recordRequest(m *nats.Msg) bus.Receipt {
+	rc, err := e.rec.RecordRequest(m)
+	if err != nil {
 		e.log.Error("request not recorded", "subject", m.Subject, "err", err)
+		return bus.Refused(err)
 	}
+	return rc
 }
 
 // note publishes an event of a call's way, without waiting to hear that

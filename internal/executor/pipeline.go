@@ -19,6 +19,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/closest"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/invoke"
@@ -33,6 +34,10 @@ type call struct {
 	e     *Executor
 	inv   *events.Invocation
 	reply string
+	// recorded is the audit stream's answer to the invocation's record
+	// (awaitRecord); the zero Receipt for a call forwarded here, which
+	// the executor that forwarded it waited for.
+	recorded bus.Receipt
 	// body is the invocation as the caller sent it: what its id is
 	// taken for (ids.go), and sum the call's (callSum), which a retry
 	// must repeat.
@@ -131,25 +136,36 @@ func (e *Executor) take(m *nats.Msg, forwarded bool) {
 	if hold := e.beforeAccept.Load(); hold != nil {
 		(*hold)(m)
 	}
+	var recorded bus.Receipt
 	if !forwarded {
 		// What the caller sent, before anything is done about it; a
-		// forwarded call was recorded by the executor it came to.
-		if p := e.principalOf(m, false); !e.budget.admit(p, len(m.Data), time.Now()) {
-			e.rateLimited(m, p)
+		// forwarded call was recorded by the executor it came to. Near
+		// its cap the trail takes nothing more (trail.go).
+		if e.trail.full.Load() {
+			e.trailFull(m)
 			return
 		}
-		e.recordRequest(m)
+		if e.budget != nil {
+			p := e.principalOf(m, false)
+			if ok, retry := e.budget.admit(p, len(m.Data), time.Now()); !ok {
+				e.rateLimited(m, p, retry)
+				return
+			}
+		}
+		recorded = e.recordRequest(m)
 	} else if to := m.Header.Get(events.AnswerToHeader); to != "" {
 		// Only executors publish on their exec subjects, so the caller's
 		// reply subject named here is the one the bus gave the caller.
 		m.Reply = to
 	}
-	e.accept(m, forwarded)
+	e.accept(m, forwarded, recorded)
 }
 
-// accept takes one invocation message. It runs the call on a worker of
-// its own, so the subscription keeps handing out work.
-func (e *Executor) accept(m *nats.Msg, forwarded bool) {
+// accept takes one invocation message, whose record the stream
+// acknowledges on recorded (the zero Receipt for a forwarded one). It
+// runs the call on a worker of its own, so the subscription keeps
+// handing out work.
+func (e *Executor) accept(m *nats.Msg, forwarded bool, recorded bus.Receipt) {
 	inv, err := events.Decode[events.Invocation](m.Data)
 	if err != nil {
 		e.respondRaw(m.Reply, e.result(&events.Invocation{Header: events.Header{ID: "unknown"}}, "", events.ErrInvalidParams, "malformed invocation: "+err.Error()))
@@ -178,7 +194,13 @@ func (e *Executor) accept(m *nats.Msg, forwarded bool) {
 	}
 	switch {
 	case ok && !forwarded && (h == nil || !mine):
-		e.forward(m, inv, t, hosts)
+		// The executor it goes to runs it without looking at the
+		// trail: it goes once the trail holds it.
+		if recorded.Settled() {
+			e.forward(m, inv, t, hosts, recorded)
+		} else {
+			e.workers.run(func() { e.forward(m, inv, t, hosts, recorded) })
+		}
 		return
 	case ok && forwarded && h != nil && !mine:
 		// Sent here for a workspace this executor does not have (the
@@ -186,7 +208,7 @@ func (e *Executor) accept(m *nats.Msg, forwarded bool) {
 		e.refuse(m, inv, principal, t, events.ErrExecutorLost, fmt.Sprintf("executor %s does not host %s for this call's workspace", e.id.ID, t.Name))
 		return
 	}
-	c := &call{e: e, inv: inv, reply: m.Reply, body: m.Data, principal: principal, tool: t, host: h, attempt: events.AttemptOf(inv.Attempt)}
+	c := &call{e: e, inv: inv, reply: m.Reply, body: m.Data, principal: principal, tool: t, host: h, attempt: events.AttemptOf(inv.Attempt), recorded: recorded}
 	if h != nil {
 		c.impl = h.impl
 	}
@@ -377,7 +399,20 @@ func quoteAll(names []string) string {
 
 // forward sends an invocation this executor may not run to one of hosts
 // that may; that executor answers the caller directly.
-func (e *Executor) forward(m *nats.Msg, inv *events.Invocation, t *events.Tool, candidates []string) {
+func (e *Executor) forward(m *nats.Msg, inv *events.Invocation, t *events.Tool, candidates []string, recorded bus.Receipt) {
+	ctx, cancel := context.WithTimeout(context.Background(), recordWait)
+	err := recorded.Wait(ctx)
+	cancel()
+	if err != nil {
+		typ := events.ErrExecutionFailed
+		if errors.Is(err, bus.ErrTrailFull) {
+			typ = events.ErrAuditFull
+			e.trail.setFull(err.Error(), e.trail.Fill())
+			e.trail.refusals.Add(1)
+		}
+		e.respondRaw(m.Reply, e.result(inv, t.Name, typ, fmt.Sprintf("Refused: the audit trail did not store this call's invocation (%v), so the call was not run.", err)))
+		return
+	}
 	var hosts []string
 	for _, h := range candidates {
 		if h != e.id.ID {
@@ -457,6 +492,12 @@ func (c *call) abandon() bool {
 // says why a call ended early. Every way it ends goes through end.
 func (c *call) run(found bool) {
 	if st := c.takeID(); st != nil {
+		c.end(st.output())
+		return
+	}
+	// Nothing of the call happens, hooks included, before the trail
+	// holds it.
+	if st := c.awaitRecord(); st != nil {
 		c.end(st.output())
 		return
 	}

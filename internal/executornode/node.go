@@ -22,6 +22,7 @@ import (
 	"github.com/toolbus/toolbus/internal/builtin"
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/executor"
+	"github.com/toolbus/toolbus/internal/metrics"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/proctree"
 	"github.com/toolbus/toolbus/internal/sandbox"
@@ -346,12 +347,26 @@ type Readiness interface {
 	Ready(name string, check func(context.Context) error)
 }
 
+// TrailGauges is what takes the audit trail's gauges, when a Readiness
+// does too (metrics.Metrics).
+type TrailGauges interface {
+	WatchTrail(fill func() float64, refusals func() uint64)
+}
+
+var _ TrailGauges = (*metrics.Metrics)(nil)
+
 // ReportReadiness adds the node's readiness checks to r: its catalogue
 // replica in step with the catalogue bucket, its policy the last one
-// offered, and its MCP servers up (each not down past its retries).
+// offered, the audit trail not near its cap (the executor refuses calls
+// meanwhile), and its MCP servers up (each not down past its retries).
+// An r that is also TrailGauges gets the trail's fill and refusals.
 func (n *Node) ReportReadiness(r Readiness) {
 	r.Ready("catalogue", func(context.Context) error { return n.Executor.CatalogHealth() })
 	r.Ready("policy", func(context.Context) error { return n.Executor.PolicyHealth() })
+	r.Ready("audit trail", func(context.Context) error { return n.Executor.TrailHealth() })
+	if g, ok := r.(TrailGauges); ok {
+		g.WatchTrail(n.Executor.TrailFill, n.Executor.TrailRefusals)
+	}
 	if n.MCP != nil {
 		r.Ready("mcp", func(context.Context) error { return n.MCP.Manager.Health() })
 	}

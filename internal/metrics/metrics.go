@@ -157,6 +157,20 @@ func (m *Metrics) WatchConn(nc *nats.Conn) {
 	})
 }
 
+// WatchTrail reports the audit trail as an executor sees it: its fill
+// (bytes over its cap, as last looked at) as toolbus_audit_trail_fill,
+// and the calls refused because it was near its cap, or refused their
+// records, as toolbus_audit_full_refusals_total. An operator alerts well
+// before the fill reaches the executors' high-water mark.
+func (m *Metrics) WatchTrail(fill func() float64, refusals func() uint64) {
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "toolbus_audit_trail_fill", Help: "The audit stream's bytes over its size cap, as this executor last saw them (every second); from the high-water mark (0.9) on, recorded calls are refused.",
+	}, fill))
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "toolbus_audit_full_refusals_total", Help: "Calls this executor refused (AUDIT_FULL) because the audit stream was near its size cap or refused their records.",
+	}, func() float64 { return float64(refusals()) }))
+}
+
 // Ready adds a check /readyz makes.
 func (m *Metrics) Ready(name string, check func(context.Context) error) {
 	m.mu.Lock()

@@ -67,6 +67,7 @@ var allTypes = []toolbus.ErrorType{
 	toolbus.ErrExecutorLost, toolbus.ErrFileNotFound, toolbus.ErrFileTooLarge, toolbus.ErrPathNotInWorkspace,
 	toolbus.ErrEditNoOccurrence, toolbus.ErrEditOccurrenceMismatch, toolbus.ErrShellFailed, toolbus.ErrMCPToolError,
 	toolbus.ErrInvocationIDReused, toolbus.ErrTooManyPending, toolbus.ErrRateLimited, toolbus.ErrConcurrencyLimited,
+	toolbus.ErrAuditFull,
 }
 
 // checkFailure checks that a failed call gave both a Result and its

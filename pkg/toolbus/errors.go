@@ -53,6 +53,11 @@ const (
 	// ErrConcurrencyLimited: as many of this caller's calls of the kind
 	// run at once as the policy lets run; the call was not run.
 	ErrConcurrencyLimited = ErrorType(events.ErrConcurrencyLimited)
+	// ErrAuditFull: the audit trail is near its size cap (or refused
+	// the call's record), and the fleet runs no call it cannot record;
+	// the call was not run. Calls run again once old records age out or
+	// an operator raises the cap.
+	ErrAuditFull = ErrorType(events.ErrAuditFull)
 
 	// Failures of the built-in tools.
 	ErrFileNotFound           = ErrorType(events.ErrFileNotFound)

@@ -24,6 +24,7 @@ import (
 //	ErrInvocationIDReused                                        TestErrorTypes
 //	ErrTooManyPending, ErrRateLimited                            TestOneCallerCannotFillTheApproversQueue (internal/approve), TestAFloodingCallerIsRefusedAndNothingOfItKept (internal/executor)
 //	ErrRateLimited, ErrConcurrencyLimited                        TestRateLimitsHoldAcrossTheFleetPerAgent, TestConcurrencyLimitRefusesWithoutAQueue (internal/executor)
+//	ErrAuditFull                                                 TestTheFleetFailsClosedNearTheCap (internal/executor)
 //	ErrConfirmationTimeout                                       TestConfirmationTimeout
 //	ErrCancelled                                                 TestCancelFromAnotherClient, TestContextCancelled, TestBatch
 //	ErrShellFailed                                               TestShellFailed
