@@ -49,7 +49,9 @@ func (p *protection) set(which *[]protect.Run, runs []protect.Run) {
 	if p.apply != nil {
 		p.apply(set)
 	}
-	p.log.Info("protected code: a change to these asks a person", "paths", len(set.Paths))
+	if len(set.Paths) > 0 {
+		p.log.Info("protected code: the policy is shown these paths", "paths", len(set.Paths))
+	}
 }
 
 // Set is the paths derived last.
