@@ -41,6 +41,7 @@ func IsCapability(s string) bool {
 	if len(s) != CapabilityLen {
 		return false
 	}
+	// The decoder skips newlines: 22 characters may hold fewer bytes.
 	b, err := base64.RawURLEncoding.Strict().DecodeString(s)
 	return err == nil && len(b) == capabilityBytes
 }

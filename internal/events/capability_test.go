@@ -34,6 +34,7 @@ func FuzzIsCapability(f *testing.F) {
 	f.Add("AAAAAAAAAAAAAAAAAAAAA")
 	f.Add("AAAAAAAAAAAAAAAAAAAAAA==")
 	f.Add("shell_AAAAAAAAAAAAAAAA")
+	f.Add("0000000000\r\r0000000000") // newlines, which the decoder skips
 	f.Fuzz(func(t *testing.T, s string) {
 		b, err := base64.RawURLEncoding.DecodeString(s)
 		want := err == nil && len(b) == capabilityBytes && base64.RawURLEncoding.EncodeToString(b) == s

@@ -416,3 +416,20 @@ func TestCallsWithoutASessionHaveABudget(t *testing.T) {
 		}
 	}
 }
+
+// TestRepeatsCountTheWindowBefore: a call reads the counter of its own
+// window, which the calls of the window before wrote to as their next:
+// the repeats a call sees are those of one window at least.
+func TestRepeatsCountTheWindowBefore(t *testing.T) {
+	at := time.Unix(1_800_000_000, 0).Truncate(repeatWindow)
+	for _, d := range []time.Duration{0, time.Second, repeatWindow - time.Nanosecond} {
+		current, next := repeatCounters("k", at.Add(d))
+		later, _ := repeatCounters("k", at.Add(d+repeatWindow))
+		if later != next || current == next {
+			t.Errorf("a call at +%s writes %s and %s; one a window later reads %s, want the first's next", d, current, next, later)
+		}
+		if other, _ := repeatCounters("other", at.Add(d)); other == current {
+			t.Errorf("two calls share the counter %s", current)
+		}
+	}
+}

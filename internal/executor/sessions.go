@@ -211,15 +211,21 @@ func (c *call) sessionCounts(pol *policy.Policy, args map[string]any) (*policy.S
 	who := c.counted()
 	key := counterKey(who, c.inv.Sender.Session)
 	call := counterKey(who, c.tool.Name, string(canonical))
-	w := time.Now().UnixNano() / int64(repeatWindow)
-	values, err := c.e.sessions.count(c.ctx,
-		events.SessionSubjectPrefix+"calls."+key,
-		events.SessionSubjectPrefix+"repeats."+strconv.FormatInt(w, 10)+"."+call,
-		events.SessionSubjectPrefix+"repeats."+strconv.FormatInt(w+1, 10)+"."+call)
+	current, next := repeatCounters(call, time.Now())
+	values, err := c.e.sessions.count(c.ctx, events.SessionSubjectPrefix+"calls."+key, current, next)
 	if err != nil {
 		return nil, err
 	}
 	return &policy.SessionCounts{Calls: values[0], Repeats: values[1]}, nil
+}
+
+// repeatCounters are the subjects of the repeat counters of call (its
+// counterKey) at now: the current window's, which the call reads, and
+// the next one's, which the calls of the next window read.
+func repeatCounters(call string, now time.Time) (current, next string) {
+	w := now.UnixNano() / int64(repeatWindow)
+	return events.SessionSubjectPrefix + "repeats." + strconv.FormatInt(w, 10) + "." + call,
+		events.SessionSubjectPrefix + "repeats." + strconv.FormatInt(w+1, 10) + "." + call
 }
 
 // counted is who the loop guards count a call under: the proven

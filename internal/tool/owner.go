@@ -17,14 +17,6 @@ type Owner struct {
 // of those owns its own.
 func (c *Call) Owner() Owner { return Owner{id: c.Caller.ID, proven: c.Caller.Proven} }
 
-// String is the owner as the logs name it.
-func (o Owner) String() string {
-	if !o.proven {
-		return o.id + " (unproven)"
-	}
-	return o.id
-}
-
 // Owns reports whether call comes from o: the one test a tool makes
 // before it serves a capability of o's.
 func (o Owner) Owns(call *Call) bool { return o == call.Owner() }
