@@ -4,7 +4,7 @@
 # scripts/test.sh. The Rego policy's mutation check is, and runs in about
 # 0.2 s a mutant (internal/policy/mutant).
 #
-#   scripts/mutation.sh [group...]    groups: builtin policy shell executor audit sandbox facade (default: all)
+#   scripts/mutation.sh [group...]    groups: builtin policy shell executor audit sandbox facade protect (default: all)
 #
 # Each group names its files and the tests that judge them; a -run filter
 # keeps the executor's to those that exercise the code (its whole -short
@@ -16,7 +16,7 @@ workers=${GOMUTATE_WORKERS:-2}
 mutate() { go run ./scripts/gomutate -workers "$workers" "$@"; }
 
 groups=("$@")
-[ ${#groups[@]} -gt 0 ] || groups=(builtin policy shell executor audit sandbox facade)
+[ ${#groups[@]} -gt 0 ] || groups=(builtin policy shell executor audit sandbox facade protect)
 for g in "${groups[@]}"; do
 	echo "== $g"
 	case $g in
@@ -48,6 +48,9 @@ for g in "${groups[@]}"; do
 		mutate -test ./internal/mcp/ -run 'TestTokensFile|TestParseTokens|TestFacadeHTTPRefusesStrangers|TestFacadeSessionsBelongToTheirClient|TestFacadeTakesAnAnswer|TestFacadeRefusesAnAlteredRequestState|FuzzParseTokens' \
 			internal/mcp/facade_tokens.go internal/mcp/facade_http.go
 		mutate -test ./internal/events/ internal/events/principal.go ;;
+	protect)
+		# Which files are the code the settings run (input.protected).
+		mutate -test ./internal/protect/ internal/protect/protect.go ;;
 	*)
 		echo "unknown group $g"; exit 2 ;;
 	esac

@@ -193,7 +193,7 @@ func looksLikeFile(words []string, p string) bool {
 }
 
 func isPython(name string) bool {
-	return name == "python" || strings.HasPrefix(name, "python3") || name == "python2"
+	return name == "python" || strings.HasPrefix(name, "python2") || strings.HasPrefix(name, "python3")
 }
 
 // tooBroad says whether protecting p would ask about changes everywhere,

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -48,7 +49,13 @@ func TestFindDerivesWhatTheCommandsRun(t *testing.T) {
 		{"a file not there yet", Run{Line: "python3 scripts/new_hook.py"}, []string{"scripts/new_hook.py", "scripts"}, nil},
 		{"a program found in the workspace", Run{Line: "wstool run"}, []string{"bin/tool", "bin"}, nil},
 		{"nested bash -c", Run{Line: `bash -c "./scripts/lint.sh x"`}, []string{"scripts/lint.sh"}, nil},
-		{"an input redirection", Run{Line: "node < server/index.js"}, []string{"server/index.js"}, nil},
+		{"an input redirection, not an output one", Run{Line: "node < server/index.js > out.log 2> err.txt"}, []string{"server/index.js"}, []string{"out.log", "err.txt"}},
+		{"python by every name", Run{Line: "python -m a; python2 -m b; python3.11 -m c.d"}, []string{"a", "a.py", "b", "b.py", "c", "c.py"}, []string{"d"}},
+		{"-m with nothing after it", Run{Line: "python3 -m"}, nil, nil},
+		{"a path without an extension, not there yet", Run{Line: "sh scripts/lint"}, []string{"scripts/lint"}, nil},
+		{"a file outside the workspace, not its directory", Run{Line: "bash /srv/hooks/guard.sh"}, []string{"/srv/hooks/guard.sh"}, []string{"/srv/hooks"}},
+		{"the variable first on the line", Run{Line: "$CLAUDE_PROJECT_DIR/scripts/lint.sh"}, []string{"scripts/lint.sh"}, nil},
+		{"the variable last on the line", Run{Line: "./scripts/lint.sh $CLAUDE_PROJECT_DIR"}, []string{"scripts/lint.sh"}, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -61,7 +68,11 @@ func TestFindDerivesWhatTheCommandsRun(t *testing.T) {
 				}
 			}
 			for _, w := range c.want {
-				if !slices.Contains(got, filepath.Join(ws, w)) {
+				p := w
+				if !filepath.IsAbs(w) {
+					p = filepath.Join(ws, w)
+				}
+				if !slices.Contains(got, p) {
 					t.Errorf("got %v, want %s among them", got, w)
 				}
 			}
@@ -82,17 +93,98 @@ func TestFindDerivesWhatTheCommandsRun(t *testing.T) {
 }
 
 // TestFindNeverProtectsEverything: no command line, however it is
-// written, protects the workspace, the home, a temp dir or the root, which
-// would make every change asked about and none remembered.
+// written, protects the workspace, the home, a temp dir, the root or the
+// system's directories, which would make every change asked about and
+// none remembered.
 func TestFindNeverProtectsEverything(t *testing.T) {
-	ws := t.TempDir()
+	ws := filepath.Join(t.TempDir(), "ws")
+	os.MkdirAll(filepath.Join(ws, "sub"), 0o755)
 	f := &Finder{Workspace: ws, Home: "/home/ada", LookPath: func(string) (string, error) { return "", errors.New("no") }}
-	for _, line := range []string{"cd / && ls", "cat " + ws, "sh " + ws + "/", "cat ..", "ls ~", "cat $HOME", "ls /tmp", "echo . ./ ../..", "cat /usr/bin/env"} {
+	never := []string{"/", "/home", "/home/ada", ws, filepath.Dir(ws), "/tmp", "/var/tmp", "/dev/shm", os.TempDir(), "/usr/bin/env", "/etc/passwd.d", "/usr/lib/x.py"}
+	for _, line := range []string{"cd / && ls", "cat " + ws, "sh " + ws + "/", "cat ..", "ls ~", "cat $HOME", "ls /tmp/", "ls /var/tmp/ /dev/shm/",
+		"echo . ./ ../..", "cat /usr/bin/env", "cat /etc/passwd.d", "python3 /usr/lib/x.py", "cat ~/", "cat /home/ada/"} {
 		set, _ := f.Find([]Run{{Line: line, Dir: ws}})
 		for _, p := range set.Paths {
-			if f.tooBroad(p.Path) {
+			if slices.Contains(never, p.Path) {
 				t.Errorf("%q protects %s", line, p.Path)
 			}
+		}
+	}
+	// Beneath them is fine.
+	set, _ := f.Find([]Run{{Line: "sh " + ws + "/sub/x.sh /home/ada/h.sh", Dir: ws}})
+	for _, want := range []string{filepath.Join(ws, "sub/x.sh"), filepath.Join(ws, "sub"), "/home/ada/h.sh"} {
+		if _, ok := set.Covers(want); !ok {
+			t.Errorf("%s is not protected: %v", want, set.Paths)
+		}
+	}
+}
+
+// TestFindNotes: a run that names no file says so, one that does not.
+func TestFindNotes(t *testing.T) {
+	f := &Finder{Workspace: t.TempDir(), LookPath: func(string) (string, error) { return "", errors.New("no") }}
+	_, notes := f.Find([]Run{{Line: "echo hi", By: "a"}, {Line: "sh x.sh", By: "b"}})
+	if len(notes) != 1 || !strings.HasPrefix(notes[0], "a: ") {
+		t.Errorf("notes %q, want one for a", notes)
+	}
+}
+
+// TestAScriptThroughALinkIsProtectedWhereItLeads: the policy sees a
+// call's paths as named and as resolved, so both are protected.
+func TestAScriptThroughALinkIsProtectedWhereItLeads(t *testing.T) {
+	ws, _ := filepath.EvalSymlinks(t.TempDir())
+	os.MkdirAll(filepath.Join(ws, "real"), 0o755)
+	os.WriteFile(filepath.Join(ws, "real", "hook.sh"), nil, 0o755)
+	os.Symlink(filepath.Join(ws, "real", "hook.sh"), filepath.Join(ws, "hook.sh"))
+	f := &Finder{Workspace: ws, LookPath: func(string) (string, error) { return "", errors.New("no") }}
+	set, _ := f.Find([]Run{{Line: "./hook.sh"}})
+	var got []string
+	for _, p := range set.Paths {
+		got = append(got, p.Path)
+	}
+	if !slices.Equal(got, []string{filepath.Join(ws, "hook.sh"), filepath.Join(ws, "real", "hook.sh")}) {
+		t.Errorf("got %v", got)
+	}
+}
+
+// TestTheProjectDirIsExpandedByName: $CLAUDE_PROJECT_DIR and its braced
+// form name the workspace, and a longer name that starts with it does not.
+func TestTheProjectDirIsExpandedByName(t *testing.T) {
+	const ref = "$CLAUDE_PROJECT_DIR"
+	for in, want := range map[string]string{
+		ref:                      "/w",
+		ref + "/x":               "/w/x",
+		"a " + ref + " b":        "a /w b",
+		ref + ref:                "/w/w",
+		ref + "-" + ref:          "/w-/w",
+		ref + "_2/x":             ref + "_2/x",
+		ref + "a " + ref:         ref + "a /w",
+		ref + "z":                ref + "z",
+		ref + "A":                ref + "A",
+		ref + "Z":                ref + "Z",
+		ref + "0":                ref + "0",
+		ref + "9":                ref + "9",
+		ref + "`":                "/w`",
+		ref + "{":                "/w{",
+		ref + "@":                "/w@",
+		ref + "[":                "/w[",
+		ref + "/":                "/w/",
+		ref + ":":                "/w:",
+		"${CLAUDE_PROJECT_DIR}x": "/wx",
+	} {
+		if got := (&Finder{Workspace: "/w"}).expandProjectDir(in); got != want {
+			t.Errorf("%q: got %q, want %q", in, got, want)
+		}
+	}
+	// A workspace the shell would split is not put in: what follows it
+	// is then not found, rather than found somewhere else (the split's
+	// second word, b/b/x.sh, in the workspace).
+	ws := filepath.Join(t.TempDir(), "a b")
+	os.MkdirAll(ws, 0o755)
+	f := &Finder{Workspace: ws, LookPath: func(string) (string, error) { return "", errors.New("no") }}
+	set, _ := f.Find([]Run{{Line: ref + "/b/x.sh"}})
+	for _, p := range set.Paths {
+		if p.Path == filepath.Join(ws, "b", "b", "x.sh") || p.Path == filepath.Join(ws, "b", "b") {
+			t.Errorf("protects %s", p.Path)
 		}
 	}
 }
