@@ -91,3 +91,59 @@ func TestOneAnswerRunsOneCall(t *testing.T) {
 		t.Fatalf("the command ran %q (%v), want once", data, err)
 	}
 }
+
+// TestEachRoundHasItsOwnAnswerSubject: an approver edits a shell line,
+// and the edited call is asked about again, on an answer subject of its
+// own. A proceed sent to the first round's subject runs nothing: the
+// edited line waits for its own answer, and a cancel there ends it
+// without running it.
+func TestEachRoundHasItsOwnAnswerSubject(t *testing.T) {
+	e := newEnv(t)
+	approver := startApprover(t, e.bus, func(r *events.ConfirmRequest) *events.ConfirmAnswer {
+		if r.Command == "echo original" {
+			return &events.ConfirmAnswer{Outcome: events.ModifyWithEditor, Args: json.RawMessage(`{"command":"echo edited > edited.txt"}`)}
+		}
+		return nil
+	})
+	done := make(chan *events.Result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		res, err := e.client.Invoke(ctx, &events.Invocation{Tool: "run_shell_command", Args: json.RawMessage(shellArgs("echo original"))}, nil)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	var rounds []*events.ConfirmRequest
+	for len(rounds) < 2 {
+		select {
+		case r := <-approver.requests:
+			rounds = append(rounds, r)
+		case res := <-done:
+			t.Fatalf("the call ended after %d rounds: %s %q", len(rounds), errType(res), res.LLMContent)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d rounds asked, want 2", len(rounds))
+		}
+	}
+	if rounds[1].Command != "echo edited > edited.txt" || rounds[0].AnswerTo == rounds[1].AnswerTo {
+		t.Fatalf("the second round asks about %q on %s, the first was on %s: want the edited line, on a subject of its own", rounds[1].Command, rounds[1].AnswerTo, rounds[0].AnswerTo)
+	}
+	nc := bustest.Connect(t, e.bus).Conn()
+	person := events.Identity{ID: "approver:ada", Role: "approver"}
+	data, _ := events.Encode(&events.ConfirmAnswer{Header: events.Header{Sender: person}, InvocationID: rounds[0].InvocationID, Outcome: events.ProceedOnce})
+	if msg, err := nc.Request(events.AnswerSubject(rounds[0].AnswerTo, events.AnswerAsApprover, ""), data, 2*time.Second); err == nil {
+		if ack, _ := events.Decode[events.ConfirmAck](msg.Data); ack == nil || ack.Accepted {
+			t.Fatalf("a proceed on the first round's subject was taken: %+v", ack)
+		}
+	}
+	if ack := answerWith(t, nc, rounds[1], events.AnswerAsApprover, "", person, events.Cancel); !ack.Accepted {
+		t.Fatalf("the cancel of the second round: %q", ack.Reason)
+	}
+	if res := <-done; errType(res) != events.ErrUserCancelled {
+		t.Fatalf("the call: %s %q, want %s: the first round's subject decided nothing", errType(res), res.LLMContent, events.ErrUserCancelled)
+	}
+	if _, err := os.Stat(filepath.Join(e.ws.Root(), "edited.txt")); err == nil {
+		t.Fatal("the edited line ran")
+	}
+}
