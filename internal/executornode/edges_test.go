@@ -111,7 +111,7 @@ func TestEveryProcessTheNodeStartsIsConfined(t *testing.T) {
 	if !ok {
 		t.Fatalf("the bus's URL %q has no port", b.URL())
 	}
-	mcpPort, allowed := listen(t), listen(t)
+	mcpPort, allowed := testkit.Listen(t), testkit.Listen(t)
 
 	ws := workspace(t)
 	write := func(rel, content string) string {
@@ -208,29 +208,6 @@ func TestEveryProcessTheNodeStartsIsConfined(t *testing.T) {
 			}
 		}
 	})
-}
-
-// listen is a loopback TCP listener that accepts and drops connections
-// until the test ends; it returns its port.
-func listen(t *testing.T) uint16 {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	t.Cleanup(func() { ln.Close(); <-done })
-	return uint16(ln.Addr().(*net.TCPAddr).Port)
 }
 
 // A tool that honours the proxy variables connects to the proxy, so its

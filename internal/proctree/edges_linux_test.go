@@ -12,29 +12,6 @@ import (
 	"github.com/toolbus/toolbus/internal/testkit"
 )
 
-// listen is a loopback TCP listener that accepts and drops connections
-// until the test ends; it returns its port.
-func listen(t *testing.T) uint16 {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	t.Cleanup(func() { ln.Close(); <-done })
-	return uint16(ln.Addr().(*net.TCPAddr).Port)
-}
-
 // connects is a shell line that prints NAME=connected or NAME=refused
 // for a TCP connection to 127.0.0.1:port, each port listening.
 func connects(name string, port uint16) string {
@@ -47,7 +24,7 @@ func connects(name string, port uint16) string {
 // listens, so a refusal is the confinement's. An unconfined tree of the
 // same supervisors connects to all three.
 func TestAConfinedTreeConnectsOnlyToItsPorts(t *testing.T) {
-	allowed, reserved, unlisted := listen(t), listen(t), listen(t)
+	allowed, reserved, unlisted := testkit.Listen(t), testkit.Listen(t), testkit.Listen(t)
 	ws := t.TempDir()
 	sb, err := sandbox.New(sandbox.Policy{Writable: []string{ws}, Connect: []uint16{allowed, reserved}, Reserved: []uint16{reserved}})
 	if err != nil {

@@ -1,0 +1,30 @@
+package testkit
+
+import (
+	"net"
+	"testing"
+)
+
+// Listen is a loopback TCP listener that accepts and drops connections
+// until the test ends: a port a confined process may or may not reach. It
+// returns its port.
+func Listen(tb testing.TB) uint16 {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	tb.Cleanup(func() { ln.Close(); <-done })
+	return uint16(ln.Addr().(*net.TCPAddr).Port)
+}
