@@ -369,11 +369,11 @@ func (f *peerFleet) invocations(t *testing.T) []*events.Invocation {
 	if err != nil {
 		t.Fatal(err)
 	}
-	last, err := stream.GetLastMsgForSubject(ctx, events.SubjectInvoke+".*")
+	last, err := stream.GetLastMsgForSubject(ctx, events.SubjectInvoke+".>")
 	if err != nil {
 		t.Fatalf("no tool.invoke in the audit stream: %v", err)
 	}
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.SubjectInvoke + ".*"}})
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.SubjectInvoke + ".>"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/cli"
+	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/mcp"
 	"github.com/toolbus/toolbus/internal/policy"
 )
@@ -105,6 +106,14 @@ func runMCPServe(natsURL string, o mcpServeOptions) error {
 		return err
 	}
 	defer cli.Close(b)
+	// Only a facade may name a client of its own: anyone else (the agent,
+	// as a process that cannot read the facade's seed connects) calls
+	// as itself, since the bus would drop its client's subjects.
+	if client != "" && b.Principal() != "" {
+		if ok, err := b.MayPublish(ctx, events.InvokeSubject(events.ClientPrincipal(b.Principal(), client))); !ok || err != nil {
+			client = ""
+		}
+	}
 
 	var current atomic.Pointer[policy.Policy]
 	files, err := policy.DirFiles(o.policyDir, policy.Files(defaultpolicy.Default()))
@@ -326,7 +335,9 @@ printed once, by add.`,
 	cmd.AddCommand(&cobra.Command{
 		Use:   "add NAME",
 		Short: "Make a token for client NAME (replacing its earlier one) and print it",
-		Args:  cobra.ExactArgs(1),
+		Example: `  # A token of its own for the agent's MCP client, kept outside the workspace.
+  toolbus mcp token add claude-code > ~/.config/toolbus/claude-code.token`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
 			if err := os.MkdirAll(filepath.Dir(path()), 0o700); err != nil {
 				return err
@@ -339,9 +350,10 @@ printed once, by add.`,
 			return nil
 		},
 	}, &cobra.Command{
-		Use:   "remove NAME",
-		Short: "Take client NAME's token back: its next request is refused",
-		Args:  cobra.ExactArgs(1),
+		Use:     "remove NAME",
+		Short:   "Take client NAME's token back: its next request is refused",
+		Example: `  toolbus mcp token remove claude-code`,
+		Args:    cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
 			found, err := mcp.RemoveToken(path(), args[0])
 			if err != nil {
@@ -355,7 +367,9 @@ printed once, by add.`,
 	}, &cobra.Command{
 		Use:   "list",
 		Short: "List the clients that have a token",
-		Args:  noArgs,
+		Example: `  toolbus mcp token list
+  toolbus mcp token list --tokens /etc/toolbus/mcp-tokens`,
+		Args: noArgs,
 		RunE: func(_ *cobra.Command, _ []string) error {
 			t, err := mcp.LoadTokens(path())
 			if errors.Is(err, os.ErrNotExist) {

@@ -357,3 +357,62 @@ func accountOf(ctx context.Context, nc *nats.Conn) (string, error) {
 	}
 	return resp.Data.Account, nil
 }
+
+// MayPublish says whether the bus lets this connection publish subject,
+// as its user's permissions say ($SYS.REQ.USER.INFO, which answers a user
+// about itself alone): a user the server gives no publish permissions may
+// publish anything. A bus that does not say is an error.
+func (b *Bus) MayPublish(ctx context.Context, subject string) (bool, error) {
+	m, err := b.nc.RequestWithContext(ctx, "$SYS.REQ.USER.INFO", nil)
+	if err != nil {
+		return false, fmt.Errorf("ask the bus what this connection may publish: %w", err)
+	}
+	var resp struct {
+		Data *struct {
+			Permissions *struct {
+				Publish *struct {
+					Allow []string `json:"allow"`
+					Deny  []string `json:"deny"`
+				} `json:"publish"`
+			} `json:"permissions"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(m.Data, &resp); err != nil || resp.Data == nil {
+		return false, fmt.Errorf("the bus did not say what this connection may publish: %s", m.Data)
+	}
+	p := resp.Data.Permissions
+	if p == nil || p.Publish == nil {
+		return true, nil
+	}
+	for _, d := range p.Publish.Deny {
+		if subjectMatches(subject, d) {
+			return false, nil
+		}
+	}
+	if len(p.Publish.Allow) == 0 {
+		return true, nil
+	}
+	for _, a := range p.Publish.Allow {
+		if subjectMatches(subject, a) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// subjectMatches says whether the literal subject is one filter names
+// (its tokens, * for any one, > for one or more at the end).
+func subjectMatches(subject, filter string) bool {
+	st, ft := strings.Split(subject, "."), strings.Split(filter, ".")
+	for i, f := range ft {
+		switch {
+		case f == ">":
+			return i < len(st)
+		case i >= len(st):
+			return false
+		case f != "*" && f != st[i]:
+			return false
+		}
+	}
+	return len(st) == len(ft)
+}

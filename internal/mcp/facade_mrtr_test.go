@@ -257,6 +257,7 @@ func tsModernCall(t *testing.T, url, action, tool, args string) (res map[string]
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, "testdata/modern-client.mjs", sdk, url, action, tool, args)
+	cmd.Env = append(os.Environ(), "TOOLBUS_TEST_TOKEN="+testToken)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"os/exec"
 	"reflect"
 	"strings"
@@ -129,6 +130,7 @@ func TestFacadeServesPromptsAndResourcesToATypeScriptModernClient(t *testing.T) 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, "testdata/modern-client.mjs", sdk, url, "features", "greeting", `{"name":"Ada"}`, "notes://readme")
+	cmd.Env = append(os.Environ(), "TOOLBUS_TEST_TOKEN="+testToken)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

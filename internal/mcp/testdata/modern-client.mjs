@@ -30,7 +30,9 @@ if (action !== 'none') {
 		return { action: 'decline', content: { reason: 'not from a script' } };
 	});
 }
-await client.connect(new StreamableHTTPClientTransport(new URL(url)));
+// The facade admits a client by its token, which the test gives.
+const headers = process.env.TOOLBUS_TEST_TOKEN ? { Authorization: `Bearer ${process.env.TOOLBUS_TEST_TOKEN}` } : {};
+await client.connect(new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers } }));
 if (action === 'features') {
 	try {
 		const [prompt, promptArgs, uri] = process.argv.slice(5);
