@@ -12,6 +12,12 @@ test_principal_is_the_proven_id_before_its_slash if {
 	toolbus.principal == "ada" with input as {"caller": proven_agent}
 }
 
+# An input whose principal is empty (a replay of a decision recorded
+# before the executor gave one) falls back to the proven id.
+test_an_empty_principal_is_the_proven_id if {
+	toolbus.principal == "ada" with input as {"caller": {"id": "ada/agent:x", "proven": true, "principal": ""}}
+}
+
 test_a_facade_client_is_a_principal_of_its_own if {
 	toolbus.principal == "facade/alice" with input as {"caller": {"id": "facade/alice/agent:claude-code", "proven": true, "principal": "facade/alice"}}
 	a := toolbus.limits with input as {"tool": {"kind": "execute"}, "caller": {"id": "facade/alice/agent:x", "proven": true, "principal": "facade/alice"}}
