@@ -70,6 +70,10 @@ func (m *Model) edit(r approve.Request) tea.Cmd {
 		return nil
 	}
 	id := r.AnswerTo
+	// Not through the executor's confined starter: this is the person's
+	// own editor ($EDITOR), which the person starts in their own terminal,
+	// as the approver's account, on a file of data in the hidden state dir
+	// (which a confined editor could not write). No model chooses it.
 	cmd := exec.Command(argv[0], append(argv[1:], path)...)
 	return tea.ExecProcess(cmd, func(err error) tea.Msg {
 		return editedMsg{id: id, path: path, orig: orig, err: err}

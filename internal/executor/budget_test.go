@@ -1,7 +1,6 @@
 package executor
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -68,22 +67,9 @@ func TestAFloodingCallerIsRefusedAndNothingOfItKept(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Unsubscribe()
-	call := func(principal, id, content string) *events.Result {
+	call := func(principal, id, pattern string) *events.Result {
 		t.Helper()
-		args, _ := json.Marshal(map[string]string{"pattern": content})
-		data, err := events.Encode(&events.Invocation{Header: events.Header{ID: id, Sender: events.Identity{ID: principal}}, Tool: "glob", Args: args})
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err := nc.Request(events.InvokeSubject(principal), data, 20*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := events.Decode[events.Result](m.Data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res
+		return globAs(t, nc, principal, id, pattern)
 	}
 	big := strings.Repeat("x", 8<<10)
 	limited, ran := 0, 0

@@ -58,7 +58,15 @@ func shareBurst(ex *Executor) float64 {
 // same, which is what a flood is after.
 func callAs(t *testing.T, nc *nats.Conn, principal, id string, pad int) *events.Result {
 	t.Helper()
-	args, _ := json.Marshal(map[string]string{"pattern": strings.Repeat("x", pad)})
+	return globAs(t, nc, principal, id, strings.Repeat("x", pad))
+}
+
+// globAs sends a glob call for pattern on principal's own subject, as
+// that principal (the subject is what an executor trusts), and returns
+// its result.
+func globAs(t *testing.T, nc *nats.Conn, principal, id, pattern string) *events.Result {
+	t.Helper()
+	args, _ := json.Marshal(map[string]string{"pattern": pattern})
 	data, err := events.Encode(&events.Invocation{Header: events.Header{ID: id, Sender: events.Identity{ID: principal}}, Tool: "glob", Args: args})
 	if err != nil {
 		t.Fatal(err)

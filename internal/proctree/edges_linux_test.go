@@ -126,18 +126,7 @@ func TestAConfinedTreeCannotReachAbstractSockets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	defer func() { ln.Close(); <-done }()
+	testkit.AcceptAndDrop(t, ln)
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)

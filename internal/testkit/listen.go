@@ -14,6 +14,13 @@ func Listen(tb testing.TB) uint16 {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	AcceptAndDrop(tb, ln)
+	return uint16(ln.Addr().(*net.TCPAddr).Port)
+}
+
+// AcceptAndDrop accepts and closes ln's connections until the test ends,
+// then closes ln.
+func AcceptAndDrop(tb testing.TB, ln net.Listener) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -26,5 +33,4 @@ func Listen(tb testing.TB) uint16 {
 		}
 	}()
 	tb.Cleanup(func() { ln.Close(); <-done })
-	return uint16(ln.Addr().(*net.TCPAddr).Port)
 }
