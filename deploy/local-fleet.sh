@@ -67,14 +67,17 @@ running() {
 	[ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null
 }
 
+# wait_port PORT [SECONDS] waits until something listens on PORT (30 s by
+# default).
 wait_port() {
-	for _ in $(seq 1 300); do
+	local seconds=${2:-30}
+	for _ in $(seq 1 $((seconds * 10))); do
 		if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then
 			return 0
 		fi
 		sleep 0.1
 	done
-	echo "local-fleet: nothing listens on port $1 after 30 s" >&2
+	echo "local-fleet: nothing listens on port $1 after $seconds s" >&2
 	return 1
 }
 
@@ -126,7 +129,11 @@ start() {
 	TOOLBUS_IDENTITY="$ids/executor1.nk" start_part executor1 "$dir/bin/executor" --nats "$all" --workspace "$dir/ws1" --workspace-name one --metrics "127.0.0.1:$((metrics + 4))"
 	TOOLBUS_IDENTITY="$ids/executor2.nk" start_part executor2 "$dir/bin/executor" --nats "$all" --workspace "$dir/ws2" --workspace-name two --metrics "127.0.0.1:$((metrics + 5))"
 	TOOLBUS_IDENTITY="$ids/approver.nk" start_part console "$dir/bin/toolbus" console --nats "$all" --listen "$console" --metrics "127.0.0.1:$((metrics + 6))"
-	wait_port "${console##*:}"
+	# The console listens once an executor has made the allowlist bucket,
+	# after the audit stream and the executors' other stores: a fresh
+	# cluster makes each with 3 copies, which a loaded machine takes tens
+	# of seconds for.
+	wait_port "${console##*:}" 180
 	# The console listens a moment before it prints its address.
 	console_url=$(wait_log "$dir/log/console.log" 'http://[^ ]*token=[^ ]*')
 	echo "fleet up: $all"

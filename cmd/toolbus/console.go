@@ -100,6 +100,7 @@ func startConsole(ctx context.Context, b *bus.Bus, principal string, cc console.
 	open := executor.OpenAllowlistBucket
 	if b.Principal() != "" {
 		open = executor.AwaitAllowlistBucket // an approver's identity reads it only
+		log.Info("console: waiting for an executor to make the allowlist bucket; it listens after")
 	}
 	kv, err := open(ctx, b.JetStream())
 	if err != nil {
