@@ -77,7 +77,7 @@ func auditInit(natsURL string, maxAge time.Duration, maxBytes int64, replicas in
 		if err := bus.EnsureAudit(ctx, b.JetStream(), bus.Config{AuditMaxAge: maxAge, AuditMaxBytes: maxBytes, Replicas: copies}); err != nil {
 			return err
 		}
-		fmt.Printf("audit stream ready: %s (and %s for approvers)\n", events.AuditStream, events.ConfirmStream)
+		fmt.Printf("audit stream ready: %s (its records' large fields in %s, and %s for approvers)\n", events.AuditStream, events.BlobStream, events.ConfirmStream)
 		return nil
 	})
 }

@@ -11,6 +11,7 @@
 package audit
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -118,6 +119,10 @@ type Record struct {
 	Attempt  int       `json:"attempt,omitempty"`
 	// Events is the invocation's timeline, in stream order; Show fills it.
 	Events []Event `json:"events,omitempty"`
+	// Incomplete names the records of the call whose large fields
+	// (events.Outline) the trail does not hold, or holds altered: each
+	// is read with a note in its place, and the call is never replayed.
+	Incomplete []string `json:"incomplete,omitempty"`
 
 	terminal bool     // the terminal result is in
 	seq      uint64   // the invocation's stream sequence
@@ -202,7 +207,56 @@ type Event struct {
 type Stats struct {
 	Messages  int           // messages read from the stream
 	Malformed int           // of them, those that did not decode
+	Outlined  int           // of them, those whose large fields were read from events.BlobStream
+	Missing   int           // of those, the ones with a large field the trail lost or holds altered
 	Elapsed   time.Duration // the read's time
+}
+
+// errIncomplete is the replay's error for a call the trail holds only in
+// part (Record.Incomplete).
+var errIncomplete = errors.New("the trail does not hold this call's records whole")
+
+// blobs reads the records' large fields from events.BlobStream, by
+// direct get of the subject their digest names (an auditor may read
+// nothing else of it).
+type blobs struct {
+	ctx    context.Context
+	js     jetstream.JetStream
+	stream jetstream.Stream
+}
+
+func (b *blobs) fetch(ref events.BlobRef) ([]byte, error) {
+	if b.stream == nil {
+		s, err := b.js.Stream(b.ctx, events.BlobStream)
+		if err != nil {
+			return nil, fmt.Errorf("stream %s: %w", events.BlobStream, err)
+		}
+		b.stream = s
+	}
+	m, err := b.stream.GetLastMsgForSubject(b.ctx, ref.Subject())
+	if err != nil {
+		return nil, err
+	}
+	return m.Data, nil
+}
+
+// inline is m's message as the join takes it in, its large fields read
+// back (events.Inline), counted in st.
+func (b *blobs) inline(m *bus.StoredMsg, st *Stats) message {
+	msg := message{subject: m.Subject, data: m.Data, seq: m.Sequence, at: m.Time}
+	if !bytes.HasPrefix(m.Data, events.OutlinedPrefix) {
+		return msg
+	}
+	st.Outlined++
+	data, err := events.Inline(m.Data, b.fetch)
+	if err != nil {
+		st.Missing++
+		msg.incomplete = err.Error()
+	}
+	if data != nil {
+		msg.data = data
+	}
+	return msg
 }
 
 // Read reads the invocations q selects, in the order they were made.
@@ -251,11 +305,12 @@ func read(ctx context.Context, js jetstream.JetStream, subjects []string, j *joi
 	// none of them.
 	r := bus.Range{Since: q.Since, To: last, Subjects: subjects}
 	var seen uint64 // the stream sequence of the last message read
+	bl := &blobs{ctx: ctx, js: js}
 	for restarts := 0; ; restarts++ {
 		_, err := readRange(ctx, js, events.AuditStream, r, func(m *bus.StoredMsg) error {
 			st.Messages++
 			seen = m.Sequence
-			if !j.add(m.Subject, m.Data, m.Sequence, m.Time) {
+			if !j.addMessage(bl.inline(m, &st)) {
 				st.Malformed++
 			}
 			return nil
@@ -387,6 +442,8 @@ func Tail(ctx context.Context, js jetstream.JetStream, q Query, f func(*Record))
 	}
 	next := stream.CachedInfo().State.LastSeq + 1 // from now on
 	j := newJoiner(q, false)
+	bl := &blobs{ctx: ctx, js: js}
+	var st Stats
 	flush := func(now time.Time) {
 		kept := j.order[:0]
 		for _, r := range j.order {
@@ -404,7 +461,7 @@ func Tail(ctx context.Context, js jetstream.JetStream, q Query, f func(*Record))
 	}
 	for ctx.Err() == nil {
 		last, err := bus.Read(ctx, js, events.AuditStream, bus.Range{From: next, Subjects: Subjects}, func(m *bus.StoredMsg) error {
-			j.add(m.Subject, m.Data, m.Sequence, m.Time)
+			j.addMessage(bl.inline(m, &st))
 			return nil
 		})
 		if ctx.Err() != nil {

@@ -86,6 +86,9 @@ type message struct {
 	data    []byte
 	seq     uint64
 	at      time.Time
+	// incomplete says which of its large fields are not in the trail
+	// (events.Inline): data holds a note of each instead.
+	incomplete string
 }
 
 // maxHeld bounds the invocations events are held for: the oldest are
@@ -128,7 +131,12 @@ func (j *joiner) forget(r *Record) {
 
 // add takes in one message; false when it does not decode.
 func (j *joiner) add(subject string, data []byte, seq uint64, at time.Time) bool {
-	m := message{subject, data, seq, at}
+	return j.addMessage(message{subject: subject, data: data, seq: seq, at: at})
+}
+
+// addMessage takes in m; false when it does not decode.
+func (j *joiner) addMessage(m message) bool {
+	subject := m.subject
 	if id, ok := strings.CutPrefix(subject, events.SubjectProgressPrefix); ok {
 		j.progress(idKey(id), m)
 		return true
@@ -149,6 +157,14 @@ func (j *joiner) progress(k string, m message) {
 	if r := j.byKey[k]; r != nil && j.timeline {
 		r.Events = append(r.Events, Event{Seq: m.seq, Time: m.at, Subject: m.subject, Type: "tool.progress",
 			Summary: fmt.Sprintf("%d bytes of output", len(m.data))})
+	}
+}
+
+// mark notes on r that m, one of its records, lacks large fields the
+// trail lost or holds altered: r is shown so, and never replayed.
+func (j *joiner) mark(r *Record, m message) {
+	if m.incomplete != "" {
+		r.Incomplete = append(r.Incomplete, fmt.Sprintf("%s (sequence %d): %s", m.subject, m.seq, m.incomplete))
 	}
 }
 
@@ -227,12 +243,13 @@ func (j *joiner) invocation(m message, principal string) bool {
 		summary += fmt.Sprintf(" under the id of an earlier call of %s", principal)
 	}
 	j.byKey[idKey(inv.ID)] = j.byKey[k]
+	j.mark(r, m)
 	j.note(r, m, entry(inv.Header, summary))
 	for _, hk := range []string{k, idKey(inv.ID)} {
 		if held, ok := j.held[hk]; ok {
 			delete(j.held, hk)
 			for _, h := range held {
-				j.add(h.subject, h.data, h.seq, h.at)
+				j.addMessage(h)
 			}
 		}
 	}
@@ -286,6 +303,7 @@ func joinAs[T any, PT interface {
 		if r == nil {
 			return j.hold(k, e.ForInvocation(), m)
 		}
+		j.mark(r, m)
 		j.note(r, m, take(j, r, e))
 		return true
 	}
@@ -326,6 +344,7 @@ func joinResult(j *joiner, m message, principal string) bool {
 		return true
 	}
 	if a := r.attempt(res.Attempt); a != nil {
+		j.mark(r, m)
 		j.foldedDecision(r, m, res)
 		j.note(r, m, j.attemptResult(r, a, res))
 		return true
@@ -346,6 +365,7 @@ func joinResult(j *joiner, m message, principal string) bool {
 	if r == nil {
 		return j.hold(k, res.InvocationID, m)
 	}
+	j.mark(r, m)
 	j.foldedDecision(r, m, res)
 	j.note(r, m, j.result(r, res))
 	return true
@@ -435,6 +455,12 @@ func (j *joiner) decision(r *Record, d *events.Decision) Event {
 	if j.judged != nil && len(d.Input) > 0 {
 		jc := &judgedCall{d: d}
 		r.judged = append(r.judged, jc)
+		if len(r.Incomplete) > 0 {
+			// Judged on notes in place of what was lost, a replay would
+			// say what the policy makes of the notes.
+			jc.err = fmt.Errorf("%w: %s", errIncomplete, strings.Join(r.Incomplete, "; "))
+			return e
+		}
 		j.judged(r, jc)
 	}
 	return e

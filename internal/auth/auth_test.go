@@ -395,6 +395,11 @@ func TestAnAgentCannotStepOutOfItsRole(t *testing.T) {
 	f.violated(t, "mallory", "write the allowlist", "$KV."+events.AllowlistBucket+".sneaky")
 	publish(events.Request(events.SubjectRegister), body)
 	f.violated(t, "mallory", "register a tool", events.Request(events.SubjectRegister))
+	// The records' large fields are the parts' to write too: one an
+	// agent stored under another call's digest would be read back as
+	// that call's (and found altered by its digest).
+	publish(events.BlobSubjectPrefix+strings.Repeat("0", 64), body)
+	f.violated(t, "mallory", "write a record's large field", events.BlobSubjectPrefix+strings.Repeat("0", 64))
 	// Records are the parts' to write: an agent's own would put in the
 	// trail what no part took.
 	publish(events.SubjectRegister, body)
@@ -618,8 +623,32 @@ func TestAnAuditorOnlyReads(t *testing.T) {
 	f.violated(t, "trent", "publish an event", events.SubjectCatalogChanged)
 	nc.Publish("$JS.API.STREAM.PURGE."+events.AuditStream, nil)
 	f.violated(t, "trent", "purge the audit stream", "$JS.API.STREAM.PURGE."+events.AuditStream)
+	nc.Publish(events.BlobSubjectPrefix+strings.Repeat("0", 64), []byte(`{}`))
+	f.violated(t, "trent", "write a record's large field", events.BlobSubjectPrefix+strings.Repeat("0", 64))
 	if _, _, err := audit.Read(context.Background(), trent.JetStream(), audit.Query{}); err != nil {
 		t.Fatalf("the auditor's read: %v", err)
+	}
+
+	// An agent's call with 64 KiB of arguments: the executor records
+	// them by digest beside the trail, and the auditor reads them back
+	// whole.
+	agent := f.as(t, "agent")
+	caller := invoke.NewClient(agent.Conn(), events.Identity{Role: "agent"}, agent.Principal())
+	defer caller.Close()
+	pattern := strings.Repeat("p", 64<<10)
+	args, _ := json.Marshal(map[string]string{"pattern": pattern})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := caller.Invoke(ctx, &events.Invocation{Tool: "glob", Args: args}, nil)
+	if err != nil || res.Error != nil && res.Error.Type != events.ErrInvalidParams { // glob refuses so long a pattern, once judged
+		t.Fatalf("a call with large arguments: %+v %v", res.Error, err)
+	}
+	rec, err := audit.Show(context.Background(), trent.JetStream(), res.InvocationID, time.Time{})
+	if err != nil {
+		t.Fatalf("the auditor's show of a large call: %v", err)
+	}
+	if !strings.Contains(string(rec.Args), pattern) || rec.Incomplete != nil {
+		t.Fatalf("the auditor reads %d bytes of the call's arguments (incomplete: %v)", len(rec.Args), rec.Incomplete)
 	}
 
 	// The bus keeps the checkpoint chain's ends in a bucket of its own;

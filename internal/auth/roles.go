@@ -163,6 +163,8 @@ func GrantOf(role Role, name string) Grant {
 		// the catalogue.
 		g.Services = []string{"$SRV.PING.>", "$SRV.INFO.>", "$JS.API.STREAM.MSG.GET." + events.AuditStream}
 		g.Services = append(g.Services, readByDirectGet(events.AuditStream)...)
+		// The records' large fields, which the records name by digest.
+		g.Services = append(g.Services, readByDirectGet(events.BlobStream)...)
 		g.Services = append(g.Services, readBuckets(events.CatalogBucket, events.PolicyBucket)...)
 		// The ends of the checkpoint chain, which the bus keeps outside
 		// the stream (and alone writes): audit verify checks the stream
@@ -242,7 +244,8 @@ func Permissions(role Role, name string) *server.Permissions {
 		// it pings the executors, and takes one that stops answering off
 		// its tools' hosts.
 		p.pub(events.SubjectRegister, events.SubjectRegistryRemove, events.SubjectRegistryToggle,
-			events.SubjectCatalogChanged, "$SRV.PING."+events.ExecutorService)
+			events.SubjectCatalogChanged, "$SRV.PING."+events.ExecutorService,
+			events.BlobSubjectPrefix+"*") // the large fields of its records (events.Outline)
 		p.respond()
 		p.jsInfo()
 		p.makesBuckets()
@@ -274,6 +277,9 @@ func Permissions(role Role, name string) *server.Permissions {
 			events.InvokeSubject("*"), events.Request(events.SubjectCancel),
 			events.Request(events.SubjectRegister), events.Request(events.SubjectRegistryRemove), events.Request(events.SubjectRegistryToggle),
 			events.SubjectPolicyPrefix+"applied", events.SubjectPolicyPrefix+"rejected",
+			// The large fields of its records (events.Outline), and how
+			// full their stream is (trail.go).
+			events.BlobSubjectPrefix+"*", "$JS.API.STREAM.INFO."+events.BlobStream,
 			events.SubjectDiscoveryStatus, events.SubjectMCPStatus, events.SubjectMCPUpdatedPrefix+"*",
 			"$SRV.PING.>", "$SRV.INFO.>")
 		p.jsInfo()

@@ -70,13 +70,28 @@ var ErrTrailFull = errors.New("the audit stream is full")
 
 // Receipt is the audit stream's answer to one record, to wait for where
 // what follows the record must not happen unless it is stored: a call
-// runs only once its invocation is in the trail.
-type Receipt struct{ rec *record }
+// runs only once its invocation is in the trail, with the large fields
+// it names by digest (blobs).
+type Receipt struct {
+	rec   *record
+	blobs []*record
+}
 
-// Wait returns nil once the stream stored the record, an error wrapping
-// ErrTrailFull (or another refusal) once it refused it, or ctx's error.
-// The zero Receipt (nothing recorded) returns nil at once.
+// Wait returns nil once the stream stored the record and its blobs, an
+// error wrapping ErrTrailFull (or another refusal) once one was refused,
+// or ctx's error. The zero Receipt (nothing recorded) returns nil at
+// once.
 func (rc Receipt) Wait(ctx context.Context) error {
+	for _, b := range rc.blobs {
+		select {
+		case <-b.done:
+			if b.err != nil {
+				return fmt.Errorf("a large field of the record (%s): %w", b.msg.Subject, b.err)
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	if rc.rec == nil {
 		return nil
 	}
@@ -91,6 +106,13 @@ func (rc Receipt) Wait(ctx context.Context) error {
 // Settled reports whether the stream answered already: Wait would not
 // block.
 func (rc Receipt) Settled() bool {
+	for _, b := range rc.blobs {
+		select {
+		case <-b.done:
+		default:
+			return false
+		}
+	}
 	if rc.rec == nil {
 		return true
 	}
@@ -107,7 +129,7 @@ func (rc Receipt) Settled() bool {
 func Refused(err error) Receipt {
 	rec := &record{done: make(chan struct{}), err: err}
 	close(rec.done)
-	return Receipt{rec}
+	return Receipt{rec: rec}
 }
 
 // RecorderOption is an optional setting of NewRecorder.
@@ -151,17 +173,56 @@ func NewRecorder(nc *nats.Conn, log *slog.Logger, opts ...RecorderOption) (*Reco
 // stream has it. It fails only when the message cannot be sent at all
 // (too large for the bus, the recorder closed).
 func (r *Recorder) Record(subject string, data []byte) error {
-	_, err := r.record(subject, data, false)
+	_, err := r.record(subject, data, false, false)
+	return err
+}
+
+// RecordEncoded is Record of data this process encoded itself
+// (events.Encode): valid JSON by construction, which is not checked
+// again before a large record's fields are split (events.OutlineEncoded).
+func (r *Recorder) RecordEncoded(subject string, data []byte) error {
+	_, err := r.record(subject, data, false, true)
 	return err
 }
 
 // RecordReceipt is Record, and returns the Receipt to wait on for the
 // stream's answer.
 func (r *Recorder) RecordReceipt(subject string, data []byte) (Receipt, error) {
-	return r.record(subject, data, true)
+	return r.record(subject, data, true, false)
 }
 
-func (r *Recorder) record(subject string, data []byte, receipt bool) (Receipt, error) {
+// record sends data on subject, its large fields first, each to
+// events.BlobStream (events.Outline): one record stays small whatever a
+// caller sends. The confirmation requests are the exception: approvers
+// read them live and from their copy of the stream, and the executor
+// bounds them for that (ConfirmRequest.Shorten).
+func (r *Recorder) record(subject string, data []byte, receipt, encoded bool) (Receipt, error) {
+	var blobs []events.Blob
+	switch {
+	case subject == events.SubjectConfirmLegacy || strings.HasPrefix(subject, events.SubjectConfirmLegacy+"."):
+	case encoded:
+		data, blobs = events.OutlineEncoded(data, events.MaxInlineRecord)
+	default:
+		data, blobs = events.Outline(data, events.MaxInlineRecord)
+	}
+	var parts []*record
+	for _, b := range blobs {
+		rc, err := r.send(b.Ref.Subject(), b.Data, receipt)
+		if err != nil {
+			return Receipt{}, fmt.Errorf("record on %s: a large field: %w", subject, err)
+		}
+		if receipt {
+			parts = append(parts, rc.rec)
+		}
+	}
+	rc, err := r.send(subject, data, receipt)
+	rc.blobs = parts
+	return rc, err
+}
+
+// send publishes one message and keeps it until the stream that takes it
+// acknowledges it.
+func (r *Recorder) send(subject string, data []byte, receipt bool) (Receipt, error) {
 	r.mu.Lock()
 	for len(r.pending) >= RecordMaxPending && !r.closing {
 		r.log.Warn("the audit stream is not acknowledging records: waiting", "pending", len(r.pending))
@@ -189,7 +250,7 @@ func (r *Recorder) record(subject string, data []byte, receipt bool) (Receipt, e
 		r.forget(n)
 		return Receipt{}, fmt.Errorf("record on %s: %w", subject, err)
 	}
-	return Receipt{rec}, nil
+	return Receipt{rec: rec}, nil
 }
 
 // RecordRequest records request m, which came on events.Request(s), on

@@ -235,3 +235,73 @@ func TestRecordsWaitForTheStreamToComeBack(t *testing.T) {
 		}
 	}
 }
+
+// TestALargeRecordIsStoredByDigest: a record past events.MaxInlineRecord
+// is stored small, its large field in events.BlobStream under its
+// digest, and its receipt settles only once both are stored; a second
+// record with the same field adds nothing to the blob stream.
+func TestALargeRecordIsStoredByDigest(t *testing.T) {
+	b := bustest.Start(t, "")
+	rec, err := bus.NewRecorder(b.Conn(), bustest.Quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Close(context.Background())
+	big := fmt.Sprintf(`{"id":"a","args":{"content":%q}}`, bytesOf('z', 100<<10))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range 2 {
+		rc, err := rec.RecordReceipt(events.SubjectStep, []byte(big))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rc.Wait(ctx); err != nil {
+			t.Fatalf("record %d: %v", i, err)
+		}
+	}
+	js := b.JetStream()
+	audit, err := js.Stream(ctx, events.AuditStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := audit.GetLastMsgForSubject(ctx, events.SubjectStep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Data) > events.MaxInlineRecord {
+		t.Fatalf("the record is %d bytes", len(m.Data))
+	}
+	back, err := events.Inline(m.Data, func(ref events.BlobRef) ([]byte, error) {
+		blobs, err := js.Stream(ctx, events.BlobStream)
+		if err != nil {
+			return nil, err
+		}
+		bm, err := blobs.GetLastMsgForSubject(ctx, ref.Subject())
+		if err != nil {
+			return nil, err
+		}
+		return bm.Data, nil
+	})
+	if err != nil || len(back) < 100<<10 {
+		t.Fatalf("read back %d bytes: %v", len(back), err)
+	}
+	blobs, err := js.Stream(ctx, events.BlobStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := blobs.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 1 {
+		t.Errorf("the blob stream holds %d messages for one field sent twice", info.State.Msgs)
+	}
+}
+
+func bytesOf(c byte, n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = c
+	}
+	return b
+}

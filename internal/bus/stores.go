@@ -90,6 +90,9 @@ func ensureAudit(ctx context.Context, js jetstream.JetStream, cfg Config, owner 
 					return fmt.Errorf("audit stream %s does not acknowledge records, answer direct gets or refuse records when full (DiscardNew), and could not be changed to (an admin: toolbus audit init): %w", events.AuditStream, err)
 				}
 			}
+			if err := ensureBlobs(ctx, js, cfg, false); err != nil {
+				return err
+			}
 			return ensureConfirmations(ctx, js, cfg.Replicas, cfg.MaxBytes, false)
 		} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
 			return fmt.Errorf("audit stream %s: %w", events.AuditStream, err)
@@ -132,7 +135,58 @@ func ensureAudit(ctx context.Context, js jetstream.JetStream, cfg Config, owner 
 	if err != nil {
 		return fmt.Errorf("audit stream %s: %w", events.AuditStream, err)
 	}
+	if err := ensureBlobs(ctx, js, streamCfg, owner); err != nil {
+		return err
+	}
 	return ensureConfirmations(ctx, js, copies, maxBytes, owner)
+}
+
+// ensureBlobs makes the stream of the records' large fields
+// (events.BlobStream, events.Outline) beside the audit stream, with its
+// retention, cap, copies and refusals: it is part of the trail, and
+// keeps what it holds as long, evicting nothing to make room, refusing
+// deletes and purges as the audit stream does. One message per content
+// (the latest, which restarts its age): a blob sent again is not kept
+// twice. The owner updates an existing one to the audit stream's limits;
+// a part that only connects makes it when it is missing.
+func ensureBlobs(ctx context.Context, js jetstream.JetStream, audit jetstream.StreamConfig, owner bool) error {
+	s, err := js.Stream(ctx, events.BlobStream)
+	switch {
+	case err == nil && !owner:
+		return nil
+	case err != nil && !errors.Is(err, jetstream.ErrStreamNotFound):
+		return fmt.Errorf("blob stream %s: %w", events.BlobStream, err)
+	}
+	deny := audit.DenyDelete
+	if err == nil && s.CachedInfo().Config.DenyDelete {
+		deny = true // once refused, for good
+	}
+	cfg := jetstream.StreamConfig{
+		Name:              events.BlobStream,
+		Description:       "toolbus audit trail: the large fields of records in " + events.AuditStream + ", by SHA-256",
+		Subjects:          []string{events.BlobSubjectPrefix + "*"},
+		Storage:           jetstream.FileStorage,
+		MaxAge:            audit.MaxAge,
+		MaxBytes:          audit.MaxBytes,
+		MaxMsgsPerSubject: 1,
+		Discard:           jetstream.DiscardNew,
+		DenyDelete:        deny,
+		DenyPurge:         deny,
+		Replicas:          audit.Replicas,
+		AllowDirect:       true, // auditors read it by direct get, as the audit stream
+	}
+	if owner {
+		_, err = js.CreateOrUpdateStream(ctx, cfg)
+	} else {
+		_, err = js.CreateStream(ctx, cfg)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			err = nil
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("blob stream %s: %w", events.BlobStream, err)
+	}
+	return nil
 }
 
 // How long and how much of the confirmation subjects ConfirmStream

@@ -785,7 +785,7 @@ func (e *Executor) note(subject string, ev events.Envelope) {
 func (e *Executor) publish(subject string, ev events.Envelope) {
 	data, err := events.Encode(ev)
 	if err == nil {
-		err = e.rec.Record(subject, data)
+		err = e.rec.RecordEncoded(subject, data)
 	}
 	if err != nil {
 		e.log.Error("event not published", "subject", subject, "err", err)

@@ -1106,7 +1106,7 @@ func (c *call) end(how ending) {
 				e.publishDecision(c.inv.ID, decision) // too large to fold: on its own
 			}
 		}
-		if err := e.rec.Record(events.SubjectResult, data); err != nil {
+		if err := e.rec.RecordEncoded(events.SubjectResult, data); err != nil {
 			e.log.Error("result event not published", "invocation", res.InvocationID, "err", err)
 		}
 	})

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/events"
@@ -22,8 +23,9 @@ import (
 // every call it would record, at once and unrecorded (events.ErrAuditFull),
 // as auditd's space_left_action does: the room left above the mark holds
 // the results of the calls already running, and what the fleet records
-// between two looks. The invoke path reads one flag; the look costs one
-// stream info request a second per executor, whatever the load.
+// between two looks. The invoke path reads one flag; the look costs two
+// stream info requests a second per executor (the audit stream and the
+// stream of its records' large fields), whatever the load.
 //
 // Past the cap itself JetStream refuses a record, and a call runs only
 // once its invocation is stored (call.awaitRecord): a call the trail does
@@ -116,14 +118,25 @@ func (e *Executor) checkTrail(ctx context.Context) error {
 	}
 	info := s.CachedInfo()
 	cfg := info.Config
-	fill := 0.0
-	if cfg.MaxBytes > 0 {
-		fill = float64(info.State.Bytes) / float64(cfg.MaxBytes)
+	// The records' large fields are kept beside the stream, to the same
+	// cap (events.Outline): the trail is as full as the fuller of the two.
+	b, err := e.js.Stream(ctx, events.BlobStream)
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", events.BlobStream, err)
+	}
+	fill, why := 0.0, ""
+	for _, in := range []*jetstream.StreamInfo{info, b.CachedInfo()} {
+		if in.Config.MaxBytes > 0 {
+			if f := float64(in.State.Bytes) / float64(in.Config.MaxBytes); f >= fill {
+				fill = f
+				why = fmt.Sprintf("%s holds %d of %d bytes, at or past the high-water mark of %.0f%%", in.Config.Name, in.State.Bytes, in.Config.MaxBytes, e.cfg.TrailHighWater*100)
+			}
+		}
 	}
 	e.trail.fill.Store(math.Float64bits(fill))
 	switch {
-	case cfg.MaxBytes > 0 && fill >= e.cfg.TrailHighWater:
-		e.trail.setFull(fmt.Sprintf("%d of %d bytes, at or past the high-water mark of %.0f%%", info.State.Bytes, cfg.MaxBytes, e.cfg.TrailHighWater*100), fill)
+	case why != "" && fill >= e.cfg.TrailHighWater:
+		e.trail.setFull(why, fill)
 	case e.trail.full.Swap(false):
 		e.log.Info("the audit trail has room again: taking calls", "stream", events.AuditStream, "fill", fmt.Sprintf("%.1f%%", fill*100))
 	}

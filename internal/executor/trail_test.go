@@ -28,13 +28,21 @@ import (
 func capTrail(t *testing.T, js jetstream.JetStream, maxBytes int64, maxAge time.Duration) *jetstream.StreamInfo {
 	t.Helper()
 	ctx := context.Background()
+	// The records' large fields are kept beside the stream, to its cap
+	// (events.Outline): the trail is both.
+	for _, name := range []string{events.BlobStream, events.AuditStream} {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := s.CachedInfo().Config
+		cfg.MaxBytes, cfg.MaxAge = maxBytes, maxAge
+		if _, err := js.UpdateStream(ctx, cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
 	s, err := js.Stream(ctx, events.AuditStream)
 	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := s.CachedInfo().Config
-	cfg.MaxBytes, cfg.MaxAge = maxBytes, maxAge
-	if _, err := js.UpdateStream(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
 	info, err := s.Info(ctx)
@@ -52,13 +60,14 @@ func shareBurst(ex *Executor) float64 {
 	return ex.budget.share.burst
 }
 
-// callAs sends an invocation of glob whose pattern is pad bytes long, as
+// callAs sends an invocation of glob whose pattern is pad bytes long
+// after the call's id (so that no two calls' patterns are one blob), as
 // principal, straight on the principal's subject, and returns its result.
 // A pattern past 1 KiB is refused INVALID_TOOL_PARAMS: recorded all the
 // same, which is what a flood is after.
 func callAs(t *testing.T, nc *nats.Conn, principal, id string, pad int) *events.Result {
 	t.Helper()
-	return globAs(t, nc, principal, id, strings.Repeat("x", pad))
+	return globAs(t, nc, principal, id, id+strings.Repeat("x", pad))
 }
 
 // globAs sends a glob call for pattern on principal's own subject, as

@@ -4,6 +4,7 @@
 package checkpoint
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -11,13 +12,16 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"hash"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -487,7 +491,7 @@ func (r *Report) Lost() string {
 // that lost the chain's head.
 func Verify(ctx context.Context, js jetstream.JetStream, since time.Time, pub ed25519.PublicKey) (*Report, error) {
 	rep := &Report{}
-	v := &verifier{pub: pub, keyID: KeyID(pub), rep: rep}
+	v := &verifier{pub: pub, keyID: KeyID(pub), rep: rep, ctx: ctx, js: js, blobs: map[string]error{}}
 	// The chain's ends before the stream: a checkpoint published while
 	// the stream is read is then in what is read, or newer than the head.
 	v.readChain(ctx, js)
@@ -535,6 +539,58 @@ type verifier struct {
 	headAbsent bool                    // the bucket holds no head of the key
 	firstRead  *events.AuditCheckpoint // the first checkpoint read that is signed with pub
 	lastIndex  uint64                  // the highest index read
+
+	// The records' large fields, each checked once against its digest
+	// (events.Inline): what was found of each, by digest.
+	ctx        context.Context
+	js         jetstream.JetStream
+	blobStream jetstream.Stream
+	blobs      map[string]error
+}
+
+// outlined checks that the large fields the outlined record at seq names
+// are in events.BlobStream as their digests say: the checkpoints cover
+// the record, and so the digests, but not the blobs themselves. Each
+// blob is read once.
+func (v *verifier) outlined(seq uint64, data []byte) {
+	var r struct {
+		Outlined map[string]events.BlobRef `json:"outlined"`
+	}
+	if err := json.Unmarshal(data, &r); err != nil {
+		v.rep.Problems = append(v.rep.Problems, fmt.Sprintf("#%d: an outlined record that does not decode: %v", seq, err))
+		return
+	}
+	names := slices.Sorted(maps.Keys(r.Outlined))
+	for _, name := range names {
+		ref := r.Outlined[name]
+		err, seen := v.blobs[ref.SHA256]
+		if !seen {
+			err = v.checkBlob(ref)
+			v.blobs[ref.SHA256] = err
+		}
+		if err != nil {
+			if name == "" {
+				name = "the whole record"
+			}
+			v.rep.Problems = append(v.rep.Problems, fmt.Sprintf("#%d: %s (%d bytes, sha256 %s) is not in %s as recorded: %v", seq, name, ref.Size, ref.SHA256, events.BlobStream, err))
+		}
+	}
+}
+
+// checkBlob reads one blob by its digest's subject and checks it.
+func (v *verifier) checkBlob(ref events.BlobRef) error {
+	if v.blobStream == nil {
+		s, err := v.js.Stream(v.ctx, events.BlobStream)
+		if err != nil {
+			return err
+		}
+		v.blobStream = s
+	}
+	m, err := v.blobStream.GetLastMsgForSubject(v.ctx, ref.Subject())
+	if err != nil {
+		return err
+	}
+	return events.CheckBlob(ref, m.Data)
 }
 
 // leafAt is a message's leaf and its sequence.
@@ -598,6 +654,9 @@ func (v *verifier) message(seq uint64, subject string, data []byte) {
 	rep.LastSeq, v.next = seq, seq+1
 	if subject == events.SubjectAuditCheckpoint {
 		v.checkpoint(seq, data)
+	}
+	if bytes.HasPrefix(data, events.OutlinedPrefix) {
+		v.outlined(seq, data)
 	}
 	v.leaves = append(v.leaves, leafAt{seq: seq, leaf: leaf(subject, data)})
 }
