@@ -13,6 +13,8 @@ import (
 	mcpclient "github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
+
+	toolmcp "github.com/toolbus/toolbus/internal/mcp"
 )
 
 // A session belongs to the client that opened it: another client that
@@ -137,4 +139,55 @@ type elicitHandler func(context.Context, mcp.ElicitationRequest) (*mcp.Elicitati
 
 func (f elicitHandler) Elicit(ctx context.Context, req mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
 	return f(ctx, req)
+}
+
+// TestOneClientCannotTakeEveryFacadeSession: a client that opens
+// sessions without end gets toolmcp.MaxClientSessions of them, then none; another
+// client still gets one, and the first gets one again once it ends one.
+func TestOneClientCannotTakeEveryFacadeSession(t *testing.T) {
+	ff := startFacade(t, nil, "")
+	initialize := func(token string) string {
+		t.Helper()
+		body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"flood","version":"1"}}}`
+		req, _ := http.NewRequest(http.MethodPost, ff.url, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("initialize: %d", resp.StatusCode)
+		}
+		return resp.Header.Get(mcpserver.HeaderKeySessionID)
+	}
+	var first string
+	for i := range toolmcp.MaxClientSessions {
+		id := initialize(otherToken)
+		if id == "" {
+			t.Fatalf("session %d of a client got no id", i+1)
+		}
+		if first == "" {
+			first = id
+		}
+	}
+	if id := initialize(otherToken); id != "" {
+		t.Fatalf("a client got session %d", toolmcp.MaxClientSessions+1)
+	}
+	if id := initialize(testToken); id == "" {
+		t.Fatal("another client got no session while the first held its all")
+	}
+	req, _ := http.NewRequest(http.MethodDelete, ff.url, nil)
+	req.Header.Set("Authorization", "Bearer "+otherToken)
+	req.Header.Set(mcpserver.HeaderKeySessionID, first)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if id := initialize(otherToken); id == "" {
+		t.Fatal("a client that ended a session got no new one")
+	}
 }

@@ -38,7 +38,7 @@ type HTTPConfig struct {
 // opened it, and another client naming it is refused as if it did not
 // exist.
 func (f *Facade) HTTPHandler(cfg HTTPConfig) http.Handler {
-	sessions := &clientSessions{owner: map[string]string{}}
+	sessions := &clientSessions{owner: map[string]string{}, held: map[string]int{}}
 	// Stateful: a session keeps its client's name and capabilities, and
 	// list_changed reaches it on its GET stream.
 	inner := mcpserver.NewStreamableHTTPServer(f.srv, mcpserver.WithEndpointPath(HTTPPath),
@@ -119,12 +119,18 @@ func bearer(header string) string {
 type clientSessions struct {
 	mu    sync.Mutex
 	owner map[string]string // session id → client
+	held  map[string]int    // client → its sessions
 }
 
-// maxSessions bounds the sessions an endpoint keeps; past it none is
-// dropped to make room: a new client gets no session id, and is served
-// as a client without sessions is, one request at a time.
-const maxSessions = 4096
+// maxSessions bounds the sessions an endpoint keeps, and
+// maxClientSessions those of one client, so that one client cannot take
+// them all; past either none is dropped to make room: a new session gets
+// no id, and its client is served as a client without sessions is, one
+// request at a time.
+const (
+	maxSessions       = 4096
+	maxClientSessions = 256
+)
 
 // sessionIdle is how long a session nobody uses is kept.
 const sessionIdle = time.Hour
@@ -169,10 +175,11 @@ func (m sessionManager) Generate() string {
 	id := "mcp-session-" + base64.RawURLEncoding.EncodeToString(b[:])
 	m.s.mu.Lock()
 	defer m.s.mu.Unlock()
-	if len(m.s.owner) >= maxSessions {
+	if len(m.s.owner) >= maxSessions || m.s.held[m.client] >= maxClientSessions {
 		return ""
 	}
 	m.s.owner[id] = m.client
+	m.s.held[m.client]++
 	return id
 }
 
@@ -192,6 +199,9 @@ func (m sessionManager) Terminate(id string) (bool, error) {
 	defer m.s.mu.Unlock()
 	if owner, ok := m.s.owner[id]; ok && (!m.scoped || owner == m.client) {
 		delete(m.s.owner, id)
+		if m.s.held[owner]--; m.s.held[owner] <= 0 {
+			delete(m.s.held, owner)
+		}
 	}
 	return false, nil
 }
