@@ -99,16 +99,18 @@ func TestLocalFleetAttacks(t *testing.T) {
 	mcpPort := u.Port()
 
 	t.Run("ShellLineReachesNoSeedAndNoToolbusPort", func(t *testing.T) {
-		ports := map[string]int{"bus": f.port, "route": f.route, "console": f.consolePort, "metrics": f.metricsPort}
 		var mcp int
 		fmt.Sscan(mcpPort, &mcp)
-		ports["mcp"] = mcp
+		ports := []struct {
+			what string
+			port int
+		}{{"bus", f.port}, {"route", f.route}, {"console", f.consolePort}, {"metrics", f.metricsPort}, {"mcp", mcp}}
 		// Each is there to be reached, unconfined: the refusals below
 		// are the confinement's.
-		for what, p := range ports {
-			c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		for _, p := range ports {
+			c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", p.port))
 			if err != nil {
-				t.Fatalf("the %s port %d: %v", what, p, err)
+				t.Fatalf("the %s port %d: %v", p.what, p.port, err)
 			}
 			c.Close()
 		}
@@ -116,8 +118,8 @@ func TestLocalFleetAttacks(t *testing.T) {
 			t.Fatal(err)
 		}
 		line := `probe() { if err=$( (exec 3<>/dev/tcp/127.0.0.1/$2) 2>&1 ); then echo "$1: connected"; else echo "$1: refused ($err)"; fi; }` + "\n"
-		for what, p := range ports {
-			line += fmt.Sprintf("probe %s %d\n", what, p)
+		for _, p := range ports {
+			line += fmt.Sprintf("probe %s %d\n", p.what, p.port)
 		}
 		line += fmt.Sprintf(`if err=$(cat '%s' '%s' 2>&1 >/dev/null); then echo "seeds: read"; else echo "seeds: refused ($err)"; fi`+"\n", f.seed("admin"), f.seed("agent"))
 		line += fmt.Sprintf(`if err=$(ls '%s' 2>&1 >/dev/null); then echo "identities: listed"; else echo "identities: refused ($err)"; fi`+"\n", filepath.Join(f.dir, "identities"))
@@ -128,15 +130,16 @@ func TestLocalFleetAttacks(t *testing.T) {
 			t.Fatalf("the shell line did not run: exit %d %s %s", code, out, errOut)
 		}
 		t.Logf("the shell line printed:\n%s", out)
+		// What it printed, not the command the result repeats.
+		_, stdout, _ := strings.Cut(out, "Stdout:")
+		stdout, _, _ = strings.Cut(stdout, "Stderr:")
 		// Unconfined, it would print "connected", "read" and "listed":
-		// Landlock's TCP rules and its unreadable paths refuse each.
-		for _, want := range []string{"bus: refused", "route: refused", "console: refused", "metrics: refused", "mcp: refused", "seeds: refused", "identities: refused"} {
-			if !strings.Contains(out, want) {
-				t.Errorf("the shell line's output has no %q:\n%s", want, out)
+		// Landlock's TCP rules and its unreadable paths refuse each, with
+		// EACCES.
+		for _, what := range []string{"bus", "route", "console", "metrics", "mcp", "seeds", "identities"} {
+			if !regexp.MustCompile(`(?m)^\s*` + what + `: refused \([^)]*Permission denied`).MatchString(stdout) {
+				t.Errorf("the shell line reached the %s: %s", what, stdout)
 			}
-		}
-		if n := strings.Count(out, "Permission denied"); n < 7 {
-			t.Errorf("%d refusals say Permission denied (Landlock's EACCES), want 7:\n%s", n, out)
 		}
 	})
 
@@ -177,7 +180,15 @@ func TestLocalFleetAttacks(t *testing.T) {
 		}
 		answer := func(tool, id string) string {
 			out, errOut, code := call("mallory", tool, map[string]string{"shell_id": id})
-			return strings.ReplaceAll(fmt.Sprintf("exit %d|%s|%s", code, out, errOut), id, "ID")
+			// Not the line saying the call waits for a person, which
+			// counts down.
+			var said []string
+			for _, l := range strings.Split(errOut, "\n") {
+				if !strings.HasPrefix(l, "toolbus: waiting for approval") {
+					said = append(said, l)
+				}
+			}
+			return strings.ReplaceAll(fmt.Sprintf("exit %d|%s|%s", code, out, strings.Join(said, "\n")), id, "ID")
 		}
 		// With the owner's check gone, mallory would read the victim's
 		// API_TOKEN here and kill its command.
@@ -198,9 +209,13 @@ func TestLocalFleetAttacks(t *testing.T) {
 	})
 
 	t.Run("FacadeClientsAreAuthenticatedAndApart", func(t *testing.T) {
-		post := func(token, session, body string) int {
+		send := func(method, token, session, body string) int {
 			t.Helper()
-			req, _ := http.NewRequest(http.MethodPost, endpoint, strings.NewReader(body))
+			// A stream opened answers with its headers and stays open:
+			// the status is all this wants.
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, method, endpoint, strings.NewReader(body))
 			req.Header.Set("Content-Type", "application/json")
 			req.Header.Set("Accept", "application/json, text/event-stream")
 			req.Header.Set("MCP-Protocol-Version", "2025-06-18")
@@ -217,6 +232,7 @@ func TestLocalFleetAttacks(t *testing.T) {
 			resp.Body.Close()
 			return resp.StatusCode
 		}
+		post := func(token, session, body string) int { return send(http.MethodPost, token, session, body) }
 		initialize := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{"elicitation":{}},"clientInfo":{"name":"claude-code","version":"2.0"}}}`
 		for what, tok := range map[string]string{"no token": "", "a made-up token": strings.Repeat("A", len(aliceToken))} {
 			if got := post(tok, "", initialize); got != http.StatusUnauthorized {
@@ -239,8 +255,14 @@ func TestLocalFleetAttacks(t *testing.T) {
 		alice := connectWithToken(t, endpoint, aliceToken, declining)
 		bob := connectWithToken(t, endpoint, bobToken, acceptingUser(make(chan string, 4)))
 		ping := `{"jsonrpc":"2.0","id":7,"method":"ping"}`
-		if got := post(bobToken, alice.GetSessionId(), ping); got != http.StatusNotFound {
-			t.Errorf("bob's request on alice's session: %d, want 404", got)
+		// Bob names alice's session: a request on it, its stream (where
+		// alice's questions go), its end. Were sessions not bound to the
+		// client that opened them, the stream would be bob's to read and
+		// the session his to end (mcp-go itself checks a POST's).
+		for _, method := range []string{http.MethodPost, http.MethodGet, http.MethodDelete} {
+			if got := send(method, bobToken, alice.GetSessionId(), ping); got != http.StatusNotFound {
+				t.Errorf("bob's %s on alice's session: %d, want 404", method, got)
+			}
 		}
 		done := make(chan *mcp.CallToolResult, 1)
 		go func() {
