@@ -13,9 +13,12 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	mcpclient "github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/toolbus/toolbus/internal/events"
@@ -311,6 +314,8 @@ func TestLocalFleetAttacks(t *testing.T) {
 			return &mcp.ElicitationResult{ElicitationResponse: mcp.ElicitationResponse{Action: mcp.ElicitationResponseActionDecline}}, nil
 		})
 		alice := connectWithToken(t, endpoint, aliceToken, declining)
+		// A second session of alice's, which is not the one asked.
+		aliceToo := connectWithToken(t, endpoint, aliceToken, acceptingUser(make(chan string, 4)))
 		bob := connectWithToken(t, endpoint, bobToken, acceptingUser(make(chan string, 4)))
 		ping := `{"jsonrpc":"2.0","id":7,"method":"ping"}`
 		// Bob names alice's session: a request on it, its stream (where
@@ -338,11 +343,12 @@ func TestLocalFleetAttacks(t *testing.T) {
 			t.Fatal("alice's user was never asked about her edit")
 		}
 		// Bob accepts every question the facade may have put, on his
-		// own session and on alice's; with answers taken from any
-		// session, the edit would be made.
-		for _, sess := range []string{bob.GetSessionId(), alice.GetSessionId()} {
+		// own session and on alice's, and so does alice's other session;
+		// with answers taken from any session, the edit would be made.
+		for _, forger := range []struct{ token, session string }{
+			{bobToken, bob.GetSessionId()}, {bobToken, alice.GetSessionId()}, {aliceToken, aliceToo.GetSessionId()}} {
 			for id := 1; id <= 20; id++ {
-				post(bobToken, sess, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"result":{"action":"accept","content":{}}}`, id))
+				post(forger.token, forger.session, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"result":{"action":"accept","content":{}}}`, id))
 			}
 		}
 		close(decide)
@@ -385,6 +391,48 @@ func TestLocalFleetAttacks(t *testing.T) {
 			return got["write_file"] == want["write_file"] && got["read_file"] == want["read_file"]
 		}) {
 			t.Errorf("the trail's facade calls by tool: %v, want %v", got, want)
+		}
+	})
+
+	t.Run("OneFacadeClientLeavesAnotherItsPlaces", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		// Alice's user never answers; bob's accepts.
+		var held atomic.Int32
+		holding := make(chan struct{})
+		defer close(holding)
+		silent := elicitFunc(func(ctx context.Context, _ mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
+			held.Add(1)
+			select {
+			case <-holding:
+			case <-ctx.Done():
+			}
+			return nil, ctx.Err()
+		})
+		hog := connectWithToken(t, endpoint, aliceToken, silent)
+		bob := connectWithToken(t, endpoint, bobToken, acceptingUser(make(chan string, 4)))
+		write := func(c *mcpclient.Client, ctx context.Context, file string) (*mcp.CallToolResult, error) {
+			req := mcp.CallToolRequest{}
+			req.Params.Name, req.Params.Arguments = "write_file", map[string]any{"file_path": file, "content": "x\n"}
+			return c.CallTool(ctx, req)
+		}
+		calls, stop := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		defer func() { stop(); wg.Wait() }()
+		for i := range 16 {
+			wg.Go(func() { write(hog, calls, fmt.Sprintf("hold-%d.txt", i)) })
+		}
+		testkit.EventuallyWithin(t, time.Minute, "alice's 16 edits wait for her user", func() bool { return held.Load() == 16 })
+		if res, err := write(hog, ctx, "one-more.txt"); err != nil || !res.IsError || !strings.Contains(mcpText(res), string(events.ErrTooManyPending)) {
+			t.Fatalf("alice's 17th edit: %v %+v", err, res)
+		}
+		// Were the facade's clients one principal, bob's edit would be
+		// refused as alice's 17th is.
+		if res, err := write(bob, ctx, "bobs.txt"); err != nil || res.IsError {
+			t.Fatalf("bob's edit beside alice's 16: %v %+v", err, res)
+		}
+		if _, err := os.Stat(filepath.Join(f.dir, "ws1", "bobs.txt")); err != nil {
+			t.Errorf("bob's edit was not made: %v", err)
 		}
 	})
 
