@@ -25,7 +25,10 @@
 #     --args '{"file_path":"README.md"}' --nats "$(deploy/local-fleet.sh urls)"
 #
 # executor1's workspace is named one, executor2's two: a file or shell
-# call names one of them (--workspace), and runs there only.
+# call names one of them (--workspace), and runs there only. An executor
+# reads the agents' settings its workspace holds (.gemini/settings.json,
+# .claude/settings.json, .mcp.json: hooks, MCP servers, discovery), as
+# `toolbus up` reads its directory's; they are read at start.
 #
 # The identities are bus, admin, registry, executor1, executor2, approver
 # (the console), auditor, agent and facade (for `toolbus mcp serve`, the
@@ -96,6 +99,15 @@ wait_log() {
 	return 1
 }
 
+# settings_flags WS sets flags to the executor flags naming the agents'
+# settings files workspace WS holds.
+settings_flags() {
+	flags=()
+	[ ! -f "$1/.gemini/settings.json" ] || flags+=(--settings "$1/.gemini/settings.json")
+	[ ! -f "$1/.claude/settings.json" ] || flags+=(--claude-settings "$1/.claude/settings.json")
+	[ ! -f "$1/.mcp.json" ] || flags+=(--mcp-config "$1/.mcp.json")
+}
+
 start() {
 	mkdir -p "$dir/bin" "$dir/log" "$dir/run" "$dir/ws1" "$dir/ws2"
 	chmod 700 "$dir/log" "$dir/run"
@@ -126,8 +138,13 @@ start() {
 	[ -f "$dir/ws1/README.md" ] || echo "# workspace one" >"$dir/ws1/README.md"
 	[ -f "$dir/ws2/README.md" ] || echo "# workspace two" >"$dir/ws2/README.md"
 	TOOLBUS_IDENTITY="$ids/registry.nk" start_part registry "$dir/bin/registry" --nats "$all" --metrics "127.0.0.1:$((metrics + 3))"
-	TOOLBUS_IDENTITY="$ids/executor1.nk" start_part executor1 "$dir/bin/executor" --nats "$all" --workspace "$dir/ws1" --workspace-name one --metrics "127.0.0.1:$((metrics + 4))"
-	TOOLBUS_IDENTITY="$ids/executor2.nk" start_part executor2 "$dir/bin/executor" --nats "$all" --workspace "$dir/ws2" --workspace-name two --metrics "127.0.0.1:$((metrics + 5))"
+	local flags
+	settings_flags "$dir/ws1"
+	TOOLBUS_IDENTITY="$ids/executor1.nk" start_part executor1 "$dir/bin/executor" --nats "$all" --workspace "$dir/ws1" --workspace-name one \
+		--metrics "127.0.0.1:$((metrics + 4))" "${flags[@]}"
+	settings_flags "$dir/ws2"
+	TOOLBUS_IDENTITY="$ids/executor2.nk" start_part executor2 "$dir/bin/executor" --nats "$all" --workspace "$dir/ws2" --workspace-name two \
+		--metrics "127.0.0.1:$((metrics + 5))" "${flags[@]}"
 	TOOLBUS_IDENTITY="$ids/approver.nk" start_part console "$dir/bin/toolbus" console --nats "$all" --listen "$console" --metrics "127.0.0.1:$((metrics + 6))"
 	# The console listens once an executor has made the allowlist bucket,
 	# after the audit stream and the executors' other stores: a fresh

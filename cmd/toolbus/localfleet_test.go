@@ -59,37 +59,55 @@ func freeRun(t *testing.T, n int) int {
 	return 0
 }
 
-// TestLocalFleetScript: deploy/local-fleet.sh starts three bus nodes, a
-// registry, two executors and the console as local processes; a call
-// works through every node; stop ends every process it started.
-func TestLocalFleetScript(t *testing.T) {
+// localFleet is a fleet deploy/local-fleet.sh started in dir, on ports
+// of its own: client ports port..port+2, route ports route..route+2, the
+// console on consolePort, metrics on metricsPort..metricsPort+6.
+type localFleet struct {
+	dir                                   string
+	port, route, consolePort, metricsPort int
+	// script runs deploy/local-fleet.sh with args and the fleet's dir.
+	script func(args ...string) (string, error)
+}
+
+// node is the client URL of bus node i (0..2).
+func (f *localFleet) node(i int) string { return fmt.Sprintf("nats://127.0.0.1:%d", f.port+i) }
+
+// urls are the client URLs of every node.
+func (f *localFleet) urls() string { return f.node(0) + "," + f.node(1) + "," + f.node(2) }
+
+// seed is the path of member name's seed.
+func (f *localFleet) seed(name string) string { return filepath.Join(f.dir, "identities", name+".nk") }
+
+// as is the environment of a command run as member name.
+func (f *localFleet) as(name string) []string { return []string{"TOOLBUS_IDENTITY=" + f.seed(name)} }
+
+// startLocalFleet starts deploy/local-fleet.sh's fleet in a temp dir,
+// once prepare (when given) has made what it needs in f.dir, and returns
+// it with what start printed. The fleet is stopped when the test ends, and
+// every part's last log lines are logged when it failed.
+func startLocalFleet(t *testing.T, prepare func(f *localFleet)) (*localFleet, string) {
+	t.Helper()
 	testkit.Heavy(t, "a 3-node fleet of processes")
-	dir := t.TempDir()
-	port, route, consolePort, metricsPort := freeRun(t, 3), freeRun(t, 3), freeRun(t, 1), freeRun(t, 7)
-	env := append(os.Environ(), "TOOLBUS_NATS=", fmt.Sprintf("TOOLBUS_FLEET_PORT=%d", port), fmt.Sprintf("TOOLBUS_FLEET_ROUTE_PORT=%d", route),
-		fmt.Sprintf("TOOLBUS_FLEET_CONSOLE=127.0.0.1:%d", consolePort), fmt.Sprintf("TOOLBUS_FLEET_METRICS=%d", metricsPort))
-	script := func(args ...string) (string, error) {
-		cmd := exec.Command("../../deploy/local-fleet.sh", append(args, dir)...)
+	f := &localFleet{dir: t.TempDir(), port: freeRun(t, 3), route: freeRun(t, 3), consolePort: freeRun(t, 1), metricsPort: freeRun(t, 7)}
+	env := append(os.Environ(), "TOOLBUS_NATS=", fmt.Sprintf("TOOLBUS_FLEET_PORT=%d", f.port), fmt.Sprintf("TOOLBUS_FLEET_ROUTE_PORT=%d", f.route),
+		fmt.Sprintf("TOOLBUS_FLEET_CONSOLE=127.0.0.1:%d", f.consolePort), fmt.Sprintf("TOOLBUS_FLEET_METRICS=%d", f.metricsPort))
+	f.script = func(args ...string) (string, error) {
+		cmd := exec.Command("../../deploy/local-fleet.sh", append(args, f.dir)...)
 		cmd.Env = env
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
-	// A log an earlier run left readable by all, which the next run must
-	// not write the console's token into as it is.
-	if err := os.MkdirAll(filepath.Join(dir, "log"), 0o755); err != nil {
-		t.Fatal(err)
+	if prepare != nil {
+		prepare(f)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "log", "console.log"), []byte("an earlier run\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out, err := script("start")
+	out, err := f.script("start")
 	t.Cleanup(func() {
-		if out, err := script("stop"); err != nil {
+		if out, err := f.script("stop"); err != nil {
 			t.Errorf("stop: %v\n%s", err, out)
 		}
 		if t.Failed() {
 			// What the parts said last, to go on with.
-			logs, _ := filepath.Glob(filepath.Join(dir, "log", "*.log"))
+			logs, _ := filepath.Glob(filepath.Join(f.dir, "log", "*.log"))
 			for _, l := range logs {
 				data, _ := os.ReadFile(l)
 				lines := strings.Split(strings.TrimSpace(string(data)), "\n")
@@ -100,6 +118,25 @@ func TestLocalFleetScript(t *testing.T) {
 	if err != nil {
 		t.Fatalf("start: %v\n%s", err, out)
 	}
+	return f, out
+}
+
+// TestLocalFleetScript: deploy/local-fleet.sh starts three bus nodes, a
+// registry, two executors and the console as local processes; a call
+// works through every node; stop ends every process it started.
+func TestLocalFleetScript(t *testing.T) {
+	f, out := startLocalFleet(t, func(f *localFleet) {
+		dir := f.dir
+		// A log an earlier run left readable by all, which the next run
+		// must not write the console's token into as it is.
+		if err := os.MkdirAll(filepath.Join(dir, "log"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "log", "console.log"), []byte("an earlier run\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	})
+	dir, script, metricsPort := f.dir, f.script, f.metricsPort
 	pids, _ := filepath.Glob(filepath.Join(dir, "run", "*.pid"))
 	if len(pids) != 7 {
 		t.Fatalf("%d parts started, want 7: %v\n%s", len(pids), pids, out)
@@ -122,7 +159,7 @@ func TestLocalFleetScript(t *testing.T) {
 	if len(logs) != 7 {
 		t.Errorf("%d logs, want 7: %v", len(logs), logs)
 	}
-	node := func(i int) string { return fmt.Sprintf("nats://127.0.0.1:%d", port+i) }
+	node := f.node
 	agent := "TOOLBUS_IDENTITY=" + filepath.Join(dir, "identities", "agent.nk")
 	call := func(url string, more ...string) (string, string, int) {
 		return toolbusWith(t, []string{agent}, append([]string{"call", "read_file", "--args", `{"file_path":"README.md"}`, "--nats", url}, more...)...)
