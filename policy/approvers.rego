@@ -29,10 +29,20 @@ approver_denied contains sprintf("%q answers as %q; only the approver role may a
 
 approver_denied contains "the answer names no approver" if approver.id == ""
 
+# approver is input.approver with every field there: the answering
+# identity (id, role, session), and the person behind it: person (their
+# email or name, or the member's id), groups (from their OpenID provider,
+# only when proven), proven (the bus proved the approver, and the approver
+# proved the person: an OpenID sign-in, or an identity of their own) and
+# via (console, terminal, agent-user).
 approver := {
 	"id": object.get(approver_input, "id", ""),
 	"role": object.get(approver_input, "role", ""),
 	"session": object.get(approver_input, "session", ""),
+	"person": object.get(approver_input, "person", ""),
+	"groups": object.get(approver_input, "groups", []),
+	"proven": object.get(approver_input, "proven", false),
+	"via": object.get(approver_input, "via", ""),
 }
 
 # approver_input is input.approver, or nothing for an answer that names

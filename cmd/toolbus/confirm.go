@@ -18,6 +18,7 @@ import (
 	"github.com/toolbus/toolbus/internal/approve"
 	"github.com/toolbus/toolbus/internal/cli"
 	"github.com/toolbus/toolbus/internal/confirmtui"
+	"github.com/toolbus/toolbus/internal/events"
 )
 
 func newConfirmCommand() *cobra.Command {
@@ -100,8 +101,10 @@ func runConfirm(natsURL, as string, asJSON bool, logLevel string) error {
 		return err
 	}
 	defer cli.Close(b)
+	principal := cli.ApproverPrincipal(b.Principal(), natsURL, as)
 	ap, err := approve.Start(ctx, b.Conn(), b.JetStream(), approve.Config{
-		Identity: cli.ApproverIdentity(as), Principal: cli.ApproverPrincipal(b.Principal(), natsURL, as), Logger: log})
+		Identity: cli.ApproverIdentity(as), Principal: principal, Logger: log,
+		Via: events.ViaTerminal, Who: cli.TerminalSigner(principal)})
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/cli"
 	"github.com/toolbus/toolbus/internal/console"
+	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
 )
 
@@ -107,6 +108,7 @@ func startConsole(ctx context.Context, b *bus.Bus, principal string, cc console.
 		return fail(fmt.Errorf("console: the allowlist: %w", err))
 	}
 	a, err := approve.Start(ctx, b.Conn(), b.JetStream(), approve.Config{Identity: cli.ApproverIdentity(as), Principal: principal,
+		Via: events.ViaConsole, Who: cli.ConsoleSigner(),
 		PresentWhileHeld: true, Linger: console.ReloadGrace, Logger: log})
 	if err != nil {
 		return fail(err)

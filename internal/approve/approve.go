@@ -14,12 +14,14 @@
 package approve
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -73,6 +75,14 @@ type Config struct {
 	// only sometimes (the web console, while a page is open). Without
 	// it, the approver is present from Start to Stop.
 	PresentWhileHeld bool
+	// Via is where this seat's people answer: events.ViaTerminal or
+	// events.ViaConsole.
+	Via string
+	// Who is the person this seat answers as, when it is one person
+	// (a terminal): an identity of their own (Member), or the OS user who
+	// runs it. A seat shared by several people (the console) leaves it
+	// nil and names the person in each Answer.
+	Who *events.Signer
 	// Linger is how long a PresentWhileHeld approver stays present
 	// after its last hold is released, so that a page that reloads does
 	// not leave a call in between to be denied. 0: not at all.
@@ -93,6 +103,10 @@ type Request struct {
 	Closed *events.ConfirmClosed
 	// Rejected are answers the policy refused, from anyone.
 	Rejected []events.ConfirmRejected
+	// Approvals are the approvals counted so far of a request that needs
+	// several people (ApprovalsRequired), in order; the request waits
+	// until the last.
+	Approvals []events.ConfirmAnswer
 	// Ended is when it was answered or closed.
 	Ended time.Time
 	// Revision grows with every change to the request while it waits (a
@@ -112,13 +126,44 @@ func (r *Request) Status() string {
 		return fmt.Sprintf("%s by %s", r.Answer.Outcome, r.Answer.Sender.ID)
 	case r.Closed != nil:
 		return fmt.Sprintf("closed: %s", r.Closed.ErrorType)
+	case len(r.Approvals) > 0:
+		return fmt.Sprintf("pending: %s", r.Progress())
 	}
 	return "pending"
+}
+
+// Progress says, for a request that needs several people, how many
+// approved and who: "1 of 2 approved (alice@example.com)"; "" for one that
+// needs one.
+func (r *Request) Progress() string {
+	if r.ApprovalsRequired < 2 {
+		return ""
+	}
+	who := make([]string, len(r.Approvals))
+	for i, a := range r.Approvals {
+		who[i] = personOf(&a)
+	}
+	out := fmt.Sprintf("%d of %d approved", len(r.Approvals), r.ApprovalsRequired)
+	if len(who) > 0 {
+		out += " (" + strings.Join(who, ", ") + ")"
+	}
+	return out
+}
+
+// personOf names who gave answer a, for a person to read.
+func personOf(a *events.ConfirmAnswer) string {
+	if w := a.Who; w != nil && !w.Member {
+		if name := cmp.Or(w.Email, w.Name, w.Subject); name != "" {
+			return name
+		}
+	}
+	return cmp.Or(a.Person, a.Sender.ID)
 }
 
 func (r *Request) clone() Request {
 	c := *r
 	c.Rejected = slices.Clone(r.Rejected)
+	c.Approvals = slices.Clone(r.Approvals)
 	return c
 }
 
@@ -174,6 +219,9 @@ type Answer struct {
 	// Person names the person who answered, where several share this
 	// approver (events.ConfirmAnswer.Person).
 	Person string
+	// Who is the person who answered as their sign-in knows them, where
+	// several share this approver (the console); else Config.Who.
+	Who *events.Signer
 }
 
 // ErrNotPending is returned by Answer for a request that is not waiting
@@ -556,7 +604,7 @@ func (a *Approver) Answer(ctx context.Context, answerTo string, ans Answer) (*ev
 	}
 	to := answerTo
 	msg := &events.ConfirmAnswer{Header: events.Header{Sender: a.cfg.Identity}, InvocationID: invocationID,
-		Outcome: ans.Outcome, Args: ans.Args, Message: ans.Message, Person: ans.Person}
+		Outcome: ans.Outcome, Args: ans.Args, Message: ans.Message, Person: ans.Person, Who: cmp.Or(ans.Who, a.cfg.Who), Via: a.cfg.Via}
 	data, err := events.Encode(msg)
 	if err != nil {
 		return nil, fmt.Errorf("approve: %w", err)
@@ -612,6 +660,13 @@ func (a *Approver) apply(subject string, data []byte) {
 			return
 		}
 		if r := a.byAnswerTo[ans.AnswerTo]; r != nil && r.Pending() && r.InvocationID == ans.InvocationID && a.firstCopy(ans.ID) {
+			if ans.Of > 1 && ans.Approval < ans.Of {
+				// One of several people the call needs: it waits on.
+				r.Approvals = append(r.Approvals, *ans)
+				r.Revision++
+				changed = true
+				break
+			}
 			r.Answer = ans
 			changed = a.end(r, ans.Time)
 		}

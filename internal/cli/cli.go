@@ -125,6 +125,24 @@ func ApproverIdentity(id string) events.Identity {
 	return events.Identity{ID: id, Role: "approver", Host: host, User: user}
 }
 
+// TerminalSigner is the person a terminal approver (toolbus confirm)
+// answers as: with an identity of its own (principal, as the bus proves
+// it), the member, whose seed the person holds; else the OS user who runs
+// it, a name nobody proves.
+func TerminalSigner(principal string) *events.Signer {
+	if principal != "" {
+		return &events.Signer{Member: true}
+	}
+	return &events.Signer{Name: ApproverIdentity("").User}
+}
+
+// ConsoleSigner is the person a console that signs nobody in answers as:
+// the OS user who runs it, who holds its token file (a single developer's
+// toolbus up). Nobody proves it.
+func ConsoleSigner() *events.Signer {
+	return &events.Signer{Name: ApproverIdentity("").User}
+}
+
 // SignalContext is cancelled on SIGINT or SIGTERM.
 func SignalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -42,9 +42,13 @@ type JSONEvent struct {
 	Outcome      events.Outcome         `json:"outcome,omitempty"`
 	ErrorType    string                 `json:"errorType,omitempty"`
 	Accepted     *bool                  `json:"accepted,omitempty"`
-	Reason       string                 `json:"reason,omitempty"`
-	Line         int                    `json:"line,omitempty"`
-	Error        string                 `json:"error,omitempty"`
+	// Approval and Of: an accepted answer that counts as approval
+	// Approval of the Of people the call needs, which waits for the rest.
+	Approval int    `json:"approval,omitempty"`
+	Of       int    `json:"of,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+	Line     int    `json:"line,omitempty"`
+	Error    string `json:"error,omitempty"`
 }
 
 // JSONAnswer is one line `toolbus confirm --json` reads:
@@ -143,7 +147,7 @@ func answerLine(ctx context.Context, seat Seat, w *lineWriter, n int, line []byt
 		w.write(JSONEvent{Event: "error", Line: n, AnswerTo: a.AnswerTo, InvocationID: a.InvocationID, Error: err.Error()})
 		return
 	}
-	w.write(JSONEvent{Event: "ack", AnswerTo: a.AnswerTo, InvocationID: ack.InvocationID, Accepted: &ack.Accepted, Reason: ack.Reason})
+	w.write(JSONEvent{Event: "ack", AnswerTo: a.AnswerTo, InvocationID: ack.InvocationID, Accepted: &ack.Accepted, Reason: ack.Reason, Approval: ack.Approval, Of: ack.Of})
 }
 
 // watch prints the queue's changes until ctx ends.

@@ -390,6 +390,8 @@ func ackStatus(msg ackMsg) string {
 		return styleBad.Render("not sent:") + " the call no longer waits for an answer"
 	case msg.err != nil:
 		return styleBad.Render("error:") + " " + cleanLine(msg.err.Error())
+	case msg.ack.Accepted && msg.ack.Of > 1:
+		return styleOK.Render("counted:") + " " + cleanLine(msg.ack.Reason)
 	case msg.ack.Accepted:
 		return styleOK.Render("accepted:") + " " + string(msg.outcome)
 	}

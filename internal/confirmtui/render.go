@@ -55,6 +55,9 @@ func detailLines(r approve.Request, now time.Time) []string {
 	case r.DeadlineMillis > 0:
 		field("Time left", timeLeft(r.Deadline, now))
 	}
+	if r.ApprovalsRequired > 1 && r.Pending() {
+		field("Needs", fmt.Sprintf("%d people: %s", r.ApprovalsRequired, cleanLine(r.Progress())))
+	}
 	for _, rej := range r.Rejected {
 		out = append(out, styleBad.Render("Refused:")+" "+cleanLine(rej.Answer.Sender.ID)+": "+cleanLine(rej.Reason))
 	}

@@ -47,6 +47,10 @@ type request struct {
 	Closed       *events.ConfirmClosed `json:"closed,omitempty"`
 	Rejected     []rejected            `json:"rejected,omitempty"`
 	Ended        time.Time             `json:"ended,omitzero"`
+	// Needs is how many people must approve the call, when more than
+	// one; Progress how many did and who ("1 of 2 approved (alice)").
+	Needs    int    `json:"needs,omitempty"`
+	Progress string `json:"progress,omitempty"`
 	// Shortened says the executor cut the request's arguments, diff,
 	// shell line or flags to what an approver is shown
 	// (events.ConfirmRequest.Shortened): the page warns before anything.
@@ -115,6 +119,9 @@ func newRequest(r approve.Request) request {
 	v := request{Key: r.AnswerTo, RequestID: r.ID, InvocationID: r.InvocationID, Tool: r.Tool, Server: r.Server, Kind: r.Kind, Caller: r.Caller,
 		Reason: r.Reason, Args: r.Args, Diff: r.Diff, Command: r.Command, Flagged: r.Flagged, Always: r.Always,
 		Asked: r.Time, Status: r.Status(), Closed: r.Closed, Ended: r.Ended, Shortened: r.Shortened}
+	if r.ApprovalsRequired > 1 {
+		v.Needs, v.Progress = r.ApprovalsRequired, r.Progress()
+	}
 	if r.DeadlineMillis > 0 {
 		v.Deadline = r.Deadline
 	}

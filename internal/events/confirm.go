@@ -2,6 +2,7 @@ package events
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"unicode"
@@ -63,6 +64,10 @@ type ConfirmRequest struct {
 	// and an answer counts only on the AnswerTo of the request it
 	// answers, so a request cannot take another's place in a view.
 	AnswerTo string `json:"answerTo,omitempty"`
+	// ApprovalsRequired is how many distinct proven people must approve
+	// the call before it runs (data.toolbus.approvals_required); 0 or 1:
+	// one answer decides, as it always has.
+	ApprovalsRequired int `json:"approvalsRequired,omitempty"`
 	// Shortened says Args, Diff, Command or Flagged were cut to what an approver is
 	// shown (MaxShownArgs, MaxShownCommand): Args is then a JSON string
 	// holding the first bytes of the arguments. The whole request is in
@@ -226,6 +231,76 @@ type ConfirmAnswer struct {
 	// claim, shown beside Sender, which the bus proves; no policy reads
 	// it.
 	Person string `json:"person,omitempty"`
+	// Who is the person who answered, as the answerer's sign-in knows
+	// them (Signer): the executor shows the policy who that is
+	// (input.approver.person, .groups) and whether it is proven, which
+	// it decides itself (never from what the answer says).
+	Who *Signer `json:"who,omitempty"`
+	// Via is where the person answered: ViaConsole, ViaTerminal. The
+	// executor sets ViaAgentUser for an answer on the caller's subject,
+	// whatever this says.
+	Via string `json:"via,omitempty"`
+	// Approval and Of are set by the executor on the answer it records
+	// (SubjectConfirmAnswered) for a call that needs several people:
+	// this answer is approval number Approval of the Of the call needs.
+	// What an answerer puts here is overwritten.
+	Approval int `json:"approval,omitempty"`
+	Of       int `json:"of,omitempty"`
+}
+
+// Where a person answered a confirmation request (ConfirmAnswer.Via).
+const (
+	ViaConsole   = "console"
+	ViaTerminal  = "terminal"
+	ViaAgentUser = "agent-user"
+)
+
+// Signer is a person as the sign-in of the approver they answered through
+// knows them.
+//
+//   - Signed in with the organization's OpenID provider (the console):
+//     Issuer and Subject name them, Name, Email and Groups are the ID
+//     token's claims.
+//   - Holding an approver identity of the fleet of their own (`toolbus
+//     init --add approver:alice`, `toolbus confirm` with its seed):
+//     Member, and the person is that member.
+//   - Otherwise (a console's shared token, `toolbus confirm` without an
+//     identity of its own): Name, the OS user who holds the token or runs
+//     the terminal, which nobody proves.
+type Signer struct {
+	Issuer  string   `json:"iss,omitempty"`
+	Subject string   `json:"sub,omitempty"`
+	Name    string   `json:"name,omitempty"`
+	Email   string   `json:"email,omitempty"`
+	Groups  []string `json:"groups,omitempty"`
+	Member  bool     `json:"member,omitempty"`
+}
+
+// Bounds of a Signer: one answer is held by every approver.
+const (
+	MaxSignerField  = 512
+	MaxSignerGroups = 64
+)
+
+// validate checks s's bounds: every field printable and short, a bounded
+// number of groups.
+func (s *Signer) validate() error {
+	fields := append([]string{s.Issuer, s.Subject, s.Name, s.Email}, s.Groups...)
+	if len(s.Groups) > MaxSignerGroups {
+		return fmt.Errorf("%d groups; at most %d", len(s.Groups), MaxSignerGroups)
+	}
+	for _, f := range fields {
+		if len(f) > MaxSignerField {
+			return fmt.Errorf("a field of %d bytes; at most %d", len(f), MaxSignerField)
+		}
+		if strings.IndexFunc(f, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+			return fmt.Errorf("%q holds a character that does not print", f)
+		}
+	}
+	if (s.Issuer == "") != (s.Subject == "") {
+		return errors.New("an issuer without a subject, or a subject without an issuer")
+	}
+	return nil
 }
 
 // EnvelopeType implements Envelope.
@@ -253,6 +328,13 @@ func (c *ConfirmAnswer) Validate() error {
 		return invalid(typ, "person is %d bytes; at most %d", len(c.Person), MaxPerson)
 	case strings.IndexFunc(c.Person, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0:
 		return invalid(typ, "person %q holds a character that does not print", c.Person)
+	case c.Via != "" && c.Via != ViaConsole && c.Via != ViaTerminal && c.Via != ViaAgentUser:
+		return invalid(typ, "via is %q, not %s, %s or %s", c.Via, ViaConsole, ViaTerminal, ViaAgentUser)
+	}
+	if c.Who != nil {
+		if err := c.Who.validate(); err != nil {
+			return invalid(typ, "who: %v", err)
+		}
 	}
 	return nil
 }
@@ -264,8 +346,12 @@ const MaxPerson = 200
 type ConfirmAck struct {
 	Header
 	InvocationID string `json:"invocationId"`
-	// Accepted: this answer decides the call.
+	// Accepted: this answer decides the call, or, with Approval, counts
+	// as approval Approval of the Of people the call needs, and the call
+	// waits for the others.
 	Accepted bool `json:"accepted"`
+	Approval int  `json:"approval,omitempty"`
+	Of       int  `json:"of,omitempty"`
 	// Reason says why an answer was not accepted: the policy does not
 	// let this approver answer this call, or it is answered already.
 	Reason string `json:"reason,omitempty"`

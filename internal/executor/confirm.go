@@ -1,9 +1,11 @@
 package executor
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -40,6 +42,12 @@ func (c *call) confirm(d policy.Decision, args map[string]any) (*events.ConfirmA
 	}
 	q.req = c.confirmRequest(d, q.pol, q.in)
 	q.req.CallerMayAnswer = q.callerAsks
+	if q.need = max(1, d.ApprovalsRequired); q.need > 1 {
+		// Each approval is of this call as it is, once: an edit would be
+		// another call, and an approval remembered would let the next
+		// one run on one person's word.
+		q.req.ApprovalsRequired, q.req.Always = q.need, nil
+	}
 	// Answers come to an inbox of this call's own, as requests the
 	// executor acknowledges; the request names it in its body too, so an
 	// approver that reads it from the audit stream can answer.
@@ -111,6 +119,11 @@ type question struct {
 	in         *policy.Input  // what it was shown of the call
 	callerAsks bool           // the caller's own user is asked too
 	refusals   int            // answers the policy refused so far
+	// need is how many distinct proven people must approve
+	// (policy.Decision.ApprovalsRequired); approvals are those who did,
+	// by person (approverOf), in order.
+	need      int
+	approvals []string
 }
 
 // ask sends the question: recorded, so that an approver that follows the
@@ -255,7 +268,13 @@ func (c *call) accepted(ctx context.Context, q *question, msg *nats.Msg) *events
 		}
 		return nil
 	}
-	if ok, reason := q.pol.ApproverAllowed(ctx, q.in, answer.Sender, answer.Outcome); !ok {
+	who, person := approverOf(answer, msg.Subject, q.req.AnswerTo)
+	ok, reason := q.pol.ApproverAllowed(ctx, q.in, who, answer.Outcome)
+	if ok && q.need > 1 {
+		reason = q.countable(who, person, answer.Outcome)
+		ok = reason == ""
+	}
+	if !ok {
 		c.ack(msg, false, reason)
 		// Each refusal is recorded, up to a bound: a client that sends
 		// refused answers in a loop must not flood the audit stream.
@@ -267,13 +286,91 @@ func (c *call) accepted(ctx context.Context, q *question, msg *nats.Msg) *events
 		}
 		return nil
 	}
-	c.ack(msg, true, "")
 	// Recorded as the answer to this request of this caller's call, in
 	// the executor's words: what the answerer put there is not read.
-	answer.AnswerTo, answer.Principal = q.req.AnswerTo, c.principal
+	answer.AnswerTo, answer.Principal, answer.Via = q.req.AnswerTo, c.principal, who.Via
+	answer.Approval, answer.Of = 0, 0
+	if q.need > 1 && answer.Outcome == events.ProceedOnce {
+		q.approvals = append(q.approvals, person)
+		answer.Approval, answer.Of = len(q.approvals), q.need
+		if len(q.approvals) < q.need {
+			c.ackWith(msg, &events.ConfirmAck{Accepted: true, Approval: answer.Approval, Of: q.need,
+				Reason: fmt.Sprintf("approval %d of %d: %d more must approve", answer.Approval, q.need, q.need-answer.Approval)})
+			e.publish(events.SubjectConfirmAnswered, answer)
+			c.step("approved", fmt.Sprintf("%d of %d, by %s", len(q.approvals), q.need, who.Person))
+			return nil
+		}
+	}
+	c.ack(msg, true, "")
 	e.publish(events.SubjectConfirmAnswered, answer)
 	c.step("confirmed", string(answer.Outcome)+" by "+answer.Sender.ID)
 	return answer
+}
+
+// countable says why an answer the policy lets decide does not count
+// toward a call that needs q.need people, "" when it does. A no (cancel)
+// from any of them ends the call. A yes counts once per proven person,
+// never from the requester's own user.
+func (q *question) countable(who *policy.Approver, person string, outcome events.Outcome) string {
+	switch {
+	case outcome == events.Cancel:
+		return ""
+	case outcome != events.ProceedOnce:
+		return fmt.Sprintf("this call needs %d people to approve it as it is: answer proceed_once or cancel, not %s", q.need, outcome)
+	case who.Via == events.ViaAgentUser:
+		return fmt.Sprintf("this call needs %d people to approve it, and the requester's own user is not one of them", q.need)
+	case !who.Proven || person == "":
+		return fmt.Sprintf("this call needs %d proven people to approve it: %s answered without a sign-in that proves who they are", q.need, who.ID)
+	case slices.Contains(q.approvals, person):
+		return fmt.Sprintf("%s approved this call already; it needs %d different people", who.Person, q.need)
+	}
+	return ""
+}
+
+// approverOf is who sent answer, which came on subject below answerTo, as
+// the policy sees them (input.approver): the answering identity, as
+// bindAnswerer proved it, and the person behind it; and, for a proven
+// person, the key that tells two people apart (their provider's issuer
+// and subject, or the member). The executor decides
+// who the person is and whether they are proven; the answer only says
+// how their sign-in knows them (events.Signer):
+//   - on the caller's subject, the person in front of the calling agent,
+//     whom nobody proves;
+//   - from an approver the bus proved: a person its OpenID sign-in proved
+//     (issuer and subject), or the approver itself, when it says the
+//     person is the member (an identity of their own);
+//   - else a name, claimed.
+func approverOf(answer *events.ConfirmAnswer, subject, answerTo string) (a *policy.Approver, key string) {
+	a = &policy.Approver{Identity: answer.Sender, Via: answer.Via}
+	as, _, _, _ := events.SplitAnswerSubject(answerTo, subject)
+	if as == events.AnswerAsCaller || answer.Sender.Role == events.RoleAgentUser {
+		a.Via = events.ViaAgentUser
+		a.Person = answer.Sender.ID
+		return a, ""
+	}
+	if a.Via == events.ViaAgentUser {
+		a.Via = "" // only the caller's subject makes an agent user
+	}
+	w := answer.Who
+	switch {
+	case w == nil:
+		a.Person = answer.Person
+	case w.Issuer != "":
+		a.Person = cmp.Or(w.Email, w.Name, w.Subject)
+		a.Groups = w.Groups
+		a.Proven = answer.Sender.Proven
+		key = "oidc:" + w.Issuer + "#" + w.Subject
+	case w.Member:
+		a.Person = answer.Sender.ID
+		a.Proven = answer.Sender.Proven
+		key = "member:" + answer.Sender.ID
+	default:
+		a.Person = cmp.Or(w.Name, answer.Person)
+	}
+	if !a.Proven {
+		key = ""
+	}
+	return a, key
 }
 
 // bindAnswerer checks who sent an answer against the subject it came on,
@@ -370,10 +467,17 @@ func (c *call) confirmRequest(d policy.Decision, pol *policy.Policy, in *policy.
 // ack tells the approver that sent msg whether its answer decides the
 // call. An answer sent without a reply subject gets none.
 func (c *call) ack(msg *nats.Msg, accepted bool, reason string) {
+	c.ackWith(msg, &events.ConfirmAck{Accepted: accepted, Reason: reason})
+}
+
+// ackWith sends ack, as this executor's about this call, to the answer
+// msg carried.
+func (c *call) ackWith(msg *nats.Msg, ack *events.ConfirmAck) {
 	if msg.Reply == "" {
 		return
 	}
-	data, err := events.Encode(&events.ConfirmAck{Header: events.Header{Sender: c.e.id}, InvocationID: c.inv.ID, Accepted: accepted, Reason: reason})
+	ack.Header, ack.InvocationID = events.Header{Sender: c.e.id}, c.inv.ID
+	data, err := events.Encode(ack)
 	if err != nil {
 		c.e.log.Error("confirmation acknowledgement does not encode", "invocation", c.inv.ID, "err", err)
 		return

@@ -800,7 +800,7 @@ func (c *call) named(args map[string]any, pol *policy.Policy) ([]string, *shell.
 // shell line for shell tools.
 func (c *call) input(args map[string]any, paths, hardLinks []string, sh *shell.Analysis) *policy.Input {
 	e := c.e
-	in := &policy.Input{Tool: c.host.judged, Args: args, Caller: c.inv.Sender, Home: e.home, Workspace: e.cfg.Workspace}
+	in := &policy.Input{Tool: c.host.judged, Args: args, Caller: c.inv.Sender, Home: e.home, Workspace: e.cfg.Workspace, WorkspaceName: e.workspaceName()}
 	in.Tool.Name = c.tool.Name
 	in.Paths, in.HardLinks, in.Shell, in.HookAsked, in.Session = paths, hardLinks, sh, c.hookAsked, c.session
 	in.Allowlist = e.allowlist.entriesFor(in.Tool.Name, in.Tool.Source, in.Tool.Server)

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"cmp"
 	"fmt"
 	"sync/atomic"
 
@@ -24,13 +25,15 @@ type Input struct {
 	Shell *shell.Analysis
 	// Paths are the files the call names, absolute and cleaned.
 	Paths []string
-	// Home and Workspace describe the executor's host.
-	Home, Workspace string
+	// Home and Workspace describe the executor's host; WorkspaceName is
+	// what callers name the workspace by (input.env.workspaceName), its
+	// path when it has no other name.
+	Home, Workspace, WorkspaceName string
 	// Answer is the outcome of the approver's answer, for the remember
 	// and approver rules only.
 	Answer events.Outcome
 	// Approver is who answered, for the approver rule only.
-	Approver *events.Identity
+	Approver *Approver
 	// HardLinks are those of Paths that are regular files with more than
 	// one name: the other name may be any file on the same file system.
 	HardLinks []string
@@ -123,7 +126,9 @@ func (in *Input) value() (ast.Value, error) {
 		[2]*ast.Term{k.caller, lastIdentity.get(in.Caller, func() *ast.Term { return identityTerm(in.Caller) })},
 		[2]*ast.Term{k.allowlist, ast.ArrayTerm(allow...)},
 		[2]*ast.Term{k.paths, strs(in.Paths)},
-		[2]*ast.Term{k.env, lastEnv.get(envKey{in.Home, in.Workspace}, func() *ast.Term { return obj(kv(k.home, in.Home), kv(k.workspace, in.Workspace)) })},
+		[2]*ast.Term{k.env, lastEnv.get(envKey{in.Home, in.Workspace, in.WorkspaceName}, func() *ast.Term {
+			return obj(kv(k.home, in.Home), kv(k.workspace, in.Workspace), kv(workspaceNameKey, cmp.Or(in.WorkspaceName, in.Workspace)))
+		})},
 	)
 	if in.Shell != nil {
 		fields = append(fields, [2]*ast.Term{k.shell, shellTerm(in.Shell)})
@@ -132,7 +137,7 @@ func (in *Input) value() (ast.Value, error) {
 		fields = append(fields, [2]*ast.Term{k.answer, obj(kv(k.outcome, string(in.Answer)))})
 	}
 	if a := in.Approver; a != nil {
-		fields = append(fields, [2]*ast.Term{approverKey, identityTerm(*a)})
+		fields = append(fields, [2]*ast.Term{approverKey, approverTerm(a)})
 	}
 	if len(in.HardLinks) > 0 {
 		fields = append(fields, [2]*ast.Term{hardLinksKey, strs(in.HardLinks)})
@@ -170,7 +175,10 @@ var (
 	lastTool     lastTerm[toolKey]
 )
 
-type envKey struct{ home, workspace string }
+type envKey struct{ home, workspace, name string }
+
+// workspaceNameKey names Input.WorkspaceName.
+var workspaceNameKey = str("workspaceName")
 
 type toolKey struct {
 	name   string
@@ -203,6 +211,43 @@ func identityTerm(c events.Identity) *ast.Term {
 	return obj(kv(k.id, c.ID), kv(k.role, c.Role), kv(k.agent, c.Agent), kv(k.session, c.Session), kv(k.user, c.User), kv(k.host, c.Host), kv(k.client, c.Client),
 		[2]*ast.Term{k.proven, ast.InternedTerm(c.Proven)}, kv(k.principal, c.Principal))
 }
+
+// Approver is who answered a confirmation request, as input.approver
+// shows it: the answering identity's fields (id, role, session, ...,
+// principal), and the person behind it.
+type Approver struct {
+	events.Identity
+	// Person names the person: their email, else their name, as their
+	// sign-in gives it (events.Signer); for a member of the fleet of
+	// their own, the member's id. Empty when the answer names nobody.
+	Person string
+	// Groups are the person's groups, as their OpenID provider gives
+	// them; only for a proven person.
+	Groups []string
+	// Proven says who the person is was proven: the bus vouched for the
+	// approver that answered, and that approver proved the person (an
+	// OpenID sign-in, or the person's own identity of the fleet). A
+	// claim (a name typed in a page, an OS user) is not.
+	Proven bool
+	// Via is where they answered: console, terminal, agent-user.
+	Via string
+}
+
+// approverTerm is input.approver: the identity's fields, with proven the
+// person's (Approver.Proven), and person, groups and via.
+func approverTerm(a *Approver) *ast.Term {
+	c := a.Identity
+	groups := a.Groups
+	if !a.Proven {
+		groups = nil // unproven groups are a claim: a rule on them must not hold
+	}
+	return obj(kv(k.id, c.ID), kv(k.role, c.Role), kv(k.agent, c.Agent), kv(k.session, c.Session), kv(k.user, c.User), kv(k.host, c.Host), kv(k.client, c.Client),
+		[2]*ast.Term{k.proven, ast.InternedTerm(a.Proven)}, kv(k.principal, c.Principal),
+		kv(personKey, a.Person), [2]*ast.Term{groupsKey, strs(groups)}, kv(viaKey, a.Via))
+}
+
+// personKey, groupsKey and viaKey name Approver's fields.
+var personKey, groupsKey, viaKey = str("person"), str("groups"), str("via")
 
 func allowEntryTerm(e *AllowEntry) *ast.Term {
 	return obj(kv(k.scope, e.Scope), kv(k.tool, e.Tool), kv(k.server, e.Server), [2]*ast.Term{k.argv, strs(e.Argv)},

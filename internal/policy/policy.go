@@ -41,11 +41,23 @@ const Query = "data.toolbus.decision"
 // or defines it as anything but true, marks nothing idempotent.
 const IdempotentQuery = "data.toolbus.idempotent"
 
+// ApprovalsQuery is how many distinct proven people must approve a call
+// the policy asks about before it runs: a two-person rule is 2. It is
+// evaluated with the decision; undefined is 1. Anything but a whole number
+// from 1 to MaxApprovals denies the call: a rule that cannot be read must
+// not fall back to fewer people.
+const ApprovalsQuery = "data.toolbus.approvals_required"
+
+// MaxApprovals bounds ApprovalsQuery: more people than a fleet has at
+// hand would leave every such call waiting to its deadline.
+const MaxApprovals = 5
+
 // decisionQuery is the one query every call is judged with: the decision;
 // in a set that is never undefined, whether the call is idempotent; and in
-// an array, empty when the rule is undefined, the limits the call is held
-// to (LimitsQuery), checked in decideValue.
-const decisionQuery = "[" + Query + ", {x | x := " + IdempotentQuery + "}, [l | l := " + LimitsQuery + "]]"
+// arrays, empty when the rule is undefined, the limits the call is held to
+// (LimitsQuery) and the people it needs (ApprovalsQuery), checked in
+// decideValue.
+const decisionQuery = "[" + Query + ", {x | x := " + IdempotentQuery + "}, [l | l := " + LimitsQuery + "], [n | n := " + ApprovalsQuery + "]]"
 
 // PathsQuery is the rule that judges files one by one: the paths of
 // input.paths the policy refuses. Tools that choose their files themselves
@@ -480,6 +492,10 @@ type Decision struct {
 	// Limits are the limits the call is held to once it may run
 	// (LimitsQuery); none for a policy set without the rule.
 	Limits []Limit
+	// ApprovalsRequired is how many distinct proven people must approve
+	// the call when the verdict asks (ApprovalsQuery): 1 unless the
+	// policy says more.
+	ApprovalsRequired int
 }
 
 // Decide evaluates the policy for input. It never fails open: an error, an
@@ -532,7 +548,7 @@ func (p *Policy) decideValue(ctx context.Context, value ast.Value) Decision {
 		return deny("%s is undefined", Query)
 	}
 	both, ok := rs[0].Expressions[0].Value.(*ast.Array)
-	if !ok || both.Len() != 3 {
+	if !ok || both.Len() != 4 {
 		return deny("%s is undefined", Query)
 	}
 	out, ok := both.Elem(0).Value.(ast.Object)
@@ -549,13 +565,23 @@ func (p *Policy) decideValue(ctx context.Context, value ast.Value) Decision {
 			return deny("%v", err)
 		}
 	}
+	approvals := 1
+	if given, _ := both.Elem(3).Value.(*ast.Array); given != nil && given.Len() > 0 {
+		n, ok := given.Elem(0).Value.(ast.Number)
+		k, isInt := n.Int()
+		if given.Len() != 1 || !ok || !isInt || k < 1 || k > MaxApprovals {
+			return deny("%s is %v, not a whole number from 1 to %d", ApprovalsQuery, given, MaxApprovals)
+		}
+		approvals = k
+	}
 	verdict, _ := field(out, verdictKey).(ast.String)
 	reason, _ := field(out, reasonKey).(ast.String)
 	remember, _ := field(out, rememberKey).(ast.Boolean)
 	if !events.Verdict(verdict).Valid() {
 		return deny("%s.verdict is %q, not ALLOW, DENY or ASK_USER", Query, string(verdict))
 	}
-	return Decision{Verdict: events.Verdict(verdict), Reason: string(reason), Remember: bool(remember), Idempotent: idempotent, Revision: p.revision, Limits: limits}
+	return Decision{Verdict: events.Verdict(verdict), Reason: string(reason), Remember: bool(remember), Idempotent: idempotent, Revision: p.revision, Limits: limits,
+		ApprovalsRequired: approvals}
 }
 
 // The fields of a decision, as terms made once.
@@ -667,9 +693,9 @@ func (p *Policy) Remember(ctx context.Context, input *Input, outcome events.Outc
 // the answer to the call of input. It fails closed: anything but true —
 // undefined, another value, an error — refuses, and the reason says why
 // (the policy's own reasons from ApproverDeniedQuery when it gives some).
-func (p *Policy) ApproverAllowed(ctx context.Context, input *Input, approver events.Identity, outcome events.Outcome) (bool, string) {
+func (p *Policy) ApproverAllowed(ctx context.Context, input *Input, approver *Approver, outcome events.Outcome) (bool, string) {
 	in := *input
-	in.Answer, in.Approver = outcome, &approver
+	in.Answer, in.Approver = outcome, approver
 	value, err := in.value()
 	if err != nil {
 		return false, "policy error: input: " + err.Error()

@@ -223,6 +223,10 @@
   }
 
   function renderRejected(node, req) {
+    // A call that needs several people: how many approved, and who.
+    const progress = q(node, ".progress");
+    progress.hidden = !req.progress;
+    progress.textContent = req.progress ? "needs " + req.needs + " people: " + req.progress : "";
     const ul = q(node, ".rejected");
     ul.replaceChildren();
     for (const r of req.rejected || []) {
