@@ -27,13 +27,12 @@ type claudeRun struct {
 	took           time.Duration
 }
 
-// runClaude runs the real Claude Code headless (claude -p), as agents in
+// runClaude runs claude, the real Claude Code, headless (claude -p), as agents in
 // CI do, against the fake model, with the facade as its one MCP server
 // "toolbus" over HTTP, allowed to call tool without asking. It has no
 // real credentials: a dummy API key, and the fake's address.
-func runClaude(t *testing.T, ff *facadeFleet, model *fakeanthropic.Server, tool string) claudeRun {
+func runClaude(t *testing.T, claude string, ff *facadeFleet, model *fakeanthropic.Server, tool string) claudeRun {
 	t.Helper()
-	claude := npmpeer.Require(t, npmpeer.Claude)
 	home := t.TempDir()
 	config, err := json.Marshal(map[string]any{"mcpServers": map[string]any{"toolbus": map[string]any{
 		"type": "http", "url": ff.url, "headers": map[string]string{"Authorization": "Bearer " + ff.token},
@@ -90,6 +89,7 @@ func runClaude(t *testing.T, ff *facadeFleet, model *fakeanthropic.Server, tool 
 // runs it once; with none, it is refused at once, and what the model is
 // told names where to approve.
 func TestHeadlessClaudeCodeCallIsApprovedByAPerson(t *testing.T) {
+	claude := npmpeer.Require(t, npmpeer.Claude)
 	const hint = "open the console at http://console.test/ or run `toolbus confirm`"
 	ff := startFacade(t, nil, "", func(c *executor.Config) {
 		c.ApproveHint = hint
@@ -106,7 +106,7 @@ func TestHeadlessClaudeCodeCallIsApprovedByAPerson(t *testing.T) {
 
 	t.Run("no approver", func(t *testing.T) {
 		model := fakeanthropic.Start(t, script("alone\n"))
-		run := runClaude(t, ff, model, "write_file")
+		run := runClaude(t, claude, ff, model, "write_file")
 		t.Logf("refused after %s (the whole claude run)", run.took.Round(time.Millisecond))
 		if model.Calls() != 1 {
 			t.Fatalf("the model asked for the tool %d times, want once; tools declared: %v", model.Calls(), model.ToolNames())
@@ -140,9 +140,12 @@ func TestHeadlessClaudeCodeCallIsApprovedByAPerson(t *testing.T) {
 			return events.Cancel
 		})
 		before := len(sent())
-		run := runClaude(t, ff, model, "write_file")
+		run := runClaude(t, claude, ff, model, "write_file")
 		if run.code != 0 {
 			t.Errorf("claude exited %d", run.code)
+		}
+		if model.Calls() != 1 {
+			t.Fatalf("the model asked for the tool %d times, want once; tools declared: %v", model.Calls(), model.ToolNames())
 		}
 		results := model.ToolResults()
 		if len(results) != 1 || results[0].IsError {
