@@ -25,6 +25,8 @@ echo "== npm peers"
 # pre-release, the first that knows protocol 2026-07-28.
 # @modelcontextprotocol/client is the TypeScript
 # SDK's client of protocol 2026-07-28, which the facade's tests speak with.
+# @anthropic-ai/claude-code is Claude Code, run headless against a fake
+# Anthropic API; its install script puts its native binary in place.
 # internal/testkit/npmpeer finds them through TOOLBUS_NPM_DIR.
 export TOOLBUS_NPM_DIR="${TOOLBUS_NPM_DIR:-$HOME/.cache/toolbus/npm}"
 npm_pins=(
@@ -35,6 +37,7 @@ npm_pins=(
 	@modelcontextprotocol/inspector@2.12.0
 	@google/gemini-cli@0.61.0
 	@modelcontextprotocol/client@2.4.0
+	@anthropic-ai/claude-code@2.1.328
 )
 # installed reports whether every pin is in the cache at its version.
 installed() {

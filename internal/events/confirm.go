@@ -342,6 +342,41 @@ func (c *ConfirmAnswer) Validate() error {
 // MaxPerson is the longest Person an answer may carry, in bytes.
 const MaxPerson = 200
 
+// ConfirmDismissed says that the person in front of the calling agent
+// made no decision on a ConfirmRequest: their client dismissed the
+// question (MCP's "cancel"), could not put it to them, or got no answer.
+// The caller's facade sends it, as the user of the caller
+// (AgentUser), to the request's AnswerTo on the caller's subject, as it
+// would an answer. It is not a ConfirmAnswer and holds no Outcome, so
+// that it can neither allow a call nor refuse it as the person's no: the
+// executor leaves the request to the fleet's approvers when one is
+// present, and otherwise denies the call at once, saying where to
+// approve. The executor acknowledges it with a ConfirmAck that is never
+// Accepted (it decides nothing).
+type ConfirmDismissed struct {
+	Header
+	InvocationID string `json:"invocationId"`
+	// Why says how the question ended without a decision, in the
+	// facade's words ("dismissed the question", "could not be asked:
+	// ..."), for the trail.
+	Why string `json:"why,omitempty"`
+}
+
+// EnvelopeType implements Envelope.
+func (*ConfirmDismissed) EnvelopeType() string { return "tool.confirm.dismissed" }
+
+// Validate implements Envelope.
+func (c *ConfirmDismissed) Validate() error {
+	typ := c.EnvelopeType()
+	if err := c.header().validateAbout(typ, c.InvocationID); err != nil {
+		return err
+	}
+	if len(c.Why) > MaxAnswerMessage {
+		return invalid(typ, "why is %d bytes; at most %d", len(c.Why), MaxAnswerMessage)
+	}
+	return nil
+}
+
 // ConfirmAck is the executor's reply to an answer sent to AnswerTo.
 type ConfirmAck struct {
 	Header

@@ -74,10 +74,11 @@ func examples() map[string]Envelope {
 			Caller: agent, Args: json.RawMessage(`{"command":"git status && make"}`), Reason: "execute tools ask the user", Command: "git status && make",
 			Flagged: []Flag{{Text: "make", Why: "not on the allowlist"}}, Always: []AlwaysOption{{Outcome: ProceedAlways, Remembers: "the command make"}},
 			DeadlineMillis: 300000, AnswerTo: "_INBOX.x1"},
-		"confirm_cancel.json":   &ConfirmAnswer{Header: hdr("ca-2", Identity{ID: "approver:ada", Role: "approver", User: "ada"}), InvocationID: "inv-4", Outcome: Cancel, Message: "use make test instead"},
-		"confirm_ack.json":      &ConfirmAck{Header: hdr("ack-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-4", Reason: "approver:bob may not answer: nobody may approve a call they made"},
-		"confirm_rejected.json": &ConfirmRejected{Header: hdr("rj-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-4", Answer: ConfirmAnswer{Header: hdr("ca-3", agent), InvocationID: "inv-4", Outcome: ProceedOnce}, Reason: "nobody may approve a call they made"},
-		"confirm_closed.json":   &ConfirmClosed{Header: hdr("cc-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-5", ErrorType: ErrConfirmationTimeout, Reason: "No approver answered within 5m0s, so the call is denied.", AnswerTo: "toolbus.answer.q3Vb0hS1nYxJk2dQ7sLw9A"},
+		"confirm_cancel.json":    &ConfirmAnswer{Header: hdr("ca-2", Identity{ID: "approver:ada", Role: "approver", User: "ada"}), InvocationID: "inv-4", Outcome: Cancel, Message: "use make test instead"},
+		"confirm_dismissed.json": &ConfirmDismissed{Header: hdr("cd-1", AgentUser(agent)), InvocationID: "inv-2", Why: "dismissed the question"},
+		"confirm_ack.json":       &ConfirmAck{Header: hdr("ack-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-4", Reason: "approver:bob may not answer: nobody may approve a call they made"},
+		"confirm_rejected.json":  &ConfirmRejected{Header: hdr("rj-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-4", Answer: ConfirmAnswer{Header: hdr("ca-3", agent), InvocationID: "inv-4", Outcome: ProceedOnce}, Reason: "nobody may approve a call they made"},
+		"confirm_closed.json":    &ConfirmClosed{Header: hdr("cc-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-5", ErrorType: ErrConfirmationTimeout, Reason: "No approver answered within 5m0s, so the call is denied.", AnswerTo: "toolbus.answer.q3Vb0hS1nYxJk2dQ7sLw9A"},
 		"confirm_waiting.json": &ConfirmWaiting{Header: hdr("cw-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-2", Tool: "write_file", Reason: "edits ask the user",
 			DeadlineMillis: 300000, Hint: "open the console at http://127.0.0.1:7878/ or run `toolbus confirm`"},
 		"queued.json": &Queued{Header: hdr("qu-1", Identity{ID: "executor@dev-1", Role: "executor"}), InvocationID: "inv-8", Tool: "run_shell_command",
@@ -287,6 +288,7 @@ func FuzzDecode(f *testing.F) {
 		check(Decode[ConfirmRequest](data))
 		check(Decode[ConfirmAnswer](data))
 		check(Decode[ConfirmAck](data))
+		check(Decode[ConfirmDismissed](data))
 		check(Decode[ConfirmRejected](data))
 		check(Decode[ConfirmClosed](data))
 		check(Decode[ConfirmWaiting](data))
@@ -339,6 +341,8 @@ func decodeAs(e Envelope, data []byte) (Envelope, error) {
 		return Decode[ConfirmAnswer](data)
 	case *ConfirmAck:
 		return Decode[ConfirmAck](data)
+	case *ConfirmDismissed:
+		return Decode[ConfirmDismissed](data)
 	case *ConfirmRejected:
 		return Decode[ConfirmRejected](data)
 	case *ConfirmClosed:

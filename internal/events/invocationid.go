@@ -26,6 +26,10 @@ func (c *ConfirmAnswer) ForInvocation() string { return c.InvocationID }
 // (InvocationID).
 func (c *ConfirmAck) ForInvocation() string { return c.InvocationID }
 
+// ForInvocation is the id of the invocation whose question was dismissed
+// (InvocationID).
+func (c *ConfirmDismissed) ForInvocation() string { return c.InvocationID }
+
 // ForInvocation is the id of the invocation whose answer was refused
 // (InvocationID).
 func (c *ConfirmRejected) ForInvocation() string { return c.InvocationID }

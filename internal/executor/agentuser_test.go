@@ -3,6 +3,8 @@ package executor
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -149,5 +151,162 @@ func TestCallerConfirmsWidensNothingForAShellLine(t *testing.T) {
 	case <-asked:
 		t.Error("the caller was asked to confirm a shell line")
 	default:
+	}
+}
+
+// dismissWith sends a dismissal of req, as who on the subject of as and
+// principal, for invocation id, and returns the executor's
+// acknowledgement.
+func dismissWith(t *testing.T, nc *nats.Conn, req *events.ConfirmRequest, as, principal string, who events.Identity, id string) *events.ConfirmAck {
+	t.Helper()
+	data, err := events.Encode(&events.ConfirmDismissed{Header: events.Header{Sender: who}, InvocationID: id, Why: "dismissed the question"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sendAnswerBytes(t, nc, req, as, principal, data)
+}
+
+// sendAnswerBytes sends data to req's answer subject of as and
+// principal, and returns the executor's acknowledgement.
+func sendAnswerBytes(t *testing.T, nc *nats.Conn, req *events.ConfirmRequest, as, principal string, data []byte) *events.ConfirmAck {
+	t.Helper()
+	msg, err := nc.Request(events.AnswerSubject(req.AnswerTo, as, principal), data, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ack, err := events.Decode[events.ConfirmAck](msg.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ack
+}
+
+// A dismissal (the caller's user made no decision: MCP's cancel) from
+// the attacker's side, where the bus proves who sends: one that does not
+// come from this caller's user, on the caller's subject, for this call,
+// is refused; the genuine one decides nothing, not even with an outcome
+// slipped into it, and leaves the call to the approvers, who alone may
+// answer it from then on. With no approver present, a dismissal ends the
+// call at once as a denial that names where to approve, never as the
+// user's refusal.
+func TestADismissalDecidesNothing(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.IdentitiesEnforced = true; c.ConfirmTimeout = time.Hour })
+	const principal = "agent:x"
+	caller := events.Identity{ID: principal, Role: "agent", Session: "s1"}
+	agentConn := bustest.Connect(t, e.bus).Conn()
+	client := invoke.NewClient(agentConn, caller, principal)
+	t.Cleanup(func() { client.Close() })
+	var mu sync.Mutex
+	var steps []string
+	sub, err := agentConn.Subscribe(events.SubjectStep, func(m *nats.Msg) {
+		if s, err := events.Decode[events.Step](m.Data); err == nil {
+			mu.Lock()
+			steps = append(steps, s.Step+": "+s.Detail)
+			mu.Unlock()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	stepped := func(prefix string) bool {
+		return testkit.Poll(30*time.Second, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, s := range steps {
+				if strings.HasPrefix(s, prefix) {
+					return true
+				}
+			}
+			return false
+		})
+	}
+	present := startApprover(t, e.bus, func(*events.ConfirmRequest) *events.ConfirmAnswer { return nil })
+	req, done := askCaller(t, client, caller, "kept.txt")
+	user := events.AgentUser(caller)
+	otherConn := bustest.Connect(t, e.bus).Conn()
+	for _, a := range []struct {
+		name          string
+		nc            *nats.Conn
+		as, principal string
+		who           events.Identity
+		id            string
+		refusal       string
+	}{
+		{"an approver dismissing", otherConn, events.AnswerAsApprover, "approver:ada", events.Identity{ID: "approver:ada", Role: "approver"}, req.InvocationID, "only the caller's user dismisses"},
+		{"the user on the approvers' subject", agentConn, events.AnswerAsApprover, principal, user, req.InvocationID, "only the caller's user dismisses"},
+		{"another caller's user", agentConn, events.AnswerAsCaller, principal, events.AgentUser(events.Identity{ID: "agent:y", Role: "agent", Session: "s1"}), req.InvocationID, "a dismissal must come from"},
+		{"the caller itself", agentConn, events.AnswerAsCaller, principal, caller, req.InvocationID, "a dismissal must come from"},
+		{"sent with another identity", otherConn, events.AnswerAsCaller, "agent:y", user, req.InvocationID, `sent with the identity "agent:y"`},
+		{"for another call", agentConn, events.AnswerAsCaller, principal, user, "another-call", "is for invocation"},
+	} {
+		ack := dismissWith(t, a.nc, req, a.as, a.principal, a.who, a.id)
+		if ack.Accepted || !strings.Contains(ack.Reason, a.refusal) {
+			t.Errorf("%s: accepted %v, %q; want refused: %q", a.name, ack.Accepted, ack.Reason, a.refusal)
+		}
+	}
+	// The genuine dismissal, with an outcome slipped in: a dismissal has
+	// no outcome to read.
+	raw, err := events.Encode(&events.ConfirmDismissed{Header: events.Header{Sender: user}, InvocationID: req.InvocationID, Why: "dismissed the question"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw = append(raw[:len(raw)-1], []byte(`,"outcome":"proceed_always"}`)...)
+	if ack := sendAnswerBytes(t, agentConn, req, events.AnswerAsCaller, principal, raw); ack.Accepted || !strings.Contains(ack.Reason, "decides nothing") {
+		t.Fatalf("the user's dismissal: accepted %v, %q; want taken as deciding nothing", ack.Accepted, ack.Reason)
+	}
+	if !stepped("dismissed: user-of:agent:x made no decision (dismissed the question)") {
+		t.Errorf("no dismissed step recorded: %q", steps)
+	}
+	for _, a := range []struct {
+		name    string
+		send    func() *events.ConfirmAck
+		refusal string
+	}{
+		{"a second dismissal", func() *events.ConfirmAck {
+			return dismissWith(t, agentConn, req, events.AnswerAsCaller, principal, user, req.InvocationID)
+		}, "made no decision on this question already"},
+		{"the user's accept after it", func() *events.ConfirmAck {
+			return answerWith(t, agentConn, req, events.AnswerAsCaller, principal, user, events.ProceedOnce)
+		}, "the approvers answer it now"},
+		{"the user's decline after it", func() *events.ConfirmAck {
+			return answerWith(t, agentConn, req, events.AnswerAsCaller, principal, user, events.Cancel)
+		}, "the approvers answer it now"},
+	} {
+		if ack := a.send(); ack.Accepted || !strings.Contains(ack.Reason, a.refusal) {
+			t.Errorf("%s: accepted %v, %q; want refused: %q", a.name, ack.Accepted, ack.Reason, a.refusal)
+		}
+	}
+	select {
+	case res := <-done:
+		t.Fatalf("the call ended before an approver answered: %s %q", errType(res), res.LLMContent)
+	default:
+	}
+	if _, err := os.Stat(filepath.Join(e.ws.Root(), "kept.txt")); err == nil {
+		t.Fatal("the write ran on a dismissal")
+	}
+	personConn := bustest.Connect(t, e.bus).Conn()
+	if ack := answerWith(t, personConn, req, events.AnswerAsApprover, "approver:ada", events.Identity{ID: "approver:ada", Role: "approver"}, events.ProceedOnce); !ack.Accepted {
+		t.Fatalf("the approver's answer after the dismissal was refused: %s", ack.Reason)
+	}
+	if res := <-done; res.Error != nil {
+		t.Fatalf("the approved call failed: %s %q", errType(res), res.LLMContent)
+	}
+	if got := e.exec.allowlist.entriesFor("write_file", events.SourceBuiltin, ""); len(got) != 0 {
+		t.Errorf("a dismissal widened the allowlist: %+v", got)
+	}
+
+	// Nobody else to ask: denied at once, naming where to approve.
+	present.stop()
+	req, done = askCaller(t, client, caller, "alone.txt")
+	if ack := dismissWith(t, agentConn, req, events.AnswerAsCaller, principal, user, req.InvocationID); ack.Accepted {
+		t.Fatalf("a dismissal was accepted as an answer: %+v", ack)
+	}
+	res := <-done
+	if errType(res) != events.ErrPolicyDenied || !strings.Contains(res.LLMContent, "no approver is connected to give it") || !strings.Contains(res.LLMContent, "To approve calls like this one, "+DefaultApproveHint) {
+		t.Errorf("dismissed with no approver: %s %q; want %s naming where to approve", errType(res), res.LLMContent, events.ErrPolicyDenied)
+	}
+	if _, err := os.Stat(filepath.Join(e.ws.Root(), "alone.txt")); err == nil {
+		t.Fatal("the write ran on a dismissal")
 	}
 }

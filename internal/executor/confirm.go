@@ -118,6 +118,7 @@ type question struct {
 	pol        *policy.Policy // the policy the question was asked under
 	in         *policy.Input  // what it was shown of the call
 	callerAsks bool           // the caller's own user is asked too
+	dismissed  bool           // and they made no decision (events.ConfirmDismissed)
 	refusals   int            // answers the policy refused so far
 	// need is how many distinct proven people must approve
 	// (policy.Decision.ApprovalsRequired); approvals are those who did,
@@ -176,13 +177,16 @@ func (c *call) waiting(reason string) {
 
 // awaitAnswer waits for the first answer the policy accepts, until ctx
 // ends or, when only approvers can answer, until none is there any more;
-// the wait's end is recorded (ConfirmClosed) when no answer came.
+// the wait's end is recorded (ConfirmClosed) when no answer came. When
+// the caller's user was asked and made no decision (a dismissal), only
+// the approvers can answer from then on: with none present the call ends
+// at once, saying where to approve.
 func (c *call) awaitAnswer(ctx context.Context, q *question, answers *nats.Subscription) (*events.ConfirmAnswer, *stop) {
 	e := c.e
+	endChecks := func() {}
+	defer func() { endChecks() }()
 	if !q.callerAsks {
-		var endChecks func()
 		ctx, endChecks = c.whileApproversStay(ctx)
-		defer endChecks()
 	}
 	for {
 		msg, err := answers.NextMsgWithContext(ctx)
@@ -196,13 +200,79 @@ func (c *call) awaitAnswer(ctx context.Context, q *question, answers *nats.Subsc
 			case errors.Is(err, context.DeadlineExceeded):
 				st = &stop{events.ErrConfirmationTimeout, fmt.Sprintf("No approver answered within %s, so the call is denied. To approve calls like this one, %s.", e.cfg.ConfirmTimeout, e.cfg.ApproveHint)}
 			}
-			e.publish(events.SubjectConfirmClosed, &events.ConfirmClosed{Header: c.header(), InvocationID: c.inv.ID, ErrorType: st.Type, Reason: st.Msg, AnswerTo: q.req.AnswerTo})
-			return nil, st
+			return nil, c.closeQuestion(q, st)
 		}
-		if answer := c.accepted(ctx, q, msg); answer != nil {
-			return answer, nil
+		// A dismissal is a message of its own type, never an answer: it
+		// cannot allow the call, nor end it as the person's no.
+		d, err := events.Decode[events.ConfirmDismissed](msg.Data)
+		switch {
+		case errors.Is(err, events.ErrType):
+			if answer := c.accepted(ctx, q, msg); answer != nil {
+				return answer, nil
+			}
+			continue
+		case err != nil:
+			e.log.Warn("ignoring a dismissal that does not decode", "invocation", c.inv.ID, "err", err)
+			c.ack(msg, false, "the dismissal is not valid: "+err.Error())
+			continue
 		}
+		if !c.dismissal(q, msg, d) {
+			continue
+		}
+		who := d.Sender.ID
+		if !e.approverPresent(ctx) {
+			return nil, c.closeQuestion(q, &stop{events.ErrPolicyDenied, fmt.Sprintf("The policy asks for confirmation (%s); %s made no decision on it (%s), and no approver is connected to give it, so the call is denied. To approve calls like this one, %s, then make the call again.", q.req.Reason, who, d.Why, e.cfg.ApproveHint)})
+		}
+		c.step("dismissed", fmt.Sprintf("%s made no decision (%s); the approvers answer", who, d.Why))
+		// From here only the approvers answer: the call waits while one
+		// of them is there.
+		ctx, endChecks = c.whileApproversStay(ctx)
 	}
+}
+
+// closeQuestion records that q ended with no accepted answer, for st,
+// and returns st.
+func (c *call) closeQuestion(q *question, st *stop) *stop {
+	c.e.publish(events.SubjectConfirmClosed, &events.ConfirmClosed{Header: c.header(), InvocationID: c.inv.ID, ErrorType: st.Type, Reason: st.Msg, AnswerTo: q.req.AnswerTo})
+	return st
+}
+
+// dismissal reports whether d, which came in msg, counts: it must be
+// for this call, come from the user of this call's caller on the
+// caller's subject (bound as an answer is, bindAnswerer), and the caller
+// must have been asked and not have dismissed the question already. The
+// sender is told it decides nothing, or why it does not count.
+func (c *call) dismissal(q *question, msg *nats.Msg, d *events.ConfirmDismissed) bool {
+	refuse := func(reason string) bool {
+		c.ack(msg, false, reason)
+		if q.refusals++; q.refusals <= maxRecordedRefusals {
+			c.step("approver-refused", d.Sender.ID+" dismissing the question: "+reason)
+		}
+		return false
+	}
+	if d.InvocationID != c.inv.ID {
+		c.ack(msg, false, fmt.Sprintf("the dismissal is for invocation %q, not %q", d.InvocationID, c.inv.ID))
+		return false
+	}
+	as, _, _, err := events.SplitAnswerSubject(q.req.AnswerTo, msg.Subject)
+	switch {
+	case err != nil:
+		return refuse(err.Error())
+	case as != events.AnswerAsCaller:
+		return refuse("only the caller's user dismisses a question; an approver answers it, or leaves it to others")
+	case !q.callerAsks:
+		return refuse("this call's caller was not asked to confirm it")
+	case q.dismissed:
+		return refuse("the caller's user made no decision on this question already")
+	case d.Sender.ID != events.AgentUser(c.inv.Sender).ID || d.Sender.Role != events.RoleAgentUser:
+		return refuse(fmt.Sprintf("a dismissal must come from %q", events.AgentUser(c.inv.Sender).ID))
+	}
+	if err := c.bindAnswerer(q.req, msg.Subject, &d.Sender, q.callerAsks); err != nil {
+		return refuse(err.Error())
+	}
+	q.dismissed = true
+	c.ack(msg, false, "a dismissal decides nothing: the call is left to the approvers")
+	return true
 }
 
 // errApproversLeft ends a wait for an answer that nobody is there to give.
@@ -261,7 +331,13 @@ func (c *call) accepted(ctx context.Context, q *question, msg *nats.Msg) *events
 		c.ack(msg, false, fmt.Sprintf("the answer is for invocation %q, not %q", answer.InvocationID, c.inv.ID))
 		return nil
 	}
-	if err := c.bindAnswerer(q.req, msg.Subject, &answer.Sender, q.callerAsks); err != nil {
+	// A caller's user who made no decision has had their turn: the
+	// question is the approvers' now.
+	err = errors.New("the caller's user made no decision on this question; the approvers answer it now")
+	if as, _, _, _ := events.SplitAnswerSubject(q.req.AnswerTo, msg.Subject); !q.dismissed || (as != events.AnswerAsCaller && answer.Sender.Role != events.RoleAgentUser) {
+		err = c.bindAnswerer(q.req, msg.Subject, &answer.Sender, q.callerAsks)
+	}
+	if err != nil {
 		c.ack(msg, false, err.Error())
 		if q.refusals++; q.refusals <= maxRecordedRefusals {
 			e.publish(events.SubjectConfirmRejected, &events.ConfirmRejected{Header: c.header(), InvocationID: c.inv.ID, Answer: *answer, Reason: err.Error(), AnswerTo: q.req.AnswerTo})

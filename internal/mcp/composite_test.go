@@ -159,7 +159,7 @@ func TestCompositeThroughTheFacade(t *testing.T) {
 
 // A composite's step the policy asks about is put to the person in
 // front of the MCP client, as the step it is (its tool, its arguments),
-// and their answer decides that step.
+// and their answer decides that step; their dismissal decides nothing.
 func TestACompositeStepIsConfirmedByTheAgentsUser(t *testing.T) {
 	ff := startFacade(t, nil, "")
 	note, err := composite.New(composite.Definition{Name: "note", Description: "Writes a note and reads it back.",
@@ -190,5 +190,15 @@ func TestACompositeStepIsConfirmedByTheAgentsUser(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(ff.Workspace.Root(), "lost.md")); err == nil {
 		t.Error("the declined step wrote its file")
+	}
+	// A dismissed step is no decision: with no approver present, the
+	// step is denied, naming where to approve, not refused by the user.
+	user.answer = respond(mcp.ElicitationResponseActionCancel, nil)
+	res = callTool(t, c, "note", `{"name":"lost.md","text":"dismissed\n"}`)
+	if got := text(res); !res.IsError || !strings.Contains(got, "made no decision on it") || !strings.Contains(got, "To approve calls like this one") || strings.Contains(got, "USER_CANCELLED") {
+		t.Errorf("a dismissed step: %v %s", res.IsError, got)
+	}
+	if _, err := os.Stat(filepath.Join(ff.Workspace.Root(), "lost.md")); err == nil {
+		t.Error("the dismissed step wrote its file")
 	}
 }

@@ -33,8 +33,8 @@ func canElicit(ctx context.Context) bool {
 
 // askUser puts req, the confirmation request of inv, to the client's user
 // and answers it with what they chose. Nothing they do, and no failure
-// here, allows the call but an accept; a failure leaves the request to
-// the other approvers until its deadline.
+// here, allows the call but an accept; a dismissal, or a question that
+// could not be put to them, decides nothing (dismissForUser).
 func (f *Facade) askUser(ctx context.Context, inv *events.Invocation, req *events.ConfirmRequest) {
 	// The request came to this call's inbox; its id must be this call's,
 	// or one of its steps' when it is a composite, so that the answer
@@ -48,9 +48,11 @@ func (f *Facade) askUser(ctx context.Context, inv *events.Invocation, req *event
 		RequestedSchema: elicitationSchema,
 	}})
 	if err != nil {
-		if ctx.Err() == nil {
-			f.log.Warn("mcp facade: the client's user could not be asked; the approvers may still answer", "invocation", inv.ID, "err", err)
+		if ctx.Err() != nil {
+			return // the call's request ended: so does the call
 		}
+		f.log.Warn("mcp facade: the client's user could not be asked; the call is left to the approvers", "invocation", inv.ID, "err", err)
+		f.dismissForUser(ctx, inv, req, "could not be asked: "+cutReason(err.Error()))
 		return
 	}
 	f.answerForUser(ctx, inv, req, result)
@@ -64,25 +66,52 @@ func ownRequest(inv *events.Invocation, req *events.ConfirmRequest) bool {
 }
 
 // answerForUser answers req, the confirmation request of inv, with what
-// the client's user chose: only an accept allows the call.
+// the client's user chose, as MCP means it: accept is their yes, decline
+// their no, and cancel (a dismissal, or anything else) no decision at
+// all, which leaves the call to the fleet's approvers (dismissForUser).
 func (f *Facade) answerForUser(ctx context.Context, inv *events.Invocation, req *events.ConfirmRequest, result *mcp.ElicitationResult) {
-	id := inv.ID
-	if ownRequest(inv, req) {
-		id = req.InvocationID // a step's
-	}
-	answer := &events.ConfirmAnswer{Header: events.Header{Sender: events.AgentUser(inv.Sender)}, InvocationID: id, Outcome: events.Cancel}
+	var outcome events.Outcome
+	var message string
 	switch result.Action {
 	case mcp.ElicitationResponseActionAccept:
-		answer.Outcome = events.ProceedOnce
+		outcome = events.ProceedOnce
 	case mcp.ElicitationResponseActionDecline:
-		answer.Message = "declined"
+		outcome, message = events.Cancel, "declined"
 		if reason := declineReason(result.Content); reason != "" {
-			answer.Message = "declined: " + reason
+			message = "declined: " + reason
 		}
+	case mcp.ElicitationResponseActionCancel:
+		f.dismissForUser(ctx, inv, req, "dismissed the question")
+		return
 	default:
-		answer.Message = "dismissed the confirmation"
+		f.dismissForUser(ctx, inv, req, fmt.Sprintf("answered with the unknown action %q", cutReason(string(result.Action))))
+		return
 	}
-	data, err := events.Encode(answer)
+	f.sendForUser(ctx, inv, req, &events.ConfirmAnswer{Header: events.Header{Sender: events.AgentUser(inv.Sender)}, InvocationID: requestOf(inv, req), Outcome: outcome, Message: message})
+}
+
+// dismissForUser tells the executor that the client's user made no
+// decision on req, and why: the executor leaves the call to the fleet's
+// approvers, or denies it at once when none is present. A dismissal is
+// its own envelope, with no outcome, so it can neither allow the call nor
+// count as the user's refusal.
+func (f *Facade) dismissForUser(ctx context.Context, inv *events.Invocation, req *events.ConfirmRequest, why string) {
+	f.sendForUser(ctx, inv, req, &events.ConfirmDismissed{Header: events.Header{Sender: events.AgentUser(inv.Sender)}, InvocationID: requestOf(inv, req), Why: why})
+}
+
+// requestOf is the id of the call req asks about: inv's, or a step's of
+// inv when it is a composite.
+func requestOf(inv *events.Invocation, req *events.ConfirmRequest) string {
+	if ownRequest(inv, req) {
+		return req.InvocationID
+	}
+	return inv.ID
+}
+
+// sendForUser sends env, the user's word on req, to req's answer subject
+// as the caller of inv: only the caller's identity may send there.
+func (f *Facade) sendForUser(ctx context.Context, inv *events.Invocation, req *events.ConfirmRequest, env events.Envelope) {
+	data, err := events.Encode(env)
 	if err != nil {
 		f.log.Error("mcp facade: the user's answer does not encode", "invocation", inv.ID, "err", err)
 		return
@@ -99,8 +128,18 @@ func (f *Facade) answerForUser(ctx context.Context, inv *events.Invocation, req 
 		if err == nil {
 			reason = ack.Reason
 		}
-		f.log.Info("mcp facade: the user's answer does not decide the call", "invocation", inv.ID, "outcome", answer.Outcome, "reason", reason)
+		f.log.Info("mcp facade: the user's word does not decide the call", "invocation", inv.ID, "type", env.EnvelopeType(), "reason", reason)
 	}
+}
+
+// cutReason keeps what a client said, or an error, short enough for the
+// trail.
+func cutReason(s string) string {
+	const limit = 500
+	if len(s) > limit {
+		s = strings.ToValidUTF8(s[:limit], "") + "…"
+	}
+	return s
 }
 
 // elicitationSchema asks for nothing but an optional reason to decline:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -15,7 +16,9 @@ import (
 
 	"github.com/toolbus/toolbus/internal/approve"
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/executor"
 	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/approvetest"
 	"github.com/toolbus/toolbus/internal/testkit/bustest"
 )
 
@@ -84,7 +87,8 @@ func answered(t *testing.T, ff *facadeFleet) func(want int) []*events.ConfirmAns
 // With no approver on tool.confirm, an edit the policy asks about is
 // confirmed by the person in front of the agent, through an elicitation
 // showing the diff; their accept runs it, recorded with the client's user
-// as the approver, and their decline refuses it with their reason.
+// as the approver, and their decline refuses it with their reason. (A
+// dismissal decides nothing: TestFacadeUsersDismissalDecidesNothing.)
 func TestFacadeAsksTheAgentsUserToConfirm(t *testing.T) {
 	ff := startFacade(t, nil, "")
 	acted := answered(t, ff)
@@ -119,11 +123,6 @@ func TestFacadeAsksTheAgentsUserToConfirm(t *testing.T) {
 	res = callTool(t, c, "write_file", `{"file_path":"notes.md","content":"overwritten\n"}`)
 	if !res.IsError || !strings.Contains(text(res), "USER_CANCELLED: user-of:agent:editor-client cancelled the call: declined: not that file") {
 		t.Errorf("declined: %v %q", res.IsError, text(res))
-	}
-	user.answer = respond(mcp.ElicitationResponseActionCancel, nil)
-	res = callTool(t, c, "write_file", `{"file_path":"notes.md","content":"overwritten\n"}`)
-	if !res.IsError || !strings.Contains(text(res), "USER_CANCELLED") {
-		t.Errorf("dismissed: %v %q", res.IsError, text(res))
 	}
 	if data, _ := os.ReadFile(filepath.Join(ff.Workspace.Root(), "notes.md")); string(data) != "first line\n" {
 		t.Errorf("a refused edit changed the file: %q", data)
@@ -207,5 +206,130 @@ func TestFacadeApproverAnswersBeforeTheAgentsUser(t *testing.T) {
 	got := acted(1)
 	if len(got) != 1 || got[0].Sender.ID != "approver:ada" {
 		t.Errorf("answers acted on: %d, want the approver's alone", len(got))
+	}
+}
+
+// In MCP, cancel is a dismissal with no choice made, which a headless
+// client sends by itself: it is not the person's no. In both protocol
+// generations, a dismissed question goes on to the fleet's approvers when
+// one is present, whose answer decides (once); with none, the call is
+// denied at once, naming where to approve. Neither is recorded as the
+// user's refusal.
+func TestFacadeUsersDismissalDecidesNothing(t *testing.T) {
+	generations := []struct {
+		name    string
+		connect func(ff *facadeFleet, t testing.TB, name string, options ...mcpclient.ClientOption) *mcpclient.Client
+	}{
+		{"2025-11-25 elicitation", (*facadeFleet).connect},
+		{"2026-07-28 input required", (*facadeFleet).connectModern},
+	}
+	for _, g := range generations {
+		t.Run(g.name, func(t *testing.T) {
+			const hint = "open the console at http://console.test/ or run `toolbus confirm`"
+			ff := startFacade(t, nil, "", func(c *executor.Config) { c.ApproveHint = hint })
+			acted := answered(t, ff)
+			closed := confirmClosed(t, ff)
+			steps := stepsOf(t, ff)
+			user := &userAtClient{answer: respond(mcp.ElicitationResponseActionCancel, nil)}
+			c := g.connect(ff, t, "headless-client", mcpclient.WithElicitationHandler(user))
+
+			// Nobody else to ask: refused at once, with where to approve.
+			res := callTool(t, c, "write_file", `{"file_path":"notes.md","content":"alone\n"}`)
+			for _, want := range []string{"POLICY_DENIED", "user-of:agent:headless-client made no decision on it (dismissed the question)", "no approver is connected to give it", "To approve calls like this one, " + hint} {
+				if !res.IsError || !strings.Contains(text(res), want) {
+					t.Errorf("dismissed with no approver: got %v %q, want an error saying %q", res.IsError, text(res), want)
+				}
+			}
+			if strings.Contains(text(res), "USER_CANCELLED") {
+				t.Errorf("a dismissal was taken as the user's refusal: %q", text(res))
+			}
+			if got := closed(1); len(got) != 1 || got[0].ErrorType != events.ErrPolicyDenied || !strings.Contains(got[0].Reason, hint) {
+				t.Errorf("the question's end recorded: %+v; want one, denied, naming where to approve", got)
+			}
+			if _, err := os.Stat(filepath.Join(ff.Workspace.Root(), "notes.md")); err == nil {
+				t.Error("a dismissed edit ran")
+			}
+
+			// An approver present: the question waits for them; their yes
+			// runs the call once.
+			approvetest.Seat(t, ff.Bus, "approver:ada", func(approve.Request) events.Outcome {
+				// Only once the user has dismissed it, so that the call
+				// is seen to outlive the dismissal.
+				if steps("dismissed") {
+					return events.ProceedOnce
+				}
+				return events.Cancel
+			})
+			res = callTool(t, c, "write_file", `{"file_path":"notes.md","content":"approved\n"}`)
+			if res.IsError {
+				t.Fatalf("dismissed by the user, approved by an approver: %s", text(res))
+			}
+			if data, err := os.ReadFile(filepath.Join(ff.Workspace.Root(), "notes.md")); err != nil || string(data) != "approved\n" {
+				t.Errorf("the file holds %q (%v)", data, err)
+			}
+			if got := acted(1); len(got) != 1 || got[0].Sender.ID != "approver:ada" || got[0].Outcome != events.ProceedOnce {
+				t.Errorf("answers acted on: %+v; want the approver's yes alone", got)
+			}
+			if n := len(user.shown()); n != 2 {
+				t.Errorf("the user was asked %d times, want once per call (2)", n)
+			}
+		})
+	}
+}
+
+// confirmClosed collects the questions recorded as ended with no answer.
+func confirmClosed(t *testing.T, ff *facadeFleet) func(want int) []*events.ConfirmClosed {
+	t.Helper()
+	var mu sync.Mutex
+	var got []*events.ConfirmClosed
+	sub, err := ff.Bus.Conn().Subscribe(events.SubjectConfirmClosed, func(m *nats.Msg) {
+		if c, err := events.Decode[events.ConfirmClosed](m.Data); err == nil {
+			mu.Lock()
+			got = append(got, c)
+			mu.Unlock()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ff.Bus.Conn().Flush()
+	t.Cleanup(func() { sub.Unsubscribe() })
+	return func(want int) []*events.ConfirmClosed {
+		testkit.Poll(30*time.Second, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(got) >= want
+		})
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]*events.ConfirmClosed(nil), got...)
+	}
+}
+
+// stepsOf follows the steps executors record; the function it returns
+// reports whether a step named step has been recorded, waiting for it up
+// to a deadline.
+func stepsOf(t *testing.T, ff *facadeFleet) func(step string) bool {
+	t.Helper()
+	var mu sync.Mutex
+	var got []string
+	sub, err := ff.Bus.Conn().Subscribe(events.SubjectStep, func(m *nats.Msg) {
+		if s, err := events.Decode[events.Step](m.Data); err == nil {
+			mu.Lock()
+			got = append(got, s.Step)
+			mu.Unlock()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ff.Bus.Conn().Flush()
+	t.Cleanup(func() { sub.Unsubscribe() })
+	return func(step string) bool {
+		return testkit.Poll(30*time.Second, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return slices.Contains(got, step)
+		})
 	}
 }

@@ -37,6 +37,9 @@ const (
 	// ModernClient is the TypeScript SDK's client package, which speaks
 	// protocol 2026-07-28; a script imports its entry module (this path).
 	ModernClient = "modern-client"
+	// Claude is Claude Code's executable (its claude bin), a native
+	// program the package's install script puts in place.
+	Claude = "claude"
 )
 
 // paths are the peers' files under Dir, as the pinned packages lay them out.
@@ -48,6 +51,7 @@ var paths = map[string]string{
 	Inspector:       "node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js",
 	Gemini:          "node_modules/@google/gemini-cli/bundle/gemini.js",
 	ModernClient:    "node_modules/@modelcontextprotocol/client/dist/index.mjs",
+	Claude:          "node_modules/@anthropic-ai/claude-code/bin/claude.exe",
 }
 
 // Dir is where scripts/test.sh installs the npm peers: $TOOLBUS_NPM_DIR,
@@ -66,7 +70,7 @@ func Dir() string {
 }
 
 // Require returns the path of the peer named what (Everything, Node22,
-// Conformance, Inspector, Gemini or ModernClient). When it is not installed the test skips, naming the
+// Conformance, Inspector, Gemini, ModernClient or Claude). When it is not installed the test skips, naming the
 // command that installs it, or fails under CI=true.
 func Require(t testing.TB, what string) string {
 	t.Helper()
