@@ -68,8 +68,8 @@ func TestTheReceiverTakesWhatToolbusSends(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() { ran <- n.Run(ctx, seat) }()
+	ran := make(chan struct{})
+	go func() { defer close(ran); n.Run(ctx, seat) }()
 	t.Cleanup(func() { cancel(); <-ran })
 
 	done := make(chan *events.Result, 1)

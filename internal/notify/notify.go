@@ -283,7 +283,7 @@ type delivery struct {
 // until ctx ends; it returns once every delivery in flight has stopped.
 // Requests that were pending when it started are notified too, unless
 // past their deadline.
-func (n *Notifier) Run(ctx context.Context, src Source) error {
+func (n *Notifier) Run(ctx context.Context, src Source) {
 	queue := make(chan *delivery, n.cfg.Queue)
 	var workers sync.WaitGroup
 	for range n.cfg.Workers {
@@ -300,7 +300,6 @@ func (n *Notifier) Run(ctx context.Context, src Source) error {
 	}
 	n.watch(ctx, src, queue)
 	workers.Wait()
-	return nil
 }
 
 // watch queues a delivery for each request that newly waits, and stops

