@@ -76,8 +76,9 @@ func TestUpWebhook(t *testing.T) {
 	a.quit()
 }
 
-// TestWebhookFlags: the webhook's flags are refused when the secret is
-// missing or readable by others, and without a console to link to.
+// TestWebhookFlags: the webhook's flags are refused, before anything
+// starts, when the secret is missing or readable by others, a URL is not
+// one, or there is no console to link to.
 func TestWebhookFlags(t *testing.T) {
 	t.Parallel()
 	open := filepath.Join(t.TempDir(), "secret")
@@ -85,6 +86,10 @@ func TestWebhookFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.Chmod(open, 0o644)
+	private := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(private, []byte("a-secret-of-enough-bytes-0123456"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -92,9 +97,12 @@ func TestWebhookFlags(t *testing.T) {
 	}{
 		{"no secret", []string{"up", "--webhook", "http://127.0.0.1:1/"}, "needs --webhook-secret-file"},
 		{"secret alone", []string{"console", "--webhook-secret-file", open}, "go with --webhook"},
-		{"no console", []string{"up", "--console", "off", "--webhook", "http://127.0.0.1:1/", "--webhook-secret-file", open}, "needs the console"},
+		{"no console", []string{"up", "--console", "off", "--webhook", "http://127.0.0.1:1/", "--webhook-secret-file", private}, "needs the console"},
 		{"open secret", []string{"up", "--listen", "127.0.0.1:0", "--data", t.TempDir(), "--workspace", t.TempDir(), "--console", "127.0.0.1:0",
 			"--mcp-listen", "off", "--webhook", "http://127.0.0.1:1/", "--webhook-secret-file", open}, "chmod 600"},
+		{"open secret, console", []string{"console", "--webhook", "http://127.0.0.1:1/", "--webhook-secret-file", open}, "chmod 600"},
+		{"not a URL", []string{"console", "--webhook", "ftp://127.0.0.1:1/", "--webhook-secret-file", private}, "want http"},
+		{"not a link", []string{"console", "--webhook", "http://127.0.0.1:1/", "--webhook-secret-file", private, "--webhook-link", "javascript:alert(1)"}, "console address"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, errOut, code := toolbus(t, tc.args...)
