@@ -38,20 +38,24 @@ With --json it is for scripts. It prints one JSON object per line, the
 first once executors can ask it:
 
     {"event":"ready","approver":ID}
-    {"event":"request","invocationId":ID,"request":{...the ConfirmRequest...},"deadline":TIME}
-    {"event":"answered","invocationId":ID,"by":APPROVER,"outcome":OUTCOME}
-    {"event":"rejected","invocationId":ID,"by":APPROVER,"outcome":OUTCOME,"reason":WHY}
-    {"event":"closed","invocationId":ID,"errorType":TYPE,"reason":WHY}
-    {"event":"ack","invocationId":ID,"accepted":BOOL,"reason":WHY}
-    {"event":"error","line":N,"invocationId":ID,"error":WHAT}
+    {"event":"request","answerTo":TOKEN,"invocationId":ID,"request":{...the ConfirmRequest...},"deadline":TIME}
+    {"event":"answered","answerTo":TOKEN,"invocationId":ID,"by":APPROVER,"outcome":OUTCOME}
+    {"event":"rejected","answerTo":TOKEN,"invocationId":ID,"by":APPROVER,"outcome":OUTCOME,"reason":WHY}
+    {"event":"closed","answerTo":TOKEN,"invocationId":ID,"errorType":TYPE,"reason":WHY}
+    {"event":"ack","answerTo":TOKEN,"invocationId":ID,"accepted":BOOL,"reason":WHY}
+    {"event":"error","line":N,"error":WHAT}
     {"event":"disconnected","reason":WHY}   (the bus is gone: nothing arrives or leaves)
     {"event":"reconnected"}
 
-and reads answers, one JSON object per line, on stdin:
+and reads answers, one JSON object per line, on stdin, each naming its
+request by the answerTo of its request line (TOKEN, a JSON string). The
+invocation id does not name a request: the caller chose it, another
+caller may use the same one, and a call asked about again gets a new
+request with a new answerTo.
 
-    {"invocationId":ID,"outcome":"proceed_once"}
-    {"invocationId":ID,"outcome":"modify_with_editor","args":{...}}
-    {"invocationId":ID,"outcome":"cancel","message":"why, for the agent"}
+    {"answerTo":TOKEN,"outcome":"proceed_once"}
+    {"answerTo":TOKEN,"outcome":"modify_with_editor","args":{...}}
+    {"answerTo":TOKEN,"outcome":"cancel","message":"why, for the agent"}
 
 OUTCOME is proceed_once, proceed_always, proceed_always_tool,
 proceed_always_server, modify_with_editor or cancel. A line that is not an

@@ -579,7 +579,14 @@ func TestConfirmJSON(t *testing.T) {
 	if e := next("error"); !strings.Contains(fmt.Sprint(e["error"]), "unknown outcome") {
 		t.Errorf("error line for an unknown outcome: %v", e)
 	}
-	io.WriteString(stdin, `{"answerTo":"`+to+`","outcome":"proceed_once"}`+"\n")
+	// An answer that names only the invocation id is refused, saying
+	// what names a request instead.
+	io.WriteString(stdin, `{"invocationId":"`+id+`","outcome":"proceed_once"}`+"\n")
+	if e := next("error"); !strings.Contains(fmt.Sprint(e["error"]), "answerTo is empty") || e["invocationId"] != id {
+		t.Errorf("error line for an answer without answerTo: %v", e)
+	}
+	// The answer sent is the help's own example, with the token.
+	io.WriteString(stdin, strings.Replace(helpAnswer(t, "proceed_once"), "TOKEN", jsonString(to), 1)+"\n")
 	if ack := next("ack"); ack["accepted"] != true || ack["invocationId"] != id {
 		t.Errorf("ack line: %v", ack)
 	}
@@ -598,4 +605,36 @@ func TestConfirmJSON(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Errorf("confirm --json exited with %v at the end of its input; stderr: %s", err, stderr.String())
 	}
+}
+
+// helpAnswer is the answer line `toolbus confirm --help` shows for
+// outcome, failing the test unless every answer line the help shows names
+// its request by answerTo.
+func helpAnswer(t *testing.T, outcome string) string {
+	t.Helper()
+	out, errOut, code := toolbus(t, "confirm", "--help")
+	if code != 0 {
+		t.Fatalf("confirm --help exited %d: %s", code, errOut)
+	}
+	_, answers, ok := strings.Cut(out, "reads answers")
+	if !ok {
+		t.Fatalf("the help shows no answers:\n%s", out)
+	}
+	found := ""
+	for line := range strings.Lines(answers) {
+		line = strings.TrimSpace(line)
+		if !strings.HasPrefix(line, "{") {
+			continue
+		}
+		if !strings.HasPrefix(line, `{"answerTo":TOKEN,`) {
+			t.Errorf("the help shows an answer that does not name its request by answerTo: %s", line)
+		}
+		if strings.Contains(line, `"outcome":"`+outcome+`"`) {
+			found = line
+		}
+	}
+	if found == "" {
+		t.Fatalf("the help shows no %s answer:\n%s", outcome, out)
+	}
+	return found
 }

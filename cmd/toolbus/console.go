@@ -34,7 +34,11 @@ While a page is open the console holds an approver's seat, as the approver
 --as names: a call the policy asks about then waits for an answer instead of
 being denied at once.`,
 		Example: `  toolbus console
-  TOOLBUS_CONSOLE_TOKEN=s3cret toolbus console --listen 0.0.0.0:4380 --as approver:alice`,
+  TOOLBUS_CONSOLE_TOKEN=s3cret toolbus console --listen 0.0.0.0:4380 --as approver:alice
+
+  # A signed notice to a webhook for each call that waits, linking to it here.
+  toolbus console --webhook https://hooks.example/toolbus --webhook-secret-file /etc/toolbus/webhook-secret \
+    --webhook-link https://toolbus.example.com/`,
 		Args: noArgs,
 	}
 	fs := cmd.Flags()
@@ -43,13 +47,17 @@ being denied at once.`,
 	as := fs.String("as", "", "approver identity (default approver:USER@HOST)")
 	logLevel := goFlags(fs, cli.LogFlag)
 	metricsAddr := goFlags(fs, cli.MetricsFlag)
+	hook := addWebhookFlags(fs)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		return runConsole(busURLFor(cmd), *listen, *token, *as, *logLevel, *metricsAddr)
+		if err := hook.check(); err != nil {
+			return usageError{err}
+		}
+		return runConsole(busURLFor(cmd), *listen, *token, *as, *logLevel, *metricsAddr, hook)
 	}
 	return cmd
 }
 
-func runConsole(natsURL, listen, token, as, logLevel, metricsAddr string) error {
+func runConsole(natsURL, listen, token, as, logLevel, metricsAddr string, hook *webhookFlags) error {
 	log, err := cli.Logger(logLevel)
 	if err != nil {
 		return usageError{err}
@@ -74,7 +82,18 @@ func runConsole(natsURL, listen, token, as, logLevel, metricsAddr string) error 
 		return err
 	}
 	defer c.stop()
-	fmt.Printf("toolbus console\n  console:   %s\n  approver:  %s\nPress Ctrl-C to stop.\n", c.server.URL(), c.approver.Identity().ID)
+	// The console's approver is followed read-only: the webhook makes
+	// nobody present, and answers nothing.
+	stopHook, err := hook.start(c.approver, c.server.BaseURL(), log)
+	if err != nil {
+		return err
+	}
+	defer stopHook()
+	fmt.Printf("toolbus console\n  console:   %s\n  approver:  %s\n", c.server.URL(), c.approver.Identity().ID)
+	if *hook.url != "" {
+		fmt.Printf("  webhook:   %s\n", *hook.url)
+	}
+	fmt.Println("Press Ctrl-C to stop.")
 	<-ctx.Done()
 	fmt.Println("toolbus: stopping")
 	return nil

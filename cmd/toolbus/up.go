@@ -40,6 +40,7 @@ type upFlags struct {
 	outputs                                             *cli.OutputFlags
 	tools                                               *cli.ToolFlags
 	audit                                               *busnode.AuditOptions
+	webhook                                             *webhookFlags
 	// context is the name of the context up writes (--context).
 	context string
 }
@@ -62,6 +63,7 @@ func newUpFlags(fs *pflag.FlagSet) *upFlags {
 	f.identities = fs.String("identities", "", "directory of the identities the parts connect with (made on the first start; toolbus init makes a fleet's), or off (default DATA/identities)")
 	f.logLevel = goFlags(fs, cli.LogFlag)
 	f.metricsAddr = goFlags(fs, cli.MetricsFlag)
+	f.webhook = addWebhookFlags(fs)
 	return f
 }
 
@@ -116,7 +118,10 @@ every later command on this host talks to this bus, wherever it listens
   toolbus up --workspace ~/src/app --policy ./policy --listen 127.0.0.1:4223
 
   # Without the console and the MCP endpoint.
-  toolbus up --console off --mcp-listen off`,
+  toolbus up --console off --mcp-listen off
+
+  # A signed notice to a webhook for each call that waits for a person.
+  toolbus up --webhook https://hooks.example/toolbus --webhook-secret-file ~/.config/toolbus/webhook-secret`,
 		Args: noArgs,
 	}
 	f := newUpFlags(cmd.Flags())
@@ -138,6 +143,12 @@ every later command on this host talks to this bus, wherever it listens
 const upContextName = "local"
 
 func runUp(f *upFlags) error {
+	if err := f.webhook.check(); err != nil {
+		return usageError{err}
+	}
+	if *f.webhook.url != "" && *f.consoleAddr == "off" {
+		return usageError{fmt.Errorf("--webhook needs the console: its notices link to the request there, where a person approves it")}
+	}
 	if *f.dataDir == "" {
 		*f.dataDir = cli.DefaultDataDir()
 	}
@@ -275,6 +286,13 @@ func (u *up) start(ctx context.Context, busCfg busnode.Config, files *settings.F
 			return err
 		}
 		u.stops = append(u.stops, func() { u.cons.stop() })
+		// The console's approver is followed read-only: the webhook
+		// makes nobody present, and answers nothing.
+		stopHook, err := f.webhook.start(u.cons.approver, u.cons.server.BaseURL(), log)
+		if err != nil {
+			return err
+		}
+		u.stops = append(u.stops, stopHook)
 	}
 	if *f.mcpListen != "off" {
 		mcpBus, err := u.as(ctx, "facade")
@@ -399,6 +417,9 @@ func (u *up) describe() {
 	}
 	if u.cons != nil {
 		fmt.Printf("  console:   %s\n", u.cons.server.URL())
+	}
+	if *f.webhook.url != "" {
+		fmt.Printf("  webhook:   %s (a signed notice for each call that waits for a person)\n", *f.webhook.url)
 	}
 	if u.mcpEP != nil {
 		fmt.Printf("  mcp serve: %s\n", u.mcpEP.describe())

@@ -134,7 +134,8 @@ func answerLine(ctx context.Context, seat Seat, w *lineWriter, n int, line []byt
 	}
 	switch {
 	case a.AnswerTo == "":
-		w.write(JSONEvent{Event: "error", Line: n, InvocationID: a.InvocationID, Error: "answerTo is empty: name the request by the answerTo of its request line"})
+		w.write(JSONEvent{Event: "error", Line: n, InvocationID: a.InvocationID,
+			Error: "answerTo is empty: name the request by the answerTo of its request line; an invocation id does not name one, since another request may share it"})
 		return
 	case !a.Outcome.Valid():
 		w.write(JSONEvent{Event: "error", Line: n, AnswerTo: a.AnswerTo, InvocationID: a.InvocationID, Error: fmt.Sprintf("unknown outcome %q", a.Outcome)})

@@ -24,6 +24,7 @@ import (
 
 	"github.com/toolbus/toolbus/internal/approve"
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/notify"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/testkit/browser"
 	"github.com/toolbus/toolbus/internal/testkit/bustest"
@@ -710,5 +711,46 @@ func TestBrowserAnswerNamesThePerson(t *testing.T) {
 	// The browser keeps the name for the next visit.
 	if name := evalJS[string](t, tb, `localStorage.getItem("toolbus.person")`); name != "Ada Lovelace" {
 		t.Errorf("the page keeps the name %q", name)
+	}
+}
+
+// TestBrowserLinkSelectsTheRequest: a webhook's link to one request
+// (notify.Link) opened in a tab that is not signed in shows nothing of
+// the queue and says to sign in; once the printed address is opened in
+// that tab, the request the link named is selected, and no other. A link
+// to a request that no longer waits says so.
+func TestBrowserLinkSelectsTheRequest(t *testing.T) {
+	e := newEnv(t)
+	e.callAsync(t, "inv-other", "write_file", `{"file_path":"a.txt","content":"a\n"}`)
+	e.callAsync(t, "inv-linked", "write_file", `{"file_path":"b.txt","content":"b\n"}`)
+	e.waitPending(t, "inv-other")
+	linked := e.waitPending(t, "inv-linked")
+
+	tb := &tab{ctx: browser.New(t)}
+	tb.do(t, chromedp.Navigate(notify.Link(e.console.BaseURL(), linked.AnswerTo)))
+	tb.waitJS(t, `document.querySelector("#conn.down") !== null && !document.querySelector("#linked").hidden`)
+	if got := text(t, tb, "#linked"); !strings.Contains(got, "once you sign in") {
+		t.Errorf("the signed-out page says %q, want how to see the request", got)
+	}
+	if n := evalJS[float64](t, tb, `document.querySelectorAll("article.request").length`); n != 0 {
+		t.Errorf("the signed-out page shows %v requests", n)
+	}
+	if addr := evalJS[string](t, tb, `location.href`); strings.Contains(addr, "#") {
+		t.Errorf("the address keeps its fragment: %s", addr)
+	}
+
+	tb.do(t, chromedp.Navigate(e.console.URL()))
+	tb.waitJS(t, fmt.Sprintf(`document.querySelector(%q) !== null`, card("inv-linked")+".linked"))
+	if n := evalJS[float64](t, tb, `document.querySelectorAll("article.request.linked").length`); n != 1 {
+		t.Errorf("%v requests selected, want the linked one alone", n)
+	}
+	if !evalJS[bool](t, tb, `document.querySelector("#linked").hidden`) {
+		t.Errorf("the page still says %q", text(t, tb, "#linked"))
+	}
+
+	tb.do(t, chromedp.Navigate(notify.Link(e.console.BaseURL(), "toolbus.answer.not-a-request")))
+	tb.waitJS(t, `!document.querySelector("#linked").hidden`)
+	if got := text(t, tb, "#linked"); !strings.Contains(got, "does not wait here") {
+		t.Errorf("a link to no request says %q", got)
 	}
 }

@@ -11,11 +11,26 @@
   // (#token=, never sent to any server) or, from older addresses, its
   // query, and leaves the address bar and the history at once.
   const tokenKey = "toolbus-console-token";
-  (function takeToken() {
-    const from = new URLSearchParams(location.hash.slice(1)).get("token") || new URLSearchParams(location.search).get("token");
+  // A link to one request (a webhook's notice) names it in the fragment,
+  // #request=ANSWERTO. The wish is kept in the tab, so that a tab that
+  // opened the link signed out still selects the request once it signs
+  // in; the link itself grants nothing.
+  const linkedKey = "toolbus-console-linked-request";
+  function takeToken() {
+    const hash = new URLSearchParams(location.hash.slice(1));
+    const from = hash.get("token") || new URLSearchParams(location.search).get("token");
     if (from) sessionStorage.setItem(tokenKey, from);
+    const linked = hash.get("request");
+    if (linked) sessionStorage.setItem(linkedKey, linked);
     if (location.hash || location.search) history.replaceState(null, "", location.pathname);
-  })();
+  }
+  takeToken();
+  // An address pasted into a tab already on the console changes only the
+  // fragment, which loads no page: take what it brings, and start again.
+  window.addEventListener("hashchange", () => {
+    takeToken();
+    connect();
+  });
   function token() { return sessionStorage.getItem(tokenKey) || ""; }
 
   // Cards are keyed by request (its answer token): a call whose arguments
@@ -53,6 +68,7 @@
     stream = ctl;
     if (!token()) {
       setConn(false, "signed out: open the address with #token= that toolbus printed");
+      if (sessionStorage.getItem(linkedKey)) setLinked("The request this link names is shown once you sign in: open the address toolbus printed in this tab.");
       return;
     }
     let r;
@@ -151,6 +167,33 @@
     if (whole || (ch.ended || []).length) renderRecent(recent);
     if (whole || (ch.allow || []).length || (ch.revoked || []).length) renderAllowlist(sortedAllowlist());
     tick();
+    showLinked(whole);
+  }
+
+  // showLinked selects the request a link named, once: its card when it
+  // waits; else, on a whole snapshot, it says what became of it.
+  function showLinked(whole) {
+    const key = sessionStorage.getItem(linkedKey);
+    if (!key) return;
+    const c = cards.get(key);
+    if (c) {
+      sessionStorage.removeItem(linkedKey);
+      for (const o of document.querySelectorAll(".request.linked")) o.classList.remove("linked");
+      c.el.classList.add("linked");
+      c.el.scrollIntoView({ block: "start" });
+      setLinked("");
+      return;
+    }
+    if (!whole) return;
+    sessionStorage.removeItem(linkedKey);
+    const r = recent.find((x) => x.key === key);
+    setLinked(r ? "The request the link names no longer waits: " + r.tool + ", " + outcomeOf(r) + (r.answer ? " by " + r.answer.by : "") + "."
+      : "The request the link names does not wait here: it ended, or this console does not know it.");
+  }
+  function setLinked(text) {
+    const n = document.getElementById("linked");
+    n.textContent = visible(text);
+    n.hidden = !text;
   }
   function drop(key) {
     const c = cards.get(key);
