@@ -155,7 +155,7 @@ if [ ${#race[@]} -gt 0 ]; then
 	# Under -race it skips, as it is several times slower there: it runs
 	# here without.
 	echo "== policy mutants"
-	go test -count=1 -run '^TestEveryPolicyMutantFailsATest$' ./internal/policy/mutant/ || failed+=("policy mutants")
+	go test -count=1 -timeout 30m -run '^TestEveryPolicyMutantFailsATest$' ./internal/policy/mutant/ || failed+=("policy mutants")
 fi
 
 echo "== benchmarks compile and run once"
