@@ -157,8 +157,9 @@ func spoolWatchedOnFleet(t *testing.T, f *localFleet) {
 	t.Logf("mallory's watcher saw, besides its own and the control: %d names %q", len(others), others)
 }
 
-// trailHeldOnFleet: the admin lowers the trail's cap to a few MiB above
-// what it holds. The agent's call is in the trail; mallory floods calls
+// trailHeldOnFleet: the admin lowers the trail's cap to twice what it
+// holds and 4 MiB more, so that what it holds and one agent's share (a
+// quarter of the cap) stay short of the high-water mark. The agent's call is in the trail; mallory floods calls
 // of large, distinct arguments (each past 16 KiB, kept in TOOLBUS_BLOBS)
 // until it is refused RATE_LIMITED, its share of the trail spent: the
 // agent's record is where it was, byte for byte, and nothing was evicted.
