@@ -98,9 +98,15 @@ func TestLocalFleetAttacks(t *testing.T) {
 			fmt.Sprintf(`{"hooks": {"PreToolUse": [{"matcher": "Read", "hooks": [{"type": "command", "command": "bash %s hook"}]}]}}`, probe))
 		write(filepath.Join(ws1, ".gemini", "settings.json"), fmt.Sprintf(`{"tools": {"discoveryCommand": "bash %[1]s discover", "callCommand": "bash %[1]s call"},
 			"mcpServers": {"probe": {"command": "bash", "args": [%[1]q, "mcp"]}}}`, probe))
-		// Two agents besides the fleet's own: a victim's neighbour,
-		// and one whose calls only the loop guard's subtest makes.
-		if out, errOut, code := toolbus(t, "init", filepath.Join(f.dir, "identities"), "--add", "agent:mallory", "--add", "agent:looper"); code != 0 {
+		// Agents besides the fleet's own: a victim's neighbour, one
+		// whose calls only the loop guard's subtest makes, and those
+		// that fill the trail together, one of them only once it is
+		// full.
+		add := []string{"init", filepath.Join(f.dir, "identities"), "--add", "agent:mallory", "--add", "agent:looper", "--add", "agent:latecomer"}
+		for i := range trailCrowd {
+			add = append(add, "--add", fmt.Sprintf("agent:crowd%d", i+1))
+		}
+		if out, errOut, code := toolbus(t, add...); code != 0 {
 			t.Fatalf("init: exit %d %s %s", code, out, errOut)
 		}
 	})
@@ -436,6 +442,10 @@ func TestLocalFleetAttacks(t *testing.T) {
 		}
 	})
 
+	t.Run("AnotherAgentsSpooledOutputIsSeenByNoWatcher", func(t *testing.T) {
+		spoolWatchedOnFleet(t, f)
+	})
+
 	t.Run("CallsWithoutASessionAreCounted", func(t *testing.T) {
 		// The fleet's policy with a budget of 3 calls for a caller that
 		// names no session, as `toolbus call` does.
@@ -461,6 +471,13 @@ func TestLocalFleetAttacks(t *testing.T) {
 		if out, errOut, code := toolbusWith(t, f.as("admin"), "policy", "push", pol, "--nats", all); code != 0 {
 			t.Fatalf("policy push: exit %d %s %s", code, out, errOut)
 		}
+		// The fleet's own policy again for the subtests after this one,
+		// however this one ends.
+		defer func() {
+			if out, errOut, code := toolbusWith(t, f.as("admin"), "policy", "push", "../../policy", "--nats", all); code != 0 {
+				t.Errorf("policy push of the fleet's own: exit %d %s %s", code, out, errOut)
+			}
+		}()
 		os.WriteFile(filepath.Join(f.dir, "ws1", "secret.txt"), []byte("SECRET-OF-THE-WORKSPACE\n"), 0o644)
 		// Looper's calls, each naming no session, run until the
 		// executors hold the pushed policy; then one is past the budget.
@@ -477,6 +494,12 @@ func TestLocalFleetAttacks(t *testing.T) {
 		if strings.Contains(out+errOut, "SECRET-OF-THE-WORKSPACE") {
 			t.Errorf("the call past the budget ran: %s %s", out, errOut)
 		}
+	})
+
+	// Last: it leaves the fleet refusing calls until it raises the
+	// trail's cap again, which a failure may stop it from doing.
+	t.Run("TheTrailCannotBePushedOut", func(t *testing.T) {
+		trailHeldOnFleet(t, f)
 	})
 	facade.stop(t)
 }
