@@ -66,7 +66,7 @@ for g in "${groups[@]}"; do
 		# What keeps the audit trail whole: each principal's budgets of
 		# recorded bytes, and the fill's high-water mark past which the
 		# fleet refuses calls rather than evict a record.
-		mutate -test ./internal/executor/ -run 'TestRecordBudget|TestAFloodingCaller|TestShareOfTheTrail|FuzzShareBounds|TestTheRetryAfter|TestAPacedFlood|TestTheShareIsSplit|TestTheFleetFailsClosed|TestACallTheTrailRefuses' \
+		mutate -test ./internal/executor/ -run 'TestRecordBudget|TestAFloodingCaller|TestShareOfTheTrail|FuzzShareBounds|TestTheRetryAfter|TestTheBudgetForgets|TestRefusalsAreTold|TestAPacedFlood|TestTheShareIsSplit|TestTheFleetFailsClosed|TestACallTheTrailRefuses|TestTheMarkRefuses' \
 			internal/executor/budget.go internal/executor/trail.go ;;
 	*)
 		echo "unknown group $g"; exit 2 ;;
