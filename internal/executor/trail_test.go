@@ -340,9 +340,10 @@ func metricValue(t *testing.T, page, name string) float64 {
 }
 
 // fillTrailTo fills the audit stream with records of no principal's and
-// caps it so that it is exactly fill full (fill a multiple of 1/10: a
-// fraction that float64 division gives back exactly), and returns its
-// bytes and cap. Nothing else records meanwhile in the tests that call it.
+// caps it so that it is exactly tenths/10 full (a fraction that float64
+// division gives back exactly), and returns its bytes and cap. A record
+// of the fleet's own that comes meanwhile (a registration) spoils the
+// sum; it is tried again.
 func fillTrailTo(t *testing.T, js jetstream.JetStream, tenths int64) (bytes, maxBytes int64) {
 	t.Helper()
 	ctx := context.Background()
@@ -364,20 +365,26 @@ func fillTrailTo(t *testing.T, js jetstream.JetStream, tenths int64) (bytes, max
 			t.Fatal(err)
 		}
 	}
-	before := stored()
-	put(64 << 10)
-	overhead := stored() - before - 64<<10
-	// One more record, sized so that the stream's bytes are a multiple
-	// of tenths.
-	b := stored()
-	pad := 1024 + (tenths-(b+overhead+1024)%tenths)%tenths
-	put(pad)
-	if bytes = stored(); bytes%tenths != 0 {
-		t.Fatalf("the trail holds %d bytes, not a multiple of %d (another record came)", bytes, tenths)
+	for range 10 {
+		capTrail(t, js, 64<<20, time.Hour)
+		before := stored()
+		put(64 << 10)
+		overhead := stored() - before - 64<<10
+		// One more record, sized so that the stream's bytes are a
+		// multiple of tenths.
+		b := stored()
+		put(1024 + (tenths-(b+overhead+1024)%tenths)%tenths)
+		if bytes = stored(); bytes%tenths != 0 {
+			continue
+		}
+		maxBytes = bytes / tenths * 10
+		capTrail(t, js, maxBytes, time.Hour)
+		if stored() == bytes {
+			return bytes, maxBytes
+		}
 	}
-	maxBytes = bytes / tenths * 10
-	capTrail(t, js, maxBytes, time.Hour)
-	return bytes, maxBytes
+	t.Fatal("the trail never held still for ten tries")
+	return 0, 0
 }
 
 // TestTheMarkRefusesWhileTheTrailHasRoom: the trail is at its high-water
@@ -399,8 +406,10 @@ func TestTheMarkRefusesWhileTheTrailHasRoom(t *testing.T) {
 	if err := e.exec.checkTrail(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.exec.checkTrail(ctx); err != nil { // a second look says nothing more
-		t.Fatal(err)
+	for range 2 { // the next looks say nothing more
+		if err := e.exec.checkTrail(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if maxBytes-bytes < 8<<10 {
 		t.Fatalf("the trail has %d bytes of room, too few for this test", maxBytes-bytes)
@@ -428,8 +437,8 @@ func TestTheMarkRefusesWhileTheTrailHasRoom(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info, err := stream.Info(ctx); err != nil || int64(info.State.Bytes) != bytes {
-		t.Errorf("the refused calls were recorded: the trail holds %d bytes, was %d (%v)", info.State.Bytes, bytes, err)
+	if _, err := stream.GetLastMsgForSubject(ctx, events.SubjectInvoke+".alice"); err == nil {
+		t.Error("a call refused at the high-water mark was recorded")
 	}
 	if n := strings.Count(log.String(), "the audit trail is near its size cap"); n != 1 {
 		t.Errorf("the log says the trail is near its cap %d times, want once:\n%s", n, log.String())

@@ -25,6 +25,11 @@ func TestTokensFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if fi, err := os.Stat(path); err != nil {
+		t.Fatal(err)
+	} else if fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the file written over a left-over one is %v, want 0600", fi.Mode().Perm())
+	}
 	bob, err := toolmcp.AddToken(path, "bob")
 	if err != nil {
 		t.Fatal(err)
