@@ -45,7 +45,7 @@ for g in "${groups[@]}"; do
 	facade)
 		# Who a client of the MCP facade is: its credential, its
 		# sessions, and the principal its subjects name.
-		mutate -test ./internal/mcp/ -run 'TestTokensFile|TestParseTokens|TestFacadeHTTPRefusesStrangers|TestFacadeSessionsBelongToTheirClient|TestFacadeTakesAnAnswer|TestFacadeRefusesAnAlteredRequestState|FuzzParseTokens' \
+		mutate -test ./internal/mcp/ -run 'TestTokensFile|TestParseTokens|TestFacadeHTTPRefusesStrangers|TestFacadeHTTPChecksHostAndOrigin|TestFacadeHTTPTellsOnce|TestClientSessionsAreBoundedAndFreed|TestFacadeSessionsBelongToTheirClient|TestFacadeTakesAnAnswer|TestFacadeRefusesAnAlteredRequestState|FuzzParseTokens' \
 			internal/mcp/facade_tokens.go internal/mcp/facade_http.go
 		mutate -test ./internal/events/ internal/events/principal.go ;;
 	protect)
