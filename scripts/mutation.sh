@@ -4,7 +4,7 @@
 # scripts/test.sh. The Rego policy's mutation check is, and runs in about
 # 0.2 s a mutant (internal/policy/mutant).
 #
-#   scripts/mutation.sh [group...]    groups: builtin policy shell executor audit sandbox facade protect capabilities (default: all)
+#   scripts/mutation.sh [group...]    groups: builtin policy shell executor audit sandbox facade protect capabilities trail (default: all)
 #
 # Each group names its files and the tests that judge them; a -run filter
 # keeps the executor's to those that exercise the code (its whole -short
@@ -16,7 +16,7 @@ workers=${GOMUTATE_WORKERS:-2}
 mutate() { go run ./scripts/gomutate -workers "$workers" "$@"; }
 
 groups=("$@")
-[ ${#groups[@]} -gt 0 ] || groups=(builtin policy shell executor audit sandbox facade protect capabilities)
+[ ${#groups[@]} -gt 0 ] || groups=(builtin policy shell executor audit sandbox facade protect capabilities trail)
 for g in "${groups[@]}"; do
 	echo "== $g"
 	case $g in
@@ -45,7 +45,7 @@ for g in "${groups[@]}"; do
 	facade)
 		# Who a client of the MCP facade is: its credential, its
 		# sessions, and the principal its subjects name.
-		mutate -test ./internal/mcp/ -run 'TestTokensFile|TestParseTokens|TestFacadeHTTPRefusesStrangers|TestFacadeSessionsBelongToTheirClient|TestFacadeTakesAnAnswer|TestFacadeRefusesAnAlteredRequestState|FuzzParseTokens' \
+		mutate -test ./internal/mcp/ -run 'TestTokensFile|TestParseTokens|TestFacadeHTTPRefusesStrangers|TestFacadeHTTPChecksHostAndOrigin|TestFacadeHTTPTellsOnce|TestClientSessionsAreBoundedAndFreed|TestFacadeSessionsBelongToTheirClient|TestFacadeTakesAnAnswer|TestFacadeRefusesAnAlteredRequestState|FuzzParseTokens' \
 			internal/mcp/facade_tokens.go internal/mcp/facade_http.go
 		mutate -test ./internal/events/ internal/events/principal.go ;;
 	protect)
@@ -62,6 +62,12 @@ for g in "${groups[@]}"; do
 			-only 'sessions.go:2[0-4][0-9]:' internal/executor/sessions.go
 		mutate -test ./internal/mcp/ -run 'TestFacadeRefuses|TestFacadeAnswersAnother|FuzzRequestState|TestFacadeAsksAModernClientsUser$' \
 			-only 'facade_mrtr.go:(2[4-6][0-9]|3[23][0-9]):' internal/mcp/facade_mrtr.go ;;
+	trail)
+		# What keeps the audit trail whole: each principal's budgets of
+		# recorded bytes, and the fill's high-water mark past which the
+		# fleet refuses calls rather than evict a record.
+		mutate -test ./internal/executor/ -run 'TestRecordBudget|TestAFloodingCaller|TestShareOfTheTrail|FuzzShareBounds|TestTheRetryAfter|TestTheBudgetForgets|TestRefusalsAreTold|TestAPacedFlood|TestTheShareIsSplit|TestTheFleetFailsClosed|TestACallTheTrailRefuses|TestTheMarkRefuses' \
+			internal/executor/budget.go internal/executor/trail.go ;;
 	*)
 		echo "unknown group $g"; exit 2 ;;
 	esac

@@ -2,6 +2,9 @@ package executor
 
 import (
 	"fmt"
+	"log/slog"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +13,7 @@ import (
 
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/bustest"
 )
 
@@ -54,12 +58,55 @@ func TestRecordBudget(t *testing.T) {
 	}
 }
 
+// TestTheBudgetForgetsFullBucketsAt1024: a budget keeps at most 1024
+// principals' buckets before it forgets those that are full again, a
+// bucket refilled to the byte included; one in debt it keeps.
+func TestTheBudgetForgetsFullBucketsAt1024(t *testing.T) {
+	b := newRecordBudget(1000, 5000)
+	now := time.Unix(1_000_000, 0)
+	admits(b, "debtor", 9000, now)
+	for i := range 1023 {
+		admits(b, fmt.Sprintf("p%d", i), 1000, now)
+	}
+	// A second later each has its 5000 again, exactly.
+	admits(b, "late", 1, now.Add(time.Second))
+	if _, kept := b.by["debtor"]; len(b.by) != 2 || !kept {
+		t.Errorf("after the 1025th principal the budget keeps %d (the debtor: %v), want the debtor and the newcomer", len(b.by), kept)
+	}
+}
+
+// TestRefusalsAreToldInBatches: the first refusal of a principal is told
+// at once, the next ones at most every refusalLogEvery, each telling how
+// many came since.
+func TestRefusalsAreToldInBatches(t *testing.T) {
+	b := newRecordBudget(1000, 5000)
+	now := time.Unix(1_000_000, 0)
+	if n := b.refused("m", now); n != 1 {
+		t.Errorf("the first refusal tells %d, want 1", n)
+	}
+	for i := range 3 {
+		if n := b.refused("m", now.Add(time.Duration(i+1)*time.Second)); n != 0 {
+			t.Errorf("a refusal %d s after one told tells %d, want 0", i+1, n)
+		}
+	}
+	if n := b.refused("m", now.Add(refusalLogEvery)); n != 4 {
+		t.Errorf("a refusal %s after one told tells %d, want the 4 since", refusalLogEvery, n)
+	}
+	if n := b.refused("other", now.Add(refusalLogEvery)); n != 1 {
+		t.Errorf("another principal's first refusal tells %d, want 1", n)
+	}
+}
+
 // TestAFloodingCallerIsRefusedAndNothingOfItKept: a caller with a proven
 // principal sends invocations of 8 KiB as fast as it can. Past its
 // burst the executor refuses them at once, RATE_LIMITED, and records
 // none of them; another caller's calls go on meanwhile.
 func TestAFloodingCallerIsRefusedAndNothingOfItKept(t *testing.T) {
-	e := newEnv(t, func(c *Config) { c.IdentitiesEnforced, c.RecordRate, c.RecordBurst = true, 1<<10, 64<<10 })
+	var log testkit.Buffer
+	e := newEnv(t, func(c *Config) {
+		c.IdentitiesEnforced, c.RecordRate, c.RecordBurst = true, 1<<10, 64<<10
+		c.Logger = slog.New(slog.NewTextHandler(&log, nil))
+	})
 	nc := bustest.Connect(t, e.bus).Conn()
 	recorded := make(chan *nats.Msg, 1000)
 	sub, err := nc.ChanSubscribe(events.SubjectInvoke+".*", recorded)
@@ -86,6 +133,28 @@ func TestAFloodingCallerIsRefusedAndNothingOfItKept(t *testing.T) {
 	}
 	if res := call("alice", "alice-1", "*.md"); res.Error != nil {
 		t.Errorf("another caller during the flood: %s %s", errType(res), res.LLMContent)
+	}
+	// What mallory sends over its budget is refused unread, a malformed
+	// invocation too.
+	m, err := nc.Request(events.InvokeSubject("mallory"), []byte("{not an invocation"), 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := events.Decode[events.Result](m.Data); err != nil || errType(res) != events.ErrRateLimited {
+		t.Fatalf("a malformed invocation over the budget: %+v %v", res, err)
+	}
+	limited++
+	// The log tells the refusals in batches, each with how many it tells.
+	told := 0
+	for _, n := range regexp.MustCompile(`over its recording budget" principal=mallory refused=(-?\d+)`).FindAllStringSubmatch(log.String(), -1) {
+		k, _ := strconv.Atoi(n[1])
+		if k <= 0 {
+			t.Errorf("the log tells %d refusals", k)
+		}
+		told += k
+	}
+	if told == 0 || told > limited {
+		t.Errorf("the log tells %d of %d refusals:\n%s", told, limited, log.String())
 	}
 	// Every invocation is recorded before its result is sent; alice's
 	// came after mallory's, on the same connection of the executor.
@@ -126,6 +195,7 @@ func TestShareOfTheTrail(t *testing.T) {
 		{1 << 30, 30 * day, 4, 64 << 20},
 		{1 << 30, 0, 1, 256 << 20}, // kept for good: spread over the default retention
 		{0, 30 * day, 1, 0},        // no cap: no bound
+		{-1, 30 * day, 1, 0},       // no cap, as JetStream says it
 	} {
 		rate, burst := shareOf(c.maxBytes, c.maxAge, DefaultRecordShare, c.executors)
 		age := c.maxAge

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -345,4 +346,127 @@ func metricValue(t *testing.T, page, name string) float64 {
 	}
 	t.Fatalf("/metrics has no %s", name)
 	return 0
+}
+
+// fillTrailTo fills the audit stream with records of no principal's and
+// caps it so that it is exactly tenths/10 full (a fraction that float64
+// division gives back exactly), and returns its bytes and cap. A record
+// of the fleet's own that comes meanwhile (a registration) spoils the
+// sum; it is tried again.
+func fillTrailTo(t *testing.T, js jetstream.JetStream, tenths int64) (bytes, maxBytes int64) {
+	t.Helper()
+	ctx := context.Background()
+	stream, err := js.Stream(ctx, events.AuditStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored := func() int64 {
+		t.Helper()
+		info, err := stream.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return int64(info.State.Bytes)
+	}
+	put := func(n int64) {
+		t.Helper()
+		if _, err := js.Publish(ctx, "tool.test.filler", []byte(strings.Repeat("f", int(n)))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 10 {
+		capTrail(t, js, 64<<20, time.Hour)
+		before := stored()
+		put(64 << 10)
+		overhead := stored() - before - 64<<10
+		// One more record, sized so that the stream's bytes are a
+		// multiple of tenths.
+		b := stored()
+		put(1024 + (tenths-(b+overhead+1024)%tenths)%tenths)
+		if bytes = stored(); bytes%tenths != 0 {
+			continue
+		}
+		maxBytes = bytes / tenths * 10
+		capTrail(t, js, maxBytes, time.Hour)
+		if stored() == bytes {
+			return bytes, maxBytes
+		}
+	}
+	t.Fatal("the trail never held still for ten tries")
+	return 0, 0
+}
+
+// TestTheMarkRefusesWhileTheTrailHasRoom: the trail is at its high-water
+// mark exactly, with a tenth of its cap still free. The executor's next
+// look refuses every call from there on, AUDIT_FULL, unrun and
+// unrecorded, whatever the invocation holds (a malformed one included),
+// and tells the caller, /readyz and the log (once) how full the trail is
+// and where the mark is. Once the cap is raised, calls run again and the
+// log says so.
+func TestTheMarkRefusesWhileTheTrailHasRoom(t *testing.T) {
+	var log testkit.Buffer
+	e := newEnv(t, func(c *Config) {
+		c.TrailCheckEvery = time.Hour // the test looks itself
+		c.Logger = slog.New(slog.NewTextHandler(&log, nil))
+	})
+	js := e.bus.JetStream()
+	ctx := context.Background()
+	bytes, maxBytes := fillTrailTo(t, js, 9)
+	if err := e.exec.checkTrail(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // the next looks say nothing more
+		if err := e.exec.checkTrail(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if maxBytes-bytes < 8<<10 {
+		t.Fatalf("the trail has %d bytes of room, too few for this test", maxBytes-bytes)
+	}
+	nc := bustest.Connect(t, e.bus).Conn()
+	res := callAs(t, nc, "alice", "a-1", 16)
+	if errType(res) != events.ErrAuditFull || !strings.Contains(res.LLMContent, "is 90% full, and calls are refused from 90% on") {
+		t.Fatalf("a call at the high-water mark: %s %s", errType(res), res.LLMContent)
+	}
+	if res.InvocationID != "a-1" {
+		t.Errorf("the refusal names the call %q, want a-1", res.InvocationID)
+	}
+	// A malformed invocation is refused the same way, not a crash.
+	m, err := nc.Request(events.InvokeSubject("alice"), []byte("{not an invocation"), 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := events.Decode[events.Result](m.Data); err != nil || errType(res) != events.ErrAuditFull {
+		t.Fatalf("a malformed invocation at the high-water mark: %+v %v", res, err)
+	}
+	if err := e.exec.TrailHealth(); err == nil || !strings.Contains(err.Error(), "is 90.0% full (calls are refused from 90%)") {
+		t.Errorf("TrailHealth at the mark: %v", err)
+	}
+	stream, err := js.Stream(ctx, events.AuditStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.GetLastMsgForSubject(ctx, events.SubjectInvoke+".alice"); err == nil {
+		t.Error("a call refused at the high-water mark was recorded")
+	}
+	if n := strings.Count(log.String(), "the audit trail is near its size cap"); n != 1 {
+		t.Errorf("the log says the trail is near its cap %d times, want once:\n%s", n, log.String())
+	}
+	if !strings.Contains(log.String(), `fill=90.0%`) || !strings.Contains(log.String(), "at or past the high-water mark of 90%") {
+		t.Errorf("the log does not say how full the trail is:\n%s", log.String())
+	}
+
+	capTrail(t, js, 2*maxBytes, time.Hour) // 45% full
+	if err := e.exec.checkTrail(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if res := callAs(t, nc, "alice", "a-2", 16); res.Error != nil {
+		t.Errorf("a call once the cap was raised: %s %s", errType(res), res.LLMContent)
+	}
+	if !strings.Contains(log.String(), `the audit trail has room again: taking calls" stream=`+events.AuditStream+` fill=45.0%`) {
+		t.Errorf("the log does not say the trail has room again:\n%s", log.String())
+	}
+	if strings.Contains(log.String(), "could not look") {
+		t.Errorf("the log says a look failed:\n%s", log.String())
+	}
 }

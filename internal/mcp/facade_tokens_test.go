@@ -18,9 +18,17 @@ import (
 // client is refused, and a file others may read is refused whole.
 func TestTokensFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "mcp-tokens")
+	// A file of its own name left from an earlier write, open to others:
+	// the tokens file is 0600 all the same.
+	os.WriteFile(path+".new", []byte("left over\n"), 0o644)
 	alice, err := toolmcp.AddToken(path, "alice")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if fi, err := os.Stat(path); err != nil {
+		t.Fatal(err)
+	} else if fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the file written over a left-over one is %v, want 0600", fi.Mode().Perm())
 	}
 	bob, err := toolmcp.AddToken(path, "bob")
 	if err != nil {
@@ -101,6 +109,20 @@ func TestTokensFile(t *testing.T) {
 	}
 	if _, err := toolmcp.AddToken(path, "Not A Name"); err == nil {
 		t.Error("a client name that is no subject token was taken")
+	}
+}
+
+// A missing tokens file admits no client of its own, and the client
+// given beside it (toolbus up's, from the command line) all the same.
+func TestTokensFileMissing(t *testing.T) {
+	const token = "a-token-given-on-the-command-line"
+	src := &toolmcp.TokensFile{Path: filepath.Join(t.TempDir(), "mcp-tokens"),
+		Extra: func(t *toolmcp.Tokens) (*toolmcp.Tokens, error) { return t.With("default", token) }}
+	for i := range 2 { // read, then as cached
+		tokens, err := src.Tokens()
+		if got, ok := tokens.Client(token); err != nil || !ok || got != "default" {
+			t.Errorf("read %d: the token given beside a missing file names %q (%v, %v)", i+1, got, ok, err)
+		}
 	}
 }
 
