@@ -1,6 +1,7 @@
 package mcp
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -8,15 +9,16 @@ import (
 	mcpserver "github.com/mark3labs/mcp-go/server"
 )
 
-// A client that opens sessions without end gets maxSessions and no more,
-// and none of another client's is dropped to make room; a session is
+// Clients that open sessions without end get maxSessions in all and
+// maxClientSessions each, and no more, and none of another client's is
+// dropped to make room; a session is
 // unknown to another client, which cannot end it either; one its own
 // client ends, or the idle sweep (a manager of no request) ends, makes
 // room for another. mcp-go calls these as the endpoint's
 // SessionIdManagerResolver; the endpoint's own check of the session's
 // client comes first (TestFacadeSessionsBelongToTheirClient).
 func TestClientSessionsAreBoundedAndFreed(t *testing.T) {
-	s := &clientSessions{owner: map[string]string{}}
+	s := &clientSessions{owner: map[string]string{}, held: map[string]int{}}
 	as := func(client string) mcpserver.SessionIdManager {
 		r := httptest.NewRequest(http.MethodPost, HTTPPath, nil)
 		return s.ResolveSessionIdManager(r.WithContext(WithClient(r.Context(), client)))
@@ -27,12 +29,24 @@ func TestClientSessionsAreBoundedAndFreed(t *testing.T) {
 		return err == nil
 	}
 	first := alice.Generate()
-	for i := 1; i < maxSessions; i++ {
+	for i := 1; i < maxClientSessions; i++ {
 		if mallory.Generate() == "" {
+			t.Fatalf("mallory's session %d of %d refused", i+1, maxClientSessions)
+		}
+	}
+	if mallory.Generate() == "" {
+		t.Fatalf("mallory's session %d refused", maxClientSessions)
+	}
+	if id := mallory.Generate(); id != "" {
+		t.Fatalf("mallory's session past %d given: %s", maxClientSessions, id)
+	}
+	// Others fill the endpoint up to its bound.
+	for i := 1 + maxClientSessions; i < maxSessions; i++ {
+		if as(fmt.Sprintf("crowd-%d", i%16)).Generate() == "" {
 			t.Fatalf("session %d of %d refused", i+1, maxSessions)
 		}
 	}
-	if id := mallory.Generate(); id != "" {
+	if id := as("newcomer").Generate(); id != "" {
 		t.Fatalf("a session past %d given: %s", maxSessions, id)
 	}
 	if !known(alice, first) {
