@@ -99,6 +99,9 @@ func runConsole(natsURL, listen, token, as, logLevel, metricsAddr string, hook *
 	}
 	defer stopHook()
 	fmt.Printf("toolbus console\n  console:   %s\n  approver:  %s\n", c.server.URL(), c.approver.Identity().ID)
+	if signin != nil {
+		fmt.Printf("  sign-in:   %s (people sign in with it; the token answers nothing)\n", signin.Issuer)
+	}
 	if *hook.url != "" {
 		fmt.Printf("  webhook:   %s\n", *hook.url)
 	}

@@ -108,6 +108,10 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	tick := time.NewTicker(heartbeat)
 	defer tick.Stop()
+	// A stream holds the approver present: it ends with the session, so
+	// a page whose person's sign-in ran out holds no call.
+	expired, stop := s.auth.signin.ended(sessionOf(r))
+	defer stop()
 	sent := newShown()
 	for first := true; ; first = false {
 		st, changed := s.cfg.Approver.Snapshot()
@@ -144,6 +148,8 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 					return
 				}
 			case <-r.Context().Done():
+				return
+			case <-expired:
 				return
 			case <-s.stopping:
 				return

@@ -70,6 +70,9 @@ const (
 	// grantTTL is how long the page has to take the session the
 	// provider's redirect made.
 	grantTTL = 2 * time.Minute
+	// discoveryTimeout bounds reading the provider's discovery document
+	// at start.
+	discoveryTimeout = 30 * time.Second
 )
 
 // ReadClientSecret reads a client secret from path, refusing a file that
@@ -156,7 +159,10 @@ func newSignin(ctx context.Context, cfg OIDC, base string, log *slog.Logger) (*s
 	if s.now == nil {
 		s.now = time.Now
 	}
-	ctx = oidc.ClientContext(ctx, s.client)
+	// The keys are fetched later with this context's client, not its
+	// deadline (go-oidc keeps its values only).
+	ctx, cancel := context.WithTimeout(oidc.ClientContext(ctx, s.client), discoveryTimeout)
+	defer cancel()
 	provider, err := oidc.NewProvider(ctx, cfg.Issuer)
 	if err != nil {
 		return nil, fmt.Errorf("console: OIDC: discover the provider %s: %w", cfg.Issuer, err)
@@ -411,6 +417,16 @@ func (ss *session) shown() *signedIn {
 		return nil
 	}
 	return &signedIn{Name: ss.who.Name, Email: ss.who.Email, Groups: ss.who.Groups, Issuer: ss.who.Issuer, Until: ss.expires}
+}
+
+// ended fires when the session's ID token expires, by the clock the
+// sign-in judges it with; nil for no session.
+func (s *signin) ended(ss *session) (<-chan time.Time, func()) {
+	if s == nil || ss == nil {
+		return nil, func() {}
+	}
+	t := time.NewTimer(max(0, ss.expires.Sub(s.now())))
+	return t.C, func() { t.Stop() }
 }
 
 // person is how the trail's one-line summaries name the person.
