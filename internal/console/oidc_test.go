@@ -27,6 +27,7 @@ import (
 	"github.com/toolbus/toolbus/internal/audit"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
+	"github.com/toolbus/toolbus/internal/invoke"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/browser"
@@ -165,27 +166,60 @@ func TestBrowserSignInDecidesProdShellLines(t *testing.T) {
 		}
 	}
 
+	// The agent's calls are those of own@example.com, a person of sre.
+	e.client.Close()
+	e.client = invoke.NewClient(bustest.Connect(t, e.bus).Conn(), events.Identity{ID: "agent:test", Role: "agent", Session: "s1", User: "own@example.com"}, "")
+	t.Cleanup(func() { e.client.Close() })
+
 	browserCtx := browser.New(t)
 	dev := newTab(t, browserCtx)
-	signIn(t, dev, e, op, person("dev1", "dev"))
+	// What the provider says of a person is shown as text: a name with
+	// markup runs nothing.
+	const markup = `<img src=x onerror=alert(1)>`
+	devUser := person("dev1", "dev")
+	devUser.PreferredUsername = markup
+	signIn(t, dev, e, op, devUser)
+	if got := text(t, dev, "#signed-in"); !strings.Contains(got, markup) || !strings.Contains(got, "groups: dev") {
+		t.Errorf("the page says %q, want the name as text and the groups", got)
+	}
 	c := e.callAsync(t, "inv-prod", "run_shell_command", `{"command":"echo ran >> runs.txt"}`)
 	sel := card("inv-prod")
-	dev.waitJS(t, fmt.Sprintf(`document.querySelector(%q) !== null`, sel))
-	dev.do(t, chromedp.Click(chromedp.CSS(sel+" .allow-once")))
-	dev.waitJS(t, fmt.Sprintf(`document.querySelector(%q).textContent.startsWith("refused")`, sel+" .ack"))
-	if got := text(t, dev, sel+" .ack"); !strings.Contains(got, "shell lines in prod are the sre group's to approve") {
-		t.Errorf("the page says %q, want the rule's reason", got)
+	// click answers in tb, and returns what the page then says of the
+	// answer in "Your answers" (the card goes once the call runs).
+	click := func(tb *tab) string {
+		t.Helper()
+		tb.waitJS(t, fmt.Sprintf(`document.querySelector(%q) !== null`, sel))
+		n := evalJS[int](t, tb, `document.querySelectorAll("#acks li").length`)
+		tb.do(t, chromedp.Click(chromedp.CSS(sel+" .allow-once")))
+		tb.waitJS(t, fmt.Sprintf(`document.querySelectorAll("#acks li").length > %d`, n))
+		_, said, _ := strings.Cut(text(t, tb, "#acks li"), "(inv-prod): ")
+		return said
+	}
+	if got := click(dev); !strings.HasPrefix(got, "refused") || !strings.Contains(got, "shell lines in prod are the sre group's to approve") {
+		t.Errorf("a person of dev: the page says %q, want the rule's reason", got)
+	}
+	own := newTab(t, browserCtx)
+	signIn(t, own, e, op, person("own", "sre"))
+	if got := click(own); !strings.HasPrefix(got, "refused") || !strings.Contains(got, "own@example.com may not approve their own agent's call") {
+		t.Errorf("the requester's own person: the page says %q, want the rule's reason", got)
 	}
 
 	for i, sub := range []string{"sre1", "sre2"} {
 		tb := newTab(t, browserCtx)
 		signIn(t, tb, e, op, person(sub, "sre", "dev"))
-		tb.waitJS(t, fmt.Sprintf(`document.querySelector(%q) !== null`, sel))
-		tb.do(t, chromedp.Click(chromedp.CSS(sel+" .allow-once")))
-		if i == 0 {
-			tb.waitJS(t, fmt.Sprintf(`document.querySelector(%q).textContent.startsWith("accepted")`, sel+" .ack"))
-			dev.waitJS(t, fmt.Sprintf(`(document.querySelector(%q) || {}).textContent.includes("1 of 2")`, sel+" .progress"))
+		if got := click(tb); !strings.HasPrefix(got, "accepted") {
+			t.Fatalf("%s: the page says %q", sub, got)
 		}
+		if i == 0 {
+			dev.waitJS(t, fmt.Sprintf(`(document.querySelector(%q) || {}).textContent.includes("1 of 2")`, sel+" .progress"))
+			// The same person twice is one person.
+			if got := click(tb); !strings.HasPrefix(got, "refused") || !strings.Contains(got, "sre1@example.com approved this call already") {
+				t.Errorf("sre1 again: the page says %q", got)
+			}
+		}
+	}
+	if dialogs, _ := dev.seen(); len(dialogs) != 0 {
+		t.Errorf("the page raised dialogs: %q", dialogs)
 	}
 	if res := c.wait(t); res.Error != nil {
 		t.Fatalf("the line after two of sre: %+v", res.Error)
@@ -483,5 +517,55 @@ func TestClientSecretFile(t *testing.T) {
 	}
 	if _, err := ReadClientSecret(path); err == nil {
 		t.Error("an empty secret was taken")
+	}
+}
+
+// TestStreamEndsWithTheSession: a page's event stream holds the approver
+// present, so it ends when the person's ID token expires, and the session
+// then answers nothing.
+func TestStreamEndsWithTheSession(t *testing.T) {
+	op := startOP(t)
+	op.AccessTTL = 5 * time.Second // the ID token's lifetime
+	e := newEnvOf(t, approve.Config{Identity: events.Identity{ID: "approver:ada"}}, nil,
+		func(c *Config) { c.OIDC = oidcConfig(op, &clock{}) })
+	base, binding := e.console.BaseURL(), strings.Repeat("b", 64)
+	op.QueueUser(person("sre1", "sre"))
+	code, loc := signInByHTTP(t, base, binding)
+	state, ok := strings.CutPrefix(loc, "/#signin=")
+	if code != http.StatusSeeOther || !ok {
+		t.Fatalf("sign-in: %d %q", code, loc)
+	}
+	code, body := do(t, http.DefaultClient, httpReq(t, "POST", base+"auth/finish", fmt.Sprintf(`{"state":%q,"binding":%q}`, state, binding),
+		map[string]string{"Content-Type": "application/json"}))
+	var got struct{ Session string }
+	if err := json.Unmarshal([]byte(body), &got); code != http.StatusOK || err != nil {
+		t.Fatalf("finish: %d %s", code, body)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", base+"api/events", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+got.Session)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("the stream: %d", resp.StatusCode)
+	}
+	// Read to the end: the console ends the stream, or the wait's
+	// deadline cuts it off, which fails below.
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("the stream did not end with the session: %v", err)
+	}
+	if !strings.Contains(string(data), `"email":"sre1@example.com"`) {
+		t.Errorf("the stream's snapshot: %q", data)
+	}
+	if code, _ := do(t, http.DefaultClient, httpReq(t, "GET", base+"api/state", "", map[string]string{"Authorization": "Bearer " + got.Session})); code != http.StatusUnauthorized {
+		t.Errorf("the session after its token expired: %d, want 401", code)
 	}
 }
