@@ -29,7 +29,8 @@ func newConsoleCommand() *cobra.Command {
 		Long: `Serves the web console for the bus: approvers answer the calls the policy
 asks about, and revoke allowlist entries. The page needs the access token
 the command prints; with --oidc-issuer, people sign in with the
-organization's OpenID provider instead, and each answer names the person. 'toolbus up' serves one of its own.
+organization's OpenID provider instead, and each answer names the person.
+'toolbus up' serves one of its own.
 
 While a page is open the console holds an approver's seat, as the approver
 --as names: a call the policy asks about then waits for an answer instead of
