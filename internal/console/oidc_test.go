@@ -198,6 +198,11 @@ func TestBrowserSignInDecidesProdShellLines(t *testing.T) {
 	if got := click(dev); !strings.HasPrefix(got, "refused") || !strings.Contains(got, "shell lines in prod are the sre group's to approve") {
 		t.Errorf("a person of dev: the page says %q, want the rule's reason", got)
 	}
+	// Every page shows whom the policy refused.
+	dev.waitJS(t, fmt.Sprintf(`document.querySelector(%q) !== null`, sel+" .rejected li"))
+	if got := text(t, dev, sel+" .rejected"); !strings.Contains(got, "console (dev1@example.com)") {
+		t.Errorf("the refused answers are shown as %q, want the person named", got)
+	}
 	own := newTab(t, browserCtx)
 	signIn(t, own, e, op, person("own", "sre"))
 	if got := click(own); !strings.HasPrefix(got, "refused") || !strings.Contains(got, "own@example.com may not approve their own agent's call") {
@@ -212,6 +217,7 @@ func TestBrowserSignInDecidesProdShellLines(t *testing.T) {
 		}
 		if i == 0 {
 			dev.waitJS(t, fmt.Sprintf(`(document.querySelector(%q) || {}).textContent.includes("1 of 2")`, sel+" .progress"))
+			tb.screenshot(t, "console-oidc-1-of-2.png")
 			// The same person twice is one person.
 			if got := click(tb); !strings.HasPrefix(got, "refused") || !strings.Contains(got, "sre1@example.com approved this call already") {
 				t.Errorf("sre1 again: the page says %q", got)
