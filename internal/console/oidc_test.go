@@ -575,3 +575,32 @@ func TestStreamEndsWithTheSession(t *testing.T) {
 		t.Errorf("the session after its token expired: %d, want 401", code)
 	}
 }
+
+// TestGroupsClaim: the groups claim, as providers send it (a list, one
+// string) and as an attacker at the provider might (other types, groups
+// an answer cannot carry, too many), gives only groups an answer carries.
+func TestGroupsClaim(t *testing.T) {
+	s := &signin{log: bustest.Quiet()}
+	many := make([]any, events.MaxSignerGroups+5)
+	for i := range many {
+		many[i] = fmt.Sprintf("g%d", i)
+	}
+	for _, tc := range []struct {
+		name  string
+		claim any
+		want  int
+		first string
+	}{
+		{"a list", []any{"sre", "dev"}, 2, "sre"},
+		{"one string", "sre", 1, "sre"},
+		{"absent", nil, 0, ""},
+		{"a number", 7, 0, ""},
+		{"others dropped", []any{"\x1b[31msre", 7, map[string]any{"sre": true}, "", strings.Repeat("x", events.MaxSignerField+1), "ops"}, 1, "ops"},
+		{"too many", many, events.MaxSignerGroups, "g0"},
+	} {
+		got := s.groupsOf(tc.claim)
+		if len(got) != tc.want || (tc.want > 0 && got[0] != tc.first) {
+			t.Errorf("%s: %q, want %d groups from %q", tc.name, got, tc.want, tc.first)
+		}
+	}
+}
