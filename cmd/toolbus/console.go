@@ -28,13 +28,19 @@ func newConsoleCommand() *cobra.Command {
 		Short: "Serve the web console for a fleet's bus",
 		Long: `Serves the web console for the bus: approvers answer the calls the policy
 asks about, and revoke allowlist entries. The page needs the access token
-the command prints. 'toolbus up' serves one of its own.
+the command prints; with --oidc-issuer, people sign in with the
+organization's OpenID provider instead, and each answer names the person.
+'toolbus up' serves one of its own.
 
 While a page is open the console holds an approver's seat, as the approver
 --as names: a call the policy asks about then waits for an answer instead of
 being denied at once.`,
 		Example: `  toolbus console
   TOOLBUS_CONSOLE_TOKEN=s3cret toolbus console --listen 0.0.0.0:4380 --as approver:alice
+
+  # People sign in with the organization's OpenID provider (docs/approvals.md).
+  toolbus console --listen 127.0.0.1:4380 --oidc-issuer https://id.example.com/realms/eng \
+    --oidc-client-id toolbus-console --oidc-client-secret-file /etc/toolbus/oidc-secret
 
   # A signed notice to a webhook for each call that waits, linking to it here.
   toolbus console --webhook https://hooks.example/toolbus --webhook-secret-file /etc/toolbus/webhook-secret \
@@ -48,16 +54,20 @@ being denied at once.`,
 	logLevel := goFlags(fs, cli.LogFlag)
 	metricsAddr := goFlags(fs, cli.MetricsFlag)
 	hook := addWebhookFlags(fs)
+	signin := addOIDCFlags(fs)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if err := hook.check(); err != nil {
 			return usageError{err}
 		}
-		return runConsole(busURLFor(cmd), *listen, *token, *as, *logLevel, *metricsAddr, hook)
+		if err := signin.check(); err != nil {
+			return usageError{err}
+		}
+		return runConsole(busURLFor(cmd), *listen, *token, *as, *logLevel, *metricsAddr, hook, signin.cfg)
 	}
 	return cmd
 }
 
-func runConsole(natsURL, listen, token, as, logLevel, metricsAddr string, hook *webhookFlags) error {
+func runConsole(natsURL, listen, token, as, logLevel, metricsAddr string, hook *webhookFlags, signin *console.OIDC) error {
 	log, err := cli.Logger(logLevel)
 	if err != nil {
 		return usageError{err}
@@ -77,7 +87,7 @@ func runConsole(natsURL, listen, token, as, logLevel, metricsAddr string, hook *
 		return err
 	}
 	defer stopMetrics()
-	c, err := startConsole(ctx, b, cli.ApproverPrincipal(b.Principal(), natsURL, as), console.Config{Listen: listen, Token: token}, as, log)
+	c, err := startConsole(ctx, b, cli.ApproverPrincipal(b.Principal(), natsURL, as), console.Config{Listen: listen, Token: token, OIDC: signin}, as, log)
 	if err != nil {
 		return err
 	}
@@ -90,6 +100,9 @@ func runConsole(natsURL, listen, token, as, logLevel, metricsAddr string, hook *
 	}
 	defer stopHook()
 	fmt.Printf("toolbus console\n  console:   %s\n  approver:  %s\n", c.server.URL(), c.approver.Identity().ID)
+	if signin != nil {
+		fmt.Printf("  sign-in:   %s (people sign in with it; the token answers nothing)\n", signin.Issuer)
+	}
 	if *hook.url != "" {
 		fmt.Printf("  webhook:   %s\n", *hook.url)
 	}

@@ -41,6 +41,7 @@ type upFlags struct {
 	tools                                               *cli.ToolFlags
 	audit                                               *busnode.AuditOptions
 	webhook                                             *webhookFlags
+	signin                                              *oidcFlags
 	// context is the name of the context up writes (--context).
 	context string
 }
@@ -64,6 +65,7 @@ func newUpFlags(fs *pflag.FlagSet) *upFlags {
 	f.logLevel = goFlags(fs, cli.LogFlag)
 	f.metricsAddr = goFlags(fs, cli.MetricsFlag)
 	f.webhook = addWebhookFlags(fs)
+	f.signin = addOIDCFlags(fs)
 	return f
 }
 
@@ -148,6 +150,12 @@ func runUp(f *upFlags) error {
 	}
 	if *f.webhook.url != "" && *f.consoleAddr == "off" {
 		return usageError{fmt.Errorf("--webhook needs the console: its notices link to the request there, where a person approves it")}
+	}
+	if err := f.signin.check(); err != nil {
+		return usageError{err}
+	}
+	if f.signin.cfg != nil && *f.consoleAddr == "off" {
+		return usageError{fmt.Errorf("--oidc-issuer signs people in to the console, which --console off turns off")}
 	}
 	if *f.dataDir == "" {
 		*f.dataDir = cli.DefaultDataDir()
@@ -282,7 +290,7 @@ func (u *up) start(ctx context.Context, busCfg busnode.Config, files *settings.F
 		if err != nil {
 			return err
 		}
-		if u.cons, err = startConsole(ctx, consBus, consBus.Principal(), console.Config{Listener: consLn, Token: os.Getenv(consoleTokenEnv)}, "", log); err != nil {
+		if u.cons, err = startConsole(ctx, consBus, consBus.Principal(), console.Config{Listener: consLn, Token: os.Getenv(consoleTokenEnv), OIDC: f.signin.cfg}, "", log); err != nil {
 			return err
 		}
 		u.stops = append(u.stops, func() { u.cons.stop() })
@@ -417,6 +425,9 @@ func (u *up) describe() {
 	}
 	if u.cons != nil {
 		fmt.Printf("  console:   %s\n", u.cons.server.URL())
+		if f.signin.cfg != nil {
+			fmt.Printf("  sign-in:   %s (people sign in with it; the token answers nothing)\n", f.signin.cfg.Issuer)
+		}
 	}
 	if *f.webhook.url != "" {
 		fmt.Printf("  webhook:   %s (a signed notice for each call that waits for a person)\n", *f.webhook.url)

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"mime"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/toolbus/toolbus/internal/approve"
@@ -45,6 +46,12 @@ func (s *Server) routes() http.Handler {
 		}
 		files.ServeHTTP(w, r)
 	}))
+	if s.auth.signin != nil {
+		mux.Handle("POST /auth/start", pub(s.signinStart))
+		mux.Handle("GET /auth/callback", pub(s.signinCallback))
+		mux.Handle("POST /auth/finish", pub(s.signinFinish))
+	}
+	mux.Handle("/api/signout", g(s.signout))
 	mux.Handle("GET /api/state", g(s.getState))
 	mux.Handle("GET /api/events", g(s.events))
 	mux.Handle("/api/answer", g(s.answer))
@@ -71,6 +78,9 @@ type hello struct {
 	Approver string `json:"approver"`
 	// Keep is how many ended requests the history holds.
 	Keep int `json:"keep"`
+	// SignedIn is the person the page's session is of, when people sign
+	// in with the organization's provider.
+	SignedIn *signedIn `json:"signedIn,omitempty"`
 	change
 }
 
@@ -98,6 +108,10 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	tick := time.NewTicker(heartbeat)
 	defer tick.Stop()
+	// A stream holds the approver present: it ends with the session, so
+	// a page whose person's sign-in ran out holds no call.
+	expired, stop := s.auth.signin.ended(sessionOf(r))
+	defer stop()
 	sent := newShown()
 	for first := true; ; first = false {
 		st, changed := s.cfg.Approver.Snapshot()
@@ -107,7 +121,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		var ev any = c
 		name := "change"
 		if first {
-			ev, name = hello{Approver: s.cfg.Approver.Identity().ID, Keep: s.cfg.Approver.Keep(), change: c}, "snapshot"
+			ev, name = hello{Approver: s.cfg.Approver.Identity().ID, Keep: s.cfg.Approver.Keep(), SignedIn: sessionOf(r).shown(), change: c}, "snapshot"
 		}
 		if first || !c.empty() {
 			data, err := json.Marshal(ev)
@@ -134,6 +148,8 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 					return
 				}
 			case <-r.Context().Done():
+				return
+			case <-expired:
 				return
 			case <-s.stopping:
 				return
@@ -182,6 +198,13 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ans := approve.Answer{Outcome: body.Outcome, Message: body.Message, Person: s.auth.person(body.Person)}
+	if ss := sessionOf(r); ss != nil {
+		// The person is who the verified ID token names, never what the
+		// page sends.
+		who := ss.who
+		who.Groups = slices.Clone(who.Groups)
+		ans.Person, ans.Who = ss.person(), &who
+	}
 	if body.Outcome == events.ModifyWithEditor {
 		var obj map[string]any
 		if err := json.Unmarshal([]byte(body.Args), &obj); err != nil || obj == nil {

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
@@ -33,6 +34,10 @@ type auth struct {
 	// only the listen address's own names are, so a page on a rebound
 	// DNS name cannot talk to the console from the browser.
 	hosts map[string]bool
+	// signin, when set, signs people in with the organization's OpenID
+	// provider: the bearer must then be a session of a signed-in person,
+	// and the token grants nothing.
+	signin *signin
 }
 
 func newAuth(token string, addr *net.TCPAddr) *auth {
@@ -48,11 +53,16 @@ func newAuth(token string, addr *net.TCPAddr) *auth {
 }
 
 // bearer reports whether the request carries the token as
-// Authorization: Bearer.
-func (a *auth) bearer(r *http.Request) bool {
+// Authorization: Bearer; with sign-in, a live session's id, which it
+// returns.
+func (a *auth) bearer(r *http.Request) (*session, bool) {
 	h := r.Header.Get("Authorization")
 	tok, ok := strings.CutPrefix(h, "Bearer ")
-	return ok && equal(tok, string(a.token))
+	if a.signin != nil {
+		ss := a.signin.lookup(tok)
+		return ss, ok && ss != nil
+	}
+	return nil, ok && equal(tok, string(a.token))
 }
 
 // person is who answered as the console records it: the name the person
@@ -112,7 +122,7 @@ func (a *auth) public(next http.HandlerFunc) http.Handler {
 		if !a.headers(w, r) {
 			return
 		}
-		if q := r.URL.Query(); q.Has("token") && !equal(q.Get("token"), string(a.token)) {
+		if q := r.URL.Query(); a.signin == nil && q.Has("token") && !equal(q.Get("token"), string(a.token)) {
 			http.Error(w, "toolbus console: wrong token", http.StatusForbidden)
 			return
 		}
@@ -128,10 +138,20 @@ func (a *auth) guard(next http.HandlerFunc) http.Handler {
 		if !a.headers(w, r) {
 			return
 		}
-		if !a.bearer(r) {
+		ss, ok := a.bearer(r)
+		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="toolbus console"`)
+			if a.signin != nil {
+				// The page offers the sign-in when it reads this.
+				w.Header().Set("X-Toolbus-Sign-In", "oidc")
+				http.Error(w, "toolbus console: not signed in, or the sign-in expired; sign in with the organization's provider", http.StatusUnauthorized)
+				return
+			}
 			http.Error(w, "toolbus console: not signed in; open the address with #token= that toolbus printed at start", http.StatusUnauthorized)
 			return
+		}
+		if ss != nil {
+			r = r.WithContext(context.WithValue(r.Context(), sessionKey{}, ss))
 		}
 		next(w, r)
 	})

@@ -83,7 +83,10 @@ type Config struct {
 	Listener net.Listener
 	// Token grants access; empty means one is generated. At least
 	// MinTokenLength characters.
-	Token  string
+	Token string
+	// OIDC, when set, signs people in with the organization's OpenID
+	// provider, and the token then answers nothing (see OIDC).
+	OIDC   *OIDC
 	Logger *slog.Logger
 	// Redact hides the secrets of the requests answered (see newState);
 	// nil means redact.Default.
@@ -151,6 +154,12 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		cfg.Logger.Warn("console: listening beyond loopback over plain HTTP: the token and the session cross the network in clear; put it behind TLS", "addr", addr.String())
 	}
 	s.auth = newAuth(cfg.Token, addr)
+	if cfg.OIDC != nil {
+		if s.auth.signin, err = newSignin(ctx, *cfg.OIDC, BaseURL(addr), cfg.Logger); err != nil {
+			allow.stop()
+			return fail(err)
+		}
+	}
 	s.srv = &http.Server{
 		Handler:           s.routes(),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -217,7 +226,17 @@ func BaseURL(addr net.Addr) string {
 // the browser never sends anywhere: the page's script takes it into the
 // tab's sessionStorage, of the console's origin alone, and takes it out
 // of the address bar and the history (see auth).
-func (s *Server) URL() string { return s.BaseURL() + "#token=" + url.QueryEscape(s.cfg.Token) }
+// With sign-in by OIDC it is BaseURL: the page signs the person in.
+func (s *Server) URL() string {
+	if s.auth.signin != nil {
+		return s.BaseURL()
+	}
+	return s.BaseURL() + "#token=" + url.QueryEscape(s.cfg.Token)
+}
+
+// SignsIn reports whether people sign in with the organization's OpenID
+// provider (Config.OIDC).
+func (s *Server) SignsIn() bool { return s.auth.signin != nil }
 
 // Token is the access token, for Authorization: Bearer.
 func (s *Server) Token() string { return s.cfg.Token }

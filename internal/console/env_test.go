@@ -63,7 +63,20 @@ func newEnvAs(t *testing.T, approverID string) *env {
 // configured as cfg.
 func newEnvWith(t *testing.T, cfg approve.Config) *env {
 	t.Helper()
-	f := executortest.Start(t)
+	return newEnvOf(t, cfg, nil, nil)
+}
+
+// newEnvOf starts a fleet whose executor configure adjusts (nil: as
+// executortest starts it), and whose console answers from an approver
+// configured as cfg, started with the Config cc adjusts (nil: as is).
+func newEnvOf(t *testing.T, cfg approve.Config, configure func(*executor.Config), cc func(*Config)) *env {
+	t.Helper()
+	var f *executortest.Fleet
+	if configure != nil {
+		f = executortest.Start(t, configure)
+	} else {
+		f = executortest.Start(t)
+	}
 	b := f.Bus
 	e := &env{bus: b, ws: f.Workspace, exec: f.Executor, client: f.Client}
 	var err error
@@ -82,7 +95,11 @@ func newEnvWith(t *testing.T, cfg approve.Config) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.approver.Stop)
-	e.console, err = Start(context.Background(), Config{Approver: e.approver, Allowlist: e.allowlist, JetStream: e.js, Listen: "127.0.0.1:0", Logger: bustest.Quiet()})
+	ccfg := Config{Approver: e.approver, Allowlist: e.allowlist, JetStream: e.js, Listen: "127.0.0.1:0", Logger: bustest.Quiet()}
+	if cc != nil {
+		cc(&ccfg)
+	}
+	e.console, err = Start(context.Background(), ccfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -133,7 +133,7 @@ func newRequest(r approve.Request) request {
 		v.Answer = &answered{By: answerer(a), Outcome: a.Outcome, Message: a.Message, At: a.Time}
 	}
 	for _, rej := range r.Rejected {
-		v.Rejected = append(v.Rejected, rejected{By: rej.Answer.Sender.ID, Outcome: rej.Answer.Outcome, Reason: rej.Reason})
+		v.Rejected = append(v.Rejected, rejected{By: answerer(&rej.Answer), Outcome: rej.Answer.Outcome, Reason: rej.Reason})
 	}
 	return v
 }

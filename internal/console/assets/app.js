@@ -16,8 +16,18 @@
   // opened the link signed out still selects the request once it signs
   // in; the link itself grants nothing.
   const linkedKey = "toolbus-console-linked-request";
+  // With the organization's sign-in (OIDC), the session takes the
+  // token's place in sessionStorage. The provider sends the person back
+  // to the console's /auth/callback, which sends them on with #signin=,
+  // the sign-in's state; the tab then shows the secret it kept when it
+  // started the sign-in, and only then gets the session: a sign-in that
+  // another tab or person started gives this tab nothing.
+  const bindingKey = "toolbus-console-signin-binding";
+  let finishing = null; // the state of a sign-in to finish
+  let signedIn = null; // who the console says is signed in, with OIDC
   function takeToken() {
     const hash = new URLSearchParams(location.hash.slice(1));
+    if (hash.get("signin")) finishing = hash.get("signin");
     const from = hash.get("token") || new URLSearchParams(location.search).get("token");
     if (from) sessionStorage.setItem(tokenKey, from);
     const linked = hash.get("request");
@@ -66,7 +76,33 @@
     if (stream) stream.abort();
     const ctl = new AbortController();
     stream = ctl;
+    if (finishing) {
+      const state = finishing;
+      finishing = null;
+      try {
+        const r = await fetch("/auth/finish", {
+          method: "POST", credentials: "omit", cache: "no-store",
+          headers: { "Content-Type": "application/json" },
+          body: JSON.stringify({ state: state, binding: sessionStorage.getItem(bindingKey) || "" }),
+        });
+        const data = await r.json();
+        if (!r.ok) throw new Error(data.error || "HTTP " + r.status);
+        sessionStorage.setItem(tokenKey, data.session);
+      } catch (e) {
+        sessionStorage.removeItem(tokenKey);
+        showSignIn("sign-in failed: " + e.message);
+        return;
+      } finally {
+        sessionStorage.removeItem(bindingKey);
+      }
+    }
     if (!token()) {
+      // Whether the console signs people in is asked of the API.
+      const probe = await fetch("/api/state", { cache: "no-store", credentials: "omit" }).catch(() => null);
+      if (probe && probe.headers.get("X-Toolbus-Sign-In") === "oidc") {
+        showSignIn("signed out: sign in with your organization's account");
+        return;
+      }
       setConn(false, "signed out: open the address with #token= that toolbus printed");
       if (sessionStorage.getItem(linkedKey)) setLinked("The request this link names is shown once you sign in: open the address toolbus printed in this tab.");
       return;
@@ -78,6 +114,11 @@
       return reconnect(ctl);
     }
     if (r.status === 401 || r.status === 403) {
+      if (r.headers.get("X-Toolbus-Sign-In") === "oidc") {
+        sessionStorage.removeItem(tokenKey);
+        showSignIn("signed out, or the sign-in expired: sign in again");
+        return;
+      }
       setConn(false, "signed out: open the address with #token= that toolbus printed");
       return;
     }
@@ -121,6 +162,57 @@
     }
     if (name === "snapshot" || name === "change") apply(ev, name === "snapshot");
   }
+  // showSignIn offers the organization's sign-in.
+  function showSignIn(text) {
+    setSignedIn(null);
+    setConn(false, text);
+    document.getElementById("signin").hidden = false;
+    if (sessionStorage.getItem(linkedKey)) setLinked("The request this link names is shown once you sign in.");
+  }
+  function randomHex(n) {
+    const b = new Uint8Array(n);
+    crypto.getRandomValues(b);
+    return Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
+  }
+  document.getElementById("signin").addEventListener("click", async () => {
+    const binding = randomHex(32);
+    sessionStorage.setItem(bindingKey, binding);
+    try {
+      const r = await fetch("/auth/start", {
+        method: "POST", credentials: "omit", cache: "no-store",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ binding: binding }),
+      });
+      const data = await r.json();
+      if (!r.ok) throw new Error(data.error || "HTTP " + r.status);
+      location.assign(data.url);
+    } catch (e) {
+      setConn(false, visible("sign-in failed: " + e.message));
+    }
+  });
+  document.getElementById("signout").addEventListener("click", async () => {
+    try { await post("/api/signout", {}); } catch (e) { /* the session ends here anyway */ }
+    sessionStorage.removeItem(tokenKey);
+    connect();
+  });
+  // setSignedIn shows who is signed in (OIDC), or the name field of a
+  // console people share by its token.
+  function setSignedIn(who) {
+    signedIn = who;
+    document.getElementById("signin").hidden = true;
+    document.getElementById("signout").hidden = !who;
+    document.getElementById("person-label").hidden = !!who;
+    const s = document.getElementById("signed-in");
+    s.hidden = !who;
+    if (who) {
+      let text = "signed in as " + (who.name || who.email || "?");
+      if (who.email && who.name) text += " <" + who.email + ">";
+      text += who.groups && who.groups.length ? " (groups: " + who.groups.join(", ") + ")" : " (no groups)";
+      text += ", until " + when(who.until);
+      s.textContent = visible(text);
+      s.title = visible(who.iss);
+    }
+  }
   function setConn(up, text) {
     const c = document.getElementById("conn");
     c.textContent = text;
@@ -131,6 +223,7 @@
   // reset forgets what the page showed: a snapshot follows, whole.
   function reset(hello) {
     document.getElementById("approver").textContent = visible(hello.approver);
+    setSignedIn(hello.signedIn || null);
     keep = hello.keep || keep;
     for (const c of cards.values()) c.el.remove();
     cards.clear();
@@ -486,7 +579,7 @@
     const req = cards.get(node.dataset.key);
     if (!req) return;
     answer.answerTo = req.req.key;
-    answer.person = person.value.trim();
+    if (!signedIn) answer.person = person.value.trim();
     const wasDisabled = new Set(Array.from(node.querySelectorAll("button")).filter((b) => b.disabled));
     for (const b of node.querySelectorAll("button")) b.disabled = true;
     const ack = q(node, ".ack");
