@@ -510,6 +510,15 @@ func TestLocalFleetAttacks(t *testing.T) {
 // it.
 func answeringApprover(t *testing.T, env []string, url string) func() {
 	t.Helper()
+	return confirmApprover(t, env, url, events.ProceedOnce)
+}
+
+// confirmApprover runs `toolbus confirm --json` as the member env names,
+// on the bus at url, answering every request it is shown with answer
+// (none for ""), and returns once it is present; the returned func ends
+// it.
+func confirmApprover(t *testing.T, env []string, url string, answer events.Outcome) func() {
+	t.Helper()
 	confirm := exec.Command(bin("toolbus"), "confirm", "--json", "--nats", url)
 	confirm.Env = append(os.Environ(), env...)
 	var confirmErr testkit.Buffer
@@ -535,7 +544,9 @@ func answeringApprover(t *testing.T, env []string, url string) func() {
 			case "ready":
 				close(ready)
 			case "request":
-				fmt.Fprintf(stdin, "{\"answerTo\":%q,\"outcome\":%q}\n", ev.AnswerTo, events.ProceedOnce)
+				if answer != "" {
+					fmt.Fprintf(stdin, "{\"answerTo\":%q,\"outcome\":%q}\n", ev.AnswerTo, answer)
+				}
 			}
 		}
 	}()

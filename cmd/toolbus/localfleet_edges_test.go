@@ -16,11 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/events"
-	"github.com/toolbus/toolbus/internal/identity"
 	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/tool"
 )
@@ -168,19 +166,7 @@ func spoolWatchedOnFleet(t *testing.T, f *localFleet) {
 // their metrics and /readyz. Once the admin raises the cap again, calls
 // run.
 func trailHeldOnFleet(t *testing.T, f *localFleet) {
-	_, opts, err := identity.Connect(f.seed("admin"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	nc, err := nats.Connect(f.urls(), opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := jetStreamAs(t, f.seed("admin"), f.urls())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	stream := func(name string) jetstream.Stream {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -19,7 +18,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/identity"
 	"github.com/toolbus/toolbus/internal/testkit"
 )
 
@@ -355,35 +358,7 @@ func lostExecutor(t *testing.T, dir, agent string, node func(int) string) {
 // once it is present; the returned func ends it.
 func watchingApprover(t *testing.T, env, url string) func() {
 	t.Helper()
-	confirm := exec.Command(bin("toolbus"), "confirm", "--json", "--nats", url)
-	confirm.Env = append(os.Environ(), env)
-	var confirmErr testkit.Buffer
-	confirm.Stderr = &confirmErr
-	stdin, _ := confirm.StdinPipe()
-	stdout, _ := confirm.StdoutPipe()
-	if err := confirm.Start(); err != nil {
-		t.Fatal(err)
-	}
-	ready, ended := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(ended)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if strings.Contains(sc.Text(), `"event":"ready"`) {
-				close(ready)
-			}
-		}
-	}()
-	stop := func() { stdin.Close(); <-ended; confirm.Wait() }
-	select {
-	case <-ready:
-	case <-ended:
-		t.Fatalf("toolbus confirm ended before it was ready: %s", confirmErr.String())
-	case <-time.After(time.Minute):
-		stop()
-		t.Fatalf("toolbus confirm not ready in a minute: %s", confirmErr.String())
-	}
-	return stop
+	return confirmApprover(t, []string{env}, url, "")
 }
 
 // restartEverything pushes a policy, remembers an approval and makes some
@@ -513,4 +488,24 @@ func restartEverything(t *testing.T, dir, agent string, node func(int) string, s
 	if len(old) == 0 || len(now) <= len(old) {
 		t.Errorf("%d invocations recorded before the restart, %d after", len(old), len(now))
 	}
+}
+
+// jetStreamAs is JetStream on the bus at url as the member whose seed
+// file is seed, closed when the test ends.
+func jetStreamAs(t *testing.T, seed, url string) jetstream.JetStream {
+	t.Helper()
+	_, opts, err := identity.Connect(seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
 }

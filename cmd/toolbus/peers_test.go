@@ -15,11 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/events"
-	"github.com/toolbus/toolbus/internal/identity"
 	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/fakegemini"
 	"github.com/toolbus/toolbus/internal/testkit/npmpeer"
@@ -350,19 +348,7 @@ func (f *peerFleet) stdio() []string {
 // the last one there when it is called.
 func (f *peerFleet) invocations(t *testing.T) []*events.Invocation {
 	t.Helper()
-	_, as, err := identity.Connect(f.developer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nc, err := nats.Connect(f.natsURL, as...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := jetStreamAs(t, f.developer, f.natsURL)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	stream, err := js.Stream(ctx, events.AuditStream)

@@ -216,29 +216,18 @@ type Stats struct {
 // part (Record.Incomplete).
 var errIncomplete = errors.New("the trail does not hold this call's records whole")
 
-// blobs reads the records' large fields from events.BlobStream, by
-// direct get of the subject their digest names (an auditor may read
-// nothing else of it).
+// blobs puts the records' large fields back (events.Inline) as a read
+// takes them in.
 type blobs struct {
-	ctx    context.Context
-	js     jetstream.JetStream
-	stream jetstream.Stream
+	ctx context.Context
+	r   *bus.Blobs
 }
 
-func (b *blobs) fetch(ref events.BlobRef) ([]byte, error) {
-	if b.stream == nil {
-		s, err := b.js.Stream(b.ctx, events.BlobStream)
-		if err != nil {
-			return nil, fmt.Errorf("stream %s: %w", events.BlobStream, err)
-		}
-		b.stream = s
-	}
-	m, err := b.stream.GetLastMsgForSubject(b.ctx, ref.Subject())
-	if err != nil {
-		return nil, err
-	}
-	return m.Data, nil
+func newBlobs(ctx context.Context, js jetstream.JetStream) *blobs {
+	return &blobs{ctx: ctx, r: bus.NewBlobs(js)}
 }
+
+func (b *blobs) fetch(ref events.BlobRef) ([]byte, error) { return b.r.Fetch(b.ctx, ref) }
 
 // inline is m's message as the join takes it in, its large fields read
 // back (events.Inline), counted in st.
@@ -305,7 +294,7 @@ func read(ctx context.Context, js jetstream.JetStream, subjects []string, j *joi
 	// none of them.
 	r := bus.Range{Since: q.Since, To: last, Subjects: subjects}
 	var seen uint64 // the stream sequence of the last message read
-	bl := &blobs{ctx: ctx, js: js}
+	bl := newBlobs(ctx, js)
 	for restarts := 0; ; restarts++ {
 		_, err := readRange(ctx, js, events.AuditStream, r, func(m *bus.StoredMsg) error {
 			st.Messages++
@@ -442,7 +431,7 @@ func Tail(ctx context.Context, js jetstream.JetStream, q Query, f func(*Record))
 	}
 	next := stream.CachedInfo().State.LastSeq + 1 // from now on
 	j := newJoiner(q, false)
-	bl := &blobs{ctx: ctx, js: js}
+	bl := newBlobs(ctx, js)
 	var st Stats
 	flush := func(now time.Time) {
 		kept := j.order[:0]

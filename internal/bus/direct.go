@@ -13,6 +13,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/events"
 )
 
 // A member that lives in an account of its own (an agent, the MCP
@@ -179,4 +181,33 @@ func lastOfEachByReading(ctx context.Context, js jetstream.JetStream, stream, fi
 	}
 	slices.SortFunc(out, func(a, b *StoredMsg) int { return cmp.Compare(a.Sequence, b.Sequence) })
 	return out, upTo, nil
+}
+
+// Blobs reads the audit trail's large fields from events.BlobStream by
+// direct get of the subject each one's digest names (an auditor may read
+// nothing else of it). Checking the bytes against the digest is the
+// reader's (events.Inline, events.CheckBlob). The zero Blobs is not
+// usable: NewBlobs.
+type Blobs struct {
+	js     jetstream.JetStream
+	stream jetstream.Stream // looked up on the first read
+}
+
+// NewBlobs reads blobs through js.
+func NewBlobs(js jetstream.JetStream) *Blobs { return &Blobs{js: js} }
+
+// Fetch returns the bytes stored under ref's digest.
+func (b *Blobs) Fetch(ctx context.Context, ref events.BlobRef) ([]byte, error) {
+	if b.stream == nil {
+		s, err := b.js.Stream(ctx, events.BlobStream)
+		if err != nil {
+			return nil, fmt.Errorf("stream %s: %w", events.BlobStream, err)
+		}
+		b.stream = s
+	}
+	m, err := b.stream.GetLastMsgForSubject(ctx, ref.Subject())
+	if err != nil {
+		return nil, err
+	}
+	return m.Data, nil
 }

@@ -21,11 +21,19 @@ import (
 // acknowledgement.
 func answerWith(t *testing.T, nc *nats.Conn, req *events.ConfirmRequest, as, principal string, who events.Identity, outcome events.Outcome) *events.ConfirmAck {
 	t.Helper()
-	data, err := events.Encode(&events.ConfirmAnswer{Header: events.Header{Sender: who}, InvocationID: req.InvocationID, Outcome: outcome})
+	return requestAck(t, nc, events.AnswerSubject(req.AnswerTo, as, principal),
+		&events.ConfirmAnswer{Header: events.Header{Sender: who}, InvocationID: req.InvocationID, Outcome: outcome})
+}
+
+// requestAck sends answer on subject as a request, and returns the
+// executor's acknowledgement.
+func requestAck(t *testing.T, nc *nats.Conn, subject string, answer events.Envelope) *events.ConfirmAck {
+	t.Helper()
+	data, err := events.Encode(answer)
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg, err := nc.Request(events.AnswerSubject(req.AnswerTo, as, principal), data, 10*time.Second)
+	msg, err := nc.Request(subject, data, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

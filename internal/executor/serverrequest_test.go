@@ -104,19 +104,7 @@ func resultOf(t *testing.T, done <-chan *events.Result) *events.Result {
 // principal, and returns the executor's acknowledgement.
 func answerServerRequestAs(t *testing.T, nc *nats.Conn, req *events.ServerRequest, as, principal string, answer events.Envelope) *events.ConfirmAck {
 	t.Helper()
-	data, err := events.Encode(answer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	msg, err := nc.Request(events.AnswerSubject(req.AnswerTo, as, principal), data, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ack, err := events.Decode[events.ConfirmAck](msg.Data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ack
+	return requestAck(t, nc, events.AnswerSubject(req.AnswerTo, as, principal), answer)
 }
 
 // TestServerRequestGoesToTheCallerAlone: a request the server makes

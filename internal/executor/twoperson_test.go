@@ -41,19 +41,7 @@ func twoPersonPolicy(t *testing.T) *policy.Policy {
 func answerAsWith(t *testing.T, nc *nats.Conn, req *events.ConfirmRequest, as, principal string, answer *events.ConfirmAnswer) *events.ConfirmAck {
 	t.Helper()
 	answer.InvocationID = req.InvocationID
-	data, err := events.Encode(answer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	msg, err := nc.Request(events.AnswerSubject(req.AnswerTo, as, principal), data, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ack, err := events.Decode[events.ConfirmAck](msg.Data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ack
+	return requestAck(t, nc, events.AnswerSubject(req.AnswerTo, as, principal), answer)
 }
 
 // member is an answer of the approver member name of the fleet, who is

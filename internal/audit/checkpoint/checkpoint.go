@@ -491,7 +491,7 @@ func (r *Report) Lost() string {
 // that lost the chain's head.
 func Verify(ctx context.Context, js jetstream.JetStream, since time.Time, pub ed25519.PublicKey) (*Report, error) {
 	rep := &Report{}
-	v := &verifier{pub: pub, keyID: KeyID(pub), rep: rep, ctx: ctx, js: js, blobs: map[string]error{}}
+	v := &verifier{pub: pub, keyID: KeyID(pub), rep: rep, ctx: ctx, blobs: bus.NewBlobs(js), checked: map[string]error{}}
 	// The chain's ends before the stream: a checkpoint published while
 	// the stream is read is then in what is read, or newer than the head.
 	v.readChain(ctx, js)
@@ -542,10 +542,9 @@ type verifier struct {
 
 	// The records' large fields, each checked once against its digest
 	// (events.Inline): what was found of each, by digest.
-	ctx        context.Context
-	js         jetstream.JetStream
-	blobStream jetstream.Stream
-	blobs      map[string]error
+	ctx     context.Context
+	blobs   *bus.Blobs
+	checked map[string]error
 }
 
 // outlined checks that the large fields the outlined record at seq names
@@ -563,10 +562,10 @@ func (v *verifier) outlined(seq uint64, data []byte) {
 	names := slices.Sorted(maps.Keys(r.Outlined))
 	for _, name := range names {
 		ref := r.Outlined[name]
-		err, seen := v.blobs[ref.SHA256]
+		err, seen := v.checked[ref.SHA256]
 		if !seen {
 			err = v.checkBlob(ref)
-			v.blobs[ref.SHA256] = err
+			v.checked[ref.SHA256] = err
 		}
 		if err != nil {
 			if name == "" {
@@ -579,18 +578,11 @@ func (v *verifier) outlined(seq uint64, data []byte) {
 
 // checkBlob reads one blob by its digest's subject and checks it.
 func (v *verifier) checkBlob(ref events.BlobRef) error {
-	if v.blobStream == nil {
-		s, err := v.js.Stream(v.ctx, events.BlobStream)
-		if err != nil {
-			return err
-		}
-		v.blobStream = s
-	}
-	m, err := v.blobStream.GetLastMsgForSubject(v.ctx, ref.Subject())
+	data, err := v.blobs.Fetch(v.ctx, ref)
 	if err != nil {
 		return err
 	}
-	return events.CheckBlob(ref, m.Data)
+	return events.CheckBlob(ref, data)
 }
 
 // leafAt is a message's leaf and its sequence.
