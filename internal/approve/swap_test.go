@@ -45,10 +45,12 @@ func callIn(c *invoke.Client, id, ws, tool, args string) <-chan *events.Result {
 // The workspace swap: a prompt-injected agent has a harmless edit waiting
 // for an approver, then asks for a shell line under the same id in another
 // workspace, hoping the approver's "yes" to the edit runs the line. The
-// executor refuses the line (the id is taken, fleet-wide), the approver's
-// queue still shows the edit, and the answer runs the edit alone. Another
-// caller's request under the same id is a request of its own beside it,
-// answered on its own AnswerTo.
+// executor that took the edit's key refuses the line; another executor
+// takes it as a call of its own, with an id of its own, asked about on
+// its own AnswerTo. Either way the approver's queue still shows the edit,
+// and the answer runs the edit alone. Another caller's request under the
+// same id is a request of its own beside it, answered on its own
+// AnswerTo.
 func TestARequestUnderAPendingIDNeverTakesItsPlace(t *testing.T) {
 	t.Parallel()
 	f := executortest.Start(t, func(c *executor.Config) { c.IdentitiesEnforced = true })
@@ -68,16 +70,46 @@ func TestARequestUnderAPendingIDNeverTakesItsPlace(t *testing.T) {
 	s := waitFor(t, ada, "the edit's request", pending("swap-1"))
 	editReq, _ := find(s, "swap-1")
 	shell := callIn(mallory, "swap-1", "other", "run_shell_command", `{"command":"touch pwned"}`)
-	if res := result(t, shell); errType(res) != events.ErrInvocationIDReused {
-		t.Fatalf("the shell line under the edit's id: %s %q, want %s", errType(res), res.LLMContent, events.ErrInvocationIDReused)
+	isShell := func(r approve.Request, caller string) bool {
+		return r.Pending() && r.Tool == "run_shell_command" && r.Caller.ID == caller
+	}
+	asked := func(s approve.State, caller string) (approve.Request, bool) {
+		for _, r := range s.Pending {
+			if isShell(r, caller) {
+				return r, true
+			}
+		}
+		return approve.Request{}, false
+	}
+	var shellReq approve.Request
+	shellAsked := false
+	for !shellAsked {
+		s, changed := ada.Snapshot()
+		if shellReq, shellAsked = asked(s, "mallory"); shellAsked {
+			break
+		}
+		select {
+		case res := <-shell:
+			if errType(res) != events.ErrInvocationIDReused {
+				t.Fatalf("the shell line under the edit's id: %s %q, want %s or a request of its own", errType(res), res.LLMContent, events.ErrInvocationIDReused)
+			}
+			shell = nil
+		case <-changed:
+			continue
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the shell line was neither refused nor asked about: %+v", s)
+		}
+		break
+	}
+	if shellAsked && (shellReq.AnswerTo == editReq.AnswerTo || shellReq.Call == editReq.Call) {
+		t.Fatalf("the shell line is asked about under the edit's answer token or call id: %+v", shellReq.ConfirmRequest)
+	}
+	before := len(s.Pending)
+	if shellAsked {
+		before = 2
 	}
 	theirs := callIn(alice, "swap-1", "other", "run_shell_command", `{"command":"touch alice-ran"}`)
-	s = waitFor(t, ada, "alice's request beside the edit", func(s approve.State) bool { return len(s.Pending) == 2 })
-	for _, r := range s.Pending {
-		if r.Tool == "run_shell_command" && r.Caller.ID != "alice" {
-			t.Fatalf("mallory's shell line reached the approver: %+v", r.ConfirmRequest)
-		}
-	}
+	s = waitFor(t, ada, "alice's request beside the edit", func(s approve.State) bool { return len(s.Pending) == before+1 })
 	if r, ok := s.Find(editReq.AnswerTo); !ok || !r.Pending() || r.Tool != "write_file" || r.Caller.ID != "mallory" {
 		t.Fatalf("the edit's request is no longer what its AnswerTo names: %+v", r.ConfirmRequest)
 	}
@@ -93,6 +125,8 @@ func TestARequestUnderAPendingIDNeverTakesItsPlace(t *testing.T) {
 	select {
 	case res := <-theirs:
 		t.Fatalf("the answer to the edit ended alice's call too: %+v", res)
+	case res := <-shell:
+		t.Fatalf("the answer to the edit ended the shell line too: %+v", res)
 	default:
 	}
 	for _, name := range []string{"pwned", "alice-ran"} {
@@ -101,15 +135,21 @@ func TestARequestUnderAPendingIDNeverTakesItsPlace(t *testing.T) {
 		}
 	}
 	s, _ = ada.Snapshot()
-	var aliceReq approve.Request
 	for _, r := range s.Pending {
-		aliceReq = r
-	}
-	if ack, err := ada.Answer(context.Background(), aliceReq.AnswerTo, approve.Answer{Outcome: events.Cancel}); err != nil || !ack.Accepted {
-		t.Fatalf("cancel alice's line: %+v %v", ack, err)
+		if ack, err := ada.Answer(context.Background(), r.AnswerTo, approve.Answer{Outcome: events.Cancel}); err != nil || !ack.Accepted {
+			t.Fatalf("cancel %s's line: %+v %v", r.Caller.ID, ack, err)
+		}
 	}
 	if res := result(t, theirs); errType(res) != events.ErrUserCancelled {
 		t.Errorf("alice's line: %s", errType(res))
+	}
+	if shell != nil {
+		if res := result(t, shell); errType(res) != events.ErrUserCancelled {
+			t.Errorf("mallory's line, asked about on its own: %s", errType(res))
+		}
+	}
+	if _, err := os.Stat(filepath.Join(other, "pwned")); err == nil {
+		t.Error("mallory's shell line ran")
 	}
 }
 

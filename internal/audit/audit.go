@@ -55,7 +55,12 @@ type Record struct {
 	// unique per principal, so a record is its principal and its id.
 	Principal string `json:"principal,omitempty"`
 
-	ID     string          `json:"id"`
+	ID string `json:"id"`
+	// Call is the id the executor that accepted the call minted for it
+	// (events.Header.Call): it names this call and no other, where ID is
+	// its caller's key, which the caller may use again. Empty on calls
+	// recorded before executors minted one.
+	Call   string          `json:"call,omitempty"`
 	Time   time.Time       `json:"time"`
 	Tool   string          `json:"tool"`
 	Caller events.Identity `json:"caller"`
@@ -232,7 +237,7 @@ func (b *blobs) fetch(ref events.BlobRef) ([]byte, error) { return b.r.Fetch(b.c
 // inline is m's message as the join takes it in, its large fields read
 // back (events.Inline), counted in st.
 func (b *blobs) inline(m *bus.StoredMsg, st *Stats) message {
-	msg := message{subject: m.Subject, data: m.Data, seq: m.Sequence, at: m.Time}
+	msg := message{subject: m.Subject, data: m.Data, seq: m.Sequence, at: m.Time, call: m.Header.Get(events.CallHeader)}
 	if !bytes.HasPrefix(m.Data, events.OutlinedPrefix) {
 		return msg
 	}

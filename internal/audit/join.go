@@ -35,11 +35,16 @@ func kindOf(subject string) (kind, principal string) {
 	return subject, ""
 }
 
-// Records are keyed by principal and id (key): ids are unique per
-// principal only. An event an executor records says its call's principal
-// (events.Header.Principal); one recorded before executors said it, or a
-// cancel any admin may send, is joined by its id alone (idKey), to the
-// latest call of that id.
+// Records are joined by the id the executor that accepted the call minted
+// for it (events.Header.Call), which the invocation's record carries in
+// events.CallHeader and every event an executor records about the call
+// in its header: one id, one call. What a caller sends about its call (a
+// cancel, its own record of a result) names the caller's key, its
+// principal and id (key), and joins the latest call under it. Events
+// recorded before executors minted ids are joined by key too, and, when
+// they name no principal (recorded before executors said it, or a cancel
+// any admin may send), by their id alone (idKey), to the latest call of
+// that id.
 
 // key is the key of principal's call id.
 func key(principal, id string) string { return principal + "\x00" + id }
@@ -47,11 +52,24 @@ func key(principal, id string) string { return principal + "\x00" + id }
 // idKey is the key of an event that names no principal.
 func idKey(id string) string { return "\x00" + id }
 
+// callKey is the key events of the call the executor minted id for are
+// held under until its invocation is read.
+func callKey(id string) string { return "\x01" + id }
+
+// callRef is the record a minted call id joins: its own, or, for a copy
+// of a call's request (refused as such), the record of the call it
+// copies.
+type callRef struct {
+	r    *Record
+	copy bool
+}
+
 // joiner joins events into records as they are read.
 type joiner struct {
 	q        Query
 	timeline bool
 	byKey    map[string]*Record // by key, and by idKey the latest of each id
+	byCall   map[string]callRef // by the call id the executor minted
 	// refusals are, by key, the invocations under a key taken before,
 	// in stream order, waiting for their refusal (INVOCATION_ID_REUSED):
 	// a reused id's record, which the refusal ends, or a copy of a call,
@@ -89,6 +107,8 @@ type message struct {
 	// incomplete says which of its large fields are not in the trail
 	// (events.Inline): data holds a note of each instead.
 	incomplete string
+	// call is an invocation record's events.CallHeader.
+	call string
 }
 
 // maxHeld bounds the invocations events are held for: the oldest are
@@ -96,7 +116,7 @@ type message struct {
 const maxHeld = 4096
 
 func newJoiner(q Query, timeline bool) *joiner {
-	return &joiner{q: q, timeline: timeline, byKey: make(map[string]*Record), refusals: make(map[string][]awaited), byDigest: make(map[string]*Record), held: make(map[string][]message)}
+	return &joiner{q: q, timeline: timeline, byKey: make(map[string]*Record), byCall: make(map[string]callRef), refusals: make(map[string][]awaited), byDigest: make(map[string]*Record), held: make(map[string][]message)}
 }
 
 // hold keeps m, an event of invocation id under k, not read yet, for when
@@ -127,6 +147,7 @@ func (j *joiner) forget(r *Record) {
 	}
 	delete(j.refusals, k)
 	delete(j.byDigest, k+string(r.digest[:]))
+	delete(j.byCall, r.Call)
 }
 
 // add takes in one message; false when it does not decode.
@@ -192,13 +213,25 @@ func (j *joiner) invocation(m message, principal string) bool {
 		return true
 	}
 	k := key(principal, inv.ID)
+	if ref, ok := j.byCall[m.call]; ok && m.call != "" {
+		// The record sent again after a node was lost (bus.Recorder):
+		// the same call, once.
+		ref.r.Copies++
+		j.note(ref.r, m, entry(inv.Header, "the record of this request again (sent again by its executor)"))
+		return true
+	}
 	digest := sha256.Sum256(m.data)
 	if same := j.byDigest[k+string(digest[:])]; same != nil {
 		// The same request again: a record sent again, or a client's
 		// retry, which the executor refuses rather than run twice.
 		same.Copies++
-		j.refusals[k] = append(j.refusals[k], awaited{r: same, copy: true})
+		if m.call != "" {
+			j.byCall[m.call] = callRef{r: same, copy: true}
+		} else {
+			j.refusals[k] = append(j.refusals[k], awaited{r: same, copy: true})
+		}
 		j.note(same, m, entry(inv.Header, "the same request again (a copy; it is not run again)"))
+		j.takeHeld(callKey(m.call))
 		return true
 	}
 	first := j.byKey[k]
@@ -206,15 +239,19 @@ func (j *joiner) invocation(m message, principal string) bool {
 		// A retry of a call read already: an attempt of its record,
 		// not a call of its own.
 		j.byDigest[k+string(digest[:])] = first
+		if m.call != "" {
+			j.byCall[m.call] = callRef{r: first}
+		}
 		first.addAttempt(attempt, inv.Time, true)
 		summary := fmt.Sprintf("%s asks for %s again: attempt %d", inv.Sender.ID, inv.Tool, attempt)
 		if inv.TimeoutMillis > 0 {
 			summary += fmt.Sprintf(" (timeout %s)", time.Duration(inv.TimeoutMillis)*time.Millisecond)
 		}
 		j.note(first, m, entry(inv.Header, summary))
+		j.takeHeld(callKey(m.call))
 		return true
 	}
-	r := &Record{ID: inv.ID, Time: inv.Time, Tool: inv.Tool, Caller: inv.Sender, Args: inv.Args, Outcome: OutcomePending,
+	r := &Record{ID: inv.ID, Call: m.call, Time: inv.Time, Tool: inv.Tool, Caller: inv.Sender, Args: inv.Args, Outcome: OutcomePending,
 		Principal: principal, seq: m.seq, digest: digest}
 	j.order = append(j.order, r)
 	summary := fmt.Sprintf("%s asks for %s", inv.Sender.ID, inv.Tool)
@@ -222,6 +259,9 @@ func (j *joiner) invocation(m message, principal string) bool {
 		summary += fmt.Sprintf(" (timeout %s)", time.Duration(inv.TimeoutMillis)*time.Millisecond)
 	}
 	j.byDigest[k+string(digest[:])] = r
+	if m.call != "" {
+		j.byCall[m.call] = callRef{r: r}
+	}
 	if attempt := events.AttemptOf(inv.Attempt); attempt > 1 {
 		r.addAttempt(attempt, inv.Time, false)
 		summary += fmt.Sprintf(", attempt %d", attempt)
@@ -230,13 +270,16 @@ func (j *joiner) invocation(m message, principal string) bool {
 	case first == nil:
 		j.byKey[k] = r
 	default:
-		// An id its principal used for another call: the executor
-		// refuses it, and that refusal is this record's. The events of
-		// the key are still the first call's until it ends, this
-		// one's after (an id may come back once it is no longer kept
-		// as taken).
+		// A key its principal used for another call. A call with an id
+		// of its own is a call of its own, which the executor that
+		// accepted it may have refused (INVOCATION_ID_REUSED, within
+		// its window) or not; one without is refused, and that refusal
+		// is this record's. The caller's events of the key are still
+		// the first call's until it ends, this one's after.
 		r.ReusedID = true
-		j.refusals[k] = append(j.refusals[k], awaited{r: r})
+		if m.call == "" {
+			j.refusals[k] = append(j.refusals[k], awaited{r: r})
+		}
 		if first.terminal {
 			j.byKey[k] = r
 		}
@@ -245,15 +288,21 @@ func (j *joiner) invocation(m message, principal string) bool {
 	j.byKey[idKey(inv.ID)] = j.byKey[k]
 	j.mark(r, m)
 	j.note(r, m, entry(inv.Header, summary))
-	for _, hk := range []string{k, idKey(inv.ID)} {
-		if held, ok := j.held[hk]; ok {
-			delete(j.held, hk)
-			for _, h := range held {
-				j.addMessage(h)
-			}
-		}
+	for _, hk := range []string{k, idKey(inv.ID), callKey(m.call)} {
+		j.takeHeld(hk)
 	}
 	return true
+}
+
+// takeHeld takes in the events held under hk, now that their invocation
+// is read.
+func (j *joiner) takeHeld(hk string) {
+	if held, ok := j.held[hk]; ok {
+		delete(j.held, hk)
+		for _, h := range held {
+			j.addMessage(h)
+		}
+	}
 }
 
 // ofInvocation is an envelope about one invocation, joined to its record.
@@ -271,6 +320,7 @@ type joinFunc func(j *joiner, m message, principal string) bool
 type ofCall interface {
 	ofInvocation
 	ForPrincipal() string
+	ForCall() string
 }
 
 // joins take in the events about an invocation, by the subject kindOf
@@ -315,6 +365,9 @@ func joinAs[T any, PT interface {
 // result) reaches only that principal's calls; on the executors'
 // subjects the event says whose call it is about.
 func (j *joiner) target(principal string, e ofCall) (r *Record, k string) {
+	if call := e.ForCall(); call != "" && principal == "" {
+		return j.byCall[call].r, callKey(call)
+	}
 	id := e.ForInvocation()
 	if principal == "" {
 		principal = e.ForPrincipal()
@@ -341,6 +394,14 @@ func joinResult(j *joiner, m message, principal string) bool {
 			return j.hold(k, res.InvocationID, m)
 		}
 		j.note(r, m, j.callerResult(r, m, principal, res))
+		return true
+	}
+	if ref := j.byCall[res.Call]; res.Call != "" && ref.copy {
+		summary := "a copy of the request was refused"
+		if res.Error != nil {
+			summary += ": " + res.Error.Message
+		}
+		j.note(ref.r, m, entry(res.Header, summary))
 		return true
 	}
 	if a := r.attempt(res.Attempt); a != nil {

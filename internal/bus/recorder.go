@@ -173,7 +173,7 @@ func NewRecorder(nc *nats.Conn, log *slog.Logger, opts ...RecorderOption) (*Reco
 // stream has it. It fails only when the message cannot be sent at all
 // (too large for the bus, the recorder closed).
 func (r *Recorder) Record(subject string, data []byte) error {
-	_, err := r.record(subject, data, false, false)
+	_, err := r.record(subject, data, "", false, false)
 	return err
 }
 
@@ -181,22 +181,23 @@ func (r *Recorder) Record(subject string, data []byte) error {
 // (events.Encode): valid JSON by construction, which is not checked
 // again before a large record's fields are split (events.OutlineEncoded).
 func (r *Recorder) RecordEncoded(subject string, data []byte) error {
-	_, err := r.record(subject, data, false, true)
+	_, err := r.record(subject, data, "", false, true)
 	return err
 }
 
 // RecordReceipt is Record, and returns the Receipt to wait on for the
 // stream's answer.
 func (r *Recorder) RecordReceipt(subject string, data []byte) (Receipt, error) {
-	return r.record(subject, data, true, false)
+	return r.record(subject, data, "", true, false)
 }
 
 // record sends data on subject, its large fields first, each to
 // events.BlobStream (events.Outline): one record stays small whatever a
 // caller sends. The confirmation requests are the exception: approvers
 // read them live and from their copy of the stream, and the executor
-// bounds them for that (ConfirmRequest.Shorten).
-func (r *Recorder) record(subject string, data []byte, receipt, encoded bool) (Receipt, error) {
+// bounds them for that (ConfirmRequest.Shorten). A call, when not empty,
+// goes on the record as its events.CallHeader.
+func (r *Recorder) record(subject string, data []byte, call string, receipt, encoded bool) (Receipt, error) {
 	var blobs []events.Blob
 	switch {
 	case subject == events.SubjectConfirmLegacy || strings.HasPrefix(subject, events.SubjectConfirmLegacy+"."):
@@ -207,7 +208,7 @@ func (r *Recorder) record(subject string, data []byte, receipt, encoded bool) (R
 	}
 	var parts []*record
 	for _, b := range blobs {
-		rc, err := r.send(b.Ref.Subject(), b.Data, receipt)
+		rc, err := r.send(b.Ref.Subject(), b.Data, "", receipt)
 		if err != nil {
 			return Receipt{}, fmt.Errorf("record on %s: a large field: %w", subject, err)
 		}
@@ -215,14 +216,14 @@ func (r *Recorder) record(subject string, data []byte, receipt, encoded bool) (R
 			parts = append(parts, rc.rec)
 		}
 	}
-	rc, err := r.send(subject, data, receipt)
+	rc, err := r.send(subject, data, call, receipt)
 	rc.blobs = parts
 	return rc, err
 }
 
 // send publishes one message and keeps it until the stream that takes it
 // acknowledges it.
-func (r *Recorder) send(subject string, data []byte, receipt bool) (Receipt, error) {
+func (r *Recorder) send(subject string, data []byte, call string, receipt bool) (Receipt, error) {
 	r.mu.Lock()
 	for len(r.pending) >= RecordMaxPending && !r.closing {
 		r.log.Warn("the audit stream is not acknowledging records: waiting", "pending", len(r.pending))
@@ -240,6 +241,9 @@ func (r *Recorder) send(subject string, data []byte, receipt bool) (Receipt, err
 	// every copy of one record, never the same for two.
 	m := &nats.Msg{Subject: subject, Reply: r.prefix + token, Data: data,
 		Header: nats.Header{jetstream.MsgIDHeader: []string{r.nonce + "." + token}}}
+	if call != "" {
+		m.Header[events.CallHeader] = []string{call}
+	}
 	rec := &record{msg: m, due: time.Now().Add(recordAckWait)}
 	if receipt {
 		rec.done = make(chan struct{})
@@ -255,13 +259,15 @@ func (r *Recorder) send(subject string, data []byte, receipt bool) (Receipt, err
 
 // RecordRequest records request m, which came on events.Request(s), on
 // s: what was asked, exactly as it was sent. The requester's principal
-// stays in the subject, so the record keeps who sent it.
-func (r *Recorder) RecordRequest(m *nats.Msg) (Receipt, error) {
+// stays in the subject, so the record keeps who sent it; call, when not
+// empty, is the id the executor minted for the call it asks for
+// (events.CallHeader), which the trail joins the call's events by.
+func (r *Recorder) RecordRequest(m *nats.Msg, call string) (Receipt, error) {
 	s, ok := events.Recorded(m.Subject)
 	if !ok {
 		return Receipt{}, fmt.Errorf("recorder: %q is not a request subject", m.Subject)
 	}
-	return r.RecordReceipt(s, m.Data)
+	return r.record(s, m.Data, call, true, false)
 }
 
 func (r *Recorder) forget(n uint64) { r.settle(n, nil) }

@@ -74,6 +74,13 @@ type Header struct {
 	// publish those subjects; on any other envelope it is a claim and
 	// nothing reads it.
 	Principal string `json:"principal,omitempty"`
+	// Call is set by an executor beside Principal: the id the executor
+	// that accepted the call minted for it (NewCapability), which names
+	// that one call and no other, whatever id its caller chose. The
+	// audit trail joins a call's events by it; ID and InvocationID stay
+	// the caller's own key, scoped to its principal, which it cancels
+	// and watches the call by.
+	Call string `json:"call,omitempty"`
 }
 
 func (h *Header) header() *Header { return h }

@@ -60,3 +60,8 @@ func (r *Result) ForInvocation() string { return r.InvocationID }
 // (Header.Principal); empty on other envelopes, and on events recorded
 // before executors said it.
 func (h *Header) ForPrincipal() string { return h.Principal }
+
+// ForCall is the id the executor minted for the call an executor's event
+// is about (Header.Call); empty on other envelopes, and on events
+// recorded before executors minted one.
+func (h *Header) ForCall() string { return h.Call }

@@ -191,6 +191,11 @@ const (
 	// forwarding executor would reorder a result after the caller's
 	// fence (invoke.Client.fence).
 	AnswerToHeader = "Toolbus-Answer-To"
+	// CallHeader carries the id the executor that accepted a call minted
+	// for it (Header.Call): on the invocation's record in the audit
+	// stream, and on a call one executor forwards to another. Only
+	// executors publish either.
+	CallHeader = "Toolbus-Call"
 )
 
 // Names of the JetStream assets that hold the shared state.

@@ -23,7 +23,7 @@ import (
 // confirmation apply to it exactly as to a single call, with the batch's
 // sender as the caller.
 func (e *Executor) acceptBatch(m *nats.Msg) {
-	e.recordRequest(m)
+	e.recordRequest(m, "")
 	b, err := events.Decode[events.BatchInvocation](m.Data)
 	if err != nil {
 		bad := e.result(&events.Invocation{Header: events.Header{ID: "unknown"}}, "", events.ErrInvalidParams, "malformed batch: "+err.Error())

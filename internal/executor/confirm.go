@@ -25,6 +25,9 @@ import (
 // proceeding.
 func (c *call) confirm(d policy.Decision, args map[string]any) (*events.ConfirmAnswer, *stop) {
 	e := c.e
+	if st := c.settle(); st != nil {
+		return nil, st
+	}
 	if !e.startAsking(c.principal) {
 		return nil, &stop{events.ErrTooManyPending, fmt.Sprintf("The policy asks for confirmation (%s), but this caller already has %d calls waiting for an answer, as many as one caller may; the call is refused. Wait for those to be answered.", d.Reason, e.cfg.MaxPendingPerCaller)}
 	}

@@ -213,8 +213,10 @@ type Executor struct {
 	// ended without them because they ignored their deadline.
 	toolRuns atomic.Int64
 
-	// ids is the fleet's bucket of taken invocation ids (ids.go).
-	ids *takenIDs
+	// recent is the callers' keys of the calls this executor accepted
+	// lately, and ids the fleet's bucket of retry tickets (ids.go).
+	recent *recentIDs
+	ids    *takenIDs
 	// limits counts the calls the policy limits (limits.go).
 	limits *limiter
 	// sessions counts the calls of sessions, for the loop guards
@@ -318,7 +320,7 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 		outputStore: outputStore{storing: semaphore.NewWeighted(storeInFlight), reads: make(chan struct{}, outputReadsAtOnce),
 			readers: map[string]int{}, readsByToken: map[string]*outputRead{}},
 		running: make(map[string]*call), batches: make(map[string]batchRun), asking: make(map[string]int),
-		workers: newWorkers(workerIdle), stopping: make(chan struct{}), callerRecords: make(chan struct{}, callerRecordsAtOnce)}
+		workers: newWorkers(workerIdle), stopping: make(chan struct{}), callerRecords: make(chan struct{}, callerRecordsAtOnce), recent: newRecentIDs()}
 	if cfg.IdentitiesEnforced {
 		e.budget = newRecordBudget(cfg.RecordRate, cfg.RecordBurst)
 	}
@@ -741,7 +743,12 @@ func (e *Executor) handleCancel(m *nats.Msg) {
 		}
 	}
 	if answer != events.ClaimUnknown {
-		e.recordRequest(m) // the executor that acted on it
+		// The executor that acted on it, naming the call it reached.
+		var id string
+		if c != nil {
+			id = c.id
+		}
+		e.recordRequest(m, id)
 	}
 	if m.Reply != "" {
 		reply := nats.NewMsg(m.Reply)
@@ -754,8 +761,8 @@ func (e *Executor) handleCancel(m *nats.Msg) {
 // recordRequest records a request this executor took (events.Request),
 // and returns the stream's answer to wait on. A record that could not be
 // sent at all is one the stream refused.
-func (e *Executor) recordRequest(m *nats.Msg) bus.Receipt {
-	rc, err := e.rec.RecordRequest(m)
+func (e *Executor) recordRequest(m *nats.Msg, id string) bus.Receipt {
+	rc, err := e.rec.RecordRequest(m, id)
 	if err != nil {
 		e.log.Error("request not recorded", "subject", m.Subject, "err", err)
 		return bus.Refused(err)

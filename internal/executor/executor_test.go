@@ -498,7 +498,7 @@ func TestCancelByID(t *testing.T) {
 	// A second call under the same id is refused while the first runs:
 	// a cancel could not tell them apart.
 	dup := &events.Invocation{Header: events.Header{ID: "cancel-me"}, Tool: "read_file", Args: json.RawMessage(`{"file_path":"README.md"}`)}
-	if res, err := other.Invoke(context.Background(), dup, nil); err != nil || errType(res) != events.ErrInvocationIDReused || !strings.Contains(res.LLMContent, "already running") {
+	if res, err := other.Invoke(context.Background(), dup, nil); err != nil || errType(res) != events.ErrInvocationIDReused || !strings.Contains(res.LLMContent, "names another call") {
 		t.Errorf("a second call under a running id: %v %s %q", err, errType(res), res.LLMContent)
 	}
 	if err := other.Cancel(context.Background(), "cancel-me", "test"); err != nil {

@@ -64,6 +64,9 @@ func (c *call) preHooks(d policy.Decision) (policy.Decision, *stop) {
 	if plan == nil || len(plan.Pre) == 0 {
 		return d, nil
 	}
+	if st := c.settle(); st != nil {
+		return d, st
+	}
 	outs := c.runHooks(hooks.Pre, plan.Pre, plan.PreSequential, nil)
 	var asks []string
 	for i, o := range outs {

@@ -31,14 +31,17 @@ import (
 
 // call is one invocation on its way through the pipeline.
 type call struct {
-	e     *Executor
-	inv   *events.Invocation
+	e   *Executor
+	inv *events.Invocation
+	// id is the call's id in the trail, minted by the executor that
+	// accepted it (ids.go); inv.ID is its caller's key.
+	id    string
 	reply string
 	// recorded is the audit stream's answer to the invocation's record
 	// (awaitRecord); the zero Receipt for a call forwarded here, which
 	// the executor that forwarded it waited for.
 	recorded bus.Receipt
-	// body is the invocation as the caller sent it: what its id is
+	// body is the invocation as the caller sent it: what its key is
 	// taken for (ids.go), and sum the call's (callSum), which a retry
 	// must repeat.
 	body []byte
@@ -120,12 +123,20 @@ type call struct {
 	// idempotent; its heartbeats and progress say so
 	// (events.RetryableHeader), for a caller that loses it.
 	retryable atomic.Bool
+	// settled is the answer to the wait for the invocation's record,
+	// waited for once, by settleOnce (settle).
+	settleOnce sync.Once
+	settled    *stop
+	// ticketed: the first attempt's retry ticket is written (ticket),
+	// once, by ticketOnce; only then is the caller told it may retry.
+	ticketOnce sync.Once
+	ticketed   atomic.Bool
 }
 
 // header is the header of an event this executor records about c: the
 // caller's principal in it keys the call, with its id, for every reader.
 func (c *call) header() events.Header {
-	return events.Header{Sender: c.e.id, Principal: c.principal}
+	return events.Header{Sender: c.e.id, Principal: c.principal, Call: c.id}
 }
 
 // take accepts an invocation message, counted in e.accepting meanwhile
@@ -137,6 +148,7 @@ func (e *Executor) take(m *nats.Msg, forwarded bool) {
 		(*hold)(m)
 	}
 	var recorded bus.Receipt
+	var id string
 	if !forwarded {
 		// What the caller sent, before anything is done about it; a
 		// forwarded call was recorded by the executor it came to. Near
@@ -152,20 +164,27 @@ func (e *Executor) take(m *nats.Msg, forwarded bool) {
 				return
 			}
 		}
-		recorded = e.recordRequest(m)
-	} else if to := m.Header.Get(events.AnswerToHeader); to != "" {
-		// Only executors publish on their exec subjects, so the caller's
-		// reply subject named here is the one the bus gave the caller.
-		m.Reply = to
+		// The call's id in the trail, minted here, where it is
+		// accepted (ids.go).
+		id = events.NewCapability()
+		recorded = e.recordRequest(m, id)
+	} else {
+		// Only executors publish on their exec subjects: the id and
+		// the caller's reply subject named here are the accepting
+		// executor's, the latter the one the bus gave the caller.
+		id = m.Header.Get(events.CallHeader)
+		if to := m.Header.Get(events.AnswerToHeader); to != "" {
+			m.Reply = to
+		}
 	}
-	e.accept(m, forwarded, recorded)
+	e.accept(m, forwarded, recorded, id)
 }
 
 // accept takes one invocation message, whose record the stream
-// acknowledges on recorded (the zero Receipt for a forwarded one). It
-// runs the call on a worker of its own, so the subscription keeps
-// handing out work.
-func (e *Executor) accept(m *nats.Msg, forwarded bool, recorded bus.Receipt) {
+// acknowledges on recorded (the zero Receipt for a forwarded one), as
+// the call id names. It runs the call on a worker of its own, so the
+// subscription keeps handing out work.
+func (e *Executor) accept(m *nats.Msg, forwarded bool, recorded bus.Receipt, id string) {
 	inv, err := events.Decode[events.Invocation](m.Data)
 	if err != nil {
 		e.respondRaw(m.Reply, e.result(&events.Invocation{Header: events.Header{ID: "unknown"}}, "", events.ErrInvalidParams, "malformed invocation: "+err.Error()))
@@ -174,8 +193,16 @@ func (e *Executor) accept(m *nats.Msg, forwarded bool, recorded bus.Receipt) {
 	principal, err := e.bindCaller(m, &inv.Sender, forwarded)
 	if err != nil {
 		// An impersonation is refused, and recorded as refused.
-		e.refuse(m, inv, principal, nil, events.ErrInvalidParams, err.Error())
+		e.refuse(m, inv, principal, id, nil, events.ErrInvalidParams, err.Error())
 		return
+	}
+	if !forwarded {
+		// The caller's key, checked where the call is accepted: the
+		// executor a call is forwarded to has none of its window.
+		if st := e.takeKey(principal, inv, m.Data); st != nil {
+			e.refuse(m, inv, principal, id, nil, st.Type, st.Msg)
+			return
+		}
 	}
 	t, ok := e.catalog.Catalog().GetTool(inv.Tool)
 	// The executors that may run the call: all the tool's hosts, or,
@@ -183,7 +210,7 @@ func (e *Executor) accept(m *nats.Msg, forwarded bool, recorded bus.Receipt) {
 	var hosts []string
 	if ok {
 		if hosts, err = hostsFor(t, inv.Workspace); err != nil {
-			e.refuse(m, inv, principal, t, events.ErrInvalidParams, err.Error())
+			e.refuse(m, inv, principal, id, t, events.ErrInvalidParams, err.Error())
 			return
 		}
 	}
@@ -197,18 +224,18 @@ func (e *Executor) accept(m *nats.Msg, forwarded bool, recorded bus.Receipt) {
 		// The executor it goes to runs it without looking at the
 		// trail: it goes once the trail holds it.
 		if recorded.Settled() {
-			e.forward(m, inv, t, hosts, recorded)
+			e.forward(m, inv, id, t, hosts, recorded)
 		} else {
-			e.workers.run(func() { e.forward(m, inv, t, hosts, recorded) })
+			e.workers.run(func() { e.forward(m, inv, id, t, hosts, recorded) })
 		}
 		return
 	case ok && forwarded && h != nil && !mine:
 		// Sent here for a workspace this executor does not have (the
 		// catalogue changed on the way): never run it in another.
-		e.refuse(m, inv, principal, t, events.ErrExecutorLost, fmt.Sprintf("executor %s does not host %s for this call's workspace", e.id.ID, t.Name))
+		e.refuse(m, inv, principal, id, t, events.ErrExecutorLost, fmt.Sprintf("executor %s does not host %s for this call's workspace", e.id.ID, t.Name))
 		return
 	}
-	c := &call{e: e, inv: inv, reply: m.Reply, body: m.Data, principal: principal, tool: t, host: h, attempt: events.AttemptOf(inv.Attempt), recorded: recorded}
+	c := &call{e: e, inv: inv, id: id, reply: m.Reply, body: m.Data, principal: principal, tool: t, host: h, attempt: events.AttemptOf(inv.Attempt), recorded: recorded}
 	if h != nil {
 		c.impl = h.impl
 	}
@@ -343,8 +370,8 @@ func nameOf(t *events.Tool) string {
 }
 
 // refuse ends a call before it is admitted, recorded like any other.
-func (e *Executor) refuse(m *nats.Msg, inv *events.Invocation, principal string, t *events.Tool, errType events.ErrorType, msg string) {
-	c := &call{e: e, inv: inv, reply: m.Reply, principal: principal, tool: t}
+func (e *Executor) refuse(m *nats.Msg, inv *events.Invocation, principal, id string, t *events.Tool, errType events.ErrorType, msg string) {
+	c := &call{e: e, inv: inv, id: id, reply: m.Reply, principal: principal, tool: t}
 	c.ctx, c.cancel = context.WithCancelCause(context.Background())
 	c.end(halt(errType, msg))
 }
@@ -399,7 +426,7 @@ func quoteAll(names []string) string {
 
 // forward sends an invocation this executor may not run to one of hosts
 // that may; that executor answers the caller directly.
-func (e *Executor) forward(m *nats.Msg, inv *events.Invocation, t *events.Tool, candidates []string, recorded bus.Receipt) {
+func (e *Executor) forward(m *nats.Msg, inv *events.Invocation, id string, t *events.Tool, candidates []string, recorded bus.Receipt) {
 	ctx, cancel := context.WithTimeout(context.Background(), recordWait)
 	err := recorded.Wait(ctx)
 	cancel()
@@ -429,6 +456,7 @@ func (e *Executor) forward(m *nats.Msg, inv *events.Invocation, t *events.Tool, 
 	// publish on the executors' own subjects.
 	fwd := &nats.Msg{Subject: events.ExecSubject(host), Data: m.Data, Header: nats.Header{}}
 	fwd.Header.Set(events.PrincipalHeader, e.principalOf(m, false))
+	fwd.Header.Set(events.CallHeader, id)
 	if m.Reply != "" {
 		fwd.Header.Set(events.AnswerToHeader, m.Reply)
 	}
@@ -446,6 +474,7 @@ func (e *Executor) forward(m *nats.Msg, inv *events.Invocation, t *events.Tool, 
 // publishes the decision held for the result (call.decision).
 func (c *call) beat() {
 	c.flushDecision()
+	c.ticket()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	first := !c.beaten
@@ -491,15 +520,21 @@ func (c *call) abandon() bool {
 // run; progress; and the result, which carries the policy decision and
 // says why a call ended early. Every way it ends goes through end.
 func (c *call) run(found bool) {
-	if st := c.takeID(); st != nil {
-		c.end(st.output())
-		return
+	if c.inv.Attempt > 1 {
+		if st := c.takeAttempt(); st != nil {
+			c.end(st.output())
+			return
+		}
 	}
-	// Nothing of the call happens, hooks included, before the trail
-	// holds it.
-	if st := c.awaitRecord(); st != nil {
-		c.end(st.output())
-		return
+	// Nothing of the call that has an effect happens, hooks and a
+	// person's question included, before the trail holds it, and no
+	// result leaves before it does (settle). A call that changes
+	// nothing goes its way while its record is stored.
+	if !c.overlapsRecord() {
+		if st := c.settle(); st != nil {
+			c.end(st.output())
+			return
+		}
 	}
 	confirmed, st := c.admit(found)
 	if st != nil {
@@ -507,6 +542,10 @@ func (c *call) run(found bool) {
 		return
 	}
 	c.retryable.Store(c.verdict.Idempotent)
+	if st := c.settleBeforeEffect(); st != nil {
+		c.end(st.output())
+		return
+	}
 	if end := c.applyLimits(); end != nil {
 		c.end(*end)
 		return
@@ -1005,6 +1044,7 @@ const maxLogs = 1000
 func (c *call) sendProgress(chunk string) {
 	_ = c.e.nc.Publish(events.SubjectProgressPrefix+c.inv.ID, []byte(chunk))
 	if c.reply != "" {
+		c.ticket()
 		m := nats.NewMsg(c.reply)
 		m.Header.Set(events.KindHeader, events.KindProgress)
 		c.markRetryable(m)
@@ -1027,6 +1067,11 @@ func (c *call) end(how ending) {
 	c.once.Do(func() {
 		defer c.release()
 		e := c.e
+		if st := c.settle(); st != nil {
+			// What the trail does not hold leaves no result behind:
+			// the call ran nothing with an effect (overlapsRecord).
+			out, ran = st.output().out, false
+		}
 		// Before the result goes out: the caller's next call finds the
 		// slot free.
 		c.releaseSlots()
@@ -1130,7 +1175,7 @@ func retryAttempt(inv *events.Invocation) int {
 // markRetryable says on a message to the caller that the call may be
 // retried once if it is lost (events.RetryableHeader).
 func (c *call) markRetryable(m *nats.Msg) {
-	if c.retryable.Load() {
+	if c.ticketed.Load() {
 		m.Header.Set(events.RetryableHeader, "1")
 	}
 }

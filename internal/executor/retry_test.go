@@ -173,18 +173,27 @@ func attemptsOf(r *audit.Record) string {
 }
 
 // TestRetriesAnAttackerSends: a caller that sends attempts itself gets a
-// second run only of an idempotent call it made, with the same tool and
-// arguments, once.
+// second run only of an idempotent call it made, that told it it may be
+// retried, with the same tool and arguments, once.
 func TestRetriesAnAttackerSends(t *testing.T) {
 	t.Parallel()
 	var writes atomic.Int32
+	// Both say something before they end: a call's first word to its
+	// caller is what writes its retry ticket, when it may be retried.
 	write := tool.Func(events.ToolSpec{Name: "note_write", Kind: events.KindEdit, Description: "writes a note",
 		Parameters: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}}}`)},
 		func(ctx context.Context, c *tool.Call) (*tool.Output, error) {
+			c.Progress("writing\n")
 			writes.Add(1)
 			return tool.Text("written"), nil
 		})
-	e := newEnv(t, func(c *Config) { c.Tools = append(c.Tools, write) })
+	read := tool.Func(events.ToolSpec{Name: "note_read", Kind: events.KindRead, Description: "reads a note",
+		Parameters: json.RawMessage(`{"type":"object","properties":{"file_path":{"type":"string"}}}`)},
+		func(ctx context.Context, c *tool.Call) (*tool.Output, error) {
+			c.Progress("reading\n")
+			return tool.Text("read"), nil
+		})
+	e := newEnv(t, func(c *Config) { c.Tools = append(c.Tools, write, read) })
 	startApprover(t, e.bus, answer(events.ProceedOnce))
 	call := func(id, name, args string, attempt int) *events.Result {
 		t.Helper()
@@ -209,11 +218,12 @@ func TestRetriesAnAttackerSends(t *testing.T) {
 	if res := call("w1", "note_write", note, 0); res.Error != nil {
 		t.Fatalf("the write: %s %s", errType(res), res.LLMContent)
 	}
-	refused("attempt 2 of a write", call("w1", "note_write", note, 2), "does not mark this call idempotent")
+	// A write is never retried: its caller was never told it may be,
+	// and no ticket says it was.
+	refused("attempt 2 of a write", call("w1", "note_write", note, 2), "made no first attempt")
 	refused("attempt 3 of a write", call("w1", "note_write", note, 3), "at most 2 times")
 	refused("attempt 50 of a write", call("w1", "note_write", note, 50), "at most 2 times")
-	// The attempt 2 refused above took the id's second attempt.
-	refused("attempt 2 again", call("w1", "note_write", note, 2), "before")
+	refused("attempt 2 again", call("w1", "note_write", note, 2), "made no first attempt")
 	if n := writes.Load(); n != 1 {
 		t.Errorf("the write ran %d times, want 1", n)
 	}
@@ -225,19 +235,24 @@ func TestRetriesAnAttackerSends(t *testing.T) {
 	}
 
 	const readme = `{"file_path":"README.md"}`
-	if res := call("r1", "read_file", readme, 0); res.Error != nil {
+	if res := call("r1", "note_read", readme, 0); res.Error != nil {
 		t.Fatalf("the read: %s %s", errType(res), res.LLMContent)
 	}
-	refused("attempt 2 with other arguments", call("r1", "read_file", `{"file_path":"secret.txt"}`, 2), "names another tool")
-	refused("attempt 2 of another tool", call("r1", "note_write", note, 2), "names another tool")
-	refused("attempt 2 under an alias", call("r1", "Read", readme, 2), "names another tool")
-	refused("attempt 2 of an id never used", call("r-none", "read_file", readme, 2), "made no first attempt")
+	refused("attempt 2 with other arguments", call("r1", "note_read", `{"file_path":"secret.txt"}`, 2), "names another tool")
+	refused("attempt 2 of another tool", call("r1", "read_file", readme, 2), "names another tool")
+	refused("attempt 2 of an id never used", call("r-none", "note_read", readme, 2), "made no first attempt")
+	// A read that ended before it said a word told its caller nothing of
+	// a retry, and has no ticket.
+	if res := call("r-quiet", "read_file", readme, 0); res.Error != nil {
+		t.Fatalf("a quiet read: %s %s", errType(res), res.LLMContent)
+	}
+	refused("attempt 2 of a read that said nothing", call("r-quiet", "read_file", readme, 2), "made no first attempt")
 	// The refusals above were refused before the id's second attempt
 	// was taken: the one retry there may be is still there, once.
-	if res := call("r1", "read_file", readme, 2); res.Error != nil || res.Attempt != 2 {
+	if res := call("r1", "note_read", readme, 2); res.Error != nil || res.Attempt != 2 {
 		t.Fatalf("the retry of a read: %s %s attempt %d", errType(res), res.LLMContent, res.Attempt)
 	}
-	refused("the same retry again", call("r1", "read_file", readme, 2), "before")
+	refused("the same retry again", call("r1", "note_read", readme, 2), "before")
 
 	// A retry that asks for a longer deadline than a call may have gets
 	// the longest there is, where a first attempt is refused.
@@ -245,7 +260,7 @@ func TestRetriesAnAttackerSends(t *testing.T) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		res, err := e.client.Invoke(ctx, &events.Invocation{Header: events.Header{ID: id}, Tool: "read_file", Args: json.RawMessage(readme),
+		res, err := e.client.Invoke(ctx, &events.Invocation{Header: events.Header{ID: id}, Tool: "note_read", Args: json.RawMessage(readme),
 			Attempt: attempt, TimeoutMillis: (100 * time.Hour).Milliseconds()}, nil)
 		if err != nil {
 			t.Fatalf("invoke: %v", err)
@@ -253,7 +268,7 @@ func TestRetriesAnAttackerSends(t *testing.T) {
 		waitIdle(t, e.exec)
 		return res
 	}
-	if res := call("r2", "read_file", readme, 0); res.Error != nil {
+	if res := call("r2", "note_read", readme, 0); res.Error != nil {
 		t.Fatalf("the read: %s %s", errType(res), res.LLMContent)
 	}
 	if res := long("r2", 2); res.Error != nil {
@@ -326,6 +341,7 @@ func TestAGiveUpOfTheFirstAttemptLeavesTheRetry(t *testing.T) {
 	started, release := make(chan struct{}), make(chan struct{})
 	slow := tool.Func(events.ToolSpec{Name: "second_waits", Kind: events.KindRead, Description: "its second run waits"},
 		func(ctx context.Context, c *tool.Call) (*tool.Output, error) {
+			c.Progress("reading\n") // the first attempt's ticket, which its retry needs
 			if runs.Add(1) == 2 {
 				close(started)
 				select {

@@ -53,7 +53,7 @@ func (e *Executor) handleRevoke(m *nats.Msg) {
 	defer cancel()
 	reply.Revoked, reply.Unknown, err = e.allowlist.revoke(ctx, req.Keys)
 	if len(reply.Revoked) > 0 {
-		e.recordRequest(m)
+		e.recordRequest(m, "")
 		e.log.Info("allowlist entries revoked", "by", req.Sender.ID, "keys", reply.Revoked)
 	}
 	if err != nil {

@@ -161,10 +161,34 @@ func (e *Executor) trailFull(m *nats.Msg) {
 	e.respondRaw(m.Reply, e.result(inv, inv.Tool, events.ErrAuditFull, msg))
 }
 
+// settle waits, once, for the audit stream to store the call's
+// invocation (awaitRecord), and gives every caller the same answer.
+func (c *call) settle() *stop {
+	c.settleOnce.Do(func() { c.settled = c.awaitRecord() })
+	return c.settled
+}
+
+// overlapsRecord says whether the call may go its way while its
+// invocation is being stored: a tool this executor runs itself that
+// changes nothing (read, search, think). Hooks, a person's question and
+// the result still wait for the record (settle).
+func (c *call) overlapsRecord() bool {
+	t := c.tool
+	return t != nil && t.Source == events.SourceBuiltin && (t.Kind == events.KindRead || t.Kind == events.KindSearch || t.Kind == events.KindThink)
+}
+
+// settleBeforeEffect is settle for a call about to run its tool, unless
+// the tool changes nothing (overlapsRecord): its run overlaps the store.
+func (c *call) settleBeforeEffect() *stop {
+	if c.overlapsRecord() {
+		return nil
+	}
+	return c.settle()
+}
+
 // awaitRecord waits for the audit stream to store the call's invocation:
 // a call the trail does not hold is not run. The acknowledgement was
-// asked for when the call came, and has most often come while the call's
-// id was taken; the wait costs those calls nothing.
+// asked for when the call came.
 func (c *call) awaitRecord() *stop {
 	ctx, cancel := context.WithTimeout(c.ctx, recordWait)
 	defer cancel()

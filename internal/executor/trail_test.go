@@ -260,17 +260,20 @@ func TestTheFleetFailsClosedNearTheCap(t *testing.T) {
 // their looks). A call of 8 KiB, of a tool with a side effect, comes: the
 // stream refuses its invocation, and the call ends AUDIT_FULL without
 // running, on the executor that took it ("here") and on one it would
-// have been forwarded to ("forwarded").
+// have been forwarded to ("forwarded"). A read, which changes nothing,
+// runs while its invocation is stored, but its result does not leave
+// ("a read").
 func TestACallTheTrailRefusesNeverRuns(t *testing.T) {
 	blind := func(c *Config) { c.TrailCheckEvery = time.Hour }
-	marker := func(name string, runs *atomic.Int64) tool.Tool {
-		return tool.Func(events.ToolSpec{Name: name, Kind: events.KindRead, Description: "leaves a mark",
+	marking := func(name string, kind events.Kind, runs *atomic.Int64) tool.Tool {
+		return tool.Func(events.ToolSpec{Name: name, Kind: kind, Description: "leaves a mark",
 			Parameters: json.RawMessage(`{"type":"object","properties":{"pad":{"type":"string"}}}`)},
 			func(ctx context.Context, c *tool.Call) (*tool.Output, error) {
 				runs.Add(1)
 				return tool.Text("marked"), nil
 			})
 	}
+	marker := func(name string, runs *atomic.Int64) tool.Tool { return marking(name, events.KindEdit, runs) }
 	// leaveRoom leaves the trail 2 KiB of room.
 	leaveRoom := func(t *testing.T, e *env) {
 		t.Helper()
@@ -290,6 +293,7 @@ func TestACallTheTrailRefusesNeverRuns(t *testing.T) {
 	t.Run("here", func(t *testing.T) {
 		var runs atomic.Int64
 		e := newEnv(t, blind, func(c *Config) { c.Tools = append(c.Tools, marker("mark", &runs)) })
+		startApprover(t, e.bus, answer(events.ProceedOnce))
 		waitTool(t, e.exec, "mark")
 		if res := e.call(t, "mark", `{}`); res.Error != nil || runs.Load() != 1 {
 			t.Fatalf("a call with room in the trail: %s %s (%d runs)", errType(res), res.LLMContent, runs.Load())
@@ -309,9 +313,20 @@ func TestACallTheTrailRefusesNeverRuns(t *testing.T) {
 		}
 	})
 
+	t.Run("a read", func(t *testing.T) {
+		var runs atomic.Int64
+		e := newEnv(t, blind, func(c *Config) { c.Tools = append(c.Tools, marking("peek", events.KindRead, &runs)) })
+		waitTool(t, e.exec, "peek")
+		leaveRoom(t, e)
+		if res := e.call(t, "peek", pad); errType(res) != events.ErrAuditFull || strings.Contains(res.LLMContent, "marked") {
+			t.Errorf("a read the trail refused: %s %q, want AUDIT_FULL and nothing it read", errType(res), res.LLMContent)
+		}
+	})
+
 	t.Run("forwarded", func(t *testing.T) {
 		var runs atomic.Int64
 		e := newEnv(t, blind)
+		startApprover(t, e.bus, answer(events.ProceedOnce))
 		other, _ := e.hostTools(t, "executor@b", []tool.Tool{marker("mark_b", &runs)}, blind)
 		leaveRoom(t, e)
 		// mark_b is hosted on executor@b alone: a call executor@test

@@ -152,12 +152,20 @@ func trusted(data []byte, pub ed25519.PublicKey) (*events.AuditCheckpoint, error
 	return cp, nil
 }
 
-// leaf is a message's hash in a range's digest.
-func leaf(subject string, data []byte) [32]byte {
+// leaf is a message's hash in a range's digest: its subject, its data
+// and, on an invocation's record, the call id the executor minted
+// (events.CallHeader), which the trail joins the call's events by. A
+// record without one hashes as before ids were minted; the call comes
+// after a NUL, which the JSON of data never holds.
+func leaf(subject, call string, data []byte) [32]byte {
 	h := sha256.New()
 	h.Write(binary.BigEndian.AppendUint32(nil, uint32(len(subject))))
 	h.Write([]byte(subject))
 	h.Write(data)
+	if call != "" {
+		h.Write([]byte{0})
+		h.Write([]byte(call))
+	}
 	return [32]byte(h.Sum(nil))
 }
 
@@ -309,7 +317,7 @@ func (c *Checkpointer) Checkpoint(ctx context.Context) (*events.AuditCheckpoint,
 		return nil, nil
 	}
 	d := newRangeDigest()
-	if err := scan(ctx, c.js, from, to, func(seq uint64, subject string, data []byte) { d.add(seq, leaf(subject, data)) }); err != nil {
+	if err := scan(ctx, c.js, from, to, func(seq uint64, subject, call string, data []byte) { d.add(seq, leaf(subject, call, data)) }); err != nil {
 		return nil, err
 	}
 	cp := &events.AuditCheckpoint{Header: events.Header{Sender: c.id}, Index: index, From: from, To: to, Count: d.count, Digest: d.hex(),
@@ -373,10 +381,10 @@ func (c *Checkpointer) keepFirst(ctx context.Context, data []byte) error {
 // order, read by direct get (bus.Read: an auditor in an account of its
 // own makes no consumer). A copy that lags ends a read early: the
 // stream's leader says whether the rest is there, to be read on, or gone.
-func scan(ctx context.Context, js jetstream.JetStream, from, to uint64, f func(seq uint64, subject string, data []byte)) error {
+func scan(ctx context.Context, js jetstream.JetStream, from, to uint64, f func(seq uint64, subject, call string, data []byte)) error {
 	for tries := 0; from <= to; tries++ {
 		last, err := bus.Read(ctx, js, events.AuditStream, bus.Range{From: from, To: to}, func(m *bus.StoredMsg) error {
-			f(m.Sequence, m.Subject, m.Data)
+			f(m.Sequence, m.Subject, m.Header.Get(events.CallHeader), m.Data)
 			return nil
 		})
 		if err != nil {
@@ -635,7 +643,7 @@ func (v *verifier) readChain(ctx context.Context, js jetstream.JetStream) {
 
 // message takes in the next message read: it notes a gap before it, checks
 // it when it is a checkpoint, and keeps its leaf for the next checkpoint.
-func (v *verifier) message(seq uint64, subject string, data []byte) {
+func (v *verifier) message(seq uint64, subject, call string, data []byte) {
 	rep := v.rep
 	if rep.Messages == 0 {
 		rep.FirstSeq = seq
@@ -650,7 +658,7 @@ func (v *verifier) message(seq uint64, subject string, data []byte) {
 	if bytes.HasPrefix(data, events.OutlinedPrefix) {
 		v.outlined(seq, data)
 	}
-	v.leaves = append(v.leaves, leafAt{seq: seq, leaf: leaf(subject, data)})
+	v.leaves = append(v.leaves, leafAt{seq: seq, leaf: leaf(subject, call, data)})
 }
 
 // checkpoint checks the checkpoint at seq: its key, its signature, its
