@@ -123,9 +123,10 @@ type call struct {
 	// idempotent; its heartbeats and progress say so
 	// (events.RetryableHeader), for a caller that loses it.
 	retryable atomic.Bool
-	// settled is the answer to the wait for the invocation's record,
-	// waited for once, by settleOnce (settle).
-	settleOnce sync.Once
+	// settled is the stream's answer to the invocation's record, once
+	// settleDone (settleWithin), guarded by settleMu.
+	settleMu   sync.Mutex
+	settleDone bool
 	settled    *stop
 	// ticketed: the first attempt's retry ticket is written (ticket),
 	// once, by ticketOnce; only then is the caller told it may retry.
@@ -1067,9 +1068,10 @@ func (c *call) end(how ending) {
 	c.once.Do(func() {
 		defer c.release()
 		e := c.e
-		if st := c.settle(); st != nil {
-			// What the trail does not hold leaves no result behind:
-			// the call ran nothing with an effect (overlapsRecord).
+		// What the trail does not hold leaves no result behind: the
+		// call ran nothing with an effect (overlapsRecord). The wait
+		// is the stream's, whether or not the call's time is up.
+		if st := c.settleWithin(context.Background()); st != nil {
 			out, ran = st.output().out, false
 		}
 		// Before the result goes out: the caller's next call finds the

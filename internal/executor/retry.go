@@ -37,6 +37,12 @@ func (c *call) serverLost(out *tool.Output, err error) bool {
 func (c *call) retryOnServer(lost *tool.Output) (*tool.Output, error) {
 	e := c.e
 	const attempt = 2
+	// The first attempt's ticket, if it did not write it yet: its second
+	// is taken against it, as a caller's retry would be.
+	if !c.ticket() {
+		e.log.Warn("a call whose MCP server failed is not retried: its first attempt has no retry ticket", "invocation", c.inv.ID)
+		return lost, nil
+	}
 	if err := e.ids.take(c.ctx, c.principal, c.inv.ID, retryBody(c.inv, attempt), attempt, c.sum); err != nil {
 		e.log.Warn("a call whose MCP server failed is not retried: its second attempt is not to be had", "invocation", c.inv.ID, "err", err)
 		return lost, nil

@@ -161,11 +161,24 @@ func (e *Executor) trailFull(m *nats.Msg) {
 	e.respondRaw(m.Reply, e.result(inv, inv.Tool, events.ErrAuditFull, msg))
 }
 
-// settle waits, once, for the audit stream to store the call's
-// invocation (awaitRecord), and gives every caller the same answer.
-func (c *call) settle() *stop {
-	c.settleOnce.Do(func() { c.settled = c.awaitRecord() })
-	return c.settled
+// settle waits for the audit stream to store the call's invocation
+// (awaitRecord), for as long as the call lives.
+func (c *call) settle() *stop { return c.settleWithin(c.ctx) }
+
+// settleWithin waits for the stream's answer to the call's invocation,
+// until ctx ends: the answer is kept and given to every later wait, a
+// wait ctx ended is not.
+func (c *call) settleWithin(ctx context.Context) *stop {
+	c.settleMu.Lock()
+	defer c.settleMu.Unlock()
+	if c.settleDone {
+		return c.settled
+	}
+	st := c.awaitRecord(ctx)
+	if st == nil || ctx.Err() == nil {
+		c.settled, c.settleDone = st, true
+	}
+	return st
 }
 
 // overlapsRecord says whether the call may go its way while its
@@ -189,8 +202,8 @@ func (c *call) settleBeforeEffect() *stop {
 // awaitRecord waits for the audit stream to store the call's invocation:
 // a call the trail does not hold is not run. The acknowledgement was
 // asked for when the call came.
-func (c *call) awaitRecord() *stop {
-	ctx, cancel := context.WithTimeout(c.ctx, recordWait)
+func (c *call) awaitRecord(parent context.Context) *stop {
+	ctx, cancel := context.WithTimeout(parent, recordWait)
 	defer cancel()
 	err := c.recorded.Wait(ctx)
 	switch {
@@ -200,8 +213,8 @@ func (c *call) awaitRecord() *stop {
 		c.e.trail.setFull(err.Error(), c.e.trail.Fill())
 		c.e.trail.refusals.Add(1)
 		return &stop{events.ErrAuditFull, "Refused: the audit trail is full and did not store this call's invocation, so the call was not run. It runs again once old records age out or an operator raises the trail's cap."}
-	case c.ctx.Err() != nil:
-		return &stop{events.ErrCancelled, fmt.Sprintf("The call was cancelled before it ran (%v); it was not run.", context.Cause(c.ctx))}
+	case parent.Err() != nil:
+		return &stop{events.ErrCancelled, fmt.Sprintf("The call was cancelled before it ran (%v); it was not run.", context.Cause(parent))}
 	case errors.Is(err, context.DeadlineExceeded):
 		err = fmt.Errorf("no acknowledgement in %s", recordWait)
 	}
