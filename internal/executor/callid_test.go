@@ -154,3 +154,56 @@ func TestAKeyReusedOnAnotherExecutorIsACallOfItsOwn(t *testing.T) {
 		t.Errorf("the trail holds %d calls that ran, want 2", ok)
 	}
 }
+
+// FuzzRecentIDs holds the window to a plain model of it: a map of each
+// principal's ids to the request that took them and when, a key let go
+// once idWindow has passed. The principals, ids and requests are a
+// caller's bytes, any of them.
+func FuzzRecentIDs(f *testing.F) {
+	f.Add([]byte("alice\x00x\x00one\x00\x01bob\x00x\x00two\x00\x00alice\x00x\x00one\x00\xff"))
+	f.Add([]byte("a\x00\x00\x00\x02a\x00\x00b\x00\x00"))
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		type entry struct {
+			body string
+			at   time.Time
+		}
+		r := newRecentIDs()
+		model := map[[2]string]entry{}
+		now := time.Unix(1_800_000_000, 0)
+		fields := splitFields(ops)
+		for i := 0; i+3 < len(fields); i += 4 {
+			principal, id, body := fields[i], fields[i+1], fields[i+2]
+			// The fourth field moves the clock on by its bytes' sum,
+			// in tens of seconds.
+			for _, b := range []byte(fields[i+3]) {
+				now = now.Add(time.Duration(b) * 10 * time.Second)
+			}
+			k := [2]string{principal, id}
+			var want error
+			if old, ok := model[k]; ok && now.Sub(old.at) < idWindow {
+				want = errIDReused
+				if old.body == body {
+					want = errIDCopy
+				}
+			} else {
+				model[k] = entry{body: body, at: now}
+			}
+			if got := r.take(principal, id, []byte(body), now); got != want {
+				t.Fatalf("take %q %q %q at +%s: got %v, want %v", principal, id, body, now.Sub(time.Unix(1_800_000_000, 0)), got, want)
+			}
+		}
+	})
+}
+
+// splitFields splits b at its NUL bytes.
+func splitFields(b []byte) []string {
+	var out []string
+	start := 0
+	for i, c := range b {
+		if c == 0 {
+			out = append(out, string(b[start:i]))
+			start = i + 1
+		}
+	}
+	return append(out, string(b[start:]))
+}
