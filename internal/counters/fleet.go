@@ -52,8 +52,9 @@ type Fleet struct {
 	log  *slog.Logger
 	now  func() time.Time
 	sub  *nats.Subscription
-	// heard counts the messages of other executors taken in.
-	heard atomic.Int64
+	// heard counts the messages of other executors taken in, told
+	// those this Fleet published.
+	heard, told atomic.Int64
 
 	mu     sync.Mutex
 	closed bool
@@ -159,6 +160,10 @@ func (f *Fleet) Close() {
 // Heard is how many messages of other executors this Fleet took in.
 func (f *Fleet) Heard() int64 { return f.heard.Load() }
 
+// Told is how many messages this Fleet published: once another Fleet
+// has heard as many of it, it holds every count this one made before.
+func (f *Fleet) Told() int64 { return f.told.Load() }
+
 // Value is the count of key as this Fleet knows it.
 func (f *Fleet) Value(key string) int64 {
 	f.mu.Lock()
@@ -225,6 +230,7 @@ func (f *Fleet) tell(incs []Increment) error {
 		if err := f.nc.Publish(events.CountSubject, data); err != nil {
 			return fmt.Errorf("counters: the count was not told to the fleet: %w", err)
 		}
+		f.told.Add(1)
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/bus"
+	"github.com/toolbus/toolbus/internal/counters"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/tool"
@@ -23,13 +24,21 @@ import (
 
 // The policy names the limits a call is held to with its decision
 // (policy.Limit): calls or bytes of arguments per interval, and calls at
-// once. They hold across the fleet, so the counts live on the bus:
+// once. They hold across the fleet:
 //
-//   - a rate is a counter of the LimitsStream, one subject per limit and
-//     fixed window (the Unix time divided by the interval): the executor
-//     adds the call (1, or its arguments' bytes) with one request, and the
-//     server's acknowledgement gives the new count. Over the limit, the
-//     call is taken out again and refused, told when the window ends;
+//   - a rate counts in fixed windows (the Unix time divided by the
+//     interval), in the executor's counters.Fleet: the call (1, or its
+//     arguments' bytes) is added there at once, and told to the other
+//     executors, unless it would take the count past the limit: then it
+//     is refused, told when the window ends, and nothing is counted. The
+//     count holds what the other executors counted once their messages
+//     have come, so the fleet may let a few calls more than the limit
+//     through (docs/fleet.md bounds them);
+//   - a rate the policy asks to be exact is a counter of the LimitsStream
+//     instead (counters.Exact), one subject per limit and window: the
+//     call is added with one request, and the server's acknowledgement
+//     gives the fleet's count. Over the limit, the call is taken out
+//     again and refused;
 //   - calls at once are a key of the LimitSlotsBucket per limit, holding
 //     the calls that hold a slot and those waiting for one, in order,
 //     changed by compare-and-set only. Each entry has a lease that its
@@ -38,7 +47,7 @@ import (
 //
 // The limits apply once a call may run (the policy allowed it, or a
 // person said yes) and before its tool starts: a denied call spends
-// nothing. A call with no limit makes no round trip.
+// nothing. Only an exact rate and calls at once cost a round trip.
 
 // Defaults of the limits' timing.
 const (
@@ -53,10 +62,9 @@ const (
 	limitWait = 10 * time.Second
 )
 
-// limiter is an executor's side of the limits: its requests to the
-// counters and the slots, and the renewal of its calls' leases.
+// limiter is an executor's side of the limits of calls at once: its
+// requests to the slots, and the renewal of its calls' leases.
 type limiter struct {
-	nc    *nats.Conn
 	slots jetstream.KeyValue
 	exec  string
 	lease time.Duration
@@ -70,20 +78,7 @@ type limiter struct {
 	done chan struct{}
 }
 
-func openLimiter(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, exec string, lease time.Duration, log *slog.Logger) (*limiter, error) {
-	if _, err := bus.EnsureStream(ctx, js, jetstream.StreamConfig{
-		Name:        events.LimitsStream,
-		Description: "toolbus: counters of the rates the policy limits, one subject per limit key and window",
-		Subjects:    []string{events.LimitCountPrefix + ">"},
-		// A window lasts at most MaxLimitPer; its counter is kept a
-		// little longer, then goes.
-		MaxAge:            policy.MaxLimitPer + time.Hour,
-		MaxMsgsPerSubject: 1,
-		AllowMsgCounter:   true,
-		Storage:           jetstream.FileStorage,
-	}); err != nil {
-		return nil, fmt.Errorf("limit counters: %w", err)
-	}
+func openLimiter(ctx context.Context, js jetstream.JetStream, exec string, lease time.Duration, log *slog.Logger) (*limiter, error) {
 	slots, err := bus.EnsureKeyValue(ctx, js, jetstream.KeyValueConfig{
 		Bucket:      events.LimitSlotsBucket,
 		Description: "toolbus: calls holding and awaiting the slots of the policy's limits of calls at once",
@@ -96,7 +91,7 @@ func openLimiter(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, exe
 	if err != nil {
 		return nil, fmt.Errorf("limit slots: %w", err)
 	}
-	l := &limiter{nc: nc, slots: slots, exec: exec, lease: lease, log: log,
+	l := &limiter{slots: slots, exec: exec, lease: lease, log: log,
 		mine: map[string]map[string]bool{}, stop: make(chan struct{}), done: make(chan struct{})}
 	go l.renew()
 	return l, nil
@@ -118,41 +113,74 @@ func (c *call) applyLimits() *ending {
 	if len(c.limits) == 0 {
 		return nil
 	}
-	l := c.e.limits
-	var counted []countedCall
+	var (
+		now      = time.Now()
+		local    []counters.Increment
+		localLim []policy.Limit
+		exact    []countedCall
+	)
 	giveBack := func() {
-		for _, ct := range counted {
-			l.add(ct.subject, -ct.n)
+		for i := range local {
+			local[i].N, local[i].Most = -local[i].N, 0
+		}
+		if len(local) > 0 {
+			if _, _, err := c.e.counts.Add(local...); err != nil {
+				c.e.log.Warn("a refused call's counts were not taken back", "invocation", c.inv.ID, "err", err)
+			}
+		}
+		for _, ct := range exact {
+			c.e.exact.TakeBack(ct.key, ct.n)
 		}
 		c.releaseSlots()
 	}
-	now := time.Now()
+	var rates []policy.Limit
 	for _, lim := range c.limits {
 		if lim.Concurrent > 0 {
 			continue
 		}
-		n, most, what := int64(1), lim.Calls, "calls"
-		if lim.Bytes > 0 {
-			n, most, what = int64(len(c.inv.Args)), lim.Bytes, "bytes of arguments"
-		}
+		n, most, what := rateOf(lim, c.inv.Args)
 		if n > most {
-			giveBack()
 			return &ending{out: tool.Failed(events.ErrRateLimited, fmt.Sprintf("Refused by the limit %q: at most %d %s per %s, and this call alone has %d; it cannot run under this limit, so do not retry it as it is.",
 				lim.Name, most, what, lim.Per, n))}
 		}
-		window := now.UnixNano() / int64(lim.Per)
-		subject := events.LimitCountPrefix + lim.ID + "." + strconv.FormatInt(window, 10)
-		count, err := l.count(c.ctx, subject, n)
+		rates = append(rates, lim)
+	}
+	// The limits counted here first: a call one of them refuses makes
+	// no round trip.
+	for _, lim := range rates {
+		if !lim.Exact {
+			n, most, _ := rateOf(lim, c.inv.Args)
+			w := now.UnixNano() / int64(lim.Per)
+			local = append(local, counters.Increment{Key: "limits." + lim.ID + "." + strconv.FormatInt(w, 10), N: n,
+				Until: time.Unix(0, (w+1)*int64(lim.Per)), Most: most})
+			localLim = append(localLim, lim)
+		}
+	}
+	if len(local) > 0 {
+		_, over, err := c.e.counts.Add(local...)
+		switch {
+		case err != nil:
+			return c.limitFailed(localLim[0], err)
+		case over >= 0:
+			local = nil // nothing was counted
+			return refusedByRate(localLim[over], now)
+		}
+	}
+	for _, lim := range rates {
+		if !lim.Exact {
+			continue
+		}
+		n, most, _ := rateOf(lim, c.inv.Args)
+		key := lim.ID + "." + strconv.FormatInt(now.UnixNano()/int64(lim.Per), 10)
+		count, err := c.e.exact.Add(c.ctx, key, n)
 		if err != nil {
 			giveBack()
 			return c.limitFailed(lim, err)
 		}
-		counted = append(counted, countedCall{subject, n})
+		exact = append(exact, countedCall{key, n})
 		if count > most {
 			giveBack()
-			retry := time.Unix(0, (window+1)*int64(lim.Per)).Sub(now)
-			return limited(events.ErrRateLimited, retry, fmt.Sprintf("Refused by the limit %q: at most %d %s per %s; the call was not run. Retry after %s.",
-				lim.Name, most, what, lim.Per, retry.Round(time.Millisecond)))
+			return refusedByRate(lim, now)
 		}
 	}
 	for _, lim := range c.limits {
@@ -167,9 +195,28 @@ func (c *call) applyLimits() *ending {
 	return nil
 }
 
+// refusedByRate is the ending of a call over the rate lim, told to retry
+// when lim's window ends.
+func refusedByRate(lim policy.Limit, now time.Time) *ending {
+	_, most, what := rateOf(lim, nil)
+	window := now.UnixNano() / int64(lim.Per)
+	retry := time.Unix(0, (window+1)*int64(lim.Per)).Sub(now)
+	return limited(events.ErrRateLimited, retry, fmt.Sprintf("Refused by the limit %q: at most %d %s per %s; the call was not run. Retry after %s.",
+		lim.Name, most, what, lim.Per, retry.Round(time.Millisecond)))
+}
+
+// rateOf is what a call of args adds to the rate lim, the most lim
+// allows, and what it counts.
+func rateOf(lim policy.Limit, args []byte) (n, most int64, what string) {
+	if lim.Bytes > 0 {
+		return int64(len(args)), lim.Bytes, "bytes of arguments"
+	}
+	return 1, lim.Calls, "calls"
+}
+
 type countedCall struct {
-	subject string
-	n       int64
+	key string
+	n   int64
 }
 
 // limited is the ending of a call a limit refused, told when to retry.
@@ -186,33 +233,6 @@ func (c *call) limitFailed(lim policy.Limit, err error) *ending {
 		return &ending{out: tool.Failed(events.ErrCancelled, fmt.Sprintf("The call was cancelled before it ran (%v); it was not run.", context.Cause(c.ctx)))}
 	}
 	return &ending{out: tool.Failed(events.ErrExecutionFailed, fmt.Sprintf("The executor could not check the limit %q, so the call was not run: %v", lim.Name, err))}
-}
-
-// count adds n to the counter on subject and returns its new value.
-func (l *limiter) count(ctx context.Context, subject string, n int64) (int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, limitWait)
-	defer cancel()
-	m := nats.NewMsg(subject)
-	m.Header.Set(incrHeader, "+"+strconv.FormatInt(n, 10))
-	resp, err := l.nc.RequestMsgWithContext(ctx, m)
-	if err != nil {
-		return 0, err
-	}
-	v, err := counterValue(resp, events.LimitsStream)
-	if err != nil {
-		return 0, fmt.Errorf("counter %s: %w", subject, err)
-	}
-	return v, nil
-}
-
-// add adds n to the counter on subject without waiting for the
-// acknowledgement: what a refused call takes back.
-func (l *limiter) add(subject string, n int64) {
-	m := nats.NewMsg(subject)
-	m.Header.Set(incrHeader, fmt.Sprintf("%+d", n)) // the server wants the sign
-	if err := l.nc.PublishMsg(m); err != nil {
-		l.log.Warn("a refused call's count was not taken back", "subject", subject, "err", err)
-	}
 }
 
 // slotEntry is a call holding, or waiting for, a slot.
