@@ -218,11 +218,11 @@ type Executor struct {
 	ids *takenIDs
 	// counts counts the calls of sessions, for the loop guards
 	// (sessions.go), and the rates the policy limits (limits.go); exact
-	// the rates it asks to be exact, and limits holds the slots of
+	// the rates it asks to be exact, and slots holds the slots of the
 	// limits of calls at once.
 	counts *counters.Fleet
 	exact  *counters.Exact
-	limits *limiter
+	slots  *counters.Slots
 	// budget bounds what each principal has recorded (budget.go); nil
 	// where identities are not enforced.
 	budget *recordBudget
@@ -389,7 +389,7 @@ func (e *Executor) follow(ctx context.Context) (err error) {
 	if e.ids, err = openTakenIDs(ctx, e.js, e.cfg.IDTTL); err != nil {
 		return err
 	}
-	if e.limits, err = openLimiter(ctx, e.js, e.id.ID, e.cfg.LimitLease, e.log); err != nil {
+	if e.slots, err = counters.OpenSlots(ctx, e.js, e.id.ID, e.cfg.LimitLease, e.log); err != nil {
 		return err
 	}
 	if e.exact, err = counters.OpenExact(ctx, e.nc, e.js, e.log); err != nil {
@@ -617,8 +617,8 @@ func (e *Executor) openBulk(ctx context.Context) (jetstream.ObjectStore, error) 
 }
 
 func (e *Executor) closeFollowers() {
-	if e.limits != nil {
-		e.limits.close()
+	if e.slots != nil {
+		e.slots.Close()
 	}
 	if e.bulk != nil {
 		e.bulk.Close()

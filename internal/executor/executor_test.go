@@ -968,10 +968,10 @@ func TestAFailedStartLeavesNothingRunning(t *testing.T) {
 	if _, err := openTakenIDs(ctx, b.JetStream(), DefaultIDTTL); err != nil {
 		t.Fatal(err)
 	}
-	if l, err := openLimiter(ctx, b.JetStream(), "setup", DefaultLimitLease, bustest.Quiet()); err != nil {
+	if s, err := counters.OpenSlots(ctx, b.JetStream(), "setup", DefaultLimitLease, bustest.Quiet()); err != nil {
 		t.Fatal(err)
 	} else {
-		l.close()
+		s.Close()
 	}
 	if _, err := counters.OpenExact(ctx, b.Conn(), b.JetStream(), bustest.Quiet()); err != nil {
 		t.Fatal(err)

@@ -19,7 +19,8 @@ import (
 // limitsPolicy allows every call and limits calls by the tool's name:
 // ping* 3 calls a day per claimed agent, counted exactly, pung* and
 // burst* 3 and 5 a day per agent, counted by the executors, exact* 5 a
-// day per agent, exactly, pang* 4 a day per proven principal, slow* 1
+// day per agent, exactly, both* 2 a day per agent, counted by the
+// executors, and 1 at once with no line, pang* 4 a day per proven principal, slow* 1
 // at once per principal with a line of 5, hold* 1 at once with no line;
 // list_directory gets a limit that is no limit.
 var limitsPolicy = sync.OnceValues(func() (*policy.Policy, error) {
@@ -38,6 +39,10 @@ limits contains {"name": "pungs per agent", "key": ["agent", input.caller.agent]
 limits contains {"name": "bursts per agent", "key": ["agent", input.caller.agent], "calls": 5, "per": "24h"} if startswith(input.tool.name, "burst")
 
 limits contains {"name": "exact bursts per agent", "key": ["agent", input.caller.agent], "calls": 5, "per": "24h", "exact": true} if startswith(input.tool.name, "exact")
+
+limits contains {"name": "boths per agent", "key": ["agent", input.caller.agent], "calls": 2, "per": "24h"} if startswith(input.tool.name, "both")
+
+limits contains {"name": "boths at once", "key": [principal], "concurrent": 1} if startswith(input.tool.name, "both")
 
 limits contains {"name": "pangs per principal", "key": [principal], "calls": 4, "per": "24h"} if startswith(input.tool.name, "pang")
 
@@ -501,5 +506,31 @@ func TestAnExactRateHoldsExactlyAcrossTheFleet(t *testing.T) {
 	t.Cleanup(func() { x.Close() })
 	if ran, refused := burst(t, x, []string{"exact_a", "exact_b"}, 30); ran != 5 || refused != 25 {
 		t.Errorf("%d calls ran and %d were refused, want 5 and 25", ran, refused)
+	}
+}
+
+// TestARefusedCallGivesBackItsCount: a call counted against a rate, then
+// refused by a limit of calls at once, takes its count back: the rate
+// of 2 lets two calls run after it, not one.
+func TestARefusedCallGivesBackItsCount(t *testing.T) {
+	e := newEnv(t, withLimits(t))
+	g := newGated()
+	e.hostTools(t, "executor@a", []tool.Tool{g.tool("both_a")}, withLimits(t))
+	x := invoke.NewClient(e.callerConn, events.Identity{ID: "agent:x", Agent: "x"}, "")
+	t.Cleanup(func() { x.Close() })
+	first := invokeAsync(t, x, &events.Invocation{Tool: "both_a", Args: json.RawMessage(`{"n":1,"hold":true}`)}, nil)
+	<-g.started
+	if res := callWith(t, x, "both_a", `{"n":2}`); errType(res) != events.ErrConcurrencyLimited {
+		t.Fatalf("a second call at once: %s %s, want CONCURRENCY_LIMITED", errType(res), res.LLMContent)
+	}
+	close(g.open)
+	if res := await(t, "the first call", first); res.Error != nil {
+		t.Fatalf("the first call: %s %s", errType(res), res.LLMContent)
+	}
+	if res := callWith(t, x, "both_a", `{"n":3}`); res.Error != nil {
+		t.Fatalf("the second call to run, the third made: %s %s, want run: the refused one gave its count back", errType(res), res.LLMContent)
+	}
+	if res := callWith(t, x, "both_a", `{"n":4}`); errType(res) != events.ErrRateLimited {
+		t.Errorf("a third call to run: %s %s, want RATE_LIMITED", errType(res), res.LLMContent)
 	}
 }
