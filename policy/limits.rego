@@ -1,9 +1,18 @@
 # Limits: how many calls, how many bytes of arguments and how many calls
-# at once a caller may have, counted across the fleet on the bus. The
-# executor applies them once a call may run (ALLOW, or a person said
-# yes): a call over one ends RATE_LIMITED or CONCURRENCY_LIMITED with a
-# retry-after, or waits in a queue where the limit has one. README.md
-# documents the shape and why these numbers.
+# at once a caller may have, counted across the fleet. The executor
+# applies them once a call may run (ALLOW, or a person said yes): a call
+# over one ends RATE_LIMITED or CONCURRENCY_LIMITED with a retry-after,
+# or waits in a queue where the limit has one. README.md documents the
+# shape and why these numbers.
+#
+# A rate (calls or bytes per interval) is counted by each executor,
+# which tells the others: no round trip, and calls judged at the same
+# moment on several executors may pass the limit by a few, at most the
+# limit times the executors (docs/fleet.md). A rate that must hold to
+# the call adds "exact": true, and each call is counted on the bus, at
+# a round trip's cost. None of these needs it: they slow a loop, and a
+# few calls more in a minute change nothing. Calls at once are exact
+# always.
 package toolbus
 
 # principal is who the bus vouches sent the call: the executor's

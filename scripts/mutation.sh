@@ -4,7 +4,7 @@
 # scripts/test.sh. The Rego policy's mutation check is, and runs in about
 # 0.2 s a mutant (internal/policy/mutant).
 #
-#   scripts/mutation.sh [group...]    groups: builtin policy shell executor audit sandbox facade protect capabilities trail (default: all)
+#   scripts/mutation.sh [group...]    groups: builtin policy shell executor audit sandbox facade protect capabilities counters trail (default: all)
 #
 # Each group names its files and the tests that judge them; a -run filter
 # keeps the executor's to those that exercise the code (its whole -short
@@ -16,7 +16,7 @@ workers=${GOMUTATE_WORKERS:-2}
 mutate() { go run ./scripts/gomutate -workers "$workers" "$@"; }
 
 groups=("$@")
-[ ${#groups[@]} -gt 0 ] || groups=(builtin policy shell executor audit sandbox facade protect capabilities trail)
+[ ${#groups[@]} -gt 0 ] || groups=(builtin policy shell executor audit sandbox facade protect capabilities counters trail)
 for g in "${groups[@]}"; do
 	echo "== $g"
 	case $g in
@@ -52,16 +52,24 @@ for g in "${groups[@]}"; do
 		# Which files are the code the settings run (input.protected).
 		mutate -test ./internal/protect/ internal/protect/protect.go ;;
 	capabilities)
-		# Capabilities and their owners, the loop guards' counters, the
+		# Capabilities and their owners, the loop guards' counts, the
 		# facade's sealed request states; -only keeps to the lines of
 		# those functions (re-read them when the files change).
 		mutate -test ./internal/events/ -run 'TestCapabilities|FuzzIsCapability' internal/events/capability.go
 		mutate -test ./internal/builtin/ -run 'TestBackground|TestShellIDs' internal/tool/owner.go
 		mutate -test ./internal/builtin/ -run 'TestBackground|TestShellIDs' -only 'shell.go:2[0-4][0-9]:' internal/builtin/shell.go
 		mutate -test ./internal/executor/ -run 'TestRepeatsCount|TestLoopGuard|TestSession|TestALoop|TestCallsWithout|TestAnotherPrincipalsSession|TestNoCounts' \
-			-only 'sessions.go:2[0-4][0-9]:' internal/executor/sessions.go
+			internal/executor/sessions.go
 		mutate -test ./internal/mcp/ -run 'TestFacadeRefuses|TestFacadeAnswersAnother|FuzzRequestState|TestFacadeAsksAModernClientsUser$' \
 			-only 'facade_mrtr.go:(2[4-6][0-9]|3[23][0-9]):' internal/mcp/facade_mrtr.go ;;
+	counters)
+		# The counts calls are judged by: kept by each executor and told
+		# to the others; the message that tells them; the rates held to
+		# them.
+		mutate -test ./internal/counters/ internal/counters/fleet.go
+		mutate -test ./internal/events/ -run 'Counted' internal/events/count.go
+		mutate -test ./internal/executor/ -run 'TestRateLimits|TestARate|TestAnExactRate|TestARefusedCall|TestAPrincipalCannotEscape' \
+			internal/executor/limits.go ;;
 	trail)
 		# What keeps the audit trail whole: each principal's budgets of
 		# recorded bytes, and the fill's high-water mark past which the

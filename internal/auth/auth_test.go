@@ -229,7 +229,7 @@ func (f *fleet) clean(t *testing.T, names ...string) {
 func TestEveryRoleDoesItsWorkWithItsOwnPermissions(t *testing.T) {
 	f := startFleet(t)
 	agent := f.as(t, "agent")
-	// In a session: the executors count its calls in their own stream.
+	// In a session: the executors count its calls.
 	client := invoke.NewClient(agent.Conn(), events.Identity{ID: "whoever", Role: "agent", Session: "s1"}, agent.Principal())
 	defer client.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -412,10 +412,12 @@ func TestAnAgentCannotStepOutOfItsRole(t *testing.T) {
 	f.violated(t, "mallory", "forge a decision", events.SubjectDecision)
 	publish("$KV."+events.PolicyBucket+".active", body)
 	f.violated(t, "mallory", "push a policy", "$KV."+events.PolicyBucket+".active")
-	// A counter takes any increment, a negative one too: only executors
-	// count a session's calls.
-	publish(events.SessionSubjectPrefix+"calls.x", nil)
-	f.violated(t, "mallory", "change a session's count", events.SessionSubjectPrefix+"calls.x")
+	// Only executors count calls, and hear what the others counted
+	// (TestOnlyExecutorsTellCounts).
+	publish(events.CountSubject, body)
+	f.violated(t, "mallory", "tell a count", events.CountSubject)
+	subscribe(events.CountSubject)
+	f.violated(t, "mallory", "hear who calls what", events.CountSubject)
 	publish(events.SubjectResult, body)
 	f.violated(t, "mallory", "publish a result", events.SubjectResult)
 	publish(events.CallerResultSubject("agent"), body)

@@ -285,14 +285,16 @@ func Permissions(role Role, name string) *server.Permissions {
 		p.jsInfo()
 		p.makesBuckets()
 		p.manageKV(events.AllowlistBucket, events.DiscoveryStatusBucket, events.MCPStatusBucket, events.InvocationIDBucket, events.LimitSlotsBucket)
-		// The counters of the policy's rates: made by executors, added to
-		// with a request each (executor/limits.go).
+		// The counters of the rates the policy asks to be exact: made by
+		// executors, added to with a request each (counters.Exact).
 		p.pub(events.LimitCountPrefix+">", "$JS.API.STREAM.INFO."+events.LimitsStream,
 			"$JS.API.STREAM.CREATE."+events.LimitsStream, "$JS.API.STREAM.UPDATE."+events.LimitsStream)
-		// The sessions' counters (executor/sessions.go): executors alone
-		// count, so that no caller can lower its own counts.
-		p.pub("$JS.API.STREAM.CREATE."+events.SessionStream, "$JS.API.STREAM.UPDATE."+events.SessionStream,
-			"$JS.API.STREAM.INFO."+events.SessionStream, events.SessionSubjectPrefix+">")
+		// The counts every executor keeps and tells the others
+		// (counters.Fleet): executors alone tell and hear them, so that
+		// no one else can push a caller over its budgets, or lower its
+		// own counts, or see who calls what.
+		p.pub(events.CountSubject)
+		p.sub(events.CountSubject)
 		p.manageObjects(events.OutputBucket)
 		// The policy and catalogue buckets are made by whoever comes
 		// first, with the same config; only an admin writes the policy's

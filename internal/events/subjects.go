@@ -244,28 +244,19 @@ const (
 	// call whose key exists (events.ErrInvocationIDReused).
 	InvocationIDBucket = "TOOLBUS_INVOCATION_IDS"
 	// LimitsStream is the counter stream (JetStream's AllowMsgCounter)
-	// of the rates the policy limits (data.toolbus.limits): one subject,
-	// LimitCountPrefix + the limit's id + "." + the window's number, per
-	// limit key and fixed window; executors add to it, and the server's
-	// acknowledgement says the new count.
+	// of the rates the policy limits exactly (data.toolbus.limits with
+	// "exact": true): one subject, LimitCountPrefix + the limit's id +
+	// "." + the window's number, per limit key and fixed window;
+	// executors add to it, and the server's acknowledgement says the new
+	// count.
 	LimitsStream = "TOOLBUS_LIMITS"
 	// LimitCountPrefix starts the subjects of LimitsStream.
 	LimitCountPrefix = "toolbus.limits."
 	// LimitSlotsBucket is the KV bucket of the calls at once the policy
 	// limits: one key per limit id, holding the calls that hold a slot
 	// and those that wait for one, in order, each with the executor that
-	// runs it and a lease it renews (executor/limits.go).
+	// runs it and a lease it renews (counters.Slots).
 	LimitSlotsBucket = "TOOLBUS_LIMIT_SLOTS"
-	// SessionStream is the JetStream counter stream of the calls of the
-	// callers' sessions, for the loop guards (input.session): executors
-	// alone write it, one counter per subject below SessionSubjectPrefix
-	// (executor/sessions.go names them).
-	SessionStream = "TOOLBUS_SESSIONS"
-	// SessionSubjectPrefix + "calls.<key>" counts a session's calls, and
-	// SessionSubjectPrefix + "repeats.<window>.<key>" the calls of one
-	// tool with one set of arguments; the keys are hashes, never the
-	// names a caller chose.
-	SessionSubjectPrefix = "toolbus.sessions."
 	// RegistryStateBucket is the KV bucket where the registry keeps its own
 	// state (sequence counter, runtime enable/disable overrides).
 	RegistryStateBucket = "TOOLBUS_REGISTRY"

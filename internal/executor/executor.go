@@ -24,6 +24,7 @@ import (
 
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/catalog"
+	"github.com/toolbus/toolbus/internal/counters"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/hooks"
 	"github.com/toolbus/toolbus/internal/invoke"
@@ -217,11 +218,13 @@ type Executor struct {
 	// lately, and ids the fleet's bucket of retry tickets (ids.go).
 	recent *recentIDs
 	ids    *takenIDs
-	// limits counts the calls the policy limits (limits.go).
-	limits *limiter
-	// sessions counts the calls of sessions, for the loop guards
-	// (sessions.go).
-	sessions *sessionCounter
+	// counts counts the calls of sessions, for the loop guards
+	// (sessions.go), and the rates the policy limits (limits.go); exact
+	// the rates it asks to be exact, and slots holds the slots of the
+	// limits of calls at once.
+	counts *counters.Fleet
+	exact  *counters.Exact
+	slots  *counters.Slots
 	// budget bounds what each principal has recorded (budget.go); nil
 	// where identities are not enforced.
 	budget *recordBudget
@@ -388,10 +391,13 @@ func (e *Executor) follow(ctx context.Context) (err error) {
 	if e.ids, err = openTakenIDs(ctx, e.js, e.cfg.IDTTL); err != nil {
 		return err
 	}
-	if e.limits, err = openLimiter(ctx, e.nc, e.js, e.id.ID, e.cfg.LimitLease, e.log); err != nil {
+	if e.slots, err = counters.OpenSlots(ctx, e.js, e.id.ID, e.cfg.LimitLease, e.log); err != nil {
 		return err
 	}
-	if e.sessions, err = openSessionCounter(ctx, e.js, e.nc); err != nil {
+	if e.exact, err = counters.OpenExact(ctx, e.nc, e.js, e.log); err != nil {
+		return err
+	}
+	if e.counts, err = counters.Open(e.nc, counters.Config{Executor: e.id.ID, Logger: e.log}); err != nil {
 		return err
 	}
 	if e.allowlist, err = openAllowlist(ctx, e.js, e.log); err != nil {
@@ -613,8 +619,8 @@ func (e *Executor) openBulk(ctx context.Context) (jetstream.ObjectStore, error) 
 }
 
 func (e *Executor) closeFollowers() {
-	if e.limits != nil {
-		e.limits.close()
+	if e.slots != nil {
+		e.slots.Close()
 	}
 	if e.bulk != nil {
 		e.bulk.Close()
@@ -628,7 +634,9 @@ func (e *Executor) closeFollowers() {
 	if e.allowlist != nil {
 		e.allowlist.close()
 	}
-	e.sessions.close()
+	if e.counts != nil {
+		e.counts.Close()
+	}
 	e.stopTrail()
 	if e.rec != nil {
 		// Every call has ended: what they recorded gets a few seconds

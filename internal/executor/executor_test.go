@@ -21,6 +21,7 @@ import (
 
 	"github.com/toolbus/toolbus/internal/builtin"
 	"github.com/toolbus/toolbus/internal/bus"
+	"github.com/toolbus/toolbus/internal/counters"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/hooks"
 	"github.com/toolbus/toolbus/internal/invoke"
@@ -967,12 +968,12 @@ func TestAFailedStartLeavesNothingRunning(t *testing.T) {
 	if _, err := openTakenIDs(ctx, b.JetStream(), DefaultIDTTL); err != nil {
 		t.Fatal(err)
 	}
-	if l, err := openLimiter(ctx, b.Conn(), b.JetStream(), "setup", DefaultLimitLease, bustest.Quiet()); err != nil {
+	if s, err := counters.OpenSlots(ctx, b.JetStream(), "setup", DefaultLimitLease, bustest.Quiet()); err != nil {
 		t.Fatal(err)
 	} else {
-		l.close()
+		s.Close()
 	}
-	if err := ensureSessionStream(ctx, b.JetStream()); err != nil {
+	if _, err := counters.OpenExact(ctx, b.Conn(), b.JetStream(), bustest.Quiet()); err != nil {
 		t.Fatal(err)
 	}
 	// The server sets up the confirmation stream's copying from the

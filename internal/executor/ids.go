@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
@@ -215,7 +216,8 @@ func newRecentIDs() *recentIDs {
 // the window, or errIDReused when another did.
 func (r *recentIDs) take(principal, id string, body []byte, now time.Time) error {
 	h := sha256.New()
-	writeLen(h, len(principal))
+	// The principal's length first: no two pairs hash alike.
+	h.Write(binary.AppendUvarint(nil, uint64(len(principal))))
 	h.Write([]byte(principal))
 	h.Write([]byte(id))
 	var key [sha256.Size]byte

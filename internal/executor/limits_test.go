@@ -17,9 +17,12 @@ import (
 )
 
 // limitsPolicy allows every call and limits calls by the tool's name:
-// ping* 3 calls a day per claimed agent, pang* 4 a day per proven
-// principal, slow* 1 at once per principal with a line of 5, hold* 1 at
-// once with no line; list_directory gets a limit that is no limit.
+// ping* 3 calls a day per claimed agent, counted exactly, pung* and
+// burst* 3 and 5 a day per agent, counted by the executors, exact* 5 a
+// day per agent, exactly, both* 2 a day per agent, counted by the
+// executors, and 1 at once with no line, pang* 4 a day per proven principal, slow* 1
+// at once per principal with a line of 5, hold* 1 at once with no line;
+// list_directory gets a limit that is no limit.
 var limitsPolicy = sync.OnceValues(func() (*policy.Policy, error) {
 	return policy.Compile(context.Background(), policy.Files{"p.rego": `package toolbus
 
@@ -29,7 +32,17 @@ principal := split(input.caller.id, "/")[0] if input.caller.proven
 
 else := "_"
 
-limits contains {"name": "pings per agent", "key": ["agent", input.caller.agent], "calls": 3, "per": "24h"} if startswith(input.tool.name, "ping")
+limits contains {"name": "pings per agent", "key": ["agent", input.caller.agent], "calls": 3, "per": "24h", "exact": true} if startswith(input.tool.name, "ping")
+
+limits contains {"name": "pungs per agent", "key": ["agent", input.caller.agent], "calls": 3, "per": "24h"} if startswith(input.tool.name, "pung")
+
+limits contains {"name": "bursts per agent", "key": ["agent", input.caller.agent], "calls": 5, "per": "24h"} if startswith(input.tool.name, "burst")
+
+limits contains {"name": "exact bursts per agent", "key": ["agent", input.caller.agent], "calls": 5, "per": "24h", "exact": true} if startswith(input.tool.name, "exact")
+
+limits contains {"name": "boths per agent", "key": ["agent", input.caller.agent], "calls": 2, "per": "24h"} if startswith(input.tool.name, "both")
+
+limits contains {"name": "boths at once", "key": [principal], "concurrent": 1} if startswith(input.tool.name, "both")
 
 limits contains {"name": "pangs per principal", "key": [principal], "calls": 4, "per": "24h"} if startswith(input.tool.name, "pang")
 
@@ -178,7 +191,8 @@ func recordedResult(t *testing.T, e *env, id string) *events.Result {
 func TestRateLimitsHoldAcrossTheFleetPerAgent(t *testing.T) {
 	e := newEnv(t, withLimits(t))
 	// Two executors, each the only host of its tool: the calls of one
-	// agent alternate between them, and share one count.
+	// agent alternate between them, and share one count, exact: each
+	// call is counted on the bus.
 	e.hostTools(t, "executor@a", []tool.Tool{echoTool("ping_a"), echoTool("pong")}, withLimits(t))
 	e.hostTools(t, "executor@b", []tool.Tool{echoTool("ping_b")}, withLimits(t))
 	x := invoke.NewClient(e.callerConn, events.Identity{ID: "agent:x", Agent: "x"}, "")
@@ -384,5 +398,139 @@ func TestADeadExecutorsSlotsFreeThemselves(t *testing.T) {
 	}
 	if res := await(t, "the lost call", first); errType(res) != events.ErrExecutorLost {
 		t.Errorf("the call of the dead executor: %s %s", errType(res), res.LLMContent)
+	}
+}
+
+// TestARateCountsTheOtherExecutorsCallsOnceHeard: a rate the policy
+// does not ask to be exact is counted by each executor, which adds what
+// the other counted once its message has come: one agent's calls
+// alternating between two executors, each waiting for the other's count,
+// are held to the limit exactly, and a refused call counts nowhere.
+func TestARateCountsTheOtherExecutorsCallsOnceHeard(t *testing.T) {
+	e := newEnv(t, withLimits(t))
+	a, _ := e.hostTools(t, "executor@a", []tool.Tool{echoTool("pung_a")}, withLimits(t))
+	b, _ := e.hostTools(t, "executor@b", []tool.Tool{echoTool("pung_b")}, withLimits(t))
+	everyoneKnows(t, []*Executor{e.exec, a, b}, "pung_a", "pung_b")
+	x := invoke.NewClient(e.callerConn, events.Identity{ID: "agent:x", Agent: "x"}, "")
+	t.Cleanup(func() { x.Close() })
+	for i, name := range []string{"pung_a", "pung_b", "pung_a", "pung_b", "pung_a"} {
+		on, other := a, b
+		if strings.HasSuffix(name, "_b") {
+			on, other = b, a
+		}
+		heardAll(t, on, other)
+		res := callWith(t, x, name, `{}`)
+		switch {
+		case i < 3 && res.Error != nil:
+			t.Fatalf("call %d of agent x, on %s: %s %s", i+1, on.id.ID, errType(res), res.LLMContent)
+		case i >= 3 && (errType(res) != events.ErrRateLimited || res.Error.RetryAfterMillis <= 0 || !strings.Contains(res.LLMContent, "pungs per agent")):
+			t.Fatalf("call %d of agent x, on %s: %s %+v, want RATE_LIMITED with a retry-after", i+1, on.id.ID, errType(res), res.Error)
+		}
+	}
+	// Three calls ran, each counted once and told once; the two refused
+	// told nothing.
+	if told := a.counts.Told() + b.counts.Told(); told != 3 {
+		t.Errorf("the executors told %d counts, want 3", told)
+	}
+}
+
+// everyoneKnows waits until every executor's catalogue has the tools:
+// a call goes to any of them first.
+func everyoneKnows(t *testing.T, exs []*Executor, tools ...string) {
+	t.Helper()
+	for _, ex := range exs {
+		for _, name := range tools {
+			waitTool(t, ex, name)
+		}
+	}
+}
+
+// burst calls tools by turns from many goroutines at once, n calls in
+// all, and returns how many ran and how many a rate limit refused.
+func burst(t *testing.T, c *invoke.Client, tools []string, n int) (ran, refused int) {
+	t.Helper()
+	results := make([]<-chan *events.Result, n)
+	for i := range n {
+		results[i] = invokeAsync(t, c, &events.Invocation{Tool: tools[i%len(tools)], Args: json.RawMessage(`{}`)}, nil)
+	}
+	for i, done := range results {
+		switch res := await(t, "a call of the burst", done); {
+		case res.Error == nil:
+			ran++
+		case errType(res) == events.ErrRateLimited:
+			refused++
+		default:
+			t.Errorf("call %d: %s %s", i, errType(res), res.LLMContent)
+		}
+	}
+	return ran, refused
+}
+
+// TestARateOvershootsAtMostTheBound: a burst of one agent's calls at
+// once, by turns on two executors, against a rate of 5 the executors
+// count: each lets a call through only while the count it knows, which
+// holds every call it let through itself, is under the limit, so the
+// two together let through 10 at most (docs/fleet.md: the limit times
+// the executors), and the limit at least. Once each has heard the
+// other, both refuse.
+func TestARateOvershootsAtMostTheBound(t *testing.T) {
+	e := newEnv(t, withLimits(t))
+	a, _ := e.hostTools(t, "executor@a", []tool.Tool{echoTool("burst_a")}, withLimits(t))
+	b, _ := e.hostTools(t, "executor@b", []tool.Tool{echoTool("burst_b")}, withLimits(t))
+	everyoneKnows(t, []*Executor{e.exec, a, b}, "burst_a", "burst_b")
+	x := invoke.NewClient(e.callerConn, events.Identity{ID: "agent:x", Agent: "x"}, "")
+	t.Cleanup(func() { x.Close() })
+	const limit, executors, calls = 5, 2, 30
+	ran, refused := burst(t, x, []string{"burst_a", "burst_b"}, calls)
+	t.Logf("%d of %d calls ran against a limit of %d on %d executors", ran, calls, limit, executors)
+	if ran < limit || ran > limit*executors || ran+refused != calls {
+		t.Errorf("%d calls ran and %d were refused, want from %d to %d run, the rest refused", ran, refused, limit, limit*executors)
+	}
+	heardAll(t, a, b)
+	heardAll(t, b, a)
+	for _, name := range []string{"burst_a", "burst_b"} {
+		if res := callWith(t, x, name, `{}`); errType(res) != events.ErrRateLimited {
+			t.Errorf("%s once both heard the other: %s %s, want RATE_LIMITED", name, errType(res), res.LLMContent)
+		}
+	}
+}
+
+// TestAnExactRateHoldsExactlyAcrossTheFleet: the same burst against a
+// rate the policy asks to be exact: 5 calls run, not one more.
+func TestAnExactRateHoldsExactlyAcrossTheFleet(t *testing.T) {
+	e := newEnv(t, withLimits(t))
+	a, _ := e.hostTools(t, "executor@a", []tool.Tool{echoTool("exact_a")}, withLimits(t))
+	b, _ := e.hostTools(t, "executor@b", []tool.Tool{echoTool("exact_b")}, withLimits(t))
+	everyoneKnows(t, []*Executor{e.exec, a, b}, "exact_a", "exact_b")
+	x := invoke.NewClient(e.callerConn, events.Identity{ID: "agent:x", Agent: "x"}, "")
+	t.Cleanup(func() { x.Close() })
+	if ran, refused := burst(t, x, []string{"exact_a", "exact_b"}, 30); ran != 5 || refused != 25 {
+		t.Errorf("%d calls ran and %d were refused, want 5 and 25", ran, refused)
+	}
+}
+
+// TestARefusedCallGivesBackItsCount: a call counted against a rate, then
+// refused by a limit of calls at once, takes its count back: the rate
+// of 2 lets two calls run after it, not one.
+func TestARefusedCallGivesBackItsCount(t *testing.T) {
+	e := newEnv(t, withLimits(t))
+	g := newGated()
+	e.hostTools(t, "executor@a", []tool.Tool{g.tool("both_a")}, withLimits(t))
+	x := invoke.NewClient(e.callerConn, events.Identity{ID: "agent:x", Agent: "x"}, "")
+	t.Cleanup(func() { x.Close() })
+	first := invokeAsync(t, x, &events.Invocation{Tool: "both_a", Args: json.RawMessage(`{"n":1,"hold":true}`)}, nil)
+	<-g.started
+	if res := callWith(t, x, "both_a", `{"n":2}`); errType(res) != events.ErrConcurrencyLimited {
+		t.Fatalf("a second call at once: %s %s, want CONCURRENCY_LIMITED", errType(res), res.LLMContent)
+	}
+	close(g.open)
+	if res := await(t, "the first call", first); res.Error != nil {
+		t.Fatalf("the first call: %s %s", errType(res), res.LLMContent)
+	}
+	if res := callWith(t, x, "both_a", `{"n":3}`); res.Error != nil {
+		t.Fatalf("the second call to run, the third made: %s %s, want run: the refused one gave its count back", errType(res), res.LLMContent)
+	}
+	if res := callWith(t, x, "both_a", `{"n":4}`); errType(res) != events.ErrRateLimited {
+		t.Errorf("a third call to run: %s %s, want RATE_LIMITED", errType(res), res.LLMContent)
 	}
 }

@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -230,27 +231,86 @@ func TestSessionPastItsBudgetIsDenied(t *testing.T) {
 	}
 }
 
+// heardAll waits until ex has taken in every count message other
+// published so far (the two the only executors that count): the event
+// after which ex's counts hold every call other counted.
+func heardAll(t *testing.T, ex, other *Executor) {
+	t.Helper()
+	told := other.counts.Told()
+	testkit.Eventually(t, fmt.Sprintf("%s heard the %d count messages of %s", ex.id.ID, told, other.id.ID), func() bool { return ex.counts.Heard() >= told })
+}
+
 // TestSessionCountsAreSharedByTheFleet: the session's calls alternate
 // between two executors (each hosts a tool the other forwards to it);
-// the budget counts them all, wherever they ran.
+// once each has heard the other's counts, the budget counts them all,
+// wherever they ran.
 func TestSessionCountsAreSharedByTheFleet(t *testing.T) {
 	pol := budgetPolicy(t, "3")
 	e := newEnv(t, func(c *Config) { c.Policy = pol })
 	noop := tool.Func(events.ToolSpec{Name: "noop_b", Kind: events.KindThink, Description: "does nothing, on executor b"},
 		func(context.Context, *tool.Call) (*tool.Output, error) { return tool.Text("ok"), nil })
-	e.hostTools(t, "executor@b", []tool.Tool{noop}, func(c *Config) { c.Policy = pol })
-	for i, name := range []string{"read_file", "noop_b", "read_file"} {
+	b, _ := e.hostTools(t, "executor@b", []tool.Tool{noop}, func(c *Config) { c.Policy = pol })
+	for i, step := range []struct {
+		name      string
+		on, other *Executor
+	}{{"read_file", e.exec, b}, {"noop_b", b, e.exec}, {"read_file", e.exec, b}} {
+		heardAll(t, step.on, step.other)
 		args := `{}`
-		if name == "read_file" {
+		if step.name == "read_file" {
 			args = `{"file_path":"README.md"}`
 		}
-		if res := e.call(t, name, args); res.Error != nil {
-			t.Fatalf("call %d (%s): %s %q", i+1, name, errType(res), res.LLMContent)
+		if res := e.call(t, step.name, args); res.Error != nil {
+			t.Fatalf("call %d (%s): %s %q", i+1, step.name, errType(res), res.LLMContent)
 		}
 	}
+	heardAll(t, b, e.exec)
 	res := e.call(t, "noop_b", `{}`)
 	if errType(res) != events.ErrPolicyDenied || !strings.Contains(res.LLMContent, "made 4 calls") {
 		t.Fatalf("the fourth call, on executor b: %s %q, want denied: made 4 calls", errType(res), res.LLMContent)
+	}
+}
+
+// TestALoopAcrossTwoExecutorsIsCaught: a looping caller's same command
+// runs in two workspaces by turns, so that each executor judges every
+// other call. Each, once it has heard the other's counts, counts the
+// calls the other judged: the fifth is asked about as the fifth repeat,
+// though its executor judged only three of them.
+func TestALoopAcrossTwoExecutorsIsCaught(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.WorkspaceName = "one" })
+	two, _ := e.startWorkspace(t, "executor@two", "two")
+	hostedFor(t, map[string]string{"executor@test": "one", "executor@two": "two"}, e.exec, two)
+	a := startApprover(t, e.bus, func(req *events.ConfirmRequest) *events.ConfirmAnswer {
+		if strings.Contains(req.Reason, "same call") {
+			return &events.ConfirmAnswer{Outcome: events.Cancel, Message: "stop looping"}
+		}
+		return &events.ConfirmAnswer{Outcome: events.ProceedOnce}
+	})
+	cmd := shellArgs("echo looping")
+	for i := 1; i <= 5; i++ {
+		workspace, on, other := "one", e.exec, two
+		if i%2 == 0 {
+			workspace, on, other = "two", two, e.exec
+		}
+		heardAll(t, on, other)
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		res, err := e.client.Invoke(ctx, &events.Invocation{Tool: "run_shell_command", Workspace: workspace, Args: json.RawMessage(cmd)}, nil)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := <-a.requests
+		if i < 5 {
+			if res.Error != nil || strings.Contains(req.Reason, "same call") {
+				t.Fatalf("run %d in workspace %s: %s %q, asked %q; want run once asked as any command", i, workspace, errType(res), res.LLMContent, req.Reason)
+			}
+			continue
+		}
+		if verdictOf(res) != events.AskUser || !strings.Contains(res.Policy.Reason, "made this same call 5 times") || errType(res) != events.ErrUserCancelled {
+			t.Fatalf("the fifth run, in workspace %s: %s %s %q (%q), want asked as the fifth repeat and cancelled", workspace, verdictOf(res), errType(res), res.LLMContent, res.Policy.Reason)
+		}
+		if n := on.counts.Heard(); n < 2 {
+			t.Errorf("executor %s heard %d count messages, want those of 2 calls at least", on.id.ID, n)
+		}
 	}
 }
 
@@ -280,18 +340,16 @@ func TestAnotherPrincipalsSessionNameCountsApart(t *testing.T) {
 	}
 }
 
-// TestSessionCountsFailClosed: when the counters cannot be had (the
-// stream is gone: bus trouble), a call is not judged and does not run,
-// and says why, whether its caller names a session or not.
+// TestSessionCountsFailClosed: when the counts cannot be had (the
+// counters are closed), a call is not judged and does not run, and says
+// why, whether its caller names a session or not.
 func TestSessionCountsFailClosed(t *testing.T) {
 	e := newEnv(t)
 	os.WriteFile(filepath.Join(e.ws.Root(), "secret.txt"), []byte("SECRET\n"), 0o644)
 	if res := e.call(t, "read_file", `{"file_path":"README.md"}`); res.Error != nil {
 		t.Fatalf("read with the counters there: %s %q", errType(res), res.LLMContent)
 	}
-	if err := e.bus.JetStream().DeleteStream(context.Background(), events.SessionStream); err != nil {
-		t.Fatal(err)
-	}
+	e.exec.counts.Close()
 	res := e.call(t, "read_file", `{"file_path":"secret.txt"}`)
 	if errType(res) != events.ErrExecutionFailed || !strings.Contains(res.LLMContent, "could not count this session's calls") || strings.Contains(res.LLMContent, "SECRET") || res.Policy != nil {
 		t.Fatalf("a session's read without counters: %s %q (policy %+v), want %s: could not count", errType(res), res.LLMContent, res.Policy, events.ErrExecutionFailed)
@@ -311,9 +369,7 @@ func TestNoCountsForAPolicyThatReadsNone(t *testing.T) {
 	}
 	e := newEnv(t, func(c *Config) { c.Policy = pol })
 	// With no counters to be had, a call that needed them would fail.
-	if err := e.bus.JetStream().DeleteStream(context.Background(), events.SessionStream); err != nil {
-		t.Fatal(err)
-	}
+	e.exec.counts.Close()
 	for i := range 2 {
 		res := e.call(t, "read_file", `{"file_path":"README.md"}`)
 		if res.Error != nil || res.Policy.Cached != (i == 1) {
@@ -417,19 +473,23 @@ func TestCallsWithoutASessionHaveABudget(t *testing.T) {
 	}
 }
 
-// TestRepeatsCountTheWindowBefore: a call reads the counter of its own
+// TestRepeatsCountTheWindowBefore: a call reads the count of its own
 // window, which the calls of the window before wrote to as their next:
-// the repeats a call sees are those of one window at least.
+// the repeats a call sees are those of one window at least. Each count
+// is kept to the end of the window that reads it.
 func TestRepeatsCountTheWindowBefore(t *testing.T) {
 	at := time.Unix(1_800_000_000, 0).Truncate(repeatWindow)
 	for _, d := range []time.Duration{0, time.Second, repeatWindow - time.Nanosecond} {
-		current, next := repeatCounters("k", at.Add(d))
-		later, _ := repeatCounters("k", at.Add(d+repeatWindow))
-		if later != next || current == next {
-			t.Errorf("a call at +%s writes %s and %s; one a window later reads %s, want the first's next", d, current, next, later)
+		current, next := repeatCounts("k", at.Add(d))
+		later, _ := repeatCounts("k", at.Add(d+repeatWindow))
+		if later.Key != next.Key || current.Key == next.Key {
+			t.Errorf("a call at +%s writes %s and %s; one a window later reads %s, want the first's next", d, current.Key, next.Key, later.Key)
 		}
-		if other, _ := repeatCounters("other", at.Add(d)); other == current {
-			t.Errorf("two calls share the counter %s", current)
+		if !current.Until.Equal(at.Add(repeatWindow)) || !next.Until.Equal(at.Add(2*repeatWindow)) {
+			t.Errorf("a call at +%s keeps its counts until %s and %s, want the ends of their windows", d, current.Until, next.Until)
+		}
+		if other, _ := repeatCounts("other", at.Add(d)); other.Key == current.Key {
+			t.Errorf("two calls share the count %s", current.Key)
 		}
 	}
 }

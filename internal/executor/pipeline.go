@@ -752,7 +752,7 @@ func (c *call) countSession(pol *policy.Policy, args map[string]any) *stop {
 	case c.ctx.Err() != nil: // cancelled by id, or the executor stopping
 		return &stop{events.ErrCancelled, fmt.Sprintf("The call was cancelled before it was judged (%v); it was not run.", context.Cause(c.ctx))}
 	}
-	return &stop{events.ErrExecutionFailed, fmt.Sprintf("The executor could not count this session's calls on the bus, which the policy judges the call by, so the call was not judged or run: %v", err)}
+	return &stop{events.ErrExecutionFailed, fmt.Sprintf("The executor could not count this session's calls, which the policy judges the call by, so the call was not judged or run: %v", err)}
 }
 
 // holdDecision keeps the encoded decision event for the result's record

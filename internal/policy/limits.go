@@ -43,6 +43,11 @@ type Limit struct {
 	// Calls and Bytes (of arguments) are allowed per interval Per.
 	Calls, Bytes int64
 	Per          time.Duration
+	// Exact asks that a rate hold exactly across the fleet: counted on
+	// the bus, one round trip a call, instead of by each executor from
+	// what the others tell it, which may let a few calls past the limit
+	// (docs/fleet.md says how many).
+	Exact bool
 	// Concurrent is how many such calls may run at once.
 	Concurrent int
 	// Queue, when above 0, is how many calls may wait for a slot, each
@@ -89,6 +94,7 @@ func limitOf(v ast.Value) (Limit, error) {
 	var key []string
 	var per string
 	var queue ast.Object
+	exact := false
 	kinds := 0
 	for _, k := range o.Keys() {
 		name, _ := k.Value.(ast.String)
@@ -126,6 +132,12 @@ func limitOf(v ast.Value) (Limit, error) {
 			if queue, ok = val.(ast.Object); !ok {
 				return l, fmt.Errorf("queue must be an object {\"max\": N, \"wait\": \"30s\"}")
 			}
+		case "exact":
+			b, ok := val.(ast.Boolean)
+			if !ok {
+				return l, fmt.Errorf("exact must be true or false")
+			}
+			exact = bool(b)
 		default:
 			return l, fmt.Errorf("unknown field %s", k)
 		}
@@ -145,6 +157,9 @@ func limitOf(v ast.Value) (Limit, error) {
 		if per != "" {
 			return l, fmt.Errorf("per is for calls and bytes, not concurrent")
 		}
+		if exact {
+			return l, fmt.Errorf("exact is for calls and bytes: calls at once are counted exactly always")
+		}
 		if queue != nil {
 			if err := l.queueOf(queue); err != nil {
 				return l, err
@@ -158,7 +173,7 @@ func limitOf(v ast.Value) (Limit, error) {
 		if err != nil || d < minLimitPer || d > MaxLimitPer {
 			return l, fmt.Errorf("per must be a duration from %s to %s, such as \"1m\"", minLimitPer, MaxLimitPer)
 		}
-		l.Per = d
+		l.Per, l.Exact = d, exact
 	}
 	l.ID = limitID(&l, key)
 	return l, nil

@@ -17,13 +17,15 @@ func TestLimitsComeWithTheDecision(t *testing.T) {
 limits contains {"name": "per agent", "key": ["agent", input.caller.agent], "calls": 3, "per": "1m"}
 limits contains {"name": "at once", "key": "all", "concurrent": 2, "queue": {"max": 5, "wait": "30s"}}
 limits contains {"name": "bytes", "key": [input.tool.name], "bytes": 100, "per": "1h"} if input.tool.kind == "edit"
+limits contains {"name": "exactly", "key": "all", "calls": 10, "per": "1h", "exact": true}
+limits contains {"name": "not exactly", "key": "all", "bytes": 10, "per": "1h", "exact": false}
 `})
 	if err != nil {
 		t.Fatal(err)
 	}
 	d := p.Decide(ctx, &Input{Tool: ToolInput{Name: "read_file", Kind: events.KindRead}, Caller: events.Identity{ID: "a", Agent: "x"}})
-	if d.Verdict != events.Allow || len(d.Limits) != 2 {
-		t.Fatalf("got %s %q with %+v, want ALLOW with 2 limits", d.Verdict, d.Reason, d.Limits)
+	if d.Verdict != events.Allow || len(d.Limits) != 4 {
+		t.Fatalf("got %s %q with %+v, want ALLOW with 4 limits", d.Verdict, d.Reason, d.Limits)
 	}
 	by := map[string]Limit{}
 	for _, l := range d.Limits {
@@ -37,6 +39,11 @@ limits contains {"name": "bytes", "key": [input.tool.name], "bytes": 100, "per":
 	}
 	if l := by["at once"]; l.Concurrent != 2 || l.Queue != 5 || l.QueueWait != 30*time.Second {
 		t.Errorf("at once: %+v", l)
+	}
+	for name, want := range map[string]bool{"per agent": false, "exactly": true, "not exactly": false} {
+		if l := by[name]; l.Exact != want {
+			t.Errorf("%s: exact %v, want %v", name, l.Exact, want)
+		}
 	}
 	// Another agent's calls are counted apart; the same agent's together.
 	other := p.Decide(ctx, &Input{Tool: ToolInput{Name: "read_file", Kind: events.KindRead}, Caller: events.Identity{ID: "a", Agent: "y"}})
@@ -93,6 +100,8 @@ func TestMalformedLimitsFailClosed(t *testing.T) {
 		{"per on concurrent", `limits contains {"name": "n", "key": "k", "concurrent": 1, "per": "1m"}`, "per is for"},
 		{"queue without wait", `limits contains {"name": "n", "key": "k", "concurrent": 1, "queue": {"max": 1}}`, "queue needs"},
 		{"queue wait too long", `limits contains {"name": "n", "key": "k", "concurrent": 1, "queue": {"max": 1, "wait": "1h"}}`, "queue.wait"},
+		{"exact not a boolean", `limits contains {"name": "n", "key": "k", "calls": 1, "per": "1m", "exact": "yes"}`, "exact must be true or false"},
+		{"exact on concurrent", `limits contains {"name": "n", "key": "k", "concurrent": 1, "exact": true}`, "exact is for calls and bytes"},
 		{"error in the rule", `limits contains {"name": "n", "key": "k", "calls": to_number("many"), "per": "1m"}`, "policy error"},
 	}
 	for _, tt := range tests {
