@@ -76,15 +76,13 @@ func TestParallelLargeReadsGetOneResultEach(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	kept, unchecked := 0, 0
+	kept := 0
 	for i, res := range results {
 		if res == nil {
 			continue
 		}
-		if res.Error != nil && res.Error.Type == events.ErrExecutionFailed && strings.Contains(res.Error.Message, "could not check that invocation id") {
-			unchecked++
-			continue
-		}
+		// No call is refused for the bus's slowness: nothing on its way
+		// waits for a fleet-wide write but its own record.
 		if res.Error != nil {
 			t.Errorf("call %d: %s %s", i, res.Error.Type, res.Error.Message)
 			continue
@@ -96,10 +94,7 @@ func TestParallelLargeReadsGetOneResultEach(t *testing.T) {
 			kept++
 		}
 	}
-	t.Logf("%d of %d whole outputs kept in the object store; %d calls refused unrun, their ids unchecked", kept, calls, unchecked)
-	if unchecked > calls/4 {
-		t.Errorf("%d of %d calls were refused because their ids could not be checked", unchecked, calls)
-	}
+	t.Logf("%d of %d whole outputs kept in the object store", kept, calls)
 	waitIdle(t, e.exec)
 	ids := make([]string, calls)
 	for i := range ids {
