@@ -151,6 +151,13 @@ func TestCountsAreForgottenAtTheirEnd(t *testing.T) {
 	if v := a.Value("w"); v != 0 {
 		t.Errorf("w is %d at its end, want 0", v)
 	}
+	// Nor is a limit held to a count forgotten.
+	if counts, over := add(t, a, Increment{Key: "w", N: 1, Until: now.Add(time.Minute), Most: 1}); over != -1 || counts[0] != 1 {
+		t.Errorf("w at its end, counted against a limit of 1: %v over %d, want 1 within it", counts, over)
+	}
+	a.mu.Lock()
+	a.keys["w"].n, a.keys["w"].until = 0, 0
+	a.mu.Unlock()
 	window.Until = now.Add(time.Minute)
 	if counts, _ := add(t, a, window); counts[0] != 1 {
 		t.Errorf("w counted anew is %d, want 1", counts[0])
@@ -192,14 +199,53 @@ func TestCountsAreForgottenAtTheirEnd(t *testing.T) {
 	}
 }
 
+// checkOrder fails the test unless f's entries, from the oldest, are
+// the keys of want, each linked both ways, and none other.
+func checkOrder(t *testing.T, f *Fleet, want ...string) {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var got []string
+	var prev *entry
+	for e := f.oldest; e != nil && len(got) <= len(f.keys); e = e.newer {
+		if e.older != prev || f.keys[e.key] != e {
+			t.Fatalf("the list is broken at %s (after %v)", e.key, got)
+		}
+		got, prev = append(got, e.key), e
+	}
+	if f.newest != prev || len(got) != len(f.keys) || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("from the oldest: %v (%d keys), want %v", got, len(f.keys), want)
+	}
+}
+
 // TestPastMaxKeysTheOldestIsDropped: the count changed longest ago is
 // dropped to make room, and counts from zero again.
 func TestPastMaxKeysTheOldestIsDropped(t *testing.T) {
 	conns := connections(t, 1)
 	a := open(t, conns[0], "executor@a", 3)
+	for _, step := range []struct {
+		key   string
+		order []string
+	}{
+		{"k1", []string{"k1"}},
+		{"k1", []string{"k1"}},
+		{"k2", []string{"k1", "k2"}},
+		{"k2", []string{"k1", "k2"}},
+		{"k3", []string{"k1", "k2", "k3"}},
+		{"k2", []string{"k1", "k3", "k2"}},
+		{"k1", []string{"k3", "k2", "k1"}},
+		{"k3", []string{"k2", "k1", "k3"}},
+	} {
+		add(t, a, inc(step.key, 1))
+		checkOrder(t, a, step.order...)
+	}
+	a.mu.Lock()
+	a.keys, a.newest, a.oldest = map[string]*entry{}, nil, nil
+	a.mu.Unlock()
 	for _, k := range []string{"k1", "k2", "k3", "k1", "k4"} {
 		add(t, a, inc(k, 1))
 	}
+	checkOrder(t, a, "k3", "k1", "k4")
 	for k, want := range map[string]int64{"k1": 2, "k2": 0, "k3": 1, "k4": 1} {
 		if v := a.Value(k); v != want {
 			t.Errorf("%s is %d, want %d", k, v, want)
@@ -210,6 +256,38 @@ func TestPastMaxKeysTheOldestIsDropped(t *testing.T) {
 	}
 	if v := a.Value("k3"); v != 0 {
 		t.Errorf("k3, now the oldest, is %d, want dropped", v)
+	}
+	checkOrder(t, a, "k1", "k4", "k2")
+	// What is forgotten already goes first, wherever it is.
+	var mu sync.Mutex
+	now := time.Now()
+	a.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	add(t, a, Increment{Key: "short", N: 1, Until: now.Add(time.Minute)})
+	checkOrder(t, a, "k4", "k2", "short")
+	add(t, a, inc("k4", 1))
+	mu.Lock()
+	now = now.Add(2 * time.Minute)
+	mu.Unlock()
+	add(t, a, inc("k2", 1))
+	add(t, a, inc("k5", 1))
+	checkOrder(t, a, "k4", "k2", "k5")
+}
+
+// TestATakenBackCountIsTakenBackEverywhere: a refused call's increments,
+// taken back, are taken back from the other executors' counts too.
+func TestATakenBackCountIsTakenBackEverywhere(t *testing.T) {
+	conns := connections(t, 2)
+	a, b := open(t, conns[0], "executor@a", 0), open(t, conns[1], "executor@b", 0)
+	add(t, a, inc("k", 3))
+	if counts, _ := add(t, a, inc("k", -2)); counts[0] != 1 {
+		t.Errorf("k taken back is %d here, want 1", counts[0])
+	}
+	heardAtLeast(t, b, 2)
+	if v := b.Value("k"); v != 1 {
+		t.Errorf("k is %d where it was told, want 1", v)
+	}
+	if counts, _ := add(t, a, inc("k", -5)); counts[0] != 0 {
+		t.Errorf("k taken back past zero is %d, want 0", counts[0])
 	}
 }
 
@@ -240,7 +318,12 @@ func TestClosedCountersCountNothing(t *testing.T) {
 func TestBadIncrementsAndMessagesAreRefused(t *testing.T) {
 	conns := connections(t, 2)
 	a := open(t, conns[0], "executor@a", 0)
-	for _, in := range []Increment{inc("", 1), inc("a b", 1), inc("k", 0), inc("k", events.MaxCountN+1)} {
+	for _, in := range []Increment{inc("k", events.MaxCountN), inc("k", -events.MaxCountN)} {
+		if _, _, err := a.Add(in); err != nil {
+			t.Errorf("Add(%q, %d): %v", in.Key, in.N, err)
+		}
+	}
+	for _, in := range []Increment{inc("", 1), inc("a b", 1), inc("k", 0), inc("k", events.MaxCountN+1), inc("k", -events.MaxCountN-1)} {
 		if _, _, err := a.Add(in); err == nil {
 			t.Errorf("Add(%q, %d) made", in.Key, in.N)
 		}

@@ -17,6 +17,13 @@ func TestDecodeCountedChecksTheBounds(t *testing.T) {
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("got %+v, want %+v", c, want)
 	}
+	// At the bounds, and every kind of byte a key may hold.
+	most := `{"v":1,"from":"` + strings.Repeat("x", MaxCountFrom) + `","adds":[` +
+		strings.TrimSuffix(strings.Repeat(`{"k":"azAZ09._-","n":1099511627776,"until":1},`, MaxCountAdds-1), ",") +
+		`,{"k":"` + strings.Repeat("k", MaxCountKey) + `","n":-1099511627776,"until":1}]}`
+	if c, err := DecodeCounted([]byte(most)); err != nil || len(c.Adds) != MaxCountAdds {
+		t.Errorf("a count at every bound: %v", err)
+	}
 	adds := strings.Repeat(`{"k":"k","n":1,"until":1},`, MaxCountAdds+1)
 	for _, tt := range []struct {
 		name, data string
@@ -35,9 +42,27 @@ func TestDecodeCountedChecksTheBounds(t *testing.T) {
 		{"zero", `{"v":1,"from":"x","adds":[{"k":"k","n":0,"until":1}]}`, ErrInvalid},
 		{"too much", `{"v":1,"from":"x","adds":[{"k":"k","n":-1099511627777,"until":1}]}`, ErrInvalid},
 		{"no end", `{"v":1,"from":"x","adds":[{"k":"k","n":1}]}`, ErrInvalid},
+		{"an end before 1970", `{"v":1,"from":"x","adds":[{"k":"k","n":1,"until":-1}]}`, ErrInvalid},
+		{"too much more", `{"v":1,"from":"x","adds":[{"k":"k","n":1099511627777,"until":1}]}`, ErrInvalid},
 	} {
 		if _, err := DecodeCounted([]byte(tt.data)); !errors.Is(err, tt.want) {
 			t.Errorf("%s: %v, want %v", tt.name, err, tt.want)
+		}
+	}
+}
+
+// TestCountKeysAreTokens: a key is letters, digits, '.', '_' and '-',
+// never a byte next to them, so that it is a subject token and no
+// wildcard.
+func TestCountKeysAreTokens(t *testing.T) {
+	for _, c := range "azAZ09._-" {
+		if !ValidCountKey("k" + string(c)) {
+			t.Errorf("%q refused", c)
+		}
+	}
+	for _, c := range "`{@[/:*> \x00\x7f" {
+		if ValidCountKey("k" + string(c)) {
+			t.Errorf("%q taken", c)
 		}
 	}
 }
