@@ -32,8 +32,10 @@ func TestBusNodesMakeACluster(t *testing.T) {
 		nodes = append(nodes, startDaemon(t, "bus", "--listen", clients[i], "--data", t.TempDir(), "--cluster-name", "fleet",
 			"--cluster-listen", routesAt[i], "--routes", strings.Join(routes, ","), "--server-name", "node"+string(rune('1'+i))))
 	}
-	for _, c := range clients {
-		waitTCP(t, c)
+	// Each node says it listens once the cluster's JetStream answers,
+	// which takes a quorum: all three are started first.
+	for _, n := range nodes {
+		n.waitLog(t, "bus listening")
 	}
 	url := func(i int) string { return "nats://" + clients[i] }
 	all := url(0) + "," + url(1) + "," + url(2)

@@ -503,15 +503,3 @@ func freeAddr(t *testing.T) string {
 	defer l.Close()
 	return l.Addr().String()
 }
-
-func waitTCP(t *testing.T, addr string) {
-	t.Helper()
-	testkit.Eventually(t, "something listens on "+addr, func() bool {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			return false
-		}
-		c.Close()
-		return true
-	})
-}
