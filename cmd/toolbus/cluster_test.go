@@ -20,6 +20,7 @@ import (
 // keep three copies; a node that is stopped leaves a fleet that still
 // answers through the others.
 func TestBusNodesMakeACluster(t *testing.T) {
+	t.Parallel()
 	testkit.Heavy(t, "a 3-node cluster of processes")
 	clients := []string{freeAddr(t), freeAddr(t), freeAddr(t)}
 	routesAt := []string{freeAddr(t), freeAddr(t), freeAddr(t)}

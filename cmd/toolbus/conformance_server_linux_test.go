@@ -105,14 +105,12 @@ type conformanceTarget struct {
 // names; and DNS-rebinding protection, which is toolbus's own endpoint's,
 // must pass through toolbus whatever the server does.
 func TestConformanceServer(t *testing.T) {
+	t.Parallel()
 	node22 := npmpeer.Require(t, npmpeer.Node22)
 	suites := []conformanceSuite{
 		{"0.1.16", npmpeer.Require(t, npmpeer.Conformance)},
 		{"0.2.0-alpha.12", npmpeer.Require(t, npmpeer.Conformance2026)},
 	}
-	// The suite sends no token: a proxy of the test's adds the default
-	// client's (tokenProxy).
-	t.Setenv(mcpTokenEnv, "")
 
 	srv := conformanceserver.Start(t)
 	var fixtures []string
@@ -148,7 +146,9 @@ func startUpWithSource(t *testing.T, name, url string, tools []string) string {
 	t.Helper()
 	mcpJSON := writeFile(t, ".mcp.json", fmt.Sprintf(`{"mcpServers": {%q: {"type": "http", "url": %q, "trust": true}}}`, name, url))
 	data := t.TempDir()
-	up := startDaemon(t, "toolbus", "up", "--listen", "127.0.0.1:0", "--data", data, "--workspace", t.TempDir(),
+	// The suite sends no token: a proxy of the test's adds the default
+	// client's (tokenProxy), and no other client is admitted.
+	up := startDaemonWith(t, []string{mcpTokenEnv + "="}, "toolbus", "up", "--listen", "127.0.0.1:0", "--data", data, "--workspace", t.TempDir(),
 		"--console", "off", "--mcp-listen", "127.0.0.1:0", "--mcp-config", mcpJSON)
 	nats := busURL(t, up.waitLine(t, "bus:"))
 	direct, token := upEndpointOf(t, up.waitLine(t, "mcp serve:"), data)
