@@ -53,16 +53,22 @@ func run(args []string) error {
 	}
 	ctx, stop := cli.SignalContext()
 	defer stop()
-	b, err := cli.Connect(ctx, *natsURL, "toolbus-executor", log)
-	if err != nil {
-		return err
-	}
-	defer cli.Close(b)
-	m, stopMetrics, err := cli.StartMetrics(*metricsAddr, "executor", b, log)
+	// Served while it waits for the bus: /healthz answers, and /readyz
+	// says it is still connecting.
+	m, stopMetrics, err := cli.ServeMetrics(*metricsAddr, "executor", log)
 	if err != nil {
 		return err
 	}
 	defer stopMetrics()
+	b, err := cli.ConnectWaiting(ctx, *natsURL, "toolbus-executor", log)
+	if errors.Is(err, cli.ErrStopped) {
+		log.Info("executor stopped", "err", err)
+		return nil
+	} else if err != nil {
+		return err
+	}
+	defer cli.Close(b)
+	cli.WatchBus(m, b)
 	identity := cli.ExecutorIdentity(*id, b.Principal())
 	cfg := executor.Config{Identity: identity, Observer: m, WorkspaceName: *workspaceName,
 		Timeout: *timeout, ConfirmTimeout: *confirmTimeout, Logger: log}

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -40,16 +41,22 @@ func run(natsURL, settingsPath, logLevel, metricsAddr string) error {
 	}
 	ctx, stop := cli.SignalContext()
 	defer stop()
-	b, err := cli.Connect(ctx, natsURL, "toolbus-registry", log)
-	if err != nil {
-		return err
-	}
-	defer cli.Close(b)
-	_, stopMetrics, err := cli.StartMetrics(metricsAddr, "registry", b, log)
+	// Served while it waits for the bus: /healthz answers, and /readyz
+	// says it is still connecting.
+	m, stopMetrics, err := cli.ServeMetrics(metricsAddr, "registry", log)
 	if err != nil {
 		return err
 	}
 	defer stopMetrics()
+	b, err := cli.ConnectWaiting(ctx, natsURL, "toolbus-registry", log)
+	if errors.Is(err, cli.ErrStopped) {
+		log.Info("registry stopped", "err", err)
+		return nil
+	} else if err != nil {
+		return err
+	}
+	defer cli.Close(b)
+	cli.WatchBus(m, b)
 	svc, err := registry.Start(ctx, b.Conn(), b.JetStream(), registry.Config{
 		Settings: regSettings, Identity: cli.Identity("registry"), Logger: log})
 	if err != nil {

@@ -173,9 +173,9 @@ decision := {"verdict": "ALLOW", "reason": "anything goes", "remember": false}
 func TestAuditVerifyNamesALostStart(t *testing.T) {
 	t.Parallel()
 	addr, data := freeAddr(t), t.TempDir()
-	startDaemon(t, "bus", "--listen", addr, "--data", data, "--audit-max-bytes", "65536", "--audit-checkpoint", "100ms")
+	busd := startDaemon(t, "bus", "--listen", addr, "--data", data, "--audit-max-bytes", "65536", "--audit-checkpoint", "100ms")
 	url := "nats://" + addr
-	waitTCP(t, addr)
+	busd.waitLog(t, "bus listening")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	// A plain connection, which makes no stream: one made by a part that

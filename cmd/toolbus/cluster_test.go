@@ -20,6 +20,7 @@ import (
 // keep three copies; a node that is stopped leaves a fleet that still
 // answers through the others.
 func TestBusNodesMakeACluster(t *testing.T) {
+	t.Parallel()
 	testkit.Heavy(t, "a 3-node cluster of processes")
 	clients := []string{freeAddr(t), freeAddr(t), freeAddr(t)}
 	routesAt := []string{freeAddr(t), freeAddr(t), freeAddr(t)}
@@ -32,8 +33,10 @@ func TestBusNodesMakeACluster(t *testing.T) {
 		nodes = append(nodes, startDaemon(t, "bus", "--listen", clients[i], "--data", t.TempDir(), "--cluster-name", "fleet",
 			"--cluster-listen", routesAt[i], "--routes", strings.Join(routes, ","), "--server-name", "node"+string(rune('1'+i))))
 	}
-	for _, c := range clients {
-		waitTCP(t, c)
+	// Each node says it listens once the cluster's JetStream answers,
+	// which takes a quorum: all three are started first.
+	for _, n := range nodes {
+		n.waitLog(t, "bus listening")
 	}
 	url := func(i int) string { return "nats://" + clients[i] }
 	all := url(0) + "," + url(1) + "," + url(2)

@@ -27,6 +27,7 @@ import (
 // stopped calls go on through the others. The fleet is torn down, also on
 // failure, and leaves no container, network or volume of its project.
 func TestComposeFleetInContainers(t *testing.T) {
+	t.Parallel()
 	engine := podman.Require(t, "../../deploy/containers.conf")
 	run := func(name string, args ...string) (string, error) {
 		t.Helper()

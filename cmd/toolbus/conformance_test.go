@@ -28,6 +28,7 @@ var passedLine = regexp.MustCompile(`Passed: (\d+)/(\d+), (\d+) failed, (\d+) wa
 // A scenario whose server the client never initialised counts 0/0 checks
 // and still says PASSED, so the test wants at least one check, all passed.
 func TestConformanceClient(t *testing.T) {
+	t.Parallel()
 	node22, suite := npmpeer.Require(t, npmpeer.Node22), npmpeer.Require(t, npmpeer.Conformance)
 	script, err := filepath.Abs(filepath.Join("..", "..", "scripts", "conformance-client.sh"))
 	if err != nil {

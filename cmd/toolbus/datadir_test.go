@@ -54,7 +54,7 @@ func TestOneProcessOwnsADataDir(t *testing.T) {
 
 	addr := freeAddr(t)
 	busd := startDaemon(t, "bus", "--listen", addr, "--data", data)
-	waitTCP(t, addr)
+	busd.waitLog(t, "bus listening")
 	busd.stop(t)
 }
 
@@ -66,7 +66,7 @@ func TestARefusedUpTouchesNothing(t *testing.T) {
 	data := t.TempDir()
 	addr := freeAddr(t)
 	busd := startDaemon(t, "bus", "--listen", addr, "--data", data)
-	waitTCP(t, addr)
+	busd.waitLog(t, "bus listening") // it holds the dir
 	before := listDir(t, data)
 	d := startDaemon(t, "toolbus", "up", "--listen", "127.0.0.1:0", "--data", data, "--workspace", t.TempDir(), "--console", "off", "--mcp-listen", "off")
 	if err := <-d.done; err == nil {

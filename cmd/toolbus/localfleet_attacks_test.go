@@ -78,6 +78,7 @@ var probeSaw = regexp.MustCompile(`seeds refused \([^)]*Permission denied\); bus
 // background shell, the MCP facade's other clients, and calls that name
 // no session escaping the loop guards. Each is refused.
 func TestLocalFleetAttacks(t *testing.T) {
+	t.Parallel()
 	f, _ := startLocalFleet(t, func(f *localFleet) {
 		ws1 := filepath.Join(f.dir, "ws1")
 		// The code lives in the workspace, where the agent's edits

@@ -128,6 +128,7 @@ func startLocalFleet(t *testing.T, prepare func(f *localFleet)) (*localFleet, st
 // registry, two executors and the console as local processes; a call
 // works through every node; stop ends every process it started.
 func TestLocalFleetScript(t *testing.T) {
+	t.Parallel()
 	f, out := startLocalFleet(t, func(f *localFleet) {
 		dir := f.dir
 		// A log an earlier run left readable by all, which the next run

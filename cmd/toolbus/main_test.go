@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -59,9 +60,71 @@ func bin(name string) string { return filepath.Join(binDir, name) }
 // daemon is a long-running command; its output is collected until it ends.
 type daemon struct {
 	cmd    *exec.Cmd
-	lines  chan string
-	output bytes.Buffer
+	lines  chan string // stdout, a line at a time
+	output logOutput   // stderr, the log
 	done   chan error
+}
+
+// logOutput is a daemon's stderr as it comes, which a test may read, or
+// wait on for a line, while the daemon writes it.
+type logOutput struct {
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	written chan struct{} // closed and replaced at each write
+}
+
+func (o *logOutput) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.written != nil {
+		close(o.written)
+		o.written = nil
+	}
+	return o.buf.Write(p)
+}
+
+func (o *logOutput) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.String()
+}
+
+// next is what was written so far and a channel closed at the next write.
+func (o *logOutput) next() (string, <-chan struct{}) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.written == nil {
+		o.written = make(chan struct{})
+	}
+	return o.buf.String(), o.written
+}
+
+// logWait bounds waitLog's wait, a guard against a test hanging, not a
+// measurement: a daemon that ends before it logs what was waited for
+// fails the wait at once.
+const logWait = 2 * time.Minute
+
+// waitLog waits until the daemon has logged a line containing s, and
+// returns that line.
+func (d *daemon) waitLog(t *testing.T, s string) string {
+	t.Helper()
+	timeout := time.After(logWait)
+	for {
+		out, written := d.output.next()
+		for _, line := range strings.Split(out, "\n") {
+			if strings.Contains(line, s) {
+				return line
+			}
+		}
+		select {
+		case <-written:
+		case err := <-d.done:
+			d.done <- err // for stop and the cleanup
+			t.Fatalf("%s ended (%v) before logging %q; stderr:\n%s", d.cmd.Path, err, s, d.output.String())
+		case <-timeout:
+			t.Fatalf("%s did not log %q within %s; stderr:\n%s", d.cmd.Path, s, logWait, d.output.String())
+		}
+	}
 }
 
 func startDaemon(t *testing.T, name string, args ...string) *daemon {
@@ -365,12 +428,12 @@ func TestCommandLineMistakes(t *testing.T) {
 }
 
 // TestFleetDaemons runs the bus and the registry as separate processes, a
-// provider registering from this process, and the CLI reading.
+// provider registering from this process, and the CLI reading. The
+// registry starts before the bus, and waits for it however long it takes;
+// an executor told to stop while it waits for a bus stops cleanly.
 func TestFleetDaemons(t *testing.T) {
 	addr := freeAddr(t)
-	busd := startDaemon(t, "bus", "--listen", addr, "--data", t.TempDir())
 	url := "nats://" + addr
-	waitTCP(t, addr)
 	settings := filepath.Join(t.TempDir(), "settings.json")
 	os.WriteFile(settings, []byte(`{
 		// Gemini CLI settings, comments and all
@@ -378,6 +441,14 @@ func TestFleetDaemons(t *testing.T) {
 		"theme": "Default"
 	}`), 0o644)
 	regd := startDaemon(t, "registry", "--nats", url, "--settings", settings)
+	regd.waitLog(t, "waiting for the bus")
+	busd := startDaemon(t, "bus", "--listen", addr, "--data", t.TempDir())
+	busd.waitLog(t, "bus listening")
+	regd.waitLog(t, "registry running")
+
+	idle := startDaemon(t, "executor", "--nats", "nats://"+freeAddr(t), "--workspace", t.TempDir())
+	idle.waitLog(t, "waiting for the bus")
+	idle.stop(t)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -387,14 +458,6 @@ func TestFleetDaemons(t *testing.T) {
 	}
 	defer provider.Close(ctx)
 	c := registry.NewClient(provider.Conn(), events.Identity{ID: "exec@test", Role: "provider"})
-	for {
-		if err := c.Ping(ctx); err == nil {
-			break
-		} else if ctx.Err() != nil {
-			t.Fatalf("registry never came up: %v\n%s", err, regd.output.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 	if _, err := c.Register(ctx, &events.RegisterRequest{Provider: "exec@test", Source: events.SourceBuiltin, Tools: builtin.Specs()}); err != nil {
 		t.Fatal(err)
 	}
@@ -415,6 +478,7 @@ func TestFleetDaemons(t *testing.T) {
 	ws := t.TempDir()
 	os.WriteFile(filepath.Join(ws, "hello.txt"), []byte("hello from the fleet\n"), 0o644)
 	execd := startDaemon(t, "executor", "--nats", url, "--workspace", ws, "--workspace-name", "fleet", "--id", "executor@fleet-test")
+	execd.waitLog(t, "executor running") // it has registered its tools
 	var out, errOut string
 	var code int
 	if !testkit.Poll(30*time.Second, func() bool {
@@ -438,16 +502,4 @@ func freeAddr(t *testing.T) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
-}
-
-func waitTCP(t *testing.T, addr string) {
-	t.Helper()
-	testkit.Eventually(t, "something listens on "+addr, func() bool {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			return false
-		}
-		c.Close()
-		return true
-	})
 }

@@ -152,6 +152,7 @@ func runGemini(t *testing.T, model *fakegemini.Server, name string, server gemin
 // server-everything: the model calls echo, the CLI runs it over MCP, and
 // the echo's text comes back to the model, then out as the final answer.
 func TestGeminiEverything(t *testing.T) {
+	t.Parallel()
 	node, args := npmpeer.EverythingStdio(t)
 	model := fakegemini.Start(t, fakegemini.Script{
 		Tool:  "mcp_everything_echo",
@@ -287,6 +288,7 @@ func checkInspectorEverything(t *testing.T, target []string) {
 // TestInspectorEverything proves the Inspector harness against
 // server-everything, over stdio and over streamable HTTP.
 func TestInspectorEverything(t *testing.T) {
+	t.Parallel()
 	t.Run("stdio", func(t *testing.T) {
 		node, args := npmpeer.EverythingStdio(t)
 		checkInspectorEverything(t, append([]string{node}, args...))
@@ -321,11 +323,9 @@ func startPeerFleet(t *testing.T) *peerFleet {
 		t.Fatal(err)
 	}
 	f := &peerFleet{token: "peer-token-" + strings.ReplaceAll(t.Name(), "/", "-")}
-	// startDaemon passes the test's environment on.
-	t.Setenv(mcpTokenEnv, f.token)
 	data := t.TempDir()
 	f.developer = filepath.Join(data, "identities", "developer.nk")
-	f.up = startDaemon(t, "toolbus", "up", "--listen", "127.0.0.1:0", "--data", data, "--workspace", ws,
+	f.up = startDaemonWith(t, []string{mcpTokenEnv + "=" + f.token}, "toolbus", "up", "--listen", "127.0.0.1:0", "--data", data, "--workspace", ws,
 		"--console", "off", "--mcp-listen", "127.0.0.1:0")
 	f.natsURL = busURL(t, f.up.waitLine(t, "bus:"))
 	line := f.up.waitLine(t, "mcp serve:")
@@ -384,6 +384,7 @@ func (f *peerFleet) invocations(t *testing.T) []*events.Invocation {
 // Inspector's command-line client: `toolbus mcp serve` over stdio, and the
 // streamable HTTP endpoint of `toolbus up` with its token.
 func TestInspectorToolbus(t *testing.T) {
+	t.Parallel()
 	f := startPeerFleet(t)
 	auth := []string{"--header", "Authorization: Bearer " + f.token}
 	for _, transport := range []struct {
@@ -511,6 +512,7 @@ func geminiEvents(t *testing.T, stdout string) []geminiEvent {
 // through the bus and the policy, its result reaches the model, and the
 // audit stream names Gemini CLI as the client.
 func TestGeminiToolbus(t *testing.T) {
+	t.Parallel()
 	f := startPeerFleet(t)
 	server := geminiServer{Command: bin("toolbus"), Args: f.stdio()[1:], Trust: true}
 	for _, tc := range []struct {

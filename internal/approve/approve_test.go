@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/toolbus/toolbus/internal/approve"
+	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
 	"github.com/toolbus/toolbus/internal/policy"
@@ -161,6 +162,17 @@ func TestAnApproverStartedLaterSeesWhatWaits(t *testing.T) {
 	done := call(f, "inv-later", "write_file", `{"file_path":"a.txt","content":"x"}`)
 	early := seat(t, f, "approver:early2")
 	waitFor(t, early, "the request", pending("inv-later"))
+	// Start promises the requests the stream holds; the stream's copy
+	// of one may come a moment after the approvers following the subject
+	// have it.
+	testkit.Eventually(t, "the request in stream "+events.ConfirmStream, func() bool {
+		held := false
+		_, err := bus.Read(context.Background(), f.Bus.JetStream(), events.ConfirmStream, bus.Range{}, func(m *bus.StoredMsg) error {
+			held = held || strings.Contains(string(m.Data), `"inv-later"`)
+			return nil
+		})
+		return err == nil && held
+	})
 
 	late := seat(t, f, "approver:late")
 	if _, ok := func() (approve.Request, bool) { s, _ := late.Snapshot(); return find(s, "inv-later") }(); !ok {

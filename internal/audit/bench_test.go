@@ -26,6 +26,7 @@ import (
 	"github.com/toolbus/toolbus/internal/policy/shell"
 	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/bustest"
+	"github.com/toolbus/toolbus/internal/testkit/measure"
 	defaultpolicy "github.com/toolbus/toolbus/policy"
 )
 
@@ -193,7 +194,7 @@ func defaultPolicy(b *testing.B, extra policy.Files) *policy.Policy {
 }
 
 func BenchmarkList(b *testing.B) {
-	const n = 100_000
+	n := measure.Samples(100_000)
 	bb := bustest.Start(b, "")
 	js := bustest.Connect(b, bb).JetStream()
 	msgs := record(b, bb, n, defaultPolicy(b, nil))
@@ -261,7 +262,7 @@ func rawRead(b *testing.B, js jetstream.JetStream, msgs int) time.Duration {
 //
 //	go test ./internal/audit -run '^$' -bench WhatIf -benchtime 1x
 func BenchmarkWhatIf(b *testing.B) {
-	const n = 100_000
+	n := measure.Samples(100_000)
 	bb := bustest.Start(b, "")
 	js := bustest.Connect(b, bb).JetStream()
 	caller := events.Identity{ID: "agent:bench", Role: "agent", Session: "s1"}

@@ -22,8 +22,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	defaultpolicy "github.com/toolbus/toolbus/policy"
-
 	"github.com/toolbus/toolbus/internal/approve"
 	"github.com/toolbus/toolbus/internal/audit"
 	"github.com/toolbus/toolbus/internal/audit/checkpoint"
@@ -35,10 +33,10 @@ import (
 	"github.com/toolbus/toolbus/internal/executor"
 	"github.com/toolbus/toolbus/internal/identity"
 	"github.com/toolbus/toolbus/internal/invoke"
-	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/registry"
 	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/bustest"
+	"github.com/toolbus/toolbus/internal/testkit/policytest"
 	"github.com/toolbus/toolbus/pkg/toolbus"
 )
 
@@ -101,10 +99,7 @@ func startFleet(t *testing.T) *fleet {
 	starter := proctree.Unconfined() // the tools' own behaviour: the node's tests hold the confinement
 	t.Cleanup(starter.Close)
 	shells := builtin.NewShells(ws, starter)
-	pol, err := policy.Compile(context.Background(), policy.Files(defaultpolicy.Default()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	pol := policytest.Default(t)
 	ex := f.as(t, "executor")
 	f.executor, err = executor.Start(context.Background(), ex.Conn(), ex.JetStream(), executor.Config{
 		Identity: events.Identity{ID: ex.Principal(), Role: "executor"}, IdentitiesEnforced: true,
@@ -820,10 +815,7 @@ func TestForwardedCallsAnswerAnAgentInItsAccount(t *testing.T) {
 	starter := proctree.Unconfined() // the tools' own behaviour: the node's tests hold the confinement
 	t.Cleanup(starter.Close)
 	shells := builtin.NewShells(ws, starter)
-	pol, err := policy.Compile(context.Background(), policy.Files(defaultpolicy.Default()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	pol := policytest.Default(t)
 	ex := f.as(t, "executor2")
 	two, err := executor.Start(context.Background(), ex.Conn(), ex.JetStream(), executor.Config{
 		Identity: events.Identity{ID: ex.Principal(), Role: "executor"}, IdentitiesEnforced: true, WorkspaceName: "two",

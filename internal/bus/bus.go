@@ -149,6 +149,27 @@ func Connect(ctx context.Context, cfg Config) (*Bus, error) {
 	return b, nil
 }
 
+// Unreachable reports whether err, from Connect, says that nothing
+// answered at the bus's address: nothing listening there yet, its name
+// not resolving yet, or a dial or greeting that timed out. A daemon
+// started before its bus tries again on such an error; a refusal of its
+// credentials or a TLS mismatch is not one, and trying again would not
+// change it.
+func Unreachable(err error) bool {
+	var dial *net.OpError
+	var dns *net.DNSError
+	var timeout interface{ Timeout() bool }
+	switch {
+	case errors.Is(err, nats.ErrNoServers), errors.Is(err, nats.ErrTimeout):
+		return true
+	case errors.As(err, &dial) && dial.Op == "dial", errors.As(err, &dns):
+		return true
+	case errors.As(err, &timeout) && timeout.Timeout():
+		return true
+	}
+	return false
+}
+
 // Server is the embedded server b owns, nil when it owns none: another
 // part of the process may connect to it without TCP (Config.Local).
 func (b *Bus) Server() Server { return b.srv }

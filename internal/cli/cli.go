@@ -187,13 +187,74 @@ func ConnectAs(ctx context.Context, url, name, seed string, log *slog.Logger) (*
 	return b, nil
 }
 
+// ConnectWaiting is Connect for a daemon, which may start before its bus
+// (a host's services in any order, containers, a bus restarted): while
+// the bus is unreachable (bus.Unreachable) it logs that it waits, and
+// tries again, less often as the wait grows, until the bus answers or ctx
+// ends; then it fails with ErrStopped. Any other failure, such as
+// credentials the bus refuses, ends it at once.
+func ConnectWaiting(ctx context.Context, url, name string, log *slog.Logger) (*bus.Bus, error) {
+	const (
+		firstRetry = 250 * time.Millisecond
+		maxRetry   = 5 * time.Second
+		// A daemon that waits long says so again now and then, so that
+		// its log shows it still waits and on what.
+		remindEvery = time.Minute
+	)
+	retry := firstRetry
+	var waitingSince, reminded time.Time
+	for {
+		b, err := Connect(ctx, url, name, log)
+		switch {
+		case err == nil:
+			if !waitingSince.IsZero() {
+				log.Info("the bus is reachable", "url", url, "waited", time.Since(waitingSince).Round(time.Second))
+			}
+			return b, nil
+		case ctx.Err() != nil:
+			return nil, fmt.Errorf("%w before the bus at %s was reachable", ErrStopped, url)
+		case !bus.Unreachable(err):
+			return nil, err
+		case waitingSince.IsZero():
+			waitingSince, reminded = time.Now(), time.Now()
+			log.Warn("waiting for the bus: trying again until it answers", "url", url, "err", err)
+		case time.Since(reminded) >= remindEvery:
+			reminded = time.Now()
+			log.Warn("still waiting for the bus", "url", url, "for", time.Since(waitingSince).Round(time.Second), "err", err)
+		}
+		wait := time.NewTimer(retry)
+		select {
+		case <-ctx.Done():
+			wait.Stop()
+			return nil, fmt.Errorf("%w before the bus at %s was reachable", ErrStopped, url)
+		case <-wait.C:
+		}
+		retry = min(2*retry, maxRetry)
+	}
+}
+
+// ErrStopped says a daemon was told to stop (its context ended) before it
+// was running: a stop, not a failure.
+var ErrStopped = errors.New("stopped")
+
+// unwrapConnect says of err, a failure of bus.Connect, only its cause:
+// the caller names the bus. What it wraps stays there (bus.Unreachable).
 func unwrapConnect(err error) error {
 	msg := err.Error()
 	if i := strings.LastIndex(msg, ": "); i >= 0 && strings.HasPrefix(msg, "connect to bus") {
-		return fmt.Errorf("%s", msg[i+2:])
+		return causeError{msg: msg[i+2:], err: err}
 	}
 	return err
 }
+
+// causeError is an error shown by its cause's message alone.
+type causeError struct {
+	msg string
+	err error
+}
+
+func (e causeError) Error() string { return e.msg }
+func (e causeError) Unwrap() error { return e.err }
 
 // IdentityEnv names the seed file a part connects with in a fleet with
 // identities.

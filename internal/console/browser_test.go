@@ -157,6 +157,7 @@ func (tb *tab) screenshot(t *testing.T, name string) {
 // page shows it with its diff, a click allows it, the file is written and
 // the agent gets the result.
 func TestBrowserAllowOnce(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.writeWorkspaceFile(t, "notes.md", "one\ntwo\nthree\nfour\nfive\nsix\nseven\neight\nnine\nten\n")
 	tb := openConsole(t, e)
@@ -216,6 +217,7 @@ func TestBrowserAllowOnce(t *testing.T) {
 
 // TestBrowserDeny: a deny click with a reason cancels the call.
 func TestBrowserDeny(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	tb := openConsole(t, e)
 	c := e.callAsync(t, "inv-deny", "write_file", `{"file_path":"a.txt","content":"x\n"}`)
@@ -249,6 +251,7 @@ func TestBrowserDeny(t *testing.T) {
 // TestBrowserWithoutToken: the page opened by its address without the
 // token says it is signed out and shows nothing of the queue.
 func TestBrowserWithoutToken(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.callAsync(t, "inv-hidden", "write_file", `{"file_path":"a.txt","content":"hidden-content\n"}`)
 	e.waitPending(t, "inv-hidden")
@@ -280,6 +283,7 @@ func TestBrowserWithoutToken(t *testing.T) {
 // on loopback) posts answers to the console, by fetch and by a form; all
 // are refused and the request still waits.
 func TestBrowserCrossSite(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.callAsync(t, "inv-csrf", "write_file", `{"file_path":"a.txt","content":"x\n"}`)
 	req := e.waitPending(t, "inv-csrf")
@@ -335,6 +339,7 @@ document.getElementById("f").submit();
 // markup and escape sequences are shown as text: no script runs, no
 // element is made of them, no dialog opens.
 func TestBrowserMarkupStaysText(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	tb := openConsole(t, e)
 	payload := `<script>document.body.dataset.pwned='script'</script><img src=x onerror="document.body.dataset.pwned='img';alert('img')">`
@@ -379,6 +384,7 @@ func TestBrowserMarkupStaysText(t *testing.T) {
 // TestBrowserRevoke: an approval remembered on the allowlist is listed
 // with who added it and for which call, and a click revokes it.
 func TestBrowserRevoke(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	rec := events.AllowRecord{AllowEntry: policy.AllowEntry{Scope: "command", Tool: "run_shell_command", Argv: []string{"git", "status"}, Exact: true},
 		By: "approver:bob", For: "inv-earlier", AddedAt: time.Now().UTC()}
@@ -403,6 +409,7 @@ func TestBrowserRevoke(t *testing.T) {
 // accept (here the agent itself: nobody approves a call they made) shows
 // the refusal and its reason, and the call goes on waiting.
 func TestBrowserRefusedApprover(t *testing.T) {
+	t.Parallel()
 	e := newEnvAs(t, "agent:test")
 	tb := openConsole(t, e)
 	e.callAsync(t, "inv-own", "write_file", `{"file_path":"a.txt","content":"x\n"}`)
@@ -427,6 +434,7 @@ func TestBrowserRefusedApprover(t *testing.T) {
 
 // TestBrowserModify: the arguments edited in the page are what runs.
 func TestBrowserModify(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	tb := openConsole(t, e)
 	c := e.callAsync(t, "inv-modify", "write_file", `{"file_path":"a.txt","content":"from the agent\n"}`)
@@ -459,6 +467,7 @@ func TestBrowserModify(t *testing.T) {
 // allowlist view shows who added it, and revoking it there makes the
 // next call ask again.
 func TestBrowserAlwaysThenRevoke(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	tb := openConsole(t, e)
 	c := e.callAsync(t, "inv-always", "write_file", `{"file_path":"kept.md","content":"1\n"}`)
@@ -500,6 +509,7 @@ func TestBrowserAlwaysThenRevoke(t *testing.T) {
 // with the same configured token, the open page reconnects by itself, its
 // session still valid, and shows what arrived meanwhile.
 func TestBrowserReconnects(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	tb := openConsole(t, e)
 	addr, token := e.console.Addr().String(), e.console.Token()
@@ -525,6 +535,7 @@ func TestBrowserReconnects(t *testing.T) {
 // TestBrowserShellFlagged: a shell line is shown with the parts the
 // policy flagged marked, each saying why.
 func TestBrowserShellFlagged(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	tb := openConsole(t, e)
 	e.callAsync(t, "inv-shell", "run_shell_command", `{"command":"ls -la > listing.txt"}`)
@@ -565,6 +576,7 @@ func TestBrowserShellFlagged(t *testing.T) {
 // process replays everything it captured against the console, with the
 // console's Origin, and the line still waits.
 func TestBrowserSessionStaysOnItsPort(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.callAsync(t, "inv-port", "run_shell_command", `{"command":"echo pwned > pwned.txt"}`)
 	req := e.waitPending(t, "inv-port")
@@ -651,6 +663,7 @@ func attackerAnswer(req approve.Request) string {
 // The person sees two cards; allowing the edit runs the edit, and the
 // shell line still waits, unanswered.
 func TestBrowserReusedIDReplacesNothing(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	tb := openConsole(t, e)
 	c := e.callAsync(t, "inv-reused", "write_file", `{"file_path":"notes.md","content":"harmless\n"}`)
@@ -692,6 +705,7 @@ func TestBrowserReusedIDReplacesNothing(t *testing.T) {
 // gives in the page is recorded with their answer, with the token's id,
 // beside the console's member the bus proves.
 func TestBrowserAnswerNamesThePerson(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	tb := openConsole(t, e)
 	c := e.callAsync(t, "inv-person", "write_file", `{"file_path":"a.txt","content":"x\n"}`)
@@ -720,6 +734,7 @@ func TestBrowserAnswerNamesThePerson(t *testing.T) {
 // that tab, the request the link named is selected, and no other. A link
 // to a request that no longer waits says so.
 func TestBrowserLinkSelectsTheRequest(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.callAsync(t, "inv-other", "write_file", `{"file_path":"a.txt","content":"a\n"}`)
 	e.callAsync(t, "inv-linked", "write_file", `{"file_path":"b.txt","content":"b\n"}`)

@@ -64,6 +64,7 @@ func httpReq(t *testing.T, method, url, body string, header map[string]string) *
 // nothing of it, load for anyone; no response sets a cookie, and a cookie,
 // forged or not, opens nothing.
 func TestAccessNeedsTheToken(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.callAsync(t, "inv-secret", "write_file", `{"file_path":"a.txt","content":"secret-content\n"}`)
 	e.waitPending(t, "inv-secret")
@@ -129,6 +130,7 @@ func TestAccessNeedsTheToken(t *testing.T) {
 // TestHeaders: every response, a refusal included, carries the strict
 // CSP and its companions.
 func TestHeaders(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	for _, path := range []string{"", "static/app.js", "api/state", "nope"} {
 		for _, h := range []map[string]string{e.bearer(), nil} {
@@ -155,6 +157,7 @@ func TestHeaders(t *testing.T) {
 // TestHostHeader: on loopback, a name other than the listen address's
 // own (a DNS rebinding) is refused even with a valid session.
 func TestHostHeader(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	client := http.DefaultClient
 	port := strconv.Itoa(e.console.Addr().(*net.TCPAddr).Port)
@@ -176,6 +179,7 @@ func TestHostHeader(t *testing.T) {
 // it comes from, comes from the console's own origin; a refused one
 // answers nothing.
 func TestStateChangesNeedTheBearerAndSameOrigin(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.callAsync(t, "inv-csrf", "write_file", `{"file_path":"a.txt","content":"x\n"}`)
 	req := e.waitPending(t, "inv-csrf")
@@ -217,6 +221,7 @@ func TestStateChangesNeedTheBearerAndSameOrigin(t *testing.T) {
 // TestAnswerIsChecked: answers the page could not have offered are
 // refused before they reach the bus.
 func TestAnswerIsChecked(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.callAsync(t, "inv-check", "write_file", `{"file_path":"a.txt","content":"x\n"}`)
 	req := e.waitPending(t, "inv-check")
@@ -265,6 +270,7 @@ func TestAnswerIsChecked(t *testing.T) {
 // changes: a request that arrives, and the same request as it ends; it
 // ends when the console closes.
 func TestEventStream(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	st := e.stream(t)
 	var first hello
@@ -302,6 +308,7 @@ func TestEventStream(t *testing.T) {
 
 // TestConfiguredToken: a short token is refused; a configured one works.
 func TestConfiguredToken(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	_, err := Start(context.Background(), Config{Approver: e.approver, Allowlist: e.allowlist, JetStream: e.js, Listen: "127.0.0.1:0", Token: "short"})
 	if err == nil || !strings.Contains(err.Error(), "at least") {
@@ -347,6 +354,7 @@ func TestDefaultAddressFallsBack(t *testing.T) {
 // named like a secret included; once answered, the page's history hides
 // the secrets of its arguments, diff and answer.
 func TestAnsweredRequestsHideTheirSecrets(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	const token = "ghp_0123456789abcdefghijABCDEFGHIJ0123456789"
 	args := `{"file_path":"deploy.env","content":"GITHUB_TOKEN=` + token + `\n"}`
@@ -390,6 +398,7 @@ func TestAnsweredRequestsHideTheirSecrets(t *testing.T) {
 // long one is cut, and the token's id always ends the record, whatever
 // the name says of tokens.
 func TestPersonIsANameAndTheTokensID(t *testing.T) {
+	t.Parallel()
 	a := &auth{token: []byte("the-token")}
 	id := a.tokenID()
 	for _, tt := range []struct{ name, want string }{

@@ -150,6 +150,7 @@ func person(sub string, groups ...string) *mockoidc.MockUser {
 // issuer and subject. Once the ID token's time has passed, the session
 // answers nothing and the page offers the sign-in again.
 func TestBrowserSignInDecidesProdShellLines(t *testing.T) {
+	t.Parallel()
 	op := startOP(t)
 	clk := &clock{}
 	e := newEnvOf(t, approve.Config{Identity: events.Identity{ID: "console", Role: "approver"}, Principal: "console", Via: events.ViaConsole},
@@ -389,6 +390,7 @@ func signInByHTTP(t *testing.T, base, binding string) (int, string) {
 // succeeds, and only the tab that started it (showing its binding) takes
 // the session: a sign-in started elsewhere gives another tab nothing.
 func TestSignInRefusesForgedIDTokens(t *testing.T) {
+	t.Parallel()
 	f := &forger{}
 	op := startOP(t, f.wrap)
 	e := newEnvOf(t, approve.Config{Identity: events.Identity{ID: "approver:ada"}}, nil,
@@ -452,6 +454,7 @@ func TestSignInRefusesForgedIDTokens(t *testing.T) {
 // of alg none, of another sign-in's nonce, for another client, of
 // another issuer, or expired, does not.
 func TestVerifyRefusesTokensNotTheProvidersOwn(t *testing.T) {
+	t.Parallel()
 	op := startOP(t)
 	clk := &clock{}
 	s, err := newSignin(context.Background(), *oidcConfig(op, clk), "http://127.0.0.1:1/", bustest.Quiet())
@@ -504,6 +507,7 @@ func TestVerifyRefusesTokensNotTheProvidersOwn(t *testing.T) {
 
 // TestClientSecretFile: the secret's file must be the owner's alone.
 func TestClientSecretFile(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "secret")
 	if err := os.WriteFile(path, []byte("s3cret\n"), 0o644); err != nil {
@@ -530,6 +534,7 @@ func TestClientSecretFile(t *testing.T) {
 // present, so it ends when the person's ID token expires, and the session
 // then answers nothing.
 func TestStreamEndsWithTheSession(t *testing.T) {
+	t.Parallel()
 	op := startOP(t)
 	op.AccessTTL = 5 * time.Second // the ID token's lifetime
 	e := newEnvOf(t, approve.Config{Identity: events.Identity{ID: "approver:ada"}}, nil,
@@ -580,6 +585,7 @@ func TestStreamEndsWithTheSession(t *testing.T) {
 // string) and as an attacker at the provider might (other types, groups
 // an answer cannot carry, too many), gives only groups an answer carries.
 func TestGroupsClaim(t *testing.T) {
+	t.Parallel()
 	s := &signin{log: bustest.Quiet()}
 	many := make([]any, events.MaxSignerGroups+5)
 	for i := range many {

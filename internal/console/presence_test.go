@@ -17,6 +17,7 @@ import (
 // it; with one of two pages gone it still does; with the last gone, a
 // call is denied at once again.
 func TestPresentWhileAPageWatches(t *testing.T) {
+	t.Parallel()
 	e := newEnvWith(t, approve.Config{Identity: events.Identity{ID: "approver:ada"}, PresentWhileHeld: true})
 	denied := func(when, id string) {
 		t.Helper()

@@ -357,7 +357,7 @@ func BenchmarkDiscoveredCall(b *testing.B) {
 				}
 			}
 			l := measure.Interleaved(samples, direct, through, run, nothing)
-			fmt.Printf("\na discovered tool's call, %d discovered tools registered, %d calls each (%d cores, load %s)\n", n, samples, runtime.NumCPU(), loadAverage())
+			fmt.Printf("\na discovered tool's call, %d discovered tools registered, %d calls each (%d cores, load %s)\n", n, measure.Samples(samples), runtime.NumCPU(), loadAverage())
 			fmt.Printf("%-52s %10s %10s %8s\n", "", "p50", "p99", "p50 ×")
 			fmt.Printf("%-52s %10s %10s %8s\n", "the call command run directly (baseline)", l[0].P50, l[0].P99, "1.00×")
 			fmt.Printf("%-52s %10s %10s %8s   goal ≤ 1.15×\n", "through toolbus", l[1].P50, l[1].P99, ratio(l[1].P50, l[0].P50))

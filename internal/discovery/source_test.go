@@ -23,8 +23,8 @@ import (
 	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/bustest"
 	"github.com/toolbus/toolbus/internal/testkit/executortest"
+	"github.com/toolbus/toolbus/internal/testkit/policytest"
 	"github.com/toolbus/toolbus/internal/tool"
-	defaultpolicy "github.com/toolbus/toolbus/policy"
 )
 
 // These tests run discovery as toolbus does: an in-process bus, the
@@ -318,10 +318,7 @@ func TestStartWithFailingDiscovery(t *testing.T) {
 // the executor that discovered the tool, wherever it arrives.
 func TestExecutorsHostTheirOwnTools(t *testing.T) {
 	f := executortest.Start(t)
-	pol, err := policy.Compile(context.Background(), policy.Files(defaultpolicy.Default()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	pol := policytest.Default(t)
 	conn := bustest.Connect(t, f.Bus)
 	wsB := t.TempDir()
 	exB, err := executor.Start(context.Background(), conn.Conn(), conn.JetStream(), executor.Config{Identity: events.Identity{ID: "executor@two", Role: "executor"},

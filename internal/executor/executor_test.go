@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/toolbus/toolbus/internal/proctree"
+	"github.com/toolbus/toolbus/internal/testkit/policytest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -32,7 +33,6 @@ import (
 	"github.com/toolbus/toolbus/internal/testkit/bustest"
 	"github.com/toolbus/toolbus/internal/testkit/registrytest"
 	"github.com/toolbus/toolbus/internal/tool"
-	defaultpolicy "github.com/toolbus/toolbus/policy"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testkit.NATSLeaks()...) }
@@ -50,21 +50,12 @@ type env struct {
 
 type option func(*Config)
 
-// defaultPol is the default policy, compiled (its Rego tests run) once
-// for every test of the package: a Policy is immutable and shared by
-// all goroutines, as by an executor's calls.
+// defaultPol is the default policy, compiled once for every test of the
+// process (policytest).
 func defaultPol(t testing.TB) *policy.Policy {
 	t.Helper()
-	p, err := defaultPolicy()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return policytest.Default(t)
 }
-
-var defaultPolicy = sync.OnceValues(func() (*policy.Policy, error) {
-	return policy.Compile(context.Background(), policy.Files(defaultpolicy.Default()))
-})
 
 func newEnv(t *testing.T, opts ...option) *env {
 	t.Helper()

@@ -21,6 +21,7 @@ import (
 	"github.com/toolbus/toolbus/internal/testkit/audittest"
 	"github.com/toolbus/toolbus/internal/testkit/bustest"
 	"github.com/toolbus/toolbus/internal/testkit/executortest"
+	"github.com/toolbus/toolbus/internal/testkit/policytest"
 	"github.com/toolbus/toolbus/internal/tool"
 	defaultpolicy "github.com/toolbus/toolbus/policy"
 )
@@ -498,10 +499,7 @@ func TestCancelledWhileAHookRuns(t *testing.T) {
 // unconfined. Function hooks need none.
 func TestCommandHooksNeedAStarter(t *testing.T) {
 	b := bustest.Start(t, "")
-	pol, err := policy.Compile(context.Background(), policy.Files(defaultpolicy.Default()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	pol := policytest.Default(t)
 	cfg := executor.Config{Identity: events.Identity{ID: "executor@test", Role: "executor"}, Workspace: t.TempDir(), Logger: bustest.Quiet(),
 		Policy: pol, Hooks: &hooks.Set{Pre: []hooks.Group{{Hooks: []*hooks.Hook{{Command: "scripts/lint.sh", Dialect: hooks.ClaudeCode}}}}}}
 	if ex, err := executor.Start(context.Background(), b.Conn(), b.JetStream(), cfg); err == nil {

@@ -139,7 +139,7 @@ func BenchmarkMCPCall(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		r50, r99, d50, d99, t50, t99 := latencyTriple(mcpCallSamples, raw, viaMCP, viaToolbus)
-		idle := make([]time.Duration, mcpCallSamples/2)
+		idle := make([]time.Duration, measure.Samples(mcpCallSamples)/2)
 		for i := range idle {
 			idle[i] = afterCall()
 		}
@@ -150,7 +150,7 @@ func BenchmarkMCPCall(b *testing.B) {
 		b.ReportMetric(float64(t50.Microseconds()), "toolbus-p50-µs")
 		b.ReportMetric(float64(d50.Microseconds()), "direct-p50-µs")
 		b.ReportMetric(float64(r50.Microseconds()), "raw-p50-µs")
-		fmt.Fprintf(os.Stderr, "\nMCP call of echo over stdio, %d calls each, in turn:\n", mcpCallSamples)
+		fmt.Fprintf(os.Stderr, "\nMCP call of echo over stdio, %d calls each, in turn:\n", measure.Samples(mcpCallSamples))
 		fmt.Fprintf(os.Stderr, "  %-34s p50 %8s  p99 %8s\n", "raw NATS request-reply (floor)", r50, r99)
 		fmt.Fprintf(os.Stderr, "  %-34s p50 %8s  p99 %8s\n", "  the same right after a direct call", i50, i99)
 		fmt.Fprintf(os.Stderr, "  %-34s p50 %8s  p99 %8s\n", "direct mcp-go client", d50, d99)

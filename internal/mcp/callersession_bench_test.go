@@ -90,7 +90,7 @@ func BenchmarkCallerSession(b *testing.B) {
 		b.ReportMetric(float64(l[0].P50.Microseconds()), "shared-p50-µs")
 		b.ReportMetric(float64(l[1].P50.Microseconds()), "warm-p50-µs")
 		b.ReportMetric(float64(l[2].P50.Microseconds()), "cold-p50-µs")
-		fmt.Fprintf(os.Stderr, "\nMCP call of echo over streamable HTTP through toolbus, %d calls each, in turn:\n", callerSessionSamples/b.N)
+		fmt.Fprintf(os.Stderr, "\nMCP call of echo over streamable HTTP through toolbus, %d calls each, in turn:\n", measure.Samples(callerSessionSamples/b.N))
 		fmt.Fprintf(os.Stderr, "  %-40s p50 %8s  p99 %8s\n", "shared session (takes no requests)", l[0].P50, l[0].P99)
 		fmt.Fprintf(os.Stderr, "  %-40s p50 %8s  p99 %8s\n", "the caller's session, open", l[1].P50, l[1].P99)
 		fmt.Fprintf(os.Stderr, "  %-40s p50 %8s  p99 %8s\n", "the caller's session, opened for the call", l[2].P50, l[2].P99)

@@ -160,7 +160,7 @@ func BenchmarkFacade(b *testing.B) {
 		b.ReportMetric(float64(f50.Microseconds()), "facade-p50-µs")
 		b.ReportMetric(float64(d50.Microseconds()), "direct-p50-µs")
 		b.ReportMetric(float64(r50.Microseconds()), "raw-p50-µs")
-		fmt.Fprintf(os.Stderr, "\nMCP call of read_file, %d calls each, in turn:\n", facadeSamples)
+		fmt.Fprintf(os.Stderr, "\nMCP call of read_file, %d calls each, in turn:\n", measure.Samples(facadeSamples))
 		fmt.Fprintf(os.Stderr, "  %-44s p50 %8s  p99 %8s\n", "raw NATS request-reply (floor)", r50, r99)
 		fmt.Fprintf(os.Stderr, "  %-44s p50 %8s  p99 %8s\n", "in process: direct mcp-go server", d50, d99)
 		fmt.Fprintf(os.Stderr, "  %-44s p50 %8s  p99 %8s\n", "in process: through the facade", f50, f99)

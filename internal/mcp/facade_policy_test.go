@@ -15,6 +15,7 @@ import (
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/testkit/bustest"
 	"github.com/toolbus/toolbus/internal/testkit/executortest"
+	"github.com/toolbus/toolbus/internal/testkit/policytest"
 	defaultpolicy "github.com/toolbus/toolbus/policy"
 )
 
@@ -24,10 +25,7 @@ import (
 func TestFacadeRefreshesTheListOnANewPolicy(t *testing.T) {
 	f := executortest.Start(t)
 	conn := bustest.Connect(t, f.Bus)
-	open, err := policy.Compile(context.Background(), policy.Files(defaultpolicy.Default()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	open := policytest.Default(t)
 	files := defaultpolicy.Default()
 	files["toolbus.rego"] = strings.Replace(files["toolbus.rego"], "caller_denied_tools := {}", `caller_denied_tools := {"watcher": {"run_shell_command"}}`, 1)
 	locked, err := policy.Compile(context.Background(), policy.Files(files))

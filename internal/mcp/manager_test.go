@@ -32,11 +32,10 @@ import (
 	"github.com/toolbus/toolbus/internal/executornode"
 	"github.com/toolbus/toolbus/internal/invoke"
 	toolmcp "github.com/toolbus/toolbus/internal/mcp"
-	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/bustest"
+	"github.com/toolbus/toolbus/internal/testkit/policytest"
 	"github.com/toolbus/toolbus/internal/testkit/registrytest"
-	defaultpolicy "github.com/toolbus/toolbus/policy"
 )
 
 // serveStdioEnv makes the test binary an MCP server over stdio: the stdio
@@ -145,10 +144,7 @@ func startFleetWith(t *testing.T, cfg *toolmcp.Config, log *slog.Logger, backoff
 	t.Helper()
 	b := bustest.Start(t, "")
 	registrytest.Start(t, b)
-	pol, err := policy.Compile(context.Background(), policy.Files(defaultpolicy.Default()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	pol := policytest.Default(t)
 	id := events.Identity{ID: "executor@test", Role: "executor"}
 	ex, err := executor.Start(context.Background(), b.Conn(), b.JetStream(), executor.Config{Identity: id, Policy: pol,
 		Workspace: t.TempDir(), Logger: bustest.Quiet(), ConfirmTimeout: 2 * time.Second})

@@ -13,8 +13,8 @@ import (
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/policy/shell"
+	"github.com/toolbus/toolbus/internal/testkit/policytest"
 	"github.com/toolbus/toolbus/internal/testkit/sandboxwire"
-	policyfiles "github.com/toolbus/toolbus/policy"
 )
 
 // The differential fuzz target of issue 8: a remembered "always allow"
@@ -95,23 +95,11 @@ func rememberedEntries(tb testing.TB, pol *policy.Policy, approved []string) []p
 	return entries
 }
 
-var compiledDefault struct {
-	once sync.Once
-	pol  *policy.Policy
-	err  error
-}
-
-// defaultPolicyOnce compiles the embedded default policy once per test
-// process: compiling runs its Rego tests and takes a while.
+// defaultPolicyOnce is the embedded default policy, compiled once per
+// test process (policytest).
 func defaultPolicyOnce(tb testing.TB) *policy.Policy {
 	tb.Helper()
-	compiledDefault.once.Do(func() {
-		compiledDefault.pol, compiledDefault.err = policy.Compile(context.Background(), policy.Files(policyfiles.Default()))
-	})
-	if compiledDefault.err != nil {
-		tb.Fatal(compiledDefault.err)
-	}
-	return compiledDefault.pol
+	return policytest.Default(tb)
 }
 
 // uncovered returns the runs that no entry of remembered covers. A run is

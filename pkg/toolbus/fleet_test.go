@@ -54,6 +54,12 @@ type fleet struct {
 
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
+// defaultPolicy is the default policy, compiled (its Rego tests run) once
+// for every fleet of the process: a Policy is immutable and shared.
+var defaultPolicy = sync.OnceValues(func() (*policy.Policy, error) {
+	return policy.Compile(context.Background(), policy.Files(defaultpolicy.Default()))
+})
+
 // startFleet starts a fleet whose workspace holds README.md ("# hello");
 // configure adjusts the executor's Config before it starts.
 func startFleet(configure ...func(*executor.Config)) (f *fleet, err error) {
@@ -88,7 +94,7 @@ func startFleet(configure ...func(*executor.Config)) (f *fleet, err error) {
 		return nil, err
 	}
 	f.Workspace = f.ws.Root()
-	if f.policy, err = policy.Compile(ctx, policy.Files(defaultpolicy.Default())); err != nil {
+	if f.policy, err = defaultPolicy(); err != nil {
 		return nil, err
 	}
 	f.starter = proctree.Unconfined() // the client's behaviour: the node's tests hold the confinement

@@ -15,9 +15,11 @@ package mutant
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"regexp/syntax"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/tester"
@@ -43,7 +45,17 @@ func (m Mutant) String() string { return fmt.Sprintf("%s:%d: %s", m.File, m.Line
 type Set struct {
 	modules map[string]*ast.Module
 	tests   map[string]*ast.Module
+
+	// killers are the tests that failed on the latest mutants, the
+	// latest first, at most maxKillers: Run tries them first, as a few
+	// table tests kill most mutants, and running every test of the set
+	// until one fails takes several times longer.
+	mu      sync.Mutex
+	killers []string
 }
+
+// maxKillers bounds the tests Run tries before the whole set.
+const maxKillers = 12
 
 // Parse reads a policy set, file name → Rego source. Files ending in
 // _test.rego are its tests and are never mutated.
@@ -94,8 +106,28 @@ type Result struct {
 }
 
 // Run applies m to a copy of the set and runs its tests, stopping at the
-// first failure.
+// first failure: first those that failed on the latest mutants, then, if
+// none fails, all of them. It is safe for concurrent use.
 func (s *Set) Run(ctx context.Context, m Mutant) (Result, error) {
+	if killers := s.latestKillers(); len(killers) > 0 {
+		quoted := make([]string, len(killers))
+		for i, k := range killers {
+			quoted[i] = regexp.QuoteMeta(k)
+		}
+		res, err := s.run(ctx, m, "^("+strings.Join(quoted, "|")+")$")
+		if err != nil || res.Killed {
+			s.killedBy(res)
+			return res, err
+		}
+	}
+	res, err := s.run(ctx, m, "")
+	s.killedBy(res)
+	return res, err
+}
+
+// run applies m to a fresh copy of the set and runs the tests whose full
+// name (data.PACKAGE.NAME) filter matches, every test when it is "".
+func (s *Set) run(ctx context.Context, m Mutant, filter string) (Result, error) {
 	mods := map[string]*ast.Module{}
 	for name, mod := range s.tests {
 		mods[name] = mod.Copy()
@@ -111,7 +143,7 @@ func (s *Set) Run(ctx context.Context, m Mutant) (Result, error) {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	ch, err := tester.NewRunner().SetModules(mods).SetDefaultRegoVersion(ast.RegoV1).RaiseBuiltinErrors(true).RunTests(ctx, nil)
+	ch, err := tester.NewRunner().SetModules(mods).SetDefaultRegoVersion(ast.RegoV1).RaiseBuiltinErrors(true).Filter(filter).RunTests(ctx, nil)
 	if err != nil {
 		return Result{Killed: true, Compile: true, Failed: firstLine(err.Error())}, nil
 	}
@@ -129,6 +161,29 @@ func (s *Set) Run(ctx context.Context, m Mutant) (Result, error) {
 		return Result{}, ctx.Err()
 	}
 	return res, nil
+}
+
+// latestKillers is a copy of s.killers.
+func (s *Set) latestKillers() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.killers...)
+}
+
+// killedBy puts the test that killed a mutant first among s.killers.
+func (s *Set) killedBy(res Result) {
+	if !res.Killed || res.Compile {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := []string{res.Failed}
+	for _, name := range s.killers {
+		if name != res.Failed && len(k) < maxKillers {
+			k = append(k, name)
+		}
+	}
+	s.killers = k
 }
 
 func firstLine(s string) string {

@@ -16,6 +16,7 @@ import (
 	"github.com/toolbus/toolbus/internal/executornode"
 	"github.com/toolbus/toolbus/internal/invoke"
 	"github.com/toolbus/toolbus/internal/testkit/bustest"
+	"github.com/toolbus/toolbus/internal/testkit/policytest"
 	"github.com/toolbus/toolbus/internal/testkit/registrytest"
 )
 
@@ -41,7 +42,7 @@ func Start(tb testing.TB, configure ...func(*executor.Config)) *Fleet {
 		tb.Fatal(err)
 	}
 	node, err := executornode.Start(context.Background(), executornode.Config{Bus: b, Workspace: dir,
-		Executor: executor.Config{Identity: events.Identity{ID: "executor@test", Role: "executor"}, Logger: bustest.Quiet()},
+		Executor: executor.Config{Identity: events.Identity{ID: "executor@test", Role: "executor"}, Policy: policytest.Default(tb), Logger: bustest.Quiet()},
 		Configure: func(c *executor.Config) {
 			for _, f := range configure {
 				f(c)

@@ -7,11 +7,34 @@
 package measure
 
 import (
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 )
+
+// QuickEnv names the environment variable that has every benchmark take
+// a sample a twentieth of its size (Samples): scripts/test.sh sets it, as
+// its run of the benchmarks checks that each compiles and runs, and its
+// figures are not quoted. Run by hand, the benchmarks take their whole
+// samples.
+const QuickEnv = "TOOLBUS_BENCH_QUICK"
+
+// Quick reports whether QuickEnv is set.
+func Quick() bool { return os.Getenv(QuickEnv) != "" }
+
+// Samples is the size of a sample whose full size is n: n, or with
+// QuickEnv set, a twentieth of it, but no fewer than 50 (or n, when n is
+// fewer), so that a median and a 99th percentile still mean something.
+// Interleaved and Throughput apply it to their counts; a benchmark that
+// prints a count, or takes a sample of its own, calls it too.
+func Samples(n int) int {
+	if !Quick() {
+		return n
+	}
+	return max(n/20, min(n, 50))
+}
 
 // Latency is an operation's median and 99th percentile.
 type Latency struct{ P50, P99 time.Duration }
@@ -22,9 +45,11 @@ func Percentiles(samples []time.Duration) Latency {
 	return Latency{samples[len(samples)/2], samples[len(samples)*99/100]}
 }
 
-// Interleaved times ops in turn, n rounds of one call each after n/10
-// rounds of warm-up, and returns each one's latency, in the order given.
+// Interleaved times ops in turn, Samples(n) rounds of one call each after
+// a tenth as many rounds of warm-up, and returns each one's latency, in
+// the order given.
 func Interleaved(n int, ops ...func()) []Latency {
+	n = Samples(n)
 	for range n / 10 {
 		for _, op := range ops {
 			op()
@@ -49,9 +74,10 @@ func Interleaved(n int, ops ...func()) []Latency {
 	return out
 }
 
-// Throughput runs total calls of op spread over callers goroutines and
-// returns the calls per second.
+// Throughput runs Samples(total) calls of op spread over callers
+// goroutines and returns the calls per second.
 func Throughput(callers, total int, op func()) float64 {
+	total = Samples(total)
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	start := time.Now()
