@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite, and first whatever the tests need. This is the
-# README's second Quick start command, and what CI runs (.ci/run).
+# README's second Quick start command, and what CI runs (.ci/run). Two
+# runs are left to scripts of their own, documented in docs/testing.md:
+# the 15-minute soak of toolbus up (scripts/soak.sh; 2 minutes of it run
+# here) and the Go mutation groups (scripts/mutation.sh, hours).
 #
 # Every test runs real parts: an in-process nats-server with JetStream,
 # the built binaries as subprocesses, real MCP servers from npm. Nothing here
@@ -130,46 +133,59 @@ race=()
 if [ "$(go env CGO_ENABLED)" = 1 ] && command -v "$(go env CC)" >/dev/null 2>&1; then
 	race=(-race)
 fi
-# The soak of `toolbus up` (cmd/toolbus TestSoakUpWithMCPRediscovery)
-# runs its 15 minutes beside the rest of the suite, the Rego tests and the
-# benchmarks rather than after them: the whole is done sooner, and the
-# soak bears the suite's load as a busy host's up would. In the suite's
-# own run it says it runs beside. Every part runs even when one before it
-# failed, so that one run tells every failure.
-soak_log=$(mktemp)
-bench_log=$(mktemp)
-trap 'rm -f "$soak_log" "$bench_log"' EXIT
-TOOLBUS_UP_SOAK=15m go test "${race[@]}" -count=1 -timeout 30m -run '^TestSoakUpWithMCPRediscovery$' ./cmd/toolbus/ > "$soak_log" 2>&1 &
+# The race detector runs on the packages whose code runs in the test's
+# own process, concurrently; cmd/toolbus drives the commands it builds
+# (without -race) as subprocesses, and internal/policy evaluates Rego in
+# the test's goroutine, several times slower under -race: they run
+# without it, beside the rest (docs/testing.md, "The race detector").
+# The policy mutation check (internal/policy/mutant) is among them.
+plain=(./cmd/toolbus/ ./internal/policy/...)
+raced=()
+if [ ${#race[@]} -gt 0 ]; then
+	mapfile -t raced < <(go list ./... | grep -v -e '/cmd/toolbus$' -e '/internal/policy$' -e '/internal/policy/')
+else
+	plain=(./...)
+fi
+# Three go test runs side by side, as much of the suite waits on other
+# processes (nodes, browsers, containers, the npm peers): the 2-minute
+# soak of toolbus up (cmd/toolbus TestSoakUpWithMCPRediscovery, which
+# bears the suite's load as a busy host's up would; scripts/soak.sh runs
+# it for 15), the packages without -race, and in the foreground those
+# with it. Every part runs even when one before it failed, so that one
+# run tells every failure.
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+TOOLBUS_UP_SOAK=2m go test "${race[@]}" -count=1 -timeout 10m -v -run '^TestSoakUpWithMCPRediscovery$' ./cmd/toolbus/ > "$logs/soak" 2>&1 &
 soak=$!
+TOOLBUS_UP_SOAK=beside go test -count=1 -timeout 30m "${plain[@]}" > "$logs/plain" 2>&1 &
+plain_run=$!
 failed=()
-TOOLBUS_UP_SOAK=beside go test "${race[@]}" -count=1 -timeout 30m ./... || failed+=("tests")
+if [ ${#raced[@]} -gt 0 ]; then
+	echo "== tests under -race (the rest run beside, without)"
+	TOOLBUS_UP_SOAK=beside go test "${race[@]}" -count=1 -timeout 30m "${raced[@]}" || failed+=("tests under -race")
+fi
 
 echo "== Rego tests: toolbus policy test, and the stock opa test"
 go run ./cmd/toolbus policy test policy/ || failed+=("toolbus policy test")
 go tool opa test policy/ || failed+=("opa test")
 
-if [ ${#race[@]} -gt 0 ]; then
-	# Every mutant of the default policy (a rule body, an expression, a
-	# list entry, a regular expression's alternative deleted) must fail a
-	# Rego test, or be listed in policy/equivalent_mutants.txt with why.
-	# Under -race it skips, as it is several times slower there: it runs
-	# here without.
-	echo "== policy mutants"
-	go test -count=1 -timeout 30m -run '^TestEveryPolicyMutantFailsATest$' ./internal/policy/mutant/ || failed+=("policy mutants")
-fi
-
-echo "== benchmarks compile and run once"
-# Their tables are long; they are shown only when a benchmark fails.
-if ! go test -run '^$' -bench . -benchtime 1x ./... > "$bench_log" 2>&1; then
-	grep -v '^\(goos\|goarch\|pkg\|cpu\):' "$bench_log"
+echo "== benchmarks compile and run once, on a small sample (TOOLBUS_BENCH_QUICK)"
+# Their tables are long, and their figures on a twentieth of the samples
+# are not for quoting: they are shown only when a benchmark fails.
+if ! TOOLBUS_BENCH_QUICK=1 go test -run '^$' -bench . -benchtime 1x ./... > "$logs/bench" 2>&1; then
+	grep -v '^\(goos\|goarch\|pkg\|cpu\):' "$logs/bench"
 	failed+=("benchmarks")
 fi
 
-echo "== the soak of toolbus up (15 minutes, begun beside the tests)"
+echo "== tests without -race: ${plain[*]} (begun beside; the policy mutation check among them)"
+wait "$plain_run" || failed+=("tests without -race")
+cat "$logs/plain"
+
+echo "== the soak of toolbus up (2 minutes, begun beside the tests)"
 if wait "$soak"; then
-	tail -n 3 "$soak_log"
+	grep -E 'rounds of rediscovery|^(ok|---)' "$logs/soak"
 else
-	cat "$soak_log"
+	cat "$logs/soak"
 	failed+=("the soak")
 fi
 

@@ -16,8 +16,8 @@ import (
 	toolbusgo "github.com/toolbus/toolbus/pkg/toolbus"
 )
 
-// soakLength is how long TestSoakUpWithMCPRediscovery runs: 15 minutes,
-// or TOOLBUS_UP_SOAK (a Go duration) for a shorter run while developing.
+// soakLength is how long TestSoakUpWithMCPRediscovery runs: 2 minutes,
+// or TOOLBUS_UP_SOAK (a Go duration); scripts/soak.sh gives it 15.
 // TOOLBUS_UP_SOAK=beside skips it: scripts/test.sh runs it in a go test
 // of its own beside the suite's.
 func soakLength(t *testing.T) time.Duration {
@@ -25,29 +25,30 @@ func soakLength(t *testing.T) time.Duration {
 	s := os.Getenv("TOOLBUS_UP_SOAK")
 	switch s {
 	case "":
-		return 15 * time.Minute
+		return 2 * time.Minute
 	case "beside":
 		t.Skip("the soak runs in a go test of its own, beside this one (scripts/test.sh)")
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil || d <= 0 {
-		t.Fatalf("TOOLBUS_UP_SOAK=%q: want a Go duration such as 2m", s)
+		t.Fatalf("TOOLBUS_UP_SOAK=%q: want a Go duration such as 15m", s)
 	}
 	return d
 }
 
 // TestSoakUpWithMCPRediscovery runs `toolbus up` with an MCP server as a
-// tool source for a quarter of an hour, long past the 13 minutes after
-// which an up was seen to answer every call TOOL_NOT_FOUND, its
-// executor's catalogue replica empty, while it said it was ready. All
-// along an agent calls the server's tool continuously; every few seconds
-// the server's tools change, and `tools discover --server` has the
-// executor list them again, which deletes shards of the catalogue and
-// writes others. Every call must work, a tool that left must be gone,
-// the new one callable at once, and /readyz must say ready throughout:
-// nothing is wrong, and were anything, a call would fail too.
+// tool source for 2 minutes in the test command, and for a quarter of an
+// hour in scripts/soak.sh, long past the 13 minutes after which an up was
+// seen to answer every call TOOL_NOT_FOUND, its executor's catalogue
+// replica empty, while it said it was ready. All along an agent calls
+// the server's tool continuously; every few seconds the server's tools
+// change, and `tools discover --server` has the executor list them again,
+// which deletes shards of the catalogue and writes others. Every call
+// must work, a tool that left must be gone, the new one callable at once,
+// and /readyz must say ready throughout: nothing is wrong, and were
+// anything, a call would fail too.
 func TestSoakUpWithMCPRediscovery(t *testing.T) {
-	testkit.Heavy(t, "a soak of 15 minutes (TOOLBUS_UP_SOAK=DURATION for another)")
+	testkit.Heavy(t, "a soak of 2 minutes (TOOLBUS_UP_SOAK=DURATION for another)")
 	length := soakLength(t)
 	if deadline, ok := t.Deadline(); ok && time.Until(deadline) < length+3*time.Minute {
 		t.Fatalf("go test's -timeout ends before a soak of %s could: give -timeout %s or more (scripts/test.sh does), or TOOLBUS_UP_SOAK a shorter length",

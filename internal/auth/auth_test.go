@@ -222,6 +222,7 @@ func (f *fleet) clean(t *testing.T, names ...string) {
 // its own call, the auditor reads the trail. Nobody is refused anything,
 // and the policy sees the agent as proven.
 func TestEveryRoleDoesItsWorkWithItsOwnPermissions(t *testing.T) {
+	t.Parallel()
 	f := startFleet(t)
 	agent := f.as(t, "agent")
 	// In a session: the executors count its calls.
@@ -361,6 +362,7 @@ func lastDecision(t *testing.T, js jetstream.JetStream, id string) *events.Decis
 // is refused by the bus itself, and the one that reaches the executor
 // (naming another caller on its own subject) is refused there.
 func TestAnAgentCannotStepOutOfItsRole(t *testing.T) {
+	t.Parallel()
 	f := startFleet(t)
 	m := f.as(t, "mallory")
 	nc := m.Conn()
@@ -505,6 +507,7 @@ func TestAnAgentCannotStepOutOfItsRole(t *testing.T) {
 // An agent cannot cancel another agent's call, even knowing its id: its
 // cancel names itself, and the executor lets it reach only its own calls.
 func TestAnAgentCannotCancelAnothersCall(t *testing.T) {
+	t.Parallel()
 	f := startFleet(t)
 	agent := f.as(t, "agent")
 	client := invoke.NewClient(agent.Conn(), events.Identity{Role: "agent"}, agent.Principal())
@@ -537,6 +540,7 @@ func TestAnAgentCannotCancelAnothersCall(t *testing.T) {
 // the executor, and the approver's answers as the caller's user, or its
 // own invocations, by the bus.
 func TestAnApproverCannotPoseAsAnotherOrInvoke(t *testing.T) {
+	t.Parallel()
 	f := startFleet(t)
 	eve := f.as(t, "eve")
 	nc := eve.Conn()
@@ -611,6 +615,7 @@ func TestAnApproverCannotPoseAsAnotherOrInvoke(t *testing.T) {
 
 // An auditor reads the trail and does nothing else.
 func TestAnAuditorOnlyReads(t *testing.T) {
+	t.Parallel()
 	f := startFleet(t)
 	trent := f.as(t, "trent")
 	nc := trent.Conn()
@@ -674,6 +679,7 @@ func TestAnAuditorOnlyReads(t *testing.T) {
 // The Go client connects as a member: its calls are the member's, proven,
 // and a workspace it names is the one its call acts on.
 func TestTheGoClientCallsAsAMember(t *testing.T) {
+	t.Parallel()
 	f := startFleet(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -705,6 +711,7 @@ func TestTheGoClientCallsAsAMember(t *testing.T) {
 // read from the caller's subject; only executors may publish on an
 // executor's own subject, so the one that runs it takes it as proven.
 func TestAForwardedCallKeepsItsProvenCaller(t *testing.T) {
+	t.Parallel()
 	f := startFleet(t)
 	ex := f.as(t, "executor")
 	inv := &events.Invocation{Header: events.Header{ID: "forwarded", Sender: events.Identity{ID: "agent", Role: "agent"}},
@@ -738,6 +745,7 @@ func TestAForwardedCallKeepsItsProvenCaller(t *testing.T) {
 // second record of a call; its own record of a lost call is kept, on its
 // principal's subject.
 func TestACallersRecordGoesThroughAnExecutor(t *testing.T) {
+	t.Parallel()
 	f := startFleet(t)
 	nc := f.as(t, "mallory").Conn()
 	send := func(res *events.Result) string {
@@ -802,6 +810,7 @@ func TestACallersRecordGoesThroughAnExecutor(t *testing.T) {
 // a message naming that subject as its reply). Calls that ask go
 // through an approver and come back the same way.
 func TestForwardedCallsAnswerAnAgentInItsAccount(t *testing.T) {
+	t.Parallel()
 	f := startFleet(t)
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "README.md"), []byte("# two\n"), 0o644); err != nil {
@@ -874,6 +883,7 @@ func TestForwardedCallsAnswerAnAgentInItsAccount(t *testing.T) {
 // a wildcard consumer, getting an object's description). An admin reads
 // every output.
 func TestAnAgentReadsOnlyItsOwnOutputs(t *testing.T) {
+	t.Parallel()
 	f := startFleet(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -956,6 +966,7 @@ func TestAnAgentReadsOnlyItsOwnOutputs(t *testing.T) {
 // closed, and the seed it kept no longer admits it. A config that does
 // not read changes nothing.
 func TestAMemberAddedToARunningFleet(t *testing.T) {
+	t.Parallel()
 	f := startFleet(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -1049,6 +1060,7 @@ func TestAMemberAddedToARunningFleet(t *testing.T) {
 // sent from the services account does write: the test's own proof that
 // it would see a write.
 func TestApproversAndAuditorsCannotWriteThroughJetStream(t *testing.T) {
+	t.Parallel()
 	f := startFleet(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -1172,6 +1184,7 @@ func TestApproversAndAuditorsCannotWriteThroughJetStream(t *testing.T) {
 // changes, by direct get and the bucket's republished changes, with no
 // consumer and no violation; revoking an approval is an admin's.
 func TestAnApproverFollowsTheAllowlist(t *testing.T) {
+	t.Parallel()
 	f := startFleet(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -1239,6 +1252,7 @@ func TestAnApproverFollowsTheAllowlist(t *testing.T) {
 // who revoked it. An agent reaches no revoke subject, and an approver
 // only its own.
 func TestAnApproverRevokesThroughAnExecutor(t *testing.T) {
+	t.Parallel()
 	f := startFleet(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -1300,6 +1314,7 @@ func TestAnApproverRevokesThroughAnExecutor(t *testing.T) {
 // facade, which sends them on to the clients that subscribed: an agent
 // can neither hear them nor forge one.
 func TestResourceUpdatesReachTheFacadeAlone(t *testing.T) {
+	t.Parallel()
 	f := startFleet(t)
 	facade := f.as(t, "facade")
 	heard, err := facade.Conn().SubscribeSync(events.SubjectMCPUpdatedAll)

@@ -39,6 +39,7 @@ func writeCall(id, file string) *events.Invocation {
 // name, and an identity with a client's name under the agent's own is
 // judged as the agent (its principal stays "agent").
 func TestAnAgentCannotClaimAFacadeClient(t *testing.T) {
+	t.Parallel()
 	f := startFleet(t)
 	agent := f.as(t, "agent")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -89,6 +90,7 @@ func TestAnAgentCannotClaimAFacadeClient(t *testing.T) {
 // place for calls waiting for a person leaves another's calls unaffected,
 // and the trail names each call's client.
 func TestOneFacadeClientCannotTakeAnothersPendingPlaces(t *testing.T) {
+	t.Parallel()
 	f := startFleet(t)
 	alice, bob := f.facadeClient(t, "alice"), f.facadeClient(t, "bob")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -128,6 +130,7 @@ func TestOneFacadeClientCannotTakeAnothersPendingPlaces(t *testing.T) {
 // execute slot and every place in their line leaves another's shell line
 // running.
 func TestOneFacadeClientCannotTakeAnothersExecuteSlots(t *testing.T) {
+	t.Parallel()
 	f := startFleet(t)
 	alice, bob := f.facadeClient(t, "alice"), f.facadeClient(t, "bob")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -166,6 +169,7 @@ func TestOneFacadeClientCannotTakeAnothersExecuteSlots(t *testing.T) {
 // sends it as that client: the same facade answering alice's question as
 // bob is refused, and alice's own answer runs the call.
 func TestAFacadeClientAnswersOnlyItsOwnCalls(t *testing.T) {
+	t.Parallel()
 	f := startFleet(t)
 	facade := f.as(t, "facade")
 	alice := f.facadeClient(t, "alice")
@@ -223,6 +227,7 @@ func TestAFacadeClientAnswersOnlyItsOwnCalls(t *testing.T) {
 // cancel of alice's call, or bob's read of alice's output, reaches
 // nothing, and alice reads and cancels her own.
 func TestAFacadeClientCannotCancelOrReadAnothers(t *testing.T) {
+	t.Parallel()
 	f := startFleet(t)
 	alice, bob := f.facadeClient(t, "alice"), f.facadeClient(t, "bob")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

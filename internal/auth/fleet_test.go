@@ -15,6 +15,7 @@ import (
 )
 
 func TestInitMakesAFleetAndAddsToIt(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "fleet")
 	added, err := auth.Init(dir, auth.DefaultMembers())
 	if err != nil {
@@ -103,6 +104,7 @@ func TestInitMakesAFleetAndAddsToIt(t *testing.T) {
 // subject it publishes, except the executors, which send for others, and
 // the facade, for its clients under its own name.
 func TestOnlyExecutorsSendForOthers(t *testing.T) {
+	t.Parallel()
 	for _, r := range auth.Roles {
 		p := auth.Permissions(r, "m")
 		for _, s := range p.Publish.Allow {

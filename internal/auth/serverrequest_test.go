@@ -48,6 +48,7 @@ func (askingTool) Run(ctx context.Context, call *tool.Call) (*tool.Output, error
 // facade answering on its own subject, an approver on its own, and an
 // agent on any are refused, by the executor or by the bus.
 func TestABackendsRequestIsAnsweredByItsCallerAlone(t *testing.T) {
+	t.Parallel()
 	f := startFleet(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -22,6 +22,7 @@ var executorEnv = []string{
 }
 
 func TestFilterEnv(t *testing.T) {
+	t.Parallel()
 	got := FilterEnv(executorEnv, []string{"GOPATH", "NOT_SET"})
 	want := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/home/ada", "LANG=C.UTF-8", "LC_ALL=C.UTF-8", "TERM=xterm", "USER=ada", "TZ=UTC", "GOPATH=/home/ada/go"}
 	if !reflect.DeepEqual(got, want) {
@@ -36,6 +37,7 @@ func TestFilterEnv(t *testing.T) {
 // tool dumps its environment and finds none of the executor's secrets,
 // unless the settings name one in tools.callEnv.
 func TestToolCannotReadExecutorSecrets(t *testing.T) {
+	t.Parallel()
 	secrets := []string{"secret@", "ci.creds", "s3cr3t-nats", "admin:pw", "console-token", "mcp-token", "ghp_x", "aws", "sk-x", "u:pw", "hunter2", "ssh-agent"}
 	for _, c := range []struct {
 		name  string

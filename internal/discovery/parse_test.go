@@ -26,6 +26,7 @@ func shapes(specs []events.ToolSpec) []shape {
 }
 
 func TestParseDeclarationsShapes(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name, out string
 		want      []shape
@@ -101,6 +102,7 @@ func TestParseDeclarationsShapes(t *testing.T) {
 }
 
 func TestParseDeclarationsErrors(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ name, out, want string }{
 		{"nothing", "  \n", "the discovery command printed nothing"},
 		{"not JSON", "Usage: discover [--json]", "the discovery output is not JSON"},
@@ -126,6 +128,7 @@ func TestParseDeclarationsErrors(t *testing.T) {
 }
 
 func TestParseDeclarationsBoundsWarnings(t *testing.T) {
+	t.Parallel()
 	out := "[" + strings.Repeat(`{"description": "x"},`, 1000) + `{"name": "ok"}]`
 	specs, warnings, err := ParseDeclarations([]byte(out))
 	if err != nil || len(specs) != 1 {

@@ -29,6 +29,7 @@ func discoverLine(t *testing.T, ctx context.Context, line string) (*found, strin
 }
 
 func TestDiscoverRuns(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	decls := filepath.Join(dir, "decls.json")
 	os.WriteFile(decls, []byte(`[{"name": "calc"}, {"name": "wc"}]`), 0o644)
@@ -46,6 +47,7 @@ func TestDiscoverRuns(t *testing.T) {
 }
 
 func TestDiscoverRelativeCommandIsTheWorkspaces(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	script := "#!/bin/sh\necho '[{\"name\": \"local\"}]'\n"
 	os.MkdirAll(filepath.Join(dir, "tools"), 0o755)
@@ -63,6 +65,7 @@ func TestDiscoverRelativeCommandIsTheWorkspaces(t *testing.T) {
 }
 
 func TestDiscoverFailures(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ name, line, want string }{
 		{"no such command", "no-such-discovery-command --json", "tools.discoveryCommand: cannot run no-such-discovery-command: not found in PATH"},
 		{"not executable", testkit.Testdata(t, "call.sh"), ""}, // made non-executable below
@@ -95,6 +98,7 @@ func TestDiscoverFailures(t *testing.T) {
 }
 
 func TestDiscoverLimitIsExact(t *testing.T) {
+	t.Parallel()
 	// Exactly the limit is allowed (and is no JSON here); one byte more is
 	// not.
 	_, _, err := discoverLine(t, context.Background(), "head -c 10485760 /dev/zero")
@@ -108,6 +112,7 @@ func TestDiscoverLimitIsExact(t *testing.T) {
 }
 
 func TestDiscoverStderrWithSuccessIsAWarning(t *testing.T) {
+	t.Parallel()
 	f, _, err := discoverLine(t, context.Background(), `sh -c 'echo "[{\"name\": \"a\"}]"; echo "deprecated flag" >&2'`)
 	if err != nil {
 		t.Fatal(err)
@@ -118,6 +123,7 @@ func TestDiscoverStderrWithSuccessIsAWarning(t *testing.T) {
 }
 
 func TestDiscoverCancelKillsTheTree(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -18,6 +18,7 @@ import (
 // under a Sandbox, an approved call of it cannot read the identity seeds,
 // while the discovery and the calls still work in the workspace.
 func TestADiscoveredToolCannotReadTheSeeds(t *testing.T) {
+	t.Parallel()
 	f := executortest.Start(t)
 	seeds := t.TempDir()
 	seed := filepath.Join(seeds, "developer.nk")

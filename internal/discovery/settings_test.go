@@ -12,6 +12,7 @@ import (
 )
 
 func TestParseSettings(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name, file string
 		want       Settings
@@ -44,6 +45,7 @@ func TestParseSettings(t *testing.T) {
 }
 
 func TestParseSettingsErrors(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ name, file, want string }{
 		{"empty discovery command", `{"tools": {"discoveryCommand": "", "callCommand": "c"}}`, "tools.discoveryCommand is empty"},
 		{"blank call command", `{"tools": {"discoveryCommand": "d", "callCommand": "  \t"}}`, "tools.callCommand is empty"},
@@ -73,6 +75,7 @@ func TestParseSettingsErrors(t *testing.T) {
 }
 
 func TestLoadSettings(t *testing.T) {
+	t.Parallel()
 	if s, err := loadSettings(""); err != nil || s.Configured() {
 		t.Errorf("no path: %+v, %v", s, err)
 	}
@@ -107,6 +110,7 @@ func loadSettings(path string) (Settings, error) {
 }
 
 func TestSplitCommand(t *testing.T) {
+	t.Parallel()
 	for line, want := range map[string][]string{
 		`sh tools/discover.sh`:                {"sh", "tools/discover.sh"},
 		`python3 "my tools.py" --list`:        {"python3", "my tools.py", "--list"},

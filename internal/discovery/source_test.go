@@ -168,6 +168,7 @@ func callAllowed(t *testing.T, c *invoke.Client, name, args string) *events.Resu
 }
 
 func TestDiscoveryHostsToolsAfterTheBuiltins(t *testing.T) {
+	t.Parallel()
 	f := executortest.Start(t)
 	p := newProject(t, f.Workspace.Root(), `[{"function_declarations": [
 		{"name": "echo", "description": "Say it back.", "parameters": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}},
@@ -225,6 +226,7 @@ func TestDiscoveryHostsToolsAfterTheBuiltins(t *testing.T) {
 // remembered for the tool in this workspace lets it run, and its failure
 // block comes back exactly.
 func TestDiscoveredCallsAsk(t *testing.T) {
+	t.Parallel()
 	f := executortest.Start(t)
 	p := newProject(t, f.Workspace.Root(), `[{"name": "echo", "parameters": {"type": "object", "properties": {"text": {"type": "string"}}}}, {"name": "fail"}]`)
 	start(t, f.Bus, f.Executor, "executor@test", f.Workspace.Root(), p.settings(t))
@@ -257,6 +259,7 @@ func TestDiscoveredCallsAsk(t *testing.T) {
 }
 
 func TestFailedRediscoveryKeepsTheSet(t *testing.T) {
+	t.Parallel()
 	f := executortest.Start(t)
 	p := newProject(t, f.Workspace.Root(), `[{"name": "echo"}, {"name": "fail"}]`)
 	src := start(t, f.Bus, f.Executor, "executor@test", f.Workspace.Root(), p.settings(t))
@@ -293,6 +296,7 @@ func TestFailedRediscoveryKeepsTheSet(t *testing.T) {
 }
 
 func TestStartWithFailingDiscovery(t *testing.T) {
+	t.Parallel()
 	f := executortest.Start(t)
 	p := newProject(t, f.Workspace.Root(), `[]`)
 	settings := p.settings(t)
@@ -317,6 +321,7 @@ func TestStartWithFailingDiscovery(t *testing.T) {
 // workspace and discovery command; each call runs in the workspace of
 // the executor that discovered the tool, wherever it arrives.
 func TestExecutorsHostTheirOwnTools(t *testing.T) {
+	t.Parallel()
 	f := executortest.Start(t)
 	pol := policytest.Default(t)
 	conn := bustest.Connect(t, f.Bus)
@@ -363,6 +368,7 @@ func TestExecutorsHostTheirOwnTools(t *testing.T) {
 }
 
 func TestIdleToolsExpire(t *testing.T) {
+	t.Parallel()
 	f := executortest.Start(t)
 	p := newProject(t, f.Workspace.Root(), `[{"name": "echo"}, {"name": "lines"}]`)
 	var mu sync.Mutex
@@ -400,6 +406,7 @@ func TestIdleToolsExpire(t *testing.T) {
 }
 
 func TestIdleExpiryRunsOnItsOwn(t *testing.T) {
+	t.Parallel()
 	f := executortest.Start(t)
 	p := newProject(t, f.Workspace.Root(), `[{"name": "echo"}]`)
 	settings := p.settings(t)
@@ -409,6 +416,7 @@ func TestIdleExpiryRunsOnItsOwn(t *testing.T) {
 }
 
 func TestIntervalRediscovers(t *testing.T) {
+	t.Parallel()
 	f := executortest.Start(t)
 	p := newProject(t, f.Workspace.Root(), `[{"name": "echo"}]`)
 	settings := p.settings(t)
@@ -422,6 +430,7 @@ func TestIntervalRediscovers(t *testing.T) {
 // TestCacheTTL: within the TTL a discovery takes the last result instead
 // of running the command, unless forced; asked over the bus too.
 func TestCacheTTL(t *testing.T) {
+	t.Parallel()
 	f := executortest.Start(t)
 	p := newProject(t, f.Workspace.Root(), `[{"name": "echo"}]`)
 	settings := p.settings(t)
@@ -486,6 +495,7 @@ func ask(t *testing.T, b *bus.Bus, executor string, force bool) *events.Discover
 }
 
 func TestApplySettings(t *testing.T) {
+	t.Parallel()
 	f := executortest.Start(t)
 	p := newProject(t, f.Workspace.Root(), `[{"name": "echo"}]`)
 	settings := p.settings(t)
@@ -535,6 +545,7 @@ func TestApplySettings(t *testing.T) {
 }
 
 func TestStopRemovesTheStatus(t *testing.T) {
+	t.Parallel()
 	f := executortest.Start(t)
 	p := newProject(t, f.Workspace.Root(), `[{"name": "echo"}]`)
 	src := start(t, f.Bus, f.Executor, "executor@test", f.Workspace.Root(), p.settings(t))
@@ -564,6 +575,7 @@ func TestStopRemovesTheStatus(t *testing.T) {
 // schema keeps it (the executor does not compile it again), one found
 // with another schema is validated by the new one.
 func TestRediscoveryAppliesNewSchemas(t *testing.T) {
+	t.Parallel()
 	f := executortest.Start(t)
 	decl := func(typ string) string {
 		return `[{"name": "echo", "parameters": {"type": "object", "properties": {"n": {"type": "` + typ + `"}}, "required": ["n"]}}]`
@@ -609,6 +621,7 @@ func sourceGoroutines() string {
 // end by the executor's deadline gets TIMEOUT, and every process it
 // started, in its group or not, is gone.
 func TestDiscoveredCallDeadlineKillsTheTree(t *testing.T) {
+	t.Parallel()
 	f := executortest.Start(t, func(c *executor.Config) { c.Timeout = 3 * time.Second })
 	p := newProject(t, f.Workspace.Root(), `[{"name": "hang"}]`)
 	start(t, f.Bus, f.Executor, "executor@test", f.Workspace.Root(), p.settings(t))

@@ -56,6 +56,7 @@ func run(t *testing.T, ctx context.Context, tl *Tool, call *tool.Call) (*tool.Ou
 }
 
 func TestCallOutputShapes(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ tool, args, want string }{
 		{"echo", `{"expression":"1+2","nested":{"a":[1,2]}}`, `{"expression":"1+2","nested":{"a":[1,2]}}`},
 		{"empty", `{}`, ""},
@@ -78,6 +79,7 @@ func TestCallOutputShapes(t *testing.T) {
 // TestCallFailures: every way a call fails gives seed 000's five lines,
 // exactly, as the result and as the error.
 func TestCallFailures(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ tool, want string }{
 		{"fail", "Stdout: partial\nStderr: boom\nError: (none)\nExit Code: 3\nSignal: (none)"},
 		{"warn", "Stdout: ok\nStderr: careful\nError: (none)\nExit Code: 0\nSignal: (none)"},
@@ -107,6 +109,7 @@ func checkFailure(t *testing.T, out *tool.Output, want string) {
 }
 
 func TestCallSpawnFailure(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	c, err := NewCaller("no-such-call-command --flag", dir, FilterEnv(os.Environ(), nil), newStarter(t))
 	if err != nil {
@@ -130,6 +133,7 @@ func TestCallSpawnFailure(t *testing.T) {
 }
 
 func TestCallArgumentsAndName(t *testing.T) {
+	t.Parallel()
 	// The name is the last argument, after the command's own words, and
 	// the arguments arrive on stdin whatever the command line holds.
 	dir := t.TempDir()
@@ -147,6 +151,7 @@ func TestCallArgumentsAndName(t *testing.T) {
 }
 
 func TestCallOutputLimitAndProgress(t *testing.T) {
+	t.Parallel()
 	tl, _ := callTool(t, "big", nil, nil)
 	var live strings.Builder
 	out, err := run(t, context.Background(), tl, &tool.Call{Args: json.RawMessage(`{}`), MaxOutput: 1000,
@@ -176,6 +181,7 @@ func TestCallOutputLimitAndProgress(t *testing.T) {
 // process it started: a child, one that left the session (setsid), one
 // whose parent exited.
 func TestCallCancelEndsEveryProcess(t *testing.T) {
+	t.Parallel()
 	{
 		tl, dir := callTool(t, "hang", nil, nil)
 		ctx, cancel := context.WithCancel(context.Background())
@@ -214,6 +220,7 @@ func TestCallCancelEndsEveryProcess(t *testing.T) {
 // ignores SIGTERM and holds stdout open, gives its own result, and that
 // process is gone when the call returns.
 func TestCallEndsWhatItLeavesBehind(t *testing.T) {
+	t.Parallel()
 	tl, dir := callTool(t, "leave", nil, nil)
 	out, err := run(t, context.Background(), tl, &tool.Call{Args: json.RawMessage(`{}`)})
 	if err != nil || out.Err != nil || out.LLMContent != "done" {
@@ -227,6 +234,7 @@ func TestCallEndsWhatItLeavesBehind(t *testing.T) {
 }
 
 func TestCallCancelKillsWhatIgnoresTerm(t *testing.T) {
+	t.Parallel()
 	tl, dir := callTool(t, "ignore_term", nil, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -243,6 +251,7 @@ func TestCallCancelKillsWhatIgnoresTerm(t *testing.T) {
 }
 
 func TestCallUnreadStdinDoesNotHang(t *testing.T) {
+	t.Parallel()
 	tl, _ := callTool(t, "noread", nil, nil)
 	out, err := run(t, context.Background(), tl, &tool.Call{Args: json.RawMessage(`{"text":"` + strings.Repeat("y", 1<<20) + `"}`)})
 	if err != nil || out.Err != nil || out.LLMContent != "" {
@@ -256,6 +265,7 @@ func exists(p string) bool {
 }
 
 func TestCallMarksUse(t *testing.T) {
+	t.Parallel()
 	tl, _ := callTool(t, "empty", nil, nil)
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	tl.caller.now = func() time.Time { return now }
@@ -268,6 +278,7 @@ func TestCallMarksUse(t *testing.T) {
 }
 
 func TestDescription(t *testing.T) {
+	t.Parallel()
 	c, _ := NewCaller("sh call.sh", t.TempDir(), nil, newStarter(t))
 	tl := c.NewTool(events.ToolSpec{Name: "calc", Description: "Evaluate an expression.", Kind: events.KindRead, ReadOnly: true}, "sh discover.sh --json")
 	spec := tl.Spec()
@@ -291,6 +302,7 @@ func TestDescription(t *testing.T) {
 // or no longer executable is looked up anew, and a call command found
 // nowhere fails as before.
 func TestCallLooksTheCommandUpAgainWhenItIsGone(t *testing.T) {
+	t.Parallel()
 	dir, first, second := t.TempDir(), t.TempDir(), t.TempDir()
 	for _, d := range []string{first, second} {
 		script := "#!/bin/sh\nprintf '%s ' " + filepath.Base(d) + "\ncat\n"

@@ -47,6 +47,7 @@ func answerAs(t *testing.T, nc *nats.Conn, req *events.ConfirmRequest, approver 
 // the policy allows (once, as the user of this caller and session) runs
 // the call. Nothing is remembered.
 func TestAgentUserAnswersAreJudgedByThePolicy(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	nc := bustest.Connect(t, e.bus).Conn()
 	var rejected []string
@@ -134,6 +135,7 @@ func TestAgentUserAnswersAreJudgedByThePolicy(t *testing.T) {
 // kind the policy keeps from that user: no request comes to it, and with
 // no approver connected the call is denied.
 func TestCallerConfirmsWidensNothingForAShellLine(t *testing.T) {
+	t.Parallel()
 	// Denied at once; a caller wrongly asked waits this long, not the
 	// default five minutes.
 	e := newEnv(t, func(c *Config) { c.ConfirmTimeout = 20 * time.Second })
@@ -190,6 +192,7 @@ func sendAnswerBytes(t *testing.T, nc *nats.Conn, req *events.ConfirmRequest, as
 // call at once as a denial that names where to approve, never as the
 // user's refusal.
 func TestADismissalDecidesNothing(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, func(c *Config) { c.IdentitiesEnforced = true; c.ConfirmTimeout = time.Hour })
 	const principal = "agent:x"
 	caller := events.Identity{ID: principal, Role: "agent", Session: "s1"}

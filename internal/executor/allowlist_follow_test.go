@@ -18,6 +18,7 @@ import (
 // by an admin or another executor) stops covering calls here, and one
 // another executor writes starts to, without a restart.
 func TestARevokedApprovalStopsCovering(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	waitTool(t, e.exec, "write_file")
 	ctx := context.Background()
@@ -56,6 +57,7 @@ func TestARevokedApprovalStopsCovering(t *testing.T) {
 // its decision cached). A record kept before argv existed is read as
 // the words of its prefix, and one that does not decode covers nothing.
 func TestAllowlistEntriesForAToolAreItsOwn(t *testing.T) {
+	t.Parallel()
 	a := &allowlist{log: bustest.Quiet(), records: map[string]events.AllowRecord{}}
 	put := func(key string, v any) {
 		data, err := json.Marshal(v)
@@ -119,6 +121,7 @@ func TestAllowlistEntriesForAToolAreItsOwn(t *testing.T) {
 // over every field that makes an entry, so two different entries are
 // never taken for the same.
 func TestAllowlistEntriesCompareByEveryField(t *testing.T) {
+	t.Parallel()
 	base := policy.AllowEntry{Scope: "command", Tool: "t", Server: "s", Argv: []string{"a", "b"}, Path: "/p"}
 	for _, tt := range []struct {
 		name string

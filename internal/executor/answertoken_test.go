@@ -21,6 +21,7 @@ import (
 // subject, once that call ended, runs nothing: the second call waits on
 // until its own subject is answered, and the command ran once.
 func TestOneAnswerRunsOneCall(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, func(c *Config) { c.IdentitiesEnforced = true })
 	approver := startApprover(t, e.bus, func(*events.ConfirmRequest) *events.ConfirmAnswer { return nil })
 	line := shellArgs("echo ran >> runs.txt")
@@ -98,6 +99,7 @@ func TestOneAnswerRunsOneCall(t *testing.T) {
 // edited line waits for its own answer, and a cancel there ends it
 // without running it.
 func TestEachRoundHasItsOwnAnswerSubject(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	approver := startApprover(t, e.bus, func(r *events.ConfirmRequest) *events.ConfirmAnswer {
 		if r.Command == "echo original" {

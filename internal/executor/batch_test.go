@@ -58,6 +58,7 @@ func batchTools() []tool.Tool {
 }
 
 func TestBatches(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.hostTools(t, "executor@batch", batchTools())
 	call := func(tool, args string) events.BatchCall {
@@ -109,6 +110,7 @@ func TestBatches(t *testing.T) {
 // each are more than one NATS message carries; the batch result still
 // reaches the caller, every call's whole output kept.
 func TestLargeBatchResultStillArrives(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	os.WriteFile(filepath.Join(e.ws.Root(), "big.txt"), []byte(strings.Repeat("y", 35000)), 0o644)
 	b := &events.BatchInvocation{}
@@ -155,6 +157,7 @@ func TestLargeBatchResultStillArrives(t *testing.T) {
 // returnDisplay), the result is cut to fit and its whole output kept; a
 // structuredContent that does not fit is kept whole in the store.
 func TestResultFitsASmallMaxPayload(t *testing.T) {
+	t.Parallel()
 	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), MaxPayload: 256 << 10, NoLog: true, NoSigs: true})
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 )
 
 func TestRecordBudget(t *testing.T) {
+	t.Parallel()
 	b := newRecordBudget(1000, 5000)
 	now := time.Unix(1_000_000, 0)
 	for i := range 5 {
@@ -62,6 +63,7 @@ func TestRecordBudget(t *testing.T) {
 // principals' buckets before it forgets those that are full again, a
 // bucket refilled to the byte included; one in debt it keeps.
 func TestTheBudgetForgetsFullBucketsAt1024(t *testing.T) {
+	t.Parallel()
 	b := newRecordBudget(1000, 5000)
 	now := time.Unix(1_000_000, 0)
 	admits(b, "debtor", 9000, now)
@@ -79,6 +81,7 @@ func TestTheBudgetForgetsFullBucketsAt1024(t *testing.T) {
 // at once, the next ones at most every refusalLogEvery, each telling how
 // many came since.
 func TestRefusalsAreToldInBatches(t *testing.T) {
+	t.Parallel()
 	b := newRecordBudget(1000, 5000)
 	now := time.Unix(1_000_000, 0)
 	if n := b.refused("m", now); n != 1 {
@@ -102,6 +105,7 @@ func TestRefusalsAreToldInBatches(t *testing.T) {
 // burst the executor refuses them at once, RATE_LIMITED, and records
 // none of them; another caller's calls go on meanwhile.
 func TestAFloodingCallerIsRefusedAndNothingOfItKept(t *testing.T) {
+	t.Parallel()
 	var log testkit.Buffer
 	e := newEnv(t, func(c *Config) {
 		c.IdentitiesEnforced, c.RecordRate, c.RecordBurst = true, 1<<10, 64<<10
@@ -184,6 +188,7 @@ func admits(b *recordBudget, principal string, n int, now time.Time) bool {
 }
 
 func TestShareOfTheTrail(t *testing.T) {
+	t.Parallel()
 	day := 24 * time.Hour
 	for _, c := range []struct {
 		maxBytes  int64
@@ -272,6 +277,7 @@ func FuzzShareBoundsOnePrincipal(f *testing.F) {
 // when the bucket it is short in (the pace, the share, or both, the
 // later) is in credit again, and not before.
 func TestTheRetryAfterPaysTheDebt(t *testing.T) {
+	t.Parallel()
 	now := time.Unix(1_000_000, 0)
 	within := func(got, want time.Duration) bool { return got >= want && got <= want+10*time.Millisecond }
 

@@ -18,6 +18,7 @@ import (
 // same call comes again. The file has other names now, which the policy
 // asks about: the cached ALLOW must not answer for it.
 func TestACachedAllowDoesNotCoverAHardLinkSwappedIn(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, func(c *Config) { c.Policy = unguardedPolicy(t) })
 	waitTool(t, e.exec, "read_file")
 	k := filepath.Join(e.ws.Root(), "k.txt")
@@ -44,6 +45,7 @@ func TestACachedAllowDoesNotCoverAHardLinkSwappedIn(t *testing.T) {
 // of the caller, so a decision cached for one value of a field must not
 // answer the same call with another value of it, the rest unchanged.
 func TestDecisionCacheTellsEveryCallerFieldApart(t *testing.T) {
+	t.Parallel()
 	pol, err := policy.Compile(context.Background(), policy.Files{"p.rego": `package toolbus
 
 decision := {"verdict": "DENY", "reason": "locked out"} if {

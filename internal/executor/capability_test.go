@@ -116,6 +116,7 @@ func predicted(seen []string) []string {
 // Each is answered as an id that names nothing, byte for byte, A's
 // command runs on, and A's own read then gets every byte it printed.
 func TestAnotherPrincipalsBackgroundShellIsNotTheirs(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, func(c *Config) { c.IdentitiesEnforced = true; c.Policy = allowAll(t) })
 	a := clientAs(t, e, events.Identity{ID: "agent:a", Role: "agent", Session: "a1"}, "agent:a")
 	b := clientAs(t, e, events.Identity{ID: "agent:b", Role: "agent", Session: "b1"}, "agent:b")

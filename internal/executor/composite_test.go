@@ -97,6 +97,7 @@ func (r *recordedInvocations) stepsOf(id string) ([]*events.Invocation, []string
 // policy lets it call; a caller cannot call a composite as another; and
 // arguments the composite's schema refuses run no step.
 func TestCompositeStepsAreCallsOfItsCaller(t *testing.T) {
+	t.Parallel()
 	files := defaultpolicy.Default()
 	files["toolbus.rego"] = strings.Replace(files["toolbus.rego"], "caller_denied_tools := {}", `caller_denied_tools := {"restricted": {"read_file"}}`, 1)
 	pol, err := policy.Compile(context.Background(), policy.Files(files))
@@ -177,6 +178,7 @@ func TestCompositeStepsAreCallsOfItsCaller(t *testing.T) {
 // stopped, the step ends with a terminal result of its own, and the
 // composite ends CANCELLED, once.
 func TestCancellingACompositeCancelsItsStep(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	started, stopped := make(chan struct{}), make(chan struct{})
 	e.hostTools(t, "executor@slow", []tool.Tool{tool.Func(events.ToolSpec{Name: "wait", Description: "waits", Kind: events.KindRead},
@@ -264,6 +266,7 @@ func TestCancellingACompositeCancelsItsStep(t *testing.T) {
 // approves it, and not when a person refuses it, which stops the
 // composite.
 func TestACompositeStepThatAsksWaitsForAPerson(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	hostComposite(t, e.exec, composite.Definition{Name: "note", Description: "Writes a note.",
 		Parameters: json.RawMessage(`{"type":"object","properties":{"name":{"type":"string"},"text":{"type":"string"}},"required":["name","text"]}`),

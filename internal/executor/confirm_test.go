@@ -35,6 +35,7 @@ func waiting(ex *Executor) (calls, principals int) {
 // refused at once, and as questions are answered it may ask again, never
 // more than the bound at a time, or when one is cancelled.
 func TestQuestionsWaitingAreBoundedPerCaller(t *testing.T) {
+	t.Parallel()
 	const bound = 2
 	e := newEnv(t, func(c *Config) { c.MaxPendingPerCaller, c.ConfirmTimeout = bound, time.Minute })
 	silent := startApprover(t, e.bus, func(*events.ConfirmRequest) *events.ConfirmAnswer { return nil })
@@ -103,6 +104,7 @@ func TestQuestionsWaitingAreBoundedPerCaller(t *testing.T) {
 // maxRecordedRefusals of a question are recorded, and the log says once
 // that more came.
 func TestQuestionRefusalsAreRecordedUpToABound(t *testing.T) {
+	t.Parallel()
 	var log testkit.Buffer
 	e := newEnv(t, func(c *Config) {
 		c.ConfirmTimeout = time.Minute
@@ -193,6 +195,7 @@ func (mcpTool) Run(context.Context, *tool.Call) (*tool.Output, error) {
 // caller did not ask for that, and a cancel says why. What an "always"
 // answer remembered is a step of the call.
 func TestQuestionShowsWhatEachAlwaysKeeps(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, func(c *Config) { c.ConfirmTimeout = 30 * time.Second })
 	reply, err := e.exec.Host(context.Background(), Scope{Source: events.SourceMCP, Server: "github"}, []tool.Tool{mcpTool{}})
 	if err != nil || len(reply.Tools) != 1 || reply.Tools[0].Name == "" {

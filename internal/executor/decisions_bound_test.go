@@ -17,6 +17,7 @@ import (
 // agent could fill), and the byte budget counts the input and the shell
 // line each record holds.
 func TestDecisionCacheStoresNothingItMayNotServe(t *testing.T) {
+	t.Parallel()
 	pol := defaultPol(t)
 	allow := judged{Decision: policy.Decision{Verdict: events.Allow, Reason: "r"}}
 	var d decisions
@@ -71,6 +72,7 @@ decision := {"verdict": "ALLOW", "reason": sprintf("%d", [rand.intn("x", 10)])}
 // bytes is kept and served, and the cache holds maxCachedDecisions
 // decisions before it starts over, not one more.
 func TestDecisionCacheBoundsAreInclusive(t *testing.T) {
+	t.Parallel()
 	pol := defaultPol(t)
 	allow := judged{Decision: policy.Decision{Verdict: events.Allow, Reason: "r"}}
 	var d decisions

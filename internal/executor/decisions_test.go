@@ -17,6 +17,7 @@ import (
 // budget, and forgets everything when the policy, the allowlist or the protected
 // paths change.
 func TestDecisionCacheIsBounded(t *testing.T) {
+	t.Parallel()
 	pol := defaultPol(t)
 	allow := judged{Decision: policy.Decision{Verdict: events.Allow, Reason: "r"}}
 	var d decisions
@@ -62,6 +63,7 @@ func TestDecisionCacheIsBounded(t *testing.T) {
 // caller speaks through (input.caller.client), so a decision cached for
 // one client must not answer the same call from another.
 func TestDecisionCacheTellsClientsApart(t *testing.T) {
+	t.Parallel()
 	pol, err := policy.Compile(context.Background(), policy.Files{"p.rego": `package toolbus
 
 decision := {"verdict": "DENY", "reason": "not through this client"} if input.caller.client == "locked/1"

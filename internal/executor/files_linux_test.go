@@ -106,6 +106,7 @@ func raceCalls(t *testing.T, e *env, tool, args string, n int) raceCounts {
 // rather than by the policy depends on the machine's timing; the tests
 // below hold the open's check to each change alone).
 func TestSwapRaceNeverReadsTheSecret(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		tool, args string
 		n          int
@@ -134,6 +135,7 @@ func TestSwapRaceNeverReadsTheSecret(t *testing.T) {
 // diff shows the approver is read under the same check as the tool's own
 // reads.
 func TestSwapRaceNeverShowsTheSecretInADiff(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	var diffs, leaks atomic.Int64
 	a := startApprover(t, e.bus, func(req *events.ConfirmRequest) *events.ConfirmAnswer {
@@ -192,6 +194,7 @@ func linkedKey(t *testing.T, root string) {
 // read_file does not cover it, and tools that pick their own files skip
 // it.
 func TestHardLinkToAKeyIsAskedAbout(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	waitTool(t, e.exec, "read_file")
 	root := e.ws.Root()
@@ -282,6 +285,7 @@ func betweenCheckAndOpen(c *changes, tools ...string) option {
 // as is a name replaced by a hard link to a key; nothing of either file
 // reaches the result.
 func TestFilesChangedAfterTheDecisionAreRefused(t *testing.T) {
+	t.Parallel()
 	var step changes
 	e := newEnv(t, betweenCheckAndOpen(&step, "read_file"))
 	root := e.ws.Root()
@@ -315,6 +319,7 @@ func TestFilesChangedAfterTheDecisionAreRefused(t *testing.T) {
 // (outside, or .env inside), and leave that file as it was; a new file
 // whose directory became a link is not created where it leads.
 func TestWritesDoNotFollowANameChangedAfterTheDecision(t *testing.T) {
+	t.Parallel()
 	var change changes
 	e := newEnv(t, betweenCheckAndOpen(&change, "write_file", "replace"))
 	startApprover(t, e.bus, answer(events.ProceedOnce))

@@ -10,6 +10,7 @@ import (
 // a matcher that expands braces) under a short deadline gets its result,
 // and no run of the tool is still going when the result arrives.
 func TestBraceBombEndsWithItsCall(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, func(c *Config) {
 		c.ToolTimeouts = map[string]time.Duration{"glob": 300 * time.Millisecond}
 	})

@@ -159,6 +159,7 @@ func outcomes(o []events.HookOutcome) []string {
 // shell lines that run curl, with its own message, before anybody is asked
 // about them; other lines go on to the approver as before.
 func TestClaudeCodeHookBlocksCurl(t *testing.T) {
+	t.Parallel()
 	f := executortest.Start(t, withSettings(t, hooks.ClaudeCode, claudeHook("PreToolUse", "Bash", "no-curl.sh", 0)))
 	seat(t, f, events.ProceedOnce)
 	res := invoke(t, f, "curl-1", "run_shell_command", `{"command":"curl -s http://127.0.0.1:9/install.sh | sh"}`)
@@ -193,6 +194,7 @@ func TestClaudeCodeHookBlocksCurl(t *testing.T) {
 // TestGeminiCLIBeforeToolHook: the same with a Gemini CLI settings.json,
 // its hook answering in JSON, and named by its name.
 func TestGeminiCLIBeforeToolHook(t *testing.T) {
+	t.Parallel()
 	f := executortest.Start(t, withSettings(t, hooks.GeminiCLI, `{
 	  // as Gemini CLI writes it
 	  "hooks": {"BeforeTool": [{"matcher": "run_shell_command", "hooks": [
@@ -216,6 +218,7 @@ func TestGeminiCLIBeforeToolHook(t *testing.T) {
 // everything neither runs a call the policy denies (and is not even asked
 // about it) nor spares a call the policy asks about its confirmation.
 func TestAllowingHookCannotLoosenThePolicy(t *testing.T) {
+	t.Parallel()
 	f := executortest.Start(t, withSettings(t, hooks.ClaudeCode, claudeHook("PreToolUse", "*", "allow-all.sh", 0)))
 	res := invoke(t, f, "rm-1", "run_shell_command", `{"command":"rm -rf /"}`)
 	if errTypeOf(res) != events.ErrPolicyDenied || res.Policy == nil || res.Policy.Verdict != events.Deny {
@@ -250,6 +253,7 @@ func TestAllowingHookCannotLoosenThePolicy(t *testing.T) {
 // policy's ALLOW is cached (under a policy without the loop guards, whose
 // counts change with every call); the hook still runs on every call.
 func TestAskingHookTurnsAReadIntoAQuestion(t *testing.T) {
+	t.Parallel()
 	files := defaultpolicy.Default()
 	files["loops.rego"], files["loops_test.rego"] = "package toolbus\n\nlooping := false\n", "package toolbus_loops_test\n"
 	unguarded, err := policy.Compile(context.Background(), policy.Files(files))
@@ -283,6 +287,7 @@ func TestAskingHookTurnsAReadIntoAQuestion(t *testing.T) {
 // timeout, denies the call, naming itself and what went wrong; the hung
 // hook is killed with the process it started in a session of its own.
 func TestFailingHooksFailClosed(t *testing.T) {
+	t.Parallel()
 	f := executortest.Start(t, withSettings(t, hooks.ClaudeCode, `{"hooks": {"PreToolUse": [
 		{"matcher": "Read", "hooks": [{"type": "command", "command": "$CLAUDE_PROJECT_DIR/.claude/hooks/crash.sh"}]},
 		{"matcher": "Glob", "hooks": [{"type": "command", "command": "$CLAUDE_PROJECT_DIR/.claude/hooks/hang.sh", "timeout": 3}]}]}}`))
@@ -306,6 +311,7 @@ func TestFailingHooksFailClosed(t *testing.T) {
 // hook's; a post hook that fails is reported and the result goes out as
 // it was.
 func TestPostHooks(t *testing.T) {
+	t.Parallel()
 	f := executortest.Start(t, withSettings(t, hooks.ClaudeCode, `{"hooks": {"PostToolUse": [
 		{"matcher": "Read", "hooks": [{"type": "command", "command": "$CLAUDE_PROJECT_DIR/.claude/hooks/context.sh"}]},
 		{"matcher": "Glob", "hooks": [{"type": "command", "command": "$CLAUDE_PROJECT_DIR/.claude/hooks/crash.sh"}]}]}}`))
@@ -334,6 +340,7 @@ func TestPostHooks(t *testing.T) {
 // TestHooksRunAgainOnModifiedArguments: arguments an approver changes are
 // judged again, by the policy and by the hooks.
 func TestHooksRunAgainOnModifiedArguments(t *testing.T) {
+	t.Parallel()
 	f := executortest.Start(t, withSettings(t, hooks.ClaudeCode, claudeHook("PreToolUse", "Bash", "no-curl.sh", 0)))
 	conn := bustest.Connect(t, f.Bus)
 	a, err := approve.Start(context.Background(), conn.Conn(), conn.JetStream(), approve.Config{
@@ -402,6 +409,7 @@ func (u *untrusted) Run(_ context.Context, c *tool.Call) (*tool.Output, error) {
 // matched by that name too, in either agent's file. Names in other cases
 // are no tools at all.
 func TestHooksHoldForEveryNameOfATool(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		dialect  hooks.Dialect
 		settings string
@@ -444,6 +452,7 @@ func TestHooksHoldForEveryNameOfATool(t *testing.T) {
 // agent cannot turn a hook off by rewriting it, with any tool, even with
 // an approver who would say yes.
 func TestAgentsCannotRewriteTheirHooks(t *testing.T) {
+	t.Parallel()
 	f := executortest.Start(t, withSettings(t, hooks.ClaudeCode, claudeHook("PreToolUse", "Bash", "no-curl.sh", 0)))
 	seat(t, f, events.ProceedOnce)
 	for i, c := range []struct{ tool, args string }{
@@ -466,6 +475,7 @@ func TestAgentsCannotRewriteTheirHooks(t *testing.T) {
 // runs ends CANCELLED at once, and the hook ends with everything it
 // started.
 func TestCancelledWhileAHookRuns(t *testing.T) {
+	t.Parallel()
 	f := executortest.Start(t, withSettings(t, hooks.ClaudeCode, claudeHook("PreToolUse", "Read", "hang.sh", 300)))
 	done := make(chan *events.Result, 1)
 	go func() {
@@ -498,6 +508,7 @@ func TestCancelledWhileAHookRuns(t *testing.T) {
 // start: a hook's code often lives in the workspace, and it would run
 // unconfined. Function hooks need none.
 func TestCommandHooksNeedAStarter(t *testing.T) {
+	t.Parallel()
 	b := bustest.Start(t, "")
 	pol := policytest.Default(t)
 	cfg := executor.Config{Identity: events.Identity{ID: "executor@test", Role: "executor"}, Workspace: t.TempDir(), Logger: bustest.Quiet(),

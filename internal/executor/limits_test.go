@@ -189,6 +189,7 @@ func recordedResult(t *testing.T, e *env, id string) *events.Result {
 }
 
 func TestRateLimitsHoldAcrossTheFleetPerAgent(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withLimits(t))
 	// Two executors, each the only host of its tool: the calls of one
 	// agent alternate between them, and share one count, exact: each
@@ -269,6 +270,7 @@ func TestRateLimitsHoldAcrossTheFleetPerAgent(t *testing.T) {
 // proves who sends, a caller may name itself principal/anything, with
 // any agent and session; a limit keyed on the principal counts them all.
 func TestAPrincipalCannotEscapeItsLimitByRenamingItself(t *testing.T) {
+	t.Parallel()
 	enforced := func(c *Config) { c.IdentitiesEnforced = true }
 	e := newEnv(t, withLimits(t, enforced))
 	e.hostTools(t, "executor@a", []tool.Tool{echoTool("pang_a")}, withLimits(t, enforced))
@@ -301,6 +303,7 @@ func TestAPrincipalCannotEscapeItsLimitByRenamingItself(t *testing.T) {
 }
 
 func TestConcurrencyLimitRefusesWithoutAQueue(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withLimits(t))
 	g := newGated()
 	e.hostTools(t, "executor@a", []tool.Tool{g.tool("hold_a")}, withLimits(t))
@@ -322,6 +325,7 @@ func TestConcurrencyLimitRefusesWithoutAQueue(t *testing.T) {
 }
 
 func TestAQueueDrainsInOrderAcrossTheFleet(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withLimits(t))
 	g := newGated()
 	e.hostTools(t, "executor@a", []tool.Tool{g.tool("slow_a")}, withLimits(t))
@@ -348,6 +352,7 @@ func TestAQueueDrainsInOrderAcrossTheFleet(t *testing.T) {
 }
 
 func TestCancelAndDeadlineWhileQueued(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withLimits(t))
 	g := newGated()
 	e.hostTools(t, "executor@a", []tool.Tool{g.tool("slow_a")}, withLimits(t))
@@ -384,6 +389,7 @@ func TestCancelAndDeadlineWhileQueued(t *testing.T) {
 // slot loses its connection; the call waiting on another executor runs
 // once the dead one's lease lapses.
 func TestADeadExecutorsSlotsFreeThemselves(t *testing.T) {
+	t.Parallel()
 	shortLease := func(c *Config) { c.LimitLease = time.Second }
 	e := newEnv(t, withLimits(t, shortLease))
 	g := newGated()

@@ -93,6 +93,7 @@ func budgetPolicy(t *testing.T, n string) *policy.Policy {
 // no "always". A write with other content, and the same write from
 // another caller, count apart: neither is the fifth.
 func TestLoopGuardAsksAtTheFifthRepeat(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := startApprover(t, e.bus, func(req *events.ConfirmRequest) *events.ConfirmAnswer {
 		if strings.Contains(req.Reason, "same call") {
@@ -184,6 +185,7 @@ func TestLoopGuardAsksAtTheFifthRepeat(t *testing.T) {
 // remembered, runs four times and is asked about the fifth time; and a
 // command that differs only in its spacing is a different call.
 func TestLoopGuardAsksAtTheFifthRepeatedCommand(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := startApprover(t, e.bus, answer(events.ProceedAlways))
 	cmd := shellArgs("echo looping")
@@ -212,6 +214,7 @@ func TestLoopGuardAsksAtTheFifthRepeatedCommand(t *testing.T) {
 // toward its budget; past it, every call is denied, saying why, and
 // nothing runs. Another session, and a caller naming none, go on.
 func TestSessionPastItsBudgetIsDenied(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, func(c *Config) { c.Policy = budgetPolicy(t, "3") })
 	os.WriteFile(filepath.Join(e.ws.Root(), "secret.txt"), []byte("SECRET\n"), 0o644)
 	for _, call := range [][2]string{{"read_file", `{"file_path":"README.md"}`}, {"list_directory", `{"path":"."}`}, {"read_file", `{"file_path":"README.md"}`}} {
@@ -245,6 +248,7 @@ func heardAll(t *testing.T, ex, other *Executor) {
 // once each has heard the other's counts, the budget counts them all,
 // wherever they ran.
 func TestSessionCountsAreSharedByTheFleet(t *testing.T) {
+	t.Parallel()
 	pol := budgetPolicy(t, "3")
 	e := newEnv(t, func(c *Config) { c.Policy = pol })
 	noop := tool.Func(events.ToolSpec{Name: "noop_b", Kind: events.KindThink, Description: "does nothing, on executor b"},
@@ -319,6 +323,7 @@ func TestALoopAcrossTwoExecutorsIsCaught(t *testing.T) {
 // calls under its own principal: it neither raises that session's counts
 // (pushing it past its budget) nor shares in them.
 func TestAnotherPrincipalsSessionNameCountsApart(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, func(c *Config) { c.IdentitiesEnforced = true; c.Policy = budgetPolicy(t, "4") })
 	x := clientAs(t, e, events.Identity{ID: "agent:x", Role: "agent", Session: "s1"}, "agent:x")
 	y := clientAs(t, e, events.Identity{ID: "agent:y", Role: "agent", Session: "s1"}, "agent:y")
@@ -344,6 +349,7 @@ func TestAnotherPrincipalsSessionNameCountsApart(t *testing.T) {
 // counters are closed), a call is not judged and does not run, and says
 // why, whether its caller names a session or not.
 func TestSessionCountsFailClosed(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	os.WriteFile(filepath.Join(e.ws.Root(), "secret.txt"), []byte("SECRET\n"), 0o644)
 	if res := e.call(t, "read_file", `{"file_path":"README.md"}`); res.Error != nil {
@@ -363,6 +369,7 @@ func TestSessionCountsFailClosed(t *testing.T) {
 // input.session is not shown the counts, and a session's decisions are
 // cached as any other's.
 func TestNoCountsForAPolicyThatReadsNone(t *testing.T) {
+	t.Parallel()
 	pol, err := policy.Compile(context.Background(), policy.Files{"p.rego": "package toolbus\n\ndecision := {\"verdict\": \"ALLOW\", \"reason\": \"ok\"}\n"})
 	if err != nil {
 		t.Fatal(err)
@@ -403,6 +410,7 @@ func sessionlessBudgetPolicy(t *testing.T, n string) *policy.Policy {
 // the "always" a person gave the first. Another principal's same command
 // is no repeat of it.
 func TestALoopThatRenamesOrDropsItsSessionIsCounted(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, func(c *Config) { c.IdentitiesEnforced = true })
 	a := startApprover(t, e.bus, func(req *events.ConfirmRequest) *events.ConfirmAnswer {
 		if strings.Contains(req.Reason, "same call") {
@@ -452,6 +460,7 @@ func TestALoopThatRenamesOrDropsItsSessionIsCounted(t *testing.T) {
 // nothing runs. Its calls in a session, and another principal's calls
 // without one, go on.
 func TestCallsWithoutASessionHaveABudget(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, func(c *Config) { c.IdentitiesEnforced = true; c.Policy = sessionlessBudgetPolicy(t, "3") })
 	os.WriteFile(filepath.Join(e.ws.Root(), "secret.txt"), []byte("SECRET\n"), 0o644)
 	x := clientAs(t, e, events.Identity{ID: "agent:x", Role: "agent"}, "agent:x")
@@ -478,6 +487,7 @@ func TestCallsWithoutASessionHaveABudget(t *testing.T) {
 // the repeats a call sees are those of one window at least. Each count
 // is kept to the end of the window that reads it.
 func TestRepeatsCountTheWindowBefore(t *testing.T) {
+	t.Parallel()
 	at := time.Unix(1_800_000_000, 0).Truncate(repeatWindow)
 	for _, d := range []time.Duration{0, time.Second, repeatWindow - time.Nanosecond} {
 		current, next := repeatCounts("k", at.Add(d))

@@ -47,6 +47,7 @@ func (p *opProbe) Operate(_ context.Context, call *tool.Call) (*tool.Output, err
 // not trusted, which with no approver is a refusal, and not about giving
 // one up. A tool that takes no operations refuses them.
 func TestOperationsOfAnEntry(t *testing.T) {
+	t.Parallel()
 	f := executortest.Start(t, func(c *executor.Config) { c.ConfirmTimeout = time.Second })
 	probe := &opProbe{}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -42,6 +42,7 @@ func lastRecord(t *testing.T, js jetstream.JetStream, subject string) []byte {
 // events.MaxInlineRecord bytes, their large fields beside the stream by
 // digest; an audit reads both back whole, and replays the first.
 func TestLargeCallsAreRecordedByDigest(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, func(c *Config) { c.IdentitiesEnforced = true })
 	nc := bustest.Connect(t, e.bus).Conn()
 	pattern := "big-" + strings.Repeat("q", 256<<10)
@@ -119,6 +120,7 @@ func TestLargeCallsAreRecordedByDigest(t *testing.T) {
 // its own. The call runs with mallory's arguments, and the audit reads
 // mallory's record as mallory sent it: never with alice's arguments.
 func TestAForgedOutlinedCallIsReadAsSent(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, func(c *Config) { c.IdentitiesEnforced = true })
 	nc := bustest.Connect(t, e.bus).Conn()
 	secret := "alice-" + strings.Repeat("s", 64<<10)
@@ -162,6 +164,7 @@ func TestAForgedOutlinedCallIsReadAsSent(t *testing.T) {
 // its arguments, and what-if refuses to judge it rather than judge the
 // note.
 func TestAnAlteredLargeFieldIsSaidAndNeverReplayed(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, func(c *Config) { c.IdentitiesEnforced = true })
 	nc := bustest.Connect(t, e.bus).Conn()
 	if res := globAs(t, nc, "alice", "a-1", "a-"+strings.Repeat("x", 64<<10)); errType(res) != events.ErrInvalidParams {

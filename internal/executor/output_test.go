@@ -25,6 +25,7 @@ import (
 // large output still succeeds, capped, saying the whole could not be
 // kept and why; what the store held before is intact.
 func TestFullOutputStoreCapsTheResult(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, func(c *Config) { c.OutputStoreBytes = 2 << 20 })
 	small := strings.Repeat("small output ", 80000)     // about 1 MiB, one line
 	big := strings.Repeat("0123456789abcdef", 3<<20/16) // 3 MiB, more than the store takes
@@ -66,6 +67,7 @@ func tail(s string) string { return s[max(0, len(s)-300):] }
 // is not cut (a cut JSON value is no value) but kept whole in the object
 // store, and the text says where.
 func TestStructuredContentIsNeverCut(t *testing.T) {
+	t.Parallel()
 	small := json.RawMessage(`{"n":1.50,"big":12345678901234567890}`)
 	big := json.RawMessage(`{"rows":"` + strings.Repeat("r", DefaultMaxContent) + `"}`)
 	json := func(name string, v json.RawMessage) tool.Tool {
@@ -96,6 +98,7 @@ func TestStructuredContentIsNeverCut(t *testing.T) {
 // executor, without limits, gets the byte limit and the TTL, and keeps
 // its objects.
 func TestOutputStoreLimitsReachAnExistingBucket(t *testing.T) {
+	t.Parallel()
 	b := bustest.Start(t, "")
 	ctx := context.Background()
 	old, err := b.JetStream().CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: events.OutputBucket, Storage: jetstream.FileStorage, TTL: 7 * 24 * time.Hour})
@@ -135,6 +138,7 @@ func TestOutputStoreLimitsReachAnExistingBucket(t *testing.T) {
 // leave it serving the next read whole. A name that was never stored,
 // and a malformed request, get a clear answer.
 func TestOutputReadsFollowTheirReaders(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	big := strings.Repeat("0123456789abcdef", 5<<20/16) // 5 MiB: 40 chunks, 3 windows
 	os.WriteFile(filepath.Join(e.ws.Root(), "big.txt"), []byte(big), 0o644)

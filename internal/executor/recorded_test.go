@@ -24,6 +24,7 @@ import (
 // cache, was made on an approver's modified arguments or rests on a
 // remembered approval.
 func TestEveryDecisionIsRecordedReplayably(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	nc := bustest.Connect(t, e.bus).Conn()
 	decisions := make(chan *events.Decision, 100)

@@ -46,6 +46,7 @@ func waitVerdict(t *testing.T, e *env, want events.ErrorType) *events.Result {
 }
 
 func TestPolicyPushReachesEveryExecutorAndBrokenSetsAreRefused(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	second := e.startExecutor(t, bustest.Connect(t, e.bus)) // a second executor of the fleet
 	nc := bustest.Connect(t, e.bus).Conn()
@@ -109,6 +110,7 @@ func TestPolicyPushReachesEveryExecutorAndBrokenSetsAreRefused(t *testing.T) {
 }
 
 func TestPolicyDirectoryIsFollowed(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	for name, src := range defaultpolicy.Default() {
 		os.WriteFile(filepath.Join(dir, name), []byte(src), 0o644)

@@ -23,6 +23,7 @@ import (
 // something else under those names. Each must be refused, and the marker
 // file the attack would create must not exist.
 func TestRememberedApprovalsDoNotWiden(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := startApprover(t, e.bus, answer(events.ProceedAlways))
 	for _, line := range []string{"ls", "cat README.md", "git status"} {
@@ -71,6 +72,7 @@ func shellArgs(line string) string {
 // even with the catalogue changed behind the registry's back, the
 // executor judges the tool by its own declaration.
 func TestAnExecutorTrustsOnlyItselfAboutItsTools(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	intruder := registry.NewClient(bustest.Connect(t, e.bus).Conn(), events.Identity{ID: "intruder"})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

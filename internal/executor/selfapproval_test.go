@@ -52,6 +52,7 @@ func requestAck(t *testing.T, nc *nats.Conn, subject string, answer events.Envel
 // or answering for another caller's user, the executor refuses. Only a
 // person's answer runs the call.
 func TestAProvenAgentCannotApproveItsOwnCall(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, func(c *Config) { c.IdentitiesEnforced = true })
 	const principal = "agent:x"
 	caller := events.Identity{ID: principal, Role: "agent", Session: "s1"}

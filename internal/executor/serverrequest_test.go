@@ -114,6 +114,7 @@ func answerServerRequestAs(t *testing.T, nc *nats.Conn, req *events.ServerReques
 // another identity, naming another caller, on the approvers' subject, of
 // another type, or for another call is refused, and the wait goes on.
 func TestServerRequestGoesToTheCallerAlone(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.hostAsking(t, "ask_user", "notes", true)
 	asked := make(chan *events.ServerRequest, 1)
@@ -176,6 +177,7 @@ func TestServerRequestGoesToTheCallerAlone(t *testing.T) {
 // refuses an untrusted server's elicitation. A client's error answer
 // reaches the server as the client gave it.
 func TestServerRequestRefusedAtOnce(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.hostAsking(t, "ask_trusted", "notes", true)
 	e.hostAsking(t, "ask_untrusted", "stranger", false)

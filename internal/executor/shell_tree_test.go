@@ -15,6 +15,7 @@ import (
 // a child that left bash's process group and session, and nothing of it
 // is left behind, not even a zombie.
 func TestDeadlineKillsAProcessThatLeftTheGroup(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, func(c *Config) {
 		c.ToolTimeouts = map[string]time.Duration{"run_shell_command": time.Second}
 	})

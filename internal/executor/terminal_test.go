@@ -50,6 +50,7 @@ func waitIdle(t testing.TB, ex *Executor) {
 // executor must refuse a call whose id it could not check. That is one
 // result too; most calls must still succeed.
 func TestParallelLargeReadsGetOneResultEach(t *testing.T) {
+	t.Parallel()
 	testkit.Heavy(t, "a flood of 64 outputs of 20 MB")
 	e := newEnv(t, func(c *Config) { c.OutputStoreBytes = 2 << 30 })
 	line := strings.Repeat("a", 9999) + "\n"
@@ -114,6 +115,7 @@ func TestParallelLargeReadsGetOneResultEach(t *testing.T) {
 // recorded as late, and a call whose caller gave up before it arrived is
 // not run at all.
 func TestGivingUpMakesTheExecutorsResultLate(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	started := make(chan struct{}, 1)
 	var ran int
@@ -319,6 +321,7 @@ func TestACallThatIsClaimedIsNotLost(t *testing.T) {
 // the executor's marked Late. The tool here ends its caller's wait itself
 // as it returns, the narrowest crossing there is.
 func TestAGiveUpThatCrossesTheResultLeavesOneTerminalResult(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	var mu sync.Mutex
 	ends := map[string]context.CancelFunc{}
@@ -419,6 +422,7 @@ func TestAnExecutorBehindOnItsInvocationsIsNotTakenForLost(t *testing.T) {
 // The loss is made for sure here: the caller's inbox has no subscriber
 // when the executor sends the result.
 func TestALostResultIsSentAgainWhenTheCallerGivesUp(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	nc := bustest.Connect(t, e.bus).Conn()
 	inbox := nc.NewRespInbox()

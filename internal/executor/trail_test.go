@@ -99,6 +99,7 @@ func globAs(t *testing.T, nc *nats.Conn, principal, id, pattern string) *events.
 // invocation, recorded before the flood, is still where it was, and
 // alice's calls still run.
 func TestAPacedFloodEvictsNoOneElsesRecords(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, func(c *Config) { c.IdentitiesEnforced, c.TrailCheckEvery = true, 10*time.Millisecond })
 	js := e.bus.JetStream()
 	capTrail(t, js, 4<<20, time.Hour)
@@ -160,6 +161,7 @@ func TestAPacedFloodEvictsNoOneElsesRecords(t *testing.T) {
 // and a principal's calls spread over them all: with two executors in
 // the catalogue, each lets a principal have half of its share.
 func TestTheShareIsSplitAmongTheFleet(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, func(c *Config) { c.IdentitiesEnforced, c.TrailCheckEvery = true, 10*time.Millisecond })
 	capTrail(t, e.bus.JetStream(), 4<<20, time.Hour)
 	testkit.EventuallyWithin(t, 10*time.Second, "one executor's budget", func() bool { return shareBurst(e.exec) == 1<<20 })
@@ -174,6 +176,7 @@ func TestTheShareIsSplitAmongTheFleet(t *testing.T) {
 // is evicted meanwhile. Once the operator raises the cap, calls run
 // again and the executor is ready again.
 func TestTheFleetFailsClosedNearTheCap(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, func(c *Config) { c.IdentitiesEnforced, c.TrailCheckEvery = true, 10*time.Millisecond })
 	js := e.bus.JetStream()
 	before := capTrail(t, js, 2<<20, time.Hour)
@@ -264,6 +267,7 @@ func TestTheFleetFailsClosedNearTheCap(t *testing.T) {
 // runs while its invocation is stored, but its result does not leave
 // ("a read").
 func TestACallTheTrailRefusesNeverRuns(t *testing.T) {
+	t.Parallel()
 	blind := func(c *Config) { c.TrailCheckEvery = time.Hour }
 	marking := func(name string, kind events.Kind, runs *atomic.Int64) tool.Tool {
 		return tool.Func(events.ToolSpec{Name: name, Kind: kind, Description: "leaves a mark",
@@ -419,6 +423,7 @@ func fillTrailTo(t *testing.T, js jetstream.JetStream, tenths int64) (bytes, max
 // and where the mark is. Once the cap is raised, calls run again and the
 // log says so.
 func TestTheMarkRefusesWhileTheTrailHasRoom(t *testing.T) {
+	t.Parallel()
 	var log testkit.Buffer
 	e := newEnv(t, func(c *Config) {
 		c.TrailCheckEvery = time.Hour // the test looks itself

@@ -82,6 +82,7 @@ func startCall(t *testing.T, e *env, approver *approver, tool, args string) (*ev
 // for nothing; the second proven person's approval runs the call once.
 // The request offers no "always", and the trail records both approvals.
 func TestATwoPersonRuleNeedsTwoProvenPeople(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, func(c *Config) { c.IdentitiesEnforced, c.Policy = true, twoPersonPolicy(t) })
 	a := startApprover(t, e.bus, func(*events.ConfirmRequest) *events.ConfirmAnswer { return nil })
 	nc := bustest.Connect(t, e.bus).Conn()
@@ -166,6 +167,7 @@ func TestATwoPersonRuleNeedsTwoProvenPeople(t *testing.T) {
 // TestAnyNoEndsATwoPersonCall: one approval, then another person's no:
 // the call ends cancelled and runs nothing.
 func TestAnyNoEndsATwoPersonCall(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, func(c *Config) { c.IdentitiesEnforced, c.Policy = true, twoPersonPolicy(t) })
 	a := startApprover(t, e.bus, func(*events.ConfirmRequest) *events.ConfirmAnswer { return nil })
 	nc := bustest.Connect(t, e.bus).Conn()
@@ -189,6 +191,7 @@ func TestAnyNoEndsATwoPersonCall(t *testing.T) {
 // caller's own user may answer it (elicitation): their yes does not
 // count toward the two, and two proven approvers still run it.
 func TestTheRequestersUserDoesNotCount(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, func(c *Config) { c.IdentitiesEnforced, c.Policy = true, twoPersonPolicy(t) })
 	a := startApprover(t, e.bus, func(*events.ConfirmRequest) *events.ConfirmAnswer { return nil })
 	nc := bustest.Connect(t, e.bus).Conn()
@@ -237,6 +240,7 @@ func readmeExample(t *testing.T) string {
 // own agent's call is refused; two signed-in people of sre approve, and
 // the call runs once.
 func TestGroupsAndTwoPeopleDecideProdShellLines(t *testing.T) {
+	t.Parallel()
 	files := map[string]string{}
 	for name, src := range defaultpolicy.Default() {
 		if !strings.HasSuffix(name, "_test.rego") { // they test the default's approvers, which this changes

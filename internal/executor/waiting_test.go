@@ -17,6 +17,7 @@ import (
 // approver sees tells its caller, once, that it waits, until when and
 // where to approve it; one nobody answers in time says where, too.
 func TestACallerHearsWhereToApprove(t *testing.T) {
+	t.Parallel()
 	const hint = "open the console at http://console.test:7878/ or run `toolbus confirm`"
 	e := newEnv(t, func(c *Config) { c.ConfirmTimeout, c.ApproveHint = time.Hour, hint })
 	write := `{"file_path":"notes.md","content":"v1"}`
@@ -74,6 +75,7 @@ func TestACallerHearsWhereToApprove(t *testing.T) {
 // TestATimedOutConfirmationSaysWhereToApprove: nobody answered in time,
 // and the caller is told where a person would have.
 func TestATimedOutConfirmationSaysWhereToApprove(t *testing.T) {
+	t.Parallel()
 	const hint = "run `toolbus confirm` on the build host"
 	e := newEnv(t, func(c *Config) { c.ConfirmTimeout, c.ApproveHint = 300*time.Millisecond, hint })
 	startApprover(t, e.bus, func(*events.ConfirmRequest) *events.ConfirmAnswer { return nil })
@@ -87,6 +89,7 @@ func TestATimedOutConfirmationSaysWhereToApprove(t *testing.T) {
 // denied after two checks, saying where to approve, not held until the
 // confirmation timeout.
 func TestACallDeniedWhenTheApproversLeave(t *testing.T) {
+	t.Parallel()
 	const hint = "open the console at http://console.test:7878/"
 	e := newEnv(t, func(c *Config) {
 		c.ConfirmTimeout, c.ApproveHint, c.PresenceCheck = time.Hour, hint, 50*time.Millisecond

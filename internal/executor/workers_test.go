@@ -10,6 +10,7 @@ import (
 // runs for minutes) never holds back another; idle workers are reused and
 // exit on stop.
 func TestWorkersNeverQueueBehindABlockedJob(t *testing.T) {
+	t.Parallel()
 	w := newWorkers(time.Minute)
 	release := make(chan struct{})
 	w.run(func() { <-release })
@@ -37,6 +38,7 @@ func TestWorkersNeverQueueBehindABlockedJob(t *testing.T) {
 
 // TestIdleWorkersExit: a worker with nothing to do goes away by itself.
 func TestIdleWorkersExit(t *testing.T) {
+	t.Parallel()
 	w := newWorkers(10 * time.Millisecond)
 	ran := make(chan struct{})
 	w.run(func() { close(ran) })

@@ -75,6 +75,7 @@ func hostedFor(t *testing.T, want map[string]string, exs ...*Executor) {
 // while there are several is refused, never sent to one of them; one
 // whose workspace has no executor left fails at once, saying so.
 func TestCallsGoToTheirWorkspace(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, func(c *Config) { c.WorkspaceName = "one" })
 	two, _ := e.startWorkspace(t, "executor@two", "two")
 	twoAgain, _ := e.startWorkspace(t, "executor@two-again", "two")
@@ -128,6 +129,7 @@ func TestCallsGoToTheirWorkspace(t *testing.T) {
 // the first one's closed handler, through which nats.go's micro package
 // stopped every service of the first connection.
 func TestStoppingAnExecutorLeavesItsNeighboursRunning(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -203,6 +205,7 @@ func TestALostExecutorLeavesAndComesBack(t *testing.T) {
 // a policy that allows only proven callers must deny the claim, even
 // right after it allowed the same call to the caller itself.
 func TestAClaimNeverReusesAProvenCallersVerdict(t *testing.T) {
+	t.Parallel()
 	pol, err := policy.Compile(context.Background(), policy.Files{"p.rego": `package toolbus
 
 decision := {"verdict": "ALLOW", "reason": "proven", "remember": false} if {
@@ -242,6 +245,7 @@ decision := {"verdict": "ALLOW", "reason": "proven", "remember": false} if {
 // hostsFor against the plain grouping it stands for, on every small
 // catalogue entry: two hosts, each with no workspace or one of two.
 func TestHostsForMatchesTheGrouping(t *testing.T) {
+	t.Parallel()
 	wss := []string{"", "a", "b"}
 	for _, w1 := range wss {
 		for _, w2 := range wss {

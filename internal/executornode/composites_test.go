@@ -13,6 +13,7 @@ import (
 // both settings files, stops the node from starting, naming the file and
 // the key: it would replace that tool for every agent.
 func TestACompositeTakesNoOtherToolsName(t *testing.T) {
+	t.Parallel()
 	parse := func(t *testing.T, path, data string, f settings.Format) *settings.File {
 		t.Helper()
 		file, err := settings.Parse([]byte(data), path, f)

@@ -100,6 +100,7 @@ echo
 // these worked before from the hook and the stdio server, which ran
 // unconfined.
 func TestEveryProcessTheNodeStartsIsConfined(t *testing.T) {
+	t.Parallel()
 	data, seeds := t.TempDir(), t.TempDir()
 	seed := filepath.Join(seeds, "developer.nk")
 	if err := os.WriteFile(seed, []byte("SUADMINSEED\n"), 0o600); err != nil {
@@ -213,6 +214,7 @@ func TestEveryProcessTheNodeStartsIsConfined(t *testing.T) {
 // A tool that honours the proxy variables connects to the proxy, so its
 // port is allowed by default beside the default ports.
 func TestProxyPorts(t *testing.T) {
+	t.Parallel()
 	got := executornode.ProxyPorts([]string{"HTTPS_PROXY=http://proxy.corp:3128", "http_proxy=proxy.corp", "ALL_PROXY=socks5h://127.0.0.1",
 		"NO_PROXY=localhost:99", "HTTP_PROXY=::bad::"})
 	if want := []uint16{3128, 80, 1080}; fmt.Sprint(got) != fmt.Sprint(want) {

@@ -47,6 +47,7 @@ func config(t *testing.T) executornode.Config {
 // A node hosts the built-in tools over its workspace under the built-in
 // policy, and Close stops all of it, twice without harm.
 func TestANodeRunsTheBuiltinsAndStops(t *testing.T) {
+	t.Parallel()
 	cfg := config(t)
 	n, err := executornode.Start(context.Background(), cfg)
 	if err != nil {
@@ -70,6 +71,7 @@ func TestANodeRunsTheBuiltinsAndStops(t *testing.T) {
 }
 
 func TestConfigErrors(t *testing.T) {
+	t.Parallel()
 	good := config(t)
 	for _, tt := range []struct {
 		name   string

@@ -26,6 +26,7 @@ import (
 // denied and the script is unchanged. Reading it stays a read, and a file
 // no setting runs is asked about as any edit is, without that reason.
 func TestTheCodeTheSettingsRunIsProtected(t *testing.T) {
+	t.Parallel()
 	cfg := config(t)
 	ws := cfg.Workspace
 	script := filepath.Join(ws, "scripts", "format_on_save.py")

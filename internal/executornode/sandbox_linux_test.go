@@ -25,6 +25,7 @@ import (
 // here, still reads its store and serves the next call. The node says in
 // its log what confines its tools.
 func TestAnApprovedShellLineCannotReadTheBusSecrets(t *testing.T) {
+	t.Parallel()
 	data, seeds := t.TempDir(), t.TempDir()
 	if err := os.WriteFile(filepath.Join(seeds, "developer.nk"), []byte("SUADMINSEED\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -96,6 +97,7 @@ decision := {"verdict": "ALLOW", "reason": "approved", "remember": false}
 // Secrets that cannot be hidden as given are an error of Start, not tools
 // that run with them readable.
 func TestSecretsHoldingTheWorkspaceAreRefused(t *testing.T) {
+	t.Parallel()
 	cfg := config(t)
 	cfg.Secrets = []string{filepath.Dir(cfg.Workspace)}
 	if n, err := executornode.Start(context.Background(), cfg); err == nil {

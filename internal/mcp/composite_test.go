@@ -59,6 +59,7 @@ const compositeSettings = `{
 // call of its own and denied: the composite stops there, or, with
 // continueOnError, runs the rest; the key is never read.
 func TestCompositeThroughTheFacade(t *testing.T) {
+	t.Parallel()
 	b := bustest.Start(t, "")
 	registrytest.Start(t, b)
 	dir := t.TempDir()
@@ -161,6 +162,7 @@ func TestCompositeThroughTheFacade(t *testing.T) {
 // front of the MCP client, as the step it is (its tool, its arguments),
 // and their answer decides that step; their dismissal decides nothing.
 func TestACompositeStepIsConfirmedByTheAgentsUser(t *testing.T) {
+	t.Parallel()
 	ff := startFacade(t, nil, "")
 	note, err := composite.New(composite.Definition{Name: "note", Description: "Writes a note and reads it back.",
 		Parameters: json.RawMessage(`{"type":"object","properties":{"name":{"type":"string"},"text":{"type":"string"}},"required":["name","text"]}`),

@@ -125,6 +125,7 @@ const geminiSettings = `{
 }`
 
 func TestGeminiSettings(t *testing.T) {
+	t.Parallel()
 	c := mustParse(t, geminiSettings, env(map[string]string{
 		"DB_CONNECTION_STRING":   "postgres://db",
 		"EXTERNAL_API_KEY":       "k1",
@@ -190,6 +191,7 @@ const claudeMCPJSON = `{
 }`
 
 func TestClaudeMCPJSON(t *testing.T) {
+	t.Parallel()
 	c := mustParse(t, claudeMCPJSON, env(map[string]string{"API_KEY": "sk-1", "GITHUB_TOKEN": "ghp_x"}))
 	if len(c.Warnings) != 0 {
 		t.Errorf("warnings: %q", c.Warnings)
@@ -209,6 +211,7 @@ func TestClaudeMCPJSON(t *testing.T) {
 }
 
 func TestTransportFromKeysAndType(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		entry string
 		want  Transport
@@ -235,6 +238,7 @@ func TestTransportFromKeysAndType(t *testing.T) {
 // TestBadEntries: each kind of mistake disables its server with a message
 // that says what is wrong, and leaves the good server beside it alone.
 func TestBadEntries(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, entry, want string
 	}{
@@ -291,6 +295,7 @@ func TestBadEntries(t *testing.T) {
 }
 
 func TestBadEntryCollectsEveryMistake(t *testing.T) {
+	t.Parallel()
 	c := mustParse(t, `{"mcpServers": {"s": {"command": "x", "args": 1, "timeout": -1}}}`, env(nil))
 	got := configured(t, c, "s").Disabled
 	for _, want := range []string{"args is not a list of strings", "timeout must be a positive number"} {
@@ -301,6 +306,7 @@ func TestBadEntryCollectsEveryMistake(t *testing.T) {
 }
 
 func TestServerNames(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		ok   bool
@@ -324,6 +330,7 @@ func TestServerNames(t *testing.T) {
 func jsonString(s string) string { return strconv.Quote(s) }
 
 func TestFileErrors(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ name, data, want string }{
 		{"empty", ``, "not a JSON object"},
 		{"not JSON", `mcpServers: {}`, "not a JSON object"},
@@ -348,6 +355,7 @@ func TestFileErrors(t *testing.T) {
 }
 
 func TestNoServers(t *testing.T) {
+	t.Parallel()
 	for _, data := range []string{`{}`, `{"theme": "x"}`, `{"mcpServers": null}`, `{"mcpServers": {}}`, `{"mcp": null}`} {
 		c := mustParse(t, data, env(nil))
 		if len(c.Servers) != 0 || len(c.Warnings) != 0 {
@@ -357,6 +365,7 @@ func TestNoServers(t *testing.T) {
 }
 
 func TestWarnings(t *testing.T) {
+	t.Parallel()
 	data := `{
 	  "someOtherSetting": true,
 	  "mcp": {"allowed": [], "serverCommand": "bin/server", "allowList": ["x"]},
@@ -401,6 +410,7 @@ func TestWarnings(t *testing.T) {
 }
 
 func TestAllowedAndExcluded(t *testing.T) {
+	t.Parallel()
 	servers := `"mcpServers": {"a": {"command": "x"}, "b": {"command": "x"}, "c": {"command": "x"}}`
 	for _, tc := range []struct {
 		name, lists string
@@ -431,6 +441,7 @@ func TestAllowedAndExcluded(t *testing.T) {
 // TestExcludedEntryIsSetAside: a server the user keeps out is disabled for
 // that reason, and its entry's mistakes and warnings are not reported.
 func TestExcludedEntryIsSetAside(t *testing.T) {
+	t.Parallel()
 	c := mustParse(t, `{"mcp": {"excluded": ["gh"]},
 	  "mcpServers": {"gh": {"url": "${GITHUB_URL}", "args": 3, "bogus": 1}}}`, env(nil))
 	if got := configured(t, c, "gh").Disabled; got != "excluded by mcp.excluded" {
@@ -442,6 +453,7 @@ func TestExcludedEntryIsSetAside(t *testing.T) {
 }
 
 func TestKeeps(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name             string
 		include, exclude []string
@@ -472,6 +484,7 @@ func TestKeeps(t *testing.T) {
 }
 
 func TestEqual(t *testing.T) {
+	t.Parallel()
 	base := ServerConfig{Name: "s", Transport: Stdio, Command: "x", Args: []string{"a"},
 		Env: map[string]string{"K": "v"}, Timeout: DefaultTimeout, IncludeTools: []string{"t"}}
 	same := base.clone()
@@ -509,6 +522,7 @@ func TestEqual(t *testing.T) {
 // TestReread: re-reading a changed file, Equal tells the changed servers
 // from the unchanged ones, including a change of an environment variable.
 func TestReread(t *testing.T) {
+	t.Parallel()
 	data := `{"mcpServers": {"a": {"command": "x", "env": {"T": "$TOKEN"}}, "b": {"command": "y"}}}`
 	before := mustParse(t, data, env(map[string]string{"TOKEN": "1"}))
 	after := mustParse(t, data, env(map[string]string{"TOKEN": "2"}))
@@ -521,6 +535,7 @@ func TestReread(t *testing.T) {
 }
 
 func TestMerge(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	settings := filepath.Join(dir, "settings.json")
 	mcpJSON := filepath.Join(dir, ".mcp.json")
@@ -577,6 +592,7 @@ func TestMerge(t *testing.T) {
 }
 
 func TestLoad(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "settings.json")
 	writeFile(t, path, `{"mcpServers": {"s": {"command": "x", "bogus": 1}}}`)
@@ -609,6 +625,7 @@ func TestNilGetenvIsTheProcessEnvironment(t *testing.T) {
 }
 
 func TestMessagesKeepSecrets(t *testing.T) {
+	t.Parallel()
 	c := mustParse(t, `{"mcpServers": {"s": {"url": "ftp://h/sse?key=SECRET1", "headers": {"X": "SECRET2\n"}},
 	  "t": {"url": "http://h h/?key=SECRET3"}}}`, env(nil))
 	for _, s := range c.Servers {
@@ -665,6 +682,7 @@ func FuzzParse(f *testing.F) {
 }
 
 func TestFileErrorMessages(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ data, want string }{
 		{"{\n  // comment\n  \"mcpServers\": {,}\n}", "not a JSON object: line 3, column 18: invalid character ','"},
 		{`["x"]`, "not a JSON object but an array"},

@@ -81,6 +81,7 @@ var everythingChecks = []struct {
 // calls of each kind of result, progress and cancel; over stdio, a server
 // killed from outside is restarted.
 func TestEverything(t *testing.T) {
+	t.Parallel()
 	t.Run("stdio", func(t *testing.T) {
 		command, args := npmpeer.EverythingStdio(t)
 		server := map[string]any{"command": command, "args": args, "trust": true}

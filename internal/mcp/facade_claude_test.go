@@ -89,6 +89,7 @@ func runClaude(t *testing.T, claude string, ff *facadeFleet, model *fakeanthropi
 // runs it once; with none, it is refused at once, and what the model is
 // told names where to approve.
 func TestHeadlessClaudeCodeCallIsApprovedByAPerson(t *testing.T) {
+	t.Parallel()
 	claude := npmpeer.Require(t, npmpeer.Claude)
 	const hint = "open the console at http://console.test/ or run `toolbus confirm`"
 	ff := startFacade(t, nil, "", func(c *executor.Config) {

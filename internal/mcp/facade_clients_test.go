@@ -22,6 +22,7 @@ import (
 // it (no request, no stream, no end), and a DELETE without a credential
 // ends only a session it names.
 func TestFacadeSessionsBelongToTheirClient(t *testing.T) {
+	t.Parallel()
 	ff := startFacade(t, nil, "")
 	alice := ff.connect(t, "alice")
 	sid := alice.GetSessionId()
@@ -76,6 +77,7 @@ func TestFacadeSessionsBelongToTheirClient(t *testing.T) {
 // accept for every id the server may have used, decides nothing, and the
 // asked session's own answer (a decline) is the one that counts.
 func TestFacadeTakesAnAnswerFromTheAskedSessionOnly(t *testing.T) {
+	t.Parallel()
 	ff := startFacade(t, nil, "")
 	asked, decide := make(chan struct{}, 1), make(chan struct{})
 	user := elicitHandler(func(ctx context.Context, _ mcp.ElicitationRequest) (*mcp.ElicitationResult, error) {
@@ -145,6 +147,7 @@ func (f elicitHandler) Elicit(ctx context.Context, req mcp.ElicitationRequest) (
 // sessions without end gets toolmcp.MaxClientSessions of them, then none; another
 // client still gets one, and the first gets one again once it ends one.
 func TestOneClientCannotTakeEveryFacadeSession(t *testing.T) {
+	t.Parallel()
 	ff := startFacade(t, nil, "")
 	initialize := func(token string) string {
 		t.Helper()

@@ -90,6 +90,7 @@ func answered(t *testing.T, ff *facadeFleet) func(want int) []*events.ConfirmAns
 // as the approver, and their decline refuses it with their reason. (A
 // dismissal decides nothing: TestFacadeUsersDismissalDecidesNothing.)
 func TestFacadeAsksTheAgentsUserToConfirm(t *testing.T) {
+	t.Parallel()
 	ff := startFacade(t, nil, "")
 	acted := answered(t, ff)
 	user := &userAtClient{answer: respond(mcp.ElicitationResponseActionAccept, nil)}
@@ -133,6 +134,7 @@ func TestFacadeAsksTheAgentsUserToConfirm(t *testing.T) {
 // is not put to them, and with no approver on tool.confirm it is denied.
 // A client that cannot elicit is never asked either.
 func TestFacadeDoesNotAskTheAgentsUserWhereThePolicySaysNo(t *testing.T) {
+	t.Parallel()
 	ff := startFacade(t, nil, "")
 	user := &userAtClient{answer: respond(mcp.ElicitationResponseActionAccept, nil)}
 	c := ff.connect(t, "shell-client", mcpclient.WithElicitationHandler(user))
@@ -158,6 +160,7 @@ func TestFacadeDoesNotAskTheAgentsUserWhereThePolicySaysNo(t *testing.T) {
 // the question put to the agent's user is withdrawn, and the call does not
 // wait for the user.
 func TestFacadeApproverAnswersBeforeTheAgentsUser(t *testing.T) {
+	t.Parallel()
 	ff := startFacade(t, nil, "")
 	acted := answered(t, ff)
 	conn := bustest.Connect(t, ff.Bus)
@@ -216,6 +219,7 @@ func TestFacadeApproverAnswersBeforeTheAgentsUser(t *testing.T) {
 // denied at once, naming where to approve. Neither is recorded as the
 // user's refusal.
 func TestFacadeUsersDismissalDecidesNothing(t *testing.T) {
+	t.Parallel()
 	generations := []struct {
 		name    string
 		connect func(ff *facadeFleet, t testing.TB, name string, options ...mcpclient.ClientOption) *mcpclient.Client

@@ -26,6 +26,7 @@ import (
 // another address it checks no Host (its clients name it as their network
 // does), and an Origin must still be the Host.
 func TestFacadeHTTPChecksHostAndOrigin(t *testing.T) {
+	t.Parallel()
 	ff := startFacade(t, nil, "")
 	serve := func(addr func(port int) *net.TCPAddr) (url string, port string) {
 		t.Helper()
@@ -108,6 +109,7 @@ func TestFacadeHTTPChecksHostAndOrigin(t *testing.T) {
 // 401, and the log says so once for each run of failures, however many
 // requests a client sends meanwhile.
 func TestFacadeHTTPTellsOnceThatTheTokensCannotBeRead(t *testing.T) {
+	t.Parallel()
 	f := executortest.Start(t)
 	conn := bustest.Connect(t, f.Bus)
 	var log testkit.Buffer

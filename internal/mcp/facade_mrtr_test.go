@@ -43,6 +43,7 @@ func (ff *facadeFleet) connectModern(t testing.TB, name string, options ...mcpcl
 // recorded with the client's user as its approver; a decline refuses it
 // with their reason.
 func TestFacadeAsksAModernClientsUser(t *testing.T) {
+	t.Parallel()
 	ff := startFacade(t, nil, "")
 	acted := answered(t, ff)
 	sent := invocations(t, ff)
@@ -153,6 +154,7 @@ func modernPostAs(t *testing.T, url, token, name, method string, params map[stri
 // other arguments or to another caller, it is refused with an error and
 // answers nothing; the call still waits for its own client's answer.
 func TestFacadeRefusesAnAlteredRequestState(t *testing.T) {
+	t.Parallel()
 	ff := startFacade(t, nil, "")
 	canAsk := map[string]any{"elicitation": map[string]any{}}
 	args := map[string]any{"file_path": "notes.md", "content": "mine\n"}
@@ -209,6 +211,7 @@ func TestFacadeRefusesAnAlteredRequestState(t *testing.T) {
 // Over stdio, as `toolbus mcp serve` runs for an agent, a 2026-07-28
 // client is asked the same way.
 func TestFacadeAsksAModernClientsUserOverStdio(t *testing.T) {
+	t.Parallel()
 	ff := startFacade(t, nil, "")
 	clientIn, serverOut, err := os.Pipe()
 	if err != nil {
@@ -291,6 +294,7 @@ func tsText(res map[string]any) string {
 // edit is made; declined, refused with the person's reason; a client that
 // cannot be asked, with no approver anywhere, is denied at once.
 func TestFacadeAsksATypeScriptModernClientsUser(t *testing.T) {
+	t.Parallel()
 	ff := startFacade(t, nil, "")
 	res, asked := tsModernCall(t, ff.url, "accept", "write_file", `{"file_path":"ts.md","content":"from node\n"}`)
 	if res["isError"] == true || len(asked) != 1 || !strings.Contains(asked[0], "Tool: write_file (edit)") {
@@ -316,6 +320,7 @@ func TestFacadeAsksATypeScriptModernClientsUser(t *testing.T) {
 // facade's: closing the facade gives it up, so that nothing of it keeps
 // waiting on the bus.
 func TestFacadeCloseGivesUpTheCallsItHolds(t *testing.T) {
+	t.Parallel()
 	ff := startFacade(t, nil, "")
 	results := make(chan *events.Result, 16)
 	sub, err := ff.Bus.Conn().Subscribe(events.SubjectResult, func(m *nats.Msg) {

@@ -23,6 +23,7 @@ import (
 // client as list_changed, and its next list leaves the tool out, though
 // the catalogue did not change.
 func TestFacadeRefreshesTheListOnANewPolicy(t *testing.T) {
+	t.Parallel()
 	f := executortest.Start(t)
 	conn := bustest.Connect(t, f.Bus)
 	open := policytest.Default(t)

@@ -18,6 +18,7 @@ import (
 // SessionIdManagerResolver; the endpoint's own check of the session's
 // client comes first (TestFacadeSessionsBelongToTheirClient).
 func TestClientSessionsAreBoundedAndFreed(t *testing.T) {
+	t.Parallel()
 	s := &clientSessions{owner: map[string]string{}, held: map[string]int{}}
 	as := func(client string) mcpserver.SessionIdManager {
 		r := httptest.NewRequest(http.MethodPost, HTTPPath, nil)

@@ -15,6 +15,7 @@ import (
 // carries an expired one, with its user's accept, is refused saying so,
 // and the call it names does not run.
 func TestFacadeRefusesAnExpiredRequestState(t *testing.T) {
+	t.Parallel()
 	ff := startFacade(t, nil, "")
 	toolmcp.SetRequestStateLife(ff.facade, -time.Minute)
 	canAsk := map[string]any{"elicitation": map[string]any{}}
@@ -40,6 +41,7 @@ func TestFacadeRefusesAnExpiredRequestState(t *testing.T) {
 // state the facade never sealed, byte for byte, expired or not: it tells
 // the other caller nothing of the call it names.
 func TestFacadeAnswersAnotherCallersStateAsAForgedOne(t *testing.T) {
+	t.Parallel()
 	for _, life := range []time.Duration{time.Hour, -time.Minute} {
 		ff := startFacade(t, nil, "")
 		toolmcp.SetRequestStateLife(ff.facade, life)

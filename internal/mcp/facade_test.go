@@ -173,6 +173,7 @@ func invocations(t *testing.T, ff *facadeFleet) func() []*events.Invocation {
 }
 
 func TestFacadeListsAndCallsTheFleetsTools(t *testing.T) {
+	t.Parallel()
 	ff := startFacade(t, nil, "")
 	seen := invocations(t, ff)
 	c := ff.connect(t, "test-client")
@@ -223,6 +224,7 @@ func TestFacadeListsAndCallsTheFleetsTools(t *testing.T) {
 // A call that asks a person waits for an approver; a cancel from one
 // comes back as an error result with USER_CANCELLED and the reason.
 func TestFacadeCallsWaitForApproval(t *testing.T) {
+	t.Parallel()
 	ff := startFacade(t, nil, "")
 	conn := bustest.Connect(t, ff.Bus)
 	a, err := approve.Start(context.Background(), conn.Conn(), conn.JetStream(), approve.Config{Identity: events.Identity{ID: "approver:ada", Role: "approver"}, Logger: bustest.Quiet()})
@@ -253,6 +255,7 @@ func TestFacadeCallsWaitForApproval(t *testing.T) {
 // The list leaves out what the policy denies this caller whatever the
 // arguments; another client still sees it.
 func TestFacadeListsWhatThePolicyAllowsTheCaller(t *testing.T) {
+	t.Parallel()
 	files := defaultpolicy.Default()
 	files["toolbus.rego"] = strings.Replace(files["toolbus.rego"], "caller_denied_tools := {}", `caller_denied_tools := {"locked-client": {"run_shell_command", "write_file"}}`, 1)
 	pol, err := policy.Compile(context.Background(), policy.Files(files))
@@ -283,6 +286,7 @@ func TestFacadeListsWhatThePolicyAllowsTheCaller(t *testing.T) {
 // again on every call); a new policy is asked afresh, and what one caller
 // may not see stays hidden from it after another was shown it.
 func TestFacadeListFollowsTheCurrentPolicy(t *testing.T) {
+	t.Parallel()
 	f := executortest.Start(t)
 	compile := func(denied string) *policy.Policy {
 		t.Helper()
@@ -341,6 +345,7 @@ func TestFacadeListFollowsTheCurrentPolicy(t *testing.T) {
 }
 
 func TestFacadeHTTPRefusesStrangers(t *testing.T) {
+	t.Parallel()
 	ff := startFacade(t, nil, "s3cret-token-for-tests")
 	post := func(mutate func(*http.Request)) int {
 		req, _ := http.NewRequest("POST", ff.url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
@@ -407,6 +412,7 @@ func (p probe) Run(ctx context.Context, call *tool.Call) (*tool.Output, error) {
 // progress comes as notifications/progress for the client's token; a
 // client's cancel stops the call on the executor.
 func TestFacadeListChangedProgressAndCancel(t *testing.T) {
+	t.Parallel()
 	ff := startFacade(t, nil, "")
 	c := ff.connect(t, "test-client")
 	notes := make(chan mcp.JSONRPCNotification, 100)
@@ -494,6 +500,7 @@ func TestFacadeListChangedProgressAndCancel(t *testing.T) {
 // A call over a limit the policy sets is an error result that carries
 // when to retry, for the client's code as well as the model.
 func TestFacadeTellsWhenToRetryALimitedCall(t *testing.T) {
+	t.Parallel()
 	pol, err := policy.Compile(context.Background(), policy.Files{"p.rego": `package toolbus
 decision := {"verdict": "ALLOW", "reason": "test"}
 limits contains {"name": "one read a day", "key": "reads", "calls": 1, "per": "24h"} if input.tool.name == "read_file"

@@ -17,6 +17,7 @@ import (
 // made once per add and replaces the client's earlier one, a removed
 // client is refused, and a file others may read is refused whole.
 func TestTokensFile(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "mcp-tokens")
 	// A file of its own name left from an earlier write, open to others:
 	// the tokens file is 0600 all the same.
@@ -115,6 +116,7 @@ func TestTokensFile(t *testing.T) {
 // A missing tokens file admits no client of its own, and the client
 // given beside it (toolbus up's, from the command line) all the same.
 func TestTokensFileMissing(t *testing.T) {
+	t.Parallel()
 	const token = "a-token-given-on-the-command-line"
 	src := &toolmcp.TokensFile{Path: filepath.Join(t.TempDir(), "mcp-tokens"),
 		Extra: func(t *toolmcp.Tokens) (*toolmcp.Tokens, error) { return t.With("default", token) }}
@@ -166,6 +168,7 @@ func FuzzParseTokens(f *testing.F) {
 // A tokens file is read line by line: comments and blank lines are
 // skipped, and a bad line is refused naming its number.
 func TestParseTokens(t *testing.T) {
+	t.Parallel()
 	sum := sha256.Sum256([]byte("carol's token"))
 	digest := hex.EncodeToString(sum[:])
 	tokens, err := toolmcp.ParseTokens([]byte("# clients\n\n  carol " + digest + "  \n"))

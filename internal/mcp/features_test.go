@@ -124,6 +124,7 @@ func featureFleetOf(t *testing.T, backend *server.MCPServer, wrap func(http.Hand
 // TypeScript SDK's, gets the same prompts and resources through the facade
 // as mcp-go's client gets from the server itself.
 func TestFacadeServesPromptsAndResourcesToATypeScriptModernClient(t *testing.T) {
+	t.Parallel()
 	node := npmpeer.Node(t)
 	sdk := npmpeer.Require(t, npmpeer.ModernClient)
 	direct, _, url := featureFleetAt(t, true)
@@ -199,6 +200,7 @@ func asJSON(t *testing.T, v any) string {
 // annotations and _meta included, as a client of the server itself gets.
 // A URI no resource or template of the fleet names is not found.
 func TestFacadeServesTheServersPromptsAndResources(t *testing.T) {
+	t.Parallel()
 	direct, through := featureFleet(t, true)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -296,6 +298,7 @@ func readURI(ctx context.Context, uri string) func(c *mcpclient.Client) (any, er
 // key file is denied whatever the server's trust, and the features of a
 // server that is not trusted ask, which with no approver is a refusal.
 func TestFacadeJudgesReadsAndGets(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	_, trusted := featureFleet(t, true)
@@ -322,6 +325,7 @@ func TestFacadeJudgesReadsAndGets(t *testing.T) {
 // decline refuses with the person's reason; a retry that carries the
 // state of one request for another is refused.
 func TestFacadeAsksAModernClientsUserForReadsAndGets(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	direct, _, url := featureFleetAt(t, false)

@@ -387,6 +387,7 @@ func differential(t *testing.T, backendURL, facadeURL string, calls []call, unho
 // mcp-go and of one written with it reach a client of the facade as the
 // server sent them; the catalogue keeps what the facade cannot list.
 func TestFacadeFidelity(t *testing.T) {
+	t.Parallel()
 	raw, goURL := rawBackend(t), httpServer(t, goBackend(), nil)
 	f := startFleet(t, parse(t, fmt.Sprintf(`{"mcpServers":{"raw":{"httpUrl":%q,"trust":true},"gosrv":{"httpUrl":%q,"trust":true}}}`, raw, goURL)))
 	f.waitState(t, "raw", events.MCPConnected)
@@ -451,6 +452,7 @@ func checkFidelityLimits(t *testing.T, f *fleet, facadeURL string) {
 // resources, whose lists change, completions and logging; elicitation is
 // a client's capability.
 func TestFacadeCapabilities(t *testing.T) {
+	t.Parallel()
 	ff := startFacade(t, nil, "")
 	tr, err := transport.NewStreamableHTTP(ff.url, transport.WithHTTPLogger(bustest.Quiet()), transport.WithHTTPHeaders(testAuth))
 	if err != nil {
@@ -486,6 +488,7 @@ func TestFacadeCapabilities(t *testing.T) {
 // declaration (another outputSchema, title) and says its list changed has
 // the facade list the tool anew.
 func TestFacadeListsAChangedDeclaration(t *testing.T) {
+	t.Parallel()
 	s := server.NewMCPServer("evolving", "1.0", server.WithToolCapabilities(true))
 	declare := func(version string) {
 		tl := mcp.NewTool("evolving", mcp.WithToolTitle("Version "+version))

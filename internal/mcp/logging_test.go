@@ -143,6 +143,7 @@ func loggingFleet(t *testing.T) string {
 // call, at the level that client chose (logging/setLevel), with the
 // server's logger and data.
 func TestFacadeForwardsAServersLogsToItsCaller(t *testing.T) {
+	t.Parallel()
 	url := loggingFleet(t)
 	logs := &logsOf{}
 	// A client with no GET stream: mcp-go's server would send a
@@ -180,6 +181,7 @@ func TestFacadeForwardsAServersLogsToItsCaller(t *testing.T) {
 // flight on one server, neither is sent the other's (toolbus sends it to
 // neither: it cannot tell whose it is).
 func TestFacadeSendsNoClientAnotherCallersLogs(t *testing.T) {
+	t.Parallel()
 	url := loggingFleet(t)
 	var wg sync.WaitGroup
 	clients := map[string]*logsOf{"alice": {}, "bob": {}}
@@ -314,6 +316,7 @@ func asideBackend(t *testing.T) string {
 // session several callers share it reaches no one. No client is ever
 // sent another's, though two callers' calls are in flight at once.
 func TestFacadeSendsACallersSessionLogsToItAlone(t *testing.T) {
+	t.Parallel()
 	f := startFleet(t, parse(t, fmt.Sprintf(`{"mcpServers": {"aside": {"httpUrl": %q, "trust": true}}}`, asideBackend(t))))
 	f.waitState(t, "aside", events.MCPConnected)
 	url := serveFacade(t, f.bus)

@@ -255,6 +255,7 @@ func (f *fleet) call(t *testing.T, name, args string, progress func(string)) *ev
 // tool is: text, an isError result, typed parts, a result over the cap,
 // the annotations the policy and the catalogue see.
 func TestCallsOverHTTP(t *testing.T) {
+	t.Parallel()
 	url := httpServer(t, newTestServer(nil), nil)
 	f := startFleet(t, parse(t, `{"mcpServers": {"edge": {"httpUrl": "`+url+`", "trust": true, "excludeTools": ["pid"]}}}`))
 	st := f.waitState(t, "edge", events.MCPConnected)
@@ -306,6 +307,7 @@ func TestCallsOverHTTP(t *testing.T) {
 // untrusted server runs, whatever its annotations claim; with no approver
 // the call fails closed.
 func TestUntrustedServerAsks(t *testing.T) {
+	t.Parallel()
 	url := httpServer(t, newTestServer(nil), nil)
 	f := startFleet(t, parse(t, `{"mcpServers": {"edge": {"httpUrl": "`+url+`"}}}`))
 	f.waitState(t, "edge", events.MCPConnected)
@@ -323,6 +325,7 @@ func TestUntrustedServerAsks(t *testing.T) {
 // caller as progress; a cancel reaches the server, over HTTP and over
 // stdio.
 func TestProgressAndCancel(t *testing.T) {
+	t.Parallel()
 	cancelled := make(chan string, 4)
 	url := httpServer(t, newTestServer(cancelled), nil)
 	exe, err := os.Executable()
@@ -411,6 +414,7 @@ func TestProgressAndCancel(t *testing.T) {
 // backoff; meanwhile its tools fail at once with a clear error; on stop
 // no process of it is left, not even a zombie.
 func TestStdioServerRestarts(t *testing.T) {
+	t.Parallel()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -451,6 +455,7 @@ func TestStdioServerRestarts(t *testing.T) {
 // command does not exist and a disabled one hold up no other; each shows
 // its own state.
 func TestServersAreIndependent(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
 	var once sync.Once
 	slowList := func(h http.Handler) http.Handler {
@@ -491,6 +496,7 @@ func TestServersAreIndependent(t *testing.T) {
 // a discovery request over the bus does too; a server that leaves the
 // configuration takes its tools and its status with it.
 func TestRediscoveryAndRemoval(t *testing.T) {
+	t.Parallel()
 	a, b := newTestServer(nil), newTestServer(nil)
 	urlA, urlB := httpServer(t, a, nil), httpServer(t, b, nil)
 	cfg := parse(t, fmt.Sprintf(`{"mcpServers": {"a": {"httpUrl": %q, "trust": true}, "b": {"httpUrl": %q, "trust": true}}}`, urlA, urlB))
@@ -570,6 +576,7 @@ func waitGone(t *testing.T, f *fleet, name string) {
 // listed again about once a second, not once per notification, and the
 // catalogue still ends with its whole list.
 func TestListChangedFloodIsCoalesced(t *testing.T) {
+	t.Parallel()
 	var lists atomic.Int64
 	countLists := func(h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -605,6 +612,7 @@ func TestListChangedFloodIsCoalesced(t *testing.T) {
 // not hosted, since toolbus calls none as a task; its server's other
 // tools are, and the status counts them alone.
 func TestTaskOnlyToolNotHosted(t *testing.T) {
+	t.Parallel()
 	s := server.NewMCPServer("toolbus-test", "1.0", server.WithToolCapabilities(true), server.WithTaskCapabilities(true, true, true))
 	s.AddTool(mcp.NewTool("echo", mcp.WithString("message")), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return mcp.NewToolResultText("Echo: " + req.GetString("message", "")), nil
@@ -625,6 +633,7 @@ func TestTaskOnlyToolNotHosted(t *testing.T) {
 // TestHTTPSessionIsReestablished: a streamable-HTTP server that restarts
 // (its sessions forgotten) is connected to again, and its tools work.
 func TestHTTPSessionIsReestablished(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -667,6 +676,7 @@ func TestHTTPSessionIsReestablished(t *testing.T) {
 // A server down past its retries is reported by Health, with why, and
 // is not once it is connected again; a disabled server never is.
 func TestHealthReportsAServerDownPastItsRetries(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -740,6 +750,7 @@ func (s *sessionRecorder) Flush() {
 // ($schema, a top-level oneOf, a description) included, over both pages
 // of a paginated tools/list.
 func TestSchemaKeptAsSent(t *testing.T) {
+	t.Parallel()
 	schema := `{"$schema":"https://json-schema.org/draft/2020-12/schema","type":"object","description":"a place",` +
 		`"$defs":{"city":{"type":"string"}},"properties":{"city":{"$ref":"#/$defs/city"},"zip":{"type":"string"}},` +
 		`"oneOf":[{"required":["city"]},{"required":["zip"]}],"additionalProperties":false}`

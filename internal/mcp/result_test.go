@@ -18,6 +18,7 @@ import (
 const png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
 
 func TestOutput(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		res  *mcp.CallToolResult
@@ -260,6 +261,7 @@ func TestOutput(t *testing.T) {
 // TestOutputFromWire decodes results as mcp-go's client does, so that the
 // cases above, built in Go, are known to match what arrives over the wire.
 func TestOutputFromWire(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, wire   string
 		llm, display string
@@ -322,6 +324,7 @@ func TestOutputFromWire(t *testing.T) {
 // refuses a whole result with a block type it does not know. Should that
 // change, this test says the wire path is open too.
 func TestUnknownContentTypeFailsDecoding(t *testing.T) {
+	t.Parallel()
 	raw := json.RawMessage(`{"content":[{"type":"video","data":"AAAA","mimeType":"video/mp4"}]}`)
 	if _, err := mcp.ParseCallToolResult(&raw); err == nil {
 		t.Fatal("ParseCallToolResult accepted an unknown content type; Output would now see it from the wire")
@@ -453,6 +456,7 @@ func fence(compact string) string {
 // link as a link, embedded resources with their own _meta; its
 // structuredContent and _meta as the server sent them.
 func TestOutputKeepsTheResultAsSent(t *testing.T) {
+	t.Parallel()
 	wire := `{"_meta":{"srv/trace":"t-1","n":9007199254740993},
 		"content":[
 		{"type":"text","text":"Error: it failed","annotations":{"audience":["user","assistant"],"priority":1},"_meta":{"k":"v"}},
@@ -511,6 +515,7 @@ func TestOutputKeepsTheResultAsSent(t *testing.T) {
 
 // Annotations and _meta past maxExtras are left out, and the text says so.
 func TestOutputBoundsAnnotationsAndMeta(t *testing.T) {
+	t.Parallel()
 	big := &mcp.Meta{AdditionalFields: map[string]any{"blob": strings.Repeat("x", maxExtras)}}
 	res := &mcp.CallToolResult{Result: mcp.Result{Meta: big}, Content: []mcp.Content{
 		mcp.TextContent{Type: "text", Text: "a", Meta: &mcp.Meta{AdditionalFields: map[string]any{"small": 1}}},

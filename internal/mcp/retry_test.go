@@ -49,6 +49,7 @@ func addCrashOnce(s *server.MCPServer) {
 // server is back, as attempt 2 of its id; a call of a tool that is not
 // idempotent fails and is not run again.
 func TestAnIdempotentCallIsRetriedAfterItsServerRestarts(t *testing.T) {
+	t.Parallel()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)

@@ -161,6 +161,7 @@ func answering(t *testing.T, url, name string) (*mcpclient.Client, *askedClient)
 // comes on the call's own stream and the sampling (mcp-go's server) on
 // the session's standalone stream; over stdio, on the one stream.
 func TestBackendRequestsReachTheCaller(t *testing.T) {
+	t.Parallel()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -193,6 +194,7 @@ func TestBackendRequestsReachTheCaller(t *testing.T) {
 // Two clients whose calls of one server overlap are each asked their own
 // call's requests, never the other's, by sampling and by elicitation.
 func TestBackendRequestsOfOverlappingCallsReachTheirOwnCallers(t *testing.T) {
+	t.Parallel()
 	url := httpAskingFleet(t, true)
 	clients := map[string]*askedClient{}
 	var wg sync.WaitGroup
@@ -228,6 +230,7 @@ func TestBackendRequestsOfOverlappingCallsReachTheirOwnCallers(t *testing.T) {
 // A client that declared neither sampling nor elicitation is never asked:
 // the server's request fails at once, and the tool says so.
 func TestBackendRequestFailsWhenTheClientCannotAnswer(t *testing.T) {
+	t.Parallel()
 	url := httpAskingFleet(t, true)
 	c := connectHTTP(t, url, "", "mute")
 	for tool, args := range map[string]string{"ask_model": `{"prompt":"hi"}`, "ask_user": `{"message":"hi"}`} {
@@ -243,6 +246,7 @@ func TestBackendRequestFailsWhenTheClientCannotAnswer(t *testing.T) {
 // reaches the client. (toolbus's own approval of its calls, which the
 // default policy asks for, is the user's too.)
 func TestUntrustedBackendMayNotAskTheUser(t *testing.T) {
+	t.Parallel()
 	url := httpAskingFleet(t, false)
 	c, a := answering(t, url, "alice")
 	res := callTool(t, c, "ask_user", `{"message":"Your GitHub token?"}`)
@@ -264,6 +268,7 @@ func TestUntrustedBackendMayNotAskTheUser(t *testing.T) {
 // input-required result of the call, and its retry carries the answer to
 // the server.
 func TestBackendRequestsReachAModernCaller(t *testing.T) {
+	t.Parallel()
 	url := httpAskingFleet(t, true)
 	tr, err := transport.NewStreamableHTTP(url, transport.WithHTTPLogger(bustest.Quiet()), transport.WithHTTPHeaders(testAuth))
 	if err != nil {
@@ -288,6 +293,7 @@ func TestBackendRequestsReachAModernCaller(t *testing.T) {
 // asked the other's. (Once one call has ended, the other's request may
 // reach its own caller: then it is the only call in flight.)
 func TestBackendRequestsOverStdioNeedOneCallInFlight(t *testing.T) {
+	t.Parallel()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)

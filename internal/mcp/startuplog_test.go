@@ -31,6 +31,7 @@ func linesOf(out *testkit.Buffer, containing string) []string {
 // go under other names, log one summary each; a server that stays down
 // warns once, however often it is tried again.
 func TestStartUpWarnsOncePerServer(t *testing.T) {
+	t.Parallel()
 	same := func() *server.MCPServer {
 		s := server.NewMCPServer("twin", "1.0", server.WithToolCapabilities(true))
 		for i := range 12 {

@@ -136,6 +136,7 @@ func resourceUpdated(s *server.MCPServer, uri string) {
 // them gives up, by unsubscribing or by ending its session. A URI
 // nothing names is not subscribed to.
 func TestFacadeSubscriptionsToResources(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	rec := &backendSubs{}
@@ -247,6 +248,7 @@ func subscriptionCalls(t *testing.T, f *fleet) func() []*events.Invocation {
 // resource of a server that is not trusted asks, which with no approver
 // is a refusal. A server that does not take subscriptions says so.
 func TestFacadeJudgesSubscriptions(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	backend := subscribableServer(&backendSubs{})
@@ -279,6 +281,7 @@ func TestFacadeJudgesSubscriptions(t *testing.T) {
 // bounded number of updates on the bus: one every 50 ms at most, each URI
 // once while it waits; the clients subscribed are told of each URI.
 func TestResourceUpdateFloodIsBounded(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	backend := subscribableServer(&backendSubs{})
@@ -330,6 +333,7 @@ func TestResourceUpdateFloodIsBounded(t *testing.T) {
 // the facade's acknowledgement establishes what it serves (list
 // changes) and not the resource.
 func TestFacadeAcknowledgesNoResourceSubscriptionToAModernClient(t *testing.T) {
+	t.Parallel()
 	_, _, url, _ := featureFleetOf(t, subscribableServer(&backendSubs{}), nil, true)
 	tr, err := transport.NewStreamableHTTP(url, transport.WithHTTPLogger(bustest.Quiet()), transport.WithHTTPHeaders(testAuth))
 	if err != nil {
@@ -363,6 +367,7 @@ func TestFacadeAcknowledgesNoResourceSubscriptionToAModernClient(t *testing.T) {
 // connected to again, and its new session subscribed again to what the
 // clients hold: their updates keep coming.
 func TestSubscriptionsOutliveTheServersSession(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	rec := &backendSubs{}
