@@ -79,9 +79,20 @@ func TestBackgroundShellServesItsOwnerAlone(t *testing.T) {
 			answers[name] = append(answers[name], got)
 		}
 	}
-	o := runAs(t, owner, tools["shell_output"], args)
-	if o.Err != nil || !strings.Contains(o.LLMContent, "Stdout since last read: API_TOKEN=victim-secret-123") || !strings.Contains(o.LLMContent, "running") {
-		t.Fatalf("the owner's read after the others tried: %q", o.LLMContent)
+	// The file is touched once the line is written to the pipe, which
+	// the shell's reader may take in a moment later: the owner reads
+	// until the line has come, and it comes whole, once.
+	var read strings.Builder
+	testkit.Eventually(t, "the owner reads the line", func() bool {
+		o := runAs(t, owner, tools["shell_output"], args)
+		if o.Err != nil || !strings.Contains(o.LLMContent, "running") {
+			t.Fatalf("the owner's read after the others tried: %q", o.LLMContent)
+		}
+		read.WriteString(o.LLMContent)
+		return strings.Contains(o.LLMContent, "Stdout since last read: API_TOKEN=victim-secret-123")
+	})
+	if n := strings.Count(read.String(), "read: API_TOKEN=victim-secret-123"); n != 1 {
+		t.Fatalf("the owner read the line %d times: %q", n, read.String())
 	}
 	if o := runAs(t, owner, tools["kill_shell"], args); o.Err != nil || !strings.Contains(o.LLMContent, "Killed shell "+id) {
 		t.Fatalf("the owner's kill: %q", o.LLMContent)
