@@ -150,14 +150,15 @@ else
 fi
 # Four go test runs side by side, as much of the suite waits on other
 # processes (nodes, browsers, containers, the npm peers): the 2-minute
-# soak of toolbus up (cmd/toolbus TestSoakUpWithMCPRediscovery, which
-# bears the suite's load as a busy host's up would; scripts/soak.sh runs
-# it for 15), the packages without -race, the benchmarks, and in the
-# foreground the packages with -race. Every part runs even when one before
-# it failed, so that one run tells every failure.
+# soak of toolbus up (cmd/toolbus TestSoakUpWithMCPRediscovery, without
+# -race as the rest of cmd/toolbus, bearing the suite's load as a busy
+# host's up would; scripts/soak.sh runs it for 15, under -race), the
+# packages without -race, the benchmarks, and in the foreground the
+# packages with -race. Every part runs even when one before it failed,
+# so that one run tells every failure.
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
-TOOLBUS_UP_SOAK=2m go test "${race[@]}" -count=1 -timeout 10m -v -run '^TestSoakUpWithMCPRediscovery$' ./cmd/toolbus/ > "$logs/soak" 2>&1 &
+TOOLBUS_UP_SOAK=2m go test -count=1 -timeout 10m -v -run '^TestSoakUpWithMCPRediscovery$' ./cmd/toolbus/ > "$logs/soak" 2>&1 &
 soak=$!
 TOOLBUS_UP_SOAK=beside go test -count=1 -timeout 30m "${plain[@]}" > "$logs/plain" 2>&1 &
 plain_run=$!
