@@ -10,14 +10,16 @@
 # needs the network beyond the Go module proxy and the npm registry.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# stamp prints a part's heading with the seconds since the start.
+stamp() { echo "== $* ($SECONDS s)"; }
 
-echo "== toolchain"
+stamp "toolchain"
 go version
 
-echo "== modules"
+stamp "modules"
 go mod download
 
-echo "== npm peers"
+stamp "npm peers"
 # The MCP servers the tests talk to, pinned, in a cache outside git. The
 # pins below are the whole pin: no lock file is kept, so that the repository
 # holds nothing npm generates; the packages' own dependencies float within
@@ -68,7 +70,7 @@ else
 	echo "installed in $TOOLBUS_NPM_DIR"
 fi
 
-echo "== chromium"
+stamp "chromium"
 # The web console's tests drive headless Chromium (Debian's chromium
 # package); internal/testkit/browser finds it at /usr/bin/chromium or
 # $TOOLBUS_CHROMIUM. Only chromium is installed, and only when missing.
@@ -89,7 +91,7 @@ else
 	fi
 fi
 
-echo "== podman"
+stamp "podman"
 # The compose fleet's test (cmd/toolbus, TestComposeFleetInContainers)
 # builds the image offline (deploy/build-images.sh: a base made with
 # debootstrap, the commands built here) and starts deploy/compose.yaml on
@@ -121,14 +123,14 @@ else
 	fi
 fi
 
-echo "== gofmt and go vet"
+stamp "gofmt and go vet"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then
 	echo "gofmt would change:"; echo "$unformatted"; exit 1
 fi
 go vet ./...
 
-echo "== tests"
+stamp "tests"
 race=()
 if [ "$(go env CGO_ENABLED)" = 1 ] && command -v "$(go env CC)" >/dev/null 2>&1; then
 	race=(-race)
@@ -146,42 +148,48 @@ if [ ${#race[@]} -gt 0 ]; then
 else
 	plain=(./...)
 fi
-# Three go test runs side by side, as much of the suite waits on other
+# Four go test runs side by side, as much of the suite waits on other
 # processes (nodes, browsers, containers, the npm peers): the 2-minute
-# soak of toolbus up (cmd/toolbus TestSoakUpWithMCPRediscovery, which
-# bears the suite's load as a busy host's up would; scripts/soak.sh runs
-# it for 15), the packages without -race, and in the foreground those
-# with it. Every part runs even when one before it failed, so that one
-# run tells every failure.
+# soak of toolbus up (cmd/toolbus TestSoakUpWithMCPRediscovery, without
+# -race as the rest of cmd/toolbus, bearing the suite's load as a busy
+# host's up would; scripts/soak.sh runs it for 15, under -race), the
+# packages without -race, the benchmarks, and in the foreground the
+# packages with -race. Every part runs even when one before it failed,
+# so that one run tells every failure.
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
-TOOLBUS_UP_SOAK=2m go test "${race[@]}" -count=1 -timeout 10m -v -run '^TestSoakUpWithMCPRediscovery$' ./cmd/toolbus/ > "$logs/soak" 2>&1 &
+TOOLBUS_UP_SOAK=2m go test -count=1 -timeout 10m -v -run '^TestSoakUpWithMCPRediscovery$' ./cmd/toolbus/ > "$logs/soak" 2>&1 &
 soak=$!
 TOOLBUS_UP_SOAK=beside go test -count=1 -timeout 30m "${plain[@]}" > "$logs/plain" 2>&1 &
 plain_run=$!
+# Every benchmark once, on a twentieth of its samples: the run shows that
+# each still works; its figures are not for quoting.
+TOOLBUS_BENCH_QUICK=1 go test -run '^$' -bench . -benchtime 1x ./... > "$logs/bench" 2>&1 &
+bench=$!
 failed=()
 if [ ${#raced[@]} -gt 0 ]; then
-	echo "== tests under -race (the rest run beside, without)"
+	stamp "tests under -race (the soak, the rest and the benchmarks run beside, without)"
 	TOOLBUS_UP_SOAK=beside go test "${race[@]}" -count=1 -timeout 30m "${raced[@]}" || failed+=("tests under -race")
 fi
 
-echo "== Rego tests: toolbus policy test, and the stock opa test"
+stamp "Rego tests: toolbus policy test, and the stock opa test"
 go run ./cmd/toolbus policy test policy/ || failed+=("toolbus policy test")
 go tool opa test policy/ || failed+=("opa test")
 
-echo "== benchmarks compile and run once, on a small sample (TOOLBUS_BENCH_QUICK)"
-# Their tables are long, and their figures on a twentieth of the samples
-# are not for quoting: they are shown only when a benchmark fails.
-if ! TOOLBUS_BENCH_QUICK=1 go test -run '^$' -bench . -benchtime 1x ./... > "$logs/bench" 2>&1; then
+stamp "benchmarks, once each on a small sample (TOOLBUS_BENCH_QUICK; begun beside)"
+# Their tables are long: they are shown only when a benchmark fails.
+if wait "$bench"; then
+	echo "every benchmark ran"
+else
 	grep -v '^\(goos\|goarch\|pkg\|cpu\):' "$logs/bench"
 	failed+=("benchmarks")
 fi
 
-echo "== tests without -race: ${plain[*]} (begun beside; the policy mutation check among them)"
+stamp "tests without -race: ${plain[*]} (begun beside; the policy mutation check among them)"
 wait "$plain_run" || failed+=("tests without -race")
 cat "$logs/plain"
 
-echo "== the soak of toolbus up (2 minutes, begun beside the tests)"
+stamp "the soak of toolbus up (2 minutes, begun beside the tests)"
 if wait "$soak"; then
 	grep -E 'rounds of rediscovery|^(ok|---)' "$logs/soak"
 else
@@ -190,7 +198,7 @@ else
 fi
 
 if [ ${#failed[@]} -gt 0 ]; then
-	echo "== failed: ${failed[*]}"
+	stamp "failed: ${failed[*]}"
 	exit 1
 fi
-echo "== all tests passed"
+stamp "all tests passed"

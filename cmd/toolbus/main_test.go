@@ -99,9 +99,10 @@ func (o *logOutput) next() (string, <-chan struct{}) {
 	return o.buf.String(), o.written
 }
 
-// logWait bounds waitLog's wait, a guard against a test hanging, not a
-// measurement: a daemon that ends before it logs what was waited for
-// fails the wait at once.
+// logWait bounds waitLog's and waitLine's waits, a guard against a test
+// hanging, not a measurement: on a loaded machine a daemon may take
+// longer than half a minute to start, and one that ends before it says
+// what was waited for fails the wait at once.
 const logWait = 2 * time.Minute
 
 // waitLog waits until the daemon has logged a line containing s, and
@@ -170,10 +171,11 @@ func startDaemonIn(t *testing.T, dir string, env []string, name string, args ...
 	return d
 }
 
-// waitLine returns the first output line containing s.
+// waitLine returns the first output line containing s. A daemon that
+// ends first fails it at once; logWait bounds the rest.
 func (d *daemon) waitLine(t *testing.T, s string) string {
 	t.Helper()
-	timeout := time.After(30 * time.Second)
+	timeout := time.After(logWait)
 	for {
 		select {
 		case line, ok := <-d.lines:
@@ -184,7 +186,7 @@ func (d *daemon) waitLine(t *testing.T, s string) string {
 				return line
 			}
 		case <-timeout:
-			t.Fatalf("%s did not print %q", d.cmd.Path, s)
+			t.Fatalf("%s did not print %q within %s; stderr:\n%s", d.cmd.Path, s, logWait, d.output.String())
 		}
 	}
 }

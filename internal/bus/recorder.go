@@ -345,8 +345,10 @@ func (r *Recorder) acked(m *nats.Msg) {
 			err = fmt.Errorf("%w: %s", ErrTrailFull, api.Error.Description)
 			r.full()
 		}
-		r.settle(n, err)
+		// Counted lost before it is settled: whoever its receipt or
+		// Pending tells of the refusal finds it counted.
 		r.lost.Add(1)
+		r.settle(n, err)
 		r.log.Error("record refused by the audit stream", "subject", rec.msg.Subject, "err", api.Error.Error())
 	case bytes.Contains(m.Data, ackStream):
 		r.forget(n)

@@ -18,7 +18,6 @@ import (
 // same call comes again. The file has other names now, which the policy
 // asks about: the cached ALLOW must not answer for it.
 func TestACachedAllowDoesNotCoverAHardLinkSwappedIn(t *testing.T) {
-	t.Parallel()
 	e := newEnv(t, func(c *Config) { c.Policy = unguardedPolicy(t) })
 	waitTool(t, e.exec, "read_file")
 	k := filepath.Join(e.ws.Root(), "k.txt")

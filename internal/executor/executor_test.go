@@ -634,8 +634,12 @@ func TestEveryStepIsAnEvent(t *testing.T) {
 	}
 	res := e.call(t, "read_file", `{"file_path":"README.md"}`)
 	// A call that did not wait: its decision travels in its result's
-	// record. One that waits for a person: on its own, before it waits.
-	if got := trail(res, events.Allow); strings.Join(got, " ") != "tool.invoke._ folded:ALLOW tool.result" {
+	// record, or on its own before it when the call ran past the grace
+	// the executor gives it (decisionGrace), as on a loaded machine. One
+	// that waits for a person: on its own, before it waits.
+	switch got := strings.Join(trail(res, events.Allow), " "); got {
+	case "tool.invoke._ folded:ALLOW tool.result", "tool.invoke._ tool.decision:ALLOW tool.result":
+	default:
 		t.Errorf("allowed call: events %v", got)
 	}
 	res = e.call(t, "write_file", `{"file_path":"x","content":"y"}`)
@@ -738,7 +742,6 @@ func TestFunctionHooksAndProgress(t *testing.T) {
 }
 
 func TestHugeEditStillReachesTheApprover(t *testing.T) {
-	t.Parallel()
 	e := newEnv(t)
 	a := startApprover(t, e.bus, answer(events.ProceedOnce))
 	content := strings.Repeat("line of a large file\n", 300000) // 6 MiB, over the bus's message limit

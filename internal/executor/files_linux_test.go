@@ -106,7 +106,6 @@ func raceCalls(t *testing.T, e *env, tool, args string, n int) raceCounts {
 // rather than by the policy depends on the machine's timing; the tests
 // below hold the open's check to each change alone).
 func TestSwapRaceNeverReadsTheSecret(t *testing.T) {
-	t.Parallel()
 	for _, c := range []struct {
 		tool, args string
 		n          int
@@ -135,7 +134,6 @@ func TestSwapRaceNeverReadsTheSecret(t *testing.T) {
 // diff shows the approver is read under the same check as the tool's own
 // reads.
 func TestSwapRaceNeverShowsTheSecretInADiff(t *testing.T) {
-	t.Parallel()
 	e := newEnv(t)
 	var diffs, leaks atomic.Int64
 	a := startApprover(t, e.bus, func(req *events.ConfirmRequest) *events.ConfirmAnswer {

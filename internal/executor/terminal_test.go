@@ -50,7 +50,6 @@ func waitIdle(t testing.TB, ex *Executor) {
 // executor must refuse a call whose id it could not check. That is one
 // result too; most calls must still succeed.
 func TestParallelLargeReadsGetOneResultEach(t *testing.T) {
-	t.Parallel()
 	testkit.Heavy(t, "a flood of 64 outputs of 20 MB")
 	e := newEnv(t, func(c *Config) { c.OutputStoreBytes = 2 << 30 })
 	line := strings.Repeat("a", 9999) + "\n"
