@@ -407,6 +407,7 @@ func TestADeadExecutorsSlotsFreeThemselves(t *testing.T) {
 // alternating between two executors, each waiting for the other's count,
 // are held to the limit exactly, and a refused call counts nowhere.
 func TestARateCountsTheOtherExecutorsCallsOnceHeard(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withLimits(t))
 	a, _ := e.hostTools(t, "executor@a", []tool.Tool{echoTool("pung_a")}, withLimits(t))
 	b, _ := e.hostTools(t, "executor@b", []tool.Tool{echoTool("pung_b")}, withLimits(t))
@@ -474,6 +475,7 @@ func burst(t *testing.T, c *invoke.Client, tools []string, n int) (ran, refused 
 // the executors), and the limit at least. Once each has heard the
 // other, both refuse.
 func TestARateOvershootsAtMostTheBound(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withLimits(t))
 	a, _ := e.hostTools(t, "executor@a", []tool.Tool{echoTool("burst_a")}, withLimits(t))
 	b, _ := e.hostTools(t, "executor@b", []tool.Tool{echoTool("burst_b")}, withLimits(t))
@@ -498,6 +500,7 @@ func TestARateOvershootsAtMostTheBound(t *testing.T) {
 // TestAnExactRateHoldsExactlyAcrossTheFleet: the same burst against a
 // rate the policy asks to be exact: 5 calls run, not one more.
 func TestAnExactRateHoldsExactlyAcrossTheFleet(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withLimits(t))
 	a, _ := e.hostTools(t, "executor@a", []tool.Tool{echoTool("exact_a")}, withLimits(t))
 	b, _ := e.hostTools(t, "executor@b", []tool.Tool{echoTool("exact_b")}, withLimits(t))
@@ -513,6 +516,7 @@ func TestAnExactRateHoldsExactlyAcrossTheFleet(t *testing.T) {
 // refused by a limit of calls at once, takes its count back: the rate
 // of 2 lets two calls run after it, not one.
 func TestARefusedCallGivesBackItsCount(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withLimits(t))
 	g := newGated()
 	e.hostTools(t, "executor@a", []tool.Tool{g.tool("both_a")}, withLimits(t))
@@ -538,6 +542,7 @@ func TestARefusedCallGivesBackItsCount(t *testing.T) {
 // TestACallOfExactlyTheLimitRuns: a limit of 16 bytes of arguments lets
 // one call of 16 bytes run, and then none.
 func TestACallOfExactlyTheLimitRuns(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withLimits(t))
 	e.hostTools(t, "executor@a", []tool.Tool{echoTool("pong")}, withLimits(t))
 	const sixteen = `{"pad":"123456"}`
