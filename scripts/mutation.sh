@@ -68,7 +68,7 @@ for g in "${groups[@]}"; do
 		# them.
 		mutate -test ./internal/counters/ internal/counters/fleet.go
 		mutate -test ./internal/events/ -run 'Counted' internal/events/count.go
-		mutate -test ./internal/executor/ -run 'TestRateLimits|TestARate|TestAnExactRate|TestARefusedCall|TestAPrincipalCannotEscape' \
+		mutate -test ./internal/executor/ -run 'TestRateLimits|TestARate|TestAnExactRate|TestARefusedCall|TestACallOfExactly|TestAPrincipalCannotEscape|TestConcurrencyLimit|TestAQueue|TestCancelAndDeadlineWhileQueued' \
 			internal/executor/limits.go ;;
 	trail)
 		# What keeps the audit trail whole: each principal's budgets of

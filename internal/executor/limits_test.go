@@ -311,8 +311,8 @@ func TestConcurrencyLimitRefusesWithoutAQueue(t *testing.T) {
 	first := invokeAsync(t, e.client, &events.Invocation{Tool: "hold_a", Args: json.RawMessage(`{"n":1,"hold":true}`)}, nil)
 	<-g.started
 	over := e.call(t, "hold_b", `{"n":2}`)
-	if errType(over) != events.ErrConcurrencyLimited || over.Error.RetryAfterMillis <= 0 {
-		t.Fatalf("a second call at once on another executor: %s %+v, want CONCURRENCY_LIMITED with a retry-after", errType(over), over.Error)
+	if errType(over) != events.ErrConcurrencyLimited || over.Error.RetryAfterMillis <= 0 || !strings.Contains(over.LLMContent, "at most 1 such calls at once, and as many run") {
+		t.Fatalf("a second call at once on another executor: %s %+v %q, want CONCURRENCY_LIMITED with a retry-after, saying as many run", errType(over), over.Error, over.LLMContent)
 	}
 	close(g.open)
 	if res := await(t, "the first call", first); res.Error != nil {
@@ -413,6 +413,7 @@ func TestADeadExecutorsSlotsFreeThemselves(t *testing.T) {
 // alternating between two executors, each waiting for the other's count,
 // are held to the limit exactly, and a refused call counts nowhere.
 func TestARateCountsTheOtherExecutorsCallsOnceHeard(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withLimits(t))
 	a, _ := e.hostTools(t, "executor@a", []tool.Tool{echoTool("pung_a")}, withLimits(t))
 	b, _ := e.hostTools(t, "executor@b", []tool.Tool{echoTool("pung_b")}, withLimits(t))
@@ -429,8 +430,8 @@ func TestARateCountsTheOtherExecutorsCallsOnceHeard(t *testing.T) {
 		switch {
 		case i < 3 && res.Error != nil:
 			t.Fatalf("call %d of agent x, on %s: %s %s", i+1, on.id.ID, errType(res), res.LLMContent)
-		case i >= 3 && (errType(res) != events.ErrRateLimited || res.Error.RetryAfterMillis <= 0 || !strings.Contains(res.LLMContent, "pungs per agent")):
-			t.Fatalf("call %d of agent x, on %s: %s %+v, want RATE_LIMITED with a retry-after", i+1, on.id.ID, errType(res), res.Error)
+		case i >= 3 && (errType(res) != events.ErrRateLimited || res.Error.RetryAfterMillis <= 0 || res.Error.RetryAfterMillis > (24*time.Hour).Milliseconds() || !strings.Contains(res.LLMContent, "pungs per agent")):
+			t.Fatalf("call %d of agent x, on %s: %s %+v, want RATE_LIMITED with a retry-after within the day's window", i+1, on.id.ID, errType(res), res.Error)
 		}
 	}
 	// Three calls ran, each counted once and told once; the two refused
@@ -480,6 +481,7 @@ func burst(t *testing.T, c *invoke.Client, tools []string, n int) (ran, refused 
 // the executors), and the limit at least. Once each has heard the
 // other, both refuse.
 func TestARateOvershootsAtMostTheBound(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withLimits(t))
 	a, _ := e.hostTools(t, "executor@a", []tool.Tool{echoTool("burst_a")}, withLimits(t))
 	b, _ := e.hostTools(t, "executor@b", []tool.Tool{echoTool("burst_b")}, withLimits(t))
@@ -504,6 +506,7 @@ func TestARateOvershootsAtMostTheBound(t *testing.T) {
 // TestAnExactRateHoldsExactlyAcrossTheFleet: the same burst against a
 // rate the policy asks to be exact: 5 calls run, not one more.
 func TestAnExactRateHoldsExactlyAcrossTheFleet(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withLimits(t))
 	a, _ := e.hostTools(t, "executor@a", []tool.Tool{echoTool("exact_a")}, withLimits(t))
 	b, _ := e.hostTools(t, "executor@b", []tool.Tool{echoTool("exact_b")}, withLimits(t))
@@ -519,6 +522,7 @@ func TestAnExactRateHoldsExactlyAcrossTheFleet(t *testing.T) {
 // refused by a limit of calls at once, takes its count back: the rate
 // of 2 lets two calls run after it, not one.
 func TestARefusedCallGivesBackItsCount(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, withLimits(t))
 	g := newGated()
 	e.hostTools(t, "executor@a", []tool.Tool{g.tool("both_a")}, withLimits(t))
@@ -538,5 +542,23 @@ func TestARefusedCallGivesBackItsCount(t *testing.T) {
 	}
 	if res := callWith(t, x, "both_a", `{"n":4}`); errType(res) != events.ErrRateLimited {
 		t.Errorf("a third call to run: %s %s, want RATE_LIMITED", errType(res), res.LLMContent)
+	}
+}
+
+// TestACallOfExactlyTheLimitRuns: a limit of 16 bytes of arguments lets
+// one call of 16 bytes run, and then none.
+func TestACallOfExactlyTheLimitRuns(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withLimits(t))
+	e.hostTools(t, "executor@a", []tool.Tool{echoTool("pong")}, withLimits(t))
+	const sixteen = `{"pad":"123456"}`
+	if len(sixteen) != 16 {
+		t.Fatalf("%s has %d bytes", sixteen, len(sixteen))
+	}
+	if res := e.call(t, "pong", sixteen); res.Error != nil {
+		t.Fatalf("16 bytes under a limit of 16: %s %s", errType(res), res.LLMContent)
+	}
+	if res := e.call(t, "pong", `{}`); errType(res) != events.ErrRateLimited || res.Error.RetryAfterMillis <= 0 {
+		t.Errorf("2 bytes more: %s %+v, want RATE_LIMITED with a retry-after", errType(res), res.Error)
 	}
 }

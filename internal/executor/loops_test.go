@@ -280,6 +280,7 @@ func TestSessionCountsAreSharedByTheFleet(t *testing.T) {
 // calls the other judged: the fifth is asked about as the fifth repeat,
 // though its executor judged only three of them.
 func TestALoopAcrossTwoExecutorsIsCaught(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, func(c *Config) { c.WorkspaceName = "one" })
 	two, _ := e.startWorkspace(t, "executor@two", "two")
 	hostedFor(t, map[string]string{"executor@test": "one", "executor@two": "two"}, e.exec, two)
