@@ -292,7 +292,9 @@ func (c *call) takeAttempt() *stop {
 // it reports whether the caller may be told. A key whose ticket another
 // call of the caller wrote (a key reused on another executor) gets none.
 func (c *call) ticket() bool {
-	if !c.retryable.Load() || c.inv.Attempt > 1 {
+	// c.attempt, not c.inv.Attempt: the executor's own retry
+	// (retryOnServer) changes the latter while beats and progress run.
+	if !c.retryable.Load() || c.attempt > 1 {
 		return false
 	}
 	c.ticketOnce.Do(func() {
