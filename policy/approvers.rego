@@ -92,7 +92,7 @@ elicitation_allowed if {
 	not input.shell
 	input.tool.source != "discovered"
 	not input.hookAsked
-	not looping
+	not data.toolbus.session.looping
 	not changes_protected
 }
 

@@ -45,8 +45,8 @@ test_repeated_reads_allowed if {
 }
 
 test_the_repeats_threshold_is_data if {
-	verdict(in_session(write_k_remembered, 10, 2)) == "ASK_USER" with toolbus.repeat_asks_at as 2
-	verdict(in_session(write_k_remembered, 10, 1)) == "ALLOW" with toolbus.repeat_asks_at as 2
+	verdict(in_session(write_k_remembered, 10, 2)) == "ASK_USER" with data.toolbus.session.repeat_asks_at as 2
+	verdict(in_session(write_k_remembered, 10, 1)) == "ALLOW" with data.toolbus.session.repeat_asks_at as 2
 }
 
 # A session past its budget is denied, whatever the call, and says why;
@@ -60,8 +60,8 @@ test_session_past_its_budget_denied if {
 }
 
 test_the_budget_is_data if {
-	verdict(in_session(file_tool("read_file", "read", ["/w/k.txt"]), 4, 1)) == "DENY" with toolbus.session_call_budget as 3
-	verdict(in_session(file_tool("read_file", "read", ["/w/k.txt"]), 3, 1)) == "ALLOW" with toolbus.session_call_budget as 3
+	verdict(in_session(file_tool("read_file", "read", ["/w/k.txt"]), 4, 1)) == "DENY" with data.toolbus.session.call_budget as 3
+	verdict(in_session(file_tool("read_file", "read", ["/w/k.txt"]), 3, 1)) == "ALLOW" with data.toolbus.session.call_budget as 3
 }
 
 # A call shown no counts (a policy replayed on a record from before they
@@ -90,9 +90,9 @@ test_a_call_without_a_session_is_guarded if {
 test_the_budgets_apart if {
 	verdict(in_no_session(file_tool("read_file", "read", ["/w/k.txt"]), 2001, 1)) == "ALLOW"
 	verdict(in_session(file_tool("read_file", "read", ["/w/k.txt"]), 2001, 1)) == "DENY"
-	verdict(in_no_session(file_tool("read_file", "read", ["/w/k.txt"]), 4, 1)) == "DENY" with toolbus.sessionless_call_budget as 3
-	verdict(in_no_session(file_tool("read_file", "read", ["/w/k.txt"]), 3, 1)) == "ALLOW" with toolbus.sessionless_call_budget as 3
-	verdict(in_session(file_tool("read_file", "read", ["/w/k.txt"]), 4, 1)) == "ALLOW" with toolbus.sessionless_call_budget as 3
+	verdict(in_no_session(file_tool("read_file", "read", ["/w/k.txt"]), 4, 1)) == "DENY" with data.toolbus.session.sessionless_call_budget as 3
+	verdict(in_no_session(file_tool("read_file", "read", ["/w/k.txt"]), 3, 1)) == "ALLOW" with data.toolbus.session.sessionless_call_budget as 3
+	verdict(in_session(file_tool("read_file", "read", ["/w/k.txt"]), 4, 1)) == "ALLOW" with data.toolbus.session.sessionless_call_budget as 3
 }
 
 # The person in front of the agent may confirm its edits through the

@@ -90,6 +90,15 @@ ask_always contains reason if {
 	some reason in shell_ask_always
 }
 
+# The loop guards' questions and denials (loops.rego).
+ask_always contains reason if {
+	some reason in data.toolbus.session.ask
+}
+
+deny contains reason if {
+	some reason in data.toolbus.session.deny
+}
+
 # --- allowlist: turns ASK_USER into ALLOW, never DENY ----------------------
 
 allowlisted contains sprintf("MCP server %q is on the allowlist", [input.tool.server]) if {

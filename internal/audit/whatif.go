@@ -221,7 +221,7 @@ func judgedArgs(r *Record, d *events.Decision) (map[string]any, error) {
 }
 
 func recorded(d *events.Decision) policy.Recorded {
-	return policy.Recorded{Input: d.Input, ShellLine: d.ShellLine, BashChecked: d.BashChecked, Lossy: d.InputLossy}
+	return policy.Recorded{Input: d.Input, ShellLine: d.ShellLine, BashChecked: d.BashChecked, Lossy: d.InputLossy, Session: d.Session}
 }
 
 // ErrNotJudged is Explain's error for an invocation with no decision

@@ -154,8 +154,14 @@ type Decision struct {
 	// Cached is set when the executor reused the decision of an identical
 	// input.
 	Cached bool `json:"cached,omitempty"`
-	// Input is the policy input document, JSON, without "args".
+	// Input is the policy input document, JSON, without "args" and
+	// "session".
 	Input json.RawMessage `json:"input,omitempty"`
+	// Session is the input's "session": the counts of the caller the
+	// loop guards judged the call by, when the policy reads them. It is
+	// apart from Input as it changes with every call, where Input
+	// repeats for a decision reused (Cached).
+	Session *SessionCounts `json:"session,omitempty"`
 	// Args are the arguments judged, when they are not the invocation's.
 	Args json.RawMessage `json:"args,omitempty"`
 	// ShellLine, BashChecked and InputLossy: see policy.Recorded.
@@ -172,6 +178,19 @@ type Decision struct {
 
 // EnvelopeType implements Envelope.
 func (*Decision) EnvelopeType() string { return "tool.decision" }
+
+// SessionCounts is what the fleet counted of the caller of a call, this
+// call included: keyed by the proven principal (without identities, by
+// the id the caller claims) and, for Calls, the session's name.
+type SessionCounts struct {
+	// Calls is how many calls the session made; for a caller that names
+	// no session, how many it made without one.
+	Calls int64 `json:"calls"`
+	// Repeats is how many calls the caller made in the last minutes that
+	// were this call (the same tool with the same arguments), in any
+	// session or none.
+	Repeats int64 `json:"repeats"`
+}
 
 // Validate implements Envelope.
 func (d *Decision) Validate() error {

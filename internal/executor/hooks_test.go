@@ -255,7 +255,7 @@ func TestAllowingHookCannotLoosenThePolicy(t *testing.T) {
 func TestAskingHookTurnsAReadIntoAQuestion(t *testing.T) {
 	t.Parallel()
 	files := defaultpolicy.Default()
-	files["loops.rego"], files["loops_test.rego"] = "package toolbus\n\nlooping := false\n", "package toolbus_loops_test\n"
+	files["loops.rego"], files["loops_test.rego"] = "package toolbus.session\n", "package toolbus_loops_test\n"
 	unguarded, err := policy.Compile(context.Background(), policy.Files(files))
 	if err != nil {
 		t.Fatal(err)

@@ -58,7 +58,7 @@ func verdictOf(r *events.Result) events.Verdict {
 func unguardedPolicy(t *testing.T) *policy.Policy {
 	t.Helper()
 	files := defaultpolicy.Default()
-	files["loops.rego"], files["loops_test.rego"] = "package toolbus\n\nlooping := false\n", "package toolbus_loops_test\n"
+	files["loops.rego"], files["loops_test.rego"] = "package toolbus.session\n", "package toolbus_loops_test\n"
 	pol, err := policy.Compile(context.Background(), policy.Files(files))
 	if err != nil {
 		t.Fatal(err)
@@ -73,11 +73,11 @@ func unguardedPolicy(t *testing.T) *policy.Policy {
 func budgetPolicy(t *testing.T, n string) *policy.Policy {
 	t.Helper()
 	files := defaultpolicy.Default()
-	const budget = "session_call_budget := 2000"
+	const budget = "call_budget := 2000"
 	if !strings.Contains(files["loops.rego"], budget) {
 		t.Fatalf("loops.rego does not set %q", budget)
 	}
-	files["loops.rego"] = strings.Replace(files["loops.rego"], budget, "session_call_budget := "+n, 1)
+	files["loops.rego"] = strings.Replace(files["loops.rego"], budget, "call_budget := "+n, 1)
 	files["loops_test.rego"] = "package toolbus_loops_test\n" // its tests assume the default budget
 	pol, err := policy.Compile(context.Background(), policy.Files(files))
 	if err != nil {
@@ -169,7 +169,7 @@ func TestLoopGuardAsksAtTheFifthRepeat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	replayed, err := e.exec.Policy().Replay(context.Background(), policy.Recorded{Input: d.Input}, args)
+	replayed, err := e.exec.Policy().Replay(context.Background(), policy.Recorded{Input: d.Input, Session: d.Session}, args)
 	if err != nil || replayed.Verdict != events.AskUser || replayed.Reason != d.Reason {
 		t.Errorf("the fifth write replayed: %+v %v, recorded %s %q (input %s)", replayed, err, d.Verdict, d.Reason, d.Input)
 	}

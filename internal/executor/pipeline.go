@@ -704,11 +704,25 @@ func (c *call) decide(args map[string]any) (policy.Decision, *stop) {
 		j      judged
 		cached bool
 	)
-	// A session's counts change from call to call: a decision made with
-	// them is neither reused nor kept.
+	// A session's counts change from call to call; what the loop guards
+	// conclude from them seldom does. A decision made with them is
+	// reused for the same call and the same conclusions, under a policy
+	// that keeps them apart (policy.Policy.SessionApart); under another,
+	// it is neither reused nor kept.
 	reusable := c.session == nil
+	var concluded []byte
+	if !reusable && pol.SessionApart() {
+		var err error
+		// An error is the whole decision's too: judged whole, uncached.
+		in := &policy.Input{Tool: c.host.judged, Caller: c.inv.Sender, Session: c.session}
+		in.Tool.Name = c.tool.Name
+		concluded, err = pol.SessionConclusions(c.ctx, in)
+		reusable = err == nil
+	}
 	if reusable {
 		key = appendDecisionKey(buf[:0], t, c.inv, paths, c.hardLinks)
+		key = append(key, 0)
+		key = append(key, concluded...)
 		j, cached = e.decisions.get(pol, gen, prot, key)
 	}
 	if !cached {
@@ -724,7 +738,7 @@ func (c *call) decide(args map[string]any) (policy.Decision, *stop) {
 	c.verdict = events.PolicyVerdict{Verdict: d.Verdict, Reason: d.Reason, Revision: d.Revision, Cached: cached, Idempotent: d.Idempotent}
 	ev := &events.Decision{Header: c.header(), InvocationID: c.inv.ID, Tool: t.Name,
 		Verdict: d.Verdict, Reason: d.Reason, PolicyRevision: d.Revision, Cached: cached,
-		Input: j.rec.Input, ShellLine: j.rec.ShellLine, BashChecked: j.rec.BashChecked, InputLossy: j.rec.Lossy,
+		Input: j.rec.Input, Session: c.session, ShellLine: j.rec.ShellLine, BashChecked: j.rec.BashChecked, InputLossy: j.rec.Lossy,
 		Idempotent: d.Idempotent, Attempt: retryAttempt(c.inv)}
 	if c.modified {
 		ev.Args = c.inv.Args

@@ -51,7 +51,7 @@ func BenchmarkFacade(b *testing.B) {
 	// benchmark's: its MCP sessions make thousands of calls each, which
 	// are counted (their cost is measured) but not refused.
 	files := defaultpolicy.Default()
-	files["loops.rego"] = strings.Replace(files["loops.rego"], "session_call_budget := 2000", "session_call_budget := 1000000", 1)
+	files["loops.rego"] = strings.Replace(files["loops.rego"], "call_budget := 2000", "call_budget := 1000000", 1)
 	for name := range files {
 		if strings.HasSuffix(name, "_test.rego") {
 			delete(files, name) // they test the default budget

@@ -50,18 +50,9 @@ type Input struct {
 	Session *SessionCounts
 }
 
-// SessionCounts is what the fleet counted of the caller of a call, this
-// call included: keyed by the proven principal (without identities, by
-// the id the caller claims) and, for Calls, the session's name.
-type SessionCounts struct {
-	// Calls is how many calls the session made; for a caller that names
-	// no session, how many it made without one.
-	Calls int64
-	// Repeats is how many calls the caller made in the last minutes that
-	// were this call (the same tool with the same arguments), in any
-	// session or none.
-	Repeats int64
-}
+// SessionCounts is what the fleet counted of the caller of a call
+// (events.SessionCounts), shown to the policy as input.session.
+type SessionCounts = events.SessionCounts
 
 // ProtectedPath is one path of a call that toolbus runs as code: Path as
 // the call names it, Of the protected file or directory it is in, By what
@@ -153,9 +144,14 @@ func (in *Input) value() (ast.Value, error) {
 		fields = append(fields, [2]*ast.Term{protectedKey, ast.ArrayTerm(ps...)})
 	}
 	if s := in.Session; s != nil {
-		fields = append(fields, [2]*ast.Term{k.session, obj([2]*ast.Term{callsKey, ast.InternedTerm(s.Calls)}, [2]*ast.Term{repeatsKey, ast.InternedTerm(s.Repeats)})})
+		fields = append(fields, [2]*ast.Term{k.session, sessionTerm(s)})
 	}
 	return ast.NewObject(fields...), nil
+}
+
+// sessionTerm is input.session.
+func sessionTerm(s *SessionCounts) *ast.Term {
+	return obj([2]*ast.Term{callsKey, ast.InternedTerm(s.Calls)}, [2]*ast.Term{repeatsKey, ast.InternedTerm(s.Repeats)})
 }
 
 func toolTerm(t ToolInput, annotations ast.Object) *ast.Term {

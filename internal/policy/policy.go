@@ -173,6 +173,10 @@ type Policy struct {
 	// makes the same input give different decisions; empty when none.
 	nondeterministic string
 	readsSession     bool
+	// sessionApart: only SessionPackage reads input.session, and session
+	// evaluates it (SessionConclusions).
+	sessionApart bool
+	session      rego.PreparedEvalQuery
 }
 
 // Deterministic reports whether the policy's decision depends only on its
@@ -254,9 +258,16 @@ func Compile(ctx context.Context, files Files) (*Policy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
-	return &Policy{revision: files.Revision(), files: files, query: q, paths: pq, remember: rq,
+	p := &Policy{revision: files.Revision(), files: files, query: q, paths: pq, remember: rq,
 		approver: aq, refusals: adq, flagged: fq, toolDeny: tq, elicit: eq, srvReq: srq, samples: samples,
-		nondeterministic: nondeterministic(modules), readsSession: readsSession(modules)}, nil
+		nondeterministic: nondeterministic(modules), readsSession: readsSession(modules, func(*ast.Module) bool { return true })}
+	if p.readsSession && sessionApart(modules) {
+		if p.session, err = prepare(SessionQuery); err != nil {
+			return nil, fmt.Errorf("policy: %w", err)
+		}
+		p.sessionApart = true
+	}
+	return p, nil
 }
 
 // withConstants is the set's modules to evaluate calls with, tests left

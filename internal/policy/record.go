@@ -50,13 +50,18 @@ type Recorded struct {
 	// place of the bad bytes, so a replay judges a slightly different
 	// input.
 	Lossy bool
+	// Session is the input's "session", which Input leaves out: the
+	// counts change with every call, and a decision reused for the same
+	// conclusions of the loop guards (Policy.SessionConclusions) keeps
+	// the Input it was made on.
+	Session *SessionCounts
 }
 
 // DecideRecorded is Decide, and the input the decision was made on as the
 // audit trail records it.
 func (p *Policy) DecideRecorded(ctx context.Context, input *Input) (Decision, Recorded) {
 	d, value := p.decideInput(ctx, input)
-	rec := Recorded{}
+	rec := Recorded{Session: input.Session}
 	if sh := input.Shell; sh != nil {
 		rec.ShellLine, rec.BashChecked = sh.Line(), sh.BashChecked()
 	}
@@ -116,6 +121,9 @@ func (rec Recorded) value(args map[string]any) (ast.Object, error) {
 		}
 	}
 	obj.Insert(k.args, ast.NewTerm(argsValue))
+	if s := rec.Session; s != nil {
+		obj.Insert(k.session, sessionTerm(s))
+	}
 	return obj, nil
 }
 
@@ -147,11 +155,12 @@ func addOpaque(input ast.Object, reason string) error {
 	return nil
 }
 
-// appendInputJSON appends the input document v, without "args", as JSON.
+// appendInputJSON appends the input document v, without "args" and
+// "session", as JSON.
 // lossy reports a string that was not valid UTF-8.
 func appendInputJSON(b []byte, v ast.Value) (out []byte, lossy bool) {
 	if obj, ok := v.(ast.Object); ok {
-		return appendObject(b, obj, k.args)
+		return appendObject(b, obj, k.args, k.session)
 	}
 	return appendJSON(b, v)
 }
@@ -184,17 +193,17 @@ func appendJSON(b []byte, v ast.Value) (out []byte, lossy bool) {
 		}
 		return append(b, ']'), lossy
 	case ast.Object:
-		return appendObject(b, v, nil)
+		return appendObject(b, v, nil, nil)
 	}
 	return append(b, "null"...), false
 }
 
 // appendObject appends obj as JSON, leaving out the member skip names.
-func appendObject(b []byte, obj ast.Object, skip *ast.Term) (out []byte, lossy bool) {
+func appendObject(b []byte, obj ast.Object, skip, skip2 *ast.Term) (out []byte, lossy bool) {
 	b = append(b, '{')
 	first := true
 	obj.Foreach(func(key, val *ast.Term) {
-		if skip != nil && key.Equal(skip) {
+		if skip != nil && (key.Equal(skip) || key.Equal(skip2)) {
 			return
 		}
 		if !first {

@@ -1,48 +1,174 @@
 package policy
 
-import "github.com/open-policy-agent/opa/v1/ast"
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+)
+
+// SessionPackage is the package of the rules that read input.session,
+// the loop guards (policy/loops.rego), and SessionQuery its document:
+// what they conclude, which the rest of the policy reads in place of the
+// counts.
+const (
+	SessionPackage = "toolbus.session"
+	SessionQuery   = "data." + SessionPackage
+)
 
 // ReadsSession reports whether the policy may read input.session: only
-// then does a call's decision need the session's counts, which cost the
-// executor a round trip to the bus.
+// then does a call's decision need the session's counts.
 func (p *Policy) ReadsSession() bool { return p.readsSession }
+
+// SessionApart reports whether the policy reads input.session only in
+// SessionPackage, and that package reads of the input only its tool,
+// caller and session, and of data only itself and the constants. A
+// decision is then the same for two inputs that differ only in their
+// counts, if SessionConclusions is the same for both: the executor
+// evaluates the small package on every call, and reuses the decision
+// made for the same call and conclusions. A policy that reads the
+// counts elsewhere has every decision of a call with counts evaluated
+// whole.
+func (p *Policy) SessionApart() bool { return p.sessionApart }
+
+// SessionConclusions is what SessionPackage concludes for a call: the
+// value of its document for the input's tool, caller and session, as
+// text, the same text for the same value. Only for a policy that keeps
+// the session apart (SessionApart); an input without counts concludes
+// nothing. An error is the package's own (a built-in's error, a rule
+// with two values): the whole decision then fails the same way.
+func (p *Policy) SessionConclusions(ctx context.Context, input *Input) ([]byte, error) {
+	if !p.sessionApart {
+		return nil, errors.New("policy: the session is not kept apart")
+	}
+	if input.Session == nil {
+		return nil, nil
+	}
+	// The package reads nothing else of the input (sessionApart).
+	t := input.Tool
+	var tool *ast.Term
+	if len(t.Annotations) == 0 {
+		tool = lastTool.get(toolKey{t.Name, t.Kind, t.Source, t.Server, t.Trust, t.ReadOnly}, func() *ast.Term { return toolTerm(t, ast.NewObject()) })
+	} else {
+		tool = toolTerm(t, annotationsOf(t))
+	}
+	value := ast.NewObject(
+		[2]*ast.Term{k.tool, tool},
+		[2]*ast.Term{k.caller, lastIdentity.get(input.Caller, func() *ast.Term { return identityTerm(input.Caller) })},
+		[2]*ast.Term{k.session, sessionTerm(input.Session)},
+	)
+	rs, err := evalValue(ctx, p.session, value)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %s: %w", SessionQuery, err)
+	}
+	if len(rs) != 1 || len(rs[0].Expressions) != 1 {
+		return nil, nil
+	}
+	v, ok := rs[0].Expressions[0].Value.(ast.Value)
+	if !ok {
+		return nil, fmt.Errorf("policy: %s: not a value", SessionQuery)
+	}
+	return []byte(v.String()), nil
+}
+
+// annotationsOf is a tool's annotations as an input object.
+func annotationsOf(t ToolInput) ast.Object {
+	if len(t.Annotations) == 0 {
+		return ast.NewObject()
+	}
+	if v, err := ast.InterfaceToValue(t.Annotations); err == nil {
+		if o, ok := v.(ast.Object); ok {
+			return o
+		}
+	}
+	return ast.NewObject()
+}
 
 // readsSession reports whether a module other than a test may read
 // input.session: a reference to it, to the input whole (x := input) or
 // to a key of it known only when evaluated (input[k]), any of which
-// could reach it.
-func readsSession(modules map[string]*ast.Module) bool {
-	input := ast.Var("input")
+// could reach it. Only modules inside reads are looked at.
+func readsSession(modules map[string]*ast.Module, inside func(*ast.Module) bool) bool {
 	found := false
+	for name, m := range modules {
+		if !isTest(name) && inside(m) {
+			walkInputReads(m, func(key string, known bool) {
+				found = found || !known || key == "session"
+			})
+		}
+	}
+	return found
+}
+
+// walkInputReads calls read for every reference to the input in x: with
+// the key it reads (known), or none when it reads the whole input or a
+// key known only when evaluated.
+func walkInputReads(x any, read func(key string, known bool)) {
+	input := ast.Var("input")
 	var visit func(x any) bool
 	visit = func(x any) bool {
-		if found {
-			return true
-		}
 		switch x := x.(type) {
 		case ast.Var:
-			found = x.Equal(input) // the input whole, not the head of a reference
+			if x.Equal(input) { // the input whole, not the head of a reference
+				read("", false)
+			}
 		case ast.Ref:
 			if x[0].Value.Compare(input) != 0 {
 				return false
 			}
 			if len(x) == 1 {
-				found = true
+				read("", false)
 				return true
 			}
 			key, ok := x[1].Value.(ast.String)
-			found = !ok || string(key) == "session"
+			read(string(key), ok)
 			for _, t := range x[1:] { // input[data.x[input.session]]
 				ast.NewGenericVisitor(visit).Walk(t)
 			}
 			return true
 		}
-		return found
+		return false
 	}
+	ast.NewGenericVisitor(visit).Walk(x)
+}
+
+// sessionApart reports whether the set keeps input.session apart (see
+// Policy.SessionApart), on its compiled modules, whose references to
+// rules are resolved to full data paths.
+func sessionApart(modules map[string]*ast.Module) bool {
+	inPackage := func(m *ast.Module) bool {
+		return m.Package.Path.String() == SessionQuery || strings.HasPrefix(m.Package.Path.String(), SessionQuery+".")
+	}
+	if readsSession(modules, func(m *ast.Module) bool { return !inPackage(m) }) {
+		return false
+	}
+	kept := map[string]*ast.Module{}
 	for name, m := range modules {
 		if !isTest(name) {
-			ast.NewGenericVisitor(visit).Walk(m)
+			kept[name] = m
 		}
 	}
-	return found
+	c := ast.NewCompiler().WithDefaultRegoVersion(ast.RegoV1)
+	if c.Compile(kept); c.Failed() {
+		return false
+	}
+	apart, found := true, false
+	for _, m := range c.Modules {
+		if !inPackage(m) {
+			continue
+		}
+		found = true
+		walkInputReads(m, func(key string, known bool) {
+			apart = apart && known && (key == "tool" || key == "caller" || key == "session")
+		})
+		ast.WalkRefs(m, func(r ast.Ref) bool {
+			if r.HasPrefix(ast.DefaultRootRef) && !r.HasPrefix(ast.MustParseRef(SessionQuery)) && !r.HasPrefix(ast.MustParseRef("data."+ConstantsPackage)) {
+				apart = false
+			}
+			return false
+		})
+	}
+	return apart && found
 }
