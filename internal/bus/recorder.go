@@ -30,13 +30,16 @@ import (
 // Record does not wait for the acknowledgement: the invoke path pays for
 // sending, a map entry and reading a short ack. No timer per record: one
 // sweep, a few times a second, sends again what is overdue. Record waits
-// only when RecordMaxPending records are unacknowledged (the stream is
-// gone for a while), so a part that cannot record stops taking work
-// instead of piling it up in memory.
+// only when its window, RecordMaxPending records by default, are
+// unacknowledged (the stream is gone for a while), so a part that cannot
+// record stops taking work instead of piling it up in memory; Window
+// tells how full it is, for that part to leave its queue groups and say
+// it is not ready before that.
 type Recorder struct {
 	nc     *nats.Conn
 	log    *slog.Logger
 	full   func() // told when the stream refuses a record for want of room
+	window int    // records that may wait for their acknowledgement
 	nonce  string
 	prefix string // of the acks' subjects: prefix + the record's number
 	sub    *nats.Subscription
@@ -135,6 +138,16 @@ func Refused(err error) Receipt {
 // RecorderOption is an optional setting of NewRecorder.
 type RecorderOption func(*Recorder)
 
+// WindowOf sets how many records may wait for their acknowledgement at
+// once (RecordMaxPending by default): one more waits for room.
+func WindowOf(n int) RecorderOption {
+	return func(r *Recorder) {
+		if n > 0 {
+			r.window = n
+		}
+	}
+}
+
 // WhenFull has f called, on the recorder's own goroutine, each time the
 // stream refuses a record for want of room (ErrTrailFull): the moment
 // to stop taking work that would be recorded. f must not block.
@@ -153,7 +166,7 @@ const (
 // NewRecorder returns a recorder sending on nc. Close stops it.
 func NewRecorder(nc *nats.Conn, log *slog.Logger, opts ...RecorderOption) (*Recorder, error) {
 	r := &Recorder{nc: nc, log: log, nonce: events.NewCapability(), pending: make(map[uint64]*record),
-		done: make(chan struct{}), stop: make(chan struct{}), full: func() {}}
+		done: make(chan struct{}), stop: make(chan struct{}), full: func() {}, window: RecordMaxPending}
 	for _, o := range opts {
 		o(r)
 	}
@@ -225,7 +238,7 @@ func (r *Recorder) record(subject string, data []byte, call string, receipt, enc
 // acknowledges it.
 func (r *Recorder) send(subject string, data []byte, call string, receipt bool) (Receipt, error) {
 	r.mu.Lock()
-	for len(r.pending) >= RecordMaxPending && !r.closing {
+	for len(r.pending) >= r.window && !r.closing {
 		r.log.Warn("the audit stream is not acknowledging records: waiting", "pending", len(r.pending))
 		r.room.Wait()
 	}
@@ -392,6 +405,14 @@ func (r *Recorder) Pending() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.pending)
+}
+
+// Window is how many records are not acknowledged yet, and how many may
+// be before a record waits for room.
+func (r *Recorder) Window() (pending, size int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.pending), r.window
 }
 
 // Resent counts records sent again after no acknowledgement came.

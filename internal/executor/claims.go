@@ -15,7 +15,8 @@ type liveness struct {
 	abandoned idRing      // calls whose callers gave up before they came
 	finished  idRing      // calls and batches whose results were sent
 	sent      sentResults // the results sent lately, for callers that lost them
-	// invokeSubs are the subscriptions that hand out single invocations,
+	// invokeSubs are the subscriptions that hand out single invocations
+	// besides the intake's (intake.go),
 	// and accepting counts the invocations being taken from them (behind).
 	invokeSubs []*nats.Subscription
 	accepting  atomic.Int64
@@ -88,7 +89,7 @@ func (e *Executor) behind() bool {
 			return true
 		}
 	}
-	return false
+	return e.intake.pending()
 }
 
 // idMemory is how many ids of calls an executor remembers (see idRing):

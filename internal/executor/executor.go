@@ -158,6 +158,11 @@ type Config struct {
 	// says why).
 	TrailHighWater  float64
 	TrailCheckEvery time.Duration
+	// RecordWindow is how many of its records the executor may have sent
+	// that the audit stream has not acknowledged yet (default
+	// bus.RecordMaxPending). With the window full it leaves the queue
+	// groups of new calls until half of it is acknowledged (intake.go).
+	RecordWindow int
 	// Hooks are the user's hooks (internal/hooks: Claude Code's and Gemini
 	// CLI's, read from their settings files): run around every call
 	// whose tool they match, after the policy's decision and before any
@@ -199,6 +204,8 @@ type Executor struct {
 	liveness
 
 	subs []*nats.Subscription
+	// intake is the queue groups of new calls (intake.go).
+	intake intake
 	// beforeAccept, set by tests only, holds an invocation up where load
 	// would: before the executor has looked at it.
 	beforeAccept atomic.Pointer[func(*nats.Msg)]
@@ -330,7 +337,7 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 	defer func() {
 		switch {
 		case err == nil:
-		case len(e.subs) > 0:
+		case len(e.subs) > 0 || len(e.intake.specs) > 0:
 			e.Stop(context.Background()) // it may have taken calls, and is listed
 		default:
 			e.closeFollowers()
@@ -408,7 +415,7 @@ func (e *Executor) follow(ctx context.Context) (err error) {
 	}
 	e.trail.log = e.log
 	full := func() { e.trail.setFull("the stream refused a record for want of room", e.trail.Fill()) }
-	if e.rec, err = bus.NewRecorder(e.nc, e.log, bus.WhenFull(full)); err != nil {
+	if e.rec, err = bus.NewRecorder(e.nc, e.log, bus.WhenFull(full), bus.WindowOf(e.cfg.RecordWindow)); err != nil {
 		return err
 	}
 	e.watchTrail(ctx)
@@ -455,7 +462,15 @@ func (e *Executor) subscribe() error {
 		{events.CallerRecordSubject(events.ClientWildcard), queueGroup, e.handleCallerRecord},
 		{events.RevokeSubject("*"), queueGroup, e.handleRevoke},
 	}
+	e.intake.nc = e.nc
 	for _, h := range handlers {
+		if h.queue != "" && (h.subject == events.InvokeSubject("*") || h.subject == events.InvokeSubject(events.ClientWildcard) || h.subject == events.InvokeBatchSubject("*")) {
+			// New calls: the intake, left while the trail lags (intake.go).
+			if err := e.intake.add(queueSub{h.subject, h.queue, h.handle}); err != nil {
+				return err
+			}
+			continue
+		}
 		sub, err := e.nc.QueueSubscribe(h.subject, h.queue, h.handle)
 		if err != nil {
 			return fmt.Errorf("executor: subscribe %s: %w", h.subject, err)
@@ -464,7 +479,7 @@ func (e *Executor) subscribe() error {
 		// them out, so its pending limits can stay generous.
 		_ = sub.SetPendingLimits(1<<20, 1<<30)
 		e.subs = append(e.subs, sub)
-		if h.subject == events.InvokeSubject("*") || h.subject == events.InvokeSubject(events.ClientWildcard) || h.subject == events.ExecSubject(e.id.ID) {
+		if h.subject == events.ExecSubject(e.id.ID) {
 			e.invokeSubs = append(e.invokeSubs, sub)
 		}
 	}
@@ -543,6 +558,7 @@ func (e *Executor) Stop(ctx context.Context) error {
 	e.hostMu.Lock()
 	e.hostMu.Unlock()
 	var errs []error
+	errs = append(errs, e.intake.stop())
 	for _, s := range e.subs {
 		if err := s.Drain(); err != nil {
 			errs = append(errs, err)

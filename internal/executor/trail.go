@@ -84,6 +84,7 @@ func (e *Executor) watchTrail(ctx context.Context) {
 				return
 			case <-tick.C:
 			}
+			e.followWindow()
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			err := e.checkTrail(ctx)
 			cancel()
@@ -247,6 +248,11 @@ func (e *Executor) TrailRefusals() uint64 { return e.trail.refusals.Load() }
 // TrailHealth reports the audit trail near its cap, for /readyz: the
 // executor refuses every call it would record.
 func (e *Executor) TrailHealth() error {
+	if e.intake.isLeft() {
+		pending, size := e.rec.Window()
+		return fmt.Errorf("the audit stream %s has not acknowledged %d of the executor's records (its window holds %d): not taking calls until half of them are",
+			events.AuditStream, pending, size)
+	}
 	if e.trail.full.Load() {
 		return fmt.Errorf("the audit stream %s is %.1f%% full (calls are refused from %.0f%%): raise --audit-max-bytes or let records age out",
 			events.AuditStream, e.trail.Fill()*100, e.cfg.TrailHighWater*100)

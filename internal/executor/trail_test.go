@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/metrics"
 	"github.com/toolbus/toolbus/internal/testkit"
@@ -489,4 +491,67 @@ func TestTheMarkRefusesWhileTheTrailHasRoom(t *testing.T) {
 	if strings.Contains(log.String(), "could not look") {
 		t.Errorf("the log says a look failed:\n%s", log.String())
 	}
+}
+
+// TestAnExecutorLeavesItsQueueGroupsWhileTheTrailLags: with the audit
+// stream gone, an executor's records wait unacknowledged. Once its
+// window of them is full it leaves the queue groups of new calls, so that
+// a new call finds no one to take it at once (on a fleet, another
+// executor) instead of waiting on one that cannot record it, and says so
+// on /readyz. When the stream is back, its records are sent again and
+// stored, it takes calls again, and each call it had gets its one result.
+func TestAnExecutorLeavesItsQueueGroupsWhileTheTrailLags(t *testing.T) {
+	t.Parallel()
+	const window = 4
+	e := newEnv(t, func(c *Config) { c.RecordWindow, c.TrailCheckEvery = window, 20*time.Millisecond })
+	read := `{"file_path":"README.md"}`
+	if res := e.call(t, "read_file", read); res.Error != nil {
+		t.Fatalf("a call with the stream there: %s %q", errType(res), res.LLMContent)
+	}
+	ctx := context.Background()
+	js := e.bus.JetStream()
+	if err := js.DeleteStream(ctx, events.AuditStream); err != nil {
+		t.Fatal(err)
+	}
+	results := make(chan *events.Result, window)
+	for range window {
+		go func() {
+			ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+			defer cancel()
+			res, err := e.client.Invoke(ctx, &events.Invocation{Tool: "read_file", Args: json.RawMessage(read)}, nil)
+			if err != nil {
+				res = &events.Result{Error: &events.ToolError{Type: "INVOKE", Message: err.Error()}}
+			}
+			results <- res
+		}()
+	}
+	testkit.Eventually(t, "the executor leaves its queue groups", func() bool { return e.exec.TrailHealth() != nil })
+	if err := e.exec.TrailHealth(); !strings.Contains(err.Error(), "not taking calls") {
+		t.Errorf("/readyz says %q", err)
+	}
+	if _, err := e.callerConn.Request(events.InvokeSubject("someone"), []byte(`{}`), 10*time.Second); !errors.Is(err, nats.ErrNoResponders) {
+		t.Errorf("a call sent while the executor left its groups: %v, want no responders", err)
+	}
+	if err := bus.EnsureAudit(ctx, js, bus.Config{AuditMaxAge: bus.DefaultAuditMaxAge}); err != nil {
+		t.Fatal(err)
+	}
+	for range window {
+		if res := <-results; res.Error != nil || !strings.Contains(res.LLMContent, "hello") {
+			t.Errorf("a call made while the stream was gone: %s %q", errType(res), res.LLMContent)
+		}
+	}
+	testkit.Eventually(t, "the executor takes calls again", func() bool { return e.exec.TrailHealth() == nil })
+	if res := e.call(t, "read_file", read); res.Error != nil {
+		t.Errorf("a call once the stream is back: %s %q", errType(res), res.LLMContent)
+	}
+	// Nothing it sent was lost: each call made while the stream was gone
+	// is in the new stream, with its result.
+	s, err := js.Stream(ctx, events.AuditStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, "the calls' records stored", func() bool {
+		info, err := s.Info(ctx, jetstream.WithSubjectFilter(events.SubjectResult))
+		return err == nil && info.State.Subjects[events.SubjectResult] >= window+1
+	})
 }
