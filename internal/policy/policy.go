@@ -261,8 +261,8 @@ func Compile(ctx context.Context, files Files) (*Policy, error) {
 	p := &Policy{revision: files.Revision(), files: files, query: q, paths: pq, remember: rq,
 		approver: aq, refusals: adq, flagged: fq, toolDeny: tq, elicit: eq, srvReq: srq, samples: samples,
 		nondeterministic: nondeterministic(modules), readsSession: readsSession(modules, func(*ast.Module) bool { return true })}
-	if p.readsSession && sessionApart(modules) {
-		if p.session, err = prepare(SessionQuery); err != nil {
+	if query, apart := sessionApart(modules); p.readsSession && apart {
+		if p.session, err = prepare(query); err != nil {
 			return nil, fmt.Errorf("policy: %w", err)
 		}
 		p.sessionApart = true

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -34,8 +36,9 @@ func (p *Policy) ReadsSession() bool { return p.readsSession }
 func (p *Policy) SessionApart() bool { return p.sessionApart }
 
 // SessionConclusions is what SessionPackage concludes for a call: the
-// value of its document for the input's tool, caller and session, as
-// text, the same text for the same value. Only for a policy that keeps
+// values of the rules of it the rest of the policy reads (sessionApart),
+// for the input's tool, caller and session, as text, the same text for
+// the same values. Only for a policy that keeps
 // the session apart (SessionApart); an input without counts concludes
 // nothing. An error is the package's own (a built-in's error, a rule
 // with two values): the whole decision then fails the same way.
@@ -136,13 +139,17 @@ func walkInputReads(x any, read func(key string, known bool)) {
 
 // sessionApart reports whether the set keeps input.session apart (see
 // Policy.SessionApart), on its compiled modules, whose references to
-// rules are resolved to full data paths.
-func sessionApart(modules map[string]*ast.Module) bool {
+// rules are resolved to full data paths, and the query SessionConclusions
+// evaluates: the rules of SessionPackage the rest of the set reads, each
+// as the set of its values (an undefined one, the empty set), or, when
+// the rest reads the package whole or by a key known only when
+// evaluated, its whole document.
+func sessionApart(modules map[string]*ast.Module) (string, bool) {
 	inPackage := func(m *ast.Module) bool {
 		return m.Package.Path.String() == SessionQuery || strings.HasPrefix(m.Package.Path.String(), SessionQuery+".")
 	}
 	if readsSession(modules, func(m *ast.Module) bool { return !inPackage(m) }) {
-		return false
+		return "", false
 	}
 	kept := map[string]*ast.Module{}
 	for name, m := range modules {
@@ -152,11 +159,33 @@ func sessionApart(modules map[string]*ast.Module) bool {
 	}
 	c := ast.NewCompiler().WithDefaultRegoVersion(ast.RegoV1)
 	if c.Compile(kept); c.Failed() {
-		return false
+		return "", false
 	}
-	apart, found := true, false
+	pkg := ast.MustParseRef(SessionQuery)
+	apart, found, whole := true, false, false
+	read := map[string]bool{}
 	for _, m := range c.Modules {
 		if !inPackage(m) {
+			// The rules only: the package clause and the imports name
+			// documents without reading them.
+			for _, rule := range m.Rules {
+				ast.WalkRefs(rule, func(r ast.Ref) bool {
+					ground := r.GroundPrefix()
+					switch {
+					case pkg.HasPrefix(ground) && (len(ground) < len(r) || len(r) <= len(pkg)):
+						// The package whole (data.toolbus.session), a
+						// document holding it (data.toolbus), or one of
+						// them by a key known only when evaluated.
+						whole = true
+					case !r.HasPrefix(pkg):
+					default:
+						name, ok := r[len(pkg)].Value.(ast.String)
+						whole = whole || !ok
+						read[string(name)] = true
+					}
+					return false
+				})
+			}
 			continue
 		}
 		found = true
@@ -164,11 +193,21 @@ func sessionApart(modules map[string]*ast.Module) bool {
 			apart = apart && known && (key == "tool" || key == "caller" || key == "session")
 		})
 		ast.WalkRefs(m, func(r ast.Ref) bool {
-			if r.HasPrefix(ast.DefaultRootRef) && !r.HasPrefix(ast.MustParseRef(SessionQuery)) && !r.HasPrefix(ast.MustParseRef("data."+ConstantsPackage)) {
+			if r.HasPrefix(ast.DefaultRootRef) && !r.HasPrefix(pkg) && !r.HasPrefix(ast.MustParseRef("data."+ConstantsPackage)) {
 				apart = false
 			}
 			return false
 		})
 	}
-	return apart && found
+	if !apart || !found {
+		return "", false
+	}
+	if whole || len(read) == 0 {
+		return SessionQuery, true
+	}
+	parts := make([]string, 0, len(read))
+	for _, name := range slices.Sorted(maps.Keys(read)) {
+		parts = append(parts, fmt.Sprintf("{x | x := %s}", pkg.Append(ast.StringTerm(name))))
+	}
+	return "[" + strings.Join(parts, ", ") + "]", true
 }

@@ -138,3 +138,31 @@ func FuzzSessionConclusions(f *testing.F) {
 		}
 	})
 }
+
+// The query SessionConclusions evaluates holds the rules of the package
+// the rest of the set reads, and the whole package when the rest reads
+// it whole, through a document that holds it, or by a key known only
+// when evaluated: a conclusion left out of the key would let a decision
+// be reused when it changed.
+func TestSessionConclusionsCoverWhatIsRead(t *testing.T) {
+	const session = "package toolbus.session\ndeny if input.session.calls > 3\nask if input.session.repeats > 3\nextra := input.session.calls\n"
+	for _, c := range []struct{ name, reader, want string }{
+		{"two rules", `r if { not data.toolbus.session.deny; not data.toolbus.session.ask }`,
+			`[{x | x := data.toolbus.session.ask}, {x | x := data.toolbus.session.deny}]`},
+		{"the package whole", `r if { s := data.toolbus.session; not s.deny }`, SessionQuery},
+		{"a document holding it", `r if { t := data.toolbus; not t.session.deny }`, SessionQuery},
+		{"a key known when evaluated", `r if { some k in {"deny"}; data.toolbus.session[k] }`, SessionQuery},
+		{"a package known when evaluated", `r if { some k in {"session"}; data.toolbus[k].deny }`, SessionQuery},
+		{"data by a key known when evaluated", `r if { some k in {"toolbus"}; data[k].session.deny }`, SessionQuery},
+	} {
+		modules, err := parse(Files{"p.rego": "package toolbus\ndecision := {\"verdict\": \"ALLOW\", \"reason\": \"r\"}\n",
+			"r.rego": "package reader\n" + c.reader + "\n", "s.rego": session})
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		query, apart := sessionApart(modules)
+		if !apart || query != c.want {
+			t.Errorf("%s: query %q (apart %v), want %q", c.name, query, apart, c.want)
+		}
+	}
+}
