@@ -53,7 +53,8 @@ func TestComposeFleetInContainers(t *testing.T) {
 	})
 	engine.Serve(t)
 
-	port, consolePort := freeRun(t, 3), freeRun(t, 1)
+	port := freeRun(t, 4) // the buses', then the console's: runs found apart may overlap
+	consolePort := port + 3
 	engine.Env = append(engine.Env, "TOOLBUS_IMAGE="+image, fmt.Sprintf("TOOLBUS_CONSOLE_PORT=%d", consolePort))
 	for i := range 3 {
 		engine.Env = append(engine.Env, fmt.Sprintf("TOOLBUS_BUS%d_PORT=%d", i+1, port+i))

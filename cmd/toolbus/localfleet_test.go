@@ -91,7 +91,10 @@ func (f *localFleet) as(name string) []string { return []string{"TOOLBUS_IDENTIT
 func startLocalFleet(t *testing.T, prepare func(f *localFleet)) (*localFleet, string) {
 	t.Helper()
 	testkit.Heavy(t, "a 3-node fleet of processes")
-	f := &localFleet{dir: t.TempDir(), port: freeRun(t, 3), route: freeRun(t, 3), consolePort: freeRun(t, 1), metricsPort: freeRun(t, 7)}
+	// One run of free ports for all of them: runs found apart may
+	// overlap (a console once drew a port inside the metrics' run).
+	base := freeRun(t, 3+3+1+7)
+	f := &localFleet{dir: t.TempDir(), port: base, route: base + 3, consolePort: base + 6, metricsPort: base + 7}
 	env := append(os.Environ(), "TOOLBUS_NATS=", fmt.Sprintf("TOOLBUS_FLEET_PORT=%d", f.port), fmt.Sprintf("TOOLBUS_FLEET_ROUTE_PORT=%d", f.route),
 		fmt.Sprintf("TOOLBUS_FLEET_CONSOLE=127.0.0.1:%d", f.consolePort), fmt.Sprintf("TOOLBUS_FLEET_METRICS=%d", f.metricsPort))
 	f.script = func(args ...string) (string, error) {
