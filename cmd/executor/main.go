@@ -53,22 +53,15 @@ func run(args []string) error {
 	}
 	ctx, stop := cli.SignalContext()
 	defer stop()
-	// Served while it waits for the bus: /healthz answers, and /readyz
-	// says it is still connecting.
-	m, stopMetrics, err := cli.ServeMetrics(*metricsAddr, "executor", log)
-	if err != nil {
-		return err
-	}
-	defer stopMetrics()
-	b, err := cli.ConnectWaiting(ctx, *natsURL, "toolbus-executor", log)
+	d, err := cli.StartDaemon(ctx, "executor", *metricsAddr, *natsURL, log)
 	if errors.Is(err, cli.ErrStopped) {
 		log.Info("executor stopped", "err", err)
 		return nil
 	} else if err != nil {
 		return err
 	}
-	defer cli.Close(b)
-	cli.WatchBus(m, b)
+	defer d.Close()
+	m, b := d.Metrics, d.Bus
 	identity := cli.ExecutorIdentity(*id, b.Principal())
 	cfg := executor.Config{Identity: identity, Observer: m, WorkspaceName: *workspaceName,
 		Timeout: *timeout, ConfirmTimeout: *confirmTimeout, Logger: log}

@@ -41,22 +41,15 @@ func run(natsURL, settingsPath, logLevel, metricsAddr string) error {
 	}
 	ctx, stop := cli.SignalContext()
 	defer stop()
-	// Served while it waits for the bus: /healthz answers, and /readyz
-	// says it is still connecting.
-	m, stopMetrics, err := cli.ServeMetrics(metricsAddr, "registry", log)
-	if err != nil {
-		return err
-	}
-	defer stopMetrics()
-	b, err := cli.ConnectWaiting(ctx, natsURL, "toolbus-registry", log)
+	d, err := cli.StartDaemon(ctx, "registry", metricsAddr, natsURL, log)
 	if errors.Is(err, cli.ErrStopped) {
 		log.Info("registry stopped", "err", err)
 		return nil
 	} else if err != nil {
 		return err
 	}
-	defer cli.Close(b)
-	cli.WatchBus(m, b)
+	defer d.Close()
+	b := d.Bus
 	svc, err := registry.Start(ctx, b.Conn(), b.JetStream(), registry.Config{
 		Settings: regSettings, Identity: cli.Identity("registry"), Logger: log})
 	if err != nil {

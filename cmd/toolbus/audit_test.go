@@ -172,7 +172,7 @@ decision := {"verdict": "ALLOW", "reason": "anything goes", "remember": false}
 // go when full, to push them out at once.)
 func TestAuditVerifyNamesALostStart(t *testing.T) {
 	t.Parallel()
-	addr, data := freeAddr(t), t.TempDir()
+	addr, data := testkit.UnusedAddr(t), t.TempDir()
 	busd := startDaemon(t, "bus", "--listen", addr, "--data", data, "--audit-max-bytes", "65536", "--audit-checkpoint", "100ms")
 	url := "nats://" + addr
 	busd.waitLog(t, "bus listening")

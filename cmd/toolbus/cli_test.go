@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 // commandPaths are the words that name every command a user can run,
@@ -130,7 +131,7 @@ func TestVersionOfABuild(t *testing.T) {
 // line; --nats beats $TOOLBUS_NATS, which beats the default.
 func TestGlobalFlags(t *testing.T) {
 	t.Parallel()
-	flagBus, envBus := "nats://"+freeAddr(t), "nats://"+freeAddr(t)
+	flagBus, envBus := "nats://"+testkit.UnusedAddr(t), "nats://"+testkit.UnusedAddr(t)
 	for _, tt := range []struct {
 		env  []string
 		args []string
@@ -175,7 +176,7 @@ func TestCompletion(t *testing.T) {
 // With --json an error is a JSON object on stderr; without, a line.
 func TestJSONErrors(t *testing.T) {
 	t.Parallel()
-	closed := "nats://" + freeAddr(t)
+	closed := "nats://" + testkit.UnusedAddr(t)
 	for _, tt := range []struct {
 		args     []string
 		code     int

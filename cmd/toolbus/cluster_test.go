@@ -22,8 +22,8 @@ import (
 func TestBusNodesMakeACluster(t *testing.T) {
 	t.Parallel()
 	testkit.Heavy(t, "a 3-node cluster of processes")
-	clients := []string{freeAddr(t), freeAddr(t), freeAddr(t)}
-	routesAt := []string{freeAddr(t), freeAddr(t), freeAddr(t)}
+	clients := []string{testkit.UnusedAddr(t), testkit.UnusedAddr(t), testkit.UnusedAddr(t)}
+	routesAt := []string{testkit.UnusedAddr(t), testkit.UnusedAddr(t), testkit.UnusedAddr(t)}
 	var routes []string
 	for _, r := range routesAt {
 		routes = append(routes, "nats-route://"+r)

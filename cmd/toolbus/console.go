@@ -77,22 +77,15 @@ func runConsole(natsURL, listen, token, as, logLevel, metricsAddr string, hook *
 	}
 	ctx, stop := cli.SignalContext()
 	defer stop()
-	// Served while it waits for the bus: /healthz answers, and /readyz
-	// says it is still connecting.
-	m, stopMetrics, err := cli.ServeMetrics(metricsAddr, "console", log)
-	if err != nil {
-		return err
-	}
-	defer stopMetrics()
-	b, err := cli.ConnectWaiting(ctx, natsURL, "toolbus-console", log)
+	d, err := cli.StartDaemon(ctx, "console", metricsAddr, natsURL, log)
 	if errors.Is(err, cli.ErrStopped) {
 		log.Info("console stopped", "err", err)
 		return nil
 	} else if err != nil {
 		return err
 	}
-	defer cli.Close(b)
-	cli.WatchBus(m, b)
+	defer d.Close()
+	b := d.Bus
 	c, err := startConsole(ctx, b, cli.ApproverPrincipal(b.Principal(), natsURL, as), console.Config{Listen: listen, Token: token, OIDC: signin}, as, log)
 	if err != nil {
 		return err

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 // TestOneProcessOwnsADataDir: a `toolbus up` or a `bus` on a data dir
@@ -52,7 +54,7 @@ func TestOneProcessOwnsADataDir(t *testing.T) {
 	}
 	second.stop(t)
 
-	addr := freeAddr(t)
+	addr := testkit.UnusedAddr(t)
 	busd := startDaemon(t, "bus", "--listen", addr, "--data", data)
 	busd.waitLog(t, "bus listening")
 	busd.stop(t)
@@ -64,7 +66,7 @@ func TestOneProcessOwnsADataDir(t *testing.T) {
 func TestARefusedUpTouchesNothing(t *testing.T) {
 	t.Parallel()
 	data := t.TempDir()
-	addr := freeAddr(t)
+	addr := testkit.UnusedAddr(t)
 	busd := startDaemon(t, "bus", "--listen", addr, "--data", data)
 	busd.waitLog(t, "bus listening") // it holds the dir
 	before := listDir(t, data)

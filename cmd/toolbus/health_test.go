@@ -36,7 +36,7 @@ type mcpSource struct {
 
 func newMCPSource(t *testing.T) *mcpSource {
 	t.Helper()
-	s := &mcpSource{addr: freeAddr(t), mcp: server.NewMCPServer("health-source", "1.0.0", server.WithToolCapabilities(true))}
+	s := &mcpSource{addr: testkit.UnusedAddr(t), mcp: server.NewMCPServer("health-source", "1.0.0", server.WithToolCapabilities(true))}
 	s.mcp.AddTool(mcp.NewTool("echo", mcp.WithDescription("Echoes its message"), mcp.WithString("message", mcp.Required())),
 		func(_ context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 			return mcp.NewToolResultText("Echo: " + req.GetString("message", "")), nil
@@ -168,7 +168,7 @@ func healthUp(t *testing.T, src *mcpSource, extra ...string) *upHealth {
 			t.Fatal(err)
 		}
 	}
-	metrics, data := freeAddr(t), t.TempDir()
+	metrics, data := testkit.UnusedAddr(t), t.TempDir()
 	args := append([]string{"--data", data, "--settings", settings, "--policy", policyDir, "--metrics", metrics, "--console", "off", "--mcp-listen", "off"}, extra...)
 	up, url := upWith(t, args...)
 	return &upHealth{daemon: up, url: url, metrics: metrics, policyDir: policyDir, data: data}

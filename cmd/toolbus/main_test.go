@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -409,7 +408,7 @@ func TestCallThroughUp(t *testing.T) {
 }
 
 func TestCommandLineMistakes(t *testing.T) {
-	closed := freeAddr(t)
+	closed := testkit.UnusedAddr(t)
 	tests := []struct {
 		args []string
 		code int
@@ -434,7 +433,7 @@ func TestCommandLineMistakes(t *testing.T) {
 // registry starts before the bus, and waits for it however long it takes;
 // an executor told to stop while it waits for a bus stops cleanly.
 func TestFleetDaemons(t *testing.T) {
-	addr := freeAddr(t)
+	addr := testkit.UnusedAddr(t)
 	url := "nats://" + addr
 	settings := filepath.Join(t.TempDir(), "settings.json")
 	os.WriteFile(settings, []byte(`{
@@ -448,7 +447,7 @@ func TestFleetDaemons(t *testing.T) {
 	busd.waitLog(t, "bus listening")
 	regd.waitLog(t, "registry running")
 
-	idle := startDaemon(t, "executor", "--nats", "nats://"+freeAddr(t), "--workspace", t.TempDir())
+	idle := startDaemon(t, "executor", "--nats", "nats://"+testkit.UnusedAddr(t), "--workspace", t.TempDir())
 	idle.waitLog(t, "waiting for the bus")
 	idle.stop(t)
 
@@ -494,14 +493,4 @@ func TestFleetDaemons(t *testing.T) {
 	execd.stop(t)
 	regd.stop(t)
 	busd.stop(t)
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }

@@ -94,6 +94,39 @@ func ServeMetrics(addr, daemon string, log *slog.Logger) (m *metrics.Metrics, st
 	return m, func() { stopWatching(); srv.Stop() }, nil
 }
 
+// Daemon is a daemon's metrics, served from its start, and its bus,
+// connected once the bus answers (StartDaemon).
+type Daemon struct {
+	Metrics     *metrics.Metrics
+	Bus         *bus.Bus
+	stopMetrics func()
+}
+
+// StartDaemon serves the metrics of daemon on metricsAddr (ServeMetrics:
+// /healthz answers and /readyz says it is connecting while it waits),
+// waits for the bus at url (ConnectWaiting, as the connection
+// "toolbus-"+daemon) and watches it (WatchBus). It fails with ErrStopped
+// when ctx ends before the bus answered. Close stops both.
+func StartDaemon(ctx context.Context, daemon, metricsAddr, url string, log *slog.Logger) (*Daemon, error) {
+	m, stopMetrics, err := ServeMetrics(metricsAddr, daemon, log)
+	if err != nil {
+		return nil, err
+	}
+	b, err := ConnectWaiting(ctx, url, "toolbus-"+daemon, log)
+	if err != nil {
+		stopMetrics()
+		return nil, err
+	}
+	WatchBus(m, b)
+	return &Daemon{Metrics: m, Bus: b, stopMetrics: stopMetrics}, nil
+}
+
+// Close closes the daemon's bus connection, then stops its metrics.
+func (d *Daemon) Close() {
+	Close(d.Bus)
+	d.stopMetrics()
+}
+
 // WatchBus makes m report b's connection, and /readyz check it and its
 // JetStream.
 func WatchBus(m *metrics.Metrics, b *bus.Bus) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -13,6 +12,7 @@ import (
 	"github.com/toolbus/toolbus/internal/auth"
 	"github.com/toolbus/toolbus/internal/busnode"
 	"github.com/toolbus/toolbus/internal/identity"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/bustest"
 )
 
@@ -43,18 +43,6 @@ func (h *logEvents) logged() string {
 	return strings.Join(h.msgs, "\n")
 }
 
-// unusedAddr is a loopback address nothing listens on, for a bus that
-// starts later.
-func unusedAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // isolate keeps the identity ConnectWaiting finds to the test's: none of
 // the person's contexts or seeds.
 func isolate(t *testing.T) {
@@ -69,7 +57,7 @@ func isolate(t *testing.T) {
 // once the bus listens.
 func TestConnectWaitingWaitsForABusThatStartsLater(t *testing.T) {
 	isolate(t)
-	addr := unusedAddr(t)
+	addr := testkit.UnusedAddr(t)
 	waiting := make(chan struct{})
 	var once sync.Once
 	events := &logEvents{on: func(msg string) {
@@ -119,7 +107,7 @@ func TestConnectWaitingStopsWhenToldTo(t *testing.T) {
 			cancel()
 		}
 	}}
-	_, err := ConnectWaiting(ctx, "nats://"+unusedAddr(t), "stopped-daemon", slog.New(events))
+	_, err := ConnectWaiting(ctx, "nats://"+testkit.UnusedAddr(t), "stopped-daemon", slog.New(events))
 	if !errors.Is(err, ErrStopped) {
 		t.Fatalf("ConnectWaiting: %v; want ErrStopped", err)
 	}

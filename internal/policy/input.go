@@ -94,21 +94,9 @@ func (in *Input) value() (ast.Value, error) {
 			args = o
 		}
 	}
-	annotations := ast.NewObject()
-	if len(in.Tool.Annotations) > 0 {
-		v, err := ast.InterfaceToValue(in.Tool.Annotations)
-		if err != nil {
-			return nil, fmt.Errorf("annotations: %w", err)
-		}
-		if o, ok := v.(ast.Object); ok {
-			annotations = o
-		}
-	}
-	var tool *ast.Term
-	if t := in.Tool; len(t.Annotations) == 0 {
-		tool = lastTool.get(toolKey{t.Name, t.Kind, t.Source, t.Server, t.Trust, t.ReadOnly}, func() *ast.Term { return toolTerm(t, annotations) })
-	} else {
-		tool = toolTerm(t, annotations)
+	tool, err := in.Tool.term()
+	if err != nil {
+		return nil, err
 	}
 	fields := make([][2]*ast.Term, 0, 7)
 	fields = append(fields,
@@ -147,6 +135,23 @@ func (in *Input) value() (ast.Value, error) {
 		fields = append(fields, [2]*ast.Term{k.session, sessionTerm(s)})
 	}
 	return ast.NewObject(fields...), nil
+}
+
+// term is input.tool: the last call's term when it had the same tool
+// without annotations (lastTool).
+func (t ToolInput) term() (*ast.Term, error) {
+	if len(t.Annotations) == 0 {
+		return lastTool.get(toolKey{t.Name, t.Kind, t.Source, t.Server, t.Trust, t.ReadOnly}, func() *ast.Term { return toolTerm(t, ast.NewObject()) }), nil
+	}
+	v, err := ast.InterfaceToValue(t.Annotations)
+	if err != nil {
+		return nil, fmt.Errorf("annotations: %w", err)
+	}
+	annotations, ok := v.(ast.Object)
+	if !ok {
+		annotations = ast.NewObject()
+	}
+	return toolTerm(t, annotations), nil
 }
 
 // sessionTerm is input.session.

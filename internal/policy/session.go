@@ -50,12 +50,9 @@ func (p *Policy) SessionConclusions(ctx context.Context, input *Input) ([]byte, 
 		return nil, nil
 	}
 	// The package reads nothing else of the input (sessionApart).
-	t := input.Tool
-	var tool *ast.Term
-	if len(t.Annotations) == 0 {
-		tool = lastTool.get(toolKey{t.Name, t.Kind, t.Source, t.Server, t.Trust, t.ReadOnly}, func() *ast.Term { return toolTerm(t, ast.NewObject()) })
-	} else {
-		tool = toolTerm(t, annotationsOf(t))
+	tool, err := input.Tool.term()
+	if err != nil {
+		return nil, fmt.Errorf("policy: input: %w", err)
 	}
 	value := ast.NewObject(
 		[2]*ast.Term{k.tool, tool},
@@ -74,19 +71,6 @@ func (p *Policy) SessionConclusions(ctx context.Context, input *Input) ([]byte, 
 		return nil, fmt.Errorf("policy: %s: not a value", SessionQuery)
 	}
 	return []byte(v.String()), nil
-}
-
-// annotationsOf is a tool's annotations as an input object.
-func annotationsOf(t ToolInput) ast.Object {
-	if len(t.Annotations) == 0 {
-		return ast.NewObject()
-	}
-	if v, err := ast.InterfaceToValue(t.Annotations); err == nil {
-		if o, ok := v.(ast.Object); ok {
-			return o
-		}
-	}
-	return ast.NewObject()
 }
 
 // readsSession reports whether a module other than a test may read

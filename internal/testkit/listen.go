@@ -34,3 +34,15 @@ func AcceptAndDrop(tb testing.TB, ln net.Listener) {
 	}()
 	tb.Cleanup(func() { ln.Close(); <-done })
 }
+
+// UnusedAddr is a loopback address nothing listens on now: for a part a
+// test starts later, or one that must find nothing there.
+func UnusedAddr(tb testing.TB) string {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
