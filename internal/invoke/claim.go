@@ -80,6 +80,12 @@ func (c *Client) gather(ctx context.Context, subject string, data []byte, settle
 	defer cancel()
 	for {
 		m, err := sub.NextMsgWithContext(ctx)
+		if errors.Is(err, nats.ErrNoResponders) {
+			// nats.go hands the server's "no responders" status to a
+			// synchronous subscription as an error, not a message: none
+			// is listening, which answers the question at once.
+			m, err = &nats.Msg{Header: nats.Header{"Status": []string{"503"}}}, nil
+		}
 		if err != nil || settled(m) {
 			return
 		}
