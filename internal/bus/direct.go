@@ -100,6 +100,11 @@ func directGet(ctx context.Context, js jetstream.JetStream, stream string, req a
 	}
 	for {
 		m, err := sub.NextMsgWithContext(ctx)
+		if errors.Is(err, nats.ErrNoResponders) {
+			// nats.go hands the server's 503 to a synchronous
+			// subscription as an error: no stream answers direct gets.
+			return nil, nil, fmt.Errorf("%w: %s", ErrNoStream, stream)
+		}
 		if err != nil {
 			return nil, nil, fmt.Errorf("direct get of %s: %w", stream, err)
 		}

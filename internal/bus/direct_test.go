@@ -2,6 +2,7 @@ package bus_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -11,6 +12,16 @@ import (
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/testkit/bustest"
 )
+
+// A stream that is not there is said to be missing (bus.ErrNoStream),
+// which its readers wait out as they do a stream not yet made.
+func TestLastOfEachOfAMissingStream(t *testing.T) {
+	b := bustest.Start(t, "")
+	_, _, err := bus.LastOfEach(context.Background(), b.JetStream(), "KV_NONE", "$KV.NONE.>")
+	if !errors.Is(err, bus.ErrNoStream) {
+		t.Fatalf("got %v, want %v", err, bus.ErrNoStream)
+	}
+}
 
 // A bucket of more keys than one multi-last get answers (the server
 // refuses past 1024 subjects, however paged) is read whole all the same,
