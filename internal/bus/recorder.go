@@ -381,6 +381,13 @@ func (r *Recorder) sweep() {
 			return
 		case <-tick.C:
 		}
+		if r.nc.IsClosed() {
+			// A closed connection never comes back: what it did not
+			// get acknowledged never will be, and its waiters hear so
+			// now rather than at their deadlines.
+			r.abandon(errors.New("record not acknowledged: the bus connection is closed"))
+			continue
+		}
 		now := time.Now()
 		due = due[:0]
 		r.mu.Lock()
@@ -444,20 +451,23 @@ func (r *Recorder) Close(ctx context.Context) error {
 		<-r.done
 		_ = r.sub.Unsubscribe()
 	})
-	if err != nil {
-		r.lost.Add(uint64(r.Pending()))
-	}
-	// Whoever waits on a receipt hears that no answer will come.
+	r.abandon(errors.New("record not acknowledged: the recorder is closed"))
+	return err
+}
+
+// abandon gives up on every record still unacknowledged, counting them
+// lost: whoever waits on a receipt hears that no answer will come.
+func (r *Recorder) abandon(why error) {
 	r.mu.Lock()
 	left := make([]uint64, 0, len(r.pending))
 	for n := range r.pending {
 		left = append(left, n)
 	}
 	r.mu.Unlock()
+	r.lost.Add(uint64(len(left)))
 	for _, n := range left {
-		r.settle(n, errors.New("record not acknowledged: the recorder is closed"))
+		r.settle(n, why)
 	}
-	return err
 }
 
 // retryable says whether err may pass: no answer, no stream leader for

@@ -305,3 +305,34 @@ func bytesOf(c byte, n int) []byte {
 	}
 	return b
 }
+
+// TestAReceiptOfAClosedConnectionIsSettled: a record its stream cannot
+// take yet, whose connection is then closed for good, is given up on and
+// counted lost, and its waiter hears so, instead of waiting for an
+// acknowledgement that can no longer come.
+func TestAReceiptOfAClosedConnectionIsSettled(t *testing.T) {
+	b := bustest.Start(t, "")
+	client := bustest.Connect(t, b)
+	rec, err := bus.NewRecorder(client.Conn(), bustest.Quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		rec.Close(ctx)
+	}()
+	receipt, err := rec.RecordReceipt("tool.nowhere.stored", []byte("x")) // no stream takes it
+	if err != nil {
+		t.Fatal(err)
+	}
+	client.Conn().Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := receipt.Wait(ctx); err == nil || ctx.Err() != nil {
+		t.Fatalf("the receipt gave %v (the wait: %v), want the record given up on", err, ctx.Err())
+	}
+	if rec.Lost() != 1 || rec.Pending() != 0 {
+		t.Errorf("%d lost, %d pending; want the record lost", rec.Lost(), rec.Pending())
+	}
+}
