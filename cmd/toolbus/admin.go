@@ -141,6 +141,12 @@ func policyPush(natsURL, dir string) error {
 	}
 	return withBus(natsURL, "toolbus-policy", func(ctx context.Context, b *bus.Bus) error {
 		id := cli.Identity("cli")
+		// The bus refuses the push of one who may not, but says so only
+		// to the connection's error handler: the push would wait for its
+		// answer until the deadline. Asked first, it is refused at once.
+		if ok, err := b.MayPublish(ctx, policy.ActiveSubject()); err == nil && !ok {
+			return fmt.Errorf("policy refused, nothing pushed: the bus does not let %s push a policy (publish %s); an admin's identity does", b.Principal(), policy.ActiveSubject())
+		}
 		pushed, err := policy.Push(ctx, b.JetStream(), files, id.ID)
 		if err != nil {
 			return fmt.Errorf("policy refused, nothing pushed: %w", err)

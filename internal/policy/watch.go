@@ -57,6 +57,10 @@ func EnsureBucket(ctx context.Context, js jetstream.JetStream) error {
 	return nil
 }
 
+// ActiveSubject is the subject a push publishes the active set on: the
+// bus lets only admins publish it.
+func ActiveSubject() string { return "$KV." + events.PolicyBucket + "." + activeKey }
+
 // Push compiles files and runs their Rego tests, and only if both pass
 // publishes them to every executor of the fleet. The error of a refused
 // set goes back to the caller; nothing is published.
