@@ -321,6 +321,7 @@ func TestConfirmShowsRequest(t *testing.T) {
 // TestConfirmApproveOnce: y approves the write once; the call returns and
 // the file is written.
 func TestConfirmApproveOnce(t *testing.T) {
+	t.Parallel()
 	url, ws := upForConfirm(t)
 	a := startApprover(t, url, nil, "--as", "approver:ada")
 	a.waitScreen("0 pending")
@@ -345,6 +346,7 @@ func TestConfirmApproveOnce(t *testing.T) {
 // remembers it; the same command then runs without asking, and the
 // allowlist shows it.
 func TestConfirmAlways(t *testing.T) {
+	t.Parallel()
 	url, _ := upForConfirm(t)
 	a := startApprover(t, url, nil, "--as", "approver:ada")
 	a.waitScreen("0 pending")
@@ -380,6 +382,7 @@ func TestConfirmAlways(t *testing.T) {
 // TestConfirmModify: e opens $EDITOR on the arguments (here a script that
 // rewrites them); the call runs with what it left.
 func TestConfirmModify(t *testing.T) {
+	t.Parallel()
 	url, ws := upForConfirm(t)
 	// The editor leaves the file as it was the first time, breaks the
 	// JSON the second, and edits the content the third.
@@ -423,6 +426,7 @@ esac
 // TestConfirmDeny: n, a reason, enter; the caller gets USER_CANCELLED
 // with the reason.
 func TestConfirmDeny(t *testing.T) {
+	t.Parallel()
 	url, ws := upForConfirm(t)
 	a := startApprover(t, url, nil, "--as", "approver:ada")
 	a.waitScreen("0 pending")
@@ -502,6 +506,7 @@ func TestConfirmRefusedApprover(t *testing.T) {
 // is not an answer gets an error line, an answer gets its ack, and the
 // call returns.
 func TestConfirmJSON(t *testing.T) {
+	t.Parallel()
 	url, ws := upForConfirm(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

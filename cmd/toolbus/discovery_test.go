@@ -83,6 +83,7 @@ func scriptApprover(t *testing.T, url string, tools ...string) {
 // built-ins, a call runs once a person approves it, a failing one returns
 // the failure block, and toolbus tools discover runs the command again.
 func TestDiscoveryExample(t *testing.T) {
+	t.Parallel()
 	root := repoRoot(t)
 	up := startDaemon(t, "toolbus", "up", "--listen", "127.0.0.1:0", "--data", t.TempDir(), "--workspace", root,
 		"--settings", filepath.Join(root, "examples", "discovery", "settings.json"), "--console", "off", "--mcp-listen", "off")

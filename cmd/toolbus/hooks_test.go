@@ -12,6 +12,7 @@ import (
 // around the calls of its executor; a hook that cannot run stops it from
 // starting.
 func TestUpRunsHooks(t *testing.T) {
+	t.Parallel()
 	ws := t.TempDir()
 	claude := filepath.Join(ws, "claude-settings.json")
 	os.WriteFile(claude, []byte(`{"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command",

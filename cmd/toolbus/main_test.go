@@ -27,6 +27,7 @@ var binDir string
 
 // TestMain builds the commands once; the tests run them as a user would.
 func TestMain(m *testing.M) {
+	testkit.OverlapWaits()
 	dir, err := os.MkdirTemp("", "toolbus-bin")
 	if err != nil {
 		panic(err)
@@ -254,6 +255,7 @@ func listJSON(t *testing.T, url string, extra ...string) []map[string]any {
 }
 
 func TestUpThenToolsList(t *testing.T) {
+	t.Parallel()
 	data := t.TempDir()
 	up := startDaemon(t, "toolbus", "up", "--listen", "127.0.0.1:0", "--data", data, "--workspace", t.TempDir())
 	url := busURL(t, up.waitLine(t, "bus:"))
@@ -433,6 +435,7 @@ func TestCommandLineMistakes(t *testing.T) {
 // registry starts before the bus, and waits for it however long it takes;
 // an executor told to stop while it waits for a bus stops cleanly.
 func TestFleetDaemons(t *testing.T) {
+	t.Parallel()
 	addr := testkit.UnusedAddr(t)
 	url := "nats://" + addr
 	settings := filepath.Join(t.TempDir(), "settings.json")

@@ -185,6 +185,7 @@ func TestParallelLargeReadsFromTheCommandLine(t *testing.T) {
 // A result cut to the output limit says where its whole is, and `toolbus
 // output` writes it whole, to the caller that made the call alone.
 func TestOutputCommandWritesTheWhole(t *testing.T) {
+	t.Parallel()
 	ws := t.TempDir()
 	// Long lines: read_file stops at 2,000 lines, and this is cut at the
 	// output limit (40,000 characters) instead.

@@ -35,7 +35,10 @@ import (
 	"github.com/toolbus/toolbus/internal/tool"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testkit.NATSLeaks()...) }
+func TestMain(m *testing.M) {
+	testkit.OverlapWaits()
+	goleak.VerifyTestMain(m, testkit.NATSLeaks()...)
+}
 
 // env is a bus with a registry and one executor hosting the built-ins.
 type env struct {

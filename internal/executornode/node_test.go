@@ -24,6 +24,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(probeServerEnv) != "" {
 		serveProbe()
 	}
+	testkit.OverlapWaits()
 	goleak.VerifyTestMain(m, testkit.NATSLeaks()...)
 }
 

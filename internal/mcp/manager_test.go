@@ -70,6 +70,7 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	testkit.OverlapWaits()
 	os.Exit(m.Run())
 }
 
