@@ -1,5 +1,0 @@
-//go:build !race
-
-package mutant
-
-const raceEnabled = false

@@ -1,0 +1,6 @@
+//go:build race
+
+package testkit
+
+// Race says the race detector is on.
+const Race = true
