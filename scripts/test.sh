@@ -123,6 +123,37 @@ else
 	fi
 fi
 
+stamp "nats-server 2.10 and Debian's 2.9"
+# The tests that hold toolbus to the NATS servers an organization already
+# runs (internal/testkit/natsserver): 2.10, the oldest it supports, built
+# from the Go module proxy, and Debian's 2.9, which it refuses, taken out
+# of its package rather than installed (the package would start a server
+# on port 4222).
+export TOOLBUS_NATS_SERVERS="${TOOLBUS_NATS_SERVERS:-$HOME/.cache/toolbus/nats-server}"
+nats_oldest=2.10.29
+if [ -x "$TOOLBUS_NATS_SERVERS/$nats_oldest/nats-server" ]; then
+	echo "have nats-server $nats_oldest"
+else
+	GOBIN="$TOOLBUS_NATS_SERVERS/$nats_oldest" GOFLAGS= go install "github.com/nats-io/nats-server/v2@v$nats_oldest" &&
+		echo "built nats-server $nats_oldest"
+fi
+if [ -x "$TOOLBUS_NATS_SERVERS/debian/nats-server" ]; then
+	echo "have Debian's nats-server"
+elif command -v apt-get >/dev/null 2>&1; then
+	deb_dir=$(mktemp -d)
+	if (cd "$deb_dir" && apt-get download -qq nats-server 2>/dev/null || { apt-get update -qq 2>/dev/null; apt-get download -qq nats-server; }) &&
+		dpkg-deb -x "$deb_dir"/nats-server_*.deb "$deb_dir/x"; then
+		mkdir -p "$TOOLBUS_NATS_SERVERS/debian"
+		cp "$deb_dir/x/usr/sbin/nats-server" "$TOOLBUS_NATS_SERVERS/debian/nats-server"
+		echo "took Debian's nats-server out of its package"
+	else
+		echo "Debian's nats-server package could not be had: the refusal's tests skip (and fail under CI=true)"
+	fi
+	rm -rf "$deb_dir"
+else
+	echo "not Debian: the tests of the refusal of nats-server 2.9 skip (and fail under CI=true)"
+fi
+
 stamp "gofmt and go vet"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then

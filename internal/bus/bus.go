@@ -138,6 +138,10 @@ func Connect(ctx context.Context, cfg Config) (*Bus, error) {
 		b.shutdownServer()
 		return nil, fmt.Errorf("connect to bus %s: %w", b.url, err)
 	}
+	if err := checkServer(b.nc); err != nil {
+		b.Close(ctx)
+		return nil, err
+	}
 	if b.js, err = jetstream.New(b.nc); err != nil {
 		b.Close(ctx)
 		return nil, fmt.Errorf("jetstream: %w", err)

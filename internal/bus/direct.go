@@ -50,16 +50,19 @@ func LastOfEach(ctx context.Context, js jetstream.JetStream, stream, filter stri
 		ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 	}
+	if !ServerAtLeast(js.Conn(), 2, 11) {
+		return lastOfEachByReading(ctx, js, stream, filter) // no multi_last before 2.11
+	}
 	var (
 		out  []*StoredMsg
 		upTo uint64
 		from uint64
 	)
 	for {
-		req := map[string]any{"multi_last": []string{filter}}
+		req := getRequest{MultiLast: []string{filter}}
 		if upTo > 0 {
 			// The next page, of the same view of the stream.
-			req["seq"], req["up_to_seq"] = from, upTo
+			req.Seq, req.UpToSeq = from, upTo
 		}
 		page, eob, err := directGet(ctx, js, stream, req)
 		if errors.Is(err, errTooManyResults) && len(out) == 0 {
@@ -80,14 +83,51 @@ func LastOfEach(ctx context.Context, js jetstream.JetStream, stream, filter stri
 	}
 }
 
+// getRequest is one direct get: the message at or after Seq (under
+// NextBySubj), or from nats-server 2.11 on, a batch of them (Batch,
+// MaxBytes, from Seq or StartTime) or the last message of each subject
+// (MultiLast, up to UpToSeq).
+type getRequest struct {
+	Seq        uint64     `json:"seq,omitempty"`
+	NextBySubj string     `json:"next_by_subj,omitempty"`
+	StartTime  *time.Time `json:"start_time,omitempty"`
+	Batch      int        `json:"batch,omitempty"`
+	MaxBytes   int        `json:"max_bytes,omitempty"`
+	MultiLast  []string   `json:"multi_last,omitempty"`
+	UpToSeq    uint64     `json:"up_to_seq,omitempty"`
+	// to bounds a batch asked for one message at a time (oneByOne),
+	// where a server with batches ends the batch past it the same.
+	to uint64
+}
+
 // directGet sends one direct get of stream and gathers its answers until
 // the end of the batch. eob is the end's header; nil when nothing
-// matched.
-func directGet(ctx context.Context, js jetstream.JetStream, stream string, req any) (msgs []*StoredMsg, eob nats.Header, err error) {
+// matched. A server before 2.11 has its batch asked for one message at a
+// time (oneByOne).
+func directGet(ctx context.Context, js jetstream.JetStream, stream string, req getRequest) (msgs []*StoredMsg, eob nats.Header, err error) {
+	batch := req.Batch > 0 || len(req.MultiLast) > 0
+	if (req.Batch > 0 || req.StartTime != nil) && !ServerAtLeast(js.Conn(), 2, 11) {
+		return oneByOne(ctx, js, stream, req)
+	}
 	nc := js.Conn()
 	body, err := json.Marshal(req)
 	if err != nil {
 		return nil, nil, err
+	}
+	if !batch {
+		// One answer: the connection's own reply subscription takes it.
+		m, err := nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: apiPrefix(js) + "DIRECT.GET." + stream, Data: body, Header: nats.Header{}})
+		if errors.Is(err, nats.ErrNoResponders) {
+			return nil, nil, fmt.Errorf("%w: %s", ErrNoStream, stream)
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("direct get of %s: %w", stream, err)
+		}
+		msg, err := storedOf(m, stream)
+		if msg == nil || err != nil {
+			return nil, nil, err
+		}
+		return []*StoredMsg{msg}, nil, nil
 	}
 	inbox := nc.NewInbox()
 	sub, err := nc.SubscribeSync(inbox)
@@ -108,26 +148,116 @@ func directGet(ctx context.Context, js jetstream.JetStream, stream string, req a
 		if err != nil {
 			return nil, nil, fmt.Errorf("direct get of %s: %w", stream, err)
 		}
-		switch status := m.Header.Get("Status"); status {
-		case "":
-		case "204":
-			return msgs, m.Header, nil
-		case "404":
-			return msgs, nil, nil
-		case "503":
-			return nil, nil, fmt.Errorf("%w: %s", ErrNoStream, stream)
-		case "413":
-			return nil, nil, fmt.Errorf("direct get of %s: %w", stream, errTooManyResults)
-		default:
-			return nil, nil, fmt.Errorf("direct get of %s: status %s %s", stream, status, m.Header.Get("Description"))
+		if m.Header.Get("Status") == "204" {
+			return msgs, m.Header, nil // the batch's end
 		}
-		seq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+		msg, err := storedOf(m, stream)
 		if err != nil {
-			return nil, nil, fmt.Errorf("direct get of %s: a message without its sequence", stream)
+			return nil, nil, err
 		}
-		at, _ := time.Parse(time.RFC3339Nano, m.Header.Get(jetstream.TimeStampHeaer))
-		msgs = append(msgs, &StoredMsg{Subject: m.Header.Get(jetstream.SubjectHeader), Sequence: seq, Time: at, Header: m.Header, Data: m.Data})
+		if msg == nil {
+			return msgs, nil, nil
+		}
+		msgs = append(msgs, msg)
 	}
+}
+
+// storedOf is one answer of a direct get of stream: a stored message, nil
+// for none (404), or why there is no answer.
+func storedOf(m *nats.Msg, stream string) (*StoredMsg, error) {
+	switch status := m.Header.Get("Status"); status {
+	case "":
+	case "404":
+		return nil, nil
+	case "503":
+		return nil, fmt.Errorf("%w: %s", ErrNoStream, stream)
+	case "413":
+		return nil, fmt.Errorf("direct get of %s: %w", stream, errTooManyResults)
+	default:
+		return nil, fmt.Errorf("direct get of %s: status %s %s", stream, status, m.Header.Get("Description"))
+	}
+	seq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+	if err != nil {
+		return nil, fmt.Errorf("direct get of %s: a message without its sequence", stream)
+	}
+	at, _ := time.Parse(time.RFC3339Nano, m.Header.Get(jetstream.TimeStampHeaer))
+	return &StoredMsg{Subject: m.Header.Get(jetstream.SubjectHeader), Sequence: seq, Time: at, Header: m.Header, Data: m.Data}, nil
+}
+
+// oneByOne is a batch's direct get for a server before 2.11, which
+// answers one message a request: a round trip per message. Its end says
+// only whether more may be left (Nats-Num-Pending 0 or 1), where a
+// batch's end counts them.
+func oneByOne(ctx context.Context, js jetstream.JetStream, stream string, req getRequest) ([]*StoredMsg, nats.Header, error) {
+	seq := max(req.Seq, 1)
+	if req.StartTime != nil {
+		first, err := firstAtOrAfter(ctx, js, stream, *req.StartTime)
+		if err != nil || first == 0 {
+			return nil, nil, err
+		}
+		seq = first
+	}
+	var (
+		msgs []*StoredMsg
+		size int
+	)
+	for len(msgs) < max(req.Batch, 1) && (req.MaxBytes == 0 || size < req.MaxBytes) {
+		m, err := getOne(ctx, js, stream, seq, req.NextBySubj)
+		if err != nil {
+			return nil, nil, err
+		}
+		if m != nil && req.to > 0 && m.Sequence > req.to {
+			m = nil // past the read's end: as good as none
+		}
+		if m == nil {
+			if len(msgs) == 0 {
+				return nil, nil, nil
+			}
+			return msgs, nats.Header{"Nats-Num-Pending": []string{"0"}}, nil
+		}
+		msgs = append(msgs, m)
+		size += len(m.Data)
+		seq = m.Sequence + 1
+	}
+	return msgs, nats.Header{"Nats-Num-Pending": []string{"1"}}, nil
+}
+
+// getOne is the message of stream at or after seq, under subject when it
+// is not empty; nil when there is none.
+func getOne(ctx context.Context, js jetstream.JetStream, stream string, seq uint64, subject string) (*StoredMsg, error) {
+	msgs, _, err := directGet(ctx, js, stream, getRequest{Seq: seq, NextBySubj: subject})
+	if err != nil || len(msgs) == 0 {
+		return nil, err
+	}
+	return msgs[0], nil
+}
+
+// firstAtOrAfter is the first sequence of stream stored at or after t,
+// found by bisecting the stream's sequences (their times only grow); 0
+// when none is.
+func firstAtOrAfter(ctx context.Context, js jetstream.JetStream, stream string, t time.Time) (uint64, error) {
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return 0, fmt.Errorf("stream %s: %w", stream, err)
+	}
+	state := s.CachedInfo().State
+	lo, hi := max(state.FirstSeq, 1), state.LastSeq+1
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		m, err := getOne(ctx, js, stream, mid, "")
+		if err != nil {
+			return 0, err
+		}
+		if m == nil || !m.Time.Before(t) {
+			hi = mid
+		} else {
+			lo = m.Sequence + 1
+		}
+	}
+	if lo > state.LastSeq {
+		return 0, nil
+	}
+	return lo, nil
 }
 
 // apiPrefix is where js sends its JetStream API requests, with the dot.

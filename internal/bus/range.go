@@ -122,17 +122,15 @@ func (c *cursor) fill(ctx context.Context, js jetstream.JetStream, stream string
 	if len(c.page) > 0 || c.done {
 		return nil
 	}
-	req := map[string]any{"batch": pageSize, "max_bytes": pageBytes}
+	req := getRequest{Batch: pageSize, MaxBytes: pageBytes, NextBySubj: c.subject, to: to}
 	switch {
 	case c.from > 0:
-		req["seq"] = c.from
+		req.Seq = c.from
 	case !c.since.IsZero():
-		req["start_time"] = c.since.UTC()
+		since := c.since.UTC()
+		req.StartTime = &since
 	default:
-		req["seq"] = 1 // the stream's first, wherever it is now
-	}
-	if c.subject != "" {
-		req["next_by_subj"] = c.subject
+		req.Seq = 1 // the stream's first, wherever it is now
 	}
 	ctx, cancel := context.WithTimeout(ctx, pageWait)
 	defer cancel()

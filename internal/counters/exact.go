@@ -26,6 +26,9 @@ import (
 type Exact struct {
 	nc  *nats.Conn
 	log *slog.Logger
+	// missing says why the bus keeps no counters (a server before 2.12):
+	// every Add fails with it, and the rate's call is refused.
+	missing error
 }
 
 // incrHeader is JetStream's header of a counter's increment.
@@ -37,6 +40,14 @@ const exactWait = 10 * time.Second
 // OpenExact makes the counter stream, or brings an existing one to its
 // config.
 func OpenExact(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, log *slog.Logger) (*Exact, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	if !bus.ServerAtLeast(nc, 2, 12) {
+		// A server before 2.12 would take the stream without counters,
+		// and store each increment as a message.
+		return &Exact{nc: nc, log: log, missing: fmt.Errorf("a rate held exactly needs JetStream's counters, which came with nats-server 2.12; this bus runs %s", nc.ConnectedServerVersion())}, nil
+	}
 	if _, err := bus.EnsureStream(ctx, js, jetstream.StreamConfig{
 		Name:        events.LimitsStream,
 		Description: "toolbus: counters of the rates the policy limits exactly, one subject per limit key and window",
@@ -50,15 +61,15 @@ func OpenExact(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, log *
 	}); err != nil {
 		return nil, fmt.Errorf("limit counters: %w", err)
 	}
-	if log == nil {
-		log = slog.Default()
-	}
 	return &Exact{nc: nc, log: log}, nil
 }
 
 // Add adds n to the count of key (a subject token, or tokens) and
 // returns the new count, the fleet's.
 func (x *Exact) Add(ctx context.Context, key string, n int64) (int64, error) {
+	if x.missing != nil {
+		return 0, x.missing
+	}
 	ctx, cancel := context.WithTimeout(ctx, exactWait)
 	defer cancel()
 	m := nats.NewMsg(events.LimitCountPrefix + key)
@@ -77,6 +88,9 @@ func (x *Exact) Add(ctx context.Context, key string, n int64) (int64, error) {
 // TakeBack adds -n to the count of key without waiting for the
 // acknowledgement: what a refused call takes back.
 func (x *Exact) TakeBack(key string, n int64) {
+	if x.missing != nil {
+		return
+	}
 	m := nats.NewMsg(events.LimitCountPrefix + key)
 	m.Header.Set(incrHeader, fmt.Sprintf("%+d", -n))
 	if err := x.nc.PublishMsg(m); err != nil {

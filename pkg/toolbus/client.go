@@ -133,6 +133,10 @@ func Connect(ctx context.Context, url string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("toolbus: connect to %s: %w", url, err)
 	}
+	if err := bus.CheckServer(nc); err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("toolbus: %w", err)
+	}
 	// A fleet's agent has an account of its own and reads the shared
 	// state through the services account's JetStream; without JetStream
 	// (yet), the catalogue calls say so when made.
