@@ -24,8 +24,16 @@ import (
 // nothing, and follows it on the subject the bucket republishes its
 // changes to. Watch is the bucket's WatchAll made of the two.
 
-// ErrNoStream means the stream asked for is not on the bus.
+// ErrNoStream means no stream answered a direct get: none of that name is
+// on the bus, or, in a cluster, the one just made does not answer yet.
 var ErrNoStream = errors.New("no such stream on the bus")
+
+// noStream is the error of a direct get no one answered: no such stream,
+// or, in a cluster, one just made whose direct-get responders are not up
+// yet, which a caller waits out (Transient: nats.ErrNoResponders).
+func noStream(stream string) error {
+	return fmt.Errorf("%w: %s (%w)", ErrNoStream, stream, nats.ErrNoResponders)
+}
 
 // errTooManyResults is the server's refusal of a multi_last get that
 // matches more subjects than it answers at once (1024 in nats-server
@@ -118,7 +126,7 @@ func directGet(ctx context.Context, js jetstream.JetStream, stream string, req g
 		// One answer: the connection's own reply subscription takes it.
 		m, err := nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: apiPrefix(js) + "DIRECT.GET." + stream, Data: body, Header: nats.Header{}})
 		if errors.Is(err, nats.ErrNoResponders) {
-			return nil, nil, fmt.Errorf("%w: %s", ErrNoStream, stream)
+			return nil, nil, noStream(stream)
 		}
 		if err != nil {
 			return nil, nil, fmt.Errorf("direct get of %s: %w", stream, err)
@@ -142,8 +150,8 @@ func directGet(ctx context.Context, js jetstream.JetStream, stream string, req g
 		m, err := sub.NextMsgWithContext(ctx)
 		if errors.Is(err, nats.ErrNoResponders) {
 			// nats.go hands the server's 503 to a synchronous
-			// subscription as an error: no stream answers direct gets.
-			return nil, nil, fmt.Errorf("%w: %s", ErrNoStream, stream)
+			// subscription as an error.
+			return nil, nil, noStream(stream)
 		}
 		if err != nil {
 			return nil, nil, fmt.Errorf("direct get of %s: %w", stream, err)
@@ -170,7 +178,7 @@ func storedOf(m *nats.Msg, stream string) (*StoredMsg, error) {
 	case "404":
 		return nil, nil
 	case "503":
-		return nil, fmt.Errorf("%w: %s", ErrNoStream, stream)
+		return nil, noStream(stream)
 	case "413":
 		return nil, fmt.Errorf("direct get of %s: %w", stream, errTooManyResults)
 	default:
