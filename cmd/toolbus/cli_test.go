@@ -270,3 +270,24 @@ allow contains "this test runs shell lines" if input.tool.name == "run_shell_com
 	}
 	up.stop(t)
 }
+
+// toolbus version --sbom prints the bill of materials of the binary it
+// is, or of the one named; a binary named without --sbom is a mistake.
+func TestVersionSBOM(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"version", "--sbom"}, {"version", "--sbom", bin("executor")}} {
+		out, errOut, code := toolbus(t, args...)
+		var bill struct {
+			SPDXVersion string `json:"spdxVersion"`
+			Packages    []struct {
+				Name string `json:"name"`
+			} `json:"packages"`
+		}
+		if code != 0 || json.Unmarshal([]byte(out), &bill) != nil || bill.SPDXVersion != "SPDX-2.3" || len(bill.Packages) < 10 || bill.Packages[0].Name != "github.com/toolbus/toolbus" {
+			t.Errorf("toolbus %v: exit %d %.200s %s", args, code, out, errOut)
+		}
+	}
+	if _, errOut, code := toolbus(t, "version", bin("executor")); code != 2 || !strings.Contains(errOut, "only with --sbom") {
+		t.Errorf("version BINARY: exit %d %s", code, errOut)
+	}
+}

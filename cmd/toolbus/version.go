@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -8,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/toolbus/toolbus/internal/sbom"
 )
 
 // version, when set at link time with -ldflags "-X main.version=...",
@@ -81,17 +84,27 @@ func versionText(b build) string {
 }
 
 func newVersionCommand() *cobra.Command {
-	var asJSON bool
+	var asJSON, bill bool
 	cmd := &cobra.Command{
-		Use:   "version",
+		Use:   "version [--sbom [BINARY]]",
 		Short: "Print the version and build of toolbus",
 		Long: `Prints the version of toolbus: the version set at link time
 (-ldflags "-X main.version=V"), else its module's, else "devel"; the commit
 it was built from, whether that checkout had uncommitted changes, and the
-Go toolchain. 'toolbus --version' prints the same.`,
-		Example: "  toolbus version\n  toolbus version --json",
-		Args:    noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+Go toolchain. 'toolbus --version' prints the same.
+
+With --sbom it prints the software bill of materials of this binary, or of
+the Go binary BINARY (of any platform), as an SPDX 2.3 JSON document: the
+main module, every module linked into it with its version and go.sum
+hash, and the Go toolchain, from the build information Go embeds.`,
+		Example: "  toolbus version\n  toolbus version --json\n  toolbus version --sbom dist/toolbus_v1.0.0_linux_arm64/executor",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if bill {
+				return printSBOM(args)
+			}
+			if len(args) > 0 {
+				return usageError{errors.New("version takes a binary only with --sbom")}
+			}
 			b := readBuildInfo()
 			if asJSON {
 				return writeJSON(os.Stdout, b)
@@ -101,5 +114,33 @@ Go toolchain. 'toolbus --version' prints the same.`,
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the build as JSON")
+	cmd.Flags().BoolVar(&bill, "sbom", false, "print the software bill of materials (SPDX 2.3 JSON) of this binary, or of BINARY")
 	return cmd
+}
+
+// printSBOM prints the bill of the binary args name, or of this one.
+func printSBOM(args []string) error {
+	var path string
+	switch len(args) {
+	case 0:
+		self, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		path = self
+	case 1:
+		path = args[0]
+	default:
+		return usageError{errors.New("version --sbom takes one binary")}
+	}
+	doc, err := sbom.OfFile(path)
+	if err != nil {
+		return err
+	}
+	data, err := doc.JSON()
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Printf("%s\n", data)
+	return err
 }
