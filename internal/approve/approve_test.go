@@ -22,10 +22,7 @@ import (
 	"github.com/toolbus/toolbus/internal/testkit/executortest"
 )
 
-func TestMain(m *testing.M) {
-	testkit.OverlapWaits()
-	goleak.VerifyTestMain(m, testkit.NATSLeaks()...)
-}
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testkit.NATSLeaks()...) }
 
 // seat starts an approver as id on a connection of its own.
 func seat(t *testing.T, f *executortest.Fleet, id string) *approve.Approver {

@@ -136,6 +136,9 @@ func TestARequestUnderAPendingIDNeverTakesItsPlace(t *testing.T) {
 	}
 	s, _ = ada.Snapshot()
 	for _, r := range s.Pending {
+		if r.AnswerTo == editReq.AnswerTo {
+			continue // answered: the approver may not have seen it close yet
+		}
 		if ack, err := ada.Answer(context.Background(), r.AnswerTo, approve.Answer{Outcome: events.Cancel}); err != nil || !ack.Accepted {
 			t.Fatalf("cancel %s's line: %+v %v", r.Caller.ID, ack, err)
 		}

@@ -29,10 +29,7 @@ import (
 	"github.com/toolbus/toolbus/internal/testkit/executortest"
 )
 
-func TestMain(m *testing.M) {
-	testkit.OverlapWaits()
-	goleak.VerifyTestMain(m, testkit.NATSLeaks()...)
-}
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testkit.NATSLeaks()...) }
 
 // wait bounds how long a test waits for something to appear: a bound on
 // a wait, not a measurement.

@@ -24,7 +24,6 @@ func TestMain(m *testing.M) {
 	if os.Getenv(probeServerEnv) != "" {
 		serveProbe()
 	}
-	testkit.OverlapWaits()
 	goleak.VerifyTestMain(m, testkit.NATSLeaks()...)
 }
 

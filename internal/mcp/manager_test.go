@@ -70,7 +70,6 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	testkit.OverlapWaits()
 	os.Exit(m.Run())
 }
 

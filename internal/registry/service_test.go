@@ -24,10 +24,7 @@ import (
 	"github.com/toolbus/toolbus/internal/testkit/bustest"
 )
 
-func TestMain(m *testing.M) {
-	testkit.OverlapWaits()
-	goleak.VerifyTestMain(m, testkit.NATSLeaks()...)
-}
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testkit.NATSLeaks()...) }
 
 var registryID = events.Identity{ID: "registry@test", Role: "registry"}
 
