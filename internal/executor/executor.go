@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"os"
 	"strconv"
@@ -32,6 +33,7 @@ import (
 	"github.com/toolbus/toolbus/internal/proctree"
 	"github.com/toolbus/toolbus/internal/protect"
 	"github.com/toolbus/toolbus/internal/registry"
+	"github.com/toolbus/toolbus/internal/telemetry"
 	"github.com/toolbus/toolbus/internal/tool"
 )
 
@@ -70,6 +72,10 @@ type Config struct {
 	Identity events.Identity
 	// Observer hears what the pipeline does, for metrics; nil for none.
 	Observer Observer
+	// Traces is where the calls' spans go: OpenTelemetry's global
+	// provider when nil (a no-op unless the process set one up,
+	// internal/telemetry/export).
+	Traces trace.TracerProvider
 	// IdentitiesEnforced says the bus enforces a fleet's identities
 	// (`toolbus init`): the principal on a binding subject is then
 	// proven, and a caller naming another is refused. Without it every
@@ -191,6 +197,7 @@ type Config struct {
 type Executor struct {
 	cfg      Config
 	observer Observer
+	tracer   trace.Tracer
 	nc       *nats.Conn
 	js       jetstream.JetStream
 	id       events.Identity
@@ -325,7 +332,7 @@ func Start(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, cfg Confi
 		return nil, err
 	}
 	home, _ := os.UserHomeDir()
-	e := &Executor{cfg: cfg, nc: nc, js: js, id: cfg.Identity, log: cfg.Logger, home: home, observer: cfg.Observer,
+	e := &Executor{cfg: cfg, nc: nc, js: js, id: cfg.Identity, log: cfg.Logger, home: home, observer: cfg.Observer, tracer: telemetry.TracerOf(cfg.Traces),
 		hosting: hosting{sets: make(map[string]*toolSet)},
 		outputStore: outputStore{storing: semaphore.NewWeighted(storeInFlight), reads: make(chan struct{}, outputReadsAtOnce),
 			readers: map[string]int{}, readsByToken: map[string]*outputRead{}},

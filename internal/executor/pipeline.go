@@ -7,6 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"maps"
 	"math/rand/v2"
 	"runtime/debug"
@@ -26,6 +29,7 @@ import (
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/policy/shell"
 	"github.com/toolbus/toolbus/internal/protect"
+	"github.com/toolbus/toolbus/internal/telemetry"
 	"github.com/toolbus/toolbus/internal/tool"
 )
 
@@ -33,6 +37,10 @@ import (
 type call struct {
 	e   *Executor
 	inv *events.Invocation
+	// span is the call's execute_tool span (OpenTelemetry's GenAI
+	// conventions), a child of the caller's when the invocation carried
+	// its trace context.
+	span trace.Span
 	// id is the call's id in the trail, minted by the executor that
 	// accepted it (ids.go); inv.ID is its caller's key.
 	id    string
@@ -240,7 +248,7 @@ func (e *Executor) accept(m *nats.Msg, forwarded bool, recorded bus.Receipt, id 
 	if h != nil {
 		c.impl = h.impl
 	}
-	c.ctx, c.cancel = context.WithCancelCause(context.Background())
+	c.begin(m.Header)
 	if st := e.enter(c); st != nil {
 		c.end(st.output())
 		return
@@ -373,8 +381,22 @@ func nameOf(t *events.Tool) string {
 // refuse ends a call before it is admitted, recorded like any other.
 func (e *Executor) refuse(m *nats.Msg, inv *events.Invocation, principal, id string, t *events.Tool, errType events.ErrorType, msg string) {
 	c := &call{e: e, inv: inv, id: id, reply: m.Reply, principal: principal, tool: t}
-	c.ctx, c.cancel = context.WithCancelCause(context.Background())
+	c.begin(m.Header)
 	c.end(halt(errType, msg))
+}
+
+// begin gives c its context and its execute_tool span (OpenTelemetry's
+// GenAI conventions), a child of the caller's span when the invocation's
+// headers carry its trace context. The headers are the caller's claim:
+// they name a parent, and grant nothing.
+func (c *call) begin(h nats.Header) {
+	c.ctx, c.span = c.e.tracer.Start(telemetry.FromHeader(context.Background(), h), "execute_tool "+c.inv.Tool,
+		trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
+			attribute.String("gen_ai.operation.name", "execute_tool"),
+			attribute.String("gen_ai.tool.name", c.inv.Tool),
+			attribute.String("gen_ai.tool.call.id", c.id),
+			attribute.String("toolbus.invocation.id", c.inv.ID)))
+	c.ctx, c.cancel = context.WithCancelCause(c.ctx)
 }
 
 // hostsFor is the executors that may run a call of t for workspace: all
@@ -1081,6 +1103,7 @@ func (c *call) end(how ending) {
 	defer out.Whole.Close()
 	c.once.Do(func() {
 		defer c.release()
+		defer c.span.End()
 		e := c.e
 		// What the trail does not hold leaves no result behind: the
 		// call ran nothing with an effect (overlapsRecord). The wait
@@ -1136,6 +1159,11 @@ func (c *call) end(how ending) {
 		outcome := "OK"
 		if res.Error != nil {
 			outcome = string(res.Error.Type)
+			c.span.SetStatus(codes.Error, outcome)
+			c.span.SetAttributes(attribute.String("error.type", outcome))
+		}
+		if c.verdict.Verdict != "" {
+			c.span.SetAttributes(attribute.String("toolbus.policy.verdict", string(c.verdict.Verdict)))
 		}
 		// The catalogue's name, never the caller's: a caller naming
 		// tools that do not exist must not grow the metrics without end.

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/telemetry"
 )
 
 // roundTrip sends a request whose answer comes to this client's inbox and
@@ -43,7 +44,9 @@ func (c *Client) roundTrip(ctx context.Context, subject, id string, attempt int,
 		delete(c.calls, token)
 		c.mu.Unlock()
 	}()
-	if err := c.nc.PublishMsg(&nats.Msg{Subject: subject, Reply: c.prefix + token, Data: data}); err != nil {
+	m := &nats.Msg{Subject: subject, Reply: c.prefix + token, Data: data}
+	telemetry.ToHeader(ctx, m) // the caller's trace, when it has one: the executor's spans are its children
+	if err := c.nc.PublishMsg(m); err != nil {
 		return nil, nil, err
 	}
 	wt := &wait{c: c, p: p, id: id, attempt: attempt, token: token, w: w, heard: time.Now()}

@@ -1,6 +1,6 @@
-// Package telemetry is toolbus's OpenTelemetry tracing: the tracer
-// provider each process sets up from the standard OTEL_* variables (off
-// unless they ask for an exporter), and the carriers a call's trace
+// Package telemetry is toolbus's OpenTelemetry tracing on the API alone
+// (a caller that links it links no SDK or exporter; the commands set the
+// provider up: internal/telemetry/export): the tracer, and the carriers a call's trace
 // context crosses toolbus's parts in: NATS message headers, a process's
 // environment (TRACEPARENT) and an MCP request's _meta (traceparent,
 // tracestate, baggage: MCP's SEP-414). Metrics stay on Prometheus
@@ -9,18 +9,11 @@ package telemetry
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"strings"
 
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/sdk/resource"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -28,72 +21,14 @@ import (
 // and writes in every carrier.
 var Propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
 
-// Tracer is toolbus's tracer: a no-op until Setup installs a provider.
-func Tracer() trace.Tracer { return otel.Tracer("github.com/toolbus/toolbus") }
-
-// Enabled says whether the environment asks for traces: an OTLP exporter
-// named (OTEL_TRACES_EXPORTER=otlp) or an OTLP endpoint given, unless the
-// SDK is disabled (OTEL_SDK_DISABLED=true) or the exporter is "none".
-// getenv is os.Getenv but in tests.
-func Enabled(getenv func(string) string) bool {
-	if strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") {
-		return false
+// TracerOf is toolbus's tracer of tp, or of OpenTelemetry's global
+// provider when tp is nil: a no-op until a process sets one up
+// (internal/telemetry/export).
+func TracerOf(tp trace.TracerProvider) trace.Tracer {
+	if tp == nil {
+		tp = otel.GetTracerProvider()
 	}
-	switch exporter := strings.ToLower(getenv("OTEL_TRACES_EXPORTER")); exporter {
-	case "none":
-		return false
-	case "otlp":
-		return true
-	case "":
-		return getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
-	default:
-		return false
-	}
-}
-
-// Setup installs the tracer provider of this process, named service,
-// when the environment asks for traces (Enabled), with an OTLP exporter
-// over HTTP or gRPC as OTEL_EXPORTER_OTLP_PROTOCOL says (http/protobuf
-// by default, as OpenTelemetry's specification has it); the exporter,
-// the sampler (OTEL_TRACES_SAMPLER) and the resource
-// (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES) read the rest of the
-// OTEL_* variables themselves. The propagator is set either way, so a
-// process that records nothing still passes its callers' context on.
-// shutdown flushes what is buffered.
-func Setup(ctx context.Context, service string) (shutdown func(context.Context) error, err error) {
-	otel.SetTextMapPropagator(Propagator)
-	if !Enabled(os.Getenv) {
-		return func(context.Context) error { return nil }, nil
-	}
-	var exporter sdktrace.SpanExporter
-	protocol := os.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-	if protocol == "" {
-		protocol = os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
-	}
-	switch protocol {
-	case "", "http/protobuf":
-		exporter, err = otlptracehttp.New(ctx)
-	case "grpc":
-		exporter, err = otlptracegrpc.New(ctx)
-	default:
-		return nil, fmt.Errorf("telemetry: OTEL_EXPORTER_OTLP_PROTOCOL %q: toolbus exports traces over http/protobuf or grpc", protocol)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("telemetry: the OTLP exporter: %w", err)
-	}
-	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(semconv.ServiceName(service)))
-	if err != nil {
-		return nil, err
-	}
-	// OTEL_SERVICE_NAME, when set, names the service over service.
-	if env, err := resource.New(ctx, resource.WithFromEnv()); err == nil {
-		if merged, err := resource.Merge(res, env); err == nil {
-			res = merged
-		}
-	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exporter), sdktrace.WithResource(res))
-	otel.SetTracerProvider(tp)
-	return tp.Shutdown, nil
+	return tp.Tracer("github.com/toolbus/toolbus")
 }
 
 // headerCarrier is a NATS message's headers as a TextMapCarrier.
