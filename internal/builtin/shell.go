@@ -15,6 +15,7 @@ import (
 
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/proctree"
+	"github.com/toolbus/toolbus/internal/telemetry"
 	"github.com/toolbus/toolbus/internal/tool"
 )
 
@@ -65,6 +66,21 @@ func NewShells(ws *Workspace, starter *proctree.Starter) *Shells {
 // them. The rest is the user's, which the line is run for.
 var ownEnv = []string{"TOOLBUS_", "NATS_"}
 
+// traceEnv are the variables that carry a trace context into a process
+// (OpenTelemetry's environment carrier).
+var traceEnv = []string{"TRACEPARENT=", "TRACESTATE=", "BAGGAGE="}
+
+// callEnv is a command's environment: environ without toolbus's own
+// variables and without the executor's own trace context, with the
+// call's (TRACEPARENT), so that what the command traces is the call's
+// child.
+func callEnv(ctx context.Context, environ []string) []string {
+	env := slices.DeleteFunc(withoutOwnEnv(environ), func(kv string) bool {
+		return slices.ContainsFunc(traceEnv, func(p string) bool { return strings.HasPrefix(kv, p) })
+	})
+	return append(env, telemetry.Env(ctx)...)
+}
+
 // withoutOwnEnv is environ without toolbus's own variables. It is never nil,
 // so that it is never taken for "the caller's environment".
 func withoutOwnEnv(environ []string) []string {
@@ -103,13 +119,13 @@ type process struct {
 // start starts bash -c line in dir, its output going to stdout and
 // stderr. A background command (keep) outlives bash until its last
 // process ends.
-func (s *Shells) start(line, dir string, keep bool, stdout, stderr *capped) (*process, error) {
+func (s *Shells) start(ctx context.Context, line, dir string, keep bool, stdout, stderr *capped) (*process, error) {
 	bash, err := exec.LookPath("bash")
 	if err != nil {
 		return nil, err
 	}
 	p := &process{stdout: stdout, stderr: stderr}
-	p.tree, err = s.starter.Start(proctree.Command{Path: bash, Args: []string{"bash", "-c", line}, Dir: dir, Env: withoutOwnEnv(os.Environ()),
+	p.tree, err = s.starter.Start(proctree.Command{Path: bash, Args: []string{"bash", "-c", line}, Dir: dir, Env: callEnv(ctx, os.Environ()),
 		Stdout: p.stdout, Stderr: p.stderr, Keep: keep, Grace: killGrace})
 	if err != nil {
 		return nil, err
@@ -170,12 +186,12 @@ func (t *runShell) Run(ctx context.Context, call *tool.Call) (*tool.Output, erro
 		return tool.Failed(events.ErrInvalidParams, err.Error()), nil
 	}
 	if a.RunInBackground {
-		return t.shells.runBackground(call.Owner(), a.Command, dir, call.MaxOutput)
+		return t.shells.runBackground(ctx, call.Owner(), a.Command, dir, call.MaxOutput)
 	}
 	stdout, stderr := streams(call.Progress, call.MaxOutput)
 	defer stdout.release() // emptied when the output takes them over
 	defer stderr.release()
-	p, err := t.shells.start(a.Command, dir, false, stdout, stderr)
+	p, err := t.shells.start(ctx, a.Command, dir, false, stdout, stderr)
 	if err != nil {
 		return tool.Failed(events.ErrShellFailed, "could not start bash: "+err.Error()), nil
 	}
@@ -197,14 +213,14 @@ type background struct {
 	*process
 }
 
-func (s *Shells) runBackground(owner tool.Owner, line, dir string, maxOutput int64) (*tool.Output, error) {
+func (s *Shells) runBackground(ctx context.Context, owner tool.Owner, line, dir string, maxOutput int64) (*tool.Output, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return tool.Failed(events.ErrShellFailed, "the executor is shutting down"), nil
 	}
 	stdout, stderr := streams(nil, maxOutput)
-	p, err := s.start(line, dir, true, stdout, stderr)
+	p, err := s.start(ctx, line, dir, true, stdout, stderr)
 	if err != nil {
 		stdout.release()
 		stderr.release()
