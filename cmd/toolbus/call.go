@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/toolbus/toolbus/internal/telemetry"
 	"os"
 	"os/signal"
 	"strings"
@@ -55,7 +56,9 @@ var errCallerTimeout = errors.New("--timeout passed")
 // the first Ctrl-C or SIGTERM; a second one stops the command at once,
 // as it would have with no handler.
 func callContext() (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancelCause(context.Background())
+	// The agent that runs the command names its span in TRACEPARENT:
+	// the call is its child.
+	ctx, cancel := context.WithCancelCause(telemetry.FromEnv(context.Background(), os.Getenv))
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	done := make(chan struct{})

@@ -18,6 +18,7 @@ import (
 
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/buscontext"
+	"github.com/toolbus/toolbus/internal/cli"
 )
 
 // docs/cli.md, the reference of every command, is made from the command
@@ -33,7 +34,11 @@ func main() {
 func execute(args []string) int {
 	root := newRootCommand()
 	root.SetArgs(args)
-	cmd, err := root.ExecuteC()
+	var cmd *cobra.Command
+	err := cli.WithTraces("toolbus", func() (err error) {
+		cmd, err = root.ExecuteC()
+		return err
+	})
 	if err == nil {
 		return exitOK
 	}

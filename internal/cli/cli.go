@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/toolbus/toolbus/internal/telemetry/export"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -372,7 +373,7 @@ func (e UsageError) Unwrap() error { return e.Err }
 // when run returns nil, 2 for a UsageError, 1 for any other error, which
 // it prints after name. run returns before Main exits, so its defers run.
 func Main(name string, run func(args []string) error) {
-	err := run(os.Args[1:])
+	err := WithTraces(name, func() error { return run(os.Args[1:]) })
 	if err == nil {
 		return
 	}
@@ -382,4 +383,24 @@ func Main(name string, run func(args []string) error) {
 		os.Exit(2)
 	}
 	os.Exit(1)
+}
+
+// WithTraces runs f with the process's tracer provider set up from the
+// OTEL_* variables (export.Setup: off unless they ask for an exporter),
+// as service name, and flushes its spans when f returns. A provider
+// that cannot be made is said on stderr, and f runs without traces.
+func WithTraces(name string, f func() error) error {
+	shutdown, err := export.Setup(context.Background(), name)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, name+": traces off:", err)
+		return f()
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := shutdown(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, name+": spans not flushed:", err)
+		}
+	}()
+	return f()
 }
