@@ -7,7 +7,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/toolbus/toolbus/internal/telemetry/export"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -22,6 +21,7 @@ import (
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/identity"
 	"github.com/toolbus/toolbus/internal/metrics"
+	"github.com/toolbus/toolbus/internal/telemetry/export"
 )
 
 // NATSFlag registers --nats on fs: the URL of the bus, defaulting to

@@ -20,11 +20,15 @@ import (
 	mcpserver "github.com/mark3labs/mcp-go/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolbus/toolbus/internal/catalog"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/invoke"
 	"github.com/toolbus/toolbus/internal/policy"
+	"github.com/toolbus/toolbus/internal/telemetry"
 )
 
 // The facade is toolbus as an MCP server: one server in front of the
@@ -526,6 +530,8 @@ func cleanName(s string) string {
 // handler runs one tools/call as a tool.invoke.
 func (f *Facade) handler(name string) mcpserver.ToolHandlerFunc {
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		ctx, span := f.callSpan(ctx, req)
+		defer span.End()
 		args := req.Params.RawArguments
 		if len(bytes.TrimSpace(args)) == 0 || bytes.Equal(bytes.TrimSpace(args), []byte("null")) {
 			data, err := json.Marshal(req.Params.Arguments)
@@ -583,6 +589,23 @@ func (f *Facade) handler(name string) mcpserver.ToolHandlerFunc {
 		}
 		return f.result(ctx, res), nil
 	}
+}
+
+// callSpan starts the span of a tools/call (OpenTelemetry's MCP
+// conventions), a child of the client's: the trace context in the
+// request's _meta (MCP's SEP-414), else in its HTTP headers. Both are the
+// client's claim: they name a parent, and grant nothing.
+func (f *Facade) callSpan(ctx context.Context, req mcp.CallToolRequest) (context.Context, trace.Span) {
+	parent := ctx
+	if req.Params.Meta != nil {
+		parent = telemetry.FromMeta(ctx, req.Params.Meta.AdditionalFields)
+	}
+	if !trace.SpanContextFromContext(parent).IsValid() && req.Header != nil {
+		parent = telemetry.Propagator.Extract(ctx, propagation.HeaderCarrier(req.Header))
+	}
+	return telemetry.TracerOf(nil).Start(parent, "tools/call "+req.Params.Name, trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attribute.String("mcp.method.name", "tools/call"), attribute.String("gen_ai.tool.name", req.Params.Name),
+			attribute.String("gen_ai.operation.name", "execute_tool")))
 }
 
 // notificationSettle is how long a handler that sent its client

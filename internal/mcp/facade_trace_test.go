@@ -1,0 +1,58 @@
+package mcp_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"go.opentelemetry.io/otel"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/toolbus/toolbus/internal/testkit"
+)
+
+// A tools/call whose _meta carries the client's trace context (MCP's
+// SEP-414) is served under a tools/call span, the client's child, and the
+// executor runs it under an execute_tool span, the facade's child: one
+// trace from the agent to the tool.
+func TestAFacadeCallJoinsItsClientsTrace(t *testing.T) {
+	spans := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+	defer tp.Shutdown(context.Background())
+	before := otel.GetTracerProvider()
+	otel.SetTracerProvider(tp)
+	defer otel.SetTracerProvider(before)
+	ff := startFacade(t, nil, "")
+	c := ff.connect(t, "traced")
+	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	req := mcp.CallToolRequest{}
+	req.Params.Name = "read_file"
+	req.Params.Arguments = map[string]any{"file_path": "README.md"}
+	req.Params.Meta = &mcp.Meta{AdditionalFields: map[string]any{"traceparent": "00-" + traceID + "-" + parentID + "-01"}}
+	res, err := c.CallTool(context.Background(), req)
+	if err != nil || res.IsError {
+		t.Fatalf("read_file: %v %+v", err, res)
+	}
+	var facade, executor sdktrace.ReadOnlySpan
+	testkit.Eventually(t, "both spans end", func() bool {
+		for _, s := range spans.GetSpans().Snapshots() {
+			if s.SpanContext().TraceID().String() != traceID {
+				continue
+			}
+			switch s.Name() {
+			case "tools/call read_file":
+				facade = s
+			case "execute_tool read_file":
+				executor = s
+			}
+		}
+		return facade != nil && executor != nil
+	})
+	if facade.Parent().SpanID().String() != parentID {
+		t.Errorf("the facade's span has parent %s, want the client's %s", facade.Parent().SpanID(), parentID)
+	}
+	if executor.Parent().SpanID() != facade.SpanContext().SpanID() {
+		t.Errorf("the executor's span has parent %s, want the facade's %s", executor.Parent().SpanID(), facade.SpanContext().SpanID())
+	}
+}
