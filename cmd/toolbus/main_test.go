@@ -218,7 +218,14 @@ func toolbus(t *testing.T, args ...string) (string, string, int) {
 // toolbusWith is toolbus with env added to the environment.
 func toolbusWith(t *testing.T, env []string, args ...string) (string, string, int) {
 	t.Helper()
-	cmd := exec.Command(bin("toolbus"), args...)
+	return runBin(t, "toolbus", env, args...)
+}
+
+// runBin runs the built command name with args, env added to the
+// environment, to its end, and returns stdout, stderr and exit code.
+func runBin(t *testing.T, name string, env []string, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(bin(name), args...)
 	cmd.Env = append(os.Environ(), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -1,10 +1,7 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -71,16 +68,7 @@ func TestAServerOlderThanTheOldestIsRefusedByEveryPart(t *testing.T) {
 	_, errOut, code = toolbus(t, "call", "read_file", "--args", `{"file_path":"x"}`, "--nats", srv.URL)
 	check("call", errOut, code)
 	for part, args := range map[string][]string{"registry": {"--nats", srv.URL}, "executor": {"--nats", srv.URL, "--workspace", t.TempDir()}} {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		cmd := exec.CommandContext(ctx, bin(part), args...)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		err := cmd.Run()
-		cancel()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		}
-		check("the "+part, stderr.String(), code)
+		_, errOut, code := runBin(t, part, nil, args...)
+		check("the "+part, errOut, code)
 	}
 }

@@ -138,7 +138,7 @@ func Connect(ctx context.Context, cfg Config) (*Bus, error) {
 		b.shutdownServer()
 		return nil, fmt.Errorf("connect to bus %s: %w", b.url, err)
 	}
-	if err := checkServer(b.nc); err != nil {
+	if err := CheckServer(b.nc); err != nil {
 		b.Close(ctx)
 		return nil, err
 	}

@@ -30,27 +30,43 @@ func TestLastOfEachOfAMissingStream(t *testing.T) {
 // the last value of each key once, in stream order.
 func TestLastOfEachBeyondWhatOneGetAnswers(t *testing.T) {
 	b := bustest.Start(t, "")
+	const keys = 1500
+	fillMany(t, b.JetStream(), keys)
+	checkLastOfEach(t, b.JetStream(), keys)
+}
+
+// fillMany makes the bucket MANY with keys keys, each "first", then sets
+// the first ten to "second", and returns a time between the two.
+func fillMany(t *testing.T, js jetstream.JetStream, keys int) time.Time {
+	t.Helper()
 	ctx := context.Background()
-	kv, err := b.JetStream().CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "MANY", History: 1})
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "MANY", History: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	const keys = 1500
 	for i := range keys {
 		if _, err := kv.PutString(ctx, fmt.Sprintf("k%d", i), "first"); err != nil {
 			t.Fatal(err)
 		}
 	}
+	middle := time.Now()
 	for i := range 10 { // ten keys changed: only their last value counts
 		if _, err := kv.PutString(ctx, fmt.Sprintf("k%d", i), "second"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	msgs, upTo, err := bus.LastOfEach(ctx, b.JetStream(), "KV_MANY", "$KV.MANY.>")
+	return middle
+}
+
+// checkLastOfEach reads fillMany's bucket with LastOfEach: every key once,
+// in stream order, with its last value, up to the bucket's last change.
+func checkLastOfEach(t *testing.T, js jetstream.JetStream, keys int) {
+	t.Helper()
+	msgs, upTo, err := bus.LastOfEach(context.Background(), js, "KV_MANY", "$KV.MANY.>")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(msgs) != keys || upTo != keys+10 {
+	if len(msgs) != keys || upTo != uint64(keys)+10 {
 		t.Fatalf("%d messages up to #%d, want %d up to #%d", len(msgs), upTo, keys, keys+10)
 	}
 	seen := map[string]bool{}
@@ -59,7 +75,7 @@ func TestLastOfEachBeyondWhatOneGetAnswers(t *testing.T) {
 			t.Fatalf("message %d (%s #%d) repeats a key or is out of order", i, m.Subject, m.Sequence)
 		}
 		seen[m.Subject] = true
-		if want := map[bool]string{true: "second", false: "first"}[m.Sequence > keys]; string(m.Data) != want {
+		if want := map[bool]string{true: "second", false: "first"}[m.Sequence > uint64(keys)]; string(m.Data) != want {
 			t.Errorf("%s holds %q, want %q", m.Subject, m.Data, want)
 		}
 	}

@@ -123,7 +123,7 @@ func ensureAudit(ctx context.Context, js jetstream.JetStream, cfg Config, owner 
 	}
 	var err error
 	if owner {
-		_, err = js.CreateOrUpdateStream(ctx, streamCfg)
+		_, err = createOrUpdateStream(ctx, js, streamCfg)
 	} else {
 		// Only made, never updated: the owner may have made it since
 		// it was looked up, with retention of its own.
@@ -176,7 +176,7 @@ func ensureBlobs(ctx context.Context, js jetstream.JetStream, audit jetstream.St
 		AllowDirect:       true, // auditors read it by direct get, as the audit stream
 	}
 	if owner {
-		_, err = js.CreateOrUpdateStream(ctx, cfg)
+		_, err = createOrUpdateStream(ctx, js, cfg)
 	} else {
 		_, err = js.CreateStream(ctx, cfg)
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
@@ -243,7 +243,7 @@ func ensureConfirmations(ctx context.Context, js jetstream.JetStream, copies int
 		AllowDirect: true,
 	}
 	if owner {
-		_, err = js.CreateOrUpdateStream(ctx, confirmCfg)
+		_, err = createOrUpdateStream(ctx, js, confirmCfg)
 	} else {
 		_, err = js.CreateStream(ctx, confirmCfg)
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
@@ -254,6 +254,18 @@ func ensureConfirmations(ctx context.Context, js jetstream.JetStream, copies int
 		return fmt.Errorf("confirmation stream %s: %w", events.ConfirmStream, err)
 	}
 	return nil
+}
+
+// createOrUpdateStream is js.CreateOrUpdateStream for a stream two
+// owners may make at once (a bus node and a daemon that connected as it
+// started): the one whose update found no stream, and whose create then
+// found the other's, updates it instead of failing.
+func createOrUpdateStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	s, err := js.CreateOrUpdateStream(ctx, cfg)
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return js.UpdateStream(ctx, cfg)
+	}
+	return s, err
 }
 
 // replicas is how many copies the stores of cfg's fleet keep.
@@ -306,7 +318,7 @@ func untilJetStream(ctx context.Context, log *slog.Logger, wait bool, f func(con
 // tried again, for up to a minute while ctx lasts.
 func EnsureKeyValue(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
 	var kv jetstream.KeyValue
-	err := retryTransient(ctx, func() (err error) {
+	err := retryEnsure(ctx, func() (err error) {
 		if cfg.Replicas, err = fleetReplicas(ctx, js, "KV_"+cfg.Bucket); err != nil {
 			return err
 		}
@@ -341,7 +353,7 @@ func OpenKeyValue(ctx context.Context, js jetstream.JetStream, cfg jetstream.Key
 // the fleet's replicas.
 func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
 	var s jetstream.Stream
-	err := retryTransient(ctx, func() (err error) {
+	err := retryEnsure(ctx, func() (err error) {
 		if cfg.Replicas, err = fleetReplicas(ctx, js, cfg.Name); err != nil {
 			return err
 		}
@@ -354,7 +366,7 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Str
 // EnsureObjectStore is EnsureKeyValue for an object store.
 func EnsureObjectStore(ctx context.Context, js jetstream.JetStream, cfg jetstream.ObjectStoreConfig) (jetstream.ObjectStore, error) {
 	var obj jetstream.ObjectStore
-	err := retryTransient(ctx, func() (err error) {
+	err := retryEnsure(ctx, func() (err error) {
 		if cfg.Replicas, err = fleetReplicas(ctx, js, "OBJ_"+cfg.Bucket); err != nil {
 			return err
 		}
@@ -368,6 +380,15 @@ func EnsureObjectStore(ctx context.Context, js jetstream.JetStream, cfg jetstrea
 // minute has passed.
 func retryTransient(ctx context.Context, f func() error) error {
 	return RetryWhile(ctx, transient, f)
+}
+
+// retryEnsure is retryTransient for a create-or-update of a store, which
+// also tries again when another part made the store between f's update
+// ("not found") and its create ("already in use"): the next try updates.
+func retryEnsure(ctx context.Context, f func() error) error {
+	return RetryWhile(ctx, func(err error) bool {
+		return transient(err) || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse)
+	}, f)
 }
 
 // RetryWhile runs f until it succeeds, fails with an error again does not

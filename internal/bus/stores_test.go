@@ -2,12 +2,16 @@ package bus
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 // settlingJetStream is a cluster's JetStream as a part sees it while the
@@ -54,5 +58,57 @@ func TestEnsureKeyValueWaitsForTheClusterToAnswer(t *testing.T) {
 	}
 	if len(js.created) != 1 || js.created[0].Replicas != 3 {
 		t.Errorf("made %+v, want one bucket with 3 replicas", js.created)
+	}
+}
+
+// Owners that make the fleet's stores at once (a bus node, and a daemon
+// that connected as the node started) all succeed: the one whose update
+// found nothing, and whose create then found another's stream, updates
+// it instead of failing with "stream name already in use". Each round
+// starts from a server with no stores, and lets eight owners race.
+func TestOwnersThatMakeTheStoresAtOnceAllSucceed(t *testing.T) {
+	for round := range 6 {
+		srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go srv.Start()
+		if !srv.ReadyForConnections(testkit.DefaultWait) {
+			t.Fatal("the server did not start")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), testkit.DefaultWait)
+		const owners = 8
+		errs := make(chan error, 2*owners)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for range owners {
+			nc, err := nats.Connect(srv.ClientURL())
+			if err != nil {
+				t.Fatal(err)
+			}
+			js, err := jetstream.New(nc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wg.Go(func() {
+				defer nc.Close()
+				<-start
+				if err := EnsureAudit(ctx, js, Config{}); err != nil {
+					errs <- fmt.Errorf("the audit stores: %w", err)
+				}
+				if _, err := EnsureKeyValue(ctx, js, jetstream.KeyValueConfig{Bucket: "raced"}); err != nil {
+					errs <- fmt.Errorf("a bucket: %w", err)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		cancel()
+		srv.Shutdown()
+		srv.WaitForShutdown()
+		close(errs)
+		for err := range errs {
+			t.Errorf("round %d: %v", round, err)
+		}
 	}
 }

@@ -37,8 +37,10 @@ func serverVersion(v string) (major, minor int, ok bool) {
 	return major, minor, err1 == nil && err2 == nil
 }
 
-// checkServer refuses a server older than MinServerVersion, naming both.
-func checkServer(nc *nats.Conn) error {
+// CheckServer refuses a server older than MinServerVersion, naming both:
+// Connect calls it, and so does a caller that connects on its own
+// (pkg/toolbus).
+func CheckServer(nc *nats.Conn) error {
 	major, minor, _ := serverVersion(MinServerVersion)
 	if ServerAtLeast(nc, major, minor) {
 		return nil
@@ -46,7 +48,3 @@ func checkServer(nc *nats.Conn) error {
 	return fmt.Errorf("the bus at %s runs nats-server %s; toolbus needs nats-server %s or later, the oldest it is tested against",
 		nc.ConnectedUrlRedacted(), nc.ConnectedServerVersion(), MinServerVersion)
 }
-
-// CheckServer is checkServer for a connection made outside Connect (a
-// caller's, pkg/toolbus).
-func CheckServer(nc *nats.Conn) error { return checkServer(nc) }

@@ -2,12 +2,9 @@ package bus_test
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/testkit/bustest"
@@ -40,43 +37,10 @@ func TestTheOldestServerReadsAsTheNewest(t *testing.T) {
 	if bus.ServerAtLeast(b.Conn(), 2, 11) {
 		t.Fatalf("the server says %s: not the one without batches", b.Conn().ConnectedServerVersion())
 	}
-	ctx := context.Background()
-	kv, err := b.JetStream().CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "MANY", History: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
 	const keys = 2100 // past a page of Read (2000), and past multi_last's 1024
-	for i := range keys {
-		if _, err := kv.PutString(ctx, fmt.Sprintf("k%d", i), "first"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	middle := time.Now()
-	for i := range 10 {
-		if _, err := kv.PutString(ctx, fmt.Sprintf("k%d", i), "second"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	msgs, upTo, err := bus.LastOfEach(ctx, b.JetStream(), "KV_MANY", "$KV.MANY.>")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(msgs) != keys || upTo != keys+10 {
-		t.Fatalf("read %d keys up to %d, want %d up to %d", len(msgs), upTo, keys, keys+10)
-	}
-	for i, m := range msgs {
-		if i > 0 && m.Sequence <= msgs[i-1].Sequence {
-			t.Fatalf("out of stream order at %d", i)
-		}
-		if want := "first"; m.Sequence > keys {
-			want = "second"
-			if string(m.Data) != want {
-				t.Fatalf("%s holds %q, want %q", m.Subject, m.Data, want)
-			}
-		} else if string(m.Data) != want {
-			t.Fatalf("%s holds %q, want %q", m.Subject, m.Data, want)
-		}
-	}
+	middle := fillMany(t, b.JetStream(), keys)
+	checkLastOfEach(t, b.JetStream(), keys)
+	ctx := context.Background()
 	var since []string
 	if _, err := bus.Read(ctx, b.JetStream(), "KV_MANY", bus.Range{Since: middle}, func(m *bus.StoredMsg) error {
 		since = append(since, strings.TrimPrefix(m.Subject, "$KV.MANY.")+"="+string(m.Data))

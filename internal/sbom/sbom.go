@@ -7,6 +7,7 @@
 package sbom
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"debug/buildinfo"
 	"encoding/hex"
@@ -107,12 +108,12 @@ func Of(info *debug.BuildInfo, name, sum string) *Document {
 		SPDXVersion: "SPDX-2.3", DataLicense: "CC0-1.0", SPDXID: "SPDXRef-DOCUMENT",
 		Name: name + "-" + version + "-" + platform,
 		// Unique per binary: its digest, else its module and version.
-		DocumentNamespace: "https://" + info.Main.Path + "/spdx/" + name + "-" + version + "-" + platform + "-" + firstOf(sum, "unhashed"),
+		DocumentNamespace: "https://" + info.Main.Path + "/spdx/" + name + "-" + version + "-" + platform + "-" + cmp.Or(sum, "unhashed"),
 		CreationInfo:      CreationInfo{Created: created, Creators: []string{"Tool: toolbus version --sbom"}},
 	}
 	main := Package{Name: info.Main.Path, SPDXID: "SPDXRef-Package-main", VersionInfo: version,
 		DownloadLocation: "NOASSERTION", ExternalRefs: purl(info.Main.Path, version),
-		Comment: fmt.Sprintf("binary %s for %s, built by %s from revision %s", name, platform, info.GoVersion, firstOf(settings["vcs.revision"], "unknown"))}
+		Comment: fmt.Sprintf("binary %s for %s, built by %s from revision %s", name, platform, info.GoVersion, cmp.Or(settings["vcs.revision"], "unknown"))}
 	if sum != "" {
 		main.Checksums = []Checksum{{Algorithm: "SHA256", Value: sum}}
 	}
@@ -165,11 +166,4 @@ func escape(path string) string {
 		b.WriteRune(r)
 	}
 	return b.String()
-}
-
-func firstOf(s, otherwise string) string {
-	if s == "" {
-		return otherwise
-	}
-	return s
 }

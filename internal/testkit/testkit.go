@@ -249,6 +249,18 @@ func NeedsLandlock(tb testing.TB) {
 	NeedsLandlockABI(tb, 1)
 }
 
+// Missing stops a test whose peer (an npm package, a browser, a
+// container engine, a server binary) is not there: a skip on a
+// developer's machine, a failure under CI=true, where a skip would hide
+// the test that needs it.
+func Missing(tb testing.TB, format string, args ...any) {
+	tb.Helper()
+	if os.Getenv("CI") == "true" {
+		tb.Fatalf(format, args...)
+	}
+	tb.Skipf(format, args...)
+}
+
 // NeedsLandlockABI is NeedsLandlock for a confinement that needs Landlock
 // ABI v or later: 4 for TCP connect, 6 for the signal and abstract socket
 // scopes.

@@ -81,7 +81,7 @@ func Require(t testing.TB, what string) string {
 	}
 	path := filepath.Join(Dir(), rel)
 	if _, err := os.Stat(path); err != nil {
-		missing(t, "npm peer %s is not installed (%v): run ./scripts/test.sh, which installs the pinned npm packages into %s (TOOLBUS_NPM_DIR)", what, err, Dir())
+		testkit.Missing(t, "npm peer %s is not installed (%v): run ./scripts/test.sh, which installs the pinned npm packages into %s (TOOLBUS_NPM_DIR)", what, err, Dir())
 	}
 	return path
 }
@@ -93,20 +93,9 @@ func Node(t testing.TB) string {
 	testkit.Heavy(t, "node and npm peers")
 	path, err := exec.LookPath("node")
 	if err != nil {
-		missing(t, "node is not installed (%v): install Node.js (apt-get install nodejs npm), then run ./scripts/test.sh", err)
+		testkit.Missing(t, "node is not installed (%v): install Node.js (apt-get install nodejs npm), then run ./scripts/test.sh", err)
 	}
 	return path
-}
-
-// missing stops a test whose peer is not there: a skip on a developer's
-// machine, a failure under CI, where a skipped peer would hide the tests
-// that need it.
-func missing(t testing.TB, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf(format, args...)
-	}
-	t.Skipf(format, args...)
 }
 
 // EverythingStdio returns how to start server-everything over stdio: the

@@ -50,12 +50,12 @@ func Require(tb testing.TB, conf string) *Engine {
 	}{{&e.Podman, "podman"}, {&e.Compose, "docker-compose"}} {
 		path, err := exec.LookPath(p.name)
 		if err != nil {
-			missing(tb, "%s is not installed (%v): run ./scripts/test.sh as root, which installs Debian's podman, runc, docker-compose and debootstrap", p.name, err)
+			testkit.Missing(tb, "%s is not installed (%v): run ./scripts/test.sh as root, which installs Debian's podman, runc, docker-compose and debootstrap", p.name, err)
 		}
 		*p.path = path
 	}
 	if os.Geteuid() != 0 {
-		missing(tb, "the compose fleet runs on rootful podman: run the test as root")
+		testkit.Missing(tb, "the compose fleet runs on rootful podman: run the test as root")
 	}
 	abs, err := filepath.Abs(conf)
 	if err != nil {
@@ -114,14 +114,4 @@ func (e *Engine) Command(name string, args ...string) *exec.Cmd {
 	cmd := exec.Command(path, args...)
 	cmd.Env = append(os.Environ(), e.Env...)
 	return cmd
-}
-
-// missing stops a test whose engine is not there: a skip on a developer's
-// machine, a failure under CI, where a skip would hide the test.
-func missing(tb testing.TB, format string, args ...any) {
-	tb.Helper()
-	if os.Getenv("CI") == "true" {
-		tb.Fatalf(format, args...)
-	}
-	tb.Skipf(format, args...)
 }
