@@ -106,11 +106,15 @@ func queryFlags(fs *pflag.FlagSet) func() (audit.Query, error) {
 	verdict := fs.String("verdict", "", "only calls the policy judged ALLOW, DENY or ASK_USER")
 	outcome := fs.String("outcome", "", "only calls that ended so: OK, an error type (POLICY_DENIED, ...) or PENDING")
 	approver := fs.String("approver", "", "only calls this approver answered")
+	traceID := fs.String("trace", "", "only calls of this trace (its 32-digit trace id, as a trace store shows it)")
 	return func() (audit.Query, error) {
 		if *verdict != "" && *verdict != "ALLOW" && *verdict != "DENY" && *verdict != "ASK_USER" {
 			return audit.Query{}, usageError{fmt.Errorf("--verdict %q: want ALLOW, DENY or ASK_USER", *verdict)}
 		}
-		return audit.Query{Tool: *tool, Caller: *caller, Verdict: *verdict, Outcome: *outcome, Approver: *approver}, nil
+		if *traceID != "" && audit.TraceID("00-"+*traceID+"-0000000000000000-00") == "" {
+			return audit.Query{}, usageError{fmt.Errorf("--trace %q: want a trace id, 32 hexadecimal digits", *traceID)}
+		}
+		return audit.Query{Tool: *tool, Caller: *caller, Verdict: *verdict, Outcome: *outcome, Approver: *approver, Trace: strings.ToLower(*traceID)}, nil
 	}
 }
 
@@ -372,6 +376,9 @@ func writeStory(w io.Writer, r *audit.Record) error {
 		fmt.Fprint(bw, ": no executor ended the call")
 	}
 	fmt.Fprintln(bw)
+	if id := audit.TraceID(r.Trace); id != "" {
+		fmt.Fprintf(bw, "trace:     %s (the executor's span: %s)\n", id, r.Trace)
+	}
 	if c := r.CallerRecord; c != nil {
 		fmt.Fprintf(bw, "caller's own record (the caller's word, not the executor's): %s from %s", c.Outcome, c.Sender)
 		if c.BeforeCall {

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -46,6 +47,9 @@ type Query struct {
 	Tool, Caller, Verdict, Outcome, Approver string
 	// ID selects one invocation.
 	ID string
+	// Trace selects the invocations of one trace, by its id (32
+	// hexadecimal digits): from a trace to its trail entries.
+	Trace string
 }
 
 // Record is one invocation and what happened to it.
@@ -87,6 +91,10 @@ type Record struct {
 	Outcome string `json:"outcome"`
 	// Executor is who sent the terminal result: an executor, always.
 	Executor string `json:"executor,omitempty"`
+	// Trace is the W3C traceparent of the call's execute_tool span, when
+	// its executor traced it (events.Header.Trace): the trace id names
+	// the call's trace in the organization's trace store.
+	Trace string `json:"trace,omitempty"`
 	// AfterGiveUp says the executor sent its result after the caller had
 	// given the call up (the result was marked late).
 	AfterGiveUp bool `json:"afterGiveUp,omitempty"`
@@ -402,6 +410,16 @@ func heldAfter(ctx context.Context, js jetstream.JetStream, subjects []string, s
 		}
 	}
 	return false, nil
+}
+
+// TraceID is the trace id of a W3C traceparent ("00-<trace>-<span>-<flags>"),
+// "" when traceparent is not one.
+func TraceID(traceparent string) string {
+	parts := strings.Split(traceparent, "-")
+	if len(parts) != 4 || len(parts[1]) != 32 || strings.Trim(parts[1], "0123456789abcdef") != "" {
+		return ""
+	}
+	return parts[1]
 }
 
 // Redact is r fit to show: its arguments, reason, error, and timeline

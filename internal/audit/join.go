@@ -614,7 +614,7 @@ func (*joiner) result(r *Record, res *events.Result) Event {
 	}
 	r.terminal = true
 	r.AfterGiveUp = res.Late
-	r.Outcome, r.Executor = outcomeOf(res), res.Sender.ID
+	r.Outcome, r.Executor, r.Trace = outcomeOf(res), res.Sender.ID, res.Trace
 	r.DurationMillis = res.Time.Sub(r.Time).Milliseconds()
 	r.Truncated, r.OutputRef = res.Truncated, res.OutputRef
 	if res.Error != nil {
@@ -682,6 +682,8 @@ func (q Query) matches(r *Record) bool {
 	case q.Outcome != "" && r.Outcome != q.Outcome:
 		return false
 	case q.Approver != "" && (r.Approver == nil || r.Approver.ID != q.Approver):
+		return false
+	case q.Trace != "" && TraceID(r.Trace) != q.Trace:
 		return false
 	}
 	return true

@@ -66,19 +66,12 @@ func NewShells(ws *Workspace, starter *proctree.Starter) *Shells {
 // them. The rest is the user's, which the line is run for.
 var ownEnv = []string{"TOOLBUS_", "NATS_"}
 
-// traceEnv are the variables that carry a trace context into a process
-// (OpenTelemetry's environment carrier).
-var traceEnv = []string{"TRACEPARENT=", "TRACESTATE=", "BAGGAGE="}
-
 // callEnv is a command's environment: environ without toolbus's own
 // variables and without the executor's own trace context, with the
 // call's (TRACEPARENT), so that what the command traces is the call's
 // child.
 func callEnv(ctx context.Context, environ []string) []string {
-	env := slices.DeleteFunc(withoutOwnEnv(environ), func(kv string) bool {
-		return slices.ContainsFunc(traceEnv, func(p string) bool { return strings.HasPrefix(kv, p) })
-	})
-	return append(env, telemetry.Env(ctx)...)
+	return telemetry.EnvFor(ctx, withoutOwnEnv(environ))
 }
 
 // withoutOwnEnv is environ without toolbus's own variables. It is never nil,

@@ -81,6 +81,11 @@ type Header struct {
 	// the caller's own key, scoped to its principal, which it cancels
 	// and watches the call by.
 	Call string `json:"call,omitempty"`
+	// Trace is set by an executor beside Call when it traces the call:
+	// the W3C traceparent of the call's execute_tool span
+	// (docs/tracing.md), which takes an auditor from the event to the
+	// call's trace.
+	Trace string `json:"trace,omitempty"`
 }
 
 func (h *Header) header() *Header { return h }

@@ -23,8 +23,14 @@ import (
 // one it accepts decides; one it refuses is acknowledged as refused,
 // recorded, and the wait goes on. Nothing here ever defaults to
 // proceeding.
-func (c *call) confirm(d policy.Decision, args map[string]any) (*events.ConfirmAnswer, *stop) {
+func (c *call) confirm(d policy.Decision, args map[string]any) (answer *events.ConfirmAnswer, st *stop) {
 	e := c.e
+	q := &question{pol: e.policy.Load()}
+	waiting := c.stage(stageConfirm, time.Now())
+	defer func() {
+		waiting.answered(answer, q.people)
+		waiting.end(st)
+	}()
 	if st := c.settle(); st != nil {
 		return nil, st
 	}
@@ -32,7 +38,6 @@ func (c *call) confirm(d policy.Decision, args map[string]any) (*events.ConfirmA
 		return nil, &stop{events.ErrTooManyPending, fmt.Sprintf("The policy asks for confirmation (%s), but this caller already has %d calls waiting for an answer, as many as one caller may; the call is refused. Wait for those to be answered.", d.Reason, e.cfg.MaxPendingPerCaller)}
 	}
 	defer e.doneAsking(c.principal)
-	q := &question{pol: e.policy.Load()}
 	q.in = c.input(args, c.paths, c.hardLinks, c.shell)
 	// The caller's own user is asked too when the caller can ask them
 	// and the policy lets them answer this call; then no approver on
@@ -68,7 +73,7 @@ func (c *call) confirm(d policy.Decision, args map[string]any) (*events.ConfirmA
 	if st := c.ask(q, d.Reason); st != nil {
 		return nil, st
 	}
-	answer, st := c.awaitAnswer(ctx, q, answers)
+	answer, st = c.awaitAnswer(ctx, q, answers)
 	if st != nil {
 		return nil, st
 	}
@@ -128,6 +133,9 @@ type question struct {
 	// by person (approverOf), in order.
 	need      int
 	approvals []string
+	// people are who answered for the call, as the policy judged them
+	// (policy.Approver.Person), in order: what its trace shows.
+	people []string
 }
 
 // ask sends the question: recorded, so that an approver that follows the
@@ -371,6 +379,7 @@ func (c *call) accepted(ctx context.Context, q *question, msg *nats.Msg) *events
 	answer.Approval, answer.Of = 0, 0
 	if q.need > 1 && answer.Outcome == events.ProceedOnce {
 		q.approvals = append(q.approvals, person)
+		q.people = append(q.people, who.Person)
 		answer.Approval, answer.Of = len(q.approvals), q.need
 		if len(q.approvals) < q.need {
 			c.ackWith(msg, &events.ConfirmAck{Accepted: true, Approval: answer.Approval, Of: q.need,
@@ -379,6 +388,9 @@ func (c *call) accepted(ctx context.Context, q *question, msg *nats.Msg) *events
 			c.step("approved", fmt.Sprintf("%d of %d, by %s", len(q.approvals), q.need, who.Person))
 			return nil
 		}
+	}
+	if q.need <= 1 {
+		q.people = append(q.people, who.Person)
 	}
 	c.ack(msg, true, "")
 	e.publish(events.SubjectConfirmAnswered, answer)

@@ -9,6 +9,7 @@ import (
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/hooks"
 	"github.com/toolbus/toolbus/internal/policy"
+	"github.com/toolbus/toolbus/internal/telemetry"
 )
 
 // The user's hooks in the pipeline. Pre hooks run on every call the
@@ -143,7 +144,7 @@ func (c *call) postHooks(res *events.Result) {
 func (c *call) runHooks(ev hooks.Event, list []*hooks.Hook, sequential bool, resp *hooks.Response) []hooks.Outcome {
 	e := c.e
 	in := &hooks.Input{Event: ev, Tool: c.hookTool(), Args: c.inv.Args, Response: resp, InvocationID: c.inv.ID,
-		Caller: c.inv.Sender, Workspace: e.cfg.Workspace}
+		Caller: c.inv.Sender, Workspace: e.cfg.Workspace, TraceParent: telemetry.TraceParentOf(c.ctx)}
 	outs := make([]hooks.Outcome, len(list))
 	if len(list) == 1 || sequential {
 		for i, h := range list {

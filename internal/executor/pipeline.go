@@ -18,8 +18,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolbus/toolbus/internal/bus"
@@ -29,7 +27,6 @@ import (
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/policy/shell"
 	"github.com/toolbus/toolbus/internal/protect"
-	"github.com/toolbus/toolbus/internal/telemetry"
 	"github.com/toolbus/toolbus/internal/tool"
 )
 
@@ -41,6 +38,11 @@ type call struct {
 	// conventions), a child of the caller's when the invocation carried
 	// its trace context.
 	span trace.Span
+	// trace is the span's W3C traceparent when it records, which the
+	// call's events carry (events.Header.Trace).
+	trace string
+	// began is when the executor took the call in (begin).
+	began time.Time
 	// id is the call's id in the trail, minted by the executor that
 	// accepted it (ids.go); inv.ID is its caller's key.
 	id    string
@@ -145,7 +147,7 @@ type call struct {
 // header is the header of an event this executor records about c: the
 // caller's principal in it keys the call, with its id, for every reader.
 func (c *call) header() events.Header {
-	return events.Header{Sender: c.e.id, Principal: c.principal, Call: c.id}
+	return events.Header{Sender: c.e.id, Principal: c.principal, Call: c.id, Trace: c.trace}
 }
 
 // take accepts an invocation message, counted in e.accepting meanwhile
@@ -385,20 +387,6 @@ func (e *Executor) refuse(m *nats.Msg, inv *events.Invocation, principal, id str
 	c.end(halt(errType, msg))
 }
 
-// begin gives c its context and its execute_tool span (OpenTelemetry's
-// GenAI conventions), a child of the caller's span when the invocation's
-// headers carry its trace context. The headers are the caller's claim:
-// they name a parent, and grant nothing.
-func (c *call) begin(h nats.Header) {
-	c.ctx, c.span = c.e.tracer.Start(telemetry.FromHeader(context.Background(), h), "execute_tool "+c.inv.Tool,
-		trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
-			attribute.String("gen_ai.operation.name", "execute_tool"),
-			attribute.String("gen_ai.tool.name", c.inv.Tool),
-			attribute.String("gen_ai.tool.call.id", c.id),
-			attribute.String("toolbus.invocation.id", c.inv.ID)))
-	c.ctx, c.cancel = context.WithCancelCause(c.ctx)
-}
-
 // hostsFor is the executors that may run a call of t for workspace: all
 // t's hosts, or for a workspace-bound tool those of workspace; with no
 // workspace named, those of the one workspace t's hosts have. A call
@@ -478,6 +466,8 @@ func (e *Executor) forward(m *nats.Msg, inv *events.Invocation, id string, t *ev
 	// it on: the principal read from it goes along. Only executors may
 	// publish on the executors' own subjects.
 	fwd := &nats.Msg{Subject: events.ExecSubject(host), Data: m.Data, Header: nats.Header{}}
+	span := e.forwarding(m.Header, fwd, inv, host)
+	defer span.End()
 	fwd.Header.Set(events.PrincipalHeader, e.principalOf(m, false))
 	fwd.Header.Set(events.CallHeader, id)
 	if m.Reply != "" {
@@ -543,21 +533,12 @@ func (c *call) abandon() bool {
 // run; progress; and the result, which carries the policy decision and
 // says why a call ended early. Every way it ends goes through end.
 func (c *call) run(found bool) {
-	if c.inv.Attempt > 1 {
-		if st := c.takeAttempt(); st != nil {
-			c.end(st.output())
-			return
-		}
-	}
-	// Nothing of the call that has an effect happens, hooks and a
-	// person's question included, before the trail holds it, and no
-	// result leaves before it does (settle). A call that changes
-	// nothing goes its way while its record is stored.
-	if !c.overlapsRecord() {
-		if st := c.settle(); st != nil {
-			c.end(st.output())
-			return
-		}
+	admit := c.stage(stageAdmit, c.began)
+	st := c.enterPipeline()
+	admit.end(st)
+	if st != nil {
+		c.end(st.output())
+		return
 	}
 	confirmed, st := c.admit(found)
 	if st != nil {
@@ -573,9 +554,24 @@ func (c *call) run(found bool) {
 		c.end(*end)
 		return
 	}
-	start := time.Now()
 	c.execute(confirmed)
-	c.e.observer.Stage("execute", time.Since(start))
+}
+
+// enterPipeline is what a call goes through before anything of it is
+// judged: a retry takes its attempt, and the trail holds the invocation
+// before anything with an effect happens, hooks and a person's question
+// included (no result leaves before it does either: settle). A call that
+// changes nothing goes its way while its record is stored.
+func (c *call) enterPipeline() *stop {
+	if c.inv.Attempt > 1 {
+		if st := c.takeAttempt(); st != nil {
+			return st
+		}
+	}
+	if !c.overlapsRecord() {
+		return c.settle()
+	}
+	return nil
 }
 
 // admit runs the steps before the tool: it resolves the tool, validates
@@ -611,9 +607,9 @@ func (c *call) admit(found bool) (confirmed bool, st *stop) {
 		}
 		return c.authorize(args)
 	}
-	start := time.Now()
+	validate := c.stage(stageValidate, time.Now())
 	args, st := c.validate(inv.Args)
-	e.observer.Stage("validate", time.Since(start))
+	validate.end(st)
 	if st != nil {
 		return false, st
 	}
@@ -634,11 +630,13 @@ const maxModifications = 3
 // again. It returns whether a person confirmed the call, or the stop
 // that ends it.
 func (c *call) authorize(args map[string]any) (confirmed bool, st *stop) {
-	obs := c.e.observer
 	for round := 0; ; round++ {
-		start := time.Now()
+		decide := c.stage(stagePolicy, time.Now())
 		d, st := c.decide(args)
-		obs.Stage("policy", time.Since(start))
+		if st == nil {
+			decide.decided(&c.verdict)
+		}
+		decide.end(st)
 		if st != nil {
 			return confirmed, st
 		}
@@ -658,9 +656,7 @@ func (c *call) authorize(args map[string]any) (confirmed bool, st *stop) {
 		case events.AskUser:
 			confirmed = true
 			c.flushDecision() // the trail says why the call waits, while it does
-			start = time.Now()
 			answer, st := c.confirm(d, args)
-			obs.Stage("confirm", time.Since(start))
 			if st != nil || answer.Outcome != events.ModifyWithEditor {
 				return confirmed, st
 			}
@@ -909,11 +905,15 @@ func (c *call) execute(confirmed bool) {
 	if c.host.judged.Kind == events.KindComposite {
 		c.tc.Invoke = c.invokeStep
 	}
-	out, err := c.runBounded()
+	run := c.stage(stageExecute, time.Now())
+	ctx := run.context(c.ctx) // the tool's backend request and process are the stage span's children
+	out, err := c.runBounded(ctx)
 	if c.serverLost(out, err) {
-		out, err = c.retryOnServer(out)
+		out, err = c.retryOnServer(ctx, out)
 	}
-	c.end(c.outcome(out, err))
+	how := c.outcome(out, err)
+	run.endAs(how.out.Err)
+	c.end(how)
 }
 
 // outcome is what a tool run that returned out and err ends the call
@@ -975,7 +975,7 @@ const stopGrace = 2 * time.Second
 // the call stops, the timer sends the result without it and releases the
 // call, and the goroutine is left to finish the tool on its own, counted
 // in toolRuns.
-func (c *call) runBounded() (*tool.Output, error) {
+func (c *call) runBounded(ctx context.Context) (*tool.Output, error) {
 	c.mu.Lock()
 	c.toolRunning = true
 	wait := c.timeout
@@ -985,7 +985,7 @@ func (c *call) runBounded() (*tool.Output, error) {
 	c.timer = time.AfterFunc(wait, c.onTimer)
 	c.mu.Unlock()
 	c.e.toolRuns.Add(1)
-	out, err := runSafely(c.ctx, c.impl, &c.tc)
+	out, err := runSafely(ctx, c.impl, &c.tc)
 	c.e.toolRuns.Add(-1)
 	c.mu.Lock()
 	c.toolRunning = false
@@ -1108,7 +1108,10 @@ func (c *call) end(how ending) {
 		// What the trail does not hold leaves no result behind: the
 		// call ran nothing with an effect (overlapsRecord). The wait
 		// is the stream's, whether or not the call's time is up.
-		if st := c.settleWithin(context.Background()); st != nil {
+		record := c.stage(stageRecord, time.Now())
+		st := c.settleWithin(context.Background())
+		record.end(st)
+		if st != nil {
 			out, ran = st.output().out, false
 		}
 		// Before the result goes out: the caller's next call finds the
@@ -1159,12 +1162,8 @@ func (c *call) end(how ending) {
 		outcome := "OK"
 		if res.Error != nil {
 			outcome = string(res.Error.Type)
-			c.span.SetStatus(codes.Error, outcome)
-			c.span.SetAttributes(attribute.String("error.type", outcome))
 		}
-		if c.verdict.Verdict != "" {
-			c.span.SetAttributes(attribute.String("toolbus.policy.verdict", string(c.verdict.Verdict)))
-		}
+		c.finish(res)
 		// The catalogue's name, never the caller's: a caller naming
 		// tools that do not exist must not grow the metrics without end.
 		known := nameOf(c.tool)

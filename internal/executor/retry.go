@@ -34,7 +34,7 @@ func (c *call) serverLost(out *tool.Output, err error) bool {
 // the retry may not run: its attempt is taken, its new decision is not
 // an idempotent ALLOW, or the server did not come back within the call's
 // deadline.
-func (c *call) retryOnServer(lost *tool.Output) (*tool.Output, error) {
+func (c *call) retryOnServer(ctx context.Context, lost *tool.Output) (*tool.Output, error) {
 	e := c.e
 	const attempt = 2
 	// The first attempt's ticket, if it did not write it yet: its second
@@ -54,8 +54,8 @@ func (c *call) retryOnServer(lost *tool.Output) (*tool.Output, error) {
 	if d, st := c.decide(c.args); st != nil || d.Verdict != events.Allow || !d.Idempotent {
 		return lost, nil
 	}
-	ctx, cancel := context.WithTimeout(c.ctx, c.timeout)
-	err := c.impl.(tool.Restarter).AwaitRestart(ctx)
+	wait, cancel := context.WithTimeout(c.ctx, c.timeout)
+	err := c.impl.(tool.Restarter).AwaitRestart(wait)
 	cancel()
 	if err != nil {
 		lost.LLMContent += fmt.Sprintf("\n[Not retried: the server did not come back within %s: %v]", c.timeout, err)
@@ -63,7 +63,7 @@ func (c *call) retryOnServer(lost *tool.Output) (*tool.Output, error) {
 		return lost, nil
 	}
 	lost.Whole.Close()
-	return c.runBounded()
+	return c.runBounded(ctx)
 }
 
 // retryBody is what the executor's own retry of inv takes its attempt

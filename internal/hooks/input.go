@@ -22,6 +22,10 @@ type Input struct {
 	InvocationID string
 	Caller       events.Identity
 	Workspace    string
+	// TraceParent is the call's trace context (W3C traceparent), "" when
+	// the call has none: the hook's own spans are the call's children. The
+	// hook's TRACEPARENT says the same.
+	TraceParent string
 }
 
 // Response is the result a post hook is shown.
@@ -42,6 +46,7 @@ type toolbusFields struct {
 	Server       string          `json:"server,omitempty"`
 	Caller       events.Identity `json:"caller"`
 	Workspace    string          `json:"workspace"`
+	TraceParent  string          `json:"traceparent,omitempty"`
 }
 
 // claudeInput is a Claude Code hook's stdin.
@@ -88,7 +93,7 @@ func encodeInput(d Dialect, in *Input) ([]byte, error) {
 		session = in.Caller.ID
 	}
 	tb := toolbusFields{InvocationID: in.InvocationID, Event: in.Event.String(), Tool: in.Tool.Name, Source: in.Tool.Source,
-		Server: in.Tool.Server, Caller: in.Caller, Workspace: in.Workspace}
+		Server: in.Tool.Server, Caller: in.Caller, Workspace: in.Workspace, TraceParent: in.TraceParent}
 	var resp *Response
 	if in.Event == Post {
 		resp = in.Response

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/internal/proctree"
+	"github.com/toolbus/toolbus/internal/telemetry"
 )
 
 // SecretEnvPrefixes are the variables of the executor's environment that a
@@ -121,7 +122,7 @@ func (r *Runner) runCommand(ctx context.Context, h *Hook, in *Input) Outcome {
 	tooMuch := func() { once.Do(func() { close(overflow) }) }
 	stdout, stderr := &capped{limit: MaxOutput, full: tooMuch}, &capped{limit: MaxOutput, full: tooMuch}
 	tree, err := r.starter.Start(proctree.Command{Path: r.bash, Args: []string{"bash", "-c", h.Command}, Dir: r.workspace,
-		Env: r.env, Stdin: stdinR, Stdout: stdout, Stderr: stderr, Grace: killGrace})
+		Env: telemetry.EnvFor(ctx, r.env), Stdin: stdinR, Stdout: stdout, Stderr: stderr, Grace: killGrace})
 	stdinR.Close() // the hook has its own
 	if err != nil {
 		stdinW.Close()

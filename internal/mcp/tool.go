@@ -9,8 +9,12 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/telemetry"
 	"github.com/toolbus/toolbus/internal/tool"
 )
 
@@ -105,7 +109,11 @@ func (t *serverTool) Run(ctx context.Context, call *tool.Call) (*tool.Output, er
 	// Every call carries a token of its own, by which its progress, its
 	// server's log messages and its server's requests find it.
 	token := sess.newToken()
-	req.Params.Meta = &mcp.Meta{ProgressToken: token}
+	ctx, span := t.requestSpan(ctx)
+	defer span.End()
+	// The call's trace goes to the server with it (MCP's SEP-414): the
+	// server's spans are this request's children.
+	req.Params.Meta = &mcp.Meta{ProgressToken: token, AdditionalFields: telemetry.ToMeta(ctx, nil)}
 	ctx = context.WithValue(ctx, callToken{}, token)
 	defer sess.track(token, call.Log)()
 	defer sess.watchAsks(token, call.Ask)()
@@ -115,6 +123,10 @@ func (t *serverTool) Run(ctx context.Context, call *tool.Call) (*tool.Output, er
 	res, err := sess.client.CallTool(ctx, req)
 	switch {
 	case err == nil:
+		if res.IsError {
+			span.SetStatus(codes.Error, "tool_error")
+			span.SetAttributes(attribute.String("error.type", "tool_error"))
+		}
 		return Output(t.srv.cfg.Name, t.name, res), nil
 	case ctx.Err() != nil:
 		return nil, context.Cause(ctx)
@@ -132,6 +144,8 @@ func (t *serverTool) Run(ctx context.Context, call *tool.Call) (*tool.Output, er
 		lost = sess.ended()
 	}
 	msg := fmt.Sprintf("MCP tool %q of server %q failed: %v", t.name, t.srv.cfg.Name, err)
+	span.SetStatus(codes.Error, msg)
+	span.SetAttributes(attribute.String("error.type", "request_failed"))
 	out := tool.Failed(events.ErrExecutionFailed, msg)
 	out.ServerLost = lost
 	return out, nil
@@ -158,4 +172,18 @@ func progressLine(p mcp.ProgressNotificationParams) string {
 	}
 	b.WriteString("\n")
 	return b.String()
+}
+
+// requestSpan starts the span of a tools/call this executor sends its
+// server (OpenTelemetry's MCP conventions, the client's side), a child of
+// the call's, made by the provider that made the call's: an executor
+// given its own (executor.Config.Traces) traces its requests with it.
+func (t *serverTool) requestSpan(ctx context.Context) (context.Context, trace.Span) {
+	parent := trace.SpanFromContext(ctx)
+	if !parent.IsRecording() {
+		return ctx, parent
+	}
+	return telemetry.TracerOf(parent.TracerProvider()).Start(ctx, "tools/call "+t.name, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("mcp.method.name", "tools/call"), attribute.String("gen_ai.tool.name", t.name),
+			attribute.String("gen_ai.operation.name", "execute_tool"), attribute.String("toolbus.mcp.server", t.srv.cfg.Name)))
 }

@@ -31,6 +31,12 @@ func TracerOf(tp trace.TracerProvider) trace.Tracer {
 	return tp.Tracer("github.com/toolbus/toolbus")
 }
 
+// TraceParent is sc as a W3C traceparent: version, trace id, span id
+// and flags.
+func TraceParent(sc trace.SpanContext) string {
+	return "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-" + sc.TraceFlags().String()
+}
+
 // headerCarrier is a NATS message's headers as a TextMapCarrier.
 type headerCarrier nats.Header
 
@@ -81,6 +87,29 @@ func Env(ctx context.Context) []string {
 		env = append(env, strings.ToUpper(k)+"="+v)
 	}
 	return env
+}
+
+// EnvFor is environ for a child process of ctx's call: without the
+// trace context environ carries (the parent process's own), with ctx's.
+// environ is left as it is.
+func EnvFor(ctx context.Context, environ []string) []string {
+	env := make([]string, 0, len(environ)+3)
+	for _, kv := range environ {
+		if !strings.HasPrefix(kv, "TRACEPARENT=") && !strings.HasPrefix(kv, "TRACESTATE=") && !strings.HasPrefix(kv, "BAGGAGE=") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, Env(ctx)...)
+}
+
+// TraceParentOf is ctx's trace context as a W3C traceparent, "" when ctx
+// carries none.
+func TraceParentOf(ctx context.Context) string {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
+		return ""
+	}
+	return TraceParent(sc)
 }
 
 // FromEnv is ctx with the trace context getenv's TRACEPARENT (and
