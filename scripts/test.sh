@@ -154,6 +154,29 @@ else
 	echo "not Debian: the tests of the refusal of nats-server 2.9 skip (and fail under CI=true)"
 fi
 
+stamp "Jaeger"
+# A real trace store for the tests that follow a call's trace
+# (internal/testkit/jaeger): Jaeger v2's all-in-one, built from the Go
+# module proxy in a module of its own, as a tool of it: the replace
+# directives of Jaeger's go.mod keep `go install ...@version` from
+# building it.
+jaeger_version=v1.76.0
+export TOOLBUS_JAEGER="${TOOLBUS_JAEGER:-$HOME/.cache/toolbus/jaeger/$jaeger_version/jaeger}"
+if [ -x "$TOOLBUS_JAEGER" ]; then
+	echo "have jaeger $jaeger_version"
+else
+	jaeger_mod=$(mktemp -d)
+	mkdir -p "$(dirname "$TOOLBUS_JAEGER")"
+	if (cd "$jaeger_mod" && GOFLAGS= go mod init toolbus.local/jaeger >/dev/null 2>&1 &&
+		GOFLAGS= go get -tool "github.com/jaegertracing/jaeger/cmd/jaeger@$jaeger_version" &&
+		GOFLAGS= go build -o "$TOOLBUS_JAEGER" github.com/jaegertracing/jaeger/cmd/jaeger); then
+		echo "built jaeger $jaeger_version"
+	else
+		echo "jaeger could not be built: the trace store's tests skip (and fail under CI=true)"
+	fi
+	rm -rf "$jaeger_mod"
+fi
+
 stamp "gofmt and go vet"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then

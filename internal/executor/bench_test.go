@@ -5,14 +5,18 @@ package executor
 // tool.invoke of a trivial built-in call the default policy allows, one
 // after the other in turn, the throughput of each with 1 and 64 concurrent
 // callers, and the policy decision alone, and prints them as a table with
-// ratios. With TOOLBUS_BENCH_NO_LOOP_GUARDS set, the default policy runs
+// ratios; and what tracing costs, a no-op call with tracing off against
+// the same with every call sampled and exported over OTLP. With
+// TOOLBUS_BENCH_NO_LOOP_GUARDS set, the default policy runs
 // without its loop guards, whose counts make every decision a new one.
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/toolbus/toolbus/internal/proctree"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -22,6 +26,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/embedded"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/toolbus/toolbus/internal/builtin"
 	"github.com/toolbus/toolbus/internal/bus"
@@ -29,6 +38,7 @@ import (
 	"github.com/toolbus/toolbus/internal/invoke"
 	"github.com/toolbus/toolbus/internal/metrics"
 	"github.com/toolbus/toolbus/internal/policy"
+	"github.com/toolbus/toolbus/internal/proctree"
 	"github.com/toolbus/toolbus/internal/testkit/bustest"
 	"github.com/toolbus/toolbus/internal/testkit/measure"
 	"github.com/toolbus/toolbus/internal/testkit/registrytest"
@@ -95,9 +105,12 @@ func BenchmarkInvoke(b *testing.B) {
 	// noop splits the pipeline's cost from the file read's.
 	noop := tool.Func(events.ToolSpec{Name: "noop", Kind: events.KindThink, Description: "does nothing"},
 		func(context.Context, *tool.Call) (*tool.Output, error) { return tool.Text("ok"), nil })
+	// Tracing, off but for the calls that turn it on (tracedNoop).
+	traces := newSwitchedTraces(b)
 	// With the metrics every daemon keeps (executor --metrics, toolbus up).
 	ex, err := Start(context.Background(), execConn.Conn(), execConn.JetStream(), Config{Identity: events.Identity{ID: "executor@bench"},
-		Tools: append(builtin.Tools(ws, shells), noop), Policy: pol, Workspace: ws.Root(), Logger: bustest.Quiet(), Observer: metrics.New("bench")})
+		Tools: append(builtin.Tools(ws, shells), noop), Policy: pol, Workspace: ws.Root(), Logger: bustest.Quiet(), Observer: metrics.New("bench"),
+		Traces: traces})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -124,6 +137,20 @@ func BenchmarkInvoke(b *testing.B) {
 		res, err := client.Invoke(ctx, &events.Invocation{Tool: "noop", Args: json.RawMessage(`{}`)}, nil)
 		if err != nil || res.Error != nil {
 			b.Fatalf("invoke noop: %v %+v", err, res)
+		}
+	}
+	// The same call traced: the caller's span, every call sampled, the
+	// spans exported over OTLP/HTTP in batches, as a fleet that traces
+	// runs. The untraced ones it alternates with run with tracing off.
+	agent := traces.sdk.Tracer("agent")
+	tracedNoop := func() {
+		traces.on.Store(true)
+		ctx, span := agent.Start(ctx, "agent turn")
+		res, err := client.Invoke(ctx, &events.Invocation{Tool: "noop", Args: json.RawMessage(`{}`)}, nil)
+		span.End()
+		traces.on.Store(false)
+		if err != nil || res.Error != nil {
+			b.Fatalf("invoke noop, traced: %v %+v", err, res)
 		}
 	}
 	// A caller that names its session: the default policy's loop guards
@@ -190,6 +217,7 @@ func BenchmarkInvoke(b *testing.B) {
 		rawN50, _, noopP50, noopP99 := latencyPair(latencySamples, raw, invokeNoop)
 		rawA50, _, audP50, audP99 := latencyPair(latencySamples, raw, rawAudited)
 		rawS50, _, sesP50, sesP99 := latencyPair(latencySamples, raw, invokeSession)
+		offP50, offP99, onP50, onP99 := latencyPair(latencySamples, invokeNoop, tracedNoop)
 		pol := measure.Interleaved(latencySamples, decide)[0]
 		polP50, polP99 := pol.P50, pol.P99
 		raw1 := measure.Throughput(1, throughputOps/4, raw)
@@ -206,6 +234,8 @@ func BenchmarkInvoke(b *testing.B) {
 		fmt.Printf("%-38s %12s %12s %11.2f×   goal ≤ 2.0×\n", "tool.invoke read_file (allowed)", invP50, invP99, float64(invP50)/float64(rawP50))
 		fmt.Printf("%-38s %12s %12s %11.2f×   goal ≤ 1.7×\n", "tool.invoke of a no-op tool", noopP50, noopP99, float64(noopP50)/float64(rawN50))
 		fmt.Printf("%-38s %12s %12s %11.2f×\n", "tool.invoke read_file, from a session", sesP50, sesP99, float64(sesP50)/float64(rawS50))
+		fmt.Printf("%-38s %12s %12s %12s\n", "no-op tool.invoke, tracing off", offP50, offP99, "")
+		fmt.Printf("%-38s %12s %12s %11.2f×   vs off\n", "  the same, every call traced", onP50, onP99, float64(onP50)/float64(offP50))
 		fmt.Printf("%-38s %12s %12s %12s   goal p50 ≤ 15µs\n", "policy decision alone", polP50, polP99, "")
 		fmt.Printf("decisions not from the cache: %d\n", cacheMisses.Load())
 		fmt.Printf("%-38s %12s %12s\n", "throughput, ops/s", "raw", "tool.invoke")
@@ -220,4 +250,47 @@ func defaultPolicyFiles() map[string]string {
 		panic(err)
 	}
 	return files
+}
+
+// switchedTraces is a tracer provider that is OpenTelemetry's no-op, as
+// an executor's is with tracing off, but while on is set: then it is an
+// SDK provider that samples every span and exports them over OTLP/HTTP
+// in batches, to a collector that takes them and keeps nothing.
+type switchedTraces struct {
+	embedded.TracerProvider
+	on  atomic.Bool
+	sdk *sdktrace.TracerProvider
+	off trace.TracerProvider
+}
+
+func newSwitchedTraces(b *testing.B) *switchedTraces {
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	b.Cleanup(collector.Close)
+	exporter, err := otlptracehttp.New(context.Background(), otlptracehttp.WithEndpointURL(collector.URL+"/v1/traces"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exporter), sdktrace.WithSampler(sdktrace.AlwaysSample()))
+	b.Cleanup(func() { tp.Shutdown(context.Background()) })
+	return &switchedTraces{sdk: tp, off: noop.NewTracerProvider()}
+}
+
+func (s *switchedTraces) Tracer(name string, opts ...trace.TracerOption) trace.Tracer {
+	return switchedTracer{s: s, on: s.sdk.Tracer(name, opts...), off: s.off.Tracer(name, opts...)}
+}
+
+type switchedTracer struct {
+	embedded.Tracer
+	s       *switchedTraces
+	on, off trace.Tracer
+}
+
+func (t switchedTracer) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	if t.s.on.Load() {
+		return t.on.Start(ctx, name, opts...)
+	}
+	return t.off.Start(ctx, name, opts...)
 }

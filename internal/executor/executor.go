@@ -510,8 +510,8 @@ func (e *Executor) SetPolicy(p *policy.Policy) {
 // Its methods are called on the invoke path: they must be cheap, and
 // safe for concurrent use.
 type Observer interface {
-	// Stage reports the time a call spent in a stage: validate, policy,
-	// confirm (waiting for an answer) or execute.
+	// Stage reports the time a call spent in a stage: admit, validate,
+	// policy, confirm (waiting for an answer), execute or record (trace.go).
 	Stage(stage string, d time.Duration)
 	// Finished reports a call's terminal result: its tool, the policy's
 	// last verdict ("" when the call ended before the policy was asked)

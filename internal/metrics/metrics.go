@@ -71,7 +71,7 @@ func New(daemon string) *Metrics {
 		}, []string{"tool", "verdict", "outcome"}),
 		stages: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "toolbus_stage_seconds",
-			Help:    "Time a call spent in each stage of the executor's pipeline: validate, policy, confirm (waiting for an answer), execute.",
+			Help:    "Time a call spent in each stage of the executor's pipeline: admit, validate, policy, confirm (waiting for an answer), execute, record (waiting for the trail).",
 			Buckets: []float64{.00001, .00005, .0001, .0005, .001, .005, .01, .05, .1, .5, 1, 5, 30, 120, 600},
 		}, []string{"stage"}),
 		policy: prometheus.NewGaugeVec(prometheus.GaugeOpts{

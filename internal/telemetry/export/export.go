@@ -50,6 +50,11 @@ func Enabled(getenv func(string) string) bool {
 // shutdown flushes what is buffered.
 func Setup(ctx context.Context, service string) (shutdown func(context.Context) error, err error) {
 	otel.SetTextMapPropagator(telemetry.Propagator)
+	switch exporter := strings.ToLower(os.Getenv("OTEL_TRACES_EXPORTER")); exporter {
+	case "", "otlp", "none":
+	default:
+		return nil, fmt.Errorf("traces: OTEL_TRACES_EXPORTER %q: toolbus exports traces by otlp, or none", exporter)
+	}
 	if !Enabled(os.Getenv) {
 		return func(context.Context) error { return nil }, nil
 	}
