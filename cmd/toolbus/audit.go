@@ -111,10 +111,11 @@ func queryFlags(fs *pflag.FlagSet) func() (audit.Query, error) {
 		if *verdict != "" && *verdict != "ALLOW" && *verdict != "DENY" && *verdict != "ASK_USER" {
 			return audit.Query{}, usageError{fmt.Errorf("--verdict %q: want ALLOW, DENY or ASK_USER", *verdict)}
 		}
-		if *traceID != "" && audit.TraceID("00-"+*traceID+"-0000000000000000-00") == "" {
+		trace := strings.ToLower(*traceID)
+		if trace != "" && audit.TraceID("00-"+trace+"-0000000000000000-00") == "" {
 			return audit.Query{}, usageError{fmt.Errorf("--trace %q: want a trace id, 32 hexadecimal digits", *traceID)}
 		}
-		return audit.Query{Tool: *tool, Caller: *caller, Verdict: *verdict, Outcome: *outcome, Approver: *approver, Trace: strings.ToLower(*traceID)}, nil
+		return audit.Query{Tool: *tool, Caller: *caller, Verdict: *verdict, Outcome: *outcome, Approver: *approver, Trace: trace}, nil
 	}
 }
 

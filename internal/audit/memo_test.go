@@ -49,3 +49,21 @@ decision := {"verdict": "DENY", "reason": "no secrets", "remember": false} if {
 		t.Errorf("modified arguments judged as the invocation's: %+v", got)
 	}
 }
+
+// TraceID takes the trace id out of a W3C traceparent, and nothing out
+// of what is not one: a record's trace is compared with the id an
+// auditor asks for.
+func TestTraceID(t *testing.T) {
+	for in, want := range map[string]string{
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01": "4bf92f3577b34da6a3ce929d0e0e4736",
+		"00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01": "", // W3C's are lower case
+		"00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01":  "",
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7":     "",
+		"00-4bf92f3577b34da6a3ce929d0e0e47zz-00f067aa0ba902b7-01": "",
+		"": "",
+	} {
+		if got := TraceID(in); got != want {
+			t.Errorf("TraceID(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -60,7 +60,9 @@ func WithTimeout(d time.Duration) CallOption { return func(c *callConfig) { c.ti
 // connection.
 //
 // When ctx ends first the call is cancelled on the executor and the
-// result is ErrCancelled, or ErrTimeout for a deadline.
+// result is ErrCancelled, or ErrTimeout for a deadline. When ctx carries
+// an OpenTelemetry span, the call is its child: the executor's spans join
+// the caller's trace (docs/tracing.md).
 func (c *Client) Invoke(ctx context.Context, name string, args any, opts ...CallOption) (*Result, error) {
 	var cfg callConfig
 	for _, o := range opts {
