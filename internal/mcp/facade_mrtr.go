@@ -16,6 +16,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	mcpserver "github.com/mark3labs/mcp-go/server"
 	"github.com/nats-io/nuid"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/invoke"
@@ -136,8 +137,9 @@ func (h *heldCalls) close() {
 }
 
 // start sends inv for a client that will be asked through input-required
-// results, on the facade's context.
-func (f *Facade) startHeld(inv *events.Invocation, state heldState, serverRequests []string) (*heldCall, error) {
+// results, on the facade's context, in the trace of the request that
+// started it (asked, the request's context).
+func (f *Facade) startHeld(asked context.Context, inv *events.Invocation, state heldState, serverRequests []string) (*heldCall, error) {
 	h := f.held
 	// A correlation id: the call is found by it only through a state
 	// this facade sealed for its caller (open), never by the id alone.
@@ -145,7 +147,8 @@ func (f *Facade) startHeld(inv *events.Invocation, state heldState, serverReques
 	inv.CallerConfirms = true
 	inv.ServerRequests = serverRequests
 	state.Invocation = inv.ID
-	ctx, cancel := context.WithCancel(h.ctx)
+	// The call outlives the request, and stays in its trace.
+	ctx, cancel := context.WithCancel(trace.ContextWithSpanContext(h.ctx, trace.SpanContextFromContext(asked)))
 	hc := &heldCall{inv: inv, state: state, cancel: cancel, asks: make(chan *events.ConfirmRequest, 4),
 		serverAsks: make(chan *events.ServerRequest, 4), done: make(chan struct{})}
 	h.mu.Lock()
@@ -327,7 +330,7 @@ func (f *Facade) toolResult(ctx context.Context, r heldReply) *mcp.CallToolResul
 func (f *Facade) callModern(ctx context.Context, req heldRequest, inv *events.Invocation, serverRequests []string) (heldReply, error) {
 	want := heldState{Tool: inv.Tool, Args: argsDigest(inv.Args), Caller: inv.Sender.ID, Client: f.clientOf(ctx), Session: sessionOf(ctx)}
 	if req.RequestState == "" {
-		hc, err := f.startHeld(inv, want, serverRequests)
+		hc, err := f.startHeld(ctx, inv, want, serverRequests)
 		if err != nil {
 			return heldReply{failure: "toolbus: " + err.Error()}, nil
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	mcpclient "github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -55,4 +56,36 @@ func TestAFacadeCallJoinsItsClientsTrace(t *testing.T) {
 	if executor.Parent().SpanID() != facade.SpanContext().SpanID() {
 		t.Errorf("the executor's span has parent %s, want the facade's %s", executor.Parent().SpanID(), facade.SpanContext().SpanID())
 	}
+}
+
+// A call of a 2026-07-28 client that asks its user outlives the request
+// that started it (the client's retry carries the answer): it stays in
+// the trace that request named.
+func TestAHeldCallStaysInItsClientsTrace(t *testing.T) {
+	spans := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+	defer tp.Shutdown(context.Background())
+	before := otel.GetTracerProvider()
+	otel.SetTracerProvider(tp)
+	defer otel.SetTracerProvider(before)
+	ff := startFacade(t, nil, "")
+	user := &userAtClient{answer: respond(mcp.ElicitationResponseActionAccept, nil)}
+	c := ff.connectModern(t, "modern-traced", mcpclient.WithElicitationHandler(user))
+	const traceID = "6e0c63257de34c92bf9efcd03927272e"
+	req := mcp.CallToolRequest{}
+	req.Params.Name = "write_file"
+	req.Params.Arguments = map[string]any{"file_path": "notes.md", "content": "traced\n"}
+	req.Params.Meta = &mcp.Meta{AdditionalFields: map[string]any{"traceparent": "00-" + traceID + "-00f067aa0ba902b7-01"}}
+	res, err := c.CallTool(context.Background(), req)
+	if err != nil || res.IsError {
+		t.Fatalf("an accepted edit: %v %+v", err, res)
+	}
+	testkit.Eventually(t, "the executor's span of the edit is in the client's trace", func() bool {
+		for _, s := range spans.GetSpans().Snapshots() {
+			if s.Name() == "execute_tool write_file" {
+				return s.SpanContext().TraceID().String() == traceID
+			}
+		}
+		return false
+	})
 }

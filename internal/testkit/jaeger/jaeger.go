@@ -238,5 +238,9 @@ func (j *Jaeger) read(id string) ([]Span, string) {
 			spans = append(spans, s)
 		}
 	}
-	return spans, fmt.Sprintf("%d spans", len(spans))
+	names := make([]string, len(spans))
+	for i, s := range spans {
+		names[i] = s.Service + ": " + s.OperationName
+	}
+	return spans, strings.Join(names, ", ")
 }
