@@ -58,7 +58,7 @@ func TestTraceID(t *testing.T) {
 		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01": "4bf92f3577b34da6a3ce929d0e0e4736",
 		"00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01": "", // W3C's are lower case
 		"00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01":  "",
-		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7":     "",
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7":    "",
 		"00-4bf92f3577b34da6a3ce929d0e0e47zz-00f067aa0ba902b7-01": "",
 		"": "",
 	} {
