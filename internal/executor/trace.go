@@ -19,9 +19,9 @@ import (
 // under it one span per stage of the pipeline (stageNames). The headers
 // are the caller's claim: they name a parent, and grant nothing.
 //
-// With no tracer provider set up (the default), the tracer is
-// OpenTelemetry's no-op, and a call pays for one span that records
-// nothing; stages of a call whose span records nothing start none.
+// With no tracer provider set up (the default), a call starts no span,
+// and pays for reading its headers' trace context alone; stages of a
+// call whose span records nothing start none.
 
 // Stages of the pipeline, as spans (toolbus.<stage>) and as the
 // metrics' stage label (Observer.Stage).
@@ -34,17 +34,21 @@ const (
 	stageRecord   = "record"   // the trail storing what the result waits for
 )
 
-// begin gives c its context and its execute_tool span.
+// begin gives c its context and its execute_tool span; with tracing off,
+// the context carries the caller's trace context alone, for what the
+// call passes it on to.
 func (c *call) begin(h nats.Header) {
 	c.began = time.Now()
-	c.ctx, c.span = c.e.tracer.Start(telemetry.FromHeader(context.Background(), h), "execute_tool "+c.inv.Tool,
-		trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
+	c.ctx = telemetry.FromHeader(context.Background(), h)
+	if c.e.tracer == nil {
+		c.span = trace.SpanFromContext(c.ctx)
+	} else if c.ctx, c.span = c.e.tracer.Start(c.ctx, "execute_tool "+c.inv.Tool, trace.WithSpanKind(trace.SpanKindServer)); c.span.IsRecording() {
+		c.span.SetAttributes(
 			attribute.String("gen_ai.operation.name", "execute_tool"),
 			attribute.String("gen_ai.tool.name", c.inv.Tool),
 			attribute.String("gen_ai.tool.call.id", c.id),
 			attribute.String("toolbus.invocation.id", c.inv.ID),
-			attribute.String("toolbus.caller", c.principal)))
-	if c.span.IsRecording() {
+			attribute.String("toolbus.caller", c.principal))
 		// The trail's events of the call name its span: an auditor goes
 		// from an entry to its trace, and back (gen_ai.tool.call.id).
 		c.trace = telemetry.TraceParent(c.span.SpanContext())
@@ -145,12 +149,17 @@ func (c *call) finish(res *events.Result) {
 
 // forwarding is the span of a call this executor sends to host, which
 // runs it: a child of the caller's, whose context goes along in fwd's
-// headers, so the other executor's execute_tool span is its child.
+// headers, so the other executor's execute_tool span is its child. With
+// tracing off, the caller's context goes along as it came.
 func (e *Executor) forwarding(h nats.Header, fwd *nats.Msg, inv *events.Invocation, host string) trace.Span {
-	ctx, span := e.tracer.Start(telemetry.FromHeader(context.Background(), h), "toolbus.forward "+inv.Tool,
-		trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
-			attribute.String("gen_ai.tool.name", inv.Tool),
-			attribute.String("toolbus.executor", host)))
+	ctx := telemetry.FromHeader(context.Background(), h)
+	span := trace.SpanFromContext(ctx)
+	if e.tracer != nil {
+		ctx, span = e.tracer.Start(ctx, "toolbus.forward "+inv.Tool, trace.WithSpanKind(trace.SpanKindProducer))
+		if span.IsRecording() {
+			span.SetAttributes(attribute.String("gen_ai.tool.name", inv.Tool), attribute.String("toolbus.executor", host))
+		}
+	}
 	telemetry.ToHeader(ctx, fwd)
 	return span
 }

@@ -603,9 +603,16 @@ func (f *Facade) callSpan(ctx context.Context, req mcp.CallToolRequest) (context
 	if !trace.SpanContextFromContext(parent).IsValid() && req.Header != nil {
 		parent = telemetry.Propagator.Extract(ctx, propagation.HeaderCarrier(req.Header))
 	}
-	return telemetry.TracerOf(nil).Start(parent, "tools/call "+req.Params.Name, trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithAttributes(attribute.String("mcp.method.name", "tools/call"), attribute.String("gen_ai.tool.name", req.Params.Name),
-			attribute.String("gen_ai.operation.name", "execute_tool")))
+	tracer := telemetry.TracerOf(nil)
+	if tracer == nil {
+		return parent, trace.SpanFromContext(parent) // off: the client's context goes on as it came
+	}
+	ctx, span := tracer.Start(parent, "tools/call "+req.Params.Name, trace.WithSpanKind(trace.SpanKindServer))
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("mcp.method.name", "tools/call"), attribute.String("gen_ai.tool.name", req.Params.Name),
+			attribute.String("gen_ai.operation.name", "execute_tool"))
+	}
+	return ctx, span
 }
 
 // notificationSettle is how long a handler that sent its client

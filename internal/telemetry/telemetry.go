@@ -22,14 +22,23 @@ import (
 var Propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
 
 // TracerOf is toolbus's tracer of tp, or of OpenTelemetry's global
-// provider when tp is nil: a no-op until a process sets one up
-// (internal/telemetry/export).
+// provider when tp is nil; nil when tp is nil and no provider was set up
+// (internal/telemetry/export): tracing is off, and a call starts no
+// span, while the trace context it carries still goes on. A provider
+// must be set up before the part that traces with it starts.
 func TracerOf(tp trace.TracerProvider) trace.Tracer {
 	if tp == nil {
-		tp = otel.GetTracerProvider()
+		if tp = otel.GetTracerProvider(); tp == unset {
+			return nil
+		}
 	}
 	return tp.Tracer("github.com/toolbus/toolbus")
 }
+
+// unset is OpenTelemetry's global provider as it is until a process sets
+// one: a no-op, which would still cost every call a span's start
+// (BenchmarkSpanOff).
+var unset = otel.GetTracerProvider()
 
 // TraceParent is sc as a W3C traceparent: version, trace id, span id
 // and flags.
