@@ -325,7 +325,7 @@ func followExport(natsURL string, af *auditFlags, ff *followFlags) error {
 		if cfg.After, err = audit.ReadExportCheckpoint(*ff.checkpoint); err != nil {
 			return fmt.Errorf("--checkpoint: %w", err)
 		}
-		sink = &audit.ExportWriter{W: os.Stdout, Checkpoint: *ff.checkpoint}
+		sink = &audit.Checkpointed{Sink: &audit.ExportWriter{W: os.Stdout}, Path: *ff.checkpoint}
 	default:
 		sink = &audit.ExportWriter{W: os.Stdout}
 	}

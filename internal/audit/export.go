@@ -30,7 +30,7 @@ import (
 type Line struct {
 	// Seq is the event's sequence in the audit stream. Lines come in its
 	// order, and a reader that may be given a line twice (the last batch
-	// again after a crash: ExportWriter) drops the repeat by it.
+	// again after a crash: Checkpointed) drops the repeat by it.
 	Seq uint64 `json:"seq"`
 	// Time is when the stream stored the event.
 	Time    time.Time `json:"time"`

@@ -16,8 +16,9 @@ import (
 
 // Where an export goes on after a stop is in what it wrote, so that
 // nothing else can get out of step with it: an export to a file reads
-// the file's last line (ExportFile); one to stdout keeps the last
-// sequence it wrote in a checkpoint file of its own (ExportWriter).
+// the file's last line (ExportFile); one to stdout or to a collector
+// keeps the last sequence it wrote in a checkpoint file of its own
+// (Checkpointed).
 
 // ErrNotExport is the error of an export's output or checkpoint file that
 // holds something an export does not write: the export refuses to go on
@@ -193,33 +194,43 @@ func (e *ExportFile) Write(_ context.Context, batch []Line) error {
 // Close closes the file, and lets its lock go.
 func (e *ExportFile) Close() error { return e.f.Close() }
 
-// ExportWriter writes an export to W (stdout) and keeps its cursor in a
-// checkpoint file: after each batch is written, the batch's last
-// sequence goes to Checkpoint (none when empty), replaced whole (a temp
-// file, synced, renamed over it), so that a crash leaves the checkpoint
-// before the batch or after it, never half of one. A crash between the
-// two has the export write the batch again when it starts again: a
-// reader drops repeats by their seq.
+// ExportWriter writes an export to W (stdout), one line an event.
 type ExportWriter struct {
-	W          io.Writer
-	Checkpoint string
+	W io.Writer
 }
 
 var _ Sink = (*ExportWriter)(nil)
 
-// Write writes batch to w, then moves the checkpoint past it.
+// Write writes batch to W.
 func (e *ExportWriter) Write(_ context.Context, batch []Line) error {
 	buf, err := appendLines(nil, batch)
 	if err != nil {
 		return err
 	}
-	if _, err := e.W.Write(buf); err != nil {
+	_, err = e.W.Write(buf)
+	return err
+}
+
+// Checkpointed keeps the cursor of an export to a Sink that keeps none
+// (stdout, an OTLP collector) in a checkpoint file: once the Sink has
+// taken a batch, the batch's last sequence goes to Path, replaced whole
+// (WriteExportCheckpoint), so that a crash leaves the checkpoint before
+// the batch or after it, never half of one. A crash between the two has
+// the export give the Sink the batch again when it starts again: a reader
+// drops repeats by their seq.
+type Checkpointed struct {
+	Sink Sink
+	Path string
+}
+
+var _ Sink = (*Checkpointed)(nil)
+
+// Write gives batch to the Sink, then moves the checkpoint past it.
+func (c *Checkpointed) Write(ctx context.Context, batch []Line) error {
+	if err := c.Sink.Write(ctx, batch); err != nil || len(batch) == 0 {
 		return err
 	}
-	if e.Checkpoint == "" || len(batch) == 0 {
-		return nil
-	}
-	return WriteExportCheckpoint(e.Checkpoint, batch[len(batch)-1].Seq)
+	return WriteExportCheckpoint(c.Path, batch[len(batch)-1].Seq)
 }
 
 // maxCheckpoint bounds what ReadExportCheckpoint reads: a checkpoint is

@@ -241,3 +241,27 @@ func FuzzParseExportCheckpoint(f *testing.F) {
 		}
 	})
 }
+
+// TestExportCheckpointMovesAfterItsSinkTookTheBatch: the checkpoint of a
+// sink moves past a batch once the sink has taken it, and not when it
+// failed to.
+func TestExportCheckpointMovesAfterItsSinkTookTheBatch(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "export.seq")
+	var buf bytes.Buffer
+	c := &audit.Checkpointed{Sink: &audit.ExportWriter{W: &buf}, Path: path}
+	batch := []audit.Line{{Seq: 3, Subject: "tool.step", Kind: "tool.step", Event: json.RawMessage(`{}`)}, {Seq: 5, Subject: "tool.step", Kind: "tool.step", Event: json.RawMessage(`{}`)}}
+	if err := c.Write(context.Background(), batch); err != nil {
+		t.Fatal(err)
+	}
+	if seq, err := audit.ReadExportCheckpoint(path); seq != 5 || err != nil {
+		t.Errorf("after a batch taken: the checkpoint is #%d (%v), want #5", seq, err)
+	}
+	c.Sink = &failing{}
+	if err := c.Write(context.Background(), []audit.Line{{Seq: 8, Subject: "tool.step", Kind: "tool.step", Event: json.RawMessage(`{}`)}}); !errors.Is(err, errFull) {
+		t.Errorf("got %v, want the sink's error", err)
+	}
+	if seq, err := audit.ReadExportCheckpoint(path); seq != 5 || err != nil {
+		t.Errorf("after a batch the sink failed: the checkpoint is #%d (%v), want #5", seq, err)
+	}
+}
