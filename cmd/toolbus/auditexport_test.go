@@ -4,7 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +19,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	collogpb "go.opentelemetry.io/proto/otlp/collector/logs/v1"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/toolbus/toolbus/internal/audit"
 	"github.com/toolbus/toolbus/internal/bus"
@@ -324,6 +330,8 @@ func TestAuditExportFollowRefusesWhatItDidNotWrite(t *testing.T) {
 		{[]string{"--output", filepath.Join(dir, "a"), "--checkpoint", filepath.Join(dir, "b")}, 2, "its own checkpoint"},
 		{[]string{"--tool", "read_file"}, 2, "--tool"},
 		{[]string{"--until", "1h"}, 2, "--until"},
+		{[]string{"--format", "otlp", "--output", filepath.Join(dir, "d")}, 2, "--output does not go with it"},
+		{[]string{"--format", "xml"}, 2, "want jsonl, or otlp"},
 	} {
 		args := append([]string{"audit", "export", "--follow", "--nats", url}, c.args...)
 		if _, errOut, code := toolbus(t, args...); code != c.code || !strings.Contains(errOut, c.says) {
@@ -332,6 +340,9 @@ func TestAuditExportFollowRefusesWhatItDidNotWrite(t *testing.T) {
 	}
 	if _, errOut, code := toolbus(t, "audit", "export", "--output", filepath.Join(dir, "c"), "--nats", url); code != 2 || !strings.Contains(errOut, "goes with --follow") {
 		t.Errorf("--output without --follow: exit %d, %s", code, errOut)
+	}
+	if _, errOut, code := toolbus(t, "audit", "export", "--format", "otlp", "--nats", url); code != 2 || !strings.Contains(errOut, "goes with --follow") {
+		t.Errorf("--format otlp without --follow: exit %d, %s", code, errOut)
 	}
 	if data, _ := os.ReadFile(notes); string(data) != content {
 		t.Errorf("a refused file was changed: %q", data)
@@ -390,4 +401,132 @@ func TestAuditExportFollowReportsAGap(t *testing.T) {
 		t.Errorf("the first line past the gap is #%d (%v), want #%d or later", seq, err, info.State.FirstSeq)
 	}
 	d.stop(t)
+}
+
+// collector is an OTLP/HTTP logs receiver: it decodes each export
+// request as OpenTelemetry's protobuf, keeps the sequence attribute of
+// every record it takes, and refuses requests while told to.
+type collector struct {
+	mu      sync.Mutex
+	seqs    []uint64
+	service string
+	refuse  bool
+	refused int
+	bad     []string // what was wrong with a record
+}
+
+func (c *collector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	var req collogpb.ExportLogsServiceRequest
+	if err == nil {
+		err = proto.Unmarshal(body, &req)
+	}
+	if r.URL.Path != "/v1/logs" || r.Header.Get("Content-Type") != "application/x-protobuf" || err != nil {
+		http.Error(w, fmt.Sprintf("not an OTLP logs request: %s %s: %v", r.URL.Path, r.Header.Get("Content-Type"), err), http.StatusBadRequest)
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.refuse {
+		c.refused++
+		http.Error(w, "refused by the test", http.StatusBadRequest)
+		return
+	}
+	for _, rl := range req.GetResourceLogs() {
+		for _, a := range rl.GetResource().GetAttributes() {
+			if a.GetKey() == "service.name" {
+				c.service = a.GetValue().GetStringValue()
+			}
+		}
+		for _, sl := range rl.GetScopeLogs() {
+			for _, lr := range sl.GetLogRecords() {
+				var seq int64
+				for _, a := range lr.GetAttributes() {
+					if a.GetKey() == audit.AttrSeq {
+						seq = a.GetValue().GetIntValue()
+					}
+				}
+				body := lr.GetBody().GetStringValue()
+				if seq <= 0 || lr.GetTimeUnixNano() == 0 || lr.GetEventName() == "" || !json.Valid([]byte(body)) {
+					c.bad = append(c.bad, fmt.Sprintf("seq %d, time %d, event %q, body %.100q", seq, lr.GetTimeUnixNano(), lr.GetEventName(), body))
+				}
+				c.seqs = append(c.seqs, uint64(seq))
+			}
+		}
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+func (c *collector) taken() []uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.seqs)
+}
+
+func (c *collector) setRefuse(refuse bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.refuse = refuse
+}
+
+// TestAuditExportFollowToOTLPResumesFromItsCheckpoint: an export to an
+// OTLP collector (a real OTLP/HTTP receiver, in the test) with
+// --checkpoint, stopped by SIGTERM mid-stream, then refused by the
+// collector (it exits 1, its checkpoint where it was), then started
+// again: the collector has taken every event exactly once, each a log
+// record with its sequence.
+func TestAuditExportFollowToOTLPResumesFromItsCheckpoint(t *testing.T) {
+	t.Parallel()
+	b := bustest.Start(t, "")
+	js := b.JetStream()
+	col := &collector{}
+	srv := httptest.NewServer(col)
+	t.Cleanup(srv.Close)
+	checkpoint := filepath.Join(t.TempDir(), "export.seq")
+	env := []string{"OTEL_EXPORTER_OTLP_LOGS_ENDPOINT=" + srv.URL + "/v1/logs", "OTEL_EXPORTER_OTLP_ENDPOINT=", "OTEL_EXPORTER_OTLP_PROTOCOL="}
+	args := []string{"audit", "export", "--follow", "--format", "otlp", "--checkpoint", checkpoint, "--since", "1h", "--nats", b.URL()}
+	p := startProducer(js)
+
+	first := startDaemonWith(t, env, "toolbus", args...)
+	testkit.Eventually(t, "the collector takes events", func() bool { return len(col.taken()) >= 50 })
+	if err := endBy(t, first, syscall.SIGTERM); err != nil {
+		t.Fatalf("a stop by SIGTERM: %v; stderr:\n%s", err, first.output.String())
+	}
+	stopped := col.taken()
+	if data, err := os.ReadFile(checkpoint); err != nil || string(data) != fmt.Sprintf("%d\n", stopped[len(stopped)-1]) {
+		t.Fatalf("after a stop the checkpoint holds %q (%v), want the last event taken, #%d", data, err, stopped[len(stopped)-1])
+	}
+
+	col.setRefuse(true)
+	refused := startDaemonWith(t, env, "toolbus", args...)
+	select {
+	case err := <-refused.done:
+		if code := refused.cmd.ProcessState.ExitCode(); code != 1 || !strings.Contains(refused.output.String(), "OTLP export") {
+			t.Errorf("an export the collector refuses: exit %d (%v), %s", code, err, refused.output.String())
+		}
+	case <-time.After(logWait):
+		t.Fatalf("an export the collector refuses did not end; stderr:\n%s", refused.output.String())
+	}
+	if data, _ := os.ReadFile(checkpoint); string(data) != fmt.Sprintf("%d\n", stopped[len(stopped)-1]) {
+		t.Errorf("a batch the collector refused moved the checkpoint to %q", data)
+	}
+	col.setRefuse(false)
+
+	second := startDaemonWith(t, env, "toolbus", args...)
+	testkit.Eventually(t, "the collector takes more events", func() bool { return len(col.taken()) >= len(stopped)+50 })
+	p.finish(t)
+	want := trailSeqs(t, js)
+	testkit.Eventually(t, "the export catches up", func() bool {
+		got := col.taken()
+		return len(got) > 0 && got[len(got)-1] >= want[len(want)-1]
+	})
+	if err := endBy(t, second, syscall.SIGTERM); err != nil {
+		t.Fatalf("a stop by SIGTERM: %v; stderr:\n%s", err, second.output.String())
+	}
+	exactlyOnce(t, col.taken(), want)
+	col.mu.Lock()
+	defer col.mu.Unlock()
+	if col.refused == 0 || col.service != "toolbus" || len(col.bad) > 0 {
+		t.Errorf("refused %d requests, service %q, records not as sent: %q", col.refused, col.service, col.bad)
+	}
 }
