@@ -197,22 +197,44 @@ ran; the filters narrow the list. Secrets are hidden.`,
 	if export {
 		cmd.Use, cmd.Short = "export", "Export the recorded calls, one JSON object a line, for a SIEM"
 		cmd.Long = `Writes every invocation in the audit stream (within the filters) as one JSON
-object a line, secrets hidden, for a SIEM or an archive.`
-		cmd.Example = "  toolbus audit export --since 7d > audit.jsonl"
+object a line, secrets hidden, for a SIEM or an archive.
+
+With --follow, writes the trail's events instead, one a line, as they are
+stored, until Ctrl-C or SIGTERM: each with its sequence in the audit stream,
+its subject, kind, principal and invocation, and the event itself, secrets
+hidden. An export goes on after a stop where it stopped, every event once:
+with --output the file is its own checkpoint (its last line); on stdout, give
+--checkpoint a file to keep its place in. With --format otlp, it sends them
+to an OpenTelemetry collector as log records instead (OTLP/HTTP, configured
+by the OTEL_EXPORTER_OTLP_* variables). A first start begins at --since,
+else now. When the stream no longer holds events the export has not written
+(they aged out while it was stopped), it says which and exits 1, unless
+--accept-gaps lets it go on.`
+		cmd.Example = `  toolbus audit export --since 7d > audit.jsonl
+  toolbus audit export --follow --output /var/log/toolbus/audit.jsonl --since 30d
+  toolbus audit export --follow --checkpoint /var/lib/toolbus/export.seq | my-shipper
+  OTEL_EXPORTER_OTLP_ENDPOINT=http://collector:4318 toolbus audit export --follow --format otlp --checkpoint export.seq`
 	}
 	fs := cmd.Flags()
 	af := newAuditFlags(fs)
 	query := queryFlags(fs)
 	var asJSON *bool
 	format := new(string)
+	var ff *followFlags
 	if export {
-		format = fs.String("format", "jsonl", "export format: jsonl, one invocation a line")
+		format = fs.String("format", "jsonl", "export format: jsonl, one invocation (with --follow: one event) a line; with --follow, otlp: OpenTelemetry log records to the collector OTEL_EXPORTER_OTLP_LOGS_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT names")
+		ff = newFollowFlags(fs)
 	} else {
 		asJSON = fs.Bool("json", false, "print a JSON array of invocations")
 	}
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		if export && *format != "jsonl" {
-			return usageError{fmt.Errorf("audit export --format %q: jsonl is the one format", *format)}
+		if export {
+			if err := ff.check(cmd, *format); err != nil {
+				return err
+			}
+			if *ff.follow {
+				return followExport(busURLFor(cmd), af, ff, *format)
+			}
 		}
 		q, err := query()
 		if err != nil {
@@ -240,6 +262,100 @@ object a line, secrets hidden, for a SIEM or an archive.`
 		})
 	}
 	return cmd
+}
+
+// followFlags are the flags of audit export --follow.
+type followFlags struct {
+	follow, acceptGaps *bool
+	output, checkpoint *string
+}
+
+func newFollowFlags(fs *pflag.FlagSet) *followFlags {
+	return &followFlags{
+		follow:     fs.Bool("follow", false, "write the trail's events, one a line, as they are stored, until stopped; a stopped export goes on where it stopped"),
+		output:     fs.String("output", "", "with --follow: append to `FILE`, which is its own checkpoint (default: stdout)"),
+		checkpoint: fs.String("checkpoint", "", "with --follow to stdout or a collector: keep the sequence of the last event written in `FILE`, and go on after it"),
+		acceptGaps: fs.Bool("accept-gaps", false, "with --follow: go on past events the stream no longer holds (aged out before they were written), where the export would stop"),
+	}
+}
+
+// callFilters are the flags of export that select calls, which an export
+// of events does not.
+var callFilters = []string{"tool", "caller", "verdict", "outcome", "approver", "until"}
+
+// check refuses the flags that do not go together.
+func (ff *followFlags) check(cmd *cobra.Command, format string) error {
+	switch {
+	case format == "otlp" && !*ff.follow:
+		return usageError{errors.New("audit export --format otlp goes with --follow")}
+	case format == "otlp" && *ff.output != "":
+		return usageError{errors.New("audit export --format otlp sends to a collector: --output does not go with it (--checkpoint FILE keeps its place)")}
+	case format != "jsonl" && format != "otlp":
+		return usageError{fmt.Errorf("audit export --format %q: want jsonl, or otlp with --follow", format)}
+	}
+	if !*ff.follow {
+		for _, name := range []string{"output", "checkpoint", "accept-gaps"} {
+			if cmd.Flags().Changed(name) {
+				return usageError{fmt.Errorf("audit export: --%s goes with --follow", name)}
+			}
+		}
+		return nil
+	}
+	for _, name := range callFilters {
+		if cmd.Flags().Changed(name) {
+			return usageError{fmt.Errorf("audit export --follow writes every event of the trail: --%s, which selects calls, does not go with it", name)}
+		}
+	}
+	if *ff.output != "" && *ff.checkpoint != "" {
+		return usageError{errors.New("audit export --follow: --output FILE is its own checkpoint; --checkpoint goes with stdout")}
+	}
+	return nil
+}
+
+// followExport runs audit export --follow: it reads where the export
+// stopped from its output file or checkpoint, then follows the trail
+// from there until it is stopped.
+func followExport(natsURL string, af *auditFlags, ff *followFlags, format string) error {
+	since, err := parseWhen("since", *af.since, time.Now())
+	if err != nil {
+		return err
+	}
+	log, err := cli.Logger("info")
+	if err != nil {
+		return err
+	}
+	cfg := audit.FollowConfig{Since: since, AcceptGaps: *ff.acceptGaps, Logger: log}
+	var sink audit.Sink = &audit.ExportWriter{W: os.Stdout}
+	if format == "otlp" {
+		otlp, err := audit.NewOTLPSink(context.Background(), "toolbus")
+		if err != nil {
+			return err
+		}
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			otlp.Close(ctx)
+		}()
+		sink = otlp
+	}
+	switch {
+	case *ff.output != "":
+		file, last, err := audit.OpenExportFile(*ff.output)
+		if err != nil {
+			return fmt.Errorf("--output: %w", err)
+		}
+		defer file.Close()
+		cfg.After, sink = last, file
+	case *ff.checkpoint != "":
+		if cfg.After, err = audit.ReadExportCheckpoint(*ff.checkpoint); err != nil {
+			return fmt.Errorf("--checkpoint: %w", err)
+		}
+		sink = &audit.Checkpointed{Sink: sink, Path: *ff.checkpoint}
+	}
+	return af.run(natsURL, func(ctx context.Context, b *bus.Bus, red *redact.Redactor) error {
+		cfg.Redactor = red
+		return audit.Follow(ctx, b.JetStream(), cfg, sink)
+	})
 }
 
 func newAuditShowCommand() *cobra.Command {
