@@ -71,7 +71,10 @@ func (p *producer) run(js jetstream.JetStream) error {
 			subject, data = events.SubjectProgressPrefix+id, []byte("output")
 		case 3:
 			subject = events.SubjectResult
-			data, err = events.Encode(&events.Result{Header: events.Header{Sender: events.Identity{ID: "executor"}}, InvocationID: id})
+			// A traced call's result names its span: an OTLP export's
+			// record of it is in its trace.
+			trace := fmt.Sprintf("00-%032x-%016x-01", i+1, i+1)
+			data, err = events.Encode(&events.Result{Header: events.Header{Sender: events.Identity{ID: "executor"}, Trace: trace}, InvocationID: id})
 		}
 		if err != nil {
 			return err
@@ -449,6 +452,13 @@ func (c *collector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				body := lr.GetBody().GetStringValue()
 				if seq <= 0 || lr.GetTimeUnixNano() == 0 || lr.GetEventName() == "" || !json.Valid([]byte(body)) {
 					c.bad = append(c.bad, fmt.Sprintf("seq %d, time %d, event %q, body %.100q", seq, lr.GetTimeUnixNano(), lr.GetEventName(), body))
+				}
+				var h struct {
+					Trace string `json:"trace"`
+				}
+				json.Unmarshal([]byte(body), &h)
+				if got := fmt.Sprintf("%x", lr.GetTraceId()); h.Trace != "" && got != audit.TraceID(h.Trace) {
+					c.bad = append(c.bad, fmt.Sprintf("seq %d names trace %s, its record is in trace %q", seq, h.Trace, got))
 				}
 				c.seqs = append(c.seqs, uint64(seq))
 			}

@@ -45,6 +45,9 @@ type Line struct {
 	// minted for it. Empty when the event names none.
 	Invocation string `json:"invocation,omitempty"`
 	Call       string `json:"call,omitempty"`
+	// Trace is the W3C traceparent of the call's execute_tool span, when
+	// its executor traced it (events.Header.Trace): the event's trace.
+	Trace string `json:"trace,omitempty"`
 	// Incomplete names the event's large fields the trail does not hold,
 	// or holds altered (events.Inline): Event holds a note in the place
 	// of each.
@@ -330,7 +333,7 @@ func (f *follower) line(ctx context.Context, m *bus.StoredMsg) (Line, error) {
 			data = inlined
 		}
 	}
-	l.Invocation, l.Call = about(kind, data, m.Header.Get(events.CallHeader))
+	l.Invocation, l.Call, l.Trace = about(kind, data, m.Header.Get(events.CallHeader))
 	l.Event = f.cfg.Redactor.JSON(data)
 	return l, nil
 }
@@ -340,20 +343,21 @@ func (f *follower) line(ctx context.Context, m *bus.StoredMsg) (Line, error) {
 // and the id the executor minted (an invocation record's
 // events.CallHeader, else its header's call). Empty when the event names
 // none, or does not decode.
-func about(kind string, data []byte, callHeader string) (invocation, call string) {
+func about(kind string, data []byte, callHeader string) (invocation, call, trace string) {
 	var h struct {
 		ID           string `json:"id"`
 		InvocationID string `json:"invocationId"`
 		Call         string `json:"call"`
+		Trace        string `json:"trace"`
 	}
 	if json.Unmarshal(data, &h) != nil {
-		return "", callHeader
+		return "", callHeader, ""
 	}
 	invocation = h.InvocationID
 	if kind == events.SubjectInvoke {
 		invocation = h.ID
 	}
-	return invocation, cmp.Or(callHeader, h.Call)
+	return invocation, cmp.Or(callHeader, h.Call), h.Trace
 }
 
 // heldFrom asks the stream's leader whether it holds a message under

@@ -9,9 +9,12 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlplog/otlploghttp"
 	"go.opentelemetry.io/otel/log"
+	"go.opentelemetry.io/otel/propagation"
 	sdklog "go.opentelemetry.io/otel/sdk/log"
 	"go.opentelemetry.io/otel/sdk/resource"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+
+	"github.com/toolbus/toolbus/internal/telemetry"
 )
 
 // The attributes of an event sent as an OpenTelemetry log record, beside
@@ -74,12 +77,22 @@ func NewOTLPSink(ctx context.Context, service string, opts ...otlploghttp.Option
 func (s *OTLPSink) Write(ctx context.Context, batch []Line) error {
 	observed := time.Now()
 	for _, l := range batch {
-		s.logger.Emit(ctx, logRecord(l, observed))
+		s.logger.Emit(traced(ctx, l.Trace), logRecord(l, observed))
 	}
 	if err := s.provider.ForceFlush(ctx); err != nil {
 		return fmt.Errorf("OTLP export of #%d..#%d: %w", batch[0].Seq, batch[len(batch)-1].Seq, err)
 	}
 	return nil
+}
+
+// traced is ctx in the trace traceparent names, which a log record
+// emitted in it carries: the collector links the event to its call's
+// span.
+func traced(ctx context.Context, traceparent string) context.Context {
+	if traceparent == "" {
+		return ctx
+	}
+	return telemetry.Propagator.Extract(ctx, propagation.MapCarrier{"traceparent": traceparent})
 }
 
 // Close shuts the exporter down.
