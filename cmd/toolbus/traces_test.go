@@ -41,7 +41,10 @@ func TestOneTraceFromAnMCPClientToTheServer(t *testing.T) {
 
 	asked := make(chan string, 4)
 	tr := transport.NewStdio(bin("toolbus"), append(append(os.Environ(), "TOOLBUS_NATS="), traced...), "mcp", "serve", "--nats", url)
-	agent := mcpclient.NewClient(tr, mcpclient.WithElicitationHandler(acceptingUser(asked)))
+	// The server/discover probe waits for the command to start and
+	// connect, which a loaded machine can take longer than mcp-go's 5 s
+	// for: a bound on a wait, not a measurement.
+	agent := mcpclient.NewClient(tr, mcpclient.WithElicitationHandler(acceptingUser(asked)), mcpclient.WithDiscoverTimeout(connectWait))
 	mcpsession.InitializeModern(t, agent, "traced-agent", "1.0")
 	const traceID, agentSpan = "5b8efff798038103d269b633813fc60c", "eee19b7ec3c1b174"
 	req := mcp.CallToolRequest{}

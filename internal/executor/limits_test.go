@@ -12,6 +12,7 @@ import (
 	"github.com/toolbus/toolbus/internal/invoke"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/audittest"
 	"github.com/toolbus/toolbus/internal/testkit/bustest"
 	"github.com/toolbus/toolbus/internal/tool"
 )
@@ -166,22 +167,17 @@ func queuedAt(t *testing.T, client *invoke.Client, inv *events.Invocation) (int,
 }
 
 // recordedResult waits for the audit stream to hold the result of
-// invocation id, and returns it.
+// invocation id, and returns it. Results are recorded after they are
+// sent, one executor's independently of another's: the last one stored
+// need not be the last call's.
 func recordedResult(t *testing.T, e *env, id string) *events.Result {
 	t.Helper()
 	var found *events.Result
-	stream, err := e.bus.JetStream().Stream(context.Background(), events.AuditStream)
-	if err != nil {
-		t.Fatal(err)
-	}
 	testkit.Eventually(t, "the result of "+id+" in the audit stream", func() bool {
-		m, err := stream.GetLastMsgForSubject(context.Background(), events.SubjectResult)
-		if err != nil {
-			return false
-		}
-		r, err := events.Decode[events.Result](m.Data)
-		if err == nil && r.InvocationID == id {
-			found = r
+		for _, r := range audittest.Envelopes[events.Result](t, e.bus.JetStream(), events.SubjectResult) {
+			if r.InvocationID == id {
+				found = r
+			}
 		}
 		return found != nil
 	})
