@@ -466,7 +466,7 @@ func (e *Executor) forward(m *nats.Msg, inv *events.Invocation, id string, t *ev
 	// it on: the principal read from it goes along. Only executors may
 	// publish on the executors' own subjects.
 	fwd := &nats.Msg{Subject: events.ExecSubject(host), Data: m.Data, Header: nats.Header{}}
-	span := e.forwarding(m.Header, fwd, inv, host)
+	span := e.forwarding(m.Header, fwd, t, host)
 	defer span.End()
 	fwd.Header.Set(events.PrincipalHeader, e.principalOf(m, false))
 	fwd.Header.Set(events.CallHeader, id)

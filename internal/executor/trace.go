@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -16,8 +17,11 @@ import (
 // A call's trace (docs/tracing.md): one execute_tool span, named and
 // attributed by OpenTelemetry's GenAI conventions, the child of the
 // caller's span when the invocation's headers carry its trace context;
-// under it one span per stage of the pipeline (stageNames). The headers
-// are the caller's claim: they name a parent, and grant nothing.
+// under it one span per stage of the pipeline (the stages below). The
+// headers are the caller's claim: they name a parent, and grant nothing.
+// The tool's name in a span is the catalogue's, never the caller's: a
+// caller naming tools that do not exist must not fill a trace store with
+// names of its making.
 //
 // With no tracer provider set up (the default), a call starts no span,
 // and pays for reading its headers' trace context alone; stages of a
@@ -42,10 +46,10 @@ func (c *call) begin(h nats.Header) {
 	c.ctx = telemetry.FromHeader(context.Background(), h)
 	if c.e.tracer == nil {
 		c.span = trace.SpanFromContext(c.ctx)
-	} else if c.ctx, c.span = c.e.tracer.Start(c.ctx, "execute_tool "+c.inv.Tool, trace.WithSpanKind(trace.SpanKindServer)); c.span.IsRecording() {
+	} else if c.ctx, c.span = c.e.tracer.Start(c.ctx, spanName("execute_tool", c.tool), trace.WithSpanKind(trace.SpanKindServer)); c.span.IsRecording() {
 		c.span.SetAttributes(
 			attribute.String("gen_ai.operation.name", "execute_tool"),
-			attribute.String("gen_ai.tool.name", c.inv.Tool),
+			attribute.String("gen_ai.tool.name", cmp.Or(nameOf(c.tool), "(unknown)")),
 			attribute.String("gen_ai.tool.call.id", c.id),
 			attribute.String("toolbus.invocation.id", c.inv.ID),
 			attribute.String("toolbus.caller", c.principal))
@@ -54,6 +58,16 @@ func (c *call) begin(h nats.Header) {
 		c.trace = telemetry.TraceParent(c.span.SpanContext())
 	}
 	c.ctx, c.cancel = context.WithCancelCause(c.ctx)
+}
+
+// spanName is operation's span name for a call of t: the operation and
+// the catalogue's name of the tool, or the operation alone for a tool the
+// catalogue does not have.
+func spanName(operation string, t *events.Tool) string {
+	if name := nameOf(t); name != "" {
+		return operation + " " + name
+	}
+	return operation
 }
 
 // stage is one stage of a call under way: its span, when the call is
@@ -82,9 +96,6 @@ func (s stage) context(ctx context.Context) context.Context {
 	}
 	return trace.ContextWithSpan(ctx, s.span)
 }
-
-// traced says the stage has a span to attribute.
-func (s stage) traced() bool { return s.span != nil }
 
 // end ends the stage, with the stop that ended the call in it, if any.
 func (s stage) end(st *stop) {
@@ -151,13 +162,13 @@ func (c *call) finish(res *events.Result) {
 // runs it: a child of the caller's, whose context goes along in fwd's
 // headers, so the other executor's execute_tool span is its child. With
 // tracing off, the caller's context goes along as it came.
-func (e *Executor) forwarding(h nats.Header, fwd *nats.Msg, inv *events.Invocation, host string) trace.Span {
+func (e *Executor) forwarding(h nats.Header, fwd *nats.Msg, t *events.Tool, host string) trace.Span {
 	ctx := telemetry.FromHeader(context.Background(), h)
 	span := trace.SpanFromContext(ctx)
 	if e.tracer != nil {
-		ctx, span = e.tracer.Start(ctx, "toolbus.forward "+inv.Tool, trace.WithSpanKind(trace.SpanKindProducer))
+		ctx, span = e.tracer.Start(ctx, spanName("toolbus.forward", t), trace.WithSpanKind(trace.SpanKindProducer))
 		if span.IsRecording() {
-			span.SetAttributes(attribute.String("gen_ai.tool.name", inv.Tool), attribute.String("toolbus.executor", host))
+			span.SetAttributes(attribute.String("gen_ai.tool.name", t.Name), attribute.String("toolbus.executor", host))
 		}
 	}
 	telemetry.ToHeader(ctx, fwd)

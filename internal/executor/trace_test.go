@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -150,6 +151,21 @@ func TestATraceContextGrantsNothing(t *testing.T) {
 	call := spansOf(t, spans, "execute_tool write_file")["execute_tool write_file"]
 	if call.SpanContext.TraceID().String() != "0af7651916cd43dd8448eb211c80319c" {
 		t.Errorf("the call did not join the trace it named: %v", call.SpanContext.TraceID())
+	}
+	// A tool the catalogue does not have names no span: the names in a
+	// trace store are the catalogue's, not the caller's.
+	made := "made_up_" + strings.Repeat("x", 200)
+	if res, err := e.client.Invoke(context.Background(), &events.Invocation{Tool: made, Args: json.RawMessage(`{}`)}, nil); err != nil || res.Error == nil {
+		t.Fatalf("a made-up tool: %v %+v", err, res)
+	}
+	unknown := spansOf(t, spans, "execute_tool")["execute_tool"]
+	if a := attrsOf(unknown); a["gen_ai.tool.name"] != "(unknown)" {
+		t.Errorf("a made-up tool's span: %v", a)
+	}
+	for _, name := range names(spans) {
+		if strings.Contains(name, "made_up") {
+			t.Errorf("a span is named after a tool the caller made up: %.40s…", name)
+		}
 	}
 }
 
