@@ -206,14 +206,17 @@ hidden. An export goes on after a stop where it stopped, every event once:
 with --output the file is its own checkpoint (its last line); on stdout, give
 --checkpoint a file to keep its place in. With --format otlp, it sends them
 to an OpenTelemetry collector as log records instead (OTLP/HTTP, configured
-by the OTEL_EXPORTER_OTLP_* variables). A first start begins at --since,
+by the OTEL_EXPORTER_OTLP_* variables). With --format opa-decision-log, it
+writes the policy's decisions alone, in the shape of OPA's decision log, for
+tooling built for OPA. A first start begins at --since,
 else now. When the stream no longer holds events the export has not written
 (they aged out while it was stopped), it says which and exits 1, unless
 --accept-gaps lets it go on.`
 		cmd.Example = `  toolbus audit export --since 7d > audit.jsonl
   toolbus audit export --follow --output /var/log/toolbus/audit.jsonl --since 30d
   toolbus audit export --follow --checkpoint /var/lib/toolbus/export.seq | my-shipper
-  OTEL_EXPORTER_OTLP_ENDPOINT=http://collector:4318 toolbus audit export --follow --format otlp --checkpoint export.seq`
+  OTEL_EXPORTER_OTLP_ENDPOINT=http://collector:4318 toolbus audit export --follow --format otlp --checkpoint export.seq
+  toolbus audit export --follow --format opa-decision-log --since 30d --checkpoint decisions.seq > decisions.jsonl`
 	}
 	fs := cmd.Flags()
 	af := newAuditFlags(fs)
@@ -222,7 +225,7 @@ else now. When the stream no longer holds events the export has not written
 	format := new(string)
 	var ff *followFlags
 	if export {
-		format = fs.String("format", "jsonl", "export format: jsonl, one invocation (with --follow: one event) a line; with --follow, otlp: OpenTelemetry log records to the collector OTEL_EXPORTER_OTLP_LOGS_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT names")
+		format = fs.String("format", "jsonl", "export format: jsonl, one invocation (with --follow: one event) a line; with --follow, otlp: OpenTelemetry log records to the collector OTEL_EXPORTER_OTLP_LOGS_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT names, or opa-decision-log: the policy's decisions, one a line, as OPA's decision log has them")
 		ff = newFollowFlags(fs)
 	} else {
 		asJSON = fs.Bool("json", false, "print a JSON array of invocations")
@@ -286,12 +289,16 @@ var callFilters = []string{"tool", "caller", "verdict", "outcome", "approver", "
 // check refuses the flags that do not go together.
 func (ff *followFlags) check(cmd *cobra.Command, format string) error {
 	switch {
-	case format == "otlp" && !*ff.follow:
-		return usageError{errors.New("audit export --format otlp goes with --follow")}
+	case format != "jsonl" && format != "otlp" && format != "opa-decision-log":
+		return usageError{fmt.Errorf("audit export --format %q: want jsonl, or otlp or opa-decision-log with --follow", format)}
+	case format != "jsonl" && !*ff.follow:
+		return usageError{fmt.Errorf("audit export --format %s goes with --follow", format)}
 	case format == "otlp" && *ff.output != "":
 		return usageError{errors.New("audit export --format otlp sends to a collector: --output does not go with it (--checkpoint FILE keeps its place)")}
-	case format != "jsonl" && format != "otlp":
-		return usageError{fmt.Errorf("audit export --format %q: want jsonl, or otlp with --follow", format)}
+	case format == "opa-decision-log" && *ff.output != "":
+		// An output file is its own checkpoint through lines of the
+		// export's own shape; a decision log's are OPA's.
+		return usageError{errors.New("audit export --format opa-decision-log writes to stdout: --output does not go with it (--checkpoint FILE keeps its place)")}
 	}
 	if !*ff.follow {
 		for _, name := range []string{"output", "checkpoint", "accept-gaps"} {
@@ -326,6 +333,9 @@ func followExport(natsURL string, af *auditFlags, ff *followFlags, format string
 	}
 	cfg := audit.FollowConfig{Since: since, AcceptGaps: *ff.acceptGaps, Logger: log}
 	var sink audit.Sink = &audit.ExportWriter{W: os.Stdout}
+	if format == "opa-decision-log" {
+		sink = &audit.DecisionLogWriter{W: os.Stdout}
+	}
 	if format == "otlp" {
 		otlp, err := audit.NewOTLPSink(context.Background(), "toolbus")
 		if err != nil {

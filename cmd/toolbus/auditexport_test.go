@@ -334,7 +334,8 @@ func TestAuditExportFollowRefusesWhatItDidNotWrite(t *testing.T) {
 		{[]string{"--tool", "read_file"}, 2, "--tool"},
 		{[]string{"--until", "1h"}, 2, "--until"},
 		{[]string{"--format", "otlp", "--output", filepath.Join(dir, "d")}, 2, "--output does not go with it"},
-		{[]string{"--format", "xml"}, 2, "want jsonl, or otlp"},
+		{[]string{"--format", "opa-decision-log", "--output", filepath.Join(dir, "e")}, 2, "--output does not go with it"},
+		{[]string{"--format", "xml"}, 2, "want jsonl, or otlp or opa-decision-log"},
 	} {
 		args := append([]string{"audit", "export", "--follow", "--nats", url}, c.args...)
 		if _, errOut, code := toolbus(t, args...); code != c.code || !strings.Contains(errOut, c.says) {
@@ -344,8 +345,10 @@ func TestAuditExportFollowRefusesWhatItDidNotWrite(t *testing.T) {
 	if _, errOut, code := toolbus(t, "audit", "export", "--output", filepath.Join(dir, "c"), "--nats", url); code != 2 || !strings.Contains(errOut, "goes with --follow") {
 		t.Errorf("--output without --follow: exit %d, %s", code, errOut)
 	}
-	if _, errOut, code := toolbus(t, "audit", "export", "--format", "otlp", "--nats", url); code != 2 || !strings.Contains(errOut, "goes with --follow") {
-		t.Errorf("--format otlp without --follow: exit %d, %s", code, errOut)
+	for _, format := range []string{"otlp", "opa-decision-log"} {
+		if _, errOut, code := toolbus(t, "audit", "export", "--format", format, "--nats", url); code != 2 || !strings.Contains(errOut, "goes with --follow") {
+			t.Errorf("--format %s without --follow: exit %d, %s", format, code, errOut)
+		}
 	}
 	if data, _ := os.ReadFile(notes); string(data) != content {
 		t.Errorf("a refused file was changed: %q", data)
