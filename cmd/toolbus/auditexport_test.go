@@ -26,6 +26,7 @@ import (
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/audittest"
 	"github.com/toolbus/toolbus/internal/testkit/bustest"
 )
 
@@ -364,17 +365,7 @@ func TestAuditExportFollowReportsAGap(t *testing.T) {
 	b := bustest.Start(t, "")
 	js := b.JetStream()
 	ctx := context.Background()
-	stream, err := js.Stream(ctx, events.AuditStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The stream keeps 64 KiB and lets its oldest go when full, as its
-	// age limit would in time.
-	cfg := stream.CachedInfo().Config
-	cfg.MaxBytes, cfg.Discard = 64<<10, jetstream.DiscardOld
-	if _, err := js.UpdateStream(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
+	stream := audittest.SmallTrail(t, js)
 	step, err := events.Encode(&events.Step{Header: events.Header{Sender: events.Identity{ID: "executor"}}, InvocationID: "old", Tool: "read_file", Step: "validated"})
 	if err != nil {
 		t.Fatal(err)

@@ -21,6 +21,7 @@ import (
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/audittest"
 	"github.com/toolbus/toolbus/internal/testkit/bustest"
 )
 
@@ -369,24 +370,6 @@ func (l *logged) has(s string) bool {
 	return slices.ContainsFunc(l.msgs, func(m string) bool { return strings.Contains(m, s) })
 }
 
-// smallTrail makes b's audit stream keep 64 KiB and let its oldest go
-// when full, as its age limit would in time: a test pushes events out by
-// publishing more.
-func smallTrail(t *testing.T, js jetstream.JetStream) jetstream.Stream {
-	t.Helper()
-	ctx := context.Background()
-	s, err := js.Stream(ctx, events.AuditStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := s.CachedInfo().Config
-	cfg.MaxBytes, cfg.Discard = 64<<10, jetstream.DiscardOld
-	if _, err := js.UpdateStream(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
 // pushOut publishes a call's output, which an export does not write,
 // until the stream no longer holds sequence seq, and returns the
 // stream's first sequence then.
@@ -411,7 +394,7 @@ func TestExportReportsAGap(t *testing.T) {
 	t.Parallel()
 	b := bustest.Start(t, "")
 	js := b.JetStream()
-	s := smallTrail(t, js)
+	s := audittest.SmallTrail(t, js)
 	produceN(t, js, 10)
 	first := pushOut(t, js, s, 10)
 	kept := publish(t, js, events.SubjectStep, &events.Step{Header: events.Header{Sender: events.Identity{ID: "executor"}}, InvocationID: "kept", Tool: "read_file", Step: "validated"})
@@ -450,7 +433,7 @@ func TestExportReadsPastOtherSubjects(t *testing.T) {
 	t.Parallel()
 	b := bustest.Start(t, "")
 	js := b.JetStream()
-	s := smallTrail(t, js)
+	s := audittest.SmallTrail(t, js)
 	produceN(t, js, 10)
 	var c collector
 	log := &logged{}

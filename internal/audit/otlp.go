@@ -11,10 +11,9 @@ import (
 	"go.opentelemetry.io/otel/log"
 	"go.opentelemetry.io/otel/propagation"
 	sdklog "go.opentelemetry.io/otel/sdk/log"
-	"go.opentelemetry.io/otel/sdk/resource"
-	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 
 	"github.com/toolbus/toolbus/internal/telemetry"
+	"github.com/toolbus/toolbus/internal/telemetry/export"
 )
 
 // The attributes of an event sent as an OpenTelemetry log record, beside
@@ -59,14 +58,9 @@ func NewOTLPSink(ctx context.Context, service string, opts ...otlploghttp.Option
 	if err != nil {
 		return nil, fmt.Errorf("the OTLP log exporter: %w", err)
 	}
-	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(semconv.ServiceName(service)))
+	res, err := export.Resource(ctx, service)
 	if err != nil {
 		return nil, err
-	}
-	if env, err := resource.New(ctx, resource.WithFromEnv()); err == nil {
-		if merged, err := resource.Merge(res, env); err == nil {
-			res = merged
-		}
 	}
 	provider := sdklog.NewLoggerProvider(sdklog.WithProcessor(&heldProcessor{exporter: exporter}), sdklog.WithResource(res))
 	return &OTLPSink{provider: provider, logger: provider.Logger("github.com/toolbus/toolbus/internal/audit")}, nil

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/executor"
@@ -16,6 +15,7 @@ import (
 	"github.com/toolbus/toolbus/internal/telemetry"
 	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/executortest"
+	"github.com/toolbus/toolbus/internal/testkit/spantest"
 )
 
 // A hook runs in its call's trace: its input's toolbus.traceparent and
@@ -24,9 +24,7 @@ import (
 // carry.
 func TestAHookRunsInItsCallsTrace(t *testing.T) {
 	t.Setenv("TRACEPARENT", "00-11111111111111111111111111111111-2222222222222222-01") // the executor's own
-	spans := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
-	defer tp.Shutdown(context.Background())
+	spans, tp := spantest.New(t)
 	f := executortest.Start(t, withSettings(t, hooks.ClaudeCode, claudeHook("PreToolUse", "Read", "trace.sh", 0)),
 		func(c *executor.Config) { c.Traces = tp })
 	ctx, agent := tp.Tracer("agent").Start(context.Background(), "agent turn")

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/telemetry"
 	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/spantest"
 )
 
 // spansOf is what an in-memory exporter holds, by name, once the span
@@ -48,9 +48,7 @@ func attrsOf(s tracetest.SpanStub) map[string]string {
 // trace, and from the trace to the entry.
 func TestACallIsASpanOfItsCallersTrace(t *testing.T) {
 	t.Parallel()
-	spans := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
-	defer tp.Shutdown(context.Background())
+	spans, tp := spantest.New(t)
 	e := newEnv(t, func(c *Config) { c.Traces = tp })
 	ctx, caller := tp.Tracer("agent").Start(context.Background(), "agent turn")
 	res, err := e.client.Invoke(ctx, &events.Invocation{Tool: "read_file", Args: json.RawMessage(`{"file_path":"README.md"}`)}, nil)
@@ -97,9 +95,7 @@ func TestACallIsASpanOfItsCallersTrace(t *testing.T) {
 // and how; a call without a trace context starts a trace of its own.
 func TestAConfirmationSpanSaysWhoAnswered(t *testing.T) {
 	t.Parallel()
-	spans := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
-	defer tp.Shutdown(context.Background())
+	spans, tp := spantest.New(t)
 	e := newEnv(t, func(c *Config) { c.Traces = tp })
 	startApprover(t, e.bus, func(*events.ConfirmRequest) *events.ConfirmAnswer {
 		return &events.ConfirmAnswer{Outcome: events.ProceedOnce, Person: "Ada Lovelace"}
@@ -131,9 +127,7 @@ func TestAConfirmationSpanSaysWhoAnswered(t *testing.T) {
 // context joins that trace and runs as any other call would.
 func TestATraceContextGrantsNothing(t *testing.T) {
 	t.Parallel()
-	spans := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
-	defer tp.Shutdown(context.Background())
+	spans, tp := spantest.New(t)
 	e := newEnv(t, func(c *Config) { c.Traces = tp })
 	for _, parent := range []string{"00-zz-yy-01", "00-00000000000000000000000000000000-0000000000000000-01", "garbage", ""} {
 		ctx := telemetry.FromMeta(context.Background(), map[string]any{"traceparent": parent})

@@ -8,13 +8,12 @@ import (
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
-	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/telemetry"
 	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/spantest"
 )
 
 // A call of an MCP server's tool reaches the server with the call's
@@ -23,12 +22,7 @@ import (
 // itself under the call's execute stage: the server's spans join the
 // agent's trace.
 func TestABackendRequestCarriesItsCallsTrace(t *testing.T) {
-	spans := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
-	defer tp.Shutdown(context.Background())
-	before := otel.GetTracerProvider()
-	otel.SetTracerProvider(tp)
-	defer otel.SetTracerProvider(before)
+	spans, tp := spantest.Global(t)
 
 	var mu sync.Mutex
 	var seen []string

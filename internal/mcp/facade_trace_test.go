@@ -6,11 +6,10 @@ import (
 
 	mcpclient "github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
-	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/spantest"
 )
 
 // A tools/call whose _meta carries the client's trace context (MCP's
@@ -18,12 +17,7 @@ import (
 // executor runs it under an execute_tool span, the facade's child: one
 // trace from the agent to the tool.
 func TestAFacadeCallJoinsItsClientsTrace(t *testing.T) {
-	spans := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
-	defer tp.Shutdown(context.Background())
-	before := otel.GetTracerProvider()
-	otel.SetTracerProvider(tp)
-	defer otel.SetTracerProvider(before)
+	spans, _ := spantest.Global(t)
 	ff := startFacade(t, nil, "")
 	c := ff.connect(t, "traced")
 	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
@@ -62,12 +56,7 @@ func TestAFacadeCallJoinsItsClientsTrace(t *testing.T) {
 // that started it (the client's retry carries the answer): it stays in
 // the trace that request named.
 func TestAHeldCallStaysInItsClientsTrace(t *testing.T) {
-	spans := tracetest.NewInMemoryExporter()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
-	defer tp.Shutdown(context.Background())
-	before := otel.GetTracerProvider()
-	otel.SetTracerProvider(tp)
-	defer otel.SetTracerProvider(before)
+	spans, _ := spantest.Global(t)
 	ff := startFacade(t, nil, "")
 	user := &userAtClient{answer: respond(mcp.ElicitationResponseActionAccept, nil)}
 	c := ff.connectModern(t, "modern-traced", mcpclient.WithElicitationHandler(user))

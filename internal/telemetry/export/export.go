@@ -74,17 +74,28 @@ func Setup(ctx context.Context, service string) (shutdown func(context.Context) 
 	if err != nil {
 		return nil, fmt.Errorf("traces: the OTLP exporter: %w", err)
 	}
+	res, err := Resource(ctx, service)
+	if err != nil {
+		return nil, err
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exporter), sdktrace.WithResource(res))
+	otel.SetTracerProvider(tp)
+	return tp.Shutdown, nil
+}
+
+// Resource is what a process's telemetry says of its source: the SDK's
+// defaults, service as the service's name, and what OTEL_SERVICE_NAME
+// (which names the service over service) and OTEL_RESOURCE_ATTRIBUTES
+// add.
+func Resource(ctx context.Context, service string) (*resource.Resource, error) {
 	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(semconv.ServiceName(service)))
 	if err != nil {
 		return nil, err
 	}
-	// OTEL_SERVICE_NAME, when set, names the service over service.
 	if env, err := resource.New(ctx, resource.WithFromEnv()); err == nil {
 		if merged, err := resource.Merge(res, env); err == nil {
 			res = merged
 		}
 	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exporter), sdktrace.WithResource(res))
-	otel.SetTracerProvider(tp)
-	return tp.Shutdown, nil
+	return res, nil
 }

@@ -251,3 +251,21 @@ func Decisions(t testing.TB, js jetstream.JetStream) []*events.Decision {
 	}
 	return out
 }
+
+// SmallTrail makes the audit stream keep 64 KiB and let its oldest go
+// when full, as its age limit would in time: a test pushes events out by
+// publishing more. It returns the stream.
+func SmallTrail(t testing.TB, js jetstream.JetStream) jetstream.Stream {
+	t.Helper()
+	ctx := context.Background()
+	s, err := js.Stream(ctx, events.AuditStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.CachedInfo().Config
+	cfg.MaxBytes, cfg.Discard = 64<<10, jetstream.DiscardOld
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
