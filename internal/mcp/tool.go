@@ -141,7 +141,11 @@ func (t *serverTool) Run(ctx context.Context, call *tool.Call) (*tool.Output, er
 		// was; one of the connection (an HTTP session the server
 		// forgot, a stream cut) does not, and a ping tells which.
 		t.srv.check(sess)
-		lost = sess.ended()
+		if lost = sess.ended(); lost {
+			// The transport saw the server go before the session did:
+			// the same loss, said the same way.
+			err = fmt.Errorf("the server went away during the call: %w", err)
+		}
 	}
 	msg := fmt.Sprintf("MCP tool %q of server %q failed: %v", t.name, t.srv.cfg.Name, err)
 	span.SetStatus(codes.Error, msg)
