@@ -147,7 +147,13 @@ func policyPush(natsURL, dir string) error {
 		if ok, err := b.MayPublish(ctx, policy.ActiveSubject()); err == nil && !ok {
 			return fmt.Errorf("policy refused, nothing pushed: the bus does not let %s push a policy (publish %s); an admin's identity does", b.Principal(), policy.ActiveSubject())
 		}
-		pushed, err := policy.Push(ctx, b.JetStream(), files, id.ID)
+		// Signed by the key it connects with: executors that hold a
+		// list of signers enforce only what one of them signed.
+		key, err := cli.SigningKey(natsURL)
+		if err != nil {
+			return fmt.Errorf("policy refused, nothing pushed: %w", err)
+		}
+		pushed, err := policy.Push(ctx, b.JetStream(), files, id.ID, key)
 		if err != nil {
 			return fmt.Errorf("policy refused, nothing pushed: %w", err)
 		}

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nkeys"
+
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/buscontext"
 	"github.com/toolbus/toolbus/internal/events"
@@ -308,6 +310,17 @@ func identityFor(url string) string {
 		return c.Identity
 	}
 	return developerSeed(url)
+}
+
+// SigningKey is the key of the identity a command connects to url with
+// (identityFor), which signs what the command pushes; nil when it has
+// none.
+func SigningKey(url string) (nkeys.KeyPair, error) {
+	seed := identityFor(url)
+	if seed == "" {
+		return nil, nil
+	}
+	return identity.KeyOf(seed)
 }
 
 // FacadeSeed is the seed `toolbus mcp serve` speaks as the facade with

@@ -56,7 +56,7 @@ func TestPolicyPushReachesEveryExecutorAndBrokenSetsAreRefused(t *testing.T) {
 	nc.Flush()
 
 	ctx := context.Background()
-	pushed, err := policy.Push(ctx, e.bus.JetStream(), denyReads, "policy-team")
+	pushed, err := policy.Push(ctx, e.bus.JetStream(), denyReads, "policy-team", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,11 +73,11 @@ func TestPolicyPushReachesEveryExecutorAndBrokenSetsAreRefused(t *testing.T) {
 	// A set that does not compile, or whose tests fail, is refused at the
 	// pusher, and nothing changes.
 	broken := policy.Files{"p.rego": "package toolbus\ndecision := {"}
-	if _, err := policy.Push(ctx, e.bus.JetStream(), broken, "policy-team"); err == nil {
+	if _, err := policy.Push(ctx, e.bus.JetStream(), broken, "policy-team", nil); err == nil {
 		t.Fatal("a broken policy was pushed")
 	}
 	failing := policy.Files{"p.rego": denyReads["p.rego"], "p_test.rego": strings.Replace(denyReads["p_test.rego"], `"DENY"`, `"ALLOW"`, 1)}
-	if _, err := policy.Push(ctx, e.bus.JetStream(), failing, "policy-team"); err == nil || !strings.Contains(err.Error(), "Rego tests fail") {
+	if _, err := policy.Push(ctx, e.bus.JetStream(), failing, "policy-team", nil); err == nil || !strings.Contains(err.Error(), "Rego tests fail") {
 		t.Fatalf("a set with failing tests: %v", err)
 	}
 	// One that reaches the bucket anyway is rejected by every executor:

@@ -7,10 +7,12 @@ package identity
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 
 	"github.com/toolbus/toolbus/internal/events"
 )
@@ -52,4 +54,18 @@ func Connect(seedFile string) (name string, opts []nats.Option, err error) {
 		return "", nil, fmt.Errorf("identity %s: %w", seedFile, err)
 	}
 	return name, []nats.Option{nkey, nats.CustomInboxPrefix(InboxPrefix(name))}, nil
+}
+
+// KeyOf is the key pair of the member whose seed file is seedFile: what
+// signs for it (a policy set it pushes).
+func KeyOf(seedFile string) (nkeys.KeyPair, error) {
+	data, err := os.ReadFile(seedFile)
+	if err != nil {
+		return nil, fmt.Errorf("identity: %w", err)
+	}
+	seed, err := nkeys.ParseDecoratedNKey(data)
+	if err != nil {
+		return nil, fmt.Errorf("identity %s: %w", seedFile, err)
+	}
+	return seed, nil
 }

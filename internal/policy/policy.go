@@ -6,7 +6,6 @@ package policy
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -142,16 +141,8 @@ func LoadDir(dir string) (Files, error) {
 // Revision identifies a policy set by its content: the same files give the
 // same revision on every host.
 func (f Files) Revision() string {
-	names := make([]string, 0, len(f))
-	for n := range f {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	h := sha256.New()
-	for _, n := range names {
-		fmt.Fprintf(h, "%s\x00%d\x00%s", n, len(f[n]), f[n])
-	}
-	return "sha256:" + hex.EncodeToString(h.Sum(nil))[:16]
+	d := f.Digest()
+	return "sha256:" + hex.EncodeToString(d[:8])
 }
 
 // Policy is a compiled policy set. It is immutable and safe for concurrent

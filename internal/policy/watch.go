@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/events"
@@ -26,6 +27,9 @@ type Pushed struct {
 	Files    Files     `json:"files"`
 	By       string    `json:"by"`
 	At       time.Time `json:"at"`
+	// Signature is the pusher's of Files (sign.go); nil on a set pushed
+	// unsigned.
+	Signature *Signature `json:"signature,omitempty"`
 }
 
 // bucketConfig is the policy bucket's config. Its changes are
@@ -64,16 +68,25 @@ func ActiveSubject() string { return "$KV." + events.PolicyBucket + "." + active
 // Push compiles files and runs their Rego tests, and only if both pass
 // publishes them to every executor of the fleet. The error of a refused
 // set goes back to the caller; nothing is published.
-func Push(ctx context.Context, js jetstream.JetStream, files Files, by string) (*Pushed, error) {
+//
+// key, when it is not nil, signs the set (the pusher's nkey): executors
+// that hold a list of signers enforce only a set one of them signed.
+func Push(ctx context.Context, js jetstream.JetStream, files Files, by string, key nkeys.KeyPair) (*Pushed, error) {
 	p, err := Compile(ctx, files)
 	if err != nil {
 		return nil, err
+	}
+	var sig *Signature
+	if key != nil {
+		if sig, err = Sign(files, key); err != nil {
+			return nil, err
+		}
 	}
 	kv, err := Bucket(ctx, js)
 	if err != nil {
 		return nil, err
 	}
-	pushed := &Pushed{Revision: p.Revision(), Files: files, By: by, At: time.Now().UTC()}
+	pushed := &Pushed{Revision: p.Revision(), Files: files, By: by, At: time.Now().UTC(), Signature: sig}
 	data, err := json.Marshal(pushed)
 	if err != nil {
 		return nil, err
@@ -116,6 +129,8 @@ type Watcher struct {
 	report func(status, revision, source string, err error)
 	log    *slog.Logger
 	dir    string
+	// signers hold pushed sets to their signatures (WatchConfig.Signers).
+	signers *Signers
 
 	mu      sync.Mutex
 	current string // revision in force
@@ -139,7 +154,11 @@ type WatchConfig struct {
 	Apply func(*Policy)
 	// Report is told of every applied or rejected set.
 	Report func(status, revision, source string, err error)
-	Logger *slog.Logger
+	// Signers, when set, are the keys a pushed set must be signed by to
+	// be enforced (sign.go); a set in Dir, the host's own files, is not
+	// held to them.
+	Signers *Signers
+	Logger  *slog.Logger
 	// PollEvery is how often Dir is checked; default 250 ms.
 	PollEvery time.Duration
 }
@@ -153,7 +172,7 @@ func Watch(ctx context.Context, js jetstream.JetStream, cfg WatchConfig) (*Watch
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	w := &Watcher{apply: cfg.Apply, report: cfg.Report, log: cfg.Logger, dir: cfg.Dir, current: cfg.Current, stop: make(chan struct{})}
+	w := &Watcher{apply: cfg.Apply, report: cfg.Report, log: cfg.Logger, dir: cfg.Dir, current: cfg.Current, signers: cfg.Signers, stop: make(chan struct{})}
 	kv, err := Bucket(ctx, js)
 	if err != nil {
 		return nil, err
@@ -257,7 +276,20 @@ func (w *Watcher) fromBucket(ctx context.Context, e jetstream.KeyValueEntry) {
 		w.reject("", "bucket", fmt.Errorf("the pushed policy does not decode: %w", err))
 		return
 	}
+	if err := w.signed(&p); err != nil {
+		w.reject(p.Files.Revision(), "bucket", err)
+		return
+	}
 	w.try(ctx, p.Files, "bucket")
+}
+
+// signed says why p may not be enforced here, nil when it may: a Watcher
+// given signers enforces only a set one of them signed.
+func (w *Watcher) signed(p *Pushed) error {
+	if w.signers == nil {
+		return nil
+	}
+	return w.signers.Verify(p.Files, p.Signature)
 }
 
 // fromHistory applies the newest pushed set that compiles.
@@ -268,7 +300,7 @@ func (w *Watcher) fromHistory(ctx context.Context, kv jetstream.KeyValue) {
 	}
 	for i := len(history) - 1; i >= 0; i-- {
 		var p Pushed
-		if history[i].Operation() != jetstream.KeyValuePut || json.Unmarshal(history[i].Value(), &p) != nil {
+		if history[i].Operation() != jetstream.KeyValuePut || json.Unmarshal(history[i].Value(), &p) != nil || w.signed(&p) != nil {
 			continue
 		}
 		if compiled, err := Compile(ctx, p.Files); err == nil {
