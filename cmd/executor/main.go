@@ -31,6 +31,7 @@ func run(args []string) error {
 	logLevel := cli.LogFlag(fs)
 	metricsAddr := cli.MetricsFlag(fs)
 	toolFlags := cli.AddToolFlags(fs, true)
+	signers := cli.PolicySignersFlag(fs)
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		return nil
 	} else if err != nil {
@@ -65,6 +66,12 @@ func run(args []string) error {
 	identity := cli.ExecutorIdentity(*id, b.Principal())
 	cfg := executor.Config{Identity: identity, Observer: m, WorkspaceName: *workspaceName,
 		Timeout: *timeout, ConfirmTimeout: *confirmTimeout, Logger: log}
+	if cfg.PolicySigners, err = signers(*natsURL); err != nil {
+		return err
+	}
+	if cfg.PolicySigners == nil {
+		log.Warn("no list of policy signers: this executor enforces no pushed policy (--policy-signers)")
+	}
 	outputs.Apply(&cfg)
 	var reserved []uint16
 	if p, ok := executornode.PortOf(*metricsAddr); ok {

@@ -42,15 +42,19 @@ func withBus(natsURL, name string, f func(ctx context.Context, b *bus.Bus) error
 func newPolicyCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "policy",
-		Short: "Test, push, show and explain the fleet's policy",
+		Short: "Test, push, roll out, roll back and explain the fleet's policy",
 		Long: `The policy is a set of Rego files that judges every call: ALLOW, DENY, or
 ASK_USER, which waits for an approver. Executors enforce the built-in policy,
 the one 'toolbus up --policy DIR' names, or the one pushed to the fleet.`,
 		Example: `  toolbus policy test ./policy -v
-  toolbus policy push ./policy
+  toolbus policy push ./policy --to 10 -m "deny curl to unknown hosts"
+  toolbus policy status
+  toolbus policy history
+  toolbus policy rollback
   toolbus policy explain INVOCATION_ID`,
 	}
-	cmd.AddCommand(newPolicyTestCommand(), newPolicyPushCommand(), newPolicyShowCommand(), newPolicyExplainCommand())
+	cmd.AddCommand(newPolicyTestCommand(), newPolicyPushCommand(), newPolicyStatusCommand(), newPolicyHistoryCommand(),
+		newPolicyDiffCommand(), newPolicyRollbackCommand(), newPolicyExplainCommand())
 	holdsCommands(cmd)
 	return cmd
 }
@@ -115,93 +119,6 @@ func policyTest(rest []string, verbose bool) error {
 		return fmt.Errorf("none of the policy's tests passed: every one was skipped")
 	}
 	return nil
-}
-
-func newPolicyPushCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "push DIR",
-		Short: "Test a policy set, then enforce it on every executor",
-		Long: `Tests the policy set in DIR (a directory of .rego files) and, when it compiles
-and its tests pass, pushes it to the fleet: every executor enforces it from
-the moment it receives it, and the push is recorded in the audit stream.`,
-		Example: "  toolbus policy push ./policy",
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) != 1 {
-				return usageError{errors.New("policy push takes one directory")}
-			}
-			return policyPush(busURLFor(cmd), args[0])
-		},
-	}
-}
-
-func policyPush(natsURL, dir string) error {
-	files, err := policy.LoadDir(dir)
-	if err != nil {
-		return err
-	}
-	return withBus(natsURL, "toolbus-policy", func(ctx context.Context, b *bus.Bus) error {
-		id := cli.Identity("cli")
-		// The bus refuses the push of one who may not, but says so only
-		// to the connection's error handler: the push would wait for its
-		// answer until the deadline. Asked first, it is refused at once.
-		if ok, err := b.MayPublish(ctx, policy.ActiveSubject()); err == nil && !ok {
-			return fmt.Errorf("policy refused, nothing pushed: the bus does not let %s push a policy (publish %s); an admin's identity does", b.Principal(), policy.ActiveSubject())
-		}
-		// Signed by the key it connects with: executors that hold a
-		// list of signers enforce only what one of them signed.
-		key, err := cli.SigningKey(natsURL)
-		if err != nil {
-			return fmt.Errorf("policy refused, nothing pushed: %w", err)
-		}
-		pushed, err := policy.Push(ctx, b.JetStream(), files, id.ID, key)
-		if err != nil {
-			return fmt.Errorf("policy refused, nothing pushed: %w", err)
-		}
-		ev := &events.PolicyEvent{Header: events.Header{Sender: id}, Status: "pushed", Revision: pushed.Revision, Source: "bucket"}
-		if data, err := events.Encode(ev); err == nil {
-			if err := bus.RecordOnce(ctx, b.Conn(), events.SubjectPolicyPrefix+"pushed", "policy-pushed."+pushed.Revision+"."+events.NewCapability(), data); err != nil {
-				fmt.Fprintf(os.Stderr, "pushed, but the push was not recorded in the audit stream: %v\n", err)
-			}
-		}
-		fmt.Printf("pushed %s (%d files); executors apply it as they receive it\n", pushed.Revision, len(files))
-		return nil
-	})
-}
-
-func newPolicyShowCommand() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:     "show",
-		Short:   "Show the pushed policy's revision",
-		Long:    "Shows the revision of the policy pushed to the fleet, who pushed it and when, and its files.",
-		Example: "  toolbus policy show\n  toolbus policy show --json",
-		Args:    noArgs,
-	}
-	asJSON := cmd.Flags().Bool("json", false, "print as JSON, files included")
-	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return policyShow(busURLFor(cmd), *asJSON) }
-	return cmd
-}
-
-func policyShow(natsURL string, asJSON bool) error {
-	return withBus(natsURL, "toolbus-policy", func(ctx context.Context, b *bus.Bus) error {
-		p, err := policy.Active(ctx, b.JetStream())
-		if err != nil {
-			return err
-		}
-		if asJSON {
-			return writeJSON(os.Stdout, p)
-		}
-		if p == nil {
-			fmt.Printf("no policy pushed: executors enforce their own (the default is %s)\n", policy.Files(defaultpolicy.Default()).Revision())
-			return nil
-		}
-		names := make([]string, 0, len(p.Files))
-		for n := range p.Files {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		fmt.Printf("revision: %s\npushed:   %s by %s\nfiles:    %s\n", p.Revision, human.Time(p.At), p.By, strings.Join(names, ", "))
-		return nil
-	})
 }
 
 func newAllowlistCommand() *cobra.Command {

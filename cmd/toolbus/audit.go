@@ -22,6 +22,7 @@ import (
 	"github.com/toolbus/toolbus/internal/cli"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/human"
+	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/redact"
 )
 
@@ -556,8 +557,10 @@ func newAuditVerifyCommand() *cobra.Command {
 		Short: "Check that no audit event is missing and every signed checkpoint matches",
 		Long: `Checks the audit stream against the checkpoints the bus signs: no sequence
 is missing, and every checkpoint matches the events it covers and is signed
-with the bus owner's key. Fails when the stream does not match (tampered),
-or when part of the trail is no longer in the stream.`,
+with the bus owner's key; and every policy revision pushed is recorded with a
+digest of its own and a valid signature (by a key of --policy-signers, when
+given). Fails when the stream does not match (tampered), or when part of the
+trail is no longer in the stream.`,
 		Example: "  toolbus audit verify\n  toolbus audit verify --since 7d --key /srv/toolbus/checkpoint.pub",
 		Args:    noArgs,
 	}
@@ -565,6 +568,7 @@ or when part of the trail is no longer in the stream.`,
 	since := fs.String("since", "", "from this time (RFC 3339) or this long ago (24h, 7d) (default: the whole stream)")
 	keyFile := fs.String("key", "", "the bus owner's public key, which checkpoints must be signed with (default: "+checkpoint.PublicKeyFile+" in the data dir of the bus's toolbus up)")
 	dataDir := fs.String("data", "", "the data `DIR` of the bus's toolbus up, where its key is (default: its context's, else toolbus up's default)")
+	signersFile := fs.String("policy-signers", "", "a trust list of policy signers: every recorded push must be signed by one of them (default: any valid signature)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		url := busURLFor(cmd)
 		if *keyFile == "" {
@@ -574,12 +578,37 @@ or when part of the trail is no longer in the stream.`,
 			}
 			*keyFile = filepath.Join(dir, checkpoint.PublicKeyFile)
 		}
-		return auditVerify(url, *since, *keyFile)
+		var signers *policy.Signers
+		if *signersFile != "" {
+			var err error
+			if signers, err = policy.LoadSigners(*signersFile); err != nil {
+				return usageError{err}
+			}
+		}
+		return auditVerify(url, *since, *keyFile, signers)
 	}
 	return cmd
 }
 
-func auditVerify(natsURL, since, keyFile string) error {
+// recordedPushes checks every policy push the trail recorded: its digest
+// is its revision's, and it is signed (by one of signers, when given).
+func recordedPushes(signers *policy.Signers) checkpoint.Check {
+	return func(_ uint64, subject string, data []byte) string {
+		if subject != events.SubjectPolicyPrefix+"pushed" {
+			return ""
+		}
+		ev, err := events.Decode[events.PolicyEvent](data)
+		if err != nil {
+			return fmt.Sprintf("a policy push that does not decode: %v", err)
+		}
+		if err := policy.CheckRecorded(ev, signers); err != nil {
+			return err.Error()
+		}
+		return ""
+	}
+}
+
+func auditVerify(natsURL, since, keyFile string, signers *policy.Signers) error {
 	from, err := parseWhen("since", since, time.Now())
 	if err != nil {
 		return err
@@ -589,7 +618,7 @@ func auditVerify(natsURL, since, keyFile string) error {
 		return usageError{err}
 	}
 	return withAuditBus(natsURL, func(ctx context.Context, b *bus.Bus) error {
-		rep, err := checkpoint.Verify(ctx, b.JetStream(), from, pub)
+		rep, err := checkpoint.VerifyWith(ctx, b.JetStream(), from, pub, recordedPushes(signers))
 		if err != nil {
 			return err
 		}

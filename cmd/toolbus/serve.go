@@ -133,9 +133,14 @@ func runMCPServe(natsURL string, o mcpServeOptions) error {
 	}
 	defer fac.Close()
 	// The list follows the fleet's pushed policy (and --policy), as the
-	// executors do.
-	w, err := policy.Watch(ctx, b.JetStream(), policy.WatchConfig{Dir: o.policyDir, Current: pol.Revision(), Logger: log,
-		Apply: func(p *policy.Policy) { current.Store(p); fac.Refresh() }})
+	// executors do, and by the same trust list: during a staged rollout,
+	// the revision that decides this principal's calls.
+	signers, err := cli.PolicySigners("", natsURL)
+	if err != nil {
+		return err
+	}
+	w, err := policy.Watch(ctx, b.JetStream(), policy.WatchConfig{Dir: o.policyDir, Own: pol, Signers: signers, Logger: log,
+		Apply: func(en *policy.Enforced) { current.Store(en.For(b.Principal(), o.workspace)); fac.Refresh() }})
 	if err != nil {
 		return err
 	}

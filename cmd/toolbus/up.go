@@ -25,6 +25,7 @@ import (
 	"github.com/toolbus/toolbus/internal/executor"
 	"github.com/toolbus/toolbus/internal/executornode"
 	"github.com/toolbus/toolbus/internal/identity"
+	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/portholder"
 	"github.com/toolbus/toolbus/internal/registry"
 	"github.com/toolbus/toolbus/internal/settings"
@@ -260,6 +261,13 @@ func (u *up) start(ctx context.Context, busCfg busnode.Config, files *settings.F
 		return err
 	}
 	exCfg := executor.Config{Identity: exID, Observer: m, Logger: log}
+	if id := f.idDir(); id != "off" {
+		// The developer, an admin, signs what it pushes: toolbus init
+		// wrote its key into the trust list.
+		if exCfg.PolicySigners, err = policy.LoadSigners(filepath.Join(id, auth.PolicySignersFile)); err != nil {
+			return err
+		}
+	}
 	f.outputs.Apply(&exCfg)
 	// The console's address is known before the executor starts, which
 	// tells a caller denied for want of an approver where to find one.

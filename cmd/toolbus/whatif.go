@@ -224,12 +224,12 @@ func explain(natsURL string, af *auditFlags, id, dir string, trace, asJSON bool)
 func explainingPolicy(ctx context.Context, js jetstream.JetStream, files policy.Files, dir string) (*policy.Policy, string, error) {
 	source := "the policy set " + dir
 	if files == nil {
-		active, err := policy.Active(ctx, js)
+		active, err := policy.ActiveStable(ctx, js)
 		if err != nil {
 			return nil, "", err
 		}
 		if active != nil {
-			files, source = active.Files, "the pushed policy"
+			files, source = active.Files, "the pushed policy "+active.Revision
 		} else {
 			files, source = policy.Files(defaultpolicy.Default()), "the built-in policy"
 		}

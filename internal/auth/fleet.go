@@ -28,6 +28,10 @@ const (
 	// members: the embedded bus loads it, and an operator's own
 	// nats-server.conf can include it.
 	ServerConfigFile = "auth.conf"
+	// PolicySignersFile is the fleet's trust list of policy signers: the
+	// public keys of its admins, whose signed revisions executors
+	// enforce (policy.LoadSigners).
+	PolicySignersFile = "policy-signers"
 	// RouteSecretFile holds the secret the cluster's nodes show each
 	// other on their routes: a node without it cannot join.
 	RouteSecretFile = "route.secret"
@@ -130,6 +134,9 @@ func Init(dir string, want []Member) ([]Member, error) {
 	if err := writeFile(filepath.Join(dir, RosterFile), append(data, '\n')); err != nil {
 		return nil, err
 	}
+	if err := writeFile(filepath.Join(dir, PolicySignersFile), []byte(PolicySigners(roster))); err != nil {
+		return nil, err
+	}
 	if err := writeFile(filepath.Join(dir, ServerConfigFile), []byte(ServerConfig(roster))); err != nil {
 		return nil, err
 	}
@@ -166,6 +173,9 @@ func Remove(dir string, names []string) ([]Member, error) {
 	// The config first: once it is written, the key is refused at the
 	// next reload whatever happens to the rest.
 	if err := writeFile(filepath.Join(dir, ServerConfigFile), []byte(ServerConfig(roster))); err != nil {
+		return nil, err
+	}
+	if err := writeFile(filepath.Join(dir, PolicySignersFile), []byte(PolicySigners(roster))); err != nil {
 		return nil, err
 	}
 	if err := writeFile(filepath.Join(dir, RosterFile), append(data, '\n')); err != nil {
@@ -347,6 +357,20 @@ func list(subjects []string) string {
 		q[i] = fmt.Sprintf("%q", s)
 	}
 	return "[" + strings.Join(q, ", ") + "]"
+}
+
+// PolicySigners is the trust list of a roster's policy signers: one
+// public key a line, each after a comment naming its member. Every admin
+// may push policy, so every admin's key signs it.
+func PolicySigners(roster Roster) string {
+	var b strings.Builder
+	b.WriteString("# toolbus policy signers: executors enforce a pushed policy revision only\n# when one of these keys signed it. Written by toolbus init; see docs/fleet.md.\n")
+	for _, m := range roster.Members {
+		if m.Role == RoleAdmin {
+			fmt.Fprintf(&b, "# %s (%s)\n%s\n", m.Name, m.Role, m.PublicKey)
+		}
+	}
+	return b.String()
 }
 
 // ServerAccounts reads the accounts and nkey users of an accounts config

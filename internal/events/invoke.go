@@ -479,6 +479,16 @@ type PolicyEvent struct {
 	// Source is where the set came from: "bucket" or a directory.
 	Source string `json:"source"`
 	Error  string `json:"error,omitempty"`
+	// Of a push: the set's full SHA-256 (hex; the revision is its first
+	// 16 digits), its signer's public key and signature (base64) over
+	// it, which an auditor checks (toolbus audit verify), the share it
+	// was pushed to and the pusher's message. A rollback is a push of
+	// the revision it returns to.
+	Digest    string `json:"digest,omitempty"`
+	Signer    string `json:"signer,omitempty"`
+	Signature string `json:"signature,omitempty"`
+	Share     string `json:"share,omitempty"`
+	Message   string `json:"message,omitempty"`
 }
 
 // EnvelopeType implements Envelope.

@@ -25,7 +25,7 @@ import (
 // proceeding.
 func (c *call) confirm(d policy.Decision, args map[string]any) (answer *events.ConfirmAnswer, st *stop) {
 	e := c.e
-	q := &question{pol: e.policy.Load()}
+	q := &question{pol: c.pol}
 	waiting := c.stage(stageConfirm, time.Now())
 	defer func() {
 		waiting.answered(answer, q.people)
@@ -588,7 +588,7 @@ func (c *call) remember(d policy.Decision, a *events.ConfirmAnswer) {
 		c.step("not-remembered", "the policy does not let this approval of "+c.tool.Name+" be remembered")
 		return
 	}
-	entries, err := e.policy.Load().Remember(c.ctx, c.input(c.args, c.paths, c.hardLinks, c.shell), a.Outcome)
+	entries, err := c.pol.Remember(c.ctx, c.input(c.args, c.paths, c.hardLinks, c.shell), a.Outcome)
 	if err != nil {
 		e.log.Error("approval not remembered: the policy's remember rule failed", "invocation", c.inv.ID, "err", err)
 		c.step("not-remembered", "the policy's remember rule failed: "+err.Error())

@@ -15,7 +15,9 @@ import (
 // and the directory it follows, the remembered approvals, the user's
 // hooks, and the decisions made lately.
 type judging struct {
-	policy    atomic.Pointer[policy.Policy]
+	// enforced is the policy in force: one for every call, or two
+	// during a staged rollout (a call takes its own at its start).
+	enforced  atomic.Pointer[policy.Enforced]
 	watcher   *policy.Watcher
 	allowlist *allowlist
 	hooks     *hooks.Set    // nil without hooks

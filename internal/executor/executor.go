@@ -92,6 +92,10 @@ type Config struct {
 	Policy *policy.Policy
 	// PolicyDir is a policy directory to follow; empty for none.
 	PolicyDir string
+	// PolicySigners are the keys whose signed revisions this executor
+	// enforces when they are pushed; without them it enforces none, and
+	// its readiness says so.
+	PolicySigners *policy.Signers
 	// Workspace is the root the tools are confined to, shown to the policy.
 	Workspace string
 	// WorkspaceName is what callers name the workspace by
@@ -431,8 +435,8 @@ func (e *Executor) follow(ctx context.Context) (err error) {
 	if err := policy.EnsureBucket(ctx, e.js); err != nil {
 		return err
 	}
-	e.watcher, err = policy.Watch(ctx, e.js, policy.WatchConfig{Dir: e.cfg.PolicyDir, Current: e.cfg.Policy.Revision(),
-		Apply: e.SetPolicy, Report: e.reportPolicy, Logger: e.log})
+	e.watcher, err = policy.Watch(ctx, e.js, policy.WatchConfig{Dir: e.cfg.PolicyDir, Own: e.cfg.Policy, Signers: e.cfg.PolicySigners,
+		Apply: e.enforce, Report: e.reportPolicy, Logger: e.log})
 	return err
 }
 
@@ -501,9 +505,18 @@ func (e *Executor) subscribe() error {
 
 // SetPolicy puts p in force for every call that reaches the policy step
 // from now on.
-func (e *Executor) SetPolicy(p *policy.Policy) {
-	e.policy.Store(p)
-	e.observer.PolicyRevision(p.Revision())
+func (e *Executor) SetPolicy(p *policy.Policy) { e.enforce(policy.Only(p)) }
+
+// enforce puts en in force for every call that starts from now on.
+func (e *Executor) enforce(en *policy.Enforced) {
+	e.enforced.Store(en)
+	e.observer.PolicyRevision(en.Stable.Revision())
+}
+
+// policyFor is the policy that decides a call of principal, which starts
+// now.
+func (e *Executor) policyFor(principal string) *policy.Policy {
+	return e.enforced.Load().For(principal, e.workspaceName())
 }
 
 // Observer hears what the pipeline does, for metrics (internal/metrics).
@@ -529,7 +542,11 @@ func (noObserver) Finished(string, events.Verdict, string) {}
 func (noObserver) PolicyRevision(string)                   {}
 
 // Policy is the policy in force.
-func (e *Executor) Policy() *policy.Policy { return e.policy.Load() }
+func (e *Executor) Policy() *policy.Policy { return e.enforced.Load().Stable }
+
+// Enforced is what is in force: the policy, and during a staged rollout
+// the revision rolled out and its share.
+func (e *Executor) Enforced() *policy.Enforced { return e.enforced.Load() }
 
 // ID is the executor's id: in the catalogue's hosts, on its subjects and
 // in its MCP servers' status.

@@ -93,7 +93,7 @@ func startOn(t *testing.T, b *bus.Bus, ws *builtin.Workspace, opts ...option) *E
 	t.Cleanup(starter.Close)
 	shells := builtin.NewShells(ws, starter)
 	cfg := Config{Identity: events.Identity{ID: "executor@test", Role: "executor"}, Tools: builtin.Tools(ws, shells),
-		Policy: defaultPol(t), Workspace: ws.Root(), Logger: bustest.Quiet()}
+		Policy: defaultPol(t), PolicySigners: policytest.TeamSigners(t), Workspace: ws.Root(), Logger: bustest.Quiet()}
 	for _, o := range opts {
 		o(&cfg)
 	}

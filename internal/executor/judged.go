@@ -96,7 +96,7 @@ func (c *call) refused(files []string) (map[string]bool, error) {
 			linked = append(linked, f.Real)
 		}
 	}
-	pol := c.e.policy.Load()
+	pol := c.pol
 	denied, err := pol.DeniedPaths(c.ctx, c.input(c.args, shown, linked, nil))
 	if err != nil {
 		return nil, fmt.Errorf("the policy cannot judge the files this call would read, so none is read: %v", err)
@@ -122,5 +122,5 @@ func (c *call) allowedAlone(j judgedFile) bool {
 	if j.Real != j.path {
 		paths = append(paths, j.Real)
 	}
-	return c.e.policy.Load().Decide(c.ctx, c.input(c.args, paths, []string{j.Real}, nil)).Verdict == events.Allow
+	return c.pol.Decide(c.ctx, c.input(c.args, paths, []string{j.Real}, nil)).Verdict == events.Allow
 }

@@ -62,9 +62,13 @@ type call struct {
 	// principal is who the bus vouches sent the call (events.Unproven
 	// when nobody does); only it may cancel the call.
 	principal string
-	tool      *events.Tool // the catalogue's entry: its name, aliases, hosts
-	host      *hosted      // the tool as this executor runs it, nil if another does
-	impl      tool.Tool
+	// pol is the policy that decides the call, from its start to its
+	// end: the stable revision, or a rollout's for the principals in its
+	// share (policy.Enforced.For).
+	pol  *policy.Policy
+	tool *events.Tool // the catalogue's entry: its name, aliases, hosts
+	host *hosted      // the tool as this executor runs it, nil if another does
+	impl tool.Tool
 
 	// ctx is the call's context, also the tool's: the deadline, a cancel
 	// by id and the executor's shutdown end it through stop, with a cause.
@@ -246,7 +250,7 @@ func (e *Executor) accept(m *nats.Msg, forwarded bool, recorded bus.Receipt, id 
 		e.refuse(m, inv, principal, id, t, events.ErrExecutorLost, fmt.Sprintf("executor %s does not host %s for this call's workspace", e.id.ID, t.Name))
 		return
 	}
-	c := &call{e: e, inv: inv, id: id, reply: m.Reply, body: m.Data, principal: principal, tool: t, host: h, attempt: events.AttemptOf(inv.Attempt), recorded: recorded}
+	c := &call{e: e, inv: inv, id: id, reply: m.Reply, body: m.Data, principal: principal, pol: e.policyFor(principal), tool: t, host: h, attempt: events.AttemptOf(inv.Attempt), recorded: recorded}
 	if h != nil {
 		c.impl = h.impl
 	}
@@ -382,7 +386,7 @@ func nameOf(t *events.Tool) string {
 
 // refuse ends a call before it is admitted, recorded like any other.
 func (e *Executor) refuse(m *nats.Msg, inv *events.Invocation, principal, id string, t *events.Tool, errType events.ErrorType, msg string) {
-	c := &call{e: e, inv: inv, id: id, reply: m.Reply, principal: principal, tool: t}
+	c := &call{e: e, inv: inv, id: id, reply: m.Reply, principal: principal, pol: e.policyFor(principal), tool: t}
 	c.begin(m.Header)
 	c.end(halt(errType, msg))
 }
@@ -710,7 +714,7 @@ func (c *call) validate(raw json.RawMessage) (map[string]any, *stop) {
 func (c *call) decide(args map[string]any) (policy.Decision, *stop) {
 	e, t := c.e, c.tool
 	c.args = args
-	pol, gen, prot := e.policy.Load(), e.allowlist.gen.Load(), e.protected.Load()
+	pol, gen, prot := c.pol, e.allowlist.gen.Load(), e.protected.Load()
 	if st := c.countSession(pol, args); st != nil {
 		return policy.Decision{}, st
 	}

@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,11 +10,13 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/policy"
 	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/bustest"
+	"github.com/toolbus/toolbus/internal/testkit/policytest"
 	defaultpolicy "github.com/toolbus/toolbus/policy"
 )
 
@@ -56,10 +59,7 @@ func TestPolicyPushReachesEveryExecutorAndBrokenSetsAreRefused(t *testing.T) {
 	nc.Flush()
 
 	ctx := context.Background()
-	pushed, err := policy.Push(ctx, e.bus.JetStream(), denyReads, "policy-team", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pushed := policytest.Push(t, e.bus.JetStream(), denyReads, "policy-team")
 	res := waitVerdict(t, e, events.ErrPolicyDenied)
 	if !strings.Contains(res.LLMContent, "reads are off today") {
 		t.Errorf("denied for %q", res.LLMContent)
@@ -73,17 +73,17 @@ func TestPolicyPushReachesEveryExecutorAndBrokenSetsAreRefused(t *testing.T) {
 	// A set that does not compile, or whose tests fail, is refused at the
 	// pusher, and nothing changes.
 	broken := policy.Files{"p.rego": "package toolbus\ndecision := {"}
-	if _, err := policy.Push(ctx, e.bus.JetStream(), broken, "policy-team", nil); err == nil {
+	team := policy.PushOptions{By: "policy-team", Key: policytest.Team(t)}
+	if _, _, err := policy.Push(ctx, e.bus.JetStream(), broken, team); err == nil {
 		t.Fatal("a broken policy was pushed")
 	}
 	failing := policy.Files{"p.rego": denyReads["p.rego"], "p_test.rego": strings.Replace(denyReads["p_test.rego"], `"DENY"`, `"ALLOW"`, 1)}
-	if _, err := policy.Push(ctx, e.bus.JetStream(), failing, "policy-team", nil); err == nil || !strings.Contains(err.Error(), "Rego tests fail") {
+	if _, _, err := policy.Push(ctx, e.bus.JetStream(), failing, team); err == nil || !strings.Contains(err.Error(), "Rego tests fail") {
 		t.Fatalf("a set with failing tests: %v", err)
 	}
-	// One that reaches the bucket anyway is rejected by every executor:
-	// the old policy stays, and the rejection is an event.
-	kv, _ := policy.Bucket(ctx, e.bus.JetStream())
-	kv.Put(ctx, "active", []byte(`{"revision":"x","files":{"p.rego":"package toolbus\ndecision := {"}}`))
+	// One that reaches the bucket anyway, signed, is rejected by every
+	// executor: the old policy stays, and the rejection is an event.
+	plantSigned(t, e.bus.JetStream(), broken)
 	rejected := 0
 	deadline := time.After(10 * time.Second)
 	for rejected < 2 {
@@ -154,4 +154,28 @@ func TestPolicyDirectoryIsFollowed(t *testing.T) {
 	}
 	os.WriteFile(filepath.Join(dir, "p.rego"), []byte(denyReads["p.rego"]), 0o644)
 	testkit.Eventually(t, "PolicyHealth is nil once the file is mended", func() bool { return e.exec.PolicyHealth() == nil })
+}
+
+// plantSigned writes files into the policy bucket as a push would, signed
+// by the team, and points the fleet at them, without compiling them
+// first: what a pusher that skipped the checks would leave.
+func plantSigned(t *testing.T, js jetstream.JetStream, files policy.Files) {
+	t.Helper()
+	ctx := context.Background()
+	kv, err := policy.Bucket(ctx, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sig, err := policy.Sign(files, policytest.Team(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev := files.Revision()
+	data, _ := json.Marshal(policy.Pushed{Revision: rev, Files: files, By: "mallory", Signature: sig})
+	if _, err := kv.Put(ctx, "rev."+strings.TrimPrefix(rev, "sha256:"), data); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "active", []byte(`{"stable":"`+rev+`"}`)); err != nil {
+		t.Fatal(err)
+	}
 }

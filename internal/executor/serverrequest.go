@@ -137,7 +137,7 @@ func (c *call) serverRequestAllowed(ctx context.Context, method string, params j
 	}
 	t := c.host.judged
 	t.Name = c.tool.Name
-	reasons, err := c.e.policy.Load().ServerRequestDenied(ctx, t, c.inv.Sender, method, params)
+	reasons, err := c.pol.ServerRequestDenied(ctx, t, c.inv.Sender, method, params)
 	if err != nil {
 		return &events.RPCError{Code: events.CodeInvalidRequest, Message: "toolbus: the policy could not judge the request, so it is refused: " + err.Error()}
 	}

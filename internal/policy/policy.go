@@ -150,6 +150,7 @@ func (f Files) Revision() string {
 type Policy struct {
 	revision string
 	files    Files
+	tests    int // Rego tests passed at compile
 	query    rego.PreparedEvalQuery
 	paths    rego.PreparedEvalQuery
 	remember rego.PreparedEvalQuery
@@ -177,6 +178,10 @@ func (p *Policy) Deterministic() bool { return p.nondeterministic == "" }
 // Revision is the policy set's revision.
 func (p *Policy) Revision() string { return p.revision }
 
+// TestsPassed is how many of the set's Rego tests passed when it was
+// compiled.
+func (p *Policy) TestsPassed() int { return p.tests }
+
 // Files is the policy set's source.
 func (p *Policy) Files() Files { return p.files }
 
@@ -193,7 +198,8 @@ func Compile(ctx context.Context, files Files) (*Policy, error) {
 	if err := check(modules); err != nil {
 		return nil, err
 	}
-	if failures, err := failedTests(ctx, modules); err != nil {
+	failures, passed, err := failedTests(ctx, modules)
+	if err != nil {
 		return nil, err
 	} else if len(failures) > 0 {
 		return nil, fmt.Errorf("policy: Rego tests fail: %s", strings.Join(failures, "; "))
@@ -249,7 +255,7 @@ func Compile(ctx context.Context, files Files) (*Policy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
-	p := &Policy{revision: files.Revision(), files: files, query: q, paths: pq, remember: rq,
+	p := &Policy{revision: files.Revision(), files: files, tests: passed, query: q, paths: pq, remember: rq,
 		approver: aq, refusals: adq, flagged: fq, toolDeny: tq, elicit: eq, srvReq: srq, samples: samples,
 		nondeterministic: nondeterministic(modules), readsSession: readsSession(modules, func(*ast.Module) bool { return true })}
 	if query, apart := sessionApart(modules); p.readsSession && apart {
@@ -432,20 +438,24 @@ type TestResult struct {
 	Error string
 }
 
-func failedTests(ctx context.Context, modules map[string]*ast.Module) ([]string, error) {
+// failedTests runs the Rego tests of modules, and says which failed and
+// how many passed.
+func failedTests(ctx context.Context, modules map[string]*ast.Module) (failures []string, passed int, err error) {
 	hasTests := false
 	for name := range modules {
 		hasTests = hasTests || isTest(name)
 	}
 	if !hasTests {
-		return nil, nil
+		return nil, 0, nil
 	}
 	results, err := testModules(ctx, modules)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	var failures []string
 	for _, r := range results {
+		if r.Pass {
+			passed++
+		}
 		if !r.Pass && !r.Skip {
 			msg := r.Name + " failed"
 			if r.Error != "" {
@@ -454,7 +464,7 @@ func failedTests(ctx context.Context, modules map[string]*ast.Module) ([]string,
 			failures = append(failures, msg)
 		}
 	}
-	return failures, nil
+	return failures, passed, nil
 }
 
 // testCaseTimeout bounds one Rego test case of a policy set.

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,8 @@ import (
 	"strings"
 
 	"github.com/nats-io/nkeys"
+
+	"github.com/toolbus/toolbus/internal/events"
 )
 
 // A pushed policy set is signed by its pusher's key, and an executor
@@ -95,18 +98,7 @@ func (s *Signers) Verify(files Files, sig *Signature) error {
 	case s == nil || !s.keys[sig.Signer]:
 		return fmt.Errorf("%w (%s)", ErrUnknownSigner, sig.Signer)
 	}
-	raw, err := base64.StdEncoding.DecodeString(sig.Sig)
-	if err != nil {
-		return fmt.Errorf("%w: the signature is not base64", ErrBadSignature)
-	}
-	pub, err := nkeys.FromPublicKey(sig.Signer)
-	if err != nil {
-		return fmt.Errorf("%w: %v", ErrUnknownSigner, err)
-	}
-	if err := pub.Verify(signed(files), raw); err != nil {
-		return fmt.Errorf("%w (signer %s)", ErrBadSignature, sig.Signer)
-	}
-	return nil
+	return verifyDigest(files.Digest(), sig)
 }
 
 // Len is how many keys the list holds.
@@ -158,4 +150,46 @@ func ParseSigners(r io.Reader) (*Signers, error) {
 		return nil, errors.New("it names no key: an executor with it would take no pushed policy")
 	}
 	return s, nil
+}
+
+// CheckRecorded says what is wrong with a push the trail recorded, nil
+// when nothing is: its digest is a full SHA-256 whose first 64 bits are
+// its revision, and its signature is its signer's over that digest. It
+// does not say whether the signer is trusted: an auditor knows which
+// keys were (signers, when given, are held to that too).
+func CheckRecorded(ev *events.PolicyEvent, signers *Signers) error {
+	raw, err := hex.DecodeString(ev.Digest)
+	if err != nil || len(raw) != sha256.Size {
+		return fmt.Errorf("policy %s: the recorded digest %q is not a SHA-256", ev.Revision, ev.Digest)
+	}
+	if want := "sha256:" + ev.Digest[:16]; ev.Revision != want {
+		return fmt.Errorf("policy %s: the recorded digest is of revision %s", ev.Revision, want)
+	}
+	sig := &Signature{Signer: ev.Signer, Sig: ev.Signature}
+	if sig.Signer == "" || sig.Sig == "" {
+		return fmt.Errorf("policy %s: %w", ev.Revision, ErrUnsigned)
+	}
+	if signers != nil && !signers.keys[sig.Signer] {
+		return fmt.Errorf("policy %s: %w (%s)", ev.Revision, ErrUnknownSigner, sig.Signer)
+	}
+	if err := verifyDigest([sha256.Size]byte(raw), sig); err != nil {
+		return fmt.Errorf("policy %s: %w", ev.Revision, err)
+	}
+	return nil
+}
+
+// verifyDigest checks sig against a set's digest.
+func verifyDigest(digest [sha256.Size]byte, sig *Signature) error {
+	raw, err := base64.StdEncoding.DecodeString(sig.Sig)
+	if err != nil {
+		return fmt.Errorf("%w: the signature is not base64", ErrBadSignature)
+	}
+	pub, err := nkeys.FromPublicKey(sig.Signer)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrUnknownSigner, err)
+	}
+	if err := pub.Verify(append([]byte(signedPrefix), digest[:]...), raw); err != nil {
+		return fmt.Errorf("%w (signer %s)", ErrBadSignature, sig.Signer)
+	}
+	return nil
 }

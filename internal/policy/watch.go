@@ -2,7 +2,6 @@ package policy
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,128 +11,30 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nkeys"
 
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/events"
 )
 
-// activeKey is the policy bucket's one key: the pushed policy set.
-const activeKey = "active"
-
-// Pushed is a policy set as the bucket holds it.
-type Pushed struct {
-	Revision string    `json:"revision"`
-	Files    Files     `json:"files"`
-	By       string    `json:"by"`
-	At       time.Time `json:"at"`
-	// Signature is the pusher's of Files (sign.go); nil on a set pushed
-	// unsigned.
-	Signature *Signature `json:"signature,omitempty"`
-}
-
-// bucketConfig is the policy bucket's config. Its changes are
-// republished (events.PolicyLiveSubject) for those that follow it without
-// a consumer (bus.Watch).
-var bucketConfig = jetstream.KeyValueConfig{
-	Bucket:      events.PolicyBucket,
-	Description: "toolbus policy: the set pushed to the fleet, with its history",
-	History:     16,
-	Storage:     jetstream.FileStorage,
-	RePublish:   &jetstream.RePublish{Source: "$KV." + events.PolicyBucket + ".>", Destination: events.PolicyLiveSubject + ".>"},
-}
-
-// Bucket opens the policy bucket, and creates it if it is missing.
-func Bucket(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
-	kv, err := bus.OpenKeyValue(ctx, js, bucketConfig)
-	if err != nil {
-		return nil, fmt.Errorf("policy bucket: %w", err)
-	}
-	return kv, nil
-}
-
-// EnsureBucket makes the policy bucket, or brings one made before to its
-// config (the republishing of its changes): an executor does at start.
-func EnsureBucket(ctx context.Context, js jetstream.JetStream) error {
-	if _, err := bus.EnsureKeyValue(ctx, js, bucketConfig); err != nil {
-		return fmt.Errorf("policy bucket: %w", err)
-	}
-	return nil
-}
-
-// ActiveSubject is the subject a push publishes the active set on: the
-// bus lets only admins publish it.
-func ActiveSubject() string { return "$KV." + events.PolicyBucket + "." + activeKey }
-
-// Push compiles files and runs their Rego tests, and only if both pass
-// publishes them to every executor of the fleet. The error of a refused
-// set goes back to the caller; nothing is published.
-//
-// key, when it is not nil, signs the set (the pusher's nkey): executors
-// that hold a list of signers enforce only a set one of them signed.
-func Push(ctx context.Context, js jetstream.JetStream, files Files, by string, key nkeys.KeyPair) (*Pushed, error) {
-	p, err := Compile(ctx, files)
-	if err != nil {
-		return nil, err
-	}
-	var sig *Signature
-	if key != nil {
-		if sig, err = Sign(files, key); err != nil {
-			return nil, err
-		}
-	}
-	kv, err := Bucket(ctx, js)
-	if err != nil {
-		return nil, err
-	}
-	pushed := &Pushed{Revision: p.Revision(), Files: files, By: by, At: time.Now().UTC(), Signature: sig}
-	data, err := json.Marshal(pushed)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := kv.Put(ctx, activeKey, data); err != nil {
-		return nil, fmt.Errorf("push policy: %w", err)
-	}
-	return pushed, nil
-}
-
-// Active returns the pushed policy set, or nil when none was pushed.
-func Active(ctx context.Context, js jetstream.JetStream) (*Pushed, error) {
-	kv, err := js.KeyValue(ctx, events.PolicyBucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	e, err := kv.Get(ctx, activeKey)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var p Pushed
-	if err := json.Unmarshal(e.Value(), &p); err != nil {
-		return nil, fmt.Errorf("the pushed policy does not decode: %w", err)
-	}
-	return &p, nil
-}
-
-// Watcher keeps an executor's policy current: it follows the policy bucket
-// and, when given one, a policy directory, compiling each new set once.
-// The latest change wins. A set that fails to compile or whose tests fail
-// is rejected: the policy in force stays, and the rejection is reported.
+// Watcher keeps an executor's policy current: it follows what the fleet
+// enforces (the policy bucket's active key) and, when given one, a policy
+// directory, compiling each new revision once. The latest change wins. A
+// revision that is not signed by a trusted key, fails to compile or whose
+// tests fail is rejected: the policy in force stays, and the rejection
+// is reported.
 type Watcher struct {
-	apply  func(*Policy)
-	report func(status, revision, source string, err error)
-	log    *slog.Logger
-	dir    string
-	// signers hold pushed sets to their signatures (WatchConfig.Signers).
+	apply   func(*Enforced)
+	report  func(status, revision, source string, err error)
+	log     *slog.Logger
+	dir     string
 	signers *Signers
+	kv      jetstream.KeyValue
 
-	mu      sync.Mutex
-	current string // revision in force
+	mu sync.Mutex
+	// own is the host's policy (its directory's, else the one it
+	// started with): what a rollout with no stable revision means.
+	own     *Policy
+	current *Enforced
 	// rejected is the last set offered that did not load, until a later
 	// one does (Health).
 	rejected *rejection
@@ -141,30 +42,33 @@ type Watcher struct {
 	stop chan struct{}
 	wg   sync.WaitGroup
 	w    jetstream.KeyWatcher
-	end  context.CancelFunc
 }
 
 // WatchConfig configures a Watcher.
 type WatchConfig struct {
 	// Dir is a policy directory to follow; empty for none.
 	Dir string
-	// Current is the revision in force when watching starts.
-	Current string
-	// Apply puts a compiled policy in force.
-	Apply func(*Policy)
-	// Report is told of every applied or rejected set.
+	// Own is the policy in force when watching starts: the host's own.
+	Own *Policy
+	// Apply puts what is to be enforced in force.
+	Apply func(*Enforced)
+	// Report is told of every applied or rejected revision.
 	Report func(status, revision, source string, err error)
-	// Signers, when set, are the keys a pushed set must be signed by to
-	// be enforced (sign.go); a set in Dir, the host's own files, is not
-	// held to them.
+	// Signers are the keys a pushed revision must be signed by to be
+	// enforced (sign.go). Without them, no pushed revision is: a set in
+	// Dir, the host's own files, is not held to them.
 	Signers *Signers
 	Logger  *slog.Logger
 	// PollEvery is how often Dir is checked; default 250 ms.
 	PollEvery time.Duration
 }
 
-// Watch starts following. A set already pushed to the bucket is applied
-// before Watch returns. Stop the Watcher with Stop.
+// ErrNoTrustList is why a host with no list of signers enforces no
+// pushed policy.
+var ErrNoTrustList = errors.New("this host has no list of policy signers (--policy-signers, or policy-signers beside its identity): it enforces no pushed policy")
+
+// Watch starts following. What the fleet enforces, if anything was
+// pushed, is applied before Watch returns. Stop the Watcher with Stop.
 func Watch(ctx context.Context, js jetstream.JetStream, cfg WatchConfig) (*Watcher, error) {
 	if cfg.PollEvery <= 0 {
 		cfg.PollEvery = 250 * time.Millisecond
@@ -172,40 +76,44 @@ func Watch(ctx context.Context, js jetstream.JetStream, cfg WatchConfig) (*Watch
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	w := &Watcher{apply: cfg.Apply, report: cfg.Report, log: cfg.Logger, dir: cfg.Dir, current: cfg.Current, signers: cfg.Signers, stop: make(chan struct{})}
+	if cfg.Own == nil {
+		return nil, errors.New("policy: watch needs the host's own policy")
+	}
+	w := &Watcher{apply: cfg.Apply, report: cfg.Report, log: cfg.Logger, dir: cfg.Dir, signers: cfg.Signers,
+		own: cfg.Own, current: Only(cfg.Own), stop: make(chan struct{})}
 	kv, err := Bucket(ctx, js)
 	if err != nil {
 		return nil, err
 	}
-	end := func() {}
+	w.kv = kv
 	// By direct get and the republished changes, not a consumer: the
 	// facade of an agent follows it too (bus.Watch).
 	watcher, err := bus.Watch(ctx, js, events.PolicyBucket, events.PolicyLiveSubject, cfg.Logger)
 	if err != nil {
-		end()
 		return nil, fmt.Errorf("policy: %w", err)
 	}
-	w.w, w.end = watcher, end
-	// The pushed set, if any, comes first, then the nil marker.
-	pushed := false
+	w.w = watcher
+	// What is in the bucket comes first, then the nil marker.
+	var active jetstream.KeyValueEntry
 	for initial := true; initial; {
 		select {
 		case <-ctx.Done():
 			w.Stop()
 			return nil, ctx.Err()
 		case e := <-watcher.Updates():
-			if e == nil {
+			switch {
+			case e == nil:
 				initial = false
-				break
+			case e.Key() == activeKey:
+				active = e
 			}
-			pushed = true
-			w.fromBucket(ctx, e)
 		}
 	}
-	if pushed && w.Current() == cfg.Current {
-		// The newest pushed set was refused here; the rest of the fleet
-		// runs the newest good one, so this executor joins it.
-		w.fromHistory(ctx, kv)
+	if active != nil && !w.fromBucket(ctx, active) {
+		// What the fleet enforces was refused here; the rest of the
+		// fleet may run it, or an older one: this host joins the newest
+		// it can enforce.
+		w.fromHistory(ctx)
 	}
 	w.wg.Add(1)
 	go w.followBucket()
@@ -225,7 +133,6 @@ func (w *Watcher) Stop() {
 		close(w.stop)
 	}
 	w.w.Stop()
-	w.end()
 	w.wg.Wait()
 }
 
@@ -235,9 +142,9 @@ type rejection struct {
 	err              error
 }
 
-// Health reports that the last policy set offered (pushed to the bucket,
-// or saved in the followed directory) did not load, and the policy in
-// force is an older one; nil once a later set has loaded.
+// Health reports that the last policy offered (pushed to the fleet, or
+// saved in the followed directory) did not load, and the policy in force
+// is an older one; nil once a later one has loaded.
 func (w *Watcher) Health() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -246,13 +153,21 @@ func (w *Watcher) Health() error {
 		if r.revision != "" {
 			set = "policy " + r.revision
 		}
-		return fmt.Errorf("%s from %s did not load (%v); %s stays in force", set, r.source, r.err, w.current)
+		return fmt.Errorf("%s from %s did not load (%v); %s stays in force", set, r.source, r.err, w.current.Revisions())
 	}
 	return nil
 }
 
-// Current is the revision in force.
+// Current is the revision in force for every call outside a rollout's
+// share.
 func (w *Watcher) Current() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.current.Stable.Revision()
+}
+
+// Enforced is what is in force.
+func (w *Watcher) Enforced() *Enforced {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.current
@@ -261,59 +176,128 @@ func (w *Watcher) Current() string {
 func (w *Watcher) followBucket() {
 	defer w.wg.Done()
 	for e := range w.w.Updates() {
-		if e != nil {
+		if e != nil && e.Key() == activeKey {
 			w.fromBucket(context.Background(), e)
 		}
 	}
 }
 
-func (w *Watcher) fromBucket(ctx context.Context, e jetstream.KeyValueEntry) {
+// fromBucket enforces the rollout of an active key's entry, and says
+// whether it could.
+func (w *Watcher) fromBucket(ctx context.Context, e jetstream.KeyValueEntry) bool {
 	if e.Operation() != jetstream.KeyValuePut {
-		return
+		return true
 	}
-	var p Pushed
-	if err := json.Unmarshal(e.Value(), &p); err != nil {
-		w.reject("", "bucket", fmt.Errorf("the pushed policy does not decode: %w", err))
-		return
+	r, err := decodeActive(e.Value())
+	if err != nil {
+		w.reject("", "bucket", err)
+		return false
 	}
-	if err := w.signed(&p); err != nil {
-		w.reject(p.Files.Revision(), "bucket", err)
-		return
-	}
-	w.try(ctx, p.Files, "bucket")
+	return w.enforce(ctx, r)
 }
 
-// signed says why p may not be enforced here, nil when it may: a Watcher
-// given signers enforces only a set one of them signed.
-func (w *Watcher) signed(p *Pushed) error {
-	if w.signers == nil {
-		return nil
+// enforce resolves a rollout's revisions, and puts them in force; or
+// rejects it, and keeps what is in force.
+func (w *Watcher) enforce(ctx context.Context, r *Rollout) bool {
+	stable, err := w.load(ctx, r.Stable)
+	if err != nil {
+		w.reject(r.Stable, "bucket", err)
+		return false
 	}
-	return w.signers.Verify(p.Files, p.Signature)
+	en := Only(stable)
+	if r.Next != "" {
+		next, err := w.load(ctx, r.Next)
+		if err != nil {
+			w.reject(r.Next, "bucket", err)
+			return false
+		}
+		en = &Enforced{Stable: stable, Next: next, Share: r.Share}
+	}
+	w.put(en, "bucket")
+	return true
 }
 
-// fromHistory applies the newest pushed set that compiles.
-func (w *Watcher) fromHistory(ctx context.Context, kv jetstream.KeyValue) {
-	history, err := kv.History(ctx, activeKey)
+// load is the compiled policy of a pushed revision, "" for the host's
+// own, once its signature is checked.
+func (w *Watcher) load(ctx context.Context, revision string) (*Policy, error) {
+	w.mu.Lock()
+	cur, own := w.current, w.own
+	w.mu.Unlock()
+	switch {
+	case revision == "":
+		return own, nil
+	case w.signers == nil:
+		return nil, ErrNoTrustList
+	}
+	pushed, err := Revision(ctx, w.kv, revision)
+	if err != nil {
+		return nil, err
+	}
+	if err := w.signers.Verify(pushed.Files, pushed.Signature); err != nil {
+		return nil, err
+	}
+	// A revision in force is not compiled again (a rollout widened).
+	for _, p := range []*Policy{cur.Stable, cur.Next} {
+		if p != nil && p.Revision() == revision {
+			return p, nil
+		}
+	}
+	return Compile(ctx, pushed.Files)
+}
+
+// put puts en in force, and reports the revisions it brings.
+func (w *Watcher) put(en *Enforced, source string) {
+	w.mu.Lock()
+	before := w.current
+	w.current, w.rejected = en, nil
+	w.mu.Unlock()
+	w.apply(en)
+	for _, p := range []*Policy{en.Stable, en.Next} {
+		if p == nil || p == before.Stable || p == before.Next {
+			continue
+		}
+		w.log.Info("policy applied", "revision", p.Revision(), "source", source, "enforced", en.Revisions())
+		if w.report != nil {
+			w.report("applied", p.Revision(), source, nil)
+		}
+	}
+}
+
+// fromHistory enforces the newest rollout in the active key's history
+// that this host can.
+func (w *Watcher) fromHistory(ctx context.Context) {
+	history, err := w.kv.History(ctx, activeKey)
 	if err != nil {
 		return
 	}
-	for i := len(history) - 1; i >= 0; i-- {
-		var p Pushed
-		if history[i].Operation() != jetstream.KeyValuePut || json.Unmarshal(history[i].Value(), &p) != nil || w.signed(&p) != nil {
+	for i := len(history) - 2; i >= 0; i-- {
+		if history[i].Operation() != jetstream.KeyValuePut {
 			continue
 		}
-		if compiled, err := Compile(ctx, p.Files); err == nil {
-			w.mu.Lock()
-			w.current = compiled.Revision()
-			w.mu.Unlock()
-			w.apply(compiled)
-			w.log.Info("policy applied from the bucket's history", "revision", compiled.Revision())
-			if w.report != nil {
-				w.report("applied", compiled.Revision(), "bucket", nil)
-			}
-			return
+		r, err := decodeActive(history[i].Value())
+		if err != nil {
+			continue
 		}
+		stable, err := w.load(ctx, r.Stable)
+		if err != nil {
+			continue
+		}
+		en := Only(stable)
+		if r.Next != "" {
+			if next, err := w.load(ctx, r.Next); err == nil {
+				en = &Enforced{Stable: stable, Next: next, Share: r.Share}
+			}
+		}
+		w.mu.Lock()
+		rejected := w.rejected
+		w.mu.Unlock()
+		w.put(en, "bucket")
+		// What the fleet enforces now still did not load here.
+		w.mu.Lock()
+		w.rejected = rejected
+		w.mu.Unlock()
+		w.log.Info("policy applied from the bucket's history", "enforced", en.Revisions())
+		return
 	}
 }
 
@@ -342,12 +326,12 @@ func (w *Watcher) followDir(every time.Duration) {
 	}
 }
 
-// try compiles files and applies them, or rejects them and keeps the
-// policy in force.
+// try compiles a directory's files and puts them in force for every
+// call, or rejects them and keeps the policy in force.
 func (w *Watcher) try(ctx context.Context, files Files, source string) {
 	rev := files.Revision()
 	w.mu.Lock()
-	same := rev == w.current
+	same := w.current.Next == nil && rev == w.current.Stable.Revision()
 	if same {
 		w.rejected = nil // the set offered is the one in force
 	}
@@ -361,13 +345,9 @@ func (w *Watcher) try(ctx context.Context, files Files, source string) {
 		return
 	}
 	w.mu.Lock()
-	w.current, w.rejected = rev, nil
+	w.own = p
 	w.mu.Unlock()
-	w.apply(p)
-	w.log.Info("policy applied", "revision", rev, "source", source)
-	if w.report != nil {
-		w.report("applied", rev, source, nil)
-	}
+	w.put(Only(p), source)
 }
 
 func (w *Watcher) reject(rev, source string, err error) {

@@ -498,8 +498,19 @@ func (r *Report) Lost() string {
 // since, a trail that lost its start is reported, and in any case one
 // that lost the chain's head.
 func Verify(ctx context.Context, js jetstream.JetStream, since time.Time, pub ed25519.PublicKey) (*Report, error) {
+	return VerifyWith(ctx, js, since, pub, nil)
+}
+
+// A Check looks into each message Verify reads, and says what is wrong
+// with it ("" for nothing): a problem of the trail like any other. The
+// checkpoints say a message was not changed; a check says whether what
+// it holds is sound (a recorded policy push's signature).
+type Check func(seq uint64, subject string, data []byte) string
+
+// VerifyWith is Verify, with check run on every message.
+func VerifyWith(ctx context.Context, js jetstream.JetStream, since time.Time, pub ed25519.PublicKey, check Check) (*Report, error) {
 	rep := &Report{}
-	v := &verifier{pub: pub, keyID: KeyID(pub), rep: rep, ctx: ctx, blobs: bus.NewBlobs(js), checked: map[string]error{}}
+	v := &verifier{pub: pub, keyID: KeyID(pub), rep: rep, ctx: ctx, blobs: bus.NewBlobs(js), checked: map[string]error{}, check: check}
 	// The chain's ends before the stream: a checkpoint published while
 	// the stream is read is then in what is read, or newer than the head.
 	v.readChain(ctx, js)
@@ -553,6 +564,8 @@ type verifier struct {
 	ctx     context.Context
 	blobs   *bus.Blobs
 	checked map[string]error
+
+	check Check // nil for none
 }
 
 // outlined checks that the large fields the outlined record at seq names
@@ -657,6 +670,11 @@ func (v *verifier) message(seq uint64, subject, call string, data []byte) {
 	}
 	if bytes.HasPrefix(data, events.OutlinedPrefix) {
 		v.outlined(seq, data)
+	}
+	if v.check != nil {
+		if p := v.check(seq, subject, data); p != "" {
+			rep.Problems = append(rep.Problems, fmt.Sprintf("#%d: %s", seq, p))
+		}
 	}
 	v.leaves = append(v.leaves, leafAt{seq: seq, leaf: leaf(subject, call, data)})
 }

@@ -8,8 +8,12 @@ package policytest
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
 	"github.com/toolbus/toolbus/internal/policy"
 	defaultpolicy "github.com/toolbus/toolbus/policy"
@@ -29,6 +33,43 @@ func Default(tb testing.TB) *policy.Policy {
 	p, err := compiled()
 	if err != nil {
 		tb.Fatalf("the default policy does not compile: %v", err)
+	}
+	return p
+}
+
+var team = sync.OnceValues(nkeys.CreateUser)
+
+// Team is a policy team's signing key, the same for every test of the
+// process; TeamSigners is the trust list that holds it.
+func Team(tb testing.TB) nkeys.KeyPair {
+	tb.Helper()
+	kp, err := team()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return kp
+}
+
+// TeamSigners is a trust list of Team's key alone.
+func TeamSigners(tb testing.TB) *policy.Signers {
+	tb.Helper()
+	pub, err := Team(tb).PublicKey()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s, err := policy.ParseSigners(strings.NewReader(pub + "\n"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s
+}
+
+// Push pushes files to the whole fleet, signed by Team, as by.
+func Push(tb testing.TB, js jetstream.JetStream, files policy.Files, by string) *policy.Pushed {
+	tb.Helper()
+	p, _, err := policy.Push(context.Background(), js, files, policy.PushOptions{By: by, Key: Team(tb)})
+	if err != nil {
+		tb.Fatal(err)
 	}
 	return p
 }
