@@ -54,7 +54,7 @@ the one 'toolbus up --policy DIR' names, or the one pushed to the fleet.`,
   toolbus policy explain INVOCATION_ID`,
 	}
 	cmd.AddCommand(newPolicyTestCommand(), newPolicyPushCommand(), newPolicyStatusCommand(), newPolicyHistoryCommand(),
-		newPolicyDiffCommand(), newPolicyRollbackCommand(), newPolicyExplainCommand())
+		newPolicyDiffCommand(), newPolicyRollbackCommand(), newPolicyShadowCommand(), newPolicyExplainCommand())
 	holdsCommands(cmd)
 	return cmd
 }

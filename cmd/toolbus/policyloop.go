@@ -15,12 +15,14 @@ import (
 	"github.com/nats-io/nkeys"
 	"github.com/spf13/cobra"
 
+	"github.com/toolbus/toolbus/internal/audit"
 	"github.com/toolbus/toolbus/internal/bus"
 	"github.com/toolbus/toolbus/internal/cli"
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/human"
 	"github.com/toolbus/toolbus/internal/identity"
 	"github.com/toolbus/toolbus/internal/policy"
+	"github.com/toolbus/toolbus/internal/redact"
 	defaultpolicy "github.com/toolbus/toolbus/policy"
 )
 
@@ -165,11 +167,18 @@ func policyStatus(natsURL string, asJSON bool) error {
 		if err != nil {
 			return err
 		}
+		shadow, err := policy.ActiveShadow(ctx, b.JetStream())
+		if err != nil {
+			return err
+		}
 		if r == nil {
 			if asJSON {
-				return writeJSON(os.Stdout, nil)
+				return writeJSON(os.Stdout, struct {
+					Shadow *policy.Shadow `json:"shadow,omitempty"`
+				}{shadow})
 			}
 			fmt.Printf("no policy pushed: executors enforce their own (the default is %s)\n", policy.Files(defaultpolicy.Default()).Revision())
+			printShadow(shadow)
 			return nil
 		}
 		kv, err := policy.Bucket(ctx, b.JetStream())
@@ -180,7 +189,8 @@ func policyStatus(natsURL string, asJSON bool) error {
 			*policy.Rollout
 			StableSet *policy.Pushed `json:"stable_set,omitempty"`
 			NextSet   *policy.Pushed `json:"next_set,omitempty"`
-		}{Rollout: r}
+			Shadow    *policy.Shadow `json:"shadow,omitempty"`
+		}{Rollout: r, Shadow: shadow}
 		for _, s := range []struct {
 			rev string
 			to  **policy.Pushed
@@ -207,8 +217,15 @@ func policyStatus(natsURL string, asJSON bool) error {
 			fmt.Printf(": %s", r.Message)
 		}
 		fmt.Println()
+		printShadow(shadow)
 		return nil
 	})
+}
+
+func printShadow(s *policy.Shadow) {
+	if s != nil {
+		fmt.Printf("in shadow:   %s, since %s by %s (policy shadow report)\n", s.Revision, human.Time(s.At), s.By)
+	}
 }
 
 func printRevision(what string, p *policy.Pushed, share string) {
@@ -403,4 +420,125 @@ they receive it, and only when its signature is one their trust list holds.`,
 			})
 		},
 	}
+}
+
+func newPolicyShadowCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "shadow",
+		Short: "Run a candidate policy beside the one in force, on live calls, enforcing nothing",
+		Long: `A candidate in shadow is judged by every executor beside the policy in force, on
+every call, off the call's path: it decides nothing, and each call it would
+have decided otherwise (its verdict, or the rule behind it) is recorded.
+'shadow report' says what it would have changed; 'shadow stop' ends it. One
+candidate at a time; a push or a rollback of the policy in force ends it.`,
+		Example: `  toolbus policy shadow push ./policy-next -m "deny curl"
+  toolbus policy shadow report --since 1h
+  toolbus policy shadow stop`,
+	}
+	push := &cobra.Command{
+		Use:   "push DIR",
+		Short: "Test and sign a candidate, and put it in shadow on every executor",
+		Args:  cobra.ExactArgs(1),
+	}
+	message := push.Flags().StringP("message", "m", "", "why: kept with the revision (policy history)")
+	sign := push.Flags().String("sign", "", "the seed file of the key to sign with (default: the identity this command connects with)")
+	push.RunE = func(cmd *cobra.Command, args []string) error {
+		natsURL := busURLFor(cmd)
+		files, err := policy.LoadDir(args[0])
+		if err != nil {
+			return err
+		}
+		key, err := pushKey(natsURL, *sign)
+		if err != nil {
+			return fmt.Errorf("candidate refused, nothing in shadow: %w", err)
+		}
+		return withBus(natsURL, "toolbus-policy", func(ctx context.Context, b *bus.Bus) error {
+			if err := mayPushPolicy(ctx, b); err != nil {
+				return err
+			}
+			id := cli.Identity("cli")
+			pushed, err := policy.PushShadow(ctx, b.JetStream(), files, policy.PushOptions{By: id.ID, Key: key, Message: *message})
+			if err != nil {
+				return fmt.Errorf("candidate refused, nothing in shadow: %w", err)
+			}
+			fmt.Printf("%s in shadow (%d files, %d tests passed): executors judge every call with it too, and enforce nothing of it; policy shadow report says what it would change\n",
+				pushed.Revision, len(files), pushed.Tests)
+			return nil
+		})
+	}
+	stop := &cobra.Command{
+		Use:   "stop",
+		Short: "End the shadow",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return withBus(busURLFor(cmd), "toolbus-policy", func(ctx context.Context, b *bus.Bus) error {
+				if err := mayPushPolicy(ctx, b); err != nil {
+					return err
+				}
+				rev, err := policy.StopShadow(ctx, b.JetStream())
+				switch {
+				case err != nil:
+					return err
+				case rev == "":
+					fmt.Println("no candidate was in shadow")
+				default:
+					fmt.Printf("%s is no longer in shadow\n", rev)
+				}
+				return nil
+			})
+		},
+	}
+	cmd.AddCommand(push, newPolicyShadowReportCommand(), stop)
+	return cmd
+}
+
+func newPolicyShadowReportCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "report",
+		Short: "Say what the candidate in shadow would have changed, on the live calls",
+		Long: `Reads what the executors recorded of the candidate in shadow (the newest, or
+--revision's), and says, by verdict pair, tool and rule, how many of the live
+calls it would have decided otherwise, with examples: the report of 'audit
+whatif', with its filters, on live traffic instead of a replay.`,
+		Example: "  toolbus policy shadow report\n  toolbus policy shadow report --since 1h --tool run_shell_command --json",
+		Args:    noArgs,
+	}
+	fs := cmd.Flags()
+	af := newAuditFlags(fs)
+	query := queryFlags(fs)
+	revision := fs.String("revision", "", "the candidate to report on (default: the newest)")
+	asJSON := fs.Bool("json", false, "print the report as JSON, every change with its call")
+	calls := fs.Int("calls", 20, "calls shown for each kind of change (0: all)")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		q, err := query()
+		if err != nil {
+			return err
+		}
+		if err := af.window(&q); err != nil {
+			return err
+		}
+		return af.run(busURLFor(cmd), func(ctx context.Context, b *bus.Bus, red *redact.Redactor) error {
+			w, counts, err := audit.ShadowReport(ctx, b.JetStream(), q, *revision)
+			if err != nil {
+				return err
+			}
+			if w.Revision == "" {
+				fmt.Println("no candidate in shadow has judged a call (policy shadow push)")
+				return nil
+			}
+			for i := range w.Changes {
+				w.Changes[i].Record = audit.Redact(w.Changes[i].Record, red)
+				w.Changes[i].Reason = red.Text(w.Changes[i].Reason)
+			}
+			if *asJSON {
+				return writeJSON(os.Stdout, struct {
+					*audit.WhatIf
+					Counts *audit.ShadowCounts `json:"counts"`
+				}{w, counts})
+			}
+			judged := fmt.Sprintf("judged live by the candidate %s on %d executors (%d dropped: its queue was full)", w.Revision, counts.Executors, counts.Dropped)
+			return writeWhatIf(os.Stdout, w, judged, *calls)
+		})
+	}
+	return cmd
 }

@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/toolbus/toolbus/internal/events"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 // The policy team's loop on a `toolbus up`: a revision pushed to a share
@@ -66,21 +69,41 @@ func TestThePolicyTeamsLoop(t *testing.T) {
 	}
 	// The executor trusts the developer's key (toolbus init wrote it
 	// into the trust list up gives it): it applies the revision.
-	for {
-		m, err := reports.NextMsg(10 * time.Second)
-		if err != nil {
-			t.Fatalf("the executor did not apply %s: %v", rev[1], err)
-		}
-		ev, err := events.Decode[events.PolicyEvent](m.Data)
-		if err == nil && ev.Status == "rejected" {
-			t.Fatalf("the executor rejected the push: %s", ev.Error)
-		}
-		if err == nil && ev.Status == "applied" && ev.Revision == rev[1] {
-			break
-		}
-	}
+	waitReport(t, reports, "applied", rev[1])
 	if diff := run("policy", "diff", rev[1]); !strings.Contains(diff, "-team_note := \"v2\"") {
 		t.Errorf("diff to the built-in policy:\n%s", diff)
+	}
+
+	// In shadow: a candidate that denies every read. The calls still run,
+	// and the report says what it would have changed, by which rule.
+	denying := t.TempDir()
+	for _, name := range regos {
+		if strings.HasSuffix(name, "_test.rego") {
+			continue // the default policy's tests read files
+		}
+		src, _ := os.ReadFile(name)
+		os.WriteFile(filepath.Join(denying, filepath.Base(name)), src, 0o644)
+	}
+	os.WriteFile(filepath.Join(denying, "reads.rego"), []byte("package toolbus\n\ndeny contains \"reads are frozen for the audit\" if input.tool.name == \"read_file\"\n"), 0o644)
+	shadowRev := regexp.MustCompile(`(sha256:[0-9a-f]{16}) in shadow`).FindStringSubmatch(run("policy", "shadow", "push", denying))
+	if shadowRev == nil {
+		t.Fatal("shadow push said no revision")
+	}
+	if status := run("policy", "status"); !strings.Contains(status, "in shadow:") {
+		t.Errorf("status with a shadow:\n%s", status)
+	}
+	waitReport(t, reports, "shadowed", shadowRev[1])
+	for range 5 {
+		if out := run("call", "read_file", "--args", `{"file_path":"README.md"}`); out != "# readme\n" {
+			t.Fatalf("a call under the shadow: %q", out)
+		}
+	}
+	testkit.Eventually(t, "the shadow report counts the reads", func() bool {
+		out := run("policy", "shadow", "report")
+		return strings.Contains(out, "ALLOW → DENY: 5") && strings.Contains(out, `read_file, by the rule "reads are frozen for the audit": 5`)
+	})
+	if out := run("policy", "shadow", "stop"); !strings.Contains(out, "no longer in shadow") {
+		t.Errorf("shadow stop: %s", out)
 	}
 
 	run("policy", "push", candidate, "--to", "100")
@@ -114,4 +137,23 @@ func TestThePolicyTeamsLoop(t *testing.T) {
 		t.Errorf("audit verify of a forged push: exit %d\n%s", code, out)
 	}
 	up.stop(t)
+}
+
+// waitReport waits for the executor to report status of revision on the
+// policy subjects, and fails on a rejection.
+func waitReport(t *testing.T, reports *nats.Subscription, status, revision string) {
+	t.Helper()
+	for {
+		m, err := reports.NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatalf("the executor did not report %s %s: %v", revision, status, err)
+		}
+		ev, err := events.Decode[events.PolicyEvent](m.Data)
+		if err == nil && ev.Status == "rejected" {
+			t.Fatalf("the executor rejected %s: %s", ev.Revision, ev.Error)
+		}
+		if err == nil && ev.Status == status && ev.Revision == revision {
+			return
+		}
+	}
 }

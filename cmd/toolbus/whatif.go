@@ -2,11 +2,13 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -90,7 +92,7 @@ func auditWhatIf(natsURL string, af *auditFlags, query func() (audit.Query, erro
 		if asJSON {
 			err = writeJSON(os.Stdout, w)
 		} else {
-			err = writeWhatIf(os.Stdout, w, dir, calls)
+			err = writeWhatIf(os.Stdout, w, fmt.Sprintf("judged again under %s (%s)", dir, w.Revision), calls)
 		}
 		if err == nil && failOnChange && len(w.Changes) > 0 {
 			return wouldChange{len(w.Changes)}
@@ -99,10 +101,20 @@ func auditWhatIf(natsURL string, af *auditFlags, query func() (audit.Query, erro
 	})
 }
 
-func writeWhatIf(w io.Writer, r *audit.WhatIf, dir string, calls int) error {
+// writeWhatIf prints what another policy would change (audit whatif, on
+// recorded calls; policy shadow report, on live ones): the decisions
+// that would change, by verdict pair, then by tool and the rule (its
+// reason) behind the new decision, with calls as examples.
+func writeWhatIf(w io.Writer, r *audit.WhatIf, judged string, calls int) error {
 	bw := bufio.NewWriter(w)
-	fmt.Fprintf(bw, "%d invocations; %d decisions judged again under %s (%s) in %s: %d would change, %d unchanged, %d keep their verdict with another reason",
-		r.Invocations, r.Replayed, dir, r.Revision, r.Stats.Elapsed.Round(time.Millisecond), len(r.Changes), r.Unchanged, r.SameVerdict)
+	changed := 0
+	for _, c := range r.Changes {
+		if c.From != c.To {
+			changed++
+		}
+	}
+	fmt.Fprintf(bw, "%d invocations; %d decisions %s in %s: %d would change, %d unchanged, %d keep their verdict with another reason",
+		r.Invocations, r.Replayed, judged, r.Stats.Elapsed.Round(time.Millisecond), changed, r.Unchanged, r.SameVerdict)
 	if r.NotJudged > 0 {
 		fmt.Fprintf(bw, "; %d never judged (no decision with its input on record)", r.NotJudged)
 	}
@@ -110,21 +122,34 @@ func writeWhatIf(w io.Writer, r *audit.WhatIf, dir string, calls int) error {
 	if r.Lossy > 0 {
 		fmt.Fprintf(bw, "%d of the inputs held a file name that is not UTF-8, recorded approximately\n", r.Lossy)
 	}
-	for i := 0; i < len(r.Changes); {
-		from, to := r.Changes[i].From, r.Changes[i].To
+	changes := slices.Clone(r.Changes)
+	slices.SortStableFunc(changes, func(a, b audit.Change) int {
+		return cmp.Or(cmp.Compare(a.From, b.From), cmp.Compare(a.To, b.To), cmp.Compare(a.Record.Tool, b.Record.Tool), cmp.Compare(a.Reason, b.Reason))
+	})
+	for i := 0; i < len(changes); {
+		from, to := changes[i].From, changes[i].To
 		n := i
-		for n < len(r.Changes) && r.Changes[n].From == from && r.Changes[n].To == to {
+		for n < len(changes) && changes[n].From == from && changes[n].To == to {
 			n++
 		}
 		fmt.Fprintf(bw, "\n%s → %s: %d\n", from, to, n-i)
-		for k, c := range r.Changes[i:n] {
-			if calls > 0 && k == calls {
-				fmt.Fprintf(bw, "  ... and %d more (--calls 0 shows all)\n", n-i-calls)
-				break
+		for k := i; k < n; {
+			tool, rule := changes[k].Record.Tool, changes[k].Reason
+			m := k
+			for m < n && changes[m].Record.Tool == tool && changes[m].Reason == rule {
+				m++
 			}
-			rec := c.Record
-			fmt.Fprintf(bw, "  %s  %s  %s  %s  %s\n      was: %s\n      now: %s\n", human.Time(rec.Time), rec.ID, rec.Tool, rec.Caller.ID,
-				oneLine(human.JSON(rec.Args), 100), oneLine(rec.Reason, 120), oneLine(c.Reason, 120))
+			fmt.Fprintf(bw, "  %s, by the rule %q: %d\n", tool, oneLine(rule, 120), m-k)
+			for e, c := range changes[k:m] {
+				if calls > 0 && e == calls {
+					fmt.Fprintf(bw, "    ... and %d more (--calls 0 shows all)\n", m-k-calls)
+					break
+				}
+				rec := c.Record
+				fmt.Fprintf(bw, "    %s  %s  %s  %s\n      was: %s\n", human.Time(rec.Time), rec.ID, rec.Caller.ID,
+					oneLine(human.JSON(rec.Args), 100), oneLine(rec.Reason, 120))
+			}
+			k = m
 		}
 		i = n
 	}

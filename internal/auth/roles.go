@@ -276,7 +276,8 @@ func Permissions(role Role, name string) *server.Permissions {
 			// that coordinates the batch, for the batch's caller.
 			events.InvokeSubject("*"), events.Request(events.SubjectCancel),
 			events.Request(events.SubjectRegister), events.Request(events.SubjectRegistryRemove), events.Request(events.SubjectRegistryToggle),
-			events.SubjectPolicyPrefix+"applied", events.SubjectPolicyPrefix+"rejected",
+			events.SubjectPolicyPrefix+"applied", events.SubjectPolicyPrefix+"rejected", events.SubjectPolicyPrefix+"shadowed",
+			events.SubjectShadow, events.SubjectShadowStats,
 			// The large fields of its records (events.Outline), and how
 			// full their stream is (trail.go).
 			events.BlobSubjectPrefix+"*", "$JS.API.STREAM.INFO."+events.BlobStream,

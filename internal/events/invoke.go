@@ -1,6 +1,9 @@
 package events
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"time"
+)
 
 // Invocation asks for one tool call. It is sent on SubjectInvoke; the
 // Header's Sender is the caller (agent, session, user) the policy judges.
@@ -474,7 +477,7 @@ func (c *CancelRequest) Validate() error {
 // bus, applied by an executor, or rejected by one (the old set stays).
 type PolicyEvent struct {
 	Header
-	Status   string `json:"status"` // pushed, applied, rejected
+	Status   string `json:"status"` // pushed, applied, rejected, shadowed (a candidate put in shadow)
 	Revision string `json:"revision"`
 	// Source is where the set came from: "bucket" or a directory.
 	Source string `json:"source"`
@@ -500,7 +503,7 @@ func (p *PolicyEvent) Validate() error {
 		return err
 	}
 	switch p.Status {
-	case "pushed", "applied", "rejected":
+	case "pushed", "applied", "rejected", "shadowed":
 	default:
 		return invalid(p.EnvelopeType(), "unknown status %q", p.Status)
 	}
@@ -573,6 +576,70 @@ func (b *BatchResult) Validate() error {
 	}
 	if b.BatchID == "" {
 		return invalid(b.EnvelopeType(), "batchId is empty")
+	}
+	return nil
+}
+
+// ShadowDecision is a decision of the candidate policy in shadow that
+// differs from the one the policy in force made on the same call, in its
+// verdict or in its reason (the rule behind it). The call ran as the
+// policy in force decided; this records what would have changed.
+type ShadowDecision struct {
+	Header
+	// InvocationID is the caller's id of the call; the Header's Call
+	// is its id in the trail.
+	InvocationID string `json:"invocationId"`
+	Tool         string `json:"tool"`
+	// Principal is the caller the bus vouched for.
+	Principal string        `json:"principal"`
+	Live      PolicyVerdict `json:"live"`
+	Shadow    PolicyVerdict `json:"shadow"`
+	// InputDigest is the SHA-256 (hex) of the input both judged, as the
+	// call's decision records it.
+	InputDigest string `json:"inputDigest,omitempty"`
+}
+
+// EnvelopeType implements Envelope.
+func (*ShadowDecision) EnvelopeType() string { return "tool.shadow" }
+
+// Validate implements Envelope.
+func (s *ShadowDecision) Validate() error {
+	if err := s.header().validate(); err != nil {
+		return err
+	}
+	switch {
+	case s.InvocationID == "":
+		return invalid(s.EnvelopeType(), "no invocationId")
+	case !s.Live.Verdict.Valid() || !s.Shadow.Verdict.Valid():
+		return invalid(s.EnvelopeType(), "verdicts %q and %q", s.Live.Verdict, s.Shadow.Verdict)
+	}
+	return nil
+}
+
+// ShadowStats are an executor's counts for the candidate in shadow since
+// it started evaluating it: the calls judged, those judged otherwise
+// than by the policy in force, and those dropped because its queue was
+// full.
+type ShadowStats struct {
+	Header
+	Revision  string    `json:"revision"`
+	Since     time.Time `json:"since"`
+	Judged    uint64    `json:"judged"`
+	Disagreed uint64    `json:"disagreed"`
+	Dropped   uint64    `json:"dropped"`
+	Failed    uint64    `json:"failed"`
+}
+
+// EnvelopeType implements Envelope.
+func (*ShadowStats) EnvelopeType() string { return "tool.shadow.stats" }
+
+// Validate implements Envelope.
+func (s *ShadowStats) Validate() error {
+	if err := s.header().validate(); err != nil {
+		return err
+	}
+	if s.Revision == "" {
+		return invalid(s.EnvelopeType(), "no revision")
 	}
 	return nil
 }

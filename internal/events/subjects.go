@@ -79,6 +79,12 @@ const (
 	// SubjectPolicyPrefix + status (pushed, applied, rejected) carries
 	// PolicyEvent.
 	SubjectPolicyPrefix = "tool.policy."
+	// SubjectShadow carries ShadowDecision: where the candidate policy in
+	// shadow decided a call otherwise than the policy in force.
+	SubjectShadow = "tool.shadow"
+	// SubjectShadowStats carries ShadowStats: an executor's counts of the
+	// calls the candidate judged, and of those it could not.
+	SubjectShadowStats = "tool.shadow.stats"
 	// SubjectAuditCheckpoint carries AuditCheckpoint: a signed digest of
 	// a range of the audit stream.
 	SubjectAuditCheckpoint = "tool.audit.checkpoint"

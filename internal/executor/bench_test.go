@@ -56,6 +56,26 @@ func latencyPair(n int, a, b func()) (aP50, aP99, bP50, bP99 time.Duration) {
 	return l[0].P50, l[0].P99, l[1].P50, l[1].P99
 }
 
+// blocksPair measures op in blocks of n/10 calls, with set(false) and
+// set(true) in turn: a setting whose cost runs after a call returns (a
+// candidate in shadow judges it in the background) is paid by the calls
+// of its own block, as it would be in a fleet that keeps it on.
+func blocksPair(n int, op func(), set func(bool)) (off, on measure.Latency) {
+	var samples [2][]time.Duration
+	block := max(n/10, 1)
+	for i := range 20 {
+		mode := i % 2
+		set(mode == 1)
+		for range block {
+			start := time.Now()
+			op()
+			samples[mode] = append(samples[mode], time.Since(start))
+		}
+	}
+	set(false)
+	return measure.Percentiles(samples[0]), measure.Percentiles(samples[1])
+}
+
 func BenchmarkInvoke(b *testing.B) {
 	bb := bustest.Start(b, "")
 	registrytest.Start(b, bb)
@@ -204,6 +224,27 @@ func BenchmarkInvoke(b *testing.B) {
 		}
 	}
 
+	// A candidate in shadow that agrees with the policy in force (a
+	// module more, a revision of its own): every call's input goes to it
+	// and it judges each again, off the call's path.
+	candFiles := defaultPolicyFiles()
+	for k, v := range files {
+		candFiles[k] = v
+	}
+	candFiles["candidate.rego"] = "package toolbus.candidate\n\nnote := \"a candidate\"\n"
+	cand, err := policy.Compile(context.Background(), policy.Files(candFiles))
+	if err != nil {
+		b.Fatal(err)
+	}
+	shadowed := &shadowRun{pol: cand}
+	shadowOn := func(on bool) {
+		if on {
+			ex.shadow.cand.Store(shadowed)
+		} else {
+			ex.shadow.cand.Store(nil)
+		}
+	}
+
 	read := &policy.Input{Tool: policy.ToolInput{Name: "read_file", Kind: events.KindRead, Source: events.SourceBuiltin},
 		Args: map[string]any{"file_path": "small.txt"}, Caller: events.Identity{ID: "agent:bench"}, Paths: []string{ws.Root() + "/small.txt"}}
 	decide := func() { pol.Decide(ctx, read) }
@@ -218,6 +259,7 @@ func BenchmarkInvoke(b *testing.B) {
 		rawA50, _, audP50, audP99 := latencyPair(latencySamples, raw, rawAudited)
 		rawS50, _, sesP50, sesP99 := latencyPair(latencySamples, raw, invokeSession)
 		offP50, offP99, onP50, onP99 := latencyPair(latencySamples, invokeNoop, tracedNoop)
+		unshadowed, shadow := blocksPair(latencySamples, invoke, shadowOn)
 		pol := measure.Interleaved(latencySamples, decide)[0]
 		polP50, polP99 := pol.P50, pol.P99
 		raw1 := measure.Throughput(1, throughputOps/4, raw)
@@ -236,6 +278,9 @@ func BenchmarkInvoke(b *testing.B) {
 		fmt.Printf("%-38s %12s %12s %11.2f×\n", "tool.invoke read_file, from a session", sesP50, sesP99, float64(sesP50)/float64(rawS50))
 		fmt.Printf("%-38s %12s %12s %12s\n", "no-op tool.invoke, tracing off", offP50, offP99, "")
 		fmt.Printf("%-38s %12s %12s %11.2f×   vs off\n", "  the same, every call traced", onP50, onP99, float64(onP50)/float64(offP50))
+		fmt.Printf("%-38s %12s %12s %12s\n", "tool.invoke read_file, no shadow", unshadowed.P50, unshadowed.P99, "")
+		fmt.Printf("%-38s %12s %12s %11.2f×   vs none, goal ≤ 1.10×\n", "  the same, a candidate in shadow", shadow.P50, shadow.P99, float64(shadow.P50)/float64(unshadowed.P50))
+		fmt.Printf("shadow: %d calls judged by the candidate, %d dropped\n", shadowed.judged.Load(), shadowed.dropped.Load())
 		fmt.Printf("%-38s %12s %12s %12s   goal p50 ≤ 15µs\n", "policy decision alone", polP50, polP99, "")
 		fmt.Printf("decisions not from the cache: %d\n", cacheMisses.Load())
 		fmt.Printf("%-38s %12s %12s\n", "throughput, ops/s", "raw", "tool.invoke")

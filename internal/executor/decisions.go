@@ -19,6 +19,7 @@ type judging struct {
 	// during a staged rollout (a call takes its own at its start).
 	enforced  atomic.Pointer[policy.Enforced]
 	watcher   *policy.Watcher
+	shadow    *shadowing // the candidate in shadow, if any
 	allowlist *allowlist
 	hooks     *hooks.Set    // nil without hooks
 	hookRuns  *hooks.Runner // runs them

@@ -435,8 +435,9 @@ func (e *Executor) follow(ctx context.Context) (err error) {
 	if err := policy.EnsureBucket(ctx, e.js); err != nil {
 		return err
 	}
+	e.shadow = newShadowing(e, shadowQueue)
 	e.watcher, err = policy.Watch(ctx, e.js, policy.WatchConfig{Dir: e.cfg.PolicyDir, Own: e.cfg.Policy, Signers: e.cfg.PolicySigners,
-		Apply: e.enforce, Report: e.reportPolicy, Logger: e.log})
+		Apply: e.enforce, Shadow: e.shadow.set, Report: e.reportPolicy, Logger: e.log})
 	return err
 }
 
@@ -667,6 +668,9 @@ func (e *Executor) closeFollowers() {
 	}
 	if e.watcher != nil {
 		e.watcher.Stop()
+	}
+	if e.shadow != nil {
+		e.shadow.close() // its last counts go to the recorder, closed below
 	}
 	if e.catalog != nil {
 		e.catalog.Close()

@@ -747,15 +747,19 @@ func (c *call) decide(args map[string]any) (policy.Decision, *stop) {
 		key = append(key, concluded...)
 		j, cached = e.decisions.get(pol, gen, prot, key)
 	}
-	if !cached {
-		in := c.input(args, paths, c.hardLinks, sh)
+	var in *policy.Input
+	if !cached || e.shadow.active() {
+		in = c.input(args, paths, c.hardLinks, sh)
 		in.Protected = protectedOf(prot, paths)
+	}
+	if !cached {
 		j.Decision, j.rec = pol.DecideRecorded(c.ctx, in)
 		if reusable {
 			e.decisions.put(pol, gen, prot, key, j)
 		}
 	}
 	d := j.Decision
+	e.shadow.offer(c, in, j.rec.Input, d)
 	c.limits = d.Limits
 	c.verdict = events.PolicyVerdict{Verdict: d.Verdict, Reason: d.Reason, Revision: d.Revision, Cached: cached, Idempotent: d.Idempotent}
 	ev := &events.Decision{Header: c.header(), InvocationID: c.inv.ID, Tool: t.Name,

@@ -129,11 +129,39 @@ type PushOptions struct {
 // the share opts name (a staged rollout). The error of a refused set goes
 // back to the caller; nothing is written.
 func Push(ctx context.Context, js jetstream.JetStream, files Files, opts PushOptions) (*Pushed, *Rollout, error) {
-	p, err := Compile(ctx, files)
+	if err := opts.Share.valid(); err != nil {
+		return nil, nil, err
+	}
+	pushed, kv, err := writeRevision(ctx, js, files, opts)
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := opts.Share.valid(); err != nil {
+	r, err := setActive(ctx, kv, func(cur *Rollout) (*Rollout, error) {
+		next := &Rollout{Stable: pushed.Revision, By: opts.By, Message: opts.Message}
+		if !opts.Share.Whole() {
+			next = &Rollout{Next: pushed.Revision, Share: opts.Share, By: opts.By, Message: opts.Message}
+			if cur != nil {
+				next.Stable = cur.Stable
+			}
+			if next.Stable == next.Next {
+				return nil, fmt.Errorf("%s is already the stable revision: push it with --to 100, or roll back to another", next.Next)
+			}
+		}
+		return next, nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	endShadow(ctx, kv)
+	return pushed, r, nil
+}
+
+// writeRevision compiles files, runs their tests, signs them with
+// opts.Key and writes the revision; it changes nothing the fleet
+// enforces.
+func writeRevision(ctx context.Context, js jetstream.JetStream, files Files, opts PushOptions) (*Pushed, jetstream.KeyValue, error) {
+	p, err := Compile(ctx, files)
+	if err != nil {
 		return nil, nil, err
 	}
 	pushed := &Pushed{Revision: p.Revision(), Files: files, By: opts.By, At: time.Now().UTC(), Message: opts.Message, Tests: p.TestsPassed()}
@@ -157,23 +185,7 @@ func Push(ctx context.Context, js jetstream.JetStream, files Files, opts PushOpt
 	if _, err := kv.Put(ctx, key, data); err != nil {
 		return nil, nil, fmt.Errorf("push policy: %w", err)
 	}
-	r, err := setActive(ctx, kv, func(cur *Rollout) (*Rollout, error) {
-		next := &Rollout{Stable: pushed.Revision, By: opts.By, Message: opts.Message}
-		if !opts.Share.Whole() {
-			next = &Rollout{Next: pushed.Revision, Share: opts.Share, By: opts.By, Message: opts.Message}
-			if cur != nil {
-				next.Stable = cur.Stable
-			}
-			if next.Stable == next.Next {
-				return nil, fmt.Errorf("%s is already the stable revision: push it with --to 100, or roll back to another", next.Next)
-			}
-		}
-		return next, nil
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-	return pushed, r, nil
+	return pushed, kv, nil
 }
 
 // Rollback returns the fleet to revision, or, when revision is empty, to
@@ -186,7 +198,7 @@ func Rollback(ctx context.Context, js jetstream.JetStream, revision, by string) 
 	if err != nil {
 		return nil, err
 	}
-	return setActive(ctx, kv, func(cur *Rollout) (*Rollout, error) {
+	r, err := setActive(ctx, kv, func(cur *Rollout) (*Rollout, error) {
 		switch {
 		case revision != "":
 			if _, err := Revision(ctx, kv, revision); err != nil {
@@ -205,6 +217,11 @@ func Rollback(ctx context.Context, js jetstream.JetStream, revision, by string) 
 		}
 		return &Rollout{Stable: revision, By: by, Message: "rollback to " + orOwnPolicy(revision)}, nil
 	})
+	if err != nil {
+		return nil, err
+	}
+	endShadow(ctx, kv)
+	return r, nil
 }
 
 func orOwnPolicy(revision string) string {
@@ -394,4 +411,99 @@ func History(ctx context.Context, js jetstream.JetStream) ([]*Pushed, error) {
 	}
 	slices.SortFunc(out, func(a, b *Pushed) int { return b.At.Compare(a.At) })
 	return out, nil
+}
+
+// shadowKey names the candidate in shadow: a pushed revision every
+// executor evaluates beside the policy in force, on every call, and
+// enforces on none.
+const shadowKey = "shadow"
+
+// Shadow is the candidate in shadow (the bucket's shadow key).
+type Shadow struct {
+	Revision string    `json:"revision"`
+	By       string    `json:"by"`
+	At       time.Time `json:"at"`
+	Message  string    `json:"message,omitempty"`
+}
+
+// ShadowSubject is the subject that changes the candidate in shadow: the
+// bus lets only admins publish it.
+func ShadowSubject() string { return "$KV." + events.PolicyBucket + "." + shadowKey }
+
+// PushShadow compiles files and runs their Rego tests, and only if both
+// pass writes the revision and makes it the candidate in shadow, in place
+// of any other: executors evaluate it beside the policy in force and
+// record where it disagrees; it decides nothing.
+func PushShadow(ctx context.Context, js jetstream.JetStream, files Files, opts PushOptions) (*Pushed, error) {
+	pushed, kv, err := writeRevision(ctx, js, files, opts)
+	if err != nil {
+		return nil, err
+	}
+	data, err := json.Marshal(&Shadow{Revision: pushed.Revision, By: opts.By, At: time.Now().UTC(), Message: opts.Message})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := kv.Put(ctx, shadowKey, data); err != nil {
+		return nil, fmt.Errorf("shadow policy: %w", err)
+	}
+	return pushed, nil
+}
+
+// StopShadow ends the shadow, and says which candidate it ended ("" when
+// there was none).
+func StopShadow(ctx context.Context, js jetstream.JetStream) (string, error) {
+	kv, err := Bucket(ctx, js)
+	if err != nil {
+		return "", err
+	}
+	s, err := shadowIn(ctx, kv)
+	if err != nil || s == nil {
+		return "", err
+	}
+	if err := kv.Delete(ctx, shadowKey); err != nil {
+		return "", fmt.Errorf("stop the shadow: %w", err)
+	}
+	return s.Revision, nil
+}
+
+// ActiveShadow is the candidate in shadow, nil when there is none.
+func ActiveShadow(ctx context.Context, js jetstream.JetStream) (*Shadow, error) {
+	kv, err := js.KeyValue(ctx, events.PolicyBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return shadowIn(ctx, kv)
+}
+
+func shadowIn(ctx context.Context, kv jetstream.KeyValue) (*Shadow, error) {
+	e, err := kv.Get(ctx, shadowKey)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return decodeShadow(e.Value())
+}
+
+func decodeShadow(data []byte) (*Shadow, error) {
+	var s Shadow
+	if err := json.Unmarshal(data, &s); err != nil {
+		return nil, fmt.Errorf("the candidate in shadow does not decode: %w", err)
+	}
+	if _, err := revisionKeyOf(s.Revision); err != nil {
+		return nil, fmt.Errorf("the candidate in shadow: %w", err)
+	}
+	return &s, nil
+}
+
+// endShadow ends the shadow when the fleet's policy changes: a candidate
+// is judged against the policy in force, and that policy is another now.
+func endShadow(ctx context.Context, kv jetstream.KeyValue) {
+	if s, err := shadowIn(ctx, kv); err == nil && s != nil {
+		kv.Delete(ctx, shadowKey)
+	}
 }

@@ -24,6 +24,7 @@ import (
 // is reported.
 type Watcher struct {
 	apply   func(*Enforced)
+	shadow  func(*Policy)
 	report  func(status, revision, source string, err error)
 	log     *slog.Logger
 	dir     string
@@ -52,6 +53,10 @@ type WatchConfig struct {
 	Own *Policy
 	// Apply puts what is to be enforced in force.
 	Apply func(*Enforced)
+	// Shadow, when set, is given the candidate in shadow (a signed
+	// revision to evaluate beside the policy in force, enforcing
+	// nothing), and nil when the shadow ends.
+	Shadow func(*Policy)
 	// Report is told of every applied or rejected revision.
 	Report func(status, revision, source string, err error)
 	// Signers are the keys a pushed revision must be signed by to be
@@ -79,7 +84,7 @@ func Watch(ctx context.Context, js jetstream.JetStream, cfg WatchConfig) (*Watch
 	if cfg.Own == nil {
 		return nil, errors.New("policy: watch needs the host's own policy")
 	}
-	w := &Watcher{apply: cfg.Apply, report: cfg.Report, log: cfg.Logger, dir: cfg.Dir, signers: cfg.Signers,
+	w := &Watcher{apply: cfg.Apply, shadow: cfg.Shadow, report: cfg.Report, log: cfg.Logger, dir: cfg.Dir, signers: cfg.Signers,
 		own: cfg.Own, current: Only(cfg.Own), stop: make(chan struct{})}
 	kv, err := Bucket(ctx, js)
 	if err != nil {
@@ -94,7 +99,7 @@ func Watch(ctx context.Context, js jetstream.JetStream, cfg WatchConfig) (*Watch
 	}
 	w.w = watcher
 	// What is in the bucket comes first, then the nil marker.
-	var active jetstream.KeyValueEntry
+	var active, shadow jetstream.KeyValueEntry
 	for initial := true; initial; {
 		select {
 		case <-ctx.Done():
@@ -106,6 +111,8 @@ func Watch(ctx context.Context, js jetstream.JetStream, cfg WatchConfig) (*Watch
 				initial = false
 			case e.Key() == activeKey:
 				active = e
+			case e.Key() == shadowKey:
+				shadow = e
 			}
 		}
 	}
@@ -114,6 +121,9 @@ func Watch(ctx context.Context, js jetstream.JetStream, cfg WatchConfig) (*Watch
 		// fleet may run it, or an older one: this host joins the newest
 		// it can enforce.
 		w.fromHistory(ctx)
+	}
+	if shadow != nil {
+		w.fromShadow(ctx, shadow)
 	}
 	w.wg.Add(1)
 	go w.followBucket()
@@ -176,9 +186,45 @@ func (w *Watcher) Enforced() *Enforced {
 func (w *Watcher) followBucket() {
 	defer w.wg.Done()
 	for e := range w.w.Updates() {
-		if e != nil && e.Key() == activeKey {
+		switch {
+		case e == nil:
+		case e.Key() == activeKey:
 			w.fromBucket(context.Background(), e)
+		case e.Key() == shadowKey:
+			w.fromShadow(context.Background(), e)
 		}
+	}
+}
+
+// fromShadow gives the candidate in shadow of a shadow key's entry to
+// the host, or nil when the shadow ended. A candidate that is not
+// signed by a trusted key, or does not compile, is rejected: evaluating
+// it on every call would run code no trusted key vouched for.
+func (w *Watcher) fromShadow(ctx context.Context, e jetstream.KeyValueEntry) {
+	if w.shadow == nil {
+		return
+	}
+	if e.Operation() != jetstream.KeyValuePut {
+		w.shadow(nil)
+		w.log.Info("the shadow ended")
+		return
+	}
+	s, err := decodeShadow(e.Value())
+	if err != nil {
+		w.shadow(nil)
+		w.rejectShadow("", err)
+		return
+	}
+	p, err := w.load(ctx, s.Revision)
+	if err != nil {
+		w.shadow(nil)
+		w.rejectShadow(s.Revision, err)
+		return
+	}
+	w.shadow(p)
+	w.log.Info("policy in shadow", "revision", s.Revision)
+	if w.report != nil {
+		w.report("shadowed", s.Revision, "shadow", nil)
 	}
 }
 
@@ -348,6 +394,15 @@ func (w *Watcher) try(ctx context.Context, files Files, source string) {
 	w.own = p
 	w.mu.Unlock()
 	w.put(Only(p), source)
+}
+
+// rejectShadow reports a candidate in shadow this host will not
+// evaluate. The policy in force is not touched, and the host stays ready.
+func (w *Watcher) rejectShadow(rev string, err error) {
+	w.log.Error("the candidate in shadow is rejected; none is evaluated", "revision", rev, "err", err)
+	if w.report != nil {
+		w.report("rejected", rev, "shadow", err)
+	}
 }
 
 func (w *Watcher) reject(rev, source string, err error) {
