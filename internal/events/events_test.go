@@ -263,6 +263,18 @@ func FuzzDecode(f *testing.F) {
 	f.Add(tool)
 	f.Add([]byte(`{"v":1,"type":"tool.invocation","id":"x","sender":{"id":"a"},"tool":"t","args":{"a":[1,{"b":null}]}}`))
 	f.Add([]byte(`{"v":1e400}`))
+	for _, e := range []Envelope{
+		&ShadowDecision{Header: hdr("s-1", Identity{ID: "executor@dev-1"}), InvocationID: "call-1", Tool: "read_file", Principal: "agent",
+			Live:   PolicyVerdict{Verdict: Allow, Reason: "reads are allowed", Revision: "sha256:0123456789abcdef"},
+			Shadow: PolicyVerdict{Verdict: Deny, Reason: "reads are frozen", Revision: "sha256:fedcba9876543210"}, InputDigest: strings.Repeat("ab", 32)},
+		&ShadowStats{Header: hdr("s-2", Identity{ID: "executor@dev-1"}), Revision: "sha256:fedcba9876543210", Judged: 100, Disagreed: 3, Dropped: 1},
+	} {
+		data, err := Encode(e)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		check := func(e Envelope, err error) {
 			if err != nil {
@@ -300,6 +312,8 @@ func FuzzDecode(f *testing.F) {
 		check(Decode[BatchInvocation](data))
 		check(Decode[BatchResult](data))
 		check(Decode[PolicyEvent](data))
+		check(Decode[ShadowDecision](data))
+		check(Decode[ShadowStats](data))
 		check(Decode[CancelRequest](data))
 		check(Decode[HookRun](data))
 		check(Decode[OutputRequest](data))
@@ -365,6 +379,10 @@ func decodeAs(e Envelope, data []byte) (Envelope, error) {
 		return Decode[BatchResult](data)
 	case *PolicyEvent:
 		return Decode[PolicyEvent](data)
+	case *ShadowDecision:
+		return Decode[ShadowDecision](data)
+	case *ShadowStats:
+		return Decode[ShadowStats](data)
 	case *CancelRequest:
 		return Decode[CancelRequest](data)
 	case *AuditCheckpoint:
