@@ -90,7 +90,7 @@ func policyPush(natsURL, dir, signWith, message string, share policy.Share) erro
 			return fmt.Errorf("policy refused, nothing pushed: %w", err)
 		}
 		recordPolicyChange(ctx, b, id, pushed, rollout.Share.String(), message)
-		if pushed.Signature == nil {
+		if key == nil {
 			fmt.Fprintln(os.Stderr, "warning: pushed unsigned (this command has no identity and no --sign): executors with a trust list refuse it")
 		}
 		shareNote := "executors apply it as they receive it"
@@ -127,8 +127,12 @@ func recordPolicyChange(ctx context.Context, b *bus.Bus, id events.Identity, p *
 	d := p.Files.Digest()
 	ev := &events.PolicyEvent{Header: events.Header{Sender: id}, Status: "pushed", Revision: p.Revision, Source: "bucket",
 		Digest: hex.EncodeToString(d[:]), Share: share, Message: message}
-	if p.Signature != nil {
-		ev.Signer, ev.Signature = p.Signature.Signer, p.Signature.Sig
+	sig := p.Signature // this push's; a rollback's is the revision's first
+	if sig == nil && len(p.Signatures) > 0 {
+		sig = p.Signatures[0]
+	}
+	if sig != nil {
+		ev.Signer, ev.Signature = sig.Signer, sig.Sig
 	}
 	data, err := events.Encode(ev)
 	if err == nil {
@@ -246,10 +250,14 @@ func printRevision(what string, p *policy.Pushed, share string) {
 }
 
 func signerOf(p *policy.Pushed) string {
-	if p.Signature == nil {
+	if len(p.Signatures) == 0 {
 		return "(unsigned)"
 	}
-	return p.Signature.Signer
+	keys := make([]string, len(p.Signatures))
+	for i, s := range p.Signatures {
+		keys[i] = s.Signer
+	}
+	return strings.Join(keys, ", ")
 }
 
 func newPolicyHistoryCommand() *cobra.Command {

@@ -29,7 +29,7 @@ const (
 // the bus node does at its start, for a NATS deployment with no toolbus
 // bus node (`toolbus audit init`). It needs an admin's permissions.
 func EnsureAudit(ctx context.Context, js jetstream.JetStream, cfg Config) error {
-	return ensureAudit(ctx, js, cfg, true)
+	return retryEnsure(ctx, func(ctx context.Context) error { return ensureAudit(ctx, js, cfg, true) })
 }
 
 // AwaitAudit waits, as long as ctx lets it, for the audit stream to be
@@ -318,7 +318,7 @@ func untilJetStream(ctx context.Context, log *slog.Logger, wait bool, f func(con
 // tried again, for up to a minute while ctx lasts.
 func EnsureKeyValue(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
 	var kv jetstream.KeyValue
-	err := retryEnsure(ctx, func() (err error) {
+	err := retryEnsure(ctx, func(ctx context.Context) (err error) {
 		if cfg.Replicas, err = fleetReplicas(ctx, js, "KV_"+cfg.Bucket); err != nil {
 			return err
 		}
@@ -353,7 +353,7 @@ func OpenKeyValue(ctx context.Context, js jetstream.JetStream, cfg jetstream.Key
 // the fleet's replicas.
 func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
 	var s jetstream.Stream
-	err := retryEnsure(ctx, func() (err error) {
+	err := retryEnsure(ctx, func(ctx context.Context) (err error) {
 		if cfg.Replicas, err = fleetReplicas(ctx, js, cfg.Name); err != nil {
 			return err
 		}
@@ -366,7 +366,7 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Str
 // EnsureObjectStore is EnsureKeyValue for an object store.
 func EnsureObjectStore(ctx context.Context, js jetstream.JetStream, cfg jetstream.ObjectStoreConfig) (jetstream.ObjectStore, error) {
 	var obj jetstream.ObjectStore
-	err := retryEnsure(ctx, func() (err error) {
+	err := retryEnsure(ctx, func(ctx context.Context) (err error) {
 		if cfg.Replicas, err = fleetReplicas(ctx, js, "OBJ_"+cfg.Bucket); err != nil {
 			return err
 		}
@@ -385,11 +385,22 @@ func retryTransient(ctx context.Context, f func() error) error {
 // retryEnsure is retryTransient for a create-or-update of a store, which
 // also tries again when another part made the store between f's update
 // ("not found") and its create ("already in use"): the next try updates.
-func retryEnsure(ctx context.Context, f func() error) error {
+//
+// Each try has ensureTry: a request the server never answers (seen with
+// eight owners at once on a loaded host: a stream lookup that no reply
+// came to) would otherwise wait for ctx's whole deadline.
+func retryEnsure(ctx context.Context, f func(context.Context) error) error {
 	return RetryWhile(ctx, func(err error) bool {
 		return transient(err) || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse)
-	}, f)
+	}, func() error {
+		tctx, cancel := context.WithTimeout(ctx, ensureTry)
+		defer cancel()
+		return f(tctx)
+	})
 }
+
+// ensureTry bounds one try of making or updating a store.
+const ensureTry = 10 * time.Second
 
 // RetryWhile runs f until it succeeds, fails with an error again does not
 // report, ctx ends or a minute has passed, a quarter of a second apart:

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/policy"
@@ -171,11 +172,58 @@ func plantSigned(t *testing.T, js jetstream.JetStream, files policy.Files) {
 		t.Fatal(err)
 	}
 	rev := files.Revision()
-	data, _ := json.Marshal(policy.Pushed{Revision: rev, Files: files, By: "mallory", Signature: sig})
+	data, _ := json.Marshal(policy.Pushed{Revision: rev, Files: files, By: "mallory", Signatures: []*policy.Signature{sig}})
 	if _, err := kv.Put(ctx, "rev."+strings.TrimPrefix(rev, "sha256:"), data); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := kv.Put(ctx, "active", []byte(`{"stable":"`+rev+`"}`)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// An executor enforces only what its trust list's keys signed: a push
+// unsigned, or signed by another key, leaves the policy in force, and
+// its readiness says why; the team's signature of the same set is taken.
+func TestAnExecutorTakesOnlySignedPushes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	js := e.bus.JetStream()
+	before := e.exec.Policy().Revision()
+	stranger, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		key  nkeys.KeyPair
+		want error
+	}{{nil, policy.ErrUnsigned}, {stranger, policy.ErrUnknownSigner}} {
+		if _, _, err := policy.Push(ctx, js, denyReads, policy.PushOptions{By: "mallory", Key: c.key}); err != nil {
+			t.Fatal(err)
+		}
+		testkit.Eventually(t, "the executor says why it refused the push", func() bool {
+			err := e.exec.PolicyHealth()
+			return err != nil && strings.Contains(err.Error(), c.want.Error())
+		})
+		if got := e.exec.Policy().Revision(); got != before {
+			t.Fatalf("after a push refused for %v, %s is in force", c.want, got)
+		}
+	}
+	waitVerdict(t, e, "")
+	pushed := policytest.Push(t, js, denyReads, "policy-team")
+	testkit.Eventually(t, "the team's push is in force", func() bool { return e.exec.Policy().Revision() == pushed.Revision })
+	if err := e.exec.PolicyHealth(); err != nil {
+		t.Errorf("readiness after the signed push: %v", err)
+	}
+	// The same set pushed again with a key the fleet does not trust
+	// adds a signature, and takes none away: an executor started anew
+	// still enforces it.
+	if _, _, err := policy.Push(ctx, js, denyReads, policy.PushOptions{By: "mallory", Key: stranger}); err != nil {
+		t.Fatal(err)
+	}
+	e.exec.Stop(ctx)
+	e.exec = e.startExecutor(t, e.bus)
+	if got := e.exec.Policy().Revision(); got != pushed.Revision {
+		t.Errorf("restarted after another key's push of the same set, the executor enforces %s; want %s", got, pushed.Revision)
 	}
 }

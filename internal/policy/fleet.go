@@ -47,9 +47,15 @@ type Pushed struct {
 	Message string `json:"message,omitempty"`
 	// Tests is how many of the set's Rego tests passed at the push.
 	Tests int `json:"tests"`
-	// Signature is the pusher's of Files (sign.go); nil on a set pushed
-	// unsigned, which no executor with a trust list enforces.
-	Signature *Signature `json:"signature,omitempty"`
+	// Signatures are the pushers' of Files (sign.go): a revision's files
+	// never change, and each push of them adds its pusher's signature,
+	// so that a push signed by a key executors do not trust cannot take
+	// away one they do. None on a set only ever pushed unsigned, which no
+	// executor with a trust list enforces.
+	Signatures []*Signature `json:"signatures,omitempty"`
+	// Signature is this push's, when it was signed (not stored: see
+	// Signatures).
+	Signature *Signature `json:"-"`
 }
 
 // Rollout is what the fleet enforces (the bucket's active key).
@@ -159,14 +165,17 @@ func Push(ctx context.Context, js jetstream.JetStream, files Files, opts PushOpt
 // writeRevision compiles files, runs their tests, signs them with
 // opts.Key and writes the revision; it changes nothing the fleet
 // enforces.
+//
+// A revision pushed before keeps its record (its first pusher, time and
+// message): this push adds its signature to it.
 func writeRevision(ctx context.Context, js jetstream.JetStream, files Files, opts PushOptions) (*Pushed, jetstream.KeyValue, error) {
 	p, err := Compile(ctx, files)
 	if err != nil {
 		return nil, nil, err
 	}
-	pushed := &Pushed{Revision: p.Revision(), Files: files, By: opts.By, At: time.Now().UTC(), Message: opts.Message, Tests: p.TestsPassed()}
+	var sig *Signature
 	if opts.Key != nil {
-		if pushed.Signature, err = Sign(files, opts.Key); err != nil {
+		if sig, err = Sign(files, opts.Key); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -174,18 +183,64 @@ func writeRevision(ctx context.Context, js jetstream.JetStream, files Files, opt
 	if err != nil {
 		return nil, nil, err
 	}
-	key, err := revisionKeyOf(pushed.Revision)
+	key, err := revisionKeyOf(p.Revision())
 	if err != nil {
 		return nil, nil, err
 	}
-	data, err := json.Marshal(pushed)
+	for range 5 {
+		rec, last, err := readRevision(ctx, kv, key, p.Revision())
+		if err != nil {
+			return nil, nil, err
+		}
+		switch {
+		case rec == nil:
+			rec = &Pushed{Revision: p.Revision(), Files: files, By: opts.By, At: time.Now().UTC(), Message: opts.Message, Tests: p.TestsPassed()}
+			if sig != nil {
+				rec.Signatures = []*Signature{sig}
+			}
+		case sig == nil || slices.ContainsFunc(rec.Signatures, func(s *Signature) bool { return *s == *sig }):
+			rec.Signature = sig // nothing to add
+			return rec, kv, nil
+		default:
+			rec.Signatures = append(rec.Signatures, sig)
+		}
+		data, err := json.Marshal(rec)
+		if err != nil {
+			return nil, nil, err
+		}
+		if last == 0 {
+			_, err = kv.Create(ctx, key, data)
+		} else {
+			_, err = kv.Update(ctx, key, data, last)
+		}
+		if err == nil {
+			rec.Signature = sig
+			return rec, kv, nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) && !strings.Contains(err.Error(), "wrong last sequence") {
+			return nil, nil, fmt.Errorf("push policy: %w", err)
+		}
+		// Another push of the same files meanwhile: read it again.
+	}
+	return nil, nil, errors.New("push policy: the revision kept changing under this push; run it again")
+}
+
+// readRevision reads the record at key, and its bucket revision; nil and 0
+// when there is none. A record whose files are not revision's (planted
+// by hand) is not kept: the push writes the right one over it.
+func readRevision(ctx context.Context, kv jetstream.KeyValue, key, revision string) (*Pushed, uint64, error) {
+	e, err := kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, nil
+	}
 	if err != nil {
-		return nil, nil, err
+		return nil, 0, fmt.Errorf("push policy: %w", err)
 	}
-	if _, err := kv.Put(ctx, key, data); err != nil {
-		return nil, nil, fmt.Errorf("push policy: %w", err)
+	var rec Pushed
+	if json.Unmarshal(e.Value(), &rec) != nil || rec.Files.Revision() != revision {
+		return nil, e.Revision(), nil
 	}
-	return pushed, kv, nil
+	return &rec, e.Revision(), nil
 }
 
 // Rollback returns the fleet to revision, or, when revision is empty, to

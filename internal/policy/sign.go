@@ -101,6 +101,23 @@ func (s *Signers) Verify(files Files, sig *Signature) error {
 	return verifyDigest(files.Digest(), sig)
 }
 
+// VerifyAny says why none of sigs of files is one to enforce, nil when
+// one is: the reason of the one that came nearest (a trusted key's bad
+// signature, else an untrusted key's, else none at all).
+func (s *Signers) VerifyAny(files Files, sigs []*Signature) error {
+	best := ErrUnsigned
+	for _, sig := range sigs {
+		err := s.Verify(files, sig)
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, ErrBadSignature) || errors.Is(best, ErrUnsigned) {
+			best = err
+		}
+	}
+	return best
+}
+
 // Len is how many keys the list holds.
 func (s *Signers) Len() int {
 	if s == nil {

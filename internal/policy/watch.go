@@ -279,7 +279,7 @@ func (w *Watcher) load(ctx context.Context, revision string) (*Policy, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := w.signers.Verify(pushed.Files, pushed.Signature); err != nil {
+	if err := w.signers.VerifyAny(pushed.Files, pushed.Signatures); err != nil {
 		return nil, err
 	}
 	// A revision in force is not compiled again (a rollout widened).
