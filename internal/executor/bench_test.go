@@ -260,6 +260,9 @@ func BenchmarkInvoke(b *testing.B) {
 		rawS50, _, sesP50, sesP99 := latencyPair(latencySamples, raw, invokeSession)
 		offP50, offP99, onP50, onP99 := latencyPair(latencySamples, invokeNoop, tracedNoop)
 		unshadowed, shadow := blocksPair(latencySamples, invoke, shadowOn)
+		// From a session: no decision is cached, and the candidate judges
+		// every call's input anew.
+		sesUnshadowed, sesShadow := blocksPair(latencySamples, invokeSession, shadowOn)
 		pol := measure.Interleaved(latencySamples, decide)[0]
 		polP50, polP99 := pol.P50, pol.P99
 		raw1 := measure.Throughput(1, throughputOps/4, raw)
@@ -280,6 +283,8 @@ func BenchmarkInvoke(b *testing.B) {
 		fmt.Printf("%-38s %12s %12s %11.2f×   vs off\n", "  the same, every call traced", onP50, onP99, float64(onP50)/float64(offP50))
 		fmt.Printf("%-38s %12s %12s %12s\n", "tool.invoke read_file, no shadow", unshadowed.P50, unshadowed.P99, "")
 		fmt.Printf("%-38s %12s %12s %11.2f×   vs none, goal ≤ 1.10×\n", "  the same, a candidate in shadow", shadow.P50, shadow.P99, float64(shadow.P50)/float64(unshadowed.P50))
+		fmt.Printf("%-38s %12s %12s %12s\n", "  from a session, no shadow", sesUnshadowed.P50, sesUnshadowed.P99, "")
+		fmt.Printf("%-38s %12s %12s %11.2f×   vs none\n", "  from a session, a candidate in shadow", sesShadow.P50, sesShadow.P99, float64(sesShadow.P50)/float64(sesUnshadowed.P50))
 		fmt.Printf("shadow: %d calls judged by the candidate, %d dropped\n", shadowed.judged.Load(), shadowed.dropped.Load())
 		fmt.Printf("%-38s %12s %12s %12s   goal p50 ≤ 15µs\n", "policy decision alone", polP50, polP99, "")
 		fmt.Printf("decisions not from the cache: %d\n", cacheMisses.Load())

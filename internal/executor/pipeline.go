@@ -747,19 +747,22 @@ func (c *call) decide(args map[string]any) (policy.Decision, *stop) {
 		key = append(key, concluded...)
 		j, cached = e.decisions.get(pol, gen, prot, key)
 	}
-	var in *policy.Input
-	if !cached || e.shadow.active() {
+	var in *policy.Input // made for a decision not taken from the cache
+	if !cached {
 		in = c.input(args, paths, c.hardLinks, sh)
 		in.Protected = protectedOf(prot, paths)
-	}
-	if !cached {
 		j.Decision, j.rec = pol.DecideRecorded(c.ctx, in)
 		if reusable {
 			e.decisions.put(pol, gen, prot, key, j)
 		}
 	}
 	d := j.Decision
-	e.shadow.offer(c, in, j.rec.Input, d)
+	if e.shadow.active() {
+		if !reusable {
+			key = nil
+		}
+		e.shadow.offer(c, j, shadowKey{key: key, allowlist: gen, protected: prot}, in)
+	}
 	c.limits = d.Limits
 	c.verdict = events.PolicyVerdict{Verdict: d.Verdict, Reason: d.Reason, Revision: d.Revision, Cached: cached, Idempotent: d.Idempotent}
 	ev := &events.Decision{Header: c.header(), InvocationID: c.inv.ID, Tool: t.Name,

@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/toolbus/toolbus/internal/events"
 	"github.com/toolbus/toolbus/internal/policy"
+	"github.com/toolbus/toolbus/internal/protect"
 )
 
 // A candidate policy in shadow (policy.PushShadow) is evaluated beside the
@@ -36,23 +38,38 @@ type shadowing struct {
 	wg    sync.WaitGroup
 }
 
-// shadowRun is one candidate's evaluation, with its counts.
+// shadowRun is one candidate's evaluation, with its counts and the
+// decisions it made: a deterministic candidate judges an exact input once,
+// as the policy in force does (decisions), under the same key.
 type shadowRun struct {
 	pol                        *policy.Policy
 	since                      time.Time
 	judged, disagreed, dropped atomic.Uint64
 	reported                   atomic.Uint64 // judged+dropped at the last stats
+	decisions                  decisions
 }
 
-// shadowCall is a call the policy in force decided, for the candidate.
+// shadowKey is what the policy in force's decision was kept under; zero
+// for a decision that is not kept.
+type shadowKey struct {
+	key       []byte
+	allowlist uint64
+	protected *protect.Set
+}
+
+// shadowCall is a call the policy in force decided, for the candidate:
+// with the candidate's decision when it made it before, else with the
+// input to judge.
 type shadowCall struct {
 	run      *shadowRun
 	header   events.Header // the call's (call.header)
 	id       string        // the caller's id of the call
 	tool     string
-	in       *policy.Input
-	recorded []byte // the input as the decision records it
 	live     policy.Decision
+	recorded []byte // the input as the live decision records it
+	decided  *policy.Decision
+	in       *policy.Input
+	kept     shadowKey // where to keep the candidate's decision
 }
 
 func newShadowing(e *Executor, size int) *shadowing {
@@ -78,8 +95,11 @@ func (s *shadowing) set(p *policy.Policy) {
 }
 
 // offer hands a decided call to the candidate, if there is one: never
-// waiting, counting a call the full queue cannot take.
-func (s *shadowing) offer(c *call, in *policy.Input, recorded []byte, live policy.Decision) {
+// waiting, counting a call the full queue cannot take. A decision the
+// candidate made before for the same key is not made again; the input
+// (in, when the policy in force needed it too) is made only when it must
+// be.
+func (s *shadowing) offer(c *call, live judged, k shadowKey, in *policy.Input) {
 	if s == nil {
 		return
 	}
@@ -87,8 +107,23 @@ func (s *shadowing) offer(c *call, in *policy.Input, recorded []byte, live polic
 	if run == nil {
 		return
 	}
+	sc := shadowCall{run: run, header: c.header(), id: c.inv.ID, tool: c.tool.Name, live: live.Decision, recorded: live.rec.Input}
+	if k.key != nil {
+		if was, ok := run.decisions.get(run.pol, k.allowlist, k.protected, k.key); ok {
+			sc.decided = &was.Decision
+		} else {
+			sc.kept = shadowKey{key: bytes.Clone(k.key), allowlist: k.allowlist, protected: k.protected}
+		}
+	}
+	if sc.decided == nil {
+		if in == nil {
+			in = c.input(c.args, c.paths, c.hardLinks, c.shell)
+			in.Protected = protectedOf(k.protected, c.paths)
+		}
+		sc.in = in
+	}
 	select {
-	case s.queue <- shadowCall{run: run, header: c.header(), id: c.inv.ID, tool: c.tool.Name, in: in, recorded: recorded, live: live}:
+	case s.queue <- sc:
 	default:
 		run.dropped.Add(1)
 	}
@@ -134,7 +169,15 @@ func (s *shadowing) judgeOne(sc shadowCall) {
 	defer cancel()
 	// An error of the candidate's is its decision (a DENY that says so),
 	// and a disagreement like any other.
-	d := sc.run.pol.Decide(ctx, sc.in)
+	var d policy.Decision
+	if sc.decided != nil {
+		d = *sc.decided
+	} else {
+		d = sc.run.pol.Decide(ctx, sc.in)
+		if sc.kept.key != nil {
+			sc.run.decisions.put(sc.run.pol, sc.kept.allowlist, sc.kept.protected, sc.kept.key, judged{Decision: d})
+		}
+	}
 	sc.run.judged.Add(1)
 	if d.Verdict == sc.live.Verdict && d.Reason == sc.live.Reason {
 		return
