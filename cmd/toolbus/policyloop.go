@@ -446,7 +446,12 @@ candidate at a time; a push or a rollback of the policy in force ends it.`,
 	push := &cobra.Command{
 		Use:   "push DIR",
 		Short: "Test and sign a candidate, and put it in shadow on every executor",
-		Args:  cobra.ExactArgs(1),
+		Long: `Tests the policy set in DIR and, when it compiles and its tests pass, signs it
+as a push is signed and makes it the candidate in shadow, in place of any
+other: every executor whose trust list holds the key judges each call with it
+too, after the policy in force decided, and enforces nothing of it.`,
+		Example: `  toolbus policy shadow push ./policy-next -m "deny curl to unknown hosts"`,
+		Args:    cobra.ExactArgs(1),
 	}
 	message := push.Flags().StringP("message", "m", "", "why: kept with the revision (policy history)")
 	sign := push.Flags().String("sign", "", "the seed file of the key to sign with (default: the identity this command connects with)")
@@ -475,9 +480,11 @@ candidate at a time; a push or a rollback of the policy in force ends it.`,
 		})
 	}
 	stop := &cobra.Command{
-		Use:   "stop",
-		Short: "End the shadow",
-		Args:  noArgs,
+		Use:     "stop",
+		Short:   "End the shadow",
+		Long:    "Ends the shadow: executors stop judging calls with the candidate, and record their last counts.",
+		Example: "  toolbus policy shadow stop",
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return withBus(busURLFor(cmd), "toolbus-policy", func(ctx context.Context, b *bus.Bus) error {
 				if err := mayPushPolicy(ctx, b); err != nil {
