@@ -95,7 +95,7 @@ func policyPush(natsURL, dir, signWith, message string, share policy.Share) erro
 		}
 		shareNote := "executors apply it as they receive it"
 		if rollout.Next == pushed.Revision {
-			shareNote = fmt.Sprintf("rolled out to %s; %s stays for the rest (policy status)", rollout.Share, orOwn(rollout.Stable))
+			shareNote = fmt.Sprintf("rolled out to %s; %s stays for the rest (policy status)", rollout.Share, policy.RevisionOrOwn(rollout.Stable))
 		}
 		fmt.Printf("pushed %s (%d files, %d tests passed); %s\n", pushed.Revision, len(files), pushed.Tests, shareNote)
 		return nil
@@ -141,13 +141,6 @@ func recordPolicyChange(ctx context.Context, b *bus.Bus, id events.Identity, p *
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "done, but not recorded in the audit stream: %v\n", err)
 	}
-}
-
-func orOwn(revision string) string {
-	if revision == "" {
-		return "the executors' own policy"
-	}
-	return revision
 }
 
 func newPolicyStatusCommand() *cobra.Command {
@@ -423,7 +416,7 @@ they receive it, and only when its signature is one their trust list holds.`,
 						recordPolicyChange(ctx, b, id, p, "all", r.Message)
 					}
 				}
-				fmt.Printf("%s: the fleet enforces %s for every call\n", r.Message, orOwn(r.Stable))
+				fmt.Printf("%s: the fleet enforces %s for every call\n", r.Message, policy.RevisionOrOwn(r.Stable))
 				return nil
 			})
 		},
@@ -541,10 +534,7 @@ whatif', with its filters, on live traffic instead of a replay.`,
 				fmt.Println("no candidate in shadow has judged a call (policy shadow push)")
 				return nil
 			}
-			for i := range w.Changes {
-				w.Changes[i].Record = audit.Redact(w.Changes[i].Record, red)
-				w.Changes[i].Reason = red.Text(w.Changes[i].Reason)
-			}
+			redactChanges(w, red)
 			if *asJSON {
 				return writeJSON(os.Stdout, struct {
 					*audit.WhatIf

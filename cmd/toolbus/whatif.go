@@ -85,10 +85,7 @@ func auditWhatIf(natsURL string, af *auditFlags, query func() (audit.Query, erro
 		if err != nil {
 			return err
 		}
-		for i := range w.Changes {
-			w.Changes[i].Record = audit.Redact(w.Changes[i].Record, red)
-			w.Changes[i].Reason = red.Text(w.Changes[i].Reason)
-		}
+		redactChanges(w, red)
 		if asJSON {
 			err = writeJSON(os.Stdout, w)
 		} else {
@@ -99,6 +96,15 @@ func auditWhatIf(natsURL string, af *auditFlags, query func() (audit.Query, erro
 		}
 		return err
 	})
+}
+
+// redactChanges hides the secrets in a report's changes: their calls and
+// the reasons of the new decisions.
+func redactChanges(w *audit.WhatIf, red *redact.Redactor) {
+	for i := range w.Changes {
+		w.Changes[i].Record = audit.Redact(w.Changes[i].Record, red)
+		w.Changes[i].Reason = red.Text(w.Changes[i].Reason)
+	}
 }
 
 // writeWhatIf prints what another policy would change (audit whatif, on

@@ -1,9 +1,7 @@
 package audit
 
 import (
-	"cmp"
 	"context"
-	"slices"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -74,9 +72,7 @@ func ShadowReport(ctx context.Context, js jetstream.JetStream, q Query, revision
 	}
 	w.Replayed = int(counts.Judged)
 	w.Unchanged = max(w.Replayed-len(w.Changes), 0)
-	slices.SortStableFunc(w.Changes, func(a, b Change) int {
-		return cmp.Or(cmp.Compare(a.From, b.From), cmp.Compare(a.To, b.To), cmp.Compare(a.Record.Tool, b.Record.Tool), cmp.Compare(a.Reason, b.Reason))
-	})
+	w.sortChanges()
 	return w, counts, nil
 }
 

@@ -125,11 +125,17 @@ func RunWhatIf(ctx context.Context, js jetstream.JetStream, q Query, pol *policy
 			w.Unchanged++
 		}
 	}
+	w.sortChanges()
+	w.Stats.Elapsed = time.Since(start)
+	return w, nil
+}
+
+// sortChanges orders the changes by change (ALLOW→DENY, ...), each in
+// the order it was found.
+func (w *WhatIf) sortChanges() {
 	slices.SortStableFunc(w.Changes, func(a, b Change) int {
 		return cmp.Or(cmp.Compare(a.From, b.From), cmp.Compare(a.To, b.To))
 	})
-	w.Stats.Elapsed = time.Since(start)
-	return w, nil
 }
 
 // memo keeps the decisions a deterministic policy made on exact recorded

@@ -758,9 +758,6 @@ func (c *call) decide(args map[string]any) (policy.Decision, *stop) {
 	}
 	d := j.Decision
 	if e.shadow.active() {
-		if !reusable {
-			key = nil
-		}
 		e.shadow.offer(c, j, shadowKey{key: key, allowlist: gen, protected: prot}, in)
 	}
 	c.limits = d.Limits

@@ -270,7 +270,7 @@ func Rollback(ctx context.Context, js jetstream.JetStream, revision, by string) 
 			}
 			revision = prev
 		}
-		return &Rollout{Stable: revision, By: by, Message: "rollback to " + orOwnPolicy(revision)}, nil
+		return &Rollout{Stable: revision, By: by, Message: "rollback to " + RevisionOrOwn(revision)}, nil
 	})
 	if err != nil {
 		return nil, err
@@ -279,7 +279,9 @@ func Rollback(ctx context.Context, js jetstream.JetStream, revision, by string) 
 	return r, nil
 }
 
-func orOwnPolicy(revision string) string {
+// RevisionOrOwn names a rollout's revision: "" is the executors' own
+// policy.
+func RevisionOrOwn(revision string) string {
 	if revision == "" {
 		return "the executors' own policy"
 	}
@@ -368,13 +370,20 @@ func decodeActive(data []byte) (*Rollout, error) {
 	return &r.Rollout, nil
 }
 
-// Active returns what the fleet enforces, or nil when nothing was pushed.
-func Active(ctx context.Context, js jetstream.JetStream) (*Rollout, error) {
+// pushedBucket is the policy bucket, nil when it is missing (nothing was
+// ever pushed): a reader does not make it.
+func pushedBucket(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
 	kv, err := js.KeyValue(ctx, events.PolicyBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, nil
 	}
-	if err != nil {
+	return kv, err
+}
+
+// Active returns what the fleet enforces, or nil when nothing was pushed.
+func Active(ctx context.Context, js jetstream.JetStream) (*Rollout, error) {
+	kv, err := pushedBucket(ctx, js)
+	if err != nil || kv == nil {
 		return nil, err
 	}
 	e, err := kv.Get(ctx, activeKey)
@@ -394,8 +403,8 @@ func ActiveStable(ctx context.Context, js jetstream.JetStream) (*Pushed, error) 
 	if err != nil || r == nil || r.Stable == "" {
 		return nil, err
 	}
-	kv, err := js.KeyValue(ctx, events.PolicyBucket)
-	if err != nil {
+	kv, err := pushedBucket(ctx, js)
+	if err != nil || kv == nil {
 		return nil, err
 	}
 	return Revision(ctx, kv, r.Stable)
@@ -441,11 +450,8 @@ func legacyRevision(ctx context.Context, kv jetstream.KeyValue, revision string)
 
 // History is every revision pushed, the newest first.
 func History(ctx context.Context, js jetstream.JetStream) ([]*Pushed, error) {
-	kv, err := js.KeyValue(ctx, events.PolicyBucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, nil
-	}
-	if err != nil {
+	kv, err := pushedBucket(ctx, js)
+	if err != nil || kv == nil {
 		return nil, err
 	}
 	keys, err := kv.ListKeysFiltered(ctx, revisionKey+"*")
@@ -523,11 +529,8 @@ func StopShadow(ctx context.Context, js jetstream.JetStream) (string, error) {
 
 // ActiveShadow is the candidate in shadow, nil when there is none.
 func ActiveShadow(ctx context.Context, js jetstream.JetStream) (*Shadow, error) {
-	kv, err := js.KeyValue(ctx, events.PolicyBucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, nil
-	}
-	if err != nil {
+	kv, err := pushedBucket(ctx, js)
+	if err != nil || kv == nil {
 		return nil, err
 	}
 	return shadowIn(ctx, kv)

@@ -245,22 +245,31 @@ func (w *Watcher) fromBucket(ctx context.Context, e jetstream.KeyValueEntry) boo
 // enforce resolves a rollout's revisions, and puts them in force; or
 // rejects it, and keeps what is in force.
 func (w *Watcher) enforce(ctx context.Context, r *Rollout) bool {
-	stable, err := w.load(ctx, r.Stable)
+	en, failed, err := w.resolve(ctx, r)
 	if err != nil {
-		w.reject(r.Stable, "bucket", err)
+		w.reject(failed, "bucket", err)
 		return false
 	}
-	en := Only(stable)
-	if r.Next != "" {
-		next, err := w.load(ctx, r.Next)
-		if err != nil {
-			w.reject(r.Next, "bucket", err)
-			return false
-		}
-		en = &Enforced{Stable: stable, Next: next, Share: r.Share}
-	}
-	w.put(en, "bucket")
+	w.put(en, "bucket", nil)
 	return true
+}
+
+// resolve loads a rollout's revisions. When one does not load, it says
+// which and why, with what could be had: the stable revision alone when
+// the rollout's own failed, nil when the stable one did.
+func (w *Watcher) resolve(ctx context.Context, r *Rollout) (en *Enforced, failed string, err error) {
+	stable, err := w.load(ctx, r.Stable)
+	if err != nil {
+		return nil, r.Stable, err
+	}
+	if r.Next == "" {
+		return Only(stable), "", nil
+	}
+	next, err := w.load(ctx, r.Next)
+	if err != nil {
+		return Only(stable), r.Next, err
+	}
+	return &Enforced{Stable: stable, Next: next, Share: r.Share}, "", nil
 }
 
 // load is the compiled policy of a pushed revision, "" for the host's
@@ -291,11 +300,12 @@ func (w *Watcher) load(ctx context.Context, revision string) (*Policy, error) {
 	return Compile(ctx, pushed.Files)
 }
 
-// put puts en in force, and reports the revisions it brings.
-func (w *Watcher) put(en *Enforced, source string) {
+// put puts en in force, and reports the revisions it brings; rejected is
+// what is still refused (nil once en is what was offered).
+func (w *Watcher) put(en *Enforced, source string, rejected *rejection) {
 	w.mu.Lock()
 	before := w.current
-	w.current, w.rejected = en, nil
+	w.current, w.rejected = en, rejected
 	w.mu.Unlock()
 	w.apply(en)
 	for _, p := range []*Policy{en.Stable, en.Next} {
@@ -324,24 +334,15 @@ func (w *Watcher) fromHistory(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		stable, err := w.load(ctx, r.Stable)
-		if err != nil {
+		en, _, _ := w.resolve(ctx, r)
+		if en == nil {
 			continue
 		}
-		en := Only(stable)
-		if r.Next != "" {
-			if next, err := w.load(ctx, r.Next); err == nil {
-				en = &Enforced{Stable: stable, Next: next, Share: r.Share}
-			}
-		}
+		// What the fleet enforces now still did not load here.
 		w.mu.Lock()
 		rejected := w.rejected
 		w.mu.Unlock()
-		w.put(en, "bucket")
-		// What the fleet enforces now still did not load here.
-		w.mu.Lock()
-		w.rejected = rejected
-		w.mu.Unlock()
+		w.put(en, "bucket", rejected)
 		w.log.Info("policy applied from the bucket's history", "enforced", en.Revisions())
 		return
 	}
@@ -393,7 +394,7 @@ func (w *Watcher) try(ctx context.Context, files Files, source string) {
 	w.mu.Lock()
 	w.own = p
 	w.mu.Unlock()
-	w.put(Only(p), source)
+	w.put(Only(p), source, nil)
 }
 
 // rejectShadow reports a candidate in shadow this host will not

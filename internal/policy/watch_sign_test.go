@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
 	"github.com/toolbus/toolbus/internal/policy"
@@ -34,23 +35,8 @@ func TestAWatcherEnforcesOnlySignedSets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
-	var applied []string
-	var rejected []error
 	ctx := context.Background()
-	w, err := policy.Watch(ctx, b.JetStream(), policy.WatchConfig{Own: policytest.Default(t), Signers: signers, Logger: bustest.Quiet(),
-		Apply: func(en *policy.Enforced) { mu.Lock(); applied = append(applied, en.Stable.Revision()); mu.Unlock() },
-		Report: func(status, _, _ string, err error) {
-			if status == "rejected" {
-				mu.Lock()
-				rejected = append(rejected, err)
-				mu.Unlock()
-			}
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
+	w := watchSigned(t, b.JetStream(), signers)
 	set := func(reason string) policy.Files {
 		return policy.Files{"toolbus.rego": "package toolbus\n\ndecision := {\"verdict\": \"DENY\", \"reason\": \"" + reason + "\"}\n"}
 	}
@@ -61,16 +47,10 @@ func TestAWatcherEnforcesOnlySignedSets(t *testing.T) {
 		if _, _, err := policy.Push(ctx, b.JetStream(), set(c.want.Error()), policy.PushOptions{By: "pusher", Key: c.key}); err != nil {
 			t.Fatal(err)
 		}
-		testkit.Eventually(t, "the set is rejected", func() bool {
-			mu.Lock()
-			defer mu.Unlock()
-			return len(rejected) == i+1
-		})
-		mu.Lock()
-		if !errors.Is(rejected[i], c.want) || len(applied) != 0 {
+		testkit.Eventually(t, "the set is rejected", func() bool { return len(w.rejections()) == i+1 })
+		if rejected, applied := w.rejections(), w.appliedRevisions(); !errors.Is(rejected[i], c.want) || len(applied) != 0 {
 			t.Errorf("push %d: rejected for %v, %d applied; want %v and none", i, rejected[i], len(applied), c.want)
 		}
-		mu.Unlock()
 		if err := w.Health(); err == nil || !strings.Contains(err.Error(), c.want.Error()) {
 			t.Errorf("push %d: health %v, want it to say %q", i, err, c.want)
 		}
@@ -95,24 +75,7 @@ func TestAnAlteredRevisionAndAHostWithoutATrustListAreRefused(t *testing.T) {
 	ctx := context.Background()
 	js := b.JetStream()
 	own := policytest.Default(t)
-	var mu sync.Mutex
-	var rejected []error
-	watch := func(signers *policy.Signers) *policy.Watcher {
-		w, err := policy.Watch(ctx, js, policy.WatchConfig{Own: own, Signers: signers, Logger: bustest.Quiet(),
-			Apply: func(*policy.Enforced) {},
-			Report: func(status, _, _ string, err error) {
-				if status == "rejected" {
-					mu.Lock()
-					rejected = append(rejected, err)
-					mu.Unlock()
-				}
-			}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(w.Stop)
-		return w
-	}
+	watch := func(signers *policy.Signers) *watched { return watchSigned(t, js, signers) }
 	signed := policy.Files{"toolbus.rego": "package toolbus\n\ndecision := {\"verdict\": \"DENY\", \"reason\": \"signed\"}\n"}
 	pushed := policytest.Push(t, js, signed, "policy-team")
 
@@ -140,11 +103,54 @@ func TestAnAlteredRevisionAndAHostWithoutATrustListAreRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.Eventually(t, "the altered revision is refused", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return slices.ContainsFunc(rejected, func(err error) bool { return errors.Is(err, policy.ErrBadSignature) })
+		return slices.ContainsFunc(w.rejections(), func(err error) bool { return errors.Is(err, policy.ErrBadSignature) })
 	})
 	if w.Current() != pushed.Revision {
 		t.Errorf("after the altered revision, %s is in force", w.Current())
 	}
+}
+
+// watched is a Watcher of a test's bus with the host's own policy the
+// default one, and what it applied and rejected.
+type watched struct {
+	*policy.Watcher
+	mu       sync.Mutex
+	applied  []string
+	rejected []error
+}
+
+func watchSigned(t *testing.T, js jetstream.JetStream, signers *policy.Signers) *watched {
+	t.Helper()
+	w := &watched{}
+	var err error
+	w.Watcher, err = policy.Watch(context.Background(), js, policy.WatchConfig{Own: policytest.Default(t), Signers: signers, Logger: bustest.Quiet(),
+		Apply: func(en *policy.Enforced) {
+			w.mu.Lock()
+			w.applied = append(w.applied, en.Stable.Revision())
+			w.mu.Unlock()
+		},
+		Report: func(status, _, _ string, err error) {
+			if status == "rejected" {
+				w.mu.Lock()
+				w.rejected = append(w.rejected, err)
+				w.mu.Unlock()
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	return w
+}
+
+func (w *watched) rejections() []error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.rejected)
+}
+
+func (w *watched) appliedRevisions() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.applied)
 }
