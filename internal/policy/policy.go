@@ -467,14 +467,14 @@ func failedTests(ctx context.Context, modules map[string]*ast.Module) (failures 
 	return failures, passed, nil
 }
 
-// testCaseTimeout bounds one Rego test case of a policy set.
-const testCaseTimeout = 2 * time.Minute
+// TestCaseTimeout bounds one Rego test case of a policy set.
+const TestCaseTimeout = 2 * time.Minute
 
 func testModules(ctx context.Context, modules map[string]*ast.Module) ([]TestResult, error) {
 	// A test case gets far more than OPA's default of 5 s: a busy
 	// executor must not refuse a good policy because its tests ran
 	// slowly. One that never ends is still stopped (and ctx bounds all).
-	ch, err := tester.NewRunner().SetModules(modules).SetDefaultRegoVersion(ast.RegoV1).RaiseBuiltinErrors(true).SetTimeout(testCaseTimeout).RunTests(ctx, nil)
+	ch, err := tester.NewRunner().SetModules(modules).SetDefaultRegoVersion(ast.RegoV1).RaiseBuiltinErrors(true).SetTimeout(TestCaseTimeout).RunTests(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("policy: run Rego tests: %w", err)
 	}

@@ -23,6 +23,8 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/tester"
+
+	"github.com/toolbus/toolbus/internal/policy"
 )
 
 // Mutant is one change to one module of a policy set.
@@ -143,7 +145,11 @@ func (s *Set) run(ctx context.Context, m Mutant, filter string) (Result, error) 
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	ch, err := tester.NewRunner().SetModules(mods).SetDefaultRegoVersion(ast.RegoV1).RaiseBuiltinErrors(true).Filter(filter).RunTests(ctx, nil)
+	// A test case gets the time the executor gives one
+	// (policy.TestCaseTimeout), not OPA's default of 5 s: on a loaded host a
+	// test that passes ran out of those, and its mutant counted as
+	// killed by it. One that never ends is still stopped.
+	ch, err := tester.NewRunner().SetModules(mods).SetDefaultRegoVersion(ast.RegoV1).RaiseBuiltinErrors(true).SetTimeout(policy.TestCaseTimeout).Filter(filter).RunTests(ctx, nil)
 	if err != nil {
 		return Result{Killed: true, Compile: true, Failed: firstLine(err.Error())}, nil
 	}
